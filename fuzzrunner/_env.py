@@ -1,0 +1,38 @@
+"""Decide, before Triton is imported, whether kernels run compiled or in the interpreter.
+
+``FUZZRUNNER_DEVICE=cpu|cuda`` forces a choice (workers get it from the engine);
+otherwise a process with no CUDA device runs Triton's interpreter on CPU tensors.
+Triton reads ``TRITON_INTERPRET`` when a kernel is decorated, so this must run
+before any ``fuzzrunner.kernels`` import: ``fuzzrunner/__init__.py`` calls it first.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _cuda_present() -> bool:
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def configure() -> str:
+    """Set ``TRITON_INTERPRET`` as the device requires and return the device type."""
+    device = os.environ.get("FUZZRUNNER_DEVICE") or ("cuda" if _cuda_present() else "cpu")
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    os.environ["FUZZRUNNER_DEVICE"] = device
+    return device
+
+
+def device_type() -> str:
+    return os.environ.get("FUZZRUNNER_DEVICE") or configure()
+
+
+def interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
