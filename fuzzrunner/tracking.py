@@ -52,6 +52,24 @@ def watching() -> bool:
     return bool(_watchers)
 
 
+_quiet = 0
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """Accesses made inside are the harness's own (poison fills, invariant reads): unseen."""
+    global _quiet
+    _quiet += 1
+    try:
+        yield
+    finally:
+        _quiet -= 1
+
+
+def is_quiet() -> bool:
+    return _quiet > 0
+
+
 @contextmanager
 def watch(watcher: Watcher) -> Iterator[Watcher]:
     _watchers.append(watcher)

@@ -1,0 +1,97 @@
+"""A case: one generated input as plain data (target, config, faults, ops), JSON round trip.
+
+A case replays with no Hypothesis involved. What an op means is the target's business;
+this module only guarantees the shape and the schema version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import InvalidCase
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Case:
+    target: str
+    config: dict
+    ops: tuple
+    faults: tuple = ()
+    schema: int = SCHEMA
+
+    def __post_init__(self):
+        object.__setattr__(self, "ops", tuple(dict(o) for o in self.ops))
+        object.__setattr__(self, "faults", tuple(self.faults))
+
+    def to_dict(self) -> dict:
+        return {"schema": self.schema, "target": self.target, "faults": list(self.faults),
+                "config": dict(self.config), "ops": [dict(o) for o in self.ops]}
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, d, *, source: str = "case") -> "Case":
+        if not isinstance(d, dict):
+            raise InvalidCase(f"{source}: a case must be a JSON object, got {type(d).__name__}.")
+        schema = d.get("schema")
+        if not isinstance(schema, int):
+            raise InvalidCase(f"{source}: missing integer 'schema' field; is this a fuzzrunner case file?")
+        if schema > SCHEMA:
+            raise InvalidCase(f"{source}: schema {schema} is newer than this fuzzrunner understands "
+                              f"({SCHEMA}); upgrade fuzzrunner to read it.")
+        missing = [k for k in ("target", "config", "ops") if k not in d]
+        if missing:
+            raise InvalidCase(f"{source}: missing field(s) {', '.join(missing)}.")
+        if not isinstance(d["target"], str) or not isinstance(d["config"], dict):
+            raise InvalidCase(f"{source}: 'target' must be a string and 'config' an object.")
+        ops = d["ops"]
+        if not isinstance(ops, list) or not all(isinstance(o, dict) and isinstance(o.get("op"), str) for o in ops):
+            raise InvalidCase(f"{source}: 'ops' must be a list of objects, each with a string 'op'.")
+        faults = d.get("faults", [])
+        if not isinstance(faults, list) or not all(isinstance(f, str) for f in faults):
+            raise InvalidCase(f"{source}: 'faults' must be a list of fault names.")
+        return cls(d["target"], d["config"], tuple(ops), tuple(faults), schema)
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "case") -> "Case":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise InvalidCase(f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}).") from None
+        if isinstance(data, dict) and "case" in data and "signature" in data:
+            data = data["case"]  # a finding file holds its case
+        return cls.from_dict(data, source=source)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Case":
+        try:
+            text = Path(path).read_text()
+        except OSError as e:
+            raise InvalidCase(f"{path}: cannot read ({e.strerror}).") from None
+        return cls.from_json(text, source=str(path))
+
+    def size(self) -> tuple:
+        """A shrink order for reports: fewer ops first, then less data."""
+        return (len(self.ops), len(json.dumps(self.to_dict()["ops"])))
+
+
+@dataclass
+class CaseBuilder:
+    """Convenience for hand-written cases and repro scripts."""
+    target: str
+    config: dict
+    faults: tuple = ()
+    ops: list = field(default_factory=list)
+
+    def op(self, name: str, **fields) -> "CaseBuilder":
+        self.ops.append({"op": name, **fields})
+        return self
+
+    def build(self) -> Case:
+        return Case(self.target, self.config, tuple(self.ops), tuple(self.faults))

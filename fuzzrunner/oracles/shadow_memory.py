@@ -1,0 +1,165 @@
+"""Shadow memory: tracked allocations with the epoch of each byte's last write.
+
+An allocation is a storage (base address, size) with a name. For each byte we keep
+the epoch (op number) of its last write, -1 for never written. Reads are checked
+per lane, vectorized with numpy:
+  - a byte never written                               -> uninitialized-read
+  - a per-step buffer's byte written before this epoch -> stale-read
+  - an address outside every tracked allocation        -> out-of-bounds
+Python-level loops run per allocation touched by an access, never per lane.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+import numpy as np
+
+NEVER = -1
+
+
+@dataclass(eq=False)
+class Allocation:
+    start: int
+    nbytes: int
+    name: str
+    per_step: bool
+    itemsize: int
+    shape: tuple
+    auto: bool = False            # tracked automatically (torch.empty in a watched region, kernel arg)
+    epochs: np.ndarray = field(default=None, repr=False)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.nbytes
+
+    def element(self, byte_offset: int) -> tuple:
+        """The element index (in the allocation's own shape) holding ``byte_offset``."""
+        flat = byte_offset // max(self.itemsize, 1)
+        if self.shape and int(np.prod(self.shape)) * self.itemsize == self.nbytes:
+            return tuple(int(i) for i in np.unravel_index(flat, self.shape))
+        return (flat,)
+
+
+@dataclass
+class BadAccess:
+    kind: str
+    allocation: Allocation | None
+    address: int
+    byte_offset: int   # into the allocation (or distance to the nearest one for out-of-bounds)
+    lane: int          # index into the checked address array
+    count: int         # how many lanes of this access were bad this way
+    written_epoch: int = NEVER
+
+
+class ShadowMemory:
+    def __init__(self):
+        self.epoch = 0
+        self._starts: list[int] = []
+        self._allocs: list[Allocation] = []
+        self._starts_np = np.zeros(0, dtype=np.uint64)
+        self._ends_np = np.zeros(0, dtype=np.uint64)
+
+    # -- registry ---------------------------------------------------------------------
+    def add(self, start: int, nbytes: int, name: str, *, per_step: bool = False, initialized: bool = True,
+            itemsize: int = 1, shape: tuple = (), auto: bool = False) -> Allocation:
+        """Register [start, start+nbytes); an overlapping older registration is dropped (memory reuse)."""
+        for old in self.overlapping(start, nbytes):
+            self._remove(old)
+        alloc = Allocation(start, nbytes, name, per_step, itemsize, tuple(shape), auto,
+                           np.full(nbytes, self.epoch if initialized else NEVER, dtype=np.int64))
+        i = bisect.bisect_left(self._starts, start)
+        self._starts.insert(i, start)
+        self._allocs.insert(i, alloc)
+        self._reindex()
+        return alloc
+
+    def remove(self, alloc: Allocation) -> None:
+        if alloc in self._allocs:
+            self._remove(alloc)
+
+    def _remove(self, alloc: Allocation) -> None:
+        i = self._allocs.index(alloc)
+        del self._starts[i], self._allocs[i]
+        self._reindex()
+
+    def _reindex(self) -> None:
+        self._starts_np = np.array(self._starts, dtype=np.uint64)
+        self._ends_np = np.array([a.end for a in self._allocs], dtype=np.uint64)
+
+    def overlapping(self, start: int, nbytes: int) -> list[Allocation]:
+        end = start + nbytes
+        return [a for a in self._allocs if a.start < end and start < a.end]
+
+    def at(self, start: int) -> Allocation | None:
+        i = bisect.bisect_left(self._starts, start)
+        return self._allocs[i] if i < len(self._starts) and self._starts[i] == start else None
+
+    def nearest(self, address: int) -> tuple[Allocation | None, int]:
+        best, dist = None, None
+        for a in self._allocs:
+            d = a.start - address if address < a.start else address - a.end + 1
+            if dist is None or d < dist:
+                best, dist = a, d
+        return best, dist or 0
+
+    # -- accesses ---------------------------------------------------------------------
+    def _locate(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
+        """Index of the allocation holding each lane's whole access, -1 if none."""
+        idx = np.searchsorted(self._starts_np, addrs, side="right").astype(np.int64) - 1
+        ok = idx >= 0
+        safe = np.where(ok, idx, 0)
+        if len(self._ends_np):
+            ok &= (addrs + np.uint64(itemsize)) <= self._ends_np[safe]
+        else:
+            ok[:] = False
+        return np.where(ok, idx, -1)
+
+    def _byte_epochs(self, alloc: Allocation, addrs: np.ndarray, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
+        offs = (addrs - np.uint64(alloc.start)).astype(np.int64)
+        if itemsize == 1:
+            return offs, alloc.epochs[offs]
+        return offs, alloc.epochs[offs[:, None] + np.arange(itemsize)].min(axis=1)
+
+    def check_read(self, addrs: np.ndarray, itemsize: int) -> tuple[list[BadAccess], np.ndarray]:
+        """Bad accesses among ``addrs`` (uint64), and the boolean mask of out-of-bounds lanes."""
+        where = self._locate(addrs, itemsize)
+        oob = where < 0
+        bad: list[BadAccess] = []
+        if oob.any():
+            lane = int(np.flatnonzero(oob)[0])
+            near, dist = self.nearest(int(addrs[lane]))
+            bad.append(BadAccess("out-of-bounds", near, int(addrs[lane]), dist, lane, int(oob.sum())))
+        for i in np.unique(where[~oob]):
+            alloc = self._allocs[int(i)]
+            lanes = np.flatnonzero(where == i)
+            offs, ep = self._byte_epochs(alloc, addrs[lanes], itemsize)
+            never = ep == NEVER
+            if never.any():
+                j = int(np.flatnonzero(never)[0])
+                bad.append(BadAccess("uninitialized-read", alloc, int(addrs[lanes[j]]), int(offs[j]),
+                                     int(lanes[j]), int(never.sum())))
+            if alloc.per_step:
+                stale = (ep != NEVER) & (ep < self.epoch)
+                if stale.any():
+                    j = int(np.flatnonzero(stale)[0])
+                    bad.append(BadAccess("stale-read", alloc, int(addrs[lanes[j]]), int(offs[j]),
+                                         int(lanes[j]), int(stale.sum()), int(ep[j])))
+        return bad, oob
+
+    def mark_write(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
+        """Mark written bytes with the current epoch; returns the out-of-bounds lane mask."""
+        where = self._locate(addrs, itemsize)
+        for i in np.unique(where[where >= 0]):
+            alloc = self._allocs[int(i)]
+            offs = (addrs[where == i] - np.uint64(alloc.start)).astype(np.int64)
+            alloc.epochs[(offs[:, None] + np.arange(itemsize)).ravel()] = self.epoch
+        return where < 0
+
+    def mark_range(self, alloc: Allocation, byte_offsets: np.ndarray | slice) -> None:
+        alloc.epochs[byte_offsets] = self.epoch
+
+    def carry_over(self, alloc: Allocation) -> None:
+        """Declare a per-step buffer's written bytes current in this epoch."""
+        alloc.epochs[alloc.epochs != NEVER] = self.epoch
