@@ -13,11 +13,13 @@ import triton.language as tl
 def mm_k(a_ptr, b_ptr, ak_stride, bk_stride, offset_k, K,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
          K_ITERS: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
-         CAST_TYPE: tl.constexpr, b_dtype: tl.constexpr):
+         CAST_TYPE: tl.constexpr, b_dtype: tl.constexpr, DOT_F32: tl.constexpr = False):
     """acc[BLOCK_M, BLOCK_N] = sum over K of a[BLOCK_M, K] @ b[K, BLOCK_N].
 
     ``a_ptr``/``b_ptr`` point at the first K-block; each iteration steps
     ``BLOCK_K * SPLIT_K`` along K. Only a partial last block is masked, as in vLLM.
+    ``DOT_F32`` upcasts the tiles before ``tl.dot``: Triton's interpreter multiplies
+    bfloat16 bit patterns as integers in ``tl.dot`` (triton#11584, "not supported yet").
     """
     accumulator = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(K_ITERS):
@@ -30,6 +32,9 @@ def mm_k(a_ptr, b_ptr, ak_stride, bk_stride, offset_k, K,
             tiled_b = tl.load(b_ptr, mask=offset_k[:, None] < k_left, other=0.0)
         if CAST_TYPE:
             tiled_a = tiled_a.to(b_dtype)
+        if DOT_F32:
+            tiled_a = tiled_a.to(tl.float32)
+            tiled_b = tiled_b.to(tl.float32)
         accumulator += tl.dot(tiled_a, tiled_b, out_dtype=tl.float32)
         a_ptr += BLOCK_K * SPLIT_K * ak_stride
         b_ptr += BLOCK_K * SPLIT_K * bk_stride

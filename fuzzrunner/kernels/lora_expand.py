@@ -23,7 +23,7 @@ def _lora_expand_kernel(
         output_d0_stride, output_d1_stride,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         K_ITERS: tl.constexpr, EVEN_K: tl.constexpr, ADD_INPUTS: tl.constexpr,
-        CAST_TYPE: tl.constexpr):
+        CAST_TYPE: tl.constexpr, DOT_F32: tl.constexpr):
     cta_n_num = tl.cdiv(MAX_N, BLOCK_N)
     pid_m = tl.program_id(axis=0) // cta_n_num
     pid_n = tl.program_id(axis=0) % cta_n_num
@@ -53,7 +53,7 @@ def _lora_expand_kernel(
              + rbn[None, :] * lora_d1_stride + offset_k[:, None] * lora_d2_stride)
     acc = mm_k(a_ptr, b_ptr, input_d2_stride, lora_d2_stride, offset_k, K,
                BLOCK_M, BLOCK_N, BLOCK_K, K_ITERS, 1, EVEN_K, CAST_TYPE,
-               lora_ptr.dtype.element_ty)
+               lora_ptr.dtype.element_ty, DOT_F32)
 
     slice_offset = tl.load(slice_offset_ptr + slice_id)
     offset_cm = tl.arange(0, BLOCK_M)
@@ -102,4 +102,5 @@ def lora_expand(
         K_ITERS=triton.cdiv(R, c.block_k), EVEN_K=R % c.block_k == 0,
         ADD_INPUTS=add_inputs,
         CAST_TYPE=inputs.dtype == torch.float32 and lora_b_weights.dtype != torch.float32,
+        DOT_F32=config.interpreted and lora_b_weights.dtype == torch.bfloat16,
         num_warps=c.num_warps, num_stages=c.num_stages)

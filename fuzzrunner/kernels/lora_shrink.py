@@ -17,7 +17,7 @@ def _lora_shrink_kernel(
         lora_s_stride, lora_d0_stride, lora_d1_stride, lora_d2_stride,
         output_d0_stride, output_d1_stride, output_d2_stride,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        SPLIT_K: tl.constexpr, K_ITERS: tl.constexpr, EVEN_K: tl.constexpr):
+        SPLIT_K: tl.constexpr, K_ITERS: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr):
     cta_n_num = tl.cdiv(N, BLOCK_N)
     pid_sk_m_n = tl.program_id(axis=0)
     pid_sk = pid_sk_m_n % SPLIT_K
@@ -44,7 +44,7 @@ def _lora_shrink_kernel(
     b_ptr = (lora_ptr + slice_id * lora_s_stride + lora_id * lora_d0_stride
              + rbn[None, :] * lora_d1_stride + offset_k[:, None] * lora_d2_stride)
     acc = mm_k(a_ptr, b_ptr, input_d1_stride, lora_d2_stride, offset_k, K,
-               BLOCK_M, BLOCK_N, BLOCK_K, K_ITERS, SPLIT_K, EVEN_K, False, tl.float32)
+               BLOCK_M, BLOCK_N, BLOCK_K, K_ITERS, SPLIT_K, EVEN_K, False, tl.float32, DOT_F32)
     acc *= scaling
 
     offset_cm = tl.arange(0, BLOCK_M)
@@ -94,4 +94,5 @@ def lora_shrink(
         *output_tensor.stride(),
         BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, SPLIT_K=c.split_k,
         K_ITERS=triton.cdiv(K, c.block_k * c.split_k), EVEN_K=K % (c.block_k * c.split_k) == 0,
+        DOT_F32=config.interpreted and inputs.dtype == torch.bfloat16,
         num_warps=c.num_warps, num_stages=c.num_stages)
