@@ -30,12 +30,18 @@ def shrink_ref(inputs, lora_a_weights, slots, scaling):
 
 
 def expand_ref(inputs, lora_b_weights, output, slots, slice_n, slice_offsets, add_inputs=True):
-    """[M, sum N_s] float64 after adding x[s, m] @ B[s, slot[m]]^T into each slice's columns."""
-    out = output.double().clone() if add_inputs else torch.zeros_like(output, dtype=torch.float64)
+    """[M, sum N_s] float64 after adding x[s, m] @ B[s, slot[m]]^T into each slice's columns.
+
+    Without ``add_inputs`` a row with a slot is overwritten; a row with slot -1 is left
+    as it was either way (the kernel never stores to it).
+    """
+    out = output.double().clone()
     for m, slot in enumerate(slots.tolist()):
         if slot < 0:
             continue
         for s, (n, off) in enumerate(zip(slice_n.tolist(), slice_offsets.tolist())):
+            if not add_inputs:
+                out[m, off:off + n] = 0
             out[m, off:off + n] += lora_b_weights[s, slot, :n].double() @ inputs[s, m].double()
     return out
 
