@@ -69,6 +69,9 @@ def lora_bgmv(
     if M == 0:
         return
     c = config.bgmv(M, N, R, K)
+    # One block spans all of K and N (the kernel has no loop over them): refuse, not truncate.
+    assert K <= c.block_k and N <= c.block_n, (
+        f"lora_bgmv needs K={K} <= BLOCK_K={c.block_k} and N={N} <= BLOCK_N={c.block_n}")
     block_r = max(16, triton.next_power_of_2(R))
     _lora_bgmv_kernel[(triton.cdiv(M, c.block_m),)](
         inputs, lora_a_weights, lora_b_weights, output_tensor, token_lora_mapping,
