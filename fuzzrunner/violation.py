@@ -60,3 +60,13 @@ class Violation:
     def from_dict(cls, d: dict) -> "Violation":
         return cls(d["tool"], d["kind"], d.get("kernel", ""), d.get("location", ""), d.get("tensor", ""),
                    d.get("message", ""), dict(d.get("details", {})))
+
+
+# Which violation of a case names the finding: what a user sees first and can act on.
+_PRIORITY = {"uninitialized-read": 0, "stale-read": 0, "out-of-bounds": 0, "sanitizer-error": 0,
+             "numeric-mismatch": 1, "poison-divergence": 2, "crash": 3, "timeout": 3, "invariant-violation": 4}
+
+
+def primary(violations: list[Violation]) -> Violation:
+    """The root-cause violation: memory errors first, then numeric, then the earliest seen."""
+    return min(violations, key=lambda v: (_PRIORITY.get(v.kind, 9), v.details.get("seq", 1 << 62)))

@@ -7,11 +7,13 @@ Oracles know nothing about the reference runner. They learn about buffers throug
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any, Protocol
 
 from ..violation import Violation
 
+_SEQ = itertools.count()
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -46,6 +48,7 @@ class ViolationLog:
             self._by_sig[key].details["count"] += count
         else:
             v.details.setdefault("count", count)
+            v.details.setdefault("seq", next(_SEQ))  # order of first sight, across oracles
             self._by_sig[key] = v
 
     def violations(self) -> list[Violation]:

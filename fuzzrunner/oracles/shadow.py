@@ -205,7 +205,8 @@ class ShadowOracle:
             details.update(element=list(element), byte_offset=b.byte_offset)
             if b.kind == "stale-read":
                 details["written_in_op"] = b.written_epoch - 1
-                why = f"last written in op {b.written_epoch - 1}, not in this op {self.op_index}"
+                when = f"op {b.written_epoch - 1}" if b.written_epoch > 0 else "set-up, before op 0"
+                why = f"last written in {when}, not in this op {self.op_index}"
             else:
                 why = "never written"
             pid = f" (program {tuple(extra['program_id'])})" if "program_id" in extra else ""

@@ -1,0 +1,68 @@
+"""The numeric oracle: outputs against the float64 reference, with a tolerance per dtype."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..kernels.torch_ref import tolerance
+from ..violation import Violation
+from .base import ViolationLog
+
+
+@dataclass
+class Comparison:
+    label: str               # what was compared, e.g. "logits"
+    actual: torch.Tensor
+    expected: torch.Tensor   # float64
+    dtype: torch.dtype       # the dtype the actual values were computed in
+
+
+def mismatch(c: Comparison) -> tuple[list[int], float, tuple] | None:
+    """(bad rows, worst error, worst index) if ``actual`` is off the reference, else None."""
+    rtol, atol = tolerance(c.dtype)
+    a = c.actual.detach().double().cpu()
+    e = c.expected.detach().double().cpu()
+    if a.shape != e.shape:
+        return [], float("inf"), ()
+    err = (a - e).abs()
+    bad = ~(err <= atol + rtol * e.abs())  # NaN counts as bad
+    if not bad.any():
+        return None
+    err = torch.where(torch.isnan(err), torch.full_like(err, float("inf")), err)
+    worst = tuple(int(i) for i in torch.unravel_index(torch.argmax(err), err.shape))
+    rows = sorted({int(r) for r in torch.nonzero(bad)[:, 0].tolist()}) if bad.dim() else [0]
+    return rows, float(err[worst]), worst
+
+
+class NumericOracle:
+    name = "numeric"
+
+    def __init__(self):
+        self.log = ViolationLog()
+
+    def start(self) -> None:
+        pass
+
+    def begin_op(self, index: int, op: dict) -> None:
+        pass
+
+    def observe(self, index: int, op: dict, result: Any) -> None:
+        for c in getattr(result, "comparisons", ()):
+            m = mismatch(c)
+            if m is None:
+                continue
+            rows, worst, where = m
+            opname = op.get("op", "?")
+            shape = "shape " + str(tuple(c.actual.shape)) + " vs " + str(tuple(c.expected.shape)) if not where else ""
+            msg = (f"op {index} ({opname}): {c.label} differs from the float64 reference in rows {rows[:8]}"
+                   f"{'...' if len(rows) > 8 else ''}; worst error {worst:.3g} at {list(where)} "
+                   f"(tolerance {tolerance(c.dtype)} for {str(c.dtype).replace('torch.', '')}) {shape}")
+            self.log.add(Violation("numeric", "numeric-mismatch", opname, "float64 reference", c.label, msg.strip(),
+                                   {"op_index": index, "op": opname, "rows": rows, "worst_error": worst,
+                                    "worst_index": list(where)}))
+
+    def finish(self) -> list[Violation]:
+        return self.log.violations()

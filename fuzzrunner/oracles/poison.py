@@ -1,0 +1,134 @@
+"""The poison oracle: run a case twice with two fill patterns; any difference proves a bad read.
+
+Poisoned are: never-written memory (tracked with ``initialized=False``, and
+``torch.empty``-family results) at allocation, and every per-step buffer at the end
+of each op (its contents are dead by then: the next op must rewrite them). A buffer
+the runner declares carried over (``tracking.carry_over``) gets its contents back.
+
+Pattern A fills ints with -1 and floats with NaN; pattern B ints with 0 and floats
+with -5. A correct runner gives bit-identical outputs under both. Works on compiled
+kernels too. Never combine with initcheck: a fill counts as initialization there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .. import tracking
+from ..violation import Violation
+from .torch_hook import EMPTY_OPS
+
+
+@dataclass(frozen=True)
+class Pattern:
+    name: str
+    int_value: int
+    float_value: float
+
+
+PATTERNS = (Pattern("A", -1, math.nan), Pattern("B", 0, -5.0))
+
+
+def fill(t: torch.Tensor, p: Pattern) -> None:
+    with tracking.quiet(), torch.no_grad():
+        if t.dtype == torch.bool:
+            t.fill_(bool(p.int_value))
+        elif t.is_floating_point() or t.is_complex():
+            t.fill_(p.float_value)
+        else:
+            t.fill_(p.int_value)
+
+
+class _FillEmpties(TorchDispatchMode):
+    def __init__(self, poison: "PoisonFill"):
+        super().__init__()
+        self.poison = poison
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in EMPTY_OPS and not tracking.is_quiet():
+            fill(out, self.poison.pattern)
+            self.poison.poisoned.add("torch.empty")
+        return out
+
+
+class PoisonFill:
+    """Fills with one pattern during one run of a case; a tracking watcher."""
+
+    def __init__(self, pattern: Pattern):
+        self.pattern = pattern
+        self.per_step: dict[int, tuple[str, torch.Tensor]] = {}
+        self.saved: dict[int, torch.Tensor] = {}
+        self.poisoned: set[str] = set()
+        self._watch = self._mode = None
+
+    def start(self) -> None:
+        self._watch = tracking.watch(self)
+        self._watch.__enter__()
+        self._mode = _FillEmpties(self)
+        self._mode.__enter__()
+
+    def finish(self) -> None:
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+        if self._watch is not None:
+            self._watch.__exit__(None, None, None)
+        self._mode = self._watch = None
+
+    def end_op(self) -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        with tracking.quiet():
+            for key, (name, t) in self.per_step.items():
+                self.saved[key] = t.detach().clone()
+                fill(t, self.pattern)
+                self.poisoned.add(name)
+
+    # tracking.Watcher
+    def on_track(self, tensor, name: str, per_step: bool, initialized: bool) -> None:
+        if not initialized:
+            fill(tensor, self.pattern)
+            self.poisoned.add(name)
+        if per_step:
+            self.per_step[tensor.untyped_storage().data_ptr()] = (name, tensor)
+
+    def on_carry_over(self, tensor) -> None:
+        saved = self.saved.get(tensor.untyped_storage().data_ptr())
+        if saved is not None:
+            with tracking.quiet(), torch.no_grad():
+                tensor.copy_(saved)
+
+    def on_lora_launch(self, kernel: str, meta: dict) -> None:
+        pass
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a, b = a.detach().cpu().contiguous(), b.detach().cpu().contiguous()
+    return torch.equal(a.view(torch.uint8), b.view(torch.uint8)) if a.numel() else True
+
+
+def divergences(runs: list[dict], poisoned: set[str]) -> list[Violation]:
+    """Compare the outputs of the two runs: ``[{"outputs": {(op_index, op, label): tensor}, "error": str|None}]``."""
+    (a, b) = runs
+    names = ", ".join(sorted(poisoned)) or "none"
+    out = []
+    if bool(a["error"]) != bool(b["error"]):
+        which, err = ("A", a["error"]) if a["error"] else ("B", b["error"])
+        out.append(Violation("poison", "poison-divergence", err.split(":")[0], "", "run",
+                             f"only the run under pattern {which} failed ({err}); poisoned: {names}",
+                             {"poisoned": sorted(poisoned)}))
+    for key in a["outputs"]:
+        if key in b["outputs"] and not _same(a["outputs"][key], b["outputs"][key]):
+            index, opname, label = key
+            out.append(Violation("poison", "poison-divergence", opname, "", label,
+                                 f"op {index} ({opname}): {label} differs between poison patterns "
+                                 f"A (ints -1, floats NaN) and B (ints 0, floats -5); poisoned buffers: {names}",
+                                 {"op_index": index, "op": opname, "poisoned": sorted(poisoned)}))
+    return out

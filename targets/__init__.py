@@ -1,0 +1,1 @@
+"""Built-in fuzz targets: ``reference_runner`` and ``lora_kernels``."""
