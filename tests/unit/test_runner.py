@@ -227,6 +227,20 @@ def test_capture_after_lora_steps(device):
     s.step(req(1, 1, 2, 3), req(2, 4, 5, 6, 7, 8))
 
 
+@pytest.mark.gpu
+def test_capture_records_a_real_cuda_graph(device):
+    if device != "cuda":
+        pytest.skip("FUZZRUNNER_DEVICE is not cuda")
+    s = Session(device, max_loras=2)
+    s.add((1, 4), (2, 8))
+    s.runner.capture(8)
+    graph = s.runner.graphs.graphs[8]
+    assert isinstance(graph.cuda_graph, torch.cuda.CUDAGraph) and graph.decisions == []
+    out = s.replay(req(1, 1, 2, 3), req(2, 4, 5), req(0, 6))
+    assert out.graph_size == 8
+    torch.testing.assert_close(out.hidden, graph.static_output[:6])  # the graph's own buffer
+
+
 def test_replay_falls_back_to_eager_when_no_graph_fits(device):
     s = Session(device, max_loras=2)
     s.add((1, 4), (2, 8))
