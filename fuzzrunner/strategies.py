@@ -13,7 +13,8 @@ from .case import Case
 from .runner.config import RunnerConfig
 from .runner.model_runner import DUMMY_KINDS
 
-OP_KINDS = ("dummy_run", "step", "add_adapter", "capture", "replay", "remove_adapter")
+# "warmup_1" is a 1-token warm-up dummy run with no further choices: the simplest op of all.
+OP_KINDS = ("warmup_1", "dummy_run", "step", "add_adapter", "capture", "replay", "remove_adapter")
 MAX_ADAPTER_ID = 6
 
 
@@ -53,42 +54,60 @@ def requests(draw, cfg: RunnerConfig, adapters: list[int], max_tokens: int) -> l
     return out
 
 
+class _OpState:
+    """What earlier ops of the case left behind: registered adapters, captured sizes, last batch."""
+
+    def __init__(self):
+        self.registered: dict[int, int] = {}
+        self.captured: list[int] = []
+        self.last_requests = None
+
+
+@st.composite
+def runner_op(draw, cfg: RunnerConfig, state: _OpState) -> dict:
+    kind = draw(st.sampled_from(OP_KINDS))
+    if kind == "warmup_1":
+        return {"op": "dummy_run", "num_tokens": 1, "kind": "warmup"}
+    if kind == "dummy_run":
+        v = draw(st.integers(0, cfg.max_num_tokens * len(DUMMY_KINDS) - 1))
+        return {"op": "dummy_run", "num_tokens": v // len(DUMMY_KINDS) + 1, "kind": DUMMY_KINDS[v % len(DUMMY_KINDS)]}
+    if kind == "add_adapter" or (kind == "remove_adapter" and not state.registered):
+        aid = draw(st.integers(1, MAX_ADAPTER_ID))
+        rank = draw(st.integers(1, cfg.max_lora_rank))
+        state.registered[aid] = rank
+        return {"op": "add_adapter", "adapter_id": aid, "rank": rank}
+    if kind == "remove_adapter":
+        aid = draw(st.sampled_from(sorted(state.registered)))
+        del state.registered[aid]
+        return {"op": "remove_adapter", "adapter_id": aid}
+    if kind == "capture":
+        size = draw(st.sampled_from(cfg.capture_sizes))
+        state.captured.append(size)
+        return {"op": "capture", "size": size}
+    last = state.last_requests  # step or replay
+    limit = max(state.captured) if kind == "replay" and state.captured else cfg.max_num_tokens
+    if last is not None and draw(st.booleans()) \
+            and all(r["adapter_id"] in state.registered or r["adapter_id"] == 0 for r in last) \
+            and sum(len(r["tokens"]) for r in last) <= limit:
+        reqs = last  # an identical mapping again: the runner's "same as last" shortcut
+    else:
+        reqs = draw(requests(cfg, sorted(state.registered), limit))
+    state.last_requests = reqs
+    return {"op": kind, "requests": reqs}
+
+
 @st.composite
 def runner_ops(draw, cfg: RunnerConfig, max_ops: int = 8) -> list[dict]:
-    n_ops = draw(st.integers(1, max_ops))
-    registered: dict[int, int] = {}
-    captured: list[int] = []
-    ops, last_requests = [], None
-    for _ in range(n_ops):
-        kind = draw(st.sampled_from(OP_KINDS))
-        adapters = sorted(registered)
-        if kind == "dummy_run":
-            ops.append({"op": "dummy_run", "num_tokens": draw(st.integers(1, cfg.max_num_tokens)),
-                        "kind": draw(st.sampled_from(DUMMY_KINDS))})
-        elif kind == "add_adapter" or (kind == "remove_adapter" and not registered):
-            aid = draw(st.integers(1, MAX_ADAPTER_ID))
-            rank = draw(st.integers(1, cfg.max_lora_rank))
-            registered[aid] = rank
-            ops.append({"op": "add_adapter", "adapter_id": aid, "rank": rank})
-        elif kind == "remove_adapter":
-            aid = draw(st.sampled_from(adapters))
-            del registered[aid]
-            ops.append({"op": "remove_adapter", "adapter_id": aid})
-        elif kind == "capture":
-            size = draw(st.sampled_from(cfg.capture_sizes))
-            captured.append(size)
-            ops.append({"op": "capture", "size": size})
-        else:  # step or replay
-            repeat = last_requests is not None and draw(st.booleans())
-            valid = repeat and all(r["adapter_id"] in registered or r["adapter_id"] == 0 for r in last_requests)
-            limit = max(captured) if kind == "replay" and captured else cfg.max_num_tokens
-            if valid and sum(len(r["tokens"]) for r in last_requests) <= limit:
-                reqs = last_requests
-            else:
-                reqs = draw(requests(cfg, adapters, limit))
-            last_requests = reqs
-            ops.append({"op": kind, "requests": reqs})
-    return ops
+    """Ops drawn like a list (a continue choice before each further op) so shrinking can delete any op.
+
+    Going on is 3 times as likely as stopping (mean ~4 ops): bugs that need add, capture
+    and replay in order are reached, and 0 (stop) is still what shrinking goes to.
+    """
+    state, ops = _OpState(), []
+    while True:
+        ops.append(draw(runner_op(cfg, state)))
+        if len(ops) >= max_ops or draw(st.integers(0, 3)) == 0:
+            return ops
 
 
 @st.composite

@@ -1,0 +1,115 @@
+"""Campaign settings: immutable, each field validated on its own, with named profiles.
+
+Profiles: ``dev`` (quick, random seed), ``ci`` (small, fixed seed), ``nightly`` (long).
+Command-line flags and pytest options only select a profile and override fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+from .errors import InvalidArgument
+
+SANITIZERS = ("none", "initcheck", "memcheck", "racecheck", "synccheck")
+DEVICES = ("cpu", "cuda")
+
+
+def _validate_max_examples(v):
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise InvalidArgument(f"max_examples={v!r} must be at least one. To only replay the corpus, "
+                              f"use `fuzzrunner replay`.")
+
+
+def _validate_budget_s(v):
+    if v is not None and (not isinstance(v, (int, float)) or v <= 0):
+        raise InvalidArgument(f"budget_s={v!r} must be a positive number of seconds, or None for no time limit.")
+
+
+def _validate_seed(v):
+    if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+        raise InvalidArgument(f"seed={v!r} must be an integer, or None for a random seed.")
+
+
+def _validate_workers(v):
+    if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 256:
+        raise InvalidArgument(f"workers={v!r} must be an integer from 1 to 256.")
+
+
+def _validate_case_timeout_s(v):
+    if not isinstance(v, (int, float)) or v <= 0:
+        raise InvalidArgument(f"case_timeout_s={v!r} must be a positive number of seconds.")
+
+
+def _validate_device(v):
+    if v is not None and v not in DEVICES:
+        raise InvalidArgument(f"device={v!r} must be one of {', '.join(DEVICES)} (or None to pick the one present).")
+
+
+def _validate_sanitizer(v):
+    if v not in SANITIZERS:
+        raise InvalidArgument(f"sanitizer={v!r} must be one of {', '.join(SANITIZERS)}.")
+
+
+def _validate_oracles(v):
+    from .execute import validate_oracles
+    if v is not None:
+        validate_oracles(v)
+
+
+def _validate_shrink(v):
+    if not isinstance(v, bool):
+        raise InvalidArgument(f"shrink={v!r} must be True or False.")
+
+
+def _validate_max_ops(v):
+    if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 64:
+        raise InvalidArgument(f"max_ops={v!r} must be an integer from 1 to 64.")
+
+
+@dataclass(frozen=True)
+class Settings:
+    max_examples: int = 200
+    budget_s: float | None = None
+    seed: int | None = None
+    workers: int = 1
+    case_timeout_s: float = 120.0
+    device: str | None = None
+    sanitizer: str = "none"
+    oracles: tuple | None = None   # None: the device's defaults (execute.DEFAULT_ORACLES)
+    shrink: bool = True
+    max_ops: int = 8
+
+    def __post_init__(self):
+        if self.oracles is not None:
+            object.__setattr__(self, "oracles", tuple(self.oracles))
+        for f in fields(self):
+            globals()[f"_validate_{f.name}"](getattr(self, f.name))
+        if self.sanitizer != "none" and self.device == "cpu":
+            raise InvalidArgument(f"sanitizer={self.sanitizer!r} needs device='cuda': compute-sanitizer "
+                                  f"checks GPU kernels. On the CPU the shadow oracle does this job.")
+
+    def override(self, **changes) -> "Settings":
+        """These settings with the non-None ``changes`` applied (explicit values win)."""
+        known = {f.name for f in fields(self)}
+        unknown = set(changes) - known
+        if unknown:
+            raise InvalidArgument(f"unknown setting(s) {sorted(unknown)}; known: {sorted(known)}.")
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["oracles"] = list(self.oracles) if self.oracles is not None else None
+        return d
+
+
+PROFILES = {
+    "dev": Settings(max_examples=100, budget_s=120),
+    "ci": Settings(max_examples=60, budget_s=300, seed=0, case_timeout_s=120),
+    "nightly": Settings(max_examples=10_000, budget_s=8 * 3600, case_timeout_s=300),
+}
+
+
+def profile(name: str) -> Settings:
+    if name not in PROFILES:
+        raise InvalidArgument(f"unknown profile {name!r}; profiles are {', '.join(PROFILES)}.")
+    return PROFILES[name]
