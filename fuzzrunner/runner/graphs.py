@@ -38,8 +38,9 @@ class GraphPool:
             try:
                 body()
             finally:
-                graph = CapturedGraph(size, decisions=self.decisions.stop_recording())
-        self.graphs[size] = graph
+                decisions = self.decisions.stop_recording()
+            graph = CapturedGraph(size, decisions=decisions)
+        self.graphs[size] = graph  # only a capture that completed is kept
         return graph
 
     def _capture_cuda(self, size: int, body) -> CapturedGraph:
