@@ -19,3 +19,15 @@ class HarnessError(FuzzrunnerError):
 
 class SanitizerNotFound(HarnessError):
     """compute-sanitizer is missing, or no GPU is there to run it on."""
+
+
+def did_you_mean(name: str, choices) -> str:
+    """' Did you mean X?' for the closest of ``choices`` (fuzzy, prefix or substring), else ''."""
+    import difflib
+    choices = list(choices)
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
+    if not close:
+        key = name.lower().replace("-", "_")
+        close = [c for c in choices if c.startswith(key) or key in c] or \
+            [c for c in choices if c.startswith(key.split("_")[0])]
+    return f" Did you mean {close[0]!r}?" if close else ""

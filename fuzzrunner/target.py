@@ -7,7 +7,6 @@ callable returning one).
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 import os
@@ -15,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .errors import HarnessError, InvalidArgument
+from .errors import HarnessError, InvalidArgument, did_you_mean
 
 BUILTIN = {
     "reference_runner": "targets.reference_runner:TARGET",
@@ -36,8 +35,7 @@ class Target:
         names = tuple(names or ())
         for n in names:
             if n not in self.faults:
-                close = difflib.get_close_matches(n, self.faults, n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
+                hint = did_you_mean(n, self.faults)
                 known = ", ".join(self.faults) or "none"
                 raise InvalidArgument(f"unknown fault {n!r} for target {self.name!r}.{hint} Known faults: {known}.")
         return names
@@ -76,8 +74,7 @@ def load_target(spec: str) -> Target:
     """A built-in name, ``file.py:OBJ`` or ``module:OBJ`` -> Target."""
     if ":" not in spec:
         if spec not in BUILTIN:
-            close = difflib.get_close_matches(spec, list(BUILTIN), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(spec, BUILTIN)
             raise InvalidArgument(f"unknown target {spec!r}.{hint} Built-in targets: {', '.join(BUILTIN)}; "
                                   f"or name your own as path/to/file.py:OBJ or package.module:OBJ.")
         spec = BUILTIN[spec]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,7 @@ class Faults:
         names = list(names or [])
         for n in names:
             if n not in cls.names():
-                import difflib
-                close = difflib.get_close_matches(n, cls.names(), n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
+                hint = did_you_mean(n, cls.names())
                 raise InvalidArgument(f"unknown fault {n!r}.{hint} Known faults: {', '.join(cls.names())}.")
         return cls(**{n: True for n in names})
 
