@@ -1,0 +1,440 @@
+"""Campaign reports: versioned JSON, JUnit XML for CI, and one self-contained HTML page.
+
+Every renderer works from one plain dict, the JSON report. A ``CampaignResult`` (or a list of
+them, one per target, as a nightly run makes) becomes that dict first; a report read back with
+``load_report`` renders the same way, so reports merged from many hosts can be rendered again.
+All output is ASCII (non-ASCII text is escaped), so no locale can garble a report.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import re
+import time
+import urllib.parse
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from .case import Case
+from .corpus import Finding, atomic_write
+from .errors import InvalidArgument, InvalidCase
+from .violation import Signature
+
+SCHEMA = 1
+
+
+# -- the JSON report -------------------------------------------------------------------------
+
+def report_dict(results) -> dict:
+    """A CampaignResult -> a one-target report; a list of them -> ``{"schema", "runs"}``; a dict -> itself."""
+    if isinstance(results, dict):
+        _check_report(results, "report")
+        return results
+    if isinstance(results, (list, tuple)):
+        return {"schema": SCHEMA, "runs": [_run_dict(r) for r in results]}
+    return {"schema": SCHEMA, **_run_dict(results)}
+
+
+def runs(report: dict) -> list[dict]:
+    """The per-target runs of a report, one-target or many."""
+    return report["runs"] if "runs" in report else [report]
+
+
+def _run_dict(r) -> dict:
+    settings = r.settings.to_dict() if hasattr(r.settings, "to_dict") else dict(r.settings or {})
+    return {"target": r.target, "settings": settings, "seed": r.seed, "faults": list(r.faults),
+            "examples": r.examples, "invalid": r.invalid, "duration_s": round(r.duration_s, 3),
+            "worker_restarts": r.worker_restarts,
+            "replayed": [{"path": str(p), "id": i, "still_failing": bool(s)} for p, i, s in r.replayed],
+            "findings": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.findings],
+            "timeline": [[round(t, 3), n, k] for t, n, k in r.timeline]}
+
+
+def _finding_dict(f: Finding) -> dict:
+    return {"id": f.signature.id, "signature": f.signature.to_dict(), "message": f.violation.message,
+            "details": dict(f.violation.details), "case": f.case.to_dict(),
+            "first_found_after_examples": f.first_found_after_examples,
+            "found_after_s": round(f.found_after_s, 3), "minimized": bool(f.minimized),
+            "repro": None if f.repro is None else str(f.repro), "others": [v.to_dict() for v in f.others]}
+
+
+def _plain(x):
+    """json's fallback for values in violation details: numpy scalars, paths, anything else as text."""
+    return x.item() if hasattr(x, "item") else str(x)
+
+
+def json_text(results) -> str:
+    return json.dumps(report_dict(results), indent=2, default=_plain) + "\n"
+
+
+def write_json(results, path) -> Path:
+    return _write(path, json_text(results))
+
+
+def load_report(path) -> dict:
+    """Read a JSON report back, checking its shape; ``InvalidCase`` (one line) if it is not one."""
+    source = str(path)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise InvalidCase(f"{source}: cannot read ({e.strerror}).") from None
+    except UnicodeDecodeError:
+        raise InvalidCase(f"{source}: not a text file; is this a fuzzrunner JSON report?") from None
+    except json.JSONDecodeError as e:
+        raise InvalidCase(f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}).") from None
+    _check_report(data, source)
+    return data
+
+
+_RUN_FIELDS = {"target": str, "settings": dict, "faults": list, "examples": int, "invalid": int,
+               "duration_s": (int, float), "worker_restarts": int, "replayed": list, "findings": list,
+               "timeline": list}
+_FINDING_FIELDS = {"id": str, "signature": dict, "message": str, "case": dict, "first_found_after_examples": int,
+                   "found_after_s": (int, float), "minimized": bool, "others": list}
+
+
+def _check_report(data, source: str) -> None:
+    if not isinstance(data, dict):
+        raise InvalidCase(f"{source}: a report must be a JSON object, got {type(data).__name__}.")
+    schema = data.get("schema")
+    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
+        raise InvalidCase(f"{source}: missing integer 'schema' field; is this a fuzzrunner report?")
+    if schema > SCHEMA:
+        raise InvalidCase(f"{source}: report schema {schema} is newer than this fuzzrunner understands "
+                          f"({SCHEMA}); upgrade fuzzrunner to read it.")
+    if "runs" not in data:
+        return _check_run(data, source)
+    if not isinstance(data["runs"], list):
+        raise InvalidCase(f"{source}: 'runs' must be a list of per-target runs.")
+    for i, run in enumerate(data["runs"]):
+        if not isinstance(run, dict):
+            raise InvalidCase(f"{source}: run {i} must be a JSON object.")
+        _check_run(run, f"{source}: run {i}")
+
+
+def _check_fields(d: dict, fields: dict, where: str) -> None:
+    for key, types in fields.items():
+        if key not in d:
+            raise InvalidCase(f"{where}: missing field {key!r}; is this a fuzzrunner report?")
+        value = d[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and types is not bool):
+            raise InvalidCase(f"{where}: field {key!r} has the wrong type ({type(value).__name__}).")
+
+
+def _check_run(run: dict, where: str) -> None:
+    _check_fields(run, _RUN_FIELDS, where)
+    if run.get("seed") is not None and not isinstance(run["seed"], int):
+        raise InvalidCase(f"{where}: 'seed' must be an integer or null.")
+    for j, point in enumerate(run["timeline"]):
+        if not (isinstance(point, list) and len(point) == 3 and all(isinstance(x, (int, float)) for x in point)):
+            raise InvalidCase(f"{where}: timeline point {j} must be [elapsed_s, examples, findings].")
+    for j, f in enumerate(run["findings"]):
+        if not isinstance(f, dict):
+            raise InvalidCase(f"{where}: finding {j} must be a JSON object.")
+        _check_fields(f, _FINDING_FIELDS, f"{where}: finding {j}")
+        if not all(isinstance(f["signature"].get(k), str) for k in ("tool", "kind", "kernel", "location", "tensor")):
+            raise InvalidCase(f"{where}: finding {j}: 'signature' needs string tool, kind, kernel, location, tensor.")
+        if f.get("repro") is not None and not isinstance(f["repro"], str):
+            raise InvalidCase(f"{where}: finding {j}: 'repro' must be a path or null.")
+        Case.from_dict(f["case"], source=f"{where}: finding {j}")
+
+
+def _write(path, text: str) -> Path:
+    path = Path(path)
+    try:
+        atomic_write(path, text)
+        path.chmod(0o644)  # a report is for reading (CI artifacts, a web server), not private like a temp file
+    except OSError as e:
+        raise InvalidArgument(f"cannot write report {str(path)!r}: {e.strerror or e}. "
+                              f"Choose a path in a writable directory.") from None
+    return path
+
+
+# -- JUnit XML ---------------------------------------------------------------------------------
+
+# XML 1.0 cannot hold these even escaped; a stray terminal escape in a message would break CI's parser.
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml(text) -> str:
+    return _XML_ILLEGAL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
+
+def _short(f: dict) -> str:
+    return Signature.from_dict(f["signature"]).short()
+
+
+def case_json(case: dict) -> str:
+    """A case as JSON a person can read and paste: one line per op."""
+    head = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in case.items() if k != "ops")
+    ops = ",\n".join(f"    {json.dumps(op)}" for op in case.get("ops", []))
+    return "{\n" + head + (",\n" if head else "") + '  "ops": [\n' + ops + "\n  ]\n}"
+
+
+def failure_text(f: dict) -> str:
+    """What CI shows under a failing test: the message, the case to paste, the repro."""
+    case = case_json(f["case"])
+    state = "minimized case" if f["minimized"] else "case (not minimized)"
+    repro = f"python {f['repro']}" if f.get("repro") else "not exported"
+    return (f"{f['message']}\n\nfound after {f['first_found_after_examples']} examples "
+            f"({f['found_after_s']:.1f} s); signature {f['id']}\n\n{state}:\n{case}\n\nrepro: {repro}\n")
+
+
+def junit_text(results) -> str:
+    root = ET.Element("testsuites", name="fuzzrunner")
+    for run in runs(report_dict(results)):
+        found = run["findings"]
+        suite = ET.SubElement(root, "testsuite", name=_xml(run["target"]), tests=str(1 + len(found)),
+                              failures=str(len(found)), errors="0", skipped="0", time=f"{run['duration_s']:.3f}")
+        props = ET.SubElement(suite, "properties")
+        for key in ("seed", "faults", "examples", "invalid", "worker_restarts"):
+            value = ",".join(run[key]) if key == "faults" else run.get(key)
+            ET.SubElement(props, "property", name=key, value=_xml(value))
+        cls = _xml(f"fuzzrunner.{run['target']}")
+        ok = ET.SubElement(suite, "testcase", classname=cls, name=_xml(f"{run['target']}: fuzz campaign"),
+                           time=f"{run['duration_s']:.3f}")
+        ET.SubElement(ok, "system-out").text = _xml(
+            f"{run['examples']} examples ({run['invalid']} invalid), {len(found)} finding(s), seed {run['seed']}, "
+            f"{run['worker_restarts']} worker restart(s)")
+        for f in found:
+            tc = ET.SubElement(suite, "testcase", classname=cls, name=_xml(_short(f)), time="0")
+            fail = ET.SubElement(tc, "failure", message=_xml(f["message"]), type=_xml(f["signature"]["kind"]))
+            fail.text = _xml(failure_text(f))
+    ET.indent(root)
+    return ET.tostring(root, encoding="us-ascii", xml_declaration=True).decode("ascii") + "\n"
+
+
+def write_junit(results, path) -> Path:
+    return _write(path, junit_text(results))
+
+
+# -- HTML --------------------------------------------------------------------------------------
+
+_KIND_COLORS = {"uninitialized-read": "#d1242f", "stale-read": "#e07b00", "out-of-bounds": "#8250df",
+                "sanitizer-error": "#cf222e", "numeric-mismatch": "#0969da", "poison-divergence": "#bf3989",
+                "invariant-violation": "#1a7f37", "crash": "#24292f", "timeout": "#57606a"}
+
+_CSS = """
+:root{--ink:#1f2328;--muted:#656d76;--line:#d8dee4;--bg:#f6f8fa;--card:#fff;--accent:#0969da}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--ink);
+ font:14px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,"DejaVu Sans",sans-serif}
+main{max-width:1120px;margin:0 auto;padding:28px 24px 40px}
+h1{font-size:24px;margin:0 0 2px}h2{font-size:18px;margin:0 0 12px}h3{font-size:15px;margin:20px 0 8px}
+.sub,.meta,footer{color:var(--muted)}.meta{margin:-6px 0 12px}
+section{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:18px 20px;margin:18px 0;
+ box-shadow:0 1px 2px rgba(31,35,40,.06)}
+table{border-collapse:collapse;width:100%}
+th{font-size:12px;text-transform:uppercase;letter-spacing:.04em;color:var(--muted);text-align:left;font-weight:600}
+th,td{padding:7px 10px;border-bottom:1px solid var(--line);vertical-align:top}
+td.mono{overflow-wrap:anywhere}.nw{white-space:nowrap}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.detail td{border-bottom:1px solid var(--line);padding-top:0;background:#fbfcfd}
+code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,"DejaVu Sans Mono",monospace;font-size:12.5px}
+pre{background:#f6f8fa;border:1px solid var(--line);border-radius:6px;padding:10px;overflow:auto;max-height:320px}
+.msg{margin:4px 0}.kind{display:inline-block;padding:1px 8px;border-radius:999px;color:#fff;font-size:12px;
+ font-weight:600;white-space:nowrap}
+.pill{display:inline-block;padding:1px 9px;border-radius:999px;font-size:12px;font-weight:600;margin-left:8px;
+ vertical-align:2px}
+.bad{background:#ffebe9;color:#a40e26}.good{background:#dafbe1;color:#116329}
+a{color:var(--accent);text-decoration:none}a:hover{text-decoration:underline}
+details summary{cursor:pointer;color:var(--muted)}
+figure{margin:0 0 4px}svg{display:block;width:100%;height:auto}
+svg text{font-family:inherit;font-size:11px;fill:#656d76}
+.legend span{display:inline-block;margin-right:14px;font-size:12px;color:var(--muted)}
+.legend i{display:inline-block;width:10px;height:10px;border-radius:50%;margin-right:5px;vertical-align:-1px}
+"""
+
+
+def _e(x) -> str:
+    return html.escape(_xml(x), quote=True)
+
+
+_BREAK = re.compile(r"([./_:])")
+
+
+def _mono(x: str) -> str:
+    """A code-ish table cell that may break after . / _ : rather than mid-word."""
+    if not x:
+        return '<td class="meta">&mdash;</td>'
+    return '<td class="mono">' + _BREAK.sub(r"\1<wbr>", _e(x)) + "</td>"
+
+
+
+def _duration(s: float) -> str:
+    if s < 120:
+        return f"{s:.1f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.2f} h"
+
+
+def _kind(kind: str) -> str:
+    return f'<span class="kind" style="background:{_KIND_COLORS.get(kind, "#57606a")}">{_e(kind)}</span>'
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
+def _pill(n: int) -> str:
+    return f'<span class="pill {"bad" if n else "good"}">{_n(n, "finding")}</span>'
+
+
+def _from_corpus(run: dict) -> set:
+    return {r.get("id") for r in run["replayed"] if isinstance(r, dict) and r.get("still_failing")}
+
+
+def _summary(report_runs: list) -> str:
+    rows = "".join(
+        f'<tr><td><a href="#run-{i}">{_e(r["target"])}</a></td><td class="num">{r["examples"]:,}</td>'
+        f'<td class="num">{r["invalid"]:,}</td><td class="num">{_duration(r["duration_s"])}</td>'
+        f'<td class="num">{len(r["findings"])}</td><td class="num mono">{_e(r["seed"])}</td>'
+        f'<td class="mono">{_e(", ".join(r["faults"]) or "none")}</td></tr>' for i, r in enumerate(report_runs))
+    return ('<section><h2>Summary</h2><table><thead><tr><th>Target</th><th class="num">Examples</th>'
+            '<th class="num">Invalid</th><th class="num">Duration</th><th class="num">Findings</th>'
+            f'<th class="num">Seed</th><th>Faults on</th></tr></thead><tbody>{rows}</tbody></table></section>')
+
+
+def _href(repro: str, base: Path | None) -> str:
+    p = Path(repro)
+    if base is not None and p.is_absolute():
+        try:
+            p = Path(os.path.relpath(p, base))
+        except ValueError:  # another drive on Windows: keep it absolute
+            pass
+    return urllib.parse.quote(p.as_posix())
+
+
+def _findings(run: dict, base: Path | None) -> str:
+    if not run["findings"]:
+        return f'<p class="meta">No findings in {run["examples"]:,} examples.</p>'
+    known = _from_corpus(run)
+    rows = []
+    for f in run["findings"]:
+        s = f["signature"]
+        when = ("replayed from corpus" if f["id"] in known else
+                f'<span class="nw">{f["first_found_after_examples"]:,} examples</span><br><span class="meta">{f["found_after_s"]:.1f} s</span>')
+        repro = (f'<a href="{_e(_href(f["repro"], base))}" title="{_e(f["repro"])}">script</a>'
+                 if f.get("repro") else '<span class="meta">&mdash;</span>')
+        rows.append(
+            f'<tr id="f-{_e(f["id"])}"><td>{_kind(s["kind"])}</td>{_mono(s["tensor"])}{_mono(s["kernel"])}'
+            f'{_mono(s["location"])}'
+            f'<td>{when}</td><td>{"yes" if f["minimized"] else "no"}</td><td>{repro}</td></tr>'
+            f'<tr class="detail"><td colspan="7"><div class="msg">{_e(f["message"])} '
+            f'<span class="meta">[{_e(s["tool"])}, {_e(f["id"])}]</span></div><details><summary>case '
+            f'({_n(len(f["case"].get("ops", [])), "op")})</summary><pre>{_e(case_json(f["case"]))}</pre>'
+            f'</details></td></tr>')
+    return ('<table><thead><tr><th>Kind</th><th>Tensor</th><th>Kernel</th><th>Location</th><th>Found after</th>'
+            f'<th>Minimized</th><th>Repro</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+
+
+def _ticks(vmax: float, n: int = 6) -> list[float]:
+    """0, step, 2 step, ... up to at least ``vmax``, with a step of 1, 2 or 5 times a power of ten."""
+    raw = max(vmax, 1e-9) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    return [i * step for i in range(int(math.ceil(vmax / step - 1e-9)) + 1)] if vmax > 0 else [0, 1]
+
+
+def _fmt(v: float) -> str:
+    return f"{v:,.0f}" if v >= 10 or v == int(v) else f"{v:g}"
+
+
+_W, _H, _L, _R, _T, _B = 1000, 260, 62, 18, 14, 42
+
+
+def _plot(run: dict) -> str:
+    """Examples over elapsed time, a marker where each finding was first found (hover for its title)."""
+    points = sorted(tuple(p) for p in run["timeline"])
+    if not points:
+        return '<p class="meta">No examples ran: nothing to plot.</p>'
+    if len(points) > 400:  # a nightly run has thousands of points; the eye needs a few hundred
+        points = points[::math.ceil(len(points) / 400)] + [points[-1]]
+    known = _from_corpus(run)
+    marks = [f for f in run["findings"] if f["id"] not in known]
+    tmax = max([run["duration_s"], points[-1][0]] + [f["found_after_s"] for f in marks]) or 1.0
+    unit, scale = ("h", 3600) if tmax >= 7200 else ("min", 60) if tmax >= 180 else ("s", 1)
+    xt = _ticks(tmax / scale)
+    yt = _ticks(max([points[-1][1], run["examples"]] + [f["first_found_after_examples"] for f in marks]))
+    pw, ph = _W - _L - _R, _H - _T - _B
+
+    def x(t):
+        return _L + pw * (t / scale) / xt[-1]
+
+    def y(n):
+        return _T + ph * (1 - n / yt[-1])
+
+    out = [f'<svg viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" role="img" '
+           f'aria-label="examples over time for {_e(run["target"])}" xmlns="http://www.w3.org/2000/svg">']
+    for v in yt:
+        out.append(f'<line x1="{_L}" x2="{_W - _R}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#eaeef2"/>'
+                   f'<text x="{_L - 8}" y="{y(v) + 4:.1f}" text-anchor="end">{_fmt(v)}</text>')
+    for v in xt:
+        out.append(f'<line x1="{x(v * scale):.1f}" x2="{x(v * scale):.1f}" y1="{_T + ph}" y2="{_T + ph + 5}" '
+                   f'stroke="#8c959f"/><text x="{x(v * scale):.1f}" y="{_T + ph + 18}" '
+                   f'text-anchor="middle">{_fmt(v)}</text>')
+    line = " ".join(f"{x(t):.1f},{y(n):.1f}" for t, n, _ in [(0, 0, 0)] + points)
+    out.append(f'<polygon points="{x(0):.1f},{y(0):.1f} {line} {x(points[-1][0]):.1f},{y(0):.1f}" '
+               f'fill="#0969da" fill-opacity=".08"/><polyline points="{line}" fill="none" stroke="#0969da" '
+               f'stroke-width="2" stroke-linejoin="round"/>'
+               f'<line x1="{_L}" x2="{_W - _R}" y1="{_T + ph}" y2="{_T + ph}" stroke="#8c959f"/>'
+               f'<text x="{_L + pw / 2:.0f}" y="{_H - 6}" text-anchor="middle">elapsed ({unit})</text>'
+               f'<text transform="translate(14 {_T + ph / 2:.0f}) rotate(-90)" text-anchor="middle">examples</text>')
+    for f in marks:
+        s, cx, cy = f["signature"], x(f["found_after_s"]), y(f["first_found_after_examples"])
+        out.append(f'<g><title>{_e(_short(f))}&#10;found after {f["first_found_after_examples"]:,} examples, '
+                   f'{f["found_after_s"]:.1f} s</title><line x1="{cx:.1f}" x2="{cx:.1f}" y1="{cy:.1f}" '
+                   f'y2="{_T + ph}" stroke="{_KIND_COLORS.get(s["kind"], "#57606a")}" stroke-dasharray="3 3"/>'
+                   f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="6" fill="{_KIND_COLORS.get(s["kind"], "#57606a")}" '
+                   f'stroke="#fff" stroke-width="2"/></g>')
+    out.append("</svg>")
+    kinds = sorted({f["signature"]["kind"] for f in marks})
+    legend = "".join(f'<span><i style="background:{_KIND_COLORS.get(k, "#57606a")}"></i>{_e(k)}</span>'
+                     for k in kinds)
+    note = '<span>hover a marker for the finding</span>' if marks else ""
+    return f'<figure>{"".join(out)}</figure><div class="legend">{legend}{note}</div>'
+
+
+def _run_section(run: dict, index: int, base: Path | None) -> str:
+    replayed = run["replayed"]
+    again = sum(1 for r in replayed if isinstance(r, dict) and r.get("still_failing"))
+    corpus = f" &middot; corpus: {len(replayed)} replayed, {again} still failing" if replayed else ""
+    meta = (f'seed <span class="mono">{_e(run["seed"])}</span> &middot; faults on: '
+            f'<span class="mono">{_e(", ".join(run["faults"]) or "none")}</span> &middot; '
+            f'{run["examples"]:,} examples ({run["invalid"]:,} invalid) in {_duration(run["duration_s"])} '
+            f'&middot; {run["worker_restarts"]} worker restart(s){corpus}')
+    return (f'<section id="run-{index}"><h2>{_e(run["target"])}{_pill(len(run["findings"]))}</h2>'
+            f'<p class="meta">{meta}</p>{_plot(run)}<h3>Findings</h3>{_findings(run, base)}</section>')
+
+
+def html_text(results, *, base: Path | None = None) -> str:
+    """The page; ``base`` is the folder it will live in, so repro links can be relative."""
+    from . import __version__
+    report_runs = runs(report_dict(results))
+    total = sum(len(r["findings"]) for r in report_runs)
+    title = f"fuzzrunner: {_n(total, 'finding')} in {_n(len(report_runs), 'target')}"
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    body = "".join(_run_section(r, i, base) for i, r in enumerate(report_runs))
+    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_e(title)}</title>'
+            f'<style>{_CSS}</style></head><body><main><header><h1>fuzzrunner report</h1>'
+            f'<p class="sub">{_n(total, "finding")} across {_n(len(report_runs), "target")} '
+            f'&middot; generated {stamp}</p></header>'
+            f'{_summary(report_runs)}{body}<footer>fuzzrunner {_e(__version__)} &middot; report schema '
+            f'{SCHEMA}</footer></main></body></html>\n')
+    return page.encode("ascii", "xmlcharrefreplace").decode("ascii")
+
+
+def write_html(results, path) -> Path:
+    path = Path(path)
+    return _write(path, html_text(results, base=path.absolute().parent))
+
+
+def write_reports(results, *, json_path=None, junit_path=None, html_path=None) -> list[Path]:
+    """Write whichever of the three reports have a path; the report dict is built once."""
+    report = report_dict(results)
+    pairs = ((json_path, write_json), (junit_path, write_junit), (html_path, write_html))
+    return [write(report, p) for p, write in pairs if p is not None]
