@@ -368,7 +368,7 @@ def _plot(run: dict) -> str:
         return _T + ph * (1 - n / yt[-1])
 
     out = [f'<svg viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" role="img" '
-           f'aria-label="examples over time for {_e(run["target"])}" xmlns="http://www.w3.org/2000/svg">']
+           f'aria-label="examples over time for {_e(run["target"])}">']
     for v in yt:
         out.append(f'<line x1="{_L}" x2="{_W - _R}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#eaeef2"/>'
                    f'<text x="{_L - 8}" y="{y(v) + 4:.1f}" text-anchor="end">{_fmt(v)}</text>')

@@ -1,0 +1,242 @@
+"""Reports: JSON (versioned, read back by load_report), JUnit XML and HTML, from a real finding."""
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from html.parser import HTMLParser
+
+import pytest
+
+from fuzzrunner import Case, replay
+from fuzzrunner.corpus import Finding
+from fuzzrunner.engine.campaign import CampaignResult
+from fuzzrunner.errors import InvalidArgument, InvalidCase
+from fuzzrunner.report import load_report, report_dict, write_html, write_json, write_junit
+from fuzzrunner.settings import profile
+from fuzzrunner.violation import Violation, primary
+
+CASE = Case("reference_runner", {"max_loras": 1, "capture_sizes": [1]},
+            [{"op": "dummy_run", "num_tokens": 1, "kind": "warmup"}], ["dummy_run_skips_mapping"])
+
+
+@pytest.fixture(scope="module")
+def finding(tmp_path_factory) -> Finding:
+    violations = replay(CASE)
+    main = primary(violations)
+    repro = tmp_path_factory.mktemp("corpus") / "repro" / f"repro_{main.signature.id}.py"
+    return Finding(main.signature, CASE, main, [v for v in violations if v is not main],
+                   first_found_after_examples=7, found_after_s=1.5, minimized=True, repro=str(repro))
+
+
+def campaign(finding, **kw) -> CampaignResult:
+    fields = dict(examples=12, invalid=1, duration_s=3.5, findings=[finding], worker_restarts=2,
+                  timeline=[(0.3 * i, i, int(i >= 7)) for i in range(1, 13)],
+                  replayed=[("corpus/cases/reference_runner/seed.json", None, False)])
+    fields.update(kw)
+    return CampaignResult("reference_runner", profile("ci"), 0, ("dummy_run_skips_mapping",), **fields)
+
+
+def clean_campaign() -> CampaignResult:
+    return CampaignResult("lora_kernels", profile("ci"), 0, (), examples=5, duration_s=1.0,
+                          timeline=[(0.2 * i, i, 0) for i in range(1, 6)])
+
+
+# -- JSON ------------------------------------------------------------------------------------
+
+def test_json_report_holds_the_campaign_and_its_finding(tmp_path, finding):
+    path = write_json(campaign(finding), tmp_path / "report.json")
+    data = json.loads(path.read_text())
+    assert data["schema"] == 1 and data["target"] == "reference_runner" and data["seed"] == 0
+    assert data["faults"] == ["dummy_run_skips_mapping"] and data["settings"]["max_examples"] == 60
+    assert (data["examples"], data["invalid"], data["worker_restarts"], data["duration_s"]) == (12, 1, 2, 3.5)
+    assert data["timeline"][0] == [0.3, 1, 0] and data["timeline"][-1][1:] == [12, 1]
+    assert data["replayed"] == [{"path": "corpus/cases/reference_runner/seed.json", "id": None,
+                                 "still_failing": False}]
+    [f] = data["findings"]
+    assert f["id"] == finding.signature.id and f["signature"] == finding.signature.to_dict()
+    assert f["signature"]["kind"] == "uninitialized-read" and f["signature"]["tool"] == "shadow"
+    assert f["message"] == finding.violation.message and f["details"]["op_index"] == 0
+    assert Case.from_dict(f["case"]) == CASE and f["case"]["ops"] == [dict(CASE.ops[0])]
+    assert (f["first_found_after_examples"], f["found_after_s"], f["minimized"]) == (7, 1.5, True)
+    assert f["repro"] == finding.repro and len(f["others"]) == len(finding.others) > 0
+    assert load_report(path) == data
+
+
+def test_json_report_of_several_targets_has_one_run_each(tmp_path, finding):
+    path = write_json([campaign(finding), clean_campaign()], tmp_path / "nightly.json")
+    data = load_report(path)
+    assert data["schema"] == 1 and set(data) == {"schema", "runs"}
+    assert [r["target"] for r in data["runs"]] == ["reference_runner", "lora_kernels"]
+    assert [len(r["findings"]) for r in data["runs"]] == [1, 0]
+
+
+def _bad(tmp_path, text: str) -> str:
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(InvalidCase) as e:
+        load_report(path)
+    message = str(e.value)
+    assert "\n" not in message and str(path) in message
+    return message
+
+
+def test_load_report_refuses_corrupt_newer_and_foreign_files(tmp_path, finding):
+    good = json.loads(json.dumps(report_dict(campaign(finding))))
+    assert "not valid JSON" in _bad(tmp_path, json.dumps(good)[:200])
+    assert "newer than this fuzzrunner" in _bad(tmp_path, json.dumps({**good, "schema": 2}))
+    assert "'schema'" in _bad(tmp_path, json.dumps({"runs": []}))
+    assert "a report must be a JSON object" in _bad(tmp_path, "[1, 2]")
+    assert "missing field 'settings'" in _bad(tmp_path, CASE.to_json())  # a case file is not a report
+    wrong = json.loads(json.dumps(good))
+    wrong["findings"][0]["minimized"] = "yes"
+    assert "finding 0" in _bad(tmp_path, json.dumps(wrong)) and "'minimized'" in _bad(tmp_path, json.dumps(wrong))
+    broken_case = json.loads(json.dumps(good))
+    broken_case["findings"][0]["case"]["ops"] = "dummy_run"
+    assert "'ops' must be a list" in _bad(tmp_path, json.dumps(broken_case))
+    runs = {"schema": 1, "runs": [good, {**good, "timeline": [[1, 2]]}]}
+    assert "run 1: timeline point 0" in _bad(tmp_path, json.dumps(runs))
+    with pytest.raises(InvalidCase, match="cannot read"):
+        load_report(tmp_path / "missing.json")
+
+
+# -- JUnit -----------------------------------------------------------------------------------
+
+def test_junit_has_a_passing_campaign_case_and_a_failing_case_per_finding(tmp_path, finding):
+    path = write_junit([campaign(finding), clean_campaign()], tmp_path / "junit.xml")
+    root = ET.parse(path).getroot()
+    assert root.tag == "testsuites"
+    first, second = root.findall("testsuite")
+    assert (first.get("name"), first.get("tests"), first.get("failures")) == ("reference_runner", "2", "1")
+    assert (second.get("tests"), second.get("failures")) == ("1", "0")
+    ok, bad = first.findall("testcase")
+    assert ok.get("name") == "reference_runner: fuzz campaign" and ok.find("failure") is None
+    assert "12 examples" in ok.find("system-out").text
+    assert bad.get("name") == finding.signature.short() and bad.get("classname") == "fuzzrunner.reference_runner"
+    failure = bad.find("failure")
+    assert failure.get("message") == finding.violation.message and failure.get("type") == "uninitialized-read"
+    text = failure.text
+    case_text = text[text.index("{"):text.rindex("}") + 1]
+    assert Case.from_dict(json.loads(case_text)) == CASE
+    assert f"repro: python {finding.repro}" in text and "minimized case" in text
+    props = {p.get("name"): p.get("value") for p in first.iter("property")}
+    assert props["seed"] == "0" and props["faults"] == "dummy_run_skips_mapping"
+    assert second.findall("testcase")[0].get("name") == "lora_kernels: fuzz campaign"
+
+
+def test_junit_escapes_markup_and_control_characters(tmp_path, finding):
+    nasty = 'read <x> & "y" \x1b[31m \u00e9\x00'
+    v = Violation("worker", "crash", "k<&>", "SIGSEGV", "", nasty)
+    odd = replace(finding, violation=v, signature=v.signature, repro=None)
+    root = ET.parse(write_junit(campaign(odd), tmp_path / "junit.xml")).getroot()
+    failure = root.find("testsuite").findall("testcase")[1].find("failure")
+    assert failure.get("message") == 'read <x> & "y" \\x1b[31m \u00e9\\x00'
+    assert "repro: not exported" in failure.text
+    assert root.find("testsuite").findall("testcase")[1].get("name") == v.signature.short()
+
+
+# -- HTML ------------------------------------------------------------------------------------
+
+class Node:
+    def __init__(self, tag, attrs):
+        self.tag, self.attrs, self.children, self.parts = tag, dict(attrs), [], []
+
+    def all(self, tag):
+        for c in self.children:
+            if c.tag == tag:
+                yield c
+            yield from c.all(tag)
+
+    def text(self) -> str:
+        return "".join(self.parts) + "".join(c.text() for c in self.children)
+
+
+class Tree(HTMLParser):
+    VOID = {"meta", "br", "wbr", "img", "link", "input", "hr"}
+
+    def __init__(self, text: str):
+        super().__init__(convert_charrefs=True)
+        self.root = Node("#document", {})
+        self.stack, self.errors = [self.root], []
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        node = Node(tag, attrs)
+        self.stack[-1].children.append(node)
+        if tag not in self.VOID:
+            self.stack.append(node)
+
+    def handle_startendtag(self, tag, attrs):
+        self.stack[-1].children.append(Node(tag, attrs))
+
+    def handle_endtag(self, tag):
+        if self.stack[-1].tag != tag:
+            self.errors.append(f"</{tag}> closes <{self.stack[-1].tag}>")
+        else:
+            self.stack.pop()
+
+    def handle_data(self, data):
+        self.stack[-1].parts.append(data)
+
+
+def test_html_is_one_self_contained_page_with_tables_and_a_plot(tmp_path, finding):
+    path = write_html([campaign(finding), clean_campaign()], tmp_path / "report.html")
+    text = path.read_text()
+    tree = Tree(text)
+    assert not tree.errors and tree.stack == [tree.root]
+    assert text.startswith("<!DOCTYPE html>") and text.isascii()
+    assert list(tree.root.all("style")) and not list(tree.root.all("script")) and not list(tree.root.all("link"))
+    for node in _every(tree.root):
+        for value in node.attrs.values():
+            assert "://" not in (value or ""), (node.tag, value)  # nothing is fetched from anywhere
+    summary, findings = list(tree.root.all("table"))[:2]
+    rows = [[td.text() for td in tr.all("td")] for tr in next(summary.all("tbody")).all("tr")]
+    assert [r[0] for r in rows] == ["reference_runner", "lora_kernels"]
+    assert rows[0][1:3] == ["12", "1"] and rows[0][3] == "3.5 s" and rows[0][4:6] == ["1", "0"]
+    first = next(next(findings.all("tbody")).all("tr"))
+    cells = [td.text() for td in first.all("td")]
+    assert cells[0] == "uninitialized-read" and cells[1] == finding.signature.tensor
+    assert cells[2] == finding.signature.kernel and cells[3] == finding.signature.location
+    assert cells[4] == "7 examples1.5 s" and cells[5] == "yes"
+    [link] = first.all("a")
+    assert link.attrs["href"] == os.path.relpath(finding.repro, tmp_path)  # relative: the folder can move
+    assert finding.violation.message in findings.text()
+    svgs = list(tree.root.all("svg"))
+    assert len(svgs) == 2 and list(svgs[0].all("polyline"))
+    [marker] = list(svgs[0].all("g"))
+    assert list(marker.all("circle"))
+    title = list(marker.all("title"))[0].text()
+    assert finding.signature.short() in title and "found after 7 examples" in title
+    assert not list(svgs[1].all("circle"))  # no findings, no markers
+    assert "No findings in 5 examples." in text
+
+
+def _every(node):
+    for c in node.children:
+        yield c
+        yield from _every(c)
+
+
+def test_html_escapes_what_a_finding_says_and_renders_a_loaded_report(tmp_path, finding):
+    v = Violation("poison", "poison-divergence", "<script>alert(1)</script>", "", "out&", "<b>bold</b>")
+    odd = replace(finding, violation=v, signature=v.signature)
+    report = load_report(write_json(campaign(odd, timeline=[]), tmp_path / "r.json"))
+    text = write_html(report, tmp_path / "r.html").read_text()
+    tree = Tree(text)
+    assert not list(tree.root.all("script")) and not list(tree.root.all("b"))
+    assert "<b>bold</b>" in tree.root.text() and "<script>alert(1)</script>" in tree.root.text()
+    assert "No examples ran" in text
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("write", [write_json, write_junit, write_html])
+def test_unwritable_paths_are_invalid_arguments_naming_the_path(tmp_path, finding, write):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    for path in (blocker / "report.out", tmp_path):
+        with pytest.raises(InvalidArgument) as e:
+            write(campaign(finding), path)
+        assert str(path) in str(e.value) and "\n" not in str(e.value)
+    assert blocker.read_text() == "not a directory" and sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
