@@ -42,6 +42,10 @@ def clean_campaign() -> CampaignResult:
                           timeline=[(0.2 * i, i, 0) for i in range(1, 6)])
 
 
+def _plain(data):
+    return json.loads(json.dumps(data, default=str))
+
+
 # -- JSON ------------------------------------------------------------------------------------
 
 def test_json_report_holds_the_campaign_and_its_finding(tmp_path, finding):
@@ -55,11 +59,11 @@ def test_json_report_holds_the_campaign_and_its_finding(tmp_path, finding):
                                  "still_failing": False}]
     [f] = data["findings"]
     assert f["id"] == finding.signature.id and f["signature"] == finding.signature.to_dict()
-    assert f["signature"]["kind"] == "uninitialized-read" and f["signature"]["tool"] == "shadow"
-    assert f["message"] == finding.violation.message and f["details"]["op_index"] == 0
+    assert f["message"] == finding.violation.message
+    assert f["details"] == _plain(finding.violation.details)
     assert Case.from_dict(f["case"]) == CASE and f["case"]["ops"] == [dict(CASE.ops[0])]
     assert (f["first_found_after_examples"], f["found_after_s"], f["minimized"]) == (7, 1.5, True)
-    assert f["repro"] == finding.repro and len(f["others"]) == len(finding.others) > 0
+    assert f["repro"] == finding.repro and f["others"] == _plain([v.to_dict() for v in finding.others])
     assert load_report(path) == data
 
 
@@ -114,7 +118,7 @@ def test_junit_has_a_passing_campaign_case_and_a_failing_case_per_finding(tmp_pa
     assert "12 examples" in ok.find("system-out").text
     assert bad.get("name") == finding.signature.short() and bad.get("classname") == "fuzzrunner.reference_runner"
     failure = bad.find("failure")
-    assert failure.get("message") == finding.violation.message and failure.get("type") == "uninitialized-read"
+    assert failure.get("message") == finding.violation.message and failure.get("type") == finding.signature.kind
     text = failure.text
     case_text = text[text.index("{"):text.rindex("}") + 1]
     assert Case.from_dict(json.loads(case_text)) == CASE
@@ -196,7 +200,7 @@ def test_html_is_one_self_contained_page_with_tables_and_a_plot(tmp_path, findin
     assert rows[0][1:3] == ["12", "1"] and rows[0][3] == "3.5 s" and rows[0][4:6] == ["1", "0"]
     first = next(next(findings.all("tbody")).all("tr"))
     cells = [td.text() for td in first.all("td")]
-    assert cells[0] == "uninitialized-read" and cells[1] == finding.signature.tensor
+    assert cells[0] == finding.signature.kind and cells[1] == finding.signature.tensor
     assert cells[2] == finding.signature.kernel and cells[3] == finding.signature.location
     assert cells[4] == "7 examples1.5 s" and cells[5] == "yes"
     [link] = first.all("a")

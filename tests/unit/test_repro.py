@@ -1,0 +1,159 @@
+"""Repro scripts: exported from a real finding, run in a fresh process from another directory.
+
+The scripts run in subprocesses on purpose: a repro must stand alone (and a crash repro may
+kill its process). They run on the CPU, where the shadow oracle sees the reads.
+"""
+
+import os
+import stat
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from fuzzrunner import Case, _env, replay
+from fuzzrunner.corpus import Corpus, Finding
+from fuzzrunner.errors import InvalidArgument
+from fuzzrunner.repro import export_repro, repro_script
+from fuzzrunner.violation import Violation, primary
+
+pytestmark = pytest.mark.skipif(_env.device_type() != "cpu",
+                                reason="the finding is made in-process by the CPU shadow oracle")
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = {"max_loras": 1, "capture_sizes": [1]}
+OPS = [{"op": "dummy_run", "num_tokens": 1, "kind": "warmup"}]
+CASE = Case("reference_runner", CONFIG, OPS, ["dummy_run_skips_mapping"])
+
+CRASHY = '''
+import os
+import signal
+
+from fuzzrunner.target import Target
+
+
+def run(case, ctx):
+    for i, op in enumerate(case.ops):
+        with ctx.op(i, op):
+            if op["op"] == "raise":
+                raise RuntimeError("boom in " + op["where"])
+            if op["op"] == "segfault":
+                os.kill(os.getpid(), signal.SIGSEGV)
+
+
+TARGET = Target("crashy", "raises or dies on demand", cases=lambda faults: None, run=run)
+'''
+
+
+@pytest.fixture(scope="module")
+def finding() -> Finding:
+    violations = replay(CASE)
+    main = primary(violations)
+    return Finding(main.signature, CASE, main, [v for v in violations if v is not main],
+                   first_found_after_examples=7, found_after_s=1.5, minimized=True)
+
+
+def run_script(path: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FUZZRUNNER_DEVICE": "cpu"}
+    return subprocess.run([sys.executable, str(path)], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_the_script_reproduces_the_finding_from_another_directory(tmp_path, finding):
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    path = export_repro(finding, out)
+    assert path == out / f"repro_{finding.signature.id}.py" and path.stat().st_mode & stat.S_IXUSR
+    done = run_script(path, elsewhere)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert finding.violation.message in done.stdout and finding.signature.short() in done.stdout
+    assert "not reproduced" not in done.stdout
+
+
+def test_after_the_fix_the_script_says_not_reproduced(tmp_path, finding):
+    fixed = replace(finding, case=Case("reference_runner", CONFIG, OPS))  # the fault switched off
+    done = run_script(export_repro(fixed, tmp_path / "fixed.py"), Path(os.sep))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "not reproduced: fixed?"
+
+
+def test_the_script_is_short_plain_and_explains_itself(tmp_path, finding):
+    text = export_repro(finding, tmp_path / "repro.py").read_text()
+    lines = text.splitlines()
+    assert len(lines) <= 40 and text.isascii()
+    compile(text, "repro.py", "exec")
+    assert "hypothesis" not in text.lower()
+    assert [line for line in lines if line.startswith(("import", "from"))] == \
+        ["import sys", "from fuzzrunner import Case, replay"]
+    sig = finding.signature
+    for needle in (sig.short(), sig.id, finding.violation.message, "reference_runner after 7 examples (1.5 s)",
+                   "PYTHONPATH=<checkout> python repro.py", "PYTORCH_NO_CUDA_MEMORY_CACHING=1 FUZZRUNNER_DEVICE=cuda "
+                   "compute-sanitizer --tool initcheck", 'faults=["dummy_run_skips_mapping"],',
+                   '        {"op": "dummy_run", "num_tokens": 1, "kind": "warmup"},',
+                   'violations = replay(case, oracles=["shadow"])',
+                   f'v.kind == "{sig.kind}" and v.tensor == "{sig.tensor}"'):
+        assert needle in text, needle
+
+
+def _finding(tool, kind, tensor="t") -> Finding:
+    v = Violation(tool, kind, "kern", "file.py:1", tensor, "a message\nwith a second line")
+    return Finding(v.signature, CASE, v)
+
+
+@pytest.mark.parametrize("tool, kind, oracles, sanitizer", [
+    ("shadow", "out-of-bounds", '["shadow"]', "memcheck"),
+    ("numeric", "numeric-mismatch", '["numeric"]', "memcheck"),
+    ("invariants", "invariant-violation", '["invariants"]', "memcheck"),
+    ("poison", "poison-divergence", '["poison", "shadow"] if os.environ.get("FUZZRUNNER_DEVICE") == "cpu" '
+                                    'else ["poison"]', "memcheck"),
+    ("python", "crash", "None", "memcheck"),
+    ("worker", "timeout", "None", "memcheck"),
+    ("initcheck", "uninitialized-read", "[]", "initcheck"),
+])
+def test_the_script_replays_under_the_oracle_that_found_it(tool, kind, oracles, sanitizer):
+    text = repro_script(_finding(tool, kind))
+    assert f"oracles={oracles})" in text and f"--tool {sanitizer} " in text
+    assert "# message: a message\n" in text  # one line of it
+    assert ("import os" in text) == (tool == "poison")
+    crash = kind in ("crash", "timeout")
+    assert ("faulthandler.enable()" in text) == crash and ("any exit code but 0" in text) == crash
+    assert ("v.kind in ('crash', 'timeout')" in text) == crash
+    compile(text, "repro.py", "exec")
+
+
+def test_oracle_override_and_stale_read_note(finding):
+    assert 'oracles=["numeric", "invariants"])' in repro_script(finding, oracle=["numeric", "invariants"])
+    assert "initcheck cannot see a stale read" in repro_script(_finding("shadow", "stale-read"))
+    with pytest.raises(InvalidArgument, match="unknown oracle 'shadwo'"):
+        repro_script(finding, oracle="shadwo")
+
+
+def test_crash_repros_exit_non_zero_even_when_the_script_dies(tmp_path):
+    target = tmp_path / "crashy.py"
+    target.write_text(CRASHY)
+    spec = f"{target}:TARGET"
+    raising = Case("crashy", {}, [{"op": "raise", "where": "op zero"}])
+    main = primary(replay(raising, target=spec))
+    assert main.kind == "crash"
+    script = export_repro(Finding(main.signature, raising, main), tmp_path / "raise.py", target=spec)
+    done = run_script(script, tmp_path)
+    assert done.returncode == 1 and "RuntimeError: boom in op zero" in done.stdout, done.stderr[-2000:]
+    # What a worker saw die: the script dies the same way, and that too is "reproduced".
+    dying = Case("crashy", {}, [{"op": "segfault"}])
+    v = Violation("worker", "crash", "", "SIGSEGV", "", "the worker died (SIGSEGV) in op 0 (segfault)")
+    done = run_script(export_repro(Finding(v.signature, dying, v), tmp_path / "die.py", target=spec), tmp_path)
+    assert done.returncode not in (0, 1) and "Segmentation fault" in done.stderr
+
+
+def test_export_from_a_finding_file_and_unwritable_paths(tmp_path, finding):
+    saved = Corpus(tmp_path / "corpus").save_finding("reference_runner", finding)
+    path = export_repro(saved, tmp_path / "from_file.py")
+    assert path.read_text() == repro_script(finding, name="from_file.py")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(InvalidArgument) as e:
+        export_repro(finding, blocker / "repro.py")
+    assert str(blocker / "repro.py") in str(e.value) and "\n" not in str(e.value)
