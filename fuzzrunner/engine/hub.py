@@ -26,6 +26,8 @@ from . import protocol
 
 STARTUP_TIMEOUT_S = 300.0  # torch import, CUDA init, sanitizer start-up
 MAX_FAILED_STARTS = 3
+SETTLE_S = 10.0            # a wrapper (compute-sanitizer) prints its last reports after its worker dies
+MAX_SANITIZER_LOG = 1 << 30  # a sanitized worker's own log past this: start a fresh worker (reports are unlimited)
 
 
 @dataclass
@@ -140,6 +142,8 @@ class Worker:
             msg = self._recv(self.sock, deadline - time.monotonic())
             if msg is None:
                 timed_out = self.proc.poll() is None and time.monotonic() >= deadline
+                if not timed_out and self.spec.wrapper:
+                    self._settle()
                 self.kill()
                 v = self._death(timed_out, op, kernel, timeout_s)
                 return RunResult(partial + [v], time.monotonic() - t0, True, (start_log, self.log_size()),
@@ -159,6 +163,17 @@ class Worker:
             elif kind == "harness":
                 self.kill()
                 raise HarnessError(f"worker failed outside the target: {msg['message']}\n{msg.get('traceback', '')}")
+
+    def _settle(self) -> None:
+        try:
+            self.proc.wait(timeout=SETTLE_S)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def log_text(self, span: tuple) -> str:
+        with open(self.log_path, "rb") as f:
+            f.seek(span[0])
+            return f.read(max(0, span[1] - span[0])).decode(errors="replace")
 
     def _death(self, timed_out: bool, op, kernel, timeout_s: float) -> Violation:
         where = f"op {op[0]} ({op[1]})" if op else "before the first op"
@@ -233,8 +248,14 @@ class Hub:
             if w.proc.poll() is not None:
                 self._replace()
             raise
+        tool = self.spec.env.get("FUZZRUNNER_SANITIZER")
+        if tool:
+            from ..sanitizer.session import violations_in_log  # only sanitized runs pay for the import
+            result.violations += violations_in_log(w.log_text(result.log_span), result.case_no, tool=tool)
         if result.crashed:
             self._replace()
+        elif tool and not self.spec.log_path and w.log_size() > MAX_SANITIZER_LOG:
+            self.close()  # not a restart: the next case starts a worker with an empty log
         return result
 
     def _replace(self) -> None:
