@@ -179,7 +179,7 @@ def failure_text(f: dict) -> str:
     case = case_json(f["case"])
     state = "minimized case" if f["minimized"] else "case (not minimized)"
     repro = f"python {f['repro']}" if f.get("repro") else "not exported"
-    return (f"{f['message']}\n\nfound after {f['first_found_after_examples']} examples "
+    return (f"{f['message']}\n\nfound after {_n(f['first_found_after_examples'], 'example')} "
             f"({f['found_after_s']:.1f} s); signature {f['id']}\n\n{state}:\n{case}\n\nrepro: {repro}\n")
 
 
@@ -310,13 +310,13 @@ def _href(repro: str, base: Path | None) -> str:
 
 def _findings(run: dict, base: Path | None) -> str:
     if not run["findings"]:
-        return f'<p class="meta">No findings in {run["examples"]:,} examples.</p>'
+        return f'<p class="meta">No findings in {_n(run["examples"], "example")}.</p>'
     known = _from_corpus(run)
     rows = []
     for f in run["findings"]:
         s = f["signature"]
         when = ("replayed from corpus" if f["id"] in known else
-                f'<span class="nw">{f["first_found_after_examples"]:,} examples</span><br><span class="meta">{f["found_after_s"]:.1f} s</span>')
+                f'<span class="nw">{_n(f["first_found_after_examples"], "example")}</span><br><span class="meta">{f["found_after_s"]:.1f} s</span>')
         repro = (f'<a href="{_e(_href(f["repro"], base))}" title="{_e(f["repro"])}">script</a>'
                  if f.get("repro") else '<span class="meta">&mdash;</span>')
         rows.append(
@@ -385,7 +385,7 @@ def _plot(run: dict) -> str:
                f'<text transform="translate(14 {_T + ph / 2:.0f}) rotate(-90)" text-anchor="middle">examples</text>')
     for f in marks:
         s, cx, cy = f["signature"], x(f["found_after_s"]), y(f["first_found_after_examples"])
-        out.append(f'<g><title>{_e(_short(f))}&#10;found after {f["first_found_after_examples"]:,} examples, '
+        out.append(f'<g><title>{_e(_short(f))}&#10;found after {_n(f["first_found_after_examples"], "example")}, '
                    f'{f["found_after_s"]:.1f} s</title><line x1="{cx:.1f}" x2="{cx:.1f}" y1="{cy:.1f}" '
                    f'y2="{_T + ph}" stroke="{_KIND_COLORS.get(s["kind"], "#57606a")}" stroke-dasharray="3 3"/>'
                    f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="6" fill="{_KIND_COLORS.get(s["kind"], "#57606a")}" '

@@ -16,6 +16,7 @@ from .corpus import Finding, atomic_write
 from .errors import InvalidArgument
 
 SANITIZER_TOOLS = ("initcheck", "memcheck", "racecheck", "synccheck")
+_BY_SANITIZER = SANITIZER_TOOLS + ("compute-sanitizer",)  # the tool of a violation parsed from its report
 CRASH_KINDS = ("crash", "timeout")
 
 # The oracles a script replays under, by the tool that found the finding. The poison oracle
@@ -56,7 +57,7 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
     if sig.kind in CRASH_KINDS:
         lines += ["import faulthandler", "", "faulthandler.enable()  # a segfault still prints where it was"]
     lines += ["", "from fuzzrunner import Case, replay", "", "case = Case(", f"    target={_lit(case.target)},",
-              f"    config={_lit(case.config)},", f"    faults={_lit(list(case.faults))},", "    ops=["]
+              *_keyword("config", case.config), f"    faults={_lit(list(case.faults))},", "    ops=["]
     lines += [f"        {_lit(op)}," for op in case.ops]
     lines += ["    ],", ")"]
     on = f", target={_lit(target)}" if target and target != case.target else ""
@@ -78,14 +79,15 @@ def _header(f: Finding, name: str) -> list[str]:
              f"# signature {sig.id}: tool={sig.tool} kind={sig.kind} kernel={sig.kernel or '-'}",
              f"#   location={sig.location or '-'} tensor={sig.tensor or '-'}",
              f"# message: {_first_line(f.violation.message)}",
-             f"# found by fuzzing target {f.case.target} after {f.first_found_after_examples} examples "
+             f"# found by fuzzing target {f.case.target} after {f.first_found_after_examples} "
+             f"example{'' if f.first_found_after_examples == 1 else 's'} "
              f"({f.found_after_s:.1f} s); case {how}",
              f"# run: python {name}   (from a checkout: PYTHONPATH=<checkout> python {name})",
              f"# GPU: PYTORCH_NO_CUDA_MEMORY_CACHING=1 FUZZRUNNER_DEVICE=cuda compute-sanitizer "
              f"--tool {tool} --error-exitcode 1 python {name}"]
     if sig.kind == "stale-read":
         lines.append("#   (initcheck cannot see a stale read: those bytes were written, in an earlier step)")
-    if sig.tool in SANITIZER_TOOLS or sig.kind == "sanitizer-error":
+    if sig.tool in _BY_SANITIZER or sig.kind == "sanitizer-error":
         lines.append("#   (only compute-sanitizer sees this bug: run the GPU line; its exit code 1 is the verdict)")
     if sig.kind in CRASH_KINDS:
         lines.append(f"# This script may itself crash or hang (bound it: timeout 300 python {name}):")
@@ -99,9 +101,23 @@ def _oracles_expr(tool: str, oracle) -> str:
     if oracle is not None:
         from .execute import validate_oracles  # imports torch: only when asked to check names
         return _lit(list(validate_oracles([oracle] if isinstance(oracle, str) else oracle)))
-    if tool in SANITIZER_TOOLS:
+    if tool in _BY_SANITIZER:
         return "[]"  # compute-sanitizer is the oracle; poison would count as initialization to initcheck
     return _ORACLES.get(tool, "None")  # python/worker crashes: the device's default oracles
+
+
+def _keyword(name: str, d: dict, width: int = 100) -> list[str]:
+    """``name={...},`` on one line, or its items packed into lines of at most ``width`` when long."""
+    one = f"    {name}={_lit(d)},"
+    if len(one) <= width:
+        return [one]
+    lines, line = [f"    {name}={{"], " " * 7
+    for item in (f"{_lit(k)}: {_lit(v)}," for k, v in d.items()):
+        if len(line) + 1 + len(item) > width and line.strip():
+            lines.append(line)
+            line = " " * 7
+        line += " " + item
+    return lines + [line, "    },"]
 
 
 def _sanitizer_tool(sig) -> str:

@@ -112,6 +112,8 @@ def _finding(tool, kind, tensor="t") -> Finding:
     ("python", "crash", "None", "memcheck"),
     ("worker", "timeout", "None", "memcheck"),
     ("initcheck", "uninitialized-read", "[]", "initcheck"),
+    ("racecheck", "sanitizer-error", "[]", "racecheck"),
+    ("compute-sanitizer", "out-of-bounds", "[]", "memcheck"),
 ])
 def test_the_script_replays_under_the_oracle_that_found_it(tool, kind, oracles, sanitizer):
     text = repro_script(_finding(tool, kind))
@@ -157,3 +159,14 @@ def test_export_from_a_finding_file_and_unwritable_paths(tmp_path, finding):
     with pytest.raises(InvalidArgument) as e:
         export_repro(finding, blocker / "repro.py")
     assert str(blocker / "repro.py") in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_script_rebuilds_the_case_exactly():
+    config = {**{f"knob_{i}": i for i in range(20)}, "odd": 'q"uote \\ tab\t \u00e9 \U0001f600', "big": float("inf"),
+              "flags": [True, False, None], "nested": {"a": [1.5, -2]}}
+    case = Case("reference_runner", config, OPS * 3, ["dummy_run_skips_mapping"])
+    text = repro_script(replace(_finding("shadow", "out-of-bounds"), case=case))
+    assert text.isascii() and max(len(line) for line in text.splitlines()[9:]) <= 110
+    namespace: dict = {}
+    exec(text.split("violations = ")[0].split("import sys", 1)[1], namespace)  # builds `case`, runs nothing
+    assert namespace["case"] == case
