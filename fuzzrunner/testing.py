@@ -1,0 +1,256 @@
+"""The run-time side of the pytest plugin: a fuzz test's campaign and report, corpus replays.
+
+``fuzzrunner.pytest_plugin`` imports this only when a fuzz test or a corpus item runs;
+everything heavy (torch, Triton, Hypothesis, the engine) is imported from here.
+A fuzz test gets a ``FuzzCampaign``; a failing one prints each finding's signature,
+violation, minimal case (JSON) and a line to reproduce it with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from .corpus import Finding, atomic_write, load_any
+from .errors import HarnessError, InvalidArgument, InvalidCase
+
+
+class CorpusRegression(Exception):
+    """A saved finding or case shows a violation again; the message is the whole report."""
+
+
+class FuzzCampaign:
+    """What a fuzz test gets: the campaign's result, and assertions over its findings."""
+
+    def __init__(self, result, target_spec: str, profile: str, repro_dir: Path, here: Path):
+        self.result, self.target_spec, self.profile = result, target_spec, profile
+        self.repro_dir, self._here = repro_dir, here
+        self.checked = False  # the test looked at the findings (else the plugin asserts none)
+
+    @property
+    def findings(self) -> list[Finding]:
+        self.checked = True
+        return list(self.result.findings)
+
+    def assert_no_findings(self) -> None:
+        self.checked = True
+        if self.result.findings:
+            pytest.fail(self.report(), pytrace=False)
+
+    def assert_finds(self, kind: str | None = None, *, tensor: str | None = None) -> Finding:
+        """The first finding of ``kind`` (e.g. "uninitialized-read") on ``tensor``; fail if none."""
+        self.checked = True
+        wanted = [f for f in self.result.findings if kind in (None, f.signature.kind)
+                  and tensor in (None, f.signature.tensor)]
+        if not wanted:
+            what = " on ".join(x for x in (kind or "any finding", tensor) if x)
+            seen = "; ".join(f.signature.short() for f in self.result.findings) or "nothing"
+            pytest.fail(f"fuzzrunner expected {what} in target {self.result.target!r} after "
+                        f"{self.result.examples} cases (seed {self.result.seed}); it found {seen}. "
+                        f"Raise max_examples or budget_s if the bug needs a longer search.", pytrace=False)
+        return wanted[0]
+
+    def report(self) -> str:
+        r = self.result
+        n = len(r.findings)
+        lines = [f"fuzzrunner found {n} bug{'s' * (n != 1)} in target {r.target!r} ({r.examples} cases in "
+                 f"{r.duration_s:.1f} s, seed {r.seed}, profile {self.profile!r}):"]
+        for i, f in enumerate(sorted(r.findings, key=lambda f: f.first_found_after_examples), 1):
+            lines += ["", f"{i}. {f.signature.short()}", f"   {f.violation.message}"]
+            if f.others:
+                more = f" (+{len(f.others) - 1} more)" if len(f.others) > 1 else ""
+                lines.append(f"   the same case also shows: {f.others[0].signature.short()}{more}")
+            ops = len(f.case.ops)
+            state = "minimized" if f.minimized else "not fully minimized: the budget ran out"
+            lines.append(f"   Falsifying case ({ops} op{'s' * (ops != 1)}, {state}):")
+            lines += ["     " + line for line in case_json(f.case).splitlines()]
+            lines += ["   " + line for line in self._export(f)]
+        return "\n".join(lines)
+
+    def _export(self, f: Finding) -> list[str]:
+        base = self.repro_dir / _safe(f.case.target)
+        script, note = None, None
+        try:
+            from .repro import export_repro
+            from .target import BUILTIN
+        except ImportError as e:
+            note = f"repro script not written: fuzzrunner.repro is unavailable ({e})"
+        else:
+            own = {} if self.target_spec in BUILTIN else {"target": self.target_spec}
+            try:
+                script = Path(export_repro(f, base / f"{f.signature.id}.py", **own))
+                f.repro = str(script)
+            except Exception as e:  # the report must still come out
+                note = f"repro script not written: {type(e).__name__}: {e}"
+        path = base / f"{f.signature.id}.json"
+        atomic_write(path, json.dumps(f.to_dict(), indent=2))
+        out = [f"finding: {self._show(path)}"]
+        out += [f"repro:   {self._show(script)}"] if script else [note]
+        out.append(f"Reproduce with: python {self._show(script)}" if script
+                   else f"Reproduce with: {replay_line(path, self.target_spec)}")
+        return out
+
+    def _show(self, path: Path) -> str:
+        try:
+            return str(Path(path).resolve().relative_to(self._here))
+        except ValueError:
+            return str(path)
+
+
+def case_json(case) -> str:
+    """The case as JSON to paste, one op a line."""
+    d = case.to_dict()
+    ops = d.pop("ops")
+    return "\n".join([json.dumps(d)[:-1] + ', "ops": [',
+                      *(f"  {json.dumps(op)}{',' * (i < len(ops) - 1)}" for i, op in enumerate(ops)), "]}"])
+
+
+def replay_line(path: Path, target_spec: str) -> str:
+    from .target import BUILTIN
+    if target_spec in BUILTIN:
+        return f"python -m fuzzrunner replay {path}"
+    return f"python -c \"import fuzzrunner; print(fuzzrunner.replay('{path}', target='{target_spec}'))\""
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:120]
+
+
+# -- fuzz tests -------------------------------------------------------------------------------
+
+def run_marked_campaign(item: pytest.Item, marker, state) -> FuzzCampaign:
+    """Fuzz the target of ``@pytest.mark.fuzzrunner(...)`` on ``item`` under the session's options."""
+    changes = dict(marker.kwargs)
+    target = changes.pop("target", None)
+    if marker.args:
+        if target is not None or len(marker.args) > 1:
+            pytest.fail("@pytest.mark.fuzzrunner takes one target, positionally or as target=.", pytrace=False)
+        target = marker.args[0]
+    if target is None:
+        pytest.fail("@pytest.mark.fuzzrunner needs a target: a built-in name ('reference_runner'), "
+                    "'path/to/file.py:OBJ', 'package.module:OBJ' or a Target object.", pytrace=False)
+    faults = changes.pop("faults", ())
+    faults = (faults,) if isinstance(faults, str) else tuple(faults)
+    for name in ("sanitizer", "device"):  # the command line overrides the marker, the marker the ini file
+        value = getattr(state, name)
+        if value is not None and (name in state.from_command_line or name not in changes):
+            changes[name] = value
+    skip_without_gpu(changes.get("sanitizer"), changes.get("device"))
+    spec = state.target_spec(target, item)
+    import fuzzrunner
+    try:
+        with _importable(item.path.parent, state.config.rootpath):
+            result = fuzzrunner.fuzz(spec, faults=faults, profile=state.profile, corpus=state.corpus, **changes)
+    except InvalidArgument as e:
+        pytest.fail(f"@pytest.mark.fuzzrunner on {item.name}: {e}", pytrace=False)
+    except HarnessError as e:
+        pytest.fail(f"the harness broke (this is not a finding): {e}", pytrace=False)
+    item.user_properties.append(("fuzzrunner_cases", result.examples))
+    return FuzzCampaign(result, spec, state.profile, state.repro_dir, state.config.invocation_params.dir)
+
+
+def skip_without_gpu(sanitizer: str | None, device: str | None) -> None:
+    """A sanitizer or ``device='cuda'`` on a machine with no GPU: skip, saying why."""
+    if sanitizer in (None, "none") and device != "cuda":
+        return
+    from ._env import _cuda_present
+    if _cuda_present():
+        return
+    if sanitizer not in (None, "none"):
+        pytest.skip(f"compute-sanitizer --tool {sanitizer} needs a CUDA GPU and none is visible here; on the CPU "
+                    f"the shadow oracle checks the same reads (drop --fuzzrunner-sanitizer).")
+    pytest.skip("device 'cuda' needs a CUDA GPU and none is visible here.")
+
+
+@contextmanager
+def _importable(*dirs: Path):
+    """Worker processes can import modules that sit beside the test file (``module:OBJ`` targets)."""
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([*map(str, dirs), *([old] if old else [])])
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+# -- the corpus as regression tests -----------------------------------------------------------
+
+def replay_corpus_file(path: Path, state) -> None:
+    """Replay one finding or case file in a worker; raise ``CorpusRegression`` if anything shows."""
+    try:
+        case, finding = load_any(path)
+    except InvalidCase as e:
+        raise CorpusRegression(f"cannot replay {path}: {e}") from None
+    skip_without_gpu(state.sanitizer, state.device)
+    spec = _target_for(case.target, state)
+    try:
+        violations = _hub(state, spec).run(case).violations
+    except InvalidCase as e:
+        raise CorpusRegression(f"{path} no longer runs on target {case.target!r}: {e}") from None
+    if violations:
+        raise CorpusRegression(_regression_report(path, case, finding, violations, spec))
+
+
+_MEMORY_FIRST = ("uninitialized-read", "stale-read", "out-of-bounds", "sanitizer-error", "numeric-mismatch")
+
+
+def _regression_report(path, case, finding, violations, spec) -> str:
+    same = [v for v in violations if finding is not None and v.signature.id == finding.signature.id]
+    if same:
+        head = [f"{path}: the saved bug REPRODUCES", f"  {same[0].signature.short()}", f"  {same[0].message}"]
+        rest = [v for v in violations if v is not same[0]]
+    else:
+        was = f" (saved for: {finding.signature.short()})" if finding else ""
+        head = [f"{path}: {len(violations)} violation{'s' * (len(violations) != 1)}{was}"]
+        rest = violations
+    rest = sorted(rest, key=lambda v: _MEMORY_FIRST.index(v.kind) if v.kind in _MEMORY_FIRST else 9)
+    head += [f"  also: {v.signature.short()}: {v.message}" for v in rest[:3]]
+    if len(rest) > 3:
+        head.append(f"  ... and {len(rest) - 3} more")
+    head += ["  case:", *("    " + line for line in case_json(case).splitlines()),
+             f"  Reproduce with: {replay_line(path, spec)}"]
+    return "\n".join(head)
+
+
+def _target_for(name: str, state) -> str:
+    """A corpus case names its target; find a spec a worker can load for that name."""
+    from .target import BUILTIN, load_target
+    if name in state.targets:
+        return state.targets[name]
+    if name in BUILTIN:
+        return name
+    while state.candidates:  # targets named by this session's fuzz tests, loaded only now
+        spec = state.candidates.pop(0)
+        try:
+            state.targets.setdefault(load_target(spec).name, spec)
+        except Exception:
+            continue
+        if name in state.targets:
+            return state.targets[name]
+    pytest.fail(f"corpus target {name!r} is not built in and no fuzz test of this session fuzzes it: name it "
+                f"in the pytest ini file, e.g. `fuzzrunner_targets = {name} = tests/my_runner.py:TARGET`.",
+                pytrace=False)
+
+
+def _hub(state, spec: str):
+    """One worker per target for all corpus items of the session (torch starts once)."""
+    if spec not in state.hubs:
+        from dataclasses import replace
+
+        from ._env import device_type
+        from .engine.campaign import worker_spec
+        from .engine.hub import Hub
+        from .settings import profile
+        settings = profile(state.profile).override(device=state.device, sanitizer=state.sanitizer)
+        device = settings.device or device_type()
+        # gpu=None: the worker keeps this process's CUDA_VISIBLE_DEVICES (one GPU per xdist worker)
+        ws = replace(worker_spec(spec, settings, 0, device), gpu=None)
+        state.hubs[spec] = Hub(ws, oracles=settings.oracles, timeout_s=settings.case_timeout_s)
+    return state.hubs[spec]
