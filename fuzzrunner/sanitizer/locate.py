@@ -136,5 +136,15 @@ def gpu_available() -> bool:
         import torch
     except ImportError:
         return False
-    # is_available() counts devices (NVML or cudaGetDeviceCount) and leaves torch.cuda uninitialized.
-    return bool(torch.cuda.is_available())
+    if torch.cuda.is_initialized():
+        return torch.cuda.device_count() > 0
+    # Counted through NVML, CUDA stays uninitialized here (a later fork, or a sanitizer, is unaffected).
+    old = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    try:
+        return bool(torch.cuda.is_available())
+    finally:
+        if old is None:
+            del os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"]
+        else:
+            os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = old
