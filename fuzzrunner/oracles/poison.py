@@ -3,7 +3,9 @@
 Poisoned are: never-written memory (tracked with ``initialized=False``, and
 ``torch.empty``-family results) at allocation, and every per-step buffer at the end
 of each op (its contents are dead by then: the next op must rewrite them). A buffer
-the runner declares carried over (``tracking.carry_over``) gets its contents back.
+the runner declares carried over (``tracking.carry_over``) gets back the contents it
+had when last written. Writes are seen through torch ops only: a runner that writes
+its per-step metadata with its own kernel and relies on carry-over is not supported.
 
 Pattern A fills ints with -1 and floats with NaN; pattern B ints with 0 and floats
 with -5. A correct runner gives bit-identical outputs under both. Works on compiled
@@ -21,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import tracking
 from ..violation import Violation
-from .torch_hook import EMPTY_OPS
+from .torch_hook import EMPTY_OPS, classify
 
 
 @dataclass(frozen=True)
@@ -50,10 +52,16 @@ class _FillEmpties(TorchDispatchMode):
         self.poison = poison
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func in EMPTY_OPS and not tracking.is_quiet():
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if tracking.is_quiet():
+            return out
+        if func in EMPTY_OPS:
             fill(out, self.poison.pattern)
             self.poison.poisoned.add("torch.empty")
+        elif self.poison.per_step:
+            for t in classify(func, args, kwargs)[1]:
+                self.poison.dirty.add(t.untyped_storage().data_ptr())
         return out
 
 
@@ -64,6 +72,7 @@ class PoisonFill:
         self.pattern = pattern
         self.per_step: dict[int, tuple[str, torch.Tensor]] = {}
         self.saved: dict[int, torch.Tensor] = {}
+        self.dirty: set[int] = set()  # per-step buffers written (or carried over) during this op
         self.poisoned: set[str] = set()
         self._watch = self._mode = None
 
@@ -85,9 +94,11 @@ class PoisonFill:
             torch.cuda.synchronize()
         with tracking.quiet():
             for key, (name, t) in self.per_step.items():
-                self.saved[key] = t.detach().clone()
+                if key in self.dirty:  # live contents: what a carry-over may legitimately bring back
+                    self.saved[key] = t.detach().clone()
                 fill(t, self.pattern)
                 self.poisoned.add(name)
+        self.dirty.clear()
 
     # tracking.Watcher
     def on_track(self, tensor, name: str, per_step: bool, initialized: bool) -> None:
@@ -98,10 +109,12 @@ class PoisonFill:
             self.per_step[tensor.untyped_storage().data_ptr()] = (name, tensor)
 
     def on_carry_over(self, tensor) -> None:
-        saved = self.saved.get(tensor.untyped_storage().data_ptr())
+        key = tensor.untyped_storage().data_ptr()
+        saved = self.saved.get(key)
         if saved is not None:
             with tracking.quiet(), torch.no_grad():
                 tensor.copy_(saved)
+            self.dirty.add(key)
 
     def on_lora_launch(self, kernel: str, meta: dict) -> None:
         pass

@@ -1,0 +1,97 @@
+"""The engine survives the crashes it provokes and never loses a finding."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fuzzrunner.case import Case
+from fuzzrunner.corpus import Corpus, Finding
+from fuzzrunner.engine import Hub, WorkerSpec, run_campaign
+from fuzzrunner.errors import HarnessError
+from fuzzrunner.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+CRASHY = str(Path(__file__).with_name("crashy_target.py")) + ":TARGET"
+
+
+def _case(*actions):
+    return Case("crashy", {}, tuple({"op": a} for a in actions))
+
+
+@pytest.fixture(scope="module")
+def hub():
+    with Hub(WorkerSpec(CRASHY), timeout_s=3.0) as h:
+        yield h
+
+
+@pytest.mark.parametrize("action, kind, where", [
+    ("segfault", "crash", "SIGSEGV"),
+    ("exit", "crash", "exit status 7"),
+    ("hang", "timeout", ""),
+])
+def test_a_dying_worker_becomes_a_finding_and_is_replaced(hub, action, kind, where):
+    result = hub.run(_case("ok", action))
+    assert result.crashed
+    [v] = result.violations
+    assert (v.kind, v.location) == (kind, where)
+    assert v.details["op_index"] == 1 and v.details["op"] == action
+    assert hub.run(_case("ok")).violations == []  # a fresh worker took over
+
+
+def test_a_python_exception_is_a_crash_finding_without_killing_the_worker(hub):
+    pid = hub.worker.proc.pid if hub.worker else None
+    result = hub.run(_case("raise"))
+    [v] = result.violations
+    assert (v.tool, v.kind, v.kernel) == ("python", "crash", "ValueError")
+    assert v.location.endswith("crashy_target.py:25") and "planted exception" in v.message
+    assert not result.crashed
+    if pid is not None:
+        assert hub.worker.proc.pid == pid
+
+
+def test_a_target_that_cannot_be_set_up_is_a_harness_error_not_a_finding(tmp_path):
+    bad = tmp_path / "bad_target.py"
+    bad.write_text("raise ImportError('no such runner')\n")
+    with pytest.raises(HarnessError, match="no such runner"):
+        with Hub(WorkerSpec(f"{bad}:TARGET")) as h:
+            h.run(_case("ok"))
+
+
+def test_campaign_completes_with_each_planted_failure_one_finding(tmp_path):
+    settings = Settings(max_examples=40, seed=3, case_timeout_s=3.0, device="cpu")
+    r = run_campaign(CRASHY, settings, corpus_dir=tmp_path)
+    kinds = sorted((f.violation.kind, f.violation.location or f.violation.kernel) for f in r.findings)
+    assert kinds == [("crash", "SIGSEGV"), ("crash", "exit status 7"),
+                     ("crash", str(Path("tests/integration/crashy_target.py")) + ":25"), ("timeout", "hang")]
+    for f in r.findings:
+        assert f.minimized and len(f.case.ops) == 1  # shrunk to the one bad op
+        on_disk = Finding.load(Corpus(tmp_path).finding_path("crashy", f.signature))
+        assert on_disk.case == f.case
+
+
+def test_kill_9_of_the_campaign_leaves_every_finding_on_disk(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "fuzzrunner", "fuzz", "--target", "reference_runner",
+                             "--fault", "dummy_run_skips_mapping", "--max-examples", "100000",
+                             "--corpus", str(tmp_path), "--seed", "1"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    findings = tmp_path / "findings" / "reference_runner"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(findings.glob("*.json")):
+        time.sleep(0.2)
+    time.sleep(1.0)  # let it shrink a little: rewrites must stay atomic too
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    files = list(findings.glob("*.json"))
+    assert files, "no finding was written before the kill"
+    for p in files:
+        f = Finding.load(p)
+        assert f.case.faults == ("dummy_run_skips_mapping",)
+        json.loads(p.read_text())
+    assert not list(findings.glob(".*.tmp"))

@@ -1,0 +1,142 @@
+"""ShadowMemory and the two hooks, on planted accesses."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import fuzzrunner  # noqa: F401  (interpreter mode before Triton loads)
+from fuzzrunner import tracking
+from fuzzrunner.oracles.shadow import ShadowOracle
+from fuzzrunner.oracles.shadow_memory import ShadowMemory
+
+pytestmark = pytest.mark.skipif(not fuzzrunner._env.interpreted(), reason="the Triton hook needs the interpreter")
+
+
+def addrs(*xs):
+    return np.array(xs, dtype=np.uint64)
+
+
+def test_registry_reports_uninitialized_stale_and_out_of_bounds():
+    m = ShadowMemory()
+    a = m.add(1000, 16, "meta", per_step=True, initialized=False, itemsize=4, shape=(4,))
+    m.epoch = 1
+    m.mark_write(addrs(1000, 1004), 4)
+    bad, oob = m.check_read(addrs(1000, 1008, 2000), 4)
+    assert [b.kind for b in bad] == ["out-of-bounds", "uninitialized-read"]
+    assert oob.tolist() == [False, False, True]
+    assert a.element(bad[1].byte_offset) == (2,)
+    m.epoch = 2
+    bad, _ = m.check_read(addrs(1004), 4)
+    assert [(b.kind, b.written_epoch) for b in bad] == [("stale-read", 1)]
+    m.carry_over(a)
+    assert m.check_read(addrs(1004), 4)[0] == []
+
+
+def test_a_straddling_access_is_out_of_bounds():
+    m = ShadowMemory()
+    m.add(1000, 8, "x")
+    bad, oob = m.check_read(addrs(1006), 4)
+    assert oob.tolist() == [True] and bad[0].kind == "out-of-bounds"
+
+
+def test_new_registration_replaces_reused_memory():
+    m = ShadowMemory()
+    m.add(1000, 16, "old", initialized=True)
+    m.add(1000, 8, "new", initialized=False)
+    bad, _ = m.check_read(addrs(1000), 4)
+    assert bad[0].allocation.name == "new" and bad[0].kind == "uninitialized-read"
+
+
+def _watched(fn):
+    o = ShadowOracle()
+    o.start()
+    try:
+        o.begin_op(0, {"op": "test"})
+        fn(o)
+    finally:
+        vs = o.finish()
+    return vs
+
+
+def test_torch_hook_sees_reads_of_never_written_elements_only():
+    def body(o):
+        buf = tracking.track(torch.empty(8, dtype=torch.int32), "slots", per_step=True, initialized=False)
+        buf[:4].copy_(torch.arange(4, dtype=torch.int32))
+        _ = buf[:4] + 1  # written part: fine
+        _ = buf[2:6].sum()  # elements 4 and 5 were never written
+    [v] = _watched(body)
+    assert (v.kind, v.tensor, v.kernel) == ("uninitialized-read", "slots", "aten.sum.default")
+    assert v.details["element"] == [4] and v.details["count"] == 2
+    assert v.location.startswith("tests/unit/test_shadow_memory.py:")
+
+
+def test_torch_empty_in_a_watched_region_is_tracked_without_edits():
+    def body(o):
+        t = torch.empty(4)
+        _ = t * 2
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.tensor.startswith("torch.empty@tests/unit/test_shadow_memory.py:")
+
+
+def test_embedding_through_a_garbage_index_is_reported_and_survives():
+    def body(o):
+        table = tracking.track(torch.zeros(10, 3), "table")
+        idx = torch.tensor([1, 12345])
+        _ = torch.nn.functional.embedding(idx, table)  # would raise IndexError unwatched
+    [v] = _watched(body)
+    assert (v.kind, v.tensor, v.kernel) == ("out-of-bounds", "table", "aten.embedding.default")
+    assert v.details["index"] == 12345
+
+
+def test_freed_and_reused_memory_is_not_blamed_on_the_old_buffer():
+    def body(o):
+        for _ in range(50):
+            t = torch.empty(64, dtype=torch.int32)  # tracked, uninitialized
+            del t
+            u = torch.tensor(list(range(64)), dtype=torch.int32)  # may land at the same address
+            _ = u + 1
+    assert _watched(body) == []
+
+
+_OOB_KERNEL = textwrap.dedent('''
+    import os, sys
+    os.environ["TRITON_INTERPRET"] = "1"
+    import torch, triton, triton.language as tl
+    sys.path.insert(0, {root!r})
+    import fuzzrunner
+
+    @triton.jit
+    def gather(src, idx, out, N: tl.constexpr):
+        i = tl.arange(0, N)
+        j = tl.load(idx + i)
+        tl.store(out + i, tl.load(src + j))
+
+    src = torch.arange(16, dtype=torch.float32)
+    idx = torch.tensor([0, 1, 2, 1 << 40], dtype=torch.int64)
+    out = torch.zeros(4)
+    if sys.argv[1] == "shadow":
+        from fuzzrunner.oracles.shadow import ShadowOracle
+        o = ShadowOracle(); o.start(); o.begin_op(0, {{"op": "gather"}})
+        gather[(1,)](src, idx, out, N=4)
+        for v in o.finish():
+            print(v.kind, v.kernel, v.location, v.details["program_id"])
+    else:
+        gather[(1,)](src, idx, out, N=4)
+    print("alive", out.tolist())
+''')
+
+
+def test_an_out_of_bounds_load_that_segfaults_the_interpreter_becomes_a_report(tmp_path):
+    from pathlib import Path
+    script = tmp_path / "oob.py"
+    script.write_text(_OOB_KERNEL.format(root=str(Path(__file__).resolve().parents[2])))
+    plain = subprocess.run([sys.executable, str(script), "plain"], capture_output=True, text=True, timeout=300)
+    assert plain.returncode < 0 or "alive" not in plain.stdout, "the unguarded interpreter should crash"
+    watched = subprocess.run([sys.executable, str(script), "shadow"], capture_output=True, text=True, timeout=300)
+    assert watched.returncode == 0, watched.stderr
+    assert "out-of-bounds gather" in watched.stdout and "oob.py:13 [0, 0, 0]" in watched.stdout
+    assert "alive [0.0, 1.0, 2.0, 0.0]" in watched.stdout
