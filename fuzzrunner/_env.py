@@ -35,4 +35,5 @@ def device_type() -> str:
 
 
 def interpreted() -> bool:
+    device_type()  # decide first if nobody has yet
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -171,13 +171,17 @@ def _check_device(s):
     return s
 
 
-def _export_all(result, corpus: str) -> None:
+def _export_all(result, corpus: str, target_spec: str) -> None:
+    """A repro script beside the corpus for every finding; a failed export loses only the script."""
+    from .errors import FuzzrunnerError
     from .repro import export_repro
+    user_target = target_spec if ":" in target_spec else None
     for f in result.findings:
         path = Path(corpus) / "repro" / result.target / f"{f.signature.id}.py"
         try:
-            f.repro = str(export_repro(f, path))
-        except OSError:
+            f.repro = str(export_repro(f, path, target=user_target))
+        except (OSError, FuzzrunnerError) as e:
+            print(f"fuzzrunner: warning: no repro for {f.signature.id}: {e}", file=sys.stderr)
             f.repro = None
 
 
@@ -228,7 +232,7 @@ def cmd_fuzz(args) -> int:
     result = fuzz(args.target, faults=args.fault, profile=args.profile, corpus=args.corpus, on_event=progress,
                   **{k: v for k, v in settings.to_dict().items() if k != "oracles" or v is not None})
     progress.done()
-    _export_all(result, args.corpus)
+    _export_all(result, args.corpus, args.target)
     _summary(result, sys.stdout)
     for p in _write_reports([result], args.report, args.junit, args.html):
         print(f"wrote {p}")
@@ -239,6 +243,7 @@ def cmd_replay(args) -> int:
     from .corpus import load_any
     from .engine.campaign import worker_spec
     from .engine.hub import Hub
+    from .execute import effective_oracles
     from .settings import Settings
     from .target import load_target
     loaded = [(f, *load_any(f)) for f in args.files]  # every file is checked before anything runs
@@ -247,7 +252,8 @@ def cmd_replay(args) -> int:
     failed = 0
     for path, case, finding in loaded:
         load_target(case.target).check_faults(case.faults)
-        with Hub(worker_spec(case.target, settings, 0, settings.device), oracles=settings.oracles,
+        oracles = effective_oracles(settings.oracles, settings.device, settings.sanitizer)
+        with Hub(worker_spec(case.target, settings, 0, settings.device), oracles=oracles,
                  timeout_s=settings.case_timeout_s) as hub:
             violations = hub.run(case).violations
         if finding is not None:
@@ -302,7 +308,7 @@ def cmd_nightly(args) -> int:
         overrides["budget_s"] = per
         r = fuzz(name, profile=args.profile, corpus=args.corpus, on_event=progress, **overrides)
         progress.done()
-        _export_all(r, args.corpus)
+        _export_all(r, args.corpus, name)
         _summary(r, sys.stdout)
         results.append(r)
     for p in _write_reports(results, str(report_dir / "report.json"), str(report_dir / "junit.xml"),

@@ -29,6 +29,15 @@ ORACLES = ("shadow", "invariants", "numeric", "poison")
 DEFAULT_ORACLES = {"cpu": ("shadow", "invariants", "numeric"), "cuda": ("invariants", "numeric", "poison")}
 
 
+def effective_oracles(oracles, device: str, sanitizer: str = "none") -> tuple[str, ...]:
+    """The oracles a worker runs: the device's defaults unless named, and never poison under
+    initcheck (a poison fill counts as initialization there and would hide every report)."""
+    names = validate_oracles(oracles) if oracles is not None else DEFAULT_ORACLES.get(device, ())
+    if sanitizer == "initcheck":
+        names = tuple(n for n in names if n != "poison")
+    return names
+
+
 def validate_oracles(names: Iterable[str]) -> tuple[str, ...]:
     names = tuple(names)
     for n in names:

@@ -9,6 +9,9 @@ KINDS = ("uninitialized-read", "stale-read", "out-of-bounds", "numeric-mismatch"
          "poison-divergence", "invariant-violation", "crash", "timeout", "sanitizer-error")
 
 
+_FAMILY = {"uninitialized-read": "unwritten-read", "stale-read": "unwritten-read"}
+
+
 @dataclass(frozen=True)
 class Signature:
     """tool + kind + kernel (or torch op) + source line + tensor; never Python frames."""
@@ -20,7 +23,12 @@ class Signature:
 
     @property
     def id(self) -> str:
-        key = "|".join((self.tool, self.kind, self.kernel, self.location, self.tensor))
+        """Identity of the bug. An uninitialized and a stale read of one tensor at one line are one
+        bug (the code reads what this step did not write); which of the two a case shows depends
+        only on whether an earlier op happened to write the bytes. So they share an id, and
+        shrinking goes on to the simpler of the two."""
+        kind = _FAMILY.get(self.kind, self.kind)
+        key = "|".join((self.tool, kind, self.kernel, self.location, self.tensor))
         return hashlib.sha1(key.encode()).hexdigest()[:12]
 
     def short(self) -> str:

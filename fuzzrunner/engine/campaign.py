@@ -82,7 +82,9 @@ class _Shard:
         self.corpus, self.shard, self.seed, self.device = corpus, shard, seed, device
         self.on_event = on_event or (lambda e: None)
         self.book = FindingBook(corpus, target.name)
-        self.hub = Hub(worker_spec(target_spec, settings, shard, device), oracles=settings.oracles,
+        from ..execute import effective_oracles
+        self.hub = Hub(worker_spec(target_spec, settings, shard, device),
+                       oracles=effective_oracles(settings.oracles, device, settings.sanitizer),
                        timeout_s=settings.case_timeout_s)
         self.database = database
         self.result = CampaignResult(target.name, settings, seed, faults)
@@ -321,12 +323,22 @@ def _run_sharded(target_spec, settings, faults, corpus_dir, seed, device, on_eve
     return merged
 
 
+def _merge_timelines(a: list, b: list) -> list:
+    """Two (elapsed, examples, findings) series -> one of running totals (a shard counts only its own)."""
+    events = sorted([(t, 0, e, f) for t, e, f in a] + [(t, 1, e, f) for t, e, f in b])
+    last, out = [(0, 0), (0, 0)], []
+    for t, src, e, f in events:
+        last[src] = (e, f)
+        out.append((t, last[0][0] + last[1][0], last[0][1] + last[1][1]))
+    return out
+
+
 def _merge(into: CampaignResult, r: CampaignResult) -> None:
     into.examples += r.examples
     into.invalid += r.invalid
     into.worker_restarts += r.worker_restarts
     into.replayed += r.replayed
-    into.timeline = sorted(into.timeline + r.timeline)
+    into.timeline = _merge_timelines(into.timeline, r.timeline)
     by_id = {f.signature.id: f for f in into.findings}
     for d in r.findings:
         f = Finding.from_dict(d)

@@ -155,9 +155,12 @@ class Worker:
                 kernel = msg["kernel"]
             elif kind == "partial":
                 partial = [Violation.from_dict(d) for d in msg["violations"]]
-            elif kind == "result":
+            elif kind == "result":  # "fatal": the worker retires (its CUDA context is gone)
                 vs = [Violation.from_dict(d) for d in msg["violations"]]
-                return RunResult(vs, time.monotonic() - t0, False, (start_log, self.log_size()), self.case_no)
+                if msg.get("fatal"):
+                    self._settle()
+                return RunResult(vs, time.monotonic() - t0, bool(msg.get("fatal")),
+                                 (start_log, self.log_size()), self.case_no)
             elif kind == "invalid":
                 raise InvalidCase(msg["message"])
             elif kind == "harness":

@@ -25,6 +25,7 @@ class _LaunchReporter:
 
     def __init__(self, sock):
         self.sock = sock
+        self.last = ""
 
     def on_track(self, *a) -> None:
         pass
@@ -34,7 +35,27 @@ class _LaunchReporter:
 
     def on_lora_launch(self, kernel: str, meta: dict) -> None:
         from .protocol import send
+        self.last = kernel
         send(self.sock, {"type": "launch", "kernel": kernel})
+
+
+def _context_lost(last_kernel: str):
+    """None if the CUDA context still works; else the crash violation for the case that broke it.
+
+    An illegal address leaves the context unusable (../shared/CONTEXT.md): the case becomes
+    a crash finding and the worker retires so that a fresh process takes the next case.
+    """
+    import torch
+    from ..violation import Violation
+    try:
+        torch.cuda.synchronize()
+        return None
+    except Exception as e:  # torch.AcceleratorError / RuntimeError, depending on the version
+        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        what = text.split("CUDA error:", 1)[-1].strip()
+        return Violation("cuda", "crash", last_kernel, what, "",
+                         f"the CUDA context was lost ({text}); last LoRA launch: {last_kernel or 'none'}",
+                         {"error": text})
 
 
 def main() -> int:
@@ -66,6 +87,7 @@ def main() -> int:
             return 0
         case_no += 1
         t0 = time.perf_counter()
+        reporter.last = ""
         _marker("case-begin", case_no)
         try:
             case = Case.from_dict(msg["case"])
@@ -74,9 +96,7 @@ def main() -> int:
                                    on_op=lambda i, op: send(sock, {"type": "op", "index": i, "op": op.get("op")}),
                                    on_partial=lambda vs: send(sock, {"type": "partial",
                                                                      "violations": [v.to_dict() for v in vs]}))
-            if device == "cuda":
-                import torch
-                torch.cuda.synchronize()
+            lost = _context_lost(reporter.last) if device == "cuda" else None
         except InvalidCase as e:
             _marker("case-end", case_no)
             send(sock, {"type": "invalid", "message": str(e)})
@@ -87,8 +107,11 @@ def main() -> int:
                         "traceback": traceback.format_exc()[-4000:]})
             return 3
         _marker("case-end", case_no)
-        send(sock, {"type": "result", "violations": [v.to_dict() for v in outcome.violations],
-                    "seconds": time.perf_counter() - t0, "case_no": case_no})
+        violations = outcome.violations + ([lost] if lost else [])
+        send(sock, {"type": "result", "violations": [v.to_dict() for v in violations],
+                    "seconds": time.perf_counter() - t0, "case_no": case_no, "fatal": lost is not None})
+        if lost is not None:
+            return 4
 
 
 if __name__ == "__main__":

@@ -131,6 +131,10 @@ class TorchShadowMode(TorchDispatchMode):
                 c.torch_read(func, t, addresses(t))
             return args
         src, idx, dim = indexed
+        if idx.is_cuda and torch.cuda.is_current_stream_capturing():
+            for t in tracked:  # no host reads of the index inside CUDA-graph capture
+                c.torch_read(func, t, addresses(t))
+            return args
         if c.is_tracked(idx):
             c.torch_read(func, idx, addresses(idx))
         rows = idx.detach().cpu().numpy().ravel().astype(np.int64)

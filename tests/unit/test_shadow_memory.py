@@ -138,5 +138,5 @@ def test_an_out_of_bounds_load_that_segfaults_the_interpreter_becomes_a_report(t
     assert plain.returncode < 0 or "alive" not in plain.stdout, "the unguarded interpreter should crash"
     watched = subprocess.run([sys.executable, str(script), "shadow"], capture_output=True, text=True, timeout=300)
     assert watched.returncode == 0, watched.stderr
-    assert "out-of-bounds gather" in watched.stdout and "oob.py:13 [0, 0, 0]" in watched.stdout
+    assert "out-of-bounds gather" in watched.stdout and "oob.py:12 [0, 0, 0]" in watched.stdout
     assert "alive [0.0, 1.0, 2.0, 0.0]" in watched.stdout
