@@ -29,6 +29,11 @@ class Allocation:
     shape: tuple
     auto: bool = False            # tracked automatically (torch.empty in a watched region, kernel arg)
     epochs: np.ndarray = field(default=None, repr=False)
+    fully_written: bool = False   # every byte written at least once: a persistent read needs no gather
+
+    def element_view(self, itemsize: int) -> np.ndarray | None:
+        """Epochs viewed one row per element of ``itemsize`` bytes, when the size divides evenly."""
+        return self.epochs.reshape(-1, itemsize) if self.nbytes % itemsize == 0 else None
 
     @property
     def end(self) -> int:
@@ -68,7 +73,8 @@ class ShadowMemory:
         for old in self.overlapping(start, nbytes):
             self._remove(old)
         alloc = Allocation(start, nbytes, name, per_step, itemsize, tuple(shape), auto,
-                           np.full(nbytes, self.epoch if initialized else NEVER, dtype=np.int64))
+                           np.full(nbytes, self.epoch if initialized else NEVER, dtype=np.int64),
+                           fully_written=initialized)
         i = bisect.bisect_left(self._starts, start)
         self._starts.insert(i, start)
         self._allocs.insert(i, alloc)
@@ -107,6 +113,11 @@ class ShadowMemory:
     # -- accesses ---------------------------------------------------------------------
     def _locate(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
         """Index of the allocation holding each lane's whole access, -1 if none."""
+        if addrs.size > 64 and len(self._starts):  # fast path: one allocation holds every lane
+            lo, hi = int(addrs.min()), int(addrs.max())
+            i = bisect.bisect_right(self._starts, lo) - 1
+            if i >= 0 and hi + itemsize <= self._allocs[i].end:
+                return np.full(addrs.shape, i, dtype=np.int64)
         idx = np.searchsorted(self._starts_np, addrs, side="right").astype(np.int64) - 1
         ok = idx >= 0
         safe = np.where(ok, idx, 0)
@@ -117,10 +128,20 @@ class ShadowMemory:
         return np.where(ok, idx, -1)
 
     def _byte_epochs(self, alloc: Allocation, addrs: np.ndarray, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per lane, the oldest epoch among the bytes it reads."""
         offs = (addrs - np.uint64(alloc.start)).astype(np.int64)
         if itemsize == 1:
             return offs, alloc.epochs[offs]
         return offs, alloc.epochs[offs[:, None] + np.arange(itemsize)].min(axis=1)
+
+    @staticmethod
+    def _groups(where: np.ndarray, oob: np.ndarray):
+        """(allocation index, lane indices) for each allocation the in-bounds lanes touch."""
+        if where.size and not oob.any() and where[0] == where[-1] and (where == where[0]).all():
+            yield int(where[0]), np.arange(where.size)  # the common case: one allocation
+            return
+        for i in np.unique(where[~oob]):
+            yield int(i), np.flatnonzero(where == i)
 
     def check_read(self, addrs: np.ndarray, itemsize: int) -> tuple[list[BadAccess], np.ndarray]:
         """Bad accesses among ``addrs`` (uint64), and the boolean mask of out-of-bounds lanes."""
@@ -131,9 +152,10 @@ class ShadowMemory:
             lane = int(np.flatnonzero(oob)[0])
             near, dist = self.nearest(int(addrs[lane]))
             bad.append(BadAccess("out-of-bounds", near, int(addrs[lane]), dist, lane, int(oob.sum())))
-        for i in np.unique(where[~oob]):
-            alloc = self._allocs[int(i)]
-            lanes = np.flatnonzero(where == i)
+        for i, lanes in self._groups(where, oob):
+            alloc = self._allocs[i]
+            if alloc.fully_written and not alloc.per_step:
+                continue  # written once, never per step: nothing to find
             offs, ep = self._byte_epochs(alloc, addrs[lanes], itemsize)
             never = ep == NEVER
             if never.any():
@@ -154,11 +176,15 @@ class ShadowMemory:
         for i in np.unique(where[where >= 0]):
             alloc = self._allocs[int(i)]
             offs = (addrs[where == i] - np.uint64(alloc.start)).astype(np.int64)
-            alloc.epochs[(offs[:, None] + np.arange(itemsize)).ravel()] = self.epoch
+            rows = alloc.element_view(itemsize)
+            if rows is not None and not (offs % itemsize).any():
+                rows[offs // itemsize] = self.epoch  # aligned whole elements: one row each
+            else:
+                alloc.epochs[(offs[:, None] + np.arange(itemsize)).ravel()] = self.epoch
+            if not alloc.fully_written:
+                alloc.fully_written = bool(alloc.epochs.min() != NEVER)
         return where < 0
 
-    def mark_range(self, alloc: Allocation, byte_offsets: np.ndarray | slice) -> None:
-        alloc.epochs[byte_offsets] = self.epoch
 
     def carry_over(self, alloc: Allocation) -> None:
         """Declare a per-step buffer's written bytes current in this epoch."""
