@@ -101,10 +101,16 @@ class _Shard:
         return self.hub.run(case).violations
 
     # -- corpus first -------------------------------------------------------------------
+    def _applies(self, case: Case) -> bool:
+        """Corpus entries recorded with planted faults replay only in campaigns that plant them."""
+        return set(case.faults) <= set(self.faults)
+
     def replay_corpus(self) -> None:
         if self.corpus is None or self.shard != 0:
             return
         for path, finding in self.corpus.findings(self.target.name):
+            if not self._applies(finding.case):
+                continue
             vs = self._try(finding.case)
             still = vs is not None and any(v.signature.id == finding.signature.id for v in vs)
             self.result.replayed.append((str(path), finding.signature.id, still))
@@ -115,6 +121,8 @@ class _Shard:
             elif vs:
                 self._record(vs, finding.case)
         for path, case in self.corpus.cases(self.target.name):
+            if not self._applies(case):
+                continue
             vs = self._try(case)
             self.result.replayed.append((str(path), None, bool(vs)))
             if vs:
