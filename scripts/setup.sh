@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# Create .venv with the CPU build of torch (on disk here: no download) and fuzzrunner, once.
+# Create .venv with the CPU build of torch (it lies on disk here: no download) and fuzzrunner
+# (editable, with Triton, Hypothesis, pytest, pytest-xdist from the registry). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import fuzzrunner, torch, triton, hypothesis, xdist" 2>/dev/null; then
-  python3 -m venv .venv
-  .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  .venv/bin/python -m pip install -q "torch==2.13.0"
-  .venv/bin/python -m pip install -q -e . 2>&1 | grep -v "^WARNING: Location" || true
+if .venv/bin/python -c "import fuzzrunner.cli, torch, triton, hypothesis, xdist" 2>/dev/null; then
+  exit 0
 fi
+echo "setting up .venv (once) ..." >&2
+python3 -m venv .venv
+log=$(mktemp)
+if ! { .venv/bin/python -m pip install -q "torch==2.13.0" && .venv/bin/python -m pip install -q -e .; } >"$log" 2>&1; then
+  grep -v "^WARNING: Location" "$log" >&2 || true
+  echo "setup failed: pip could not install the packages above" >&2
+  exit 1
+fi
+rm -f "$log"
