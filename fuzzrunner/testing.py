@@ -87,7 +87,11 @@ class FuzzCampaign:
             except Exception as e:  # the report must still come out
                 note = f"repro script not written: {type(e).__name__}: {e}"
         path = base / f"{f.signature.id}.json"
-        atomic_write(path, json.dumps(f.to_dict(), indent=2))
+        try:
+            atomic_write(path, json.dumps(f.to_dict(), indent=2))
+        except OSError as e:
+            return [x for x in (note, f"finding not written to {path}: {e.strerror}; use --fuzzrunner-repro-dir DIR")
+                    if x]
         out = [f"finding: {self._show(path)}"]
         out += [f"repro:   {self._show(script)}"] if script else [note]
         out.append(f"Reproduce with: python {self._show(script)}" if script
