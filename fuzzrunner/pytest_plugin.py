@@ -1,9 +1,8 @@
 """The pytest plugin: fuzz tests, corpus findings as regression tests, one GPU per xdist worker.
 
 pytest loads this module (entry point ``pytest11: fuzzrunner``) in every session, so it
-stays light: pytest and the standard library only. torch, Triton,
-Hypothesis and the engine are imported by ``fuzzrunner.testing`` when a fuzz test or a
-corpus item actually runs.
+stays light: pytest and the standard library only. torch, Triton, Hypothesis and the
+engine are imported by ``fuzzrunner.testing`` when a fuzz test or a corpus item runs.
 
 A fuzz test::
 
@@ -98,7 +97,10 @@ def gpu_for_worker(worker_id: str | None, gpus: list[str]) -> str | None:
 
 def pin_xdist_worker(environ=os.environ, list_gpus=nvidia_smi_gpus) -> str | None:
     """Set ``CUDA_VISIBLE_DEVICES`` of this xdist worker to its one GPU; return it (None: unchanged)."""
-    gpu = gpu_for_worker(environ.get("PYTEST_XDIST_WORKER"), visible_gpus(environ, list_gpus))
+    worker = environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return None  # not an xdist worker: not even nvidia-smi runs
+    gpu = gpu_for_worker(worker, visible_gpus(environ, list_gpus))
     if gpu is not None:
         environ["CUDA_VISIBLE_DEVICES"] = gpu
     return gpu

@@ -395,6 +395,7 @@ def test_pinning_sets_cuda_visible_devices_of_the_worker_only():
     assert pin_xdist_worker(env, lambda: ["0", "1"]) == "0" and env["CUDA_VISIBLE_DEVICES"] == "0"
     env = {"CUDA_VISIBLE_DEVICES": "4,5"}
     assert pin_xdist_worker(env) is None and env["CUDA_VISIBLE_DEVICES"] == "4,5"
+    assert pin_xdist_worker({}, lambda: pytest.fail("GPUs listed outside an xdist worker")) is None
     env = {"PYTEST_XDIST_WORKER": "gw1"}
     assert pin_xdist_worker(env, lambda: []) is None and "CUDA_VISIBLE_DEVICES" not in env
 
