@@ -52,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("replay", help="replay case or finding files; exit 1 if a violation reproduces")
     r.add_argument("files", nargs="+")
+    r.add_argument("--target", help="the target spec (FILE.py:OBJ, module:OBJ) for cases of your own targets")
     r.add_argument("--oracle", action="append")
     r.add_argument("--device", choices=["cpu", "cuda"])
     r.add_argument("--sanitizer", choices=["none", "initcheck", "memcheck", "racecheck", "synccheck"],
@@ -251,9 +252,10 @@ def cmd_replay(args) -> int:
                                       oracles=tuple(args.oracle) if args.oracle else None))
     failed = 0
     for path, case, finding in loaded:
-        load_target(case.target).check_faults(case.faults)
+        spec = args.target or case.target
+        load_target(spec).check_faults(case.faults)
         oracles = effective_oracles(settings.oracles, settings.device, settings.sanitizer)
-        with Hub(worker_spec(case.target, settings, 0, settings.device), oracles=oracles,
+        with Hub(worker_spec(spec, settings, 0, settings.device), oracles=oracles,
                  timeout_s=settings.case_timeout_s) as hub:
             violations = hub.run(case).violations
         if finding is not None:

@@ -19,13 +19,13 @@ from . import _env, tracking
 from .case import Case
 from .errors import InvalidArgument, InvalidCase
 from .oracles.base import source_location
+from .settings import ORACLES
 from .oracles.invariants import InvariantOracle
 from .oracles.numeric import Comparison, NumericOracle
 from .oracles.poison import PATTERNS, PoisonFill, divergences
 from .oracles.shadow import ShadowOracle
 from .violation import Violation
 
-ORACLES = ("shadow", "invariants", "numeric", "poison")
 DEFAULT_ORACLES = {"cpu": ("shadow", "invariants", "numeric"), "cuda": ("invariants", "numeric", "poison")}
 
 

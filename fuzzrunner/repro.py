@@ -62,9 +62,8 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
     lines += ["    ],", ")"]
     on = f", target={_lit(target)}" if target and target != case.target else ""
     lines.append(f"violations = replay(case{on}, oracles={oracles})")
-    match = (f"v.kind in {CRASH_KINDS!r}" if sig.kind in CRASH_KINDS else f"v.kind == {_lit(sig.kind)}")
-    if sig.tensor:
-        match += f" and v.tensor == {_lit(sig.tensor)}"
+    # The same bug: the signature id (an uninitialized and a stale read of one tensor at one line share it).
+    match = f"v.kind in {CRASH_KINDS!r}" if sig.kind in CRASH_KINDS else f"v.signature.id == {_lit(sig.id)}"
     lines += [f"found = [v for v in violations if {match}]", "for v in found:",
               '    print(f"{v.signature.short()}\\n    {v.message}")', "if found:", "    sys.exit(1)",
               'print("not reproduced: fixed?")']

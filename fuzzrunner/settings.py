@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from .errors import InvalidArgument
 
 SANITIZERS = ("none", "initcheck", "memcheck", "racecheck", "synccheck")
+ORACLES = ("shadow", "invariants", "numeric", "poison")
 DEVICES = ("cpu", "cuda")
 
 
@@ -51,9 +52,9 @@ def _validate_sanitizer(v):
 
 
 def _validate_oracles(v):
-    from .execute import validate_oracles
-    if v is not None:
-        validate_oracles(v)
+    for name in v or ():
+        if name not in ORACLES:
+            raise InvalidArgument(f"unknown oracle {name!r}; known oracles: {', '.join(ORACLES)}.")
 
 
 def _validate_shrink(v):

@@ -14,7 +14,9 @@ from .runner.config import RunnerConfig
 from .runner.model_runner import DUMMY_KINDS
 
 # "warmup_1" is a 1-token warm-up dummy run with no further choices: the simplest op of all.
-OP_KINDS = ("warmup_1", "dummy_run", "step", "add_adapter", "capture", "replay", "remove_adapter")
+# Later entries repeat kinds to weight them: adapters, steps and replays are what bugs need.
+OP_KINDS = ("warmup_1", "dummy_run", "step", "add_adapter", "capture", "replay", "remove_adapter",
+            "capture_replay", "add_adapter", "replay", "step", "capture_replay")
 MAX_ADAPTER_ID = 6
 
 
@@ -45,7 +47,7 @@ def requests(draw, cfg: RunnerConfig, adapters: list[int], max_tokens: int) -> l
             break
         k = draw(st.integers(1, max(1, min(8, budget - (n - i - 1)))))
         budget -= k
-        a = draw(st.sampled_from([0] + adapters)) if adapters else 0
+        a = draw(st.sampled_from(adapters + [0])) if adapters else 0  # registered adapters first
         if a and a not in used and len(used) >= cfg.max_loras:
             a = 0
         used.add(a) if a else None
@@ -64,8 +66,17 @@ class _OpState:
 
 
 @st.composite
-def runner_op(draw, cfg: RunnerConfig, state: _OpState) -> dict:
+def runner_op(draw, cfg: RunnerConfig, state: _OpState) -> list[dict]:
+    """Usually one op; ``capture_replay`` is a capture and a replay that fits it, back to back."""
     kind = draw(st.sampled_from(OP_KINDS))
+    if kind == "capture_replay":
+        capture = draw(_one_op(cfg, state, "capture"))
+        return [capture, draw(_one_op(cfg, state, "replay", limit=capture["size"]))]
+    return [draw(_one_op(cfg, state, kind))]
+
+
+@st.composite
+def _one_op(draw, cfg: RunnerConfig, state: _OpState, kind: str, limit: int | None = None) -> dict:
     if kind == "warmup_1":
         return {"op": "dummy_run", "num_tokens": 1, "kind": "warmup"}
     if kind == "dummy_run":
@@ -80,12 +91,13 @@ def runner_op(draw, cfg: RunnerConfig, state: _OpState) -> dict:
         aid = draw(st.sampled_from(sorted(state.registered)))
         del state.registered[aid]
         return {"op": "remove_adapter", "adapter_id": aid}
-    if kind == "capture":
-        size = draw(st.sampled_from(cfg.capture_sizes))
+    if kind == "capture" or (kind == "replay" and not state.captured):  # a replay needs a graph first
+        size = draw(st.sampled_from(cfg.capture_sizes[::-1]))  # largest first: room for mixed batches
         state.captured.append(size)
         return {"op": "capture", "size": size}
     last = state.last_requests  # step or replay
-    limit = max(state.captured) if kind == "replay" and state.captured else cfg.max_num_tokens
+    if limit is None:
+        limit = max(state.captured) if kind == "replay" else cfg.max_num_tokens
     if last is not None and draw(st.booleans()) \
             and all(r["adapter_id"] in state.registered or r["adapter_id"] == 0 for r in last) \
             and sum(len(r["tokens"]) for r in last) <= limit:
@@ -105,9 +117,9 @@ def runner_ops(draw, cfg: RunnerConfig, max_ops: int = 8) -> list[dict]:
     """
     state, ops = _OpState(), []
     while True:
-        ops.append(draw(runner_op(cfg, state)))
+        ops += draw(runner_op(cfg, state))
         if len(ops) >= max_ops or draw(st.integers(0, 3)) == 0:
-            return ops
+            return ops[:max_ops]
 
 
 @st.composite

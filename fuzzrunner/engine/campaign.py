@@ -72,7 +72,25 @@ def worker_spec(target_spec: str, settings: Settings, shard: int, device: str) -
     if settings.sanitizer != "none":
         from ..sanitizer.session import sanitizer_wrapper
         wrapper, env = sanitizer_wrapper(settings.sanitizer)
-    return WorkerSpec(target_spec, device=device, gpu=shard if device == "cuda" else None, wrapper=wrapper, env=env)
+    return WorkerSpec(target_spec, device=device, gpu=gpu_for_shard(shard) if device == "cuda" else None,
+                      wrapper=wrapper, env=env)
+
+
+def gpu_for_shard(shard: int, visible: str | None = None, count: int | None = None) -> str:
+    """The device a shard's worker sees: the shard-th of the GPUs this process may use.
+
+    Under pytest-xdist (or any launcher) that already narrowed ``CUDA_VISIBLE_DEVICES``,
+    a shard must pick from that list, not from physical GPU numbers.
+    """
+    import os
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if visible:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        return ids[shard % len(ids)]
+    if count is None:
+        import torch
+        count = torch.cuda.device_count()
+    return str(shard % max(count, 1))
 
 
 class _Shard:
@@ -146,6 +164,8 @@ class _Shard:
         if self.over_budget():
             return  # let the batch end quickly: generation is cheap, execution is not
         self.result.examples += 1
+        if not self._failed:
+            self._generated += 1
         try:
             violations = self.execute(case)
         except InvalidCase:
@@ -157,6 +177,7 @@ class _Shard:
             return
         finding, _ = self._record(violations, case)
         if not finding.minimized:
+            self._failed = True
             raise _found_class(finding.signature.id)(finding.signature.id, finding.violation.message)
 
     def _tick(self) -> None:
@@ -171,6 +192,8 @@ class _Shard:
             if _takes_max_ops(self.target) else self.target.cases(self.faults)
         batch, done = 0, 0
         while done < quota and not self.over_budget():
+            self._generated = 0  # examples of this batch until its first failure (shrinking after)
+            self._failed = False
             n = min(BATCH, quota - done)
             phases = [Phase.generate] + ([Phase.shrink] if self.settings.shrink else [])
             if batch == 0:
@@ -192,7 +215,7 @@ class _Shard:
                 for sig_id in ids:
                     self.book.mark_minimized(sig_id)
             batch += 1
-            done += n
+            done += max(1, self._generated) if self._failed else n
 
     def close(self) -> CampaignResult:
         self.hub.close()

@@ -30,7 +30,7 @@ class FindingBook:
             self._save(finding)
             return finding, True
         if case.size() < known.case.size():
-            known.case, known.violation, known.others = case, main, others
+            known.case, known.violation, known.others, known.signature = case, main, others, sig
             self._save(known)
         return known, False
 
@@ -40,6 +40,7 @@ class FindingBook:
         if f is None or f.minimized:
             return
         f.case, f.violation, f.others = self._last.get(sig_id, (f.case, f.violation, f.others))
+        f.signature = f.violation.signature  # the kind the minimal case shows (same id)
         f.minimized = True
         self._save(f, prefer_own=True)
 

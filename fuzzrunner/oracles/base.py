@@ -33,6 +33,8 @@ def source_location(path: str, line: int) -> str:
         path = os.path.relpath(path, _ROOT)
     elif "site-packages" + os.sep in path:
         path = path.split("site-packages" + os.sep, 1)[1]
+    elif path.startswith(os.getcwd() + os.sep):  # a user's project: relative to where it is run
+        path = os.path.relpath(path, os.getcwd())
     return f"{path}:{line}"
 
 

@@ -95,3 +95,10 @@ def test_kill_9_of_the_campaign_leaves_every_finding_on_disk(tmp_path):
         assert f.case.faults == ("dummy_run_skips_mapping",)
         json.loads(p.read_text())
     assert not list(findings.glob(".*.tmp"))
+
+
+def test_a_shard_picks_among_the_gpus_it_may_use():
+    from fuzzrunner.engine.campaign import gpu_for_shard
+    assert [gpu_for_shard(i, visible="3,5") for i in range(3)] == ["3", "5", "3"]
+    assert [gpu_for_shard(i, visible="", count=2) for i in range(3)] == ["0", "1", "0"]
+    assert gpu_for_shard(0, visible="GPU-abc") == "GPU-abc"

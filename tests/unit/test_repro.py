@@ -94,7 +94,7 @@ def test_the_script_is_short_plain_and_explains_itself(tmp_path, finding):
                    "compute-sanitizer --tool initcheck", 'faults=["dummy_run_skips_mapping"],',
                    '        {"op": "dummy_run", "num_tokens": 1, "kind": "warmup"},',
                    'violations = replay(case, oracles=["shadow"])',
-                   f'v.kind == "{sig.kind}" and v.tensor == "{sig.tensor}"'):
+                   f'v.signature.id == "{sig.id}"'):
         assert needle in text, needle
 
 

@@ -1,0 +1,106 @@
+"""The command line, as a user meets it: exit codes, reports, repro scripts, one-line errors."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fuzzrunner.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPECTED = {  # fault -> (allowed kinds, tensor fragment)
+    "dummy_run_skips_mapping": ({"uninitialized-read", "stale-read"}, ""),
+    "padding_not_mapped": ({"uninitialized-read", "stale-read"}, ""),
+    "stale_after_all_no_lora": ({"uninitialized-read", "stale-read"}, "token_lora_mapping"),
+    "graph_freezes_active_loras": ({"numeric-mismatch"}, ""),
+}
+MAPPING_BUFFERS = ("embeddings_indices", "token_lora_mapping", "active_lora_ids", "token_indices_sorted_by_lora_ids",
+                   "num_tokens_per_lora", "lora_token_start_loc")
+
+
+def fuzz(tmp_path, *extra, examples="60"):
+    return main(["fuzz", "--target", "reference_runner", "--max-examples", examples, "--seed", "1",
+                 "--profile", "ci", "--corpus", str(tmp_path / "corpus"), "--report", str(tmp_path / "r.json"),
+                 *extra])
+
+
+@pytest.mark.parametrize("fault", sorted(EXPECTED))
+def test_each_fault_is_found_exported_and_reproduced(tmp_path, fault, capsys):
+    assert fuzz(tmp_path, "--fault", fault) == 1
+    report = json.loads((tmp_path / "r.json").read_text())
+    [finding] = report["findings"]
+    kinds, tensor = EXPECTED[fault]
+    sig = finding["signature"]
+    assert sig["kind"] in kinds and tensor in sig["tensor"]
+    if sig["kind"] != "numeric-mismatch":
+        assert sig["tensor"].split(".")[-1] in MAPPING_BUFFERS
+    assert finding["case"]["faults"] == [fault] and finding["minimized"]
+    finding_file = next((tmp_path / "corpus" / "findings" / "reference_runner").glob("*.json"))
+    repro = tmp_path / "repro.py"
+    assert main(["export", str(finding_file), "-o", str(repro)]) == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = subprocess.run([sys.executable, str(repro)], cwd=elsewhere, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=600)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert sig["kind"] in run.stdout
+    assert main(["replay", str(finding_file)]) == 1
+    assert "REPRODUCED" in capsys.readouterr().out
+
+
+def test_no_fault_no_finding(tmp_path):
+    assert fuzz(tmp_path) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["findings"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", [None] + sorted(EXPECTED))
+def test_the_300_example_runs_of_the_issue(tmp_path, fault):
+    assert fuzz(tmp_path, *(["--fault", fault] if fault else []), examples="300") == (1 if fault else 0)
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("fuzzrunner: error: ") and "Traceback" not in err[0]
+    return err[0]
+
+
+def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys):
+    assert main(["fuzz", "--target", "refrence_runner"]) == 2
+    assert "Did you mean 'reference_runner'" in _one_error_line(capsys)
+    assert main(["fuzz", "--fault", "dummy_run"]) == 2
+    assert "Did you mean 'dummy_run_skips_mapping'" in _one_error_line(capsys)
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text('{"schema": 1, "target": ')
+    assert main(["replay", str(corrupt)]) == 2
+    assert "corrupt.json: not valid JSON" in _one_error_line(capsys)
+    newer = tmp_path / "newer.json"
+    newer.write_text(json.dumps({"schema": 99, "target": "reference_runner", "config": {}, "ops": []}))
+    assert main(["replay", str(newer)]) == 2
+    assert "schema 99 is newer" in _one_error_line(capsys)
+    assert main(["fuzz", "--max-examples", "1", "--report", "/nonexistent/dir/r.json"]) == 2
+    assert "cannot write report" in _one_error_line(capsys)
+    assert main(["fuzz", "--max-examples", "1", "--sanitizer", "initcheck"]) == 2
+    assert "needs a CUDA GPU" in _one_error_line(capsys)
+    assert main(["fuzz", "--max-examples", "0"]) == 2
+    assert "must be at least one" in _one_error_line(capsys)
+    assert main(["fuzz", "--target", "nowhere/missing.py:TARGET"]) == 2
+    assert "does not exist" in _one_error_line(capsys)
+    assert main(["export", str(corrupt)]) == 2
+    _one_error_line(capsys)
+
+
+def test_listing_commands(capsys):
+    assert main(["targets"]) == 0 and "lora_kernels" in capsys.readouterr().out
+    assert main(["faults"]) == 0 and "graph_freezes_active_loras" in capsys.readouterr().out
+    assert main(["doctor"]) == 0 and "triton mode" in capsys.readouterr().out
+
+
+def test_console_entry_point_runs_from_a_checkout():
+    out = subprocess.run([sys.executable, "-m", "fuzzrunner", "faults"], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd="/", timeout=300)
+    assert out.returncode == 0 and "padding_not_mapped" in out.stdout
