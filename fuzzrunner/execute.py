@@ -30,11 +30,12 @@ DEFAULT_ORACLES = {"cpu": ("shadow", "invariants", "numeric"), "cuda": ("invaria
 
 
 def effective_oracles(oracles, device: str, sanitizer: str = "none") -> tuple[str, ...]:
-    """The oracles a worker runs: the device's defaults unless named, and never poison under
-    initcheck (a poison fill counts as initialization there and would hide every report)."""
+    """The oracles a worker runs: the device's defaults unless named. Under initcheck, never poison
+    (a fill counts as initialization and would hide every report) nor invariants (its host copies of
+    never-written metadata are themselves reported, as "Host API memory access error")."""
     names = validate_oracles(oracles) if oracles is not None else DEFAULT_ORACLES.get(device, ())
     if sanitizer == "initcheck":
-        names = tuple(n for n in names if n != "poison")
+        names = tuple(n for n in names if n not in ("poison", "invariants"))
     return names
 
 

@@ -1,9 +1,11 @@
-"""Shared fixtures. ``import fuzzrunner`` comes first: it sets TRITON_INTERPRET before Triton loads."""
+"""Shared fixtures. The device is decided first: TRITON_INTERPRET=1 must be set before Triton loads."""
 
-import fuzzrunner  # noqa: F401  (must precede any fuzzrunner.kernels import)
-import pytest
-import torch
 from fuzzrunner import _env
+
+_env.configure()  # before any test module imports fuzzrunner.kernels
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+from contextlib import ExitStack
 import sys
 import time
 
@@ -18,6 +19,22 @@ import time
 def _marker(kind: str, case_no: int) -> None:
     sys.stdout.write(f"@@fuzzrunner-{kind} {case_no}@@\n")
     sys.stdout.flush()
+
+
+class _TensorAnnouncer:
+    """Under compute-sanitizer: print each tracked buffer's address range, so that a report's
+    address can be named (``@@fuzzrunner-tensor NAME 0xADDR NBYTES@@``, inside the case markers)."""
+
+    def on_track(self, tensor, name, per_step, initialized) -> None:
+        st = tensor.untyped_storage()
+        sys.stdout.write(f"@@fuzzrunner-tensor {name} {hex(st.data_ptr())} {st.nbytes()}@@\n")
+        sys.stdout.flush()
+
+    def on_carry_over(self, *a) -> None:
+        pass
+
+    def on_lora_launch(self, *a) -> None:
+        pass
 
 
 class _LaunchReporter:
@@ -80,6 +97,7 @@ def main() -> int:
         return 3
     send(sock, {"type": "ready", "pid": os.getpid(), "device": device})
     reporter = _LaunchReporter(sock)
+    watchers = [reporter] + ([_TensorAnnouncer()] if os.environ.get("FUZZRUNNER_SANITIZER") else [])
     case_no = 0
     while True:
         msg = recv(sock)
@@ -91,7 +109,9 @@ def main() -> int:
         _marker("case-begin", case_no)
         try:
             case = Case.from_dict(msg["case"])
-            with tracking.watch(reporter):
+            with ExitStack() as stack:
+                for w in watchers:
+                    stack.enter_context(tracking.watch(w))
                 outcome = run_case(case, target, oracles=msg.get("oracles"), device=device,
                                    on_op=lambda i, op: send(sock, {"type": "op", "index": i, "op": op.get("op")}),
                                    on_partial=lambda vs: send(sock, {"type": "partial",

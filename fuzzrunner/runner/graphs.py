@@ -1,4 +1,4 @@
-"""CUDA graphs, and their CPU stand-in.
+"""CUDA graphs, and their stand-in on the CPU (and under compute-sanitizer).
 
 On a GPU, ``capture`` records a real ``torch.cuda.CUDAGraph`` of the model body at a
 fixed size. On the CPU a graph is the list of host-side launch decisions taken at
@@ -16,6 +16,15 @@ import torch
 from .punica import HostDecisions
 
 
+def real_graphs_possible() -> bool:
+    """``torch.cuda.graph`` needs PyTorch's caching allocator. Under compute-sanitizer we turn it off
+    (``PYTORCH_NO_CUDA_MEMORY_CACHING=1``: otherwise initcheck misses reads of reused memory), and
+    graphs are then emulated as on the CPU: host decisions frozen at capture, kernels re-launched,
+    compiled and checked, at replay. Only the graph mechanism itself goes unexercised there."""
+    import os
+    return os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") in ("", "0")
+
+
 @dataclass
 class CapturedGraph:
     size: int
@@ -31,7 +40,7 @@ class GraphPool:
         self._pool = None
 
     def capture(self, size: int, body: Callable[[], torch.Tensor]) -> CapturedGraph:
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and real_graphs_possible():
             graph = self._capture_cuda(size, body)
         else:
             self.decisions.record()

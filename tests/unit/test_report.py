@@ -200,7 +200,7 @@ def test_html_is_one_self_contained_page_with_tables_and_a_plot(tmp_path, findin
     assert rows[0][1:3] == ["12", "1"] and rows[0][3] == "3.5 s" and rows[0][4:6] == ["1", "0"]
     first = next(next(findings.all("tbody")).all("tr"))
     cells = [td.text() for td in first.all("td")]
-    assert cells[0] == finding.signature.kind and cells[1] == finding.signature.tensor
+    assert cells[0] == finding.signature.kind and cells[1] == (finding.signature.tensor or "\u2014")
     assert cells[2] == finding.signature.kernel and cells[3] == finding.signature.location
     assert cells[4] == "7 examples1.5 s" and cells[5] == "yes"
     [link] = first.all("a")
