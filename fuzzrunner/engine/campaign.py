@@ -68,10 +68,13 @@ def _sig_ids(exc: BaseException) -> list[str]:
 
 
 def worker_spec(target_spec: str, settings: Settings, shard: int, device: str) -> WorkerSpec:
-    wrapper, env = [], {}
+    # Blocking launches on a GPU: a device-side assert or illegal address then surfaces at the
+    # launch that caused it, so the crash finding names the right kernel and line.
+    wrapper, env = [], ({"CUDA_LAUNCH_BLOCKING": "1"} if device == "cuda" else {})
     if settings.sanitizer != "none":
         from ..sanitizer.session import sanitizer_wrapper
-        wrapper, env = sanitizer_wrapper(settings.sanitizer)
+        wrapper, sanitizer_env = sanitizer_wrapper(settings.sanitizer)
+        env.update(sanitizer_env)
     return WorkerSpec(target_spec, device=device, gpu=gpu_for_shard(shard) if device == "cuda" else None,
                       wrapper=wrapper, env=env)
 
