@@ -105,7 +105,9 @@ class Outcome:
 def crash_violation(exc: BaseException, op_index: int | None) -> Violation:
     """A Python exception escaping the target: blamed on the innermost frame of non-library code."""
     frames = traceback.extract_tb(exc.__traceback__)
-    lib = (os.sep + "torch" + os.sep, os.sep + "triton" + os.sep, os.sep + "fuzzrunner" + os.sep + "execute.py")
+    own = os.path.dirname(os.path.abspath(__file__))  # our hooks sit between the runner and torch: skip them
+    lib = (os.sep + "torch" + os.sep, os.sep + "triton" + os.sep, os.path.join(own, "execute.py"),
+           os.path.join(own, "oracles") + os.sep, os.path.join(own, "tracking.py"))
     mine = [f for f in frames if not any(s in f.filename for s in lib)] or frames
     where = source_location(mine[-1].filename, mine[-1].lineno) if mine else "?"
     text = f"{type(exc).__name__}: {exc}".strip()

@@ -8,13 +8,17 @@ from html.parser import HTMLParser
 
 import pytest
 
-from fuzzrunner import Case, replay
+from fuzzrunner import Case, _env, replay
 from fuzzrunner.corpus import Finding
 from fuzzrunner.engine.campaign import CampaignResult
 from fuzzrunner.errors import InvalidArgument, InvalidCase
 from fuzzrunner.report import load_report, report_dict, write_html, write_json, write_junit
 from fuzzrunner.settings import profile
 from fuzzrunner.violation import Violation, primary
+
+# The fixture replays a planted dummy-run bug in this process: on a GPU that is a device-side
+# assert which kills the CUDA context for every later test. Rendering is device-independent.
+pytestmark = pytest.mark.skipif(_env.device_type() != "cpu", reason="replays a planted fault in-process; CPU only")
 
 CASE = Case("reference_runner", {"max_loras": 1, "capture_sizes": [1]},
             [{"op": "dummy_run", "num_tokens": 1, "kind": "warmup"}], ["dummy_run_skips_mapping"])
