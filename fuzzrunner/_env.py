@@ -11,19 +11,31 @@ from __future__ import annotations
 import os
 
 
-def _cuda_present() -> bool:
+def cuda_present() -> bool:
+    """Whether a CUDA device is visible, counted through NVML: no CUDA context is created here,
+    so a later fork, a worker process or a compute-sanitizer run is unaffected."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
         return False
     try:
         import torch
     except ImportError:
         return False
-    return torch.cuda.is_available()
+    if torch.cuda.is_initialized():
+        return torch.cuda.device_count() > 0
+    old = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    try:
+        return bool(torch.cuda.is_available())
+    finally:
+        if old is None:
+            del os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"]
+        else:
+            os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = old
 
 
 def configure() -> str:
     """Set ``TRITON_INTERPRET`` as the device requires and return the device type."""
-    device = os.environ.get("FUZZRUNNER_DEVICE") or ("cuda" if _cuda_present() else "cpu")
+    device = os.environ.get("FUZZRUNNER_DEVICE") or ("cuda" if cuda_present() else "cpu")
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     os.environ["FUZZRUNNER_DEVICE"] = device

@@ -47,8 +47,8 @@ class TritonHook:
         self._saved = {name: getattr(b, name) for name in _HOOKED}
         self._saved["__call__"] = itp.GridExecutor.__call__
         orig = self._saved
-        b.create_masked_load = lambda *a: orig["create_masked_load"](*self._load(a, 0, 1))
-        b.create_masked_store = lambda *a: orig["create_masked_store"](*self._store(a, 0, 2))
+        b.create_masked_load = lambda *a: orig["create_masked_load"](*self._access(a, 0, 1, self.on_read))
+        b.create_masked_store = lambda *a: orig["create_masked_store"](*self._access(a, 0, 2, self.on_write))
         b.create_atomic_rmw = lambda *a: orig["create_atomic_rmw"](*self._rmw(a, 1, 3))
         b.create_atomic_cas = lambda *a: orig["create_atomic_cas"](*self._rmw(a, 0, None))
         hook = self
@@ -107,20 +107,13 @@ class TritonHook:
         args[mask_pos] = TensorHandle(new, tl.int1)
         return tuple(args)
 
-    def _load(self, args, ptr_pos, mask_pos):
+    def _access(self, args, ptr_pos, mask_pos, check):
+        """Check the active lanes of a load or store; switch off the out-of-bounds ones."""
         ptrs, mask_h = args[ptr_pos], args[mask_pos]
         addrs, mask = self._active(ptrs, mask_h)
         if not mask.any():
             return args
-        oob = self.on_read(addrs[mask], self._itemsize(ptrs))
-        return self._masked(args, mask_pos, mask, oob) if oob.any() else args
-
-    def _store(self, args, ptr_pos, mask_pos):
-        ptrs, mask_h = args[ptr_pos], args[mask_pos]
-        addrs, mask = self._active(ptrs, mask_h)
-        if not mask.any():
-            return args
-        oob = self.on_write(addrs[mask], self._itemsize(ptrs))
+        oob = check(addrs[mask], self._itemsize(ptrs))
         return self._masked(args, mask_pos, mask, oob) if oob.any() else args
 
     def _rmw(self, args, ptr_pos, mask_pos):

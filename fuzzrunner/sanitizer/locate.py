@@ -130,21 +130,5 @@ def find_sanitizer(explicit: str | None = None) -> Sanitizer:
 
 def gpu_available() -> bool:
     """Whether a CUDA device is visible, without creating a CUDA context in this process."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
-        return False
-    try:
-        import torch
-    except ImportError:
-        return False
-    if torch.cuda.is_initialized():
-        return torch.cuda.device_count() > 0
-    # Counted through NVML, CUDA stays uninitialized here (a later fork, or a sanitizer, is unaffected).
-    old = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
-    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-    try:
-        return bool(torch.cuda.is_available())
-    finally:
-        if old is None:
-            del os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"]
-        else:
-            os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = old
+    from .. import _env
+    return _env.cuda_present()
