@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InvalidCase
@@ -82,19 +82,3 @@ class Case:
         The minimal case of a search is Hypothesis' own (its final replay), not this order's.
         """
         return (len(self.ops), len(json.dumps(self.to_dict())))
-
-
-@dataclass
-class CaseBuilder:
-    """Convenience for hand-written cases and repro scripts."""
-    target: str
-    config: dict
-    faults: tuple = ()
-    ops: list = field(default_factory=list)
-
-    def op(self, name: str, **fields) -> "CaseBuilder":
-        self.ops.append({"op": name, **fields})
-        return self
-
-    def build(self) -> Case:
-        return Case(self.target, self.config, tuple(self.ops), tuple(self.faults))

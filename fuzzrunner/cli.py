@@ -186,15 +186,10 @@ def _export_all(result, corpus: str, target_spec: str) -> None:
             f.repro = None
 
 
-def _write_reports(results, json_path=None, junit_path=None, html_path=None) -> list[str]:
-    from . import report
-    out = []
-    for path, write in ((json_path, report.write_json), (junit_path, report.write_junit),
-                        (html_path, report.write_html)):
-        if path:
-            write(results if len(results) > 1 else results[0], path)
-            out.append(path)
-    return out
+def _write_reports(results, json_path=None, junit_path=None, html_path=None) -> list:
+    from .report import write_reports
+    return write_reports(results if len(results) > 1 else results[0], json_path=json_path,
+                         junit_path=junit_path, html_path=html_path)
 
 
 def _check_writable(*paths) -> None:

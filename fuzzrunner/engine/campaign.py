@@ -225,8 +225,6 @@ class _Shard:
         r = self.result
         r.duration_s = self.elapsed()
         r.findings = list(self.book.by_id.values())
-        for f in r.findings:
-            f.repro = f.repro or None
         r.worker_restarts = self.hub.restarts
         return r
 
