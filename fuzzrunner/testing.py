@@ -161,8 +161,8 @@ def skip_without_gpu(sanitizer: str | None, device: str | None) -> None:
     """A sanitizer or ``device='cuda'`` on a machine with no GPU: skip, saying why."""
     if sanitizer in (None, "none") and device != "cuda":
         return
-    from ._env import _cuda_present
-    if _cuda_present():
+    from ._env import cuda_present
+    if cuda_present():
         return
     if sanitizer not in (None, "none"):
         pytest.skip(f"compute-sanitizer --tool {sanitizer} needs a CUDA GPU and none is visible here; on the CPU "

@@ -21,7 +21,7 @@ import fuzzrunner.kernels  # noqa: F401
 import fuzzrunner.testing  # noqa: F401
 import triton  # noqa: F401
 from fuzzrunner import Case, replay
-from fuzzrunner._env import _cuda_present
+from fuzzrunner._env import cuda_present
 from fuzzrunner.corpus import Corpus, Finding
 from fuzzrunner.pytest_plugin import gpu_for_worker, nvidia_smi_gpus, pin_xdist_worker, visible_gpus
 from fuzzrunner.violation import primary
@@ -34,7 +34,7 @@ INSTALLED = any(e.name == "fuzzrunner" for e in importlib.metadata.entry_points(
 PLUGIN = () if INSTALLED else ("-p", "fuzzrunner.pytest_plugin")
 BUG = "        # self.slot_mapping[:num_tokens].fill_(-1)"
 FIX = "        self.slot_mapping[:num_tokens].fill_(-1)"
-needs_no_gpu = pytest.mark.skipif(_cuda_present(), reason="checks the skip on a machine with no GPU")
+needs_no_gpu = pytest.mark.skipif(cuda_present(), reason="checks the skip on a machine with no GPU")
 
 
 def docs_runner() -> str:
