@@ -9,7 +9,7 @@ from .case import Case
 from .corpus import load_any
 from .engine.campaign import CampaignResult, run_campaign
 from .execute import run_case
-from .settings import Settings, profile as _profile
+from .settings import profile as _profile
 from .target import Target, load_target
 from .violation import Violation
 

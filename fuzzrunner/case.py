@@ -16,6 +16,23 @@ from .errors import InvalidCase
 SCHEMA = 1
 
 
+def read_text(path: str | os.PathLike) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise InvalidCase(f"{path}: cannot read ({e.strerror}).") from None
+    except UnicodeDecodeError:
+        raise InvalidCase(f"{path}: not a text file; is this a fuzzrunner JSON file?") from None
+
+
+def parse_json(text: str, source: str):
+    """JSON of a case, finding or report file; a one-line error naming the file otherwise."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidCase(f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}).") from None
+
+
 @dataclass(frozen=True)
 class Case:
     target: str
@@ -60,21 +77,14 @@ class Case:
 
     @classmethod
     def from_json(cls, text: str, *, source: str = "case") -> "Case":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InvalidCase(f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}).") from None
+        data = parse_json(text, source)
         if isinstance(data, dict) and "case" in data and "signature" in data:
             data = data["case"]  # a finding file holds its case
         return cls.from_dict(data, source=source)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Case":
-        try:
-            text = Path(path).read_text()
-        except OSError as e:
-            raise InvalidCase(f"{path}: cannot read ({e.strerror}).") from None
-        return cls.from_json(text, source=str(path))
+        return cls.from_json(read_text(path), source=str(path))
 
     def size(self) -> tuple:
         """A rough simplicity order (fewer ops, then less data) for keeping the best case seen so far.

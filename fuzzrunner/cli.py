@@ -373,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.command:
             _parser().print_help()
             return EXIT_ERROR
-        import fuzzrunner  # noqa: F401  (device set-up before anything else)
+        from . import _env
+        _env.configure()  # decide the device (TRITON_INTERPRET) before any command imports Triton
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         print("fuzzrunner: interrupted; findings so far are in the corpus", file=sys.stderr)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .case import Case
+from .case import Case, parse_json, read_text
 from .errors import InvalidCase
 from .violation import Signature, Violation
 
@@ -58,12 +58,7 @@ class Finding:
 
     @classmethod
     def load(cls, path) -> "Finding":
-        try:
-            data = json.loads(Path(path).read_text())
-        except OSError as e:
-            raise InvalidCase(f"{path}: cannot read ({e.strerror}).") from None
-        except json.JSONDecodeError as e:
-            raise InvalidCase(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}).") from None
+        data = parse_json(read_text(path), str(path))
         if not isinstance(data, dict):
             raise InvalidCase(f"{path}: a finding must be a JSON object.")
         return cls.from_dict(data, source=str(path))
@@ -88,14 +83,7 @@ def atomic_write(path: Path, text: str) -> None:
 
 def load_any(path) -> tuple[Case, Finding | None]:
     """A case file or a finding file -> (case, finding or None)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise InvalidCase(f"{path}: cannot read ({e.strerror}).") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InvalidCase(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}).") from None
+    data = parse_json(read_text(path), str(path))
     if isinstance(data, dict) and "signature" in data and "case" in data:
         f = Finding.from_dict(data, source=str(path))
         return f.case, f

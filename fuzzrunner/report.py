@@ -18,7 +18,7 @@ import urllib.parse
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from .case import Case
+from .case import Case, parse_json, read_text
 from .corpus import Finding, atomic_write
 from .errors import InvalidArgument, InvalidCase
 from .violation import Signature
@@ -77,14 +77,7 @@ def write_json(results, path) -> Path:
 def load_report(path) -> dict:
     """Read a JSON report back, checking its shape; ``InvalidCase`` (one line) if it is not one."""
     source = str(path)
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise InvalidCase(f"{source}: cannot read ({e.strerror}).") from None
-    except UnicodeDecodeError:
-        raise InvalidCase(f"{source}: not a text file; is this a fuzzrunner JSON report?") from None
-    except json.JSONDecodeError as e:
-        raise InvalidCase(f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}).") from None
+    data = parse_json(read_text(path), source)
     _check_report(data, source)
     return data
 

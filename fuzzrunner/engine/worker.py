@@ -76,8 +76,8 @@ def _context_lost(last_kernel: str):
 
 
 def main() -> int:
-    import fuzzrunner  # noqa: F401  (sets TRITON_INTERPRET before Triton loads)
-    from .. import tracking
+    from .. import _env, tracking
+    _env.configure()  # FUZZRUNNER_DEVICE comes from the hub; TRITON_INTERPRET before Triton loads
     from ..case import Case
     from ..errors import InvalidCase
     from ..execute import run_case

@@ -18,10 +18,11 @@ from .. import _env, tracking
 from ..violation import Violation
 from .base import ViolationLog, source_location
 from .shadow_memory import BadAccess, ShadowMemory
-from .torch_hook import TorchShadowMode, addresses
+from .torch_hook import TorchShadowMode
 from .triton_hook import TritonHook, grid_idx, kernel_source_line
 
-_OWN_FILES = ("torch" + "/", "fuzzrunner/oracles/", "fuzzrunner/tracking.py", "contextlib.py")
+# Frames skipped when blaming a torch op on its caller: torch, Triton, and our own hooks.
+_NOT_CALLERS = ("/torch/", "/triton/", "/fuzzrunner/oracles/", "/fuzzrunner/tracking.py", "/contextlib.py")
 
 
 def _caller_line() -> tuple[str, int]:
@@ -29,8 +30,7 @@ def _caller_line() -> tuple[str, int]:
     f = sys._getframe(2)
     while f is not None:
         path = f.f_code.co_filename.replace("\\", "/")
-        if not any(s in path for s in ("/torch/", "/fuzzrunner/oracles/", "/fuzzrunner/tracking.py",
-                                       "/contextlib.py", "/triton/")):
+        if not any(s in path for s in _NOT_CALLERS):
             return path, f.f_lineno
         f = f.f_back
     return "?", 0

@@ -3,7 +3,6 @@ and stays silent on the same case with the fault off."""
 
 import pytest
 
-import fuzzrunner
 from fuzzrunner import Case, replay
 from fuzzrunner.violation import primary
 

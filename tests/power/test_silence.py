@@ -5,7 +5,6 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-import fuzzrunner  # noqa: F401
 from fuzzrunner.execute import run_case
 from fuzzrunner.target import load_target
 
