@@ -33,7 +33,7 @@ class ToyRunner:
         return self.table[self.slot_of_token[:n]].sum(dim=1)
 
 
-def cases(faults=(), **_):
+def cases(faults=(), *, max_ops=5):
     op = st.one_of(st.integers(1, 8).map(lambda n: {"op": "dummy_run", "num_tokens": n}),
                    st.lists(st.integers(0, 3), min_size=1, max_size=8).map(lambda s: {"op": "step", "slots": s}))
     return st.lists(op, min_size=1, max_size=5).map(lambda ops: Case("toy_runner", {"max_tokens": 8}, ops, faults))

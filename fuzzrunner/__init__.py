@@ -15,23 +15,24 @@ from importlib import import_module as _import_module
 from os import environ as _environ
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from . import _env
+from . import _checkout, _env
 
+_checkout.install()  # fuzzrunner.targets from a checkout's top-level targets/ folder
 if _environ.get("FUZZRUNNER_DEVICE"):
     _env.configure()  # the device is decided: no GPU probe, no torch import
 
 __version__ = "0.1.0"
-__all__ = ["Case", "Settings", "Target", "carry_over", "fuzz", "replay", "track"]
+__all__ = ["Case", "Settings", "Target", "carry_over", "fuzz", "kernel_launch", "replay", "track"]
 
 _HOME = {"Case": ".case", "Settings": ".settings", "Target": ".target", "carry_over": ".tracking",
-         "fuzz": ".api", "replay": ".api", "track": ".tracking"}
+         "fuzz": ".api", "kernel_launch": ".tracking", "replay": ".api", "track": ".tracking"}
 
 if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads these
     from .api import fuzz, replay
     from .case import Case
     from .settings import Settings
     from .target import Target
-    from .tracking import carry_over, track
+    from .tracking import carry_over, kernel_launch, track
 
 
 def __getattr__(name: str):

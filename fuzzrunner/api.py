@@ -7,43 +7,47 @@ from typing import Iterable
 
 from .case import Case
 from .corpus import load_any
-from .engine.campaign import CampaignResult, run_campaign
+from .engine.campaign import run_campaign
+from .engine.result import CampaignResult
 from .execute import run_case
 from .settings import profile as _profile
-from .target import Target, load_target
+from .target import Target, load_target, spec_of
 from .violation import Violation
 
 
 def fuzz(target: str | Target = "reference_runner", *, faults: Iterable[str] = (), profile: str = "dev",
          corpus: str | os.PathLike | None = None, database=None, on_event=None, **overrides) -> CampaignResult:
     """Run a campaign. ``overrides`` are ``Settings`` fields (max_examples=, budget_s=, seed=, ...)."""
-    spec = target if isinstance(target, str) else _register(target)
+    spec = target if isinstance(target, str) else spec_of(target)
     settings = _profile(profile).override(**overrides)
     return run_campaign(spec, settings, faults=tuple(faults), corpus_dir=corpus, database=database,
                         on_event=on_event)
 
 
 def replay(case: Case | str | os.PathLike, *, target: str | Target | None = None,
-           oracles: Iterable[str] | None = None, device: str | None = None) -> list[Violation]:
-    """Run one case (or a case/finding file) in this process under the oracles; return violations."""
+           oracles: Iterable[str] | None = None, device: str | None = None, isolated: bool = False,
+           sanitizer: str = "none") -> list[Violation]:
+    """Run one case (or a case/finding file) under the oracles; return its violations.
+
+    In this process by default; ``isolated=True`` runs it in a crash-isolated worker (a segfault
+    or a lost CUDA context comes back as a crash violation), under compute-sanitizer when
+    ``sanitizer`` names a tool. ``target`` defaults to the spec a finding file recorded, else the
+    case's target name.
+    """
+    finding = None
     if not isinstance(case, Case):
-        case, _ = load_any(case)
+        case, finding = load_any(case)
     if target is None:
-        target = case.target
+        target = (finding.target_spec if finding is not None and finding.target_spec else case.target)
+    if isolated or sanitizer != "none":
+        from .engine.replay import Replayer
+        from .settings import Settings
+        spec = target if isinstance(target, str) else spec_of(target)
+        settings = Settings(device=device, sanitizer=sanitizer,
+                            oracles=tuple(oracles) if oracles is not None else None)
+        with Replayer(settings) as replayer:
+            return replayer.run(case, spec)
     t = target if isinstance(target, Target) else load_target(target)
     t.check_faults(case.faults)
-    return run_case(case, t, oracles=oracles, device=device).violations
-
-
-_registered: dict[str, Target] = {}
-
-
-def _register(target: Target) -> str:
-    """A Target object handed to ``fuzz`` in-process: workers find it again through its module."""
-    import inspect
-    module = inspect.getmodule(target.run)
-    for name, obj in vars(module).items():
-        if obj is target:
-            path = getattr(module, "__file__", None)
-            return f"{path}:{name}" if path else f"{module.__name__}:{name}"
-    raise ValueError(f"target {target.name!r} must be a module-level object so worker processes can import it.")
+    t.check_case(case)
+    return run_case(case, t, oracles=oracles, device=device)

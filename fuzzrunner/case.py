@@ -31,6 +31,8 @@ def parse_json(text: str, source: str):
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise InvalidCase(f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}).") from None
+    except (ValueError, RecursionError) as e:  # e.g. an integer of thousands of digits, or nesting too deep
+        raise InvalidCase(f"{source}: not valid JSON for fuzzrunner ({str(e)[:200]}).") from None
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ class Case:
     @classmethod
     def from_json(cls, text: str, *, source: str = "case") -> "Case":
         data = parse_json(text, source)
-        if isinstance(data, dict) and "case" in data and "signature" in data:
+        if isinstance(data, dict) and "case" in data and ("signature" in data or "violation" in data):
             data = data["case"]  # a finding file holds its case
         return cls.from_dict(data, source=source)
 

@@ -1,7 +1,8 @@
 """The ``fuzzrunner`` command line: parse, pick a profile, print, exit codes. Nothing else.
 
-Exit codes: 0 no finding, 1 findings (or a replayed violation), 2 usage or harness error
-(one line on stderr; ``--debug`` shows the traceback).
+Exit codes (``fuzz``, ``nightly``): 0 no finding, 1 findings, 2 usage or harness error (one
+line on stderr; ``--debug`` shows the traceback), 130 interrupted (a partial report is
+written). ``replay``: 1 reproduced, 0 not reproduced, 2 could not run.
 """
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 import traceback
 from pathlib import Path
 
-EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+from . import names
+from .progress import Progress
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,125 +29,104 @@ class _UsageError(Exception):
     pass
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def _campaign_options(p: argparse.ArgumentParser, profile: str) -> None:
+    p.add_argument("--profile", choices=names.PROFILES, default=None,
+                   help=f"settings profile (default: {profile}, or ci when the CI environment variable is set)")
+    p.add_argument("--max-examples", type=int, metavar="N", help="cases to generate (per target), over the profile")
+    p.add_argument("--budget", type=float, metavar="SECONDS", help="time limit, over the profile")
+    p.add_argument("--seed", type=int, help="seed of the search (default: random, printed)")
+    p.add_argument("--workers", type=int, metavar="N", help="shards, each with its own worker (and GPU)")
+    p.add_argument("--device", choices=names.DEVICES, help="where workers run kernels (default: a GPU if present)")
+    p.add_argument("--sanitizer", choices=names.SANITIZERS, help="run workers under compute-sanitizer (GPU)")
+    p.add_argument("--case-timeout", type=float, metavar="SECONDS", help="a case running longer is a timeout finding")
+    p.add_argument("--max-ops", type=int, metavar="N", help="most ops in one generated case")
+    p.add_argument("--corpus", default="corpus", help="corpus directory (findings, seed cases, example database)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="fuzzrunner", description="Fuzz GPU model runners for reads of uninitialized or "
-                                               "stale LoRA metadata.")
+    from . import __version__
+    p = _Parser(prog="fuzzrunner", description="Fuzz GPU model runners for reads of uninitialized or stale "
+                                               "LoRA metadata.", formatter_class=_Help)
+    p.add_argument("--version", action="version", version=f"fuzzrunner {__version__}")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
-    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
-    f = sub.add_parser("fuzz", help="fuzz one target")
-    f.add_argument("--target", default="reference_runner", help="a built-in name, FILE.py:OBJ or module:OBJ")
-    f.add_argument("--fault", action="append", default=[], help="turn on a planted bug (repeatable)")
-    f.add_argument("--profile", default="dev", help="dev | ci | nightly")
-    f.add_argument("--max-examples", type=int)
-    f.add_argument("--budget", type=float, help="seconds")
-    f.add_argument("--seed", type=int)
-    f.add_argument("--corpus", default="corpus")
-    f.add_argument("--workers", type=int)
-    f.add_argument("--device", choices=["cpu", "cuda"])
-    f.add_argument("--sanitizer", choices=["none", "initcheck", "memcheck", "racecheck", "synccheck"])
-    f.add_argument("--oracle", action="append", help="shadow | invariants | numeric | poison (repeatable)")
-    f.add_argument("--no-shrink", action="store_true")
-    f.add_argument("--report", help="write a JSON report")
-    f.add_argument("--junit", help="write JUnit XML")
-    f.add_argument("--html", help="write an HTML report")
-    f.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    f = sub.add_parser("fuzz", help="fuzz one target", formatter_class=_Help,
+                       epilog="example:\n  fuzzrunner fuzz --target reference_runner --fault dummy_run_skips_mapping "
+                              "--max-examples 300 --seed 1 --report r.json")
+    f.add_argument("--target", required=True, help="a built-in name (see `fuzzrunner targets`), FILE.py:OBJ or "
+                                                   "package.module:OBJ")
+    f.add_argument("--fault", action="append", default=[], metavar="NAME",
+                   help="turn on a planted bug (repeatable; see `fuzzrunner faults --target T`)")
+    _campaign_options(f, "dev")
+    f.add_argument("--oracle", action="append", choices=names.oracle_names(), metavar="NAME",
+                   help=f"run only these oracles (repeatable: {', '.join(names.oracle_names())}); "
+                        f"default: the device's")
+    f.add_argument("--no-shrink", action="store_true", help="report findings as first found, without shrinking")
+    f.add_argument("--report", metavar="FILE.json", help="write the JSON report")
+    f.add_argument("--junit", metavar="FILE.xml", help="write JUnit XML")
+    f.add_argument("--html", metavar="FILE.html", help="write the HTML report")
+    _verbosity(f)
 
-    r = sub.add_parser("replay", help="replay case or finding files; exit 1 if a violation reproduces")
-    r.add_argument("files", nargs="+")
-    r.add_argument("--target", help="the target spec (FILE.py:OBJ, module:OBJ) for cases of your own targets")
-    r.add_argument("--oracle", action="append")
-    r.add_argument("--device", choices=["cpu", "cuda"])
-    r.add_argument("--sanitizer", choices=["none", "initcheck", "memcheck", "racecheck", "synccheck"],
-                   default="none")
+    r = sub.add_parser("replay", help="replay case or finding files in a worker", formatter_class=_Help,
+                       epilog="exit: 1 reproduced, 0 not reproduced, 2 could not run\nexample:\n"
+                              "  fuzzrunner replay corpus/findings/reference_runner/*.json")
+    r.add_argument("files", nargs="+", metavar="FILE")
+    r.add_argument("--target", help="the target spec (FILE.py:OBJ, module:OBJ); default: what the file recorded")
+    r.add_argument("--oracle", action="append", choices=names.oracle_names(), metavar="NAME",
+                   help="run only these oracles (repeatable)")
+    r.add_argument("--device", choices=names.DEVICES, help="where the worker runs kernels")
+    r.add_argument("--sanitizer", choices=names.SANITIZERS, default="none", help="run under compute-sanitizer")
     r.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
-    e = sub.add_parser("export", help="write a standalone repro script for a finding")
-    e.add_argument("finding")
-    e.add_argument("-o", "--output", default="repro.py")
+    e = sub.add_parser("export", help="write a standalone repro script for a finding", formatter_class=_Help,
+                       epilog="example:\n  fuzzrunner export corpus/findings/reference_runner/3c46bb51a214.json "
+                              "-o repro.py && python repro.py")
+    e.add_argument("finding", metavar="FINDING.json")
+    e.add_argument("-o", "--output", default="repro.py", help="the script to write (or a folder)")
+    e.add_argument("--target", help="the target spec the script loads (default: what the finding recorded)")
     e.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
-    n = sub.add_parser("nightly", help="replay the corpus, fuzz every built-in target, write all reports")
-    n.add_argument("--budget", type=float, help="seconds for the whole run")
-    n.add_argument("--report-dir", default="reports")
-    n.add_argument("--corpus", default="corpus")
-    n.add_argument("--profile", default="nightly")
-    n.add_argument("--max-examples", type=int, help="per target")
-    n.add_argument("--seed", type=int)
-    n.add_argument("--workers", type=int)
-    n.add_argument("--device", choices=["cpu", "cuda"])
-    n.add_argument("--sanitizer", choices=["none", "initcheck", "memcheck", "racecheck", "synccheck"])
-    n.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    n = sub.add_parser("nightly", help="replay the corpus, fuzz every built-in target, write all reports",
+                       formatter_class=_Help, epilog="example:\n  fuzzrunner nightly --budget 3600 --report-dir reports")
+    _campaign_options(n, "nightly")
+    n.add_argument("--report-dir", default="reports", help="where report.json, junit.xml, report.html go")
+    _verbosity(n)
 
     sub.add_parser("targets", help="list the built-in targets")
-    sub.add_parser("faults", help="list the planted-bug switches of the reference runner")
+    fl = sub.add_parser("faults", help="list the planted-bug switches of a target", formatter_class=_Help)
+    fl.add_argument("--target", default="reference_runner", help="the target whose faults to list")
     d = sub.add_parser("doctor", help="versions, device, interpreter mode, compute-sanitizer")
     d.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
-# -- progress --------------------------------------------------------------------------------
-
-class Progress:
-    """A live line on a terminal; plain lines (findings, and a heartbeat) otherwise."""
-
-    def __init__(self, stream, budget: float | None, label: str = ""):
-        self.stream, self.budget, self.label = stream, budget, label
-        self.tty = stream.isatty()
-        self.start = time.monotonic()
-        self._last_plain = 0.0
-        self.examples = self.findings = 0
-
-    def __call__(self, event: dict) -> None:
-        kind = event["type"]
-        if kind == "progress":
-            self.examples, self.findings = event["examples"], event["findings"]
-            self._line()
-        elif kind == "finding":
-            f = event["finding"]
-            self._clear()
-            self.stream.write(f"  found: {f.signature.short()} after {f.first_found_after_examples} "
-                              f"examples ({f.found_after_s:.1f} s)\n")
-        elif kind == "regression":
-            self._clear()
-            self.stream.write(f"  still failing from the corpus: {event['finding'].signature.short()}\n")
-        elif kind == "warning":
-            self._clear()
-            self.stream.write(f"  warning: {event['message']}\n")
-        self.stream.flush()
-
-    def _text(self) -> str:
-        el = time.monotonic() - self.start
-        rate = self.examples / el if el > 0 else 0.0
-        of = f"/{self.budget:.0f}" if self.budget else ""
-        return (f"{self.label}{self.examples} cases, {self.findings} finding{'s' * (self.findings != 1)}, "
-                f"{rate:.1f} cases/s, {el:.0f}{of} s")
-
-    def _line(self) -> None:
-        if self.tty:
-            self.stream.write("\r\033[K" + self._text())
-        elif time.monotonic() - self._last_plain >= 10:
-            self._last_plain = time.monotonic()
-            self.stream.write(self._text() + "\n")
-
-    def _clear(self) -> None:
-        if self.tty:
-            self.stream.write("\r\033[K")
-
-    def done(self) -> None:
-        if self.tty:
-            self.stream.write("\r\033[K")
-        self.stream.flush()
+def _verbosity(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress; findings and the summary only")
+    p.add_argument("-v", "--verbose", action="store_true", help="also print each finding's case as found")
+    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
 
-# -- commands --------------------------------------------------------------------------------
+# -- settings and checks ----------------------------------------------------------------------
 
-def _settings(args, profile_name: str):
+def _profile_name(args) -> str:
+    if args.profile:
+        return args.profile
+    if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
+        return "ci"
+    return "nightly" if args.command == "nightly" else "dev"
+
+
+def _settings(args):
     from .settings import profile
-    s = profile(profile_name)
-    changes = dict(max_examples=getattr(args, "max_examples", None), budget_s=getattr(args, "budget", None),
-                   seed=getattr(args, "seed", None), workers=getattr(args, "workers", None),
-                   device=getattr(args, "device", None), sanitizer=getattr(args, "sanitizer", None))
+    s = profile(_profile_name(args))
+    changes = dict(max_examples=args.max_examples, budget_s=args.budget, seed=args.seed, workers=args.workers,
+                   device=args.device, sanitizer=args.sanitizer, case_timeout_s=args.case_timeout,
+                   max_ops=args.max_ops)
     if getattr(args, "oracle", None):
         changes["oracles"] = tuple(args.oracle)
     if getattr(args, "no_shrink", False):
@@ -154,11 +136,10 @@ def _settings(args, profile_name: str):
 
 def _check_device(s):
     """A sanitizer needs a GPU and the executable; say so before any worker starts."""
-    from .errors import InvalidArgument
     from . import _env
+    from .errors import InvalidArgument
     if s.device == "cuda" or s.sanitizer != "none":
-        import torch
-        if not torch.cuda.is_available():
+        if not _env.cuda_present():
             need = f"--sanitizer {s.sanitizer}" if s.sanitizer != "none" else "--device cuda"
             raise InvalidArgument(f"{need} needs a CUDA GPU and none is visible here. On the CPU, drop it: the "
                                   f"shadow oracle checks the same reads in Triton's interpreter.")
@@ -172,18 +153,71 @@ def _check_device(s):
     return s
 
 
-def _export_all(result, corpus: str, target_spec: str) -> None:
+def _check_writable_file(p) -> None:
+    from .errors import InvalidArgument
+    if not p:
+        return
+    path = Path(p)
+    if path.is_dir():
+        raise InvalidArgument(f"cannot write {p!r}: it is a directory; name a file.")
+    parent = path.resolve().parent
+    if not parent.is_dir():
+        raise InvalidArgument(f"cannot write {p!r}: directory {str(parent)!r} does not exist.")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise InvalidArgument(f"cannot write {p!r}: permission denied.")
+
+
+def _check_corpus(corpus: str) -> None:
+    """The corpus must take findings before the first case runs, not after the first finding."""
+    from .errors import InvalidArgument
+    path = Path(corpus)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InvalidArgument(f"cannot use corpus {corpus!r}: {e.strerror or e}.") from None
+    if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
+        raise InvalidArgument(f"cannot use corpus {corpus!r}: not a writable directory. Choose another with "
+                              f"--corpus DIR.")
+
+
+# -- output -----------------------------------------------------------------------------------
+
+def _export_all(result, corpus: str) -> None:
     """A repro script beside the corpus for every finding; a failed export loses only the script."""
+    from .corpus import safe_name
     from .errors import FuzzrunnerError
     from .repro import export_repro
-    user_target = target_spec if ":" in target_spec else None
     for f in result.findings:
-        path = Path(corpus) / "repro" / result.target / f"{f.signature.id}.py"
+        path = Path(corpus) / "repro" / safe_name(result.target) / f"{f.id}.py"
         try:
-            f.repro = str(export_repro(f, path, target=user_target))
+            f.repro = str(export_repro(f, path))
         except (OSError, FuzzrunnerError) as e:
-            print(f"fuzzrunner: warning: no repro for {f.signature.id}: {e}", file=sys.stderr)
+            print(f"fuzzrunner: warning: no repro for {f.id}: {e}", file=sys.stderr)
             f.repro = None
+
+
+def _summary(result, out) -> None:
+    from .finding import render
+    n = len(result.findings)
+    out.write(f"{result.target}: {result.examples} cases ({result.generated} generated, {result.invalid} invalid) "
+              f"in {result.duration_s:.1f} s (seed {result.seed}), stopped: {result.stop_reason or 'unknown'}; "
+              f"{n} finding{'s' * (n != 1)}\n")
+    for f in result.findings:
+        out.write("\n  " + render(f, indent="    ") + "\n")
+    for f in result.flaky:
+        out.write(f"\n  flaky (kept apart): {f.signature.short()}\n")
+    for w in result.warnings:
+        out.write(f"  warning: {w}\n")
+    for e in result.errors:
+        out.write(f"  ERROR: {e}\n")
+
+
+def _exit_code(results) -> int:
+    if any(r.stop_reason == "interrupted" for r in results):
+        return EXIT_INTERRUPTED
+    if any(r.errors for r in results):
+        return EXIT_ERROR
+    return EXIT_FINDINGS if any(r.findings for r in results) else EXIT_OK
 
 
 def _write_reports(results, json_path=None, junit_path=None, html_path=None) -> list:
@@ -192,172 +226,171 @@ def _write_reports(results, json_path=None, junit_path=None, html_path=None) -> 
                          junit_path=junit_path, html_path=html_path)
 
 
-def _check_writable(*paths) -> None:
-    from .errors import InvalidArgument
-    for p in paths:
-        if not p:
-            continue
-        parent = Path(p).resolve().parent
-        if not parent.is_dir():
-            raise InvalidArgument(f"cannot write report {p!r}: directory {str(parent)!r} does not exist.")
-        if not os.access(parent, os.W_OK) or (Path(p).exists() and not os.access(p, os.W_OK)):
-            raise InvalidArgument(f"cannot write report {p!r}: permission denied.")
-
-
-def _summary(result, out) -> None:
-    n = len(result.findings)
-    out.write(f"{result.target}: {result.examples} cases in {result.duration_s:.1f} s "
-              f"(seed {result.seed}), {n} finding{'s' * (n != 1)}\n")
-    for f in result.findings:
-        v = f.violation
-        out.write(f"\n  {f.signature.short()}\n    {v.message}\n"
-                  f"    found after {f.first_found_after_examples} examples ({f.found_after_s:.1f} s); "
-                  f"minimal case: {len(f.case.ops)} op{'s' * (len(f.case.ops) != 1)}\n")
-        if f.repro:
-            out.write(f"    repro: python {f.repro}\n")
-
+# -- commands ---------------------------------------------------------------------------------
 
 def cmd_fuzz(args) -> int:
     from .api import fuzz
-    from .target import load_target
-    _check_writable(args.report, args.junit, args.html)
-    settings = _settings(args, args.profile)
-    target = load_target(args.target)
-    target.check_faults(args.fault)
-    progress = Progress(sys.stderr, settings.budget_s)
-    result = fuzz(args.target, faults=args.fault, profile=args.profile, corpus=args.corpus, on_event=progress,
+    from .target import load_target, resolve_spec
+    for p in (args.report, args.junit, args.html):
+        _check_writable_file(p)
+    _check_corpus(args.corpus)
+    settings = _settings(args)
+    spec = _absolute_spec(resolve_spec(args.target)) if ":" in args.target else args.target
+    load_target(spec).check_faults(args.fault)
+    progress = Progress(sys.stderr, settings, quiet=args.quiet, verbose=args.verbose)
+    result = fuzz(spec, faults=args.fault, profile=_profile_name(args), corpus=args.corpus, on_event=progress,
                   **{k: v for k, v in settings.to_dict().items() if k != "oracles" or v is not None})
-    progress.done()
-    _export_all(result, args.corpus, args.target)
+    progress.done(result)
+    _export_all(result, args.corpus)
     _summary(result, sys.stdout)
     for p in _write_reports([result], args.report, args.junit, args.html):
         print(f"wrote {p}")
-    return EXIT_FINDINGS if result.findings else EXIT_OK
+    return _exit_code([result])
+
+
+def _absolute_spec(spec: str) -> str:
+    """A ``file.py:OBJ`` spec with an absolute path: findings and repro scripts work from anywhere."""
+    module, _, obj = spec.rpartition(":")
+    if module.endswith(".py") or os.sep in module:
+        return f"{os.path.abspath(module)}:{obj}"
+    return spec
+
+
+def _replay_one(replayer, path, args) -> int:
+    """1 reproduced, 0 not, 2 could not run; prints one verdict line (and what it saw)."""
+    from .corpus import load_any
+    from .errors import FuzzrunnerError
+    try:
+        case, finding = load_any(path)
+        spec = _absolute_spec(args.target) if args.target else (finding.target_spec if finding and
+                                                                 finding.target_spec else case.target)
+        violations = replayer.run(case, spec)
+    except FuzzrunnerError as e:
+        print(f"{path}: COULD NOT RUN: {e}")
+        return EXIT_ERROR
+    if finding is not None:
+        same = finding.reproduced_by(violations)
+        if same:
+            print(f"{path}: REPRODUCED {finding.signature.short()}\n    {same[0].message}")
+            return EXIT_FINDINGS
+        if not violations:
+            print(f"{path}: NOT REPRODUCED ({finding.signature.short()})")
+            return EXIT_OK
+        print(f"{path}: the original violation is gone, but others appear:")
+    elif violations:
+        print(f"{path}: {len(violations)} violation{'s' * (len(violations) != 1)}")
+    else:
+        print(f"{path}: ok")
+        return EXIT_OK
+    for v in violations:
+        print(f"    {v.signature.short()}: {v.message}")
+    return EXIT_FINDINGS
 
 
 def cmd_replay(args) -> int:
-    from .corpus import load_any
-    from .engine.campaign import worker_spec
-    from .engine.hub import Hub
-    from .execute import effective_oracles
+    from .engine.replay import Replayer
     from .settings import Settings
-    from .target import load_target
-    loaded = [(f, *load_any(f)) for f in args.files]  # every file is checked before anything runs
     settings = _check_device(Settings(device=args.device, sanitizer=args.sanitizer,
                                       oracles=tuple(args.oracle) if args.oracle else None))
-    failed = 0
-    for path, case, finding in loaded:
-        spec = args.target or case.target
-        load_target(spec).check_faults(case.faults)
-        oracles = effective_oracles(settings.oracles, settings.device, settings.sanitizer)
-        with Hub(worker_spec(spec, settings, 0, settings.device), oracles=oracles,
-                 timeout_s=settings.case_timeout_s) as hub:
-            violations = hub.run(case).violations
-        if finding is not None:
-            same = [v for v in violations if v.signature.id == finding.signature.id]
-            if same:
-                failed += 1
-                print(f"{path}: REPRODUCED {finding.signature.short()}\n    {same[0].message}")
-            elif violations:
-                failed += 1
-                print(f"{path}: the original violation is gone, but others appear:")
-            else:
-                print(f"{path}: not reproduced ({finding.signature.short()}): fixed?")
-        elif violations:
-            failed += 1
-            print(f"{path}: {len(violations)} violation{'s' * (len(violations) != 1)}")
-        else:
-            print(f"{path}: ok")
-        if violations and not (finding and any(v.signature.id == finding.signature.id for v in violations)):
-            for v in violations:
-                print(f"    {v.signature.short()}: {v.message}")
-    return EXIT_FINDINGS if failed else EXIT_OK
+    with Replayer(settings) as replayer:
+        codes = [_replay_one(replayer, path, args) for path in args.files]
+    return EXIT_FINDINGS if EXIT_FINDINGS in codes else EXIT_ERROR if EXIT_ERROR in codes else EXIT_OK
 
 
 def cmd_export(args) -> int:
-    from .corpus import Finding
+    from .finding import Finding
     from .repro import export_repro
     finding = Finding.load(args.finding)
-    _check_writable(args.output)
-    path = export_repro(finding, args.output)
-    print(f"wrote {path}: run it with `python {path}` (exit 1 while the bug is there)")
+    if not Path(args.output).is_dir():
+        _check_writable_file(args.output)
+    path = export_repro(finding, args.output, target=_absolute_spec(args.target) if args.target else None)
+    print(f"wrote {path}: run it with `python {path}` (exit 1 reproduced, 0 not, 2 could not run)")
     return EXIT_OK
 
 
-def cmd_nightly(args) -> int:
+def _nightly_target(name, args, settings, per_budget, report_dir: Path):
+    """One target of the nightly: fuzz it, write its own reports at once; (result or None, error)."""
     from .api import fuzz
-    from .target import BUILTIN
+    from .errors import FuzzrunnerError
+    progress = Progress(sys.stderr, settings, label=f"{name}: ", quiet=args.quiet, verbose=args.verbose)
+    overrides = {k: v for k, v in settings.to_dict().items() if k != "oracles" or v is not None}
+    overrides["budget_s"] = per_budget
+    try:
+        r = fuzz(name, profile=_profile_name(args), corpus=args.corpus, on_event=progress, **overrides)
+    except FuzzrunnerError as e:
+        progress.done(None)
+        return None, f"{name}: {e}"
+    progress.done(r)
+    _export_all(r, args.corpus)
+    _summary(r, sys.stdout)
+    _write_reports([r], str(report_dir / f"{name}.json"), str(report_dir / f"{name}.xml"))
+    return r, None
+
+
+def cmd_nightly(args) -> int:
+    from .errors import InvalidArgument
+    from .target import BUILTIN, unavailable
     report_dir = Path(args.report_dir)
     try:
         report_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        from .errors import InvalidArgument
         raise InvalidArgument(f"cannot create report directory {str(report_dir)!r}: {e.strerror}.") from None
-    _check_writable(report_dir / "report.json")
-    settings = _settings(args, args.profile)
-    budget = settings.budget_s
-    results = []
-    names = list(BUILTIN)
-    for i, name in enumerate(names):
-        per = (budget / len(names)) if budget else None
-        progress = Progress(sys.stderr, per, label=f"{name}: ")
-        overrides = {k: v for k, v in settings.to_dict().items() if k != "oracles" or v is not None}
-        overrides["budget_s"] = per
-        r = fuzz(name, profile=args.profile, corpus=args.corpus, on_event=progress, **overrides)
-        progress.done()
-        _export_all(r, args.corpus, name)
-        _summary(r, sys.stdout)
-        results.append(r)
-    for p in _write_reports(results, str(report_dir / "report.json"), str(report_dir / "junit.xml"),
-                            str(report_dir / "report.html")):
-        print(f"wrote {p}")
-    return EXIT_FINDINGS if any(r.findings for r in results) else EXIT_OK
+    for name in ("report.json", "junit.xml", "report.html"):
+        _check_writable_file(report_dir / name)
+    _check_corpus(args.corpus)
+    settings = _settings(args)
+    names_ = [n for n in BUILTIN if not _skipped(n, unavailable(n))]
+    per = (settings.budget_s / len(names_)) if settings.budget_s else None
+    results, errors = [], []
+    try:
+        for name in names_:
+            r, error = _nightly_target(name, args, settings, per, report_dir)
+            results += [r] if r is not None else []
+            errors += [error] if error else []
+            if r is not None and r.stop_reason == "interrupted":
+                break
+    finally:  # the combined report, also after a failure or an interruption
+        if results:
+            for p in _write_reports(results, str(report_dir / "report.json"), str(report_dir / "junit.xml"),
+                                    str(report_dir / "report.html")):
+                print(f"wrote {p}")
+    for e in errors:
+        print(f"fuzzrunner: error: {e}", file=sys.stderr)
+    code = _exit_code(results)
+    return code if code in (EXIT_INTERRUPTED, EXIT_ERROR) or not errors else EXIT_ERROR
+
+
+def _skipped(name: str, reason: str | None) -> bool:
+    if reason:
+        print(f"fuzzrunner: skipping target {name}: {reason}", file=sys.stderr)
+    return bool(reason)
 
 
 def cmd_targets(args) -> int:
-    from .target import BUILTIN, load_target
+    from .target import BUILTIN, load_target, unavailable
     for name in BUILTIN:
-        print(f"{name:18} {load_target(name).description}")
+        reason = unavailable(name)
+        print(f"{name:18} {reason and f'(unavailable: {reason})' or load_target(name).description}")
     print("\nYour own: --target path/to/file.py:OBJ or --target package.module:OBJ (OBJ a fuzzrunner.Target)")
     return EXIT_OK
 
 
 def cmd_faults(args) -> int:
-    from .runner.faults import Faults
-    for name, doc in Faults.describe().items():
-        print(f"{name:28} {doc.split('. ')[0].rstrip('.')}.")
+    from .target import load_target
+    target = load_target(args.target)
+    if not target.faults:
+        print(f"target {target.name} has no planted faults")
+    for name in target.faults:
+        doc = target.fault_descriptions.get(name, "")
+        print(f"{name:28} {doc.split('. ')[0].rstrip('.')}." if doc else name)
     return EXIT_OK
 
 
 def cmd_doctor(args) -> int:
-    import platform
-    import hypothesis
-    import numpy
-    import torch
-    import triton
-    from . import _env
-    print(f"python       {platform.python_version()}")
-    print(f"torch        {torch.__version__}")
-    print(f"triton       {triton.__version__}")
-    print(f"hypothesis   {hypothesis.__version__}")
-    print(f"numpy        {numpy.__version__}")
-    gpu = torch.cuda.is_available()
-    print(f"device       {'cuda: ' + torch.cuda.get_device_name(0) if gpu else 'cpu (no CUDA device)'}")
-    print(f"triton mode  {'interpreter (TRITON_INTERPRET=1)' if _env.interpreted() else 'compiled'}")
-    if not gpu:
-        print("sanitizer    not checked: compute-sanitizer needs a GPU (the shadow oracle covers the CPU)")
-        return EXIT_OK
-    from .errors import SanitizerNotFound
-    from .sanitizer.locate import find_sanitizer
-    try:
-        s = find_sanitizer()
-    except SanitizerNotFound as e:
-        print(f"sanitizer    missing: {e}")
-        return EXIT_ERROR
-    print(f"sanitizer    {s.path} ({s.version})")
-    from .sanitizer.session import self_test
-    ok, detail = self_test()
-    print(f"self-test    {'ok' if ok else 'FAILED'}: {detail}")
+    from .doctor import report
+    lines, ok = report()
+    for line in lines:
+        print(line)
     return EXIT_OK if ok else EXIT_ERROR
 
 
@@ -374,11 +407,13 @@ def main(argv: list[str] | None = None) -> int:
             _parser().print_help()
             return EXIT_ERROR
         from . import _env
+        from .engine.lifeline import sigterm_as_interrupt
+        sigterm_as_interrupt()
         _env.configure()  # decide the device (TRITON_INTERPRET) before any command imports Triton
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         print("fuzzrunner: interrupted; findings so far are in the corpus", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except _UsageError as e:
         print(f"fuzzrunner: error: {e}", file=sys.stderr)
         return EXIT_ERROR

@@ -1,8 +1,10 @@
-"""Cases and findings on disk: atomic, deduplicated by signature, shared between runs.
+"""Cases and findings on disk: atomic, one file per bug, shared between runs. Storage only.
 
 Layout of a corpus directory:
-    findings/<target>/<signature id>.json   one file per distinct bug, rewritten as it shrinks
+    findings/<target>/<finding id>.json     one file per distinct bug, rewritten as it shrinks
+    expected/<target>/<finding id>.json     findings of campaigns with planted faults (not regressions)
     cases/<target>/<name>.json              cases kept as regression seeds (replayed first)
+    quarantine/...                          files that could not be read, moved aside (never deleted)
     hypothesis/<target>/                    Hypothesis' example database (if none is plugged in)
 Every write goes to a temporary file in the same directory, then ``os.replace``: a
 ``kill -9`` at any moment leaves either the old file or the new one, never half of one.
@@ -13,58 +15,16 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .case import Case, parse_json, read_text
 from .errors import InvalidCase
-from .violation import Signature, Violation
-
-FINDING_SCHEMA = 1
+from .finding import Finding, is_finding_dict
 
 
-@dataclass
-class Finding:
-    signature: Signature
-    case: Case
-    violation: Violation                       # the primary violation
-    others: list = field(default_factory=list)  # other violations of the same case
-    first_found_after_examples: int = 0
-    found_after_s: float = 0.0
-    minimized: bool = False
-    repro: str | None = None
-    found_at: float = field(default_factory=time.time)
-
-    def to_dict(self) -> dict:
-        return {"schema": FINDING_SCHEMA, "signature": self.signature.to_dict(), "id": self.signature.id,
-                "violation": self.violation.to_dict(), "others": [v.to_dict() for v in self.others],
-                "case": self.case.to_dict(), "first_found_after_examples": self.first_found_after_examples,
-                "found_after_s": round(self.found_after_s, 3), "minimized": self.minimized,
-                "repro": self.repro, "found_at": self.found_at}
-
-    @classmethod
-    def from_dict(cls, d: dict, *, source: str = "finding") -> "Finding":
-        try:
-            if d.get("schema", 0) > FINDING_SCHEMA:
-                raise InvalidCase(f"{source}: finding schema {d['schema']} is newer than this fuzzrunner "
-                                  f"understands ({FINDING_SCHEMA}); upgrade fuzzrunner.")
-            return cls(Signature.from_dict(d["signature"]), Case.from_dict(d["case"], source=source),
-                       Violation.from_dict(d["violation"]), [Violation.from_dict(v) for v in d.get("others", [])],
-                       d.get("first_found_after_examples", 0), d.get("found_after_s", 0.0),
-                       d.get("minimized", False), d.get("repro"), d.get("found_at", 0.0))
-        except (KeyError, TypeError, ValueError) as e:
-            raise InvalidCase(f"{source}: not a fuzzrunner finding ({type(e).__name__}: {e}).") from None
-
-    @classmethod
-    def load(cls, path) -> "Finding":
-        data = parse_json(read_text(path), str(path))
-        if not isinstance(data, dict):
-            raise InvalidCase(f"{path}: a finding must be a JSON object.")
-        return cls.from_dict(data, source=str(path))
-
-
-def atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path | str, text: str, mode: int = 0o644) -> Path:
+    """Write ``text`` to ``path`` all at once, readable by others (corpus files are shared)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name, suffix=".tmp")
     try:
@@ -72,6 +32,7 @@ def atomic_write(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -79,53 +40,81 @@ def atomic_write(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
+    return path
 
 
 def load_any(path) -> tuple[Case, Finding | None]:
-    """A case file or a finding file -> (case, finding or None)."""
+    """A case file or a finding file -> (case, finding or None); ``InvalidCase`` in one line otherwise."""
     data = parse_json(read_text(path), str(path))
-    if isinstance(data, dict) and "signature" in data and "case" in data:
+    if is_finding_dict(data):
         f = Finding.from_dict(data, source=str(path))
         return f.case, f
     return Case.from_dict(data, source=str(path)), None
 
 
 class Corpus:
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, *, expected: bool = False):
+        """``expected``: this campaign plants faults; its findings go to ``expected/``, apart from the
+        regression set that corpus replays and the pytest plugin collect."""
         self.root = Path(root)
+        self.findings_dir = self.root / ("expected" if expected else "findings")
 
-    def finding_path(self, target: str, sig: Signature) -> Path:
-        return self.root / "findings" / _safe(target) / f"{sig.id}.json"
+    def finding_path(self, target: str, finding_id: str) -> Path:
+        return self.findings_dir / safe_name(target) / f"{finding_id}.json"
 
     def save_finding(self, target: str, finding: Finding) -> Path:
-        path = self.finding_path(target, finding.signature)
-        atomic_write(path, json.dumps(finding.to_dict(), indent=2))
-        return path
+        return atomic_write(self.finding_path(target, finding.id), json.dumps(finding.to_dict(), indent=2))
+
+    def load_finding(self, target: str, finding_id: str) -> Finding | None:
+        path = self.finding_path(target, finding_id)
+        return Finding.load(path) if path.exists() else None
 
     def save_case(self, case: Case, name: str) -> Path:
-        path = self.root / "cases" / _safe(case.target) / f"{_safe(name)}.json"
-        atomic_write(path, case.to_json(indent=2))
-        return path
+        return atomic_write(self.root / "cases" / safe_name(case.target) / f"{safe_name(name)}.json",
+                            case.to_json(indent=2))
 
-    def findings(self, target: str | None = None) -> list[tuple[Path, Finding]]:
-        base = self.root / "findings"
-        dirs = [base / _safe(target)] if target else (sorted(p for p in base.iterdir() if p.is_dir())
-                                                        if base.exists() else [])
+    def _files(self, base: Path, target: str | None) -> list[Path]:
+        if not base.is_dir():
+            return []
+        dirs = [base / safe_name(target)] if target else sorted(p for p in base.iterdir() if p.is_dir())
+        return [p for d in dirs for p in sorted(d.glob("*.json"))]
+
+    def entries(self, target: str | None = None, *, on_bad=None) -> list[tuple[Path, Case, Finding | None]]:
+        """Every finding, then every case, of ``target``: (path, case, finding or None).
+
+        A file that cannot be read or parsed is moved to ``quarantine/`` and reported through
+        ``on_bad(path, moved_to, error)``; the others load on.
+        """
         out = []
-        for d in dirs:
-            for p in sorted(d.glob("*.json")):
-                out.append((p, Finding.load(p)))
+        for path in self._files(self.findings_dir, target) + self._files(self.root / "cases", target):
+            try:
+                case, finding = load_any(path)
+            except InvalidCase as e:
+                moved = self.quarantine(path)
+                if on_bad is not None:
+                    on_bad(path, moved, e)
+                continue
+            out.append((path, case, finding))
         return out
 
-    def cases(self, target: str | None = None) -> list[tuple[Path, Case]]:
-        base = self.root / "cases"
-        dirs = [base / _safe(target)] if target else (sorted(p for p in base.iterdir() if p.is_dir())
-                                                        if base.exists() else [])
-        return [(p, Case.load(p)) for d in dirs for p in sorted(d.glob("*.json"))]
+    def quarantine(self, path: Path) -> Path | None:
+        """Move an unreadable file under ``quarantine/`` (same relative path); None if it cannot move."""
+        try:
+            rel = Path(path).resolve().relative_to(self.root.resolve())
+        except ValueError:
+            rel = Path(Path(path).name)
+        dest = self.root / "quarantine" / rel
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, dest)
+        except OSError:
+            return None
+        return dest
 
     def database_path(self, target: str) -> Path:
-        return self.root / "hypothesis" / _safe(target)
+        return self.root / "hypothesis" / safe_name(target)
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
+    """A file or folder name made of letters, digits and ``-_.`` only."""
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:120]

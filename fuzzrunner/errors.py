@@ -31,3 +31,7 @@ def did_you_mean(name: str, choices) -> str:
         close = [c for c in choices if c.startswith(key) or key in c] or \
             [c for c in choices if c.startswith(key.split("_")[0])]
     return f" Did you mean {close[0]!r}?" if close else ""
+
+
+class TargetUnavailable(HarnessError):
+    """A built-in target whose software is not installed here (the message says how to install it)."""

@@ -2,7 +2,7 @@
 
 pytest loads this module (entry point ``pytest11: fuzzrunner``) in every session, so it
 stays light: pytest and the standard library only. torch, Triton, Hypothesis and the
-engine are imported by ``fuzzrunner.testing`` when a fuzz test or a corpus item runs.
+engine are imported by ``fuzzrunner.pytest_runtime`` when a fuzz test or a corpus item runs.
 
 A fuzz test::
 
@@ -18,16 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-# fuzzrunner.settings' names, repeated: importing it builds Settings, whose validation imports torch.
-PROFILES = ("dev", "ci", "nightly")
-SANITIZERS = ("none", "initcheck", "memcheck", "racecheck", "synccheck")
-DEVICES = ("cpu", "cuda")
+from .gpus import gpu_for_index, visible_gpus
+from .names import DEVICES, PROFILES, SANITIZERS
 
 _OPTIONS = {  # --fuzzrunner-NAME, and its twin ini option fuzzrunner_NAME; the command line wins
     "profile": "settings profile of fuzz tests (default dev)",
@@ -57,50 +53,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 # -- one GPU per xdist worker -----------------------------------------------------------------
 
-def nvidia_smi_gpus(run=subprocess.run) -> list[str]:
-    """The machine's GPUs (MIG instances by UUID) from ``nvidia-smi -L``: no CUDA initialization."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        out = run([exe, "-L"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    gpus: list[list[str]] = []  # per GPU: [its index, then its MIG UUIDs]
-    for line in out.splitlines():
-        if line.startswith("GPU "):
-            gpus.append([line.split(":", 1)[0][4:].strip()])
-        elif line.strip().startswith("MIG ") and "UUID: " in line and gpus:
-            gpus[-1].append(line.split("UUID: ", 1)[1].rstrip(")").strip())
-    return [d for g in gpus for d in (g[1:] or g[:1])]
-
-
-def visible_gpus(environ=os.environ, list_gpus=nvidia_smi_gpus) -> list[str]:
-    """The devices this process may use: ``CUDA_VISIBLE_DEVICES`` when it is set, else ``list_gpus()``."""
-    listed = environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is None:
-        return list_gpus()
-    out = []
-    for d in (d.strip() for d in listed.split(",")):
-        if not d or d.startswith("-"):
-            break  # CUDA ignores a -1 or empty entry and everything after it
-        out.append(d)
-    return out
-
-
 def gpu_for_worker(worker_id: str | None, gpus: list[str]) -> str | None:
     """xdist worker ``gwN`` gets GPU N mod len(gpus); the controller or a GPU-less host, none."""
-    if not gpus or not worker_id or not worker_id.startswith("gw") or not worker_id[2:].isdigit():
+    if not worker_id or not worker_id.startswith("gw") or not worker_id[2:].isdigit():
         return None
-    return gpus[int(worker_id[2:]) % len(gpus)]
+    return gpu_for_index(int(worker_id[2:]), gpus)
 
 
-def pin_xdist_worker(environ=os.environ, list_gpus=nvidia_smi_gpus) -> str | None:
+def pin_xdist_worker(environ=os.environ, list_gpus=None) -> str | None:
     """Set ``CUDA_VISIBLE_DEVICES`` of this xdist worker to its one GPU; return it (None: unchanged)."""
     worker = environ.get("PYTEST_XDIST_WORKER")
     if not worker:
         return None  # not an xdist worker: not even nvidia-smi runs
-    gpu = gpu_for_worker(worker, visible_gpus(environ, list_gpus))
+    gpu = gpu_for_worker(worker, visible_gpus(environ, list_gpus) if list_gpus else visible_gpus(environ))
     if gpu is not None:
         environ["CUDA_VISIBLE_DEVICES"] = gpu
     return gpu
@@ -135,7 +100,7 @@ class _State:
         self.repro_dir = self._path(repro, "repro_dir") if repro else config.rootpath / ".fuzzrunner" / "repro"
         self.targets: dict[str, str] = {}   # target name -> spec, for corpus items
         self.candidates: list[str] = []      # specs named by fuzz tests, loaded only if a name is missing
-        self.hubs: dict = {}                 # target spec -> Hub, shared by corpus items
+        self.replayer = None                 # one Replayer (a hub per target) shared by corpus items
         self.old_device: str | None = None   # FUZZRUNNER_DEVICE before --fuzzrunner-device set it
         for line in config.getini("fuzzrunner_targets"):
             name, sep, spec = line.partition("=")
@@ -181,13 +146,13 @@ class _State:
         if isinstance(target, str):
             bases = [item.path.parent, self.config.rootpath, self.config.invocation_params.dir]
             return self._spec_path(target, bases)
-        from .api import _register  # a Target defined elsewhere: found through its run function's module
-        return _module_spec(target, item) or _register(target)
+        from .target import spec_of  # a Target defined elsewhere: found through its run function's module
+        return _module_spec(target, item) or spec_of(target)
 
     def close(self) -> None:
-        for hub in self.hubs.values():
-            hub.close()
-        self.hubs.clear()
+        if self.replayer is not None:
+            self.replayer.close()
+            self.replayer = None
 
 
 def _module_spec(target, item: pytest.Item) -> str | None:
@@ -242,7 +207,7 @@ def fuzzrunner_campaign(request: pytest.FixtureRequest):
     if marker is None:
         pytest.fail("the fuzzrunner_campaign fixture needs @pytest.mark.fuzzrunner(target=...) on the test, "
                     "e.g. @pytest.mark.fuzzrunner(target='reference_runner', max_examples=30).", pytrace=False)
-    from .testing import run_marked_campaign
+    from .pytest_runtime import run_marked_campaign
     campaign = run_marked_campaign(request.node, marker, request.config.stash[_STATE])
     request.node.stash[CAMPAIGN] = campaign
     return campaign
@@ -290,11 +255,11 @@ class CorpusItem(pytest.Item):
     """Replays a saved finding or case in a worker process; fails while a violation shows."""
 
     def runtest(self) -> None:
-        from .testing import replay_corpus_file
+        from .pytest_runtime import replay_corpus_file
         replay_corpus_file(self.path, self.config.stash[_STATE])
 
     def repr_failure(self, excinfo, style=None):
-        from .testing import CorpusRegression
+        from .pytest_runtime import CorpusRegression
         if isinstance(excinfo.value, CorpusRegression):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style)

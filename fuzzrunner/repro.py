@@ -2,8 +2,16 @@
 
 The script rebuilds the finding's case with plain calls to the public API (no Hypothesis,
 no corpus, no reliance on the working directory), replays it under the oracle that found
-the bug, prints what comes back, and exits 1 while the bug is there, 0 once it is gone.
-Its header says what was found, how, and the compute-sanitizer line for a GPU.
+the bug and prints what comes back. Its exit code is the verdict, usable with ``git bisect run``:
+
+    1  reproduced: the same bug (matched by its site, the function holding the bad access,
+       not by its line: an edit above it does not make it "fixed")
+    0  not reproduced
+    2  could not run (fuzzrunner not importable, unknown target, invalid case, no GPU...):
+       the reason is printed; this says nothing about the bug
+
+Crashes and hangs replay in a crash-isolated worker, and compute-sanitizer findings under
+compute-sanitizer, so the script itself survives and gives its verdict.
 """
 
 from __future__ import annotations
@@ -12,97 +20,101 @@ import math
 import os
 from pathlib import Path
 
-from .corpus import Finding, atomic_write
+from . import names
+from .corpus import atomic_write
 from .errors import InvalidArgument
+from .finding import Finding
+from .target import BUILTIN
 
-SANITIZER_TOOLS = ("initcheck", "memcheck", "racecheck", "synccheck")
-_BY_SANITIZER = SANITIZER_TOOLS + ("compute-sanitizer",)  # the tool of a violation parsed from its report
-CRASH_KINDS = ("crash", "timeout")
-
-# The oracles a script replays under, by the tool that found the finding. The poison oracle
-# needs the shadow guard on the CPU only: there an out-of-range poison read would segfault.
-_ORACLES = {"shadow": '["shadow"]', "numeric": '["numeric"]', "invariants": '["invariants"]',
-            "poison": '["poison", "shadow"] if os.environ.get("FUZZRUNNER_DEVICE") == "cpu" else ["poison"]'}
+_BY_SANITIZER = names.SANITIZER_TOOLS + ("compute-sanitizer",)  # the tool of a violation parsed from its report
 
 
 def export_repro(finding: Finding | str | os.PathLike, path: str | os.PathLike, *,
                  oracle: str | list[str] | None = None, target: str | None = None) -> Path:
     """Write ``finding``'s repro script to ``path`` (a file, or a folder for ``repro_<id>.py``).
 
-    ``oracle`` overrides the oracles the script replays under; ``target`` is the target spec
-    (``file.py:OBJ``) when the case's target name is not a built-in one. The finding is not changed.
+    ``oracle`` overrides the oracles the script replays under; ``target`` overrides the target
+    spec the finding recorded. The finding is not changed.
     """
     if not isinstance(finding, Finding):
         finding = Finding.load(finding)
     path = Path(path)
     if path.is_dir():
-        path = path / f"repro_{finding.signature.id}.py"
+        path = path / f"repro_{finding.id}.py"
     text = repro_script(finding, oracle=oracle, target=target, name=path.name)
     try:
-        atomic_write(path, text)
-        path.chmod(0o755)
+        atomic_write(path, text, mode=0o755)
     except OSError as e:
         raise InvalidArgument(f"cannot write repro script {str(path)!r}: {e.strerror or e}. "
                               f"Choose a path in a writable directory.") from None
     return path
 
 
+def _replay_call(finding: Finding, oracle, target: str | None) -> str:
+    sig, spec = finding.signature, target or finding.target_spec or finding.case.target
+    args = ["case"]
+    if spec != finding.case.target and spec not in BUILTIN:
+        args.append(f"target={_lit(spec)}")
+    args.append(f"oracles={_oracles_expr(sig.tool, oracle)}")
+    if sig.tool in names.SANITIZER_TOOLS or sig.tool == "compute-sanitizer":
+        args += [f"sanitizer={_lit(_sanitizer_tool(sig))}", 'device="cuda"']
+    elif sig.kind in names.CRASH_KINDS and sig.tool != "python":
+        args.append("isolated=True")
+    return f"violations = replay({', '.join(args)})"
+
+
 def repro_script(finding: Finding, *, oracle=None, target: str | None = None, name: str = "repro.py") -> str:
     """The script's text: a header that explains, then a body of plain API calls."""
     sig, case = finding.signature, finding.case
-    oracles = _oracles_expr(sig.tool, oracle)
-    lines = _header(finding, name) + ["import sys"]
-    if "os.environ" in oracles:
-        lines.append("import os")
-    if sig.kind in CRASH_KINDS:
-        lines += ["import faulthandler", "", "faulthandler.enable()  # a segfault still prints where it was"]
-    lines += ["", "from fuzzrunner import Case, replay", "", "case = Case(", f"    target={_lit(case.target)},",
-              *_keyword("config", case.config), f"    faults={_lit(list(case.faults))},", "    ops=["]
-    lines += [f"        {_lit(op)}," for op in case.ops]
-    lines += ["    ],", ")"]
-    on = f", target={_lit(target)}" if target and target != case.target else ""
-    lines.append(f"violations = replay(case{on}, oracles={oracles})")
-    # The same bug: the signature id (an uninitialized and a stale read of one tensor at one line share it).
-    match = f"v.kind in {CRASH_KINDS!r}" if sig.kind in CRASH_KINDS else f"v.signature.id == {_lit(sig.id)}"
-    lines += [f"found = [v for v in violations if {match}]", "for v in found:",
+    body = ["case = Case(", f"    target={_lit(case.target)},", *_keyword("config", case.config),
+            f"    faults={_lit(list(case.faults))},", "    ops=[", *(f"        {_lit(op)}," for op in case.ops),
+            "    ],", ")", _replay_call(finding, oracle, target)]
+    if sig.kind in names.CRASH_KINDS:
+        match = f"v.kind in {names.CRASH_KINDS!r}"
+    else:  # the same bug: matched by id (site, not line); uninitialized and stale reads share it
+        match = f"v.signature.id == {_lit(finding.id)}"
+    imports = ["import os", "import sys"] if "os.environ" in body[-1] else ["import sys"]
+    lines = _header(finding, name) + imports + [""]
+    lines += ["try:", "    from fuzzrunner import Case, replay", "", *("    " + b for b in body),
+              "except Exception as e:  # noqa: BLE001 - anything that stops the replay is 'could not run'",
+              '    print(f"could not run: {type(e).__name__}: {e}", file=sys.stderr)', "    sys.exit(2)",
+              f"found = [v for v in violations if {match}]", "for v in found:",
               '    print(f"{v.signature.short()}\\n    {v.message}")', "if found:", "    sys.exit(1)",
-              'print("not reproduced: fixed?")']
+              'print("not reproduced")', "sys.exit(0)"]
     return "\n".join(lines) + "\n"
 
 
 def _header(f: Finding, name: str) -> list[str]:
-    sig, tool = f.signature, _sanitizer_tool(f.signature)
+    sig = f.signature
     how = "minimized" if f.minimized else "not minimized"
     lines = ["#!/usr/bin/env python3",
              f"# fuzzrunner repro: {sig.short()}",
-             f"# signature {sig.id}: tool={sig.tool} kind={sig.kind} kernel={sig.kernel or '-'}",
-             f"#   location={sig.location or '-'} tensor={sig.tensor or '-'}",
+             f"# finding {f.id}: tool={sig.tool} kind={sig.kind} kernel={sig.kernel or '-'}",
+             f"#   location={sig.location or '-'} site={sig.site or '-'} tensor={sig.tensor or '-'}",
              f"# message: {_first_line(f.violation.message)}",
              f"# found by fuzzing target {f.case.target} after {f.first_found_after_examples} "
              f"example{'' if f.first_found_after_examples == 1 else 's'} "
              f"({f.found_after_s:.1f} s); case {how}",
              f"# run: python {name}   (from a checkout: PYTHONPATH=<checkout> python {name})",
-             f"# GPU: PYTORCH_NO_CUDA_MEMORY_CACHING=1 FUZZRUNNER_DEVICE=cuda compute-sanitizer "
-             f"--tool {tool} --error-exitcode 1 python {name}"]
-    if sig.kind == "stale-read":
-        lines.append("#   (initcheck cannot see a stale read: those bytes were written, in an earlier step)")
-    if sig.tool in _BY_SANITIZER or sig.kind == "sanitizer-error":
-        lines.append("#   (only compute-sanitizer sees this bug: run the GPU line; its exit code 1 is the verdict)")
-    if sig.kind in CRASH_KINDS:
-        lines.append(f"# This script may itself crash or hang (bound it: timeout 300 python {name}):")
-        lines.append("# any exit code but 0 means reproduced.")
-    else:
-        lines.append("# Exit 1: reproduced. Exit 0: not reproduced.")
+             "# exit 1: reproduced; 0: not reproduced; 2: could not run (the reason is printed)"]
+    if sig.tool in _BY_SANITIZER:
+        lines.append("#   (replays under compute-sanitizer: needs a CUDA GPU, else exit 2)")
+    elif sig.kind == "stale-read":
+        lines.append("#   (compute-sanitizer's initcheck cannot see a stale read: those bytes were written earlier)")
     return [_ascii(line) for line in lines]
 
 
 def _oracles_expr(tool: str, oracle) -> str:
     if oracle is not None:
-        from .execute import validate_oracles  # imports torch: only when asked to check names
-        return _lit(list(validate_oracles([oracle] if isinstance(oracle, str) else oracle)))
+        return _lit(list(names.validate_oracles([oracle] if isinstance(oracle, str) else oracle)))
     if tool in _BY_SANITIZER:
         return "[]"  # compute-sanitizer is the oracle; poison would count as initialization to initcheck
-    return _ORACLES.get(tool, "None")  # python/worker crashes: the device's default oracles
+    if tool in names.ORACLES:
+        guard = [g for g in names.ORACLES[tool].guard]
+        if guard:  # the second run's guard matters on the CPU only (an out-of-range poison read segfaults)
+            return f'{_lit([tool] + guard)} if os.environ.get("FUZZRUNNER_DEVICE") == "cpu" else {_lit([tool])}'
+        return _lit([tool])
+    return "None"  # python/worker crashes: the device's default oracles
 
 
 def _keyword(name: str, d: dict, width: int = 100) -> list[str]:
@@ -120,7 +132,7 @@ def _keyword(name: str, d: dict, width: int = 100) -> list[str]:
 
 
 def _sanitizer_tool(sig) -> str:
-    if sig.tool in SANITIZER_TOOLS:
+    if sig.tool in names.SANITIZER_TOOLS:
         return sig.tool
     return "initcheck" if sig.kind == "uninitialized-read" else "memcheck"
 

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
+from . import names
 from .errors import InvalidArgument
-
-SANITIZERS = ("none", "initcheck", "memcheck", "racecheck", "synccheck")
-ORACLES = ("shadow", "invariants", "numeric", "poison")
-DEVICES = ("cpu", "cuda")
 
 
 def _validate_max_examples(v):
@@ -42,24 +39,29 @@ def _validate_case_timeout_s(v):
 
 
 def _validate_device(v):
-    if v is not None and v not in DEVICES:
-        raise InvalidArgument(f"device={v!r} must be one of {', '.join(DEVICES)} (or None to pick the one present).")
+    if v is not None and v not in names.DEVICES:
+        raise InvalidArgument(f"device={v!r} must be one of {', '.join(names.DEVICES)} "
+                              f"(or None to pick the one present).")
 
 
 def _validate_sanitizer(v):
-    if v not in SANITIZERS:
-        raise InvalidArgument(f"sanitizer={v!r} must be one of {', '.join(SANITIZERS)}.")
+    if v not in names.SANITIZERS:
+        raise InvalidArgument(f"sanitizer={v!r} must be one of {', '.join(names.SANITIZERS)}.")
 
 
 def _validate_oracles(v):
-    for name in v or ():
-        if name not in ORACLES:
-            raise InvalidArgument(f"unknown oracle {name!r}; known oracles: {', '.join(ORACLES)}.")
+    if v is not None:
+        names.validate_oracles(v)
 
 
 def _validate_shrink(v):
     if not isinstance(v, bool):
         raise InvalidArgument(f"shrink={v!r} must be True or False.")
+
+
+def _validate_min_valid(v):
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise InvalidArgument(f"min_valid={v!r} must be a whole number of cases (0 turns the floor off).")
 
 
 def _validate_max_ops(v):
@@ -76,9 +78,10 @@ class Settings:
     case_timeout_s: float = 120.0
     device: str | None = None
     sanitizer: str = "none"
-    oracles: tuple | None = None   # None: the device's defaults (execute.DEFAULT_ORACLES)
+    oracles: tuple | None = None   # None: the device's defaults (names.default_oracles)
     shrink: bool = True
     max_ops: int = 8
+    min_valid: int = 1             # fewer valid cases than this: the campaign tested nothing (exit 2)
 
     def __post_init__(self):
         if self.oracles is not None:
@@ -103,7 +106,7 @@ class Settings:
         return d
 
 
-PROFILES = {
+PROFILES = {  # names.PROFILES lists these names for torch-free readers
     "dev": Settings(max_examples=100, budget_s=120),
     "ci": Settings(max_examples=60, budget_s=300, seed=0, case_timeout_s=120),
     "nightly": Settings(max_examples=10_000, budget_s=8 * 3600, case_timeout_s=300),

@@ -1,8 +1,12 @@
 """Targets: something fuzzable, with the strategy that makes its cases and ``run(case, ctx)``.
 
-Built-in targets live in the top-level ``targets`` package; a user's target is named
-``path/to/file.py:OBJ`` or ``package.module:OBJ``, where OBJ is a ``Target`` (or a
-callable returning one).
+Built-in targets live in the repository's top-level ``targets/`` folder and import as
+``fuzzrunner.targets``; a user's target is named ``path/to/file.py:OBJ`` or
+``package.module:OBJ``, where OBJ is a ``Target`` (or a callable returning one).
+
+The contract: ``cases(faults, *, max_ops)`` returns a Hypothesis strategy of ``Case``;
+``run(case, ctx)`` runs one; ``schema`` (a JSON Schema of ``{"config": ..., "ops": [...]}``)
+rejects malformed cases before any worker sees them, so bad input is never a finding.
 """
 
 from __future__ import annotations
@@ -11,14 +15,15 @@ import importlib
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .errors import HarnessError, InvalidArgument, did_you_mean
+from .case import Case
+from .errors import HarnessError, InvalidArgument, InvalidCase, did_you_mean
 
 BUILTIN = {
-    "reference_runner": "targets.reference_runner:TARGET",
-    "lora_kernels": "targets.lora_kernels:TARGET",
+    "reference_runner": "fuzzrunner.targets.reference_runner:TARGET",
+    "lora_kernels": "fuzzrunner.targets.lora_kernels:TARGET",
 }
 
 
@@ -26,10 +31,11 @@ BUILTIN = {
 class Target:
     name: str
     description: str
-    cases: Callable[..., Any]          # cases(faults: tuple[str, ...]) -> SearchStrategy[Case]
+    cases: Callable[..., Any]          # cases(faults: tuple[str, ...], *, max_ops: int) -> SearchStrategy[Case]
     run: Callable[..., None]           # run(case: Case, ctx: RunContext) -> None
     faults: tuple = ()                 # fault names this target understands
-    fault_descriptions: Any = None     # () -> {name: one line}
+    fault_descriptions: dict = field(default_factory=dict)  # {fault name: one line}
+    schema: dict | None = None         # JSON Schema of {"config": {...}, "ops": [...]}
 
     def check_faults(self, names) -> tuple:
         names = tuple(names or ())
@@ -40,50 +46,116 @@ class Target:
                 raise InvalidArgument(f"unknown fault {n!r} for target {self.name!r}.{hint} Known faults: {known}.")
         return names
 
+    def check_case(self, case: Case) -> None:
+        """``InvalidCase`` (one line: where, what, the rule) unless ``case`` fits this target's schema."""
+        if case.target != self.name:
+            raise InvalidCase(f"the case is for target {case.target!r}, not {self.name!r}.")
+        if self.schema is None:
+            return
+        import jsonschema
+        error = jsonschema.exceptions.best_match(_validator(self.schema).iter_errors(
+            {"config": case.config, "ops": list(case.ops)}))
+        if error is not None:
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+            raise InvalidCase(f"{self.name} case: {where or 'case'}: {error.message[:300]}")
+
+
+_VALIDATORS: dict[int, Any] = {}
+
+
+def _validator(schema: dict):
+    key = id(schema)
+    if key not in _VALIDATORS:
+        import jsonschema
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        _VALIDATORS[key] = cls(schema)
+    return _VALIDATORS[key]
+
+
+def _exec_file(module_part: str):
+    path = os.path.abspath(module_part)
+    if not os.path.exists(path):
+        raise InvalidArgument(f"target file {module_part!r} does not exist.")
+    mod_name = "fuzzrunner_user_target_" + os.path.splitext(os.path.basename(path))[0]
+    if mod_name in sys.modules and getattr(sys.modules[mod_name], "__file__", None) == path:
+        return sys.modules[mod_name]
+    s = importlib.util.spec_from_file_location(mod_name, path)
+    if s is None or s.loader is None:
+        raise InvalidArgument(f"target file {module_part!r} is not a Python module.")
+    module = importlib.util.module_from_spec(s)
+    sys.modules[mod_name] = module
+    try:
+        s.loader.exec_module(module)
+    except BaseException as e:  # noqa: B036 - SystemExit at import must not end the campaign
+        del sys.modules[mod_name]
+        raise HarnessError(f"target file {module_part!r} failed to import: {type(e).__name__}: {e}") from None
+    return module
+
+
+def _import_module(module_part: str):
+    try:
+        return importlib.import_module(module_part)
+    except ImportError as e:
+        raise InvalidArgument(f"cannot import target module {module_part!r}: {e}.") from None
+    except BaseException as e:  # noqa: B036 - SystemExit at import must not end the campaign
+        raise HarnessError(f"target module {module_part!r} failed to import: {type(e).__name__}: {e}") from None
+
 
 def _import_object(spec: str):
     module_part, _, obj_name = spec.rpartition(":")
     if module_part.endswith(".py") or os.sep in module_part:
-        path = os.path.abspath(module_part)
-        if not os.path.exists(path):
-            raise InvalidArgument(f"target file {module_part!r} does not exist.")
-        mod_name = "fuzzrunner_user_target_" + os.path.splitext(os.path.basename(path))[0]
-        s = importlib.util.spec_from_file_location(mod_name, path)
-        module = importlib.util.module_from_spec(s)
-        sys.modules[mod_name] = module
-        try:
-            s.loader.exec_module(module)
-        except Exception as e:
-            raise HarnessError(f"target file {module_part!r} failed to import: {type(e).__name__}: {e}") from e
+        module = _exec_file(module_part)
     else:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        if root not in sys.path:
-            sys.path.append(root)  # the built-in targets package beside fuzzrunner/
-        try:
-            module = importlib.import_module(module_part)
-        except ImportError as e:
-            raise InvalidArgument(f"cannot import target module {module_part!r}: {e}.") from e
-        except Exception as e:
-            raise HarnessError(f"target module {module_part!r} failed to import: {type(e).__name__}: {e}") from e
+        module = _import_module(module_part)
     if not hasattr(module, obj_name):
         raise InvalidArgument(f"target module {module_part!r} has no object {obj_name!r}.")
     return getattr(module, obj_name)
 
 
+def resolve_spec(spec: str) -> str:
+    """A built-in name -> its module spec; anything else as it is."""
+    if ":" in spec:
+        return spec
+    if spec not in BUILTIN:
+        hint = did_you_mean(spec, BUILTIN)
+        raise InvalidArgument(f"unknown target {spec!r}.{hint} Built-in targets: {', '.join(BUILTIN)}; "
+                              f"or name your own as path/to/file.py:OBJ or package.module:OBJ.")
+    return BUILTIN[spec]
+
+
 def load_target(spec: str) -> Target:
     """A built-in name, ``file.py:OBJ`` or ``module:OBJ`` -> Target."""
-    if ":" not in spec:
-        if spec not in BUILTIN:
-            hint = did_you_mean(spec, BUILTIN)
-            raise InvalidArgument(f"unknown target {spec!r}.{hint} Built-in targets: {', '.join(BUILTIN)}; "
-                                  f"or name your own as path/to/file.py:OBJ or package.module:OBJ.")
-        spec = BUILTIN[spec]
-    obj = _import_object(spec)
+    full = resolve_spec(spec)
+    obj = _import_object(full)
     if not isinstance(obj, Target) and callable(obj):
         try:
             obj = obj()
-        except Exception as e:
-            raise HarnessError(f"target factory {spec!r} failed: {type(e).__name__}: {e}") from e
+        except BaseException as e:  # noqa: B036 - SystemExit in a factory is a broken harness too
+            raise HarnessError(f"target factory {full!r} failed: {type(e).__name__}: {e}") from None
     if not isinstance(obj, Target):
-        raise InvalidArgument(f"{spec!r} is a {type(obj).__name__}, not a fuzzrunner.Target.")
+        raise InvalidArgument(f"{full!r} is a {type(obj).__name__}, not a fuzzrunner.Target.")
     return obj
+
+
+def spec_of(target: Target) -> str:
+    """A spec another process can load ``target`` from: the module-level name it is bound to."""
+    import inspect
+    module = inspect.getmodule(target.run)
+    for name, obj in vars(module).items() if module is not None else ():
+        if obj is target:
+            path = getattr(module, "__file__", None)
+            if module.__name__.startswith("fuzzrunner.") or not path:
+                return f"{module.__name__}:{name}"  # ours: importable anywhere fuzzrunner is
+            return f"{path}:{name}"
+    raise InvalidArgument(f"target {target.name!r} must be a module-level object so worker processes can import it.")
+
+
+def unavailable(name: str) -> str | None:
+    """Why built-in target ``name`` cannot run here (its software is missing), or None."""
+    from .errors import TargetUnavailable
+    try:
+        load_target(name)
+    except TargetUnavailable as e:
+        return str(e)
+    return None

@@ -8,8 +8,9 @@ A runner (ours, or a user's) says which of its buffers matter and how:
 step's contents is *stale*); ``initialized=False`` says the memory was never
 written (``torch.empty``). ``carry_over`` declares that a per-step buffer's old
 contents are deliberately still valid this step (vLLM skips re-programming a
-mapping equal to the last one). ``lora_launch`` hands kernel metadata to the
-invariant checks just before a LoRA launch.
+mapping equal to the last one). ``kernel_launch`` announces a kernel launch with its
+metadata just before it happens: the invariants oracle checks LoRA metadata there, and
+a crash finding names the last kernel launched.
 
 Oracles subscribe with ``watch``. This module sits at the bottom of the layering:
 the runner imports it, and it imports nothing of the package.
@@ -17,14 +18,22 @@ the runner imports it, and it imports nothing of the package.
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
-from typing import Any, Iterator, Protocol
+from typing import Any, Iterator
 
 
-class Watcher(Protocol):
-    def on_track(self, tensor: Any, name: str, per_step: bool, initialized: bool) -> None: ...
-    def on_carry_over(self, tensor: Any) -> None: ...
-    def on_lora_launch(self, kernel: str, meta: dict) -> None: ...
+class Watcher:
+    """What oracles and the worker hear; every method is optional (a no-op here)."""
+
+    def on_track(self, tensor: Any, name: str, per_step: bool, initialized: bool) -> None:
+        pass
+
+    def on_carry_over(self, tensor: Any) -> None:
+        pass
+
+    def on_kernel_launch(self, kernel: str, meta: dict) -> None:
+        pass
 
 
 _watchers: list[Watcher] = []
@@ -43,9 +52,17 @@ def carry_over(*tensors: Any) -> None:
             w.on_carry_over(t)
 
 
-def lora_launch(kernel: str, **meta: Any) -> None:
+def kernel_launch(kernel: str, **meta: Any) -> None:
+    """Announce that ``kernel`` is about to launch. For LoRA kernels pass vLLM's metadata
+    (``M``, ``grid_z``, ``max_loras``, ``token_lora_mapping``, ``token_indices_sorted_by_lora_ids``,
+    ``num_tokens_per_lora``, ``lora_token_start_loc``, ``active_lora_ids``, ``meta_name``) and the
+    invariants oracle checks it; any other metadata is only recorded."""
+    if not _watchers:
+        return
+    caller = sys._getframe(1)
+    meta.setdefault("where", f"{caller.f_code.co_filename}:{caller.f_lineno}")
     for w in _watchers:
-        w.on_lora_launch(kernel, meta)
+        w.on_kernel_launch(kernel, meta)
 
 
 def watching() -> bool:

@@ -1,65 +1,82 @@
-"""The finding book: one ``Finding`` per signature, saved the moment it appears or shrinks."""
+"""The finding book: one ``Finding`` per bug, saved the moment it appears or shrinks.
+
+A write that fails (read-only or full disk) never loses the finding: it stays in memory,
+``write_errors`` says what failed, and the campaign stops and reports it.
+"""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from ..case import Case
-from ..corpus import Corpus, Finding
-from ..violation import Violation, primary
+from ..corpus import Corpus
+from ..errors import InvalidCase
+from ..finding import Finding, group, merge
+from ..violation import Violation
 
 
 class FindingBook:
-    def __init__(self, corpus: Corpus | None, target: str):
-        self.corpus, self.target = corpus, target
+    def __init__(self, corpus: Corpus | None, target: str, target_spec: str = ""):
+        self.corpus, self.target, self.target_spec = corpus, target, target_spec
         self.by_id: dict[str, Finding] = {}
-        self.paths: dict[str, Path] = {}
-        self._last: dict[str, tuple] = {}  # signature id -> (case, violations) of the latest failing call
+        self._last: dict[str, Finding] = {}  # id -> the latest failing call's sighting
+        self.write_errors: list[str] = []
 
-    def record(self, violations: list[Violation], case: Case, examples: int, elapsed: float) -> tuple[Finding, bool]:
-        """File ``case`` under its primary violation's signature; returns (finding, is_new)."""
-        main = primary(violations)
-        sig = main.signature
-        others = [v for v in violations if v is not main]
-        self._last[sig.id] = (case, main, others)
-        known = self.by_id.get(sig.id)
-        if known is None:
-            finding = Finding(sig, case, main, others, examples, elapsed)
-            self.by_id[sig.id] = finding
-            self._save(finding)
-            return finding, True
-        if case.size() < known.case.size():
-            known.case, known.violation, known.others, known.signature = case, main, others, sig
-            self._save(known)
-        return known, False
+    def record(self, violations: list[Violation], case: Case, examples: int,
+               elapsed: float) -> list[tuple[Finding, bool]]:
+        """File ``case`` under each root cause its violations show; (finding, is_new) for each."""
+        out = []
+        for head, others in group(violations):
+            seen = Finding.of(head, others, case, first_found_after_examples=examples, found_after_s=elapsed,
+                              target_spec=self.target_spec)
+            self._last[seen.id] = seen
+            known = self.by_id.get(seen.id)
+            if known is None:
+                self.by_id[seen.id] = seen
+                self._save(seen)
+                out.append((seen, True))
+            else:
+                if merge(known, seen):
+                    self._save(known)
+                out.append((known, False))
+        return out
 
-    def mark_minimized(self, sig_id: str) -> None:
+    def mark_minimized(self, finding_id: str) -> None:
         """Hypothesis ends a search by replaying each bug's minimal example: that last call's case wins."""
-        f = self.by_id.get(sig_id)
+        f = self.by_id.get(finding_id)
         if f is None or f.minimized:
             return
-        f.case, f.violation, f.others = self._last.get(sig_id, (f.case, f.violation, f.others))
-        f.signature = f.violation.signature  # the kind the minimal case shows (same id)
-        f.minimized = True
+        last = self._last.get(finding_id)
+        if last is not None:
+            f.case, f.violation, f.others, f.signature = last.case, last.violation, last.others, last.signature
+        f.minimized, f.shrink_interrupted = True, False
         self._save(f, prefer_own=True)
 
+    def mark_interrupted(self, finding_id: str) -> None:
+        f = self.by_id.get(finding_id)
+        if f is not None and not f.minimized:
+            f.shrink_interrupted = True
+            self._save(f)
+
     def adopt(self, finding: Finding) -> None:
-        """A finding from the corpus that still reproduces: known, already minimized."""
-        self.by_id.setdefault(finding.signature.id, finding)
+        """A finding from the corpus that still reproduces: known, in the state it was saved."""
+        self.by_id.setdefault(finding.id, finding)
+
+    def drop(self, finding_id: str) -> Finding | None:
+        """Take a finding out of the book (a crash that did not reproduce: kept elsewhere)."""
+        self._last.pop(finding_id, None)
+        return self.by_id.pop(finding_id, None)
 
     def _save(self, finding: Finding, prefer_own: bool = False) -> None:
         if self.corpus is None:
             return
-        path = self.corpus.finding_path(self.target, finding.signature)
-        if path.exists() and not prefer_own:  # another shard (or run) may hold a smaller case of the same bug
+        if not prefer_own:  # another shard (or run) may hold a smaller case of the same bug
             try:
-                other = Finding.from_dict(json.loads(path.read_text()))
-                if other.case.size() < finding.case.size():
-                    finding.case, finding.minimized = other.case, other.minimized or finding.minimized
-                finding.first_found_after_examples = min(finding.first_found_after_examples,
-                                                         other.first_found_after_examples) \
-                    if other.first_found_after_examples else finding.first_found_after_examples
-            except Exception:
-                pass  # an unreadable old file is simply replaced
-        self.paths[finding.signature.id] = self.corpus.save_finding(self.target, finding)
+                other = self.corpus.load_finding(self.target, finding.id)
+            except InvalidCase:
+                other = None  # an unreadable old file is simply replaced
+            if other is not None:
+                merge(finding, other)
+        try:
+            self.corpus.save_finding(self.target, finding)
+        except OSError as e:
+            self.write_errors.append(f"cannot write finding {finding.id} to the corpus "
+                                     f"({self.corpus.finding_path(self.target, finding.id)}): {e.strerror or e}")

@@ -3,19 +3,22 @@
 A worker that segfaults, hits an illegal address, calls ``os._exit`` or is killed
 for memory becomes a ``crash`` violation blamed on the case (and op, and last kernel
 launch) it was running; one that outlives the per-case timeout is killed and becomes
-a ``timeout``. Either way a fresh worker takes its place. A worker that cannot even
-start is a harness error, never a finding.
+a ``timeout``. Either way a warm standby worker (started in the background, target
+imported, device initialized) takes over at once, so a crash costs a hand-over, not a
+start-up. A worker that cannot even start is a harness error, never a finding.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -23,21 +26,26 @@ from ..case import Case
 from ..errors import HarnessError, InvalidCase
 from ..violation import Violation
 from . import protocol
+from .lifeline import ENV as PARENT_ENV
 
 STARTUP_TIMEOUT_S = 300.0  # torch import, CUDA init, sanitizer start-up
 MAX_FAILED_STARTS = 3
 SETTLE_S = 10.0            # a wrapper (compute-sanitizer) prints its last reports after its worker dies
-MAX_SANITIZER_LOG = 1 << 30  # a sanitized worker's own log past this: start a fresh worker (reports are unlimited)
+LOG_CAP = 8 << 20          # a worker's own log past this is cut (its tail is kept for crash messages)
 
 
 @dataclass
 class WorkerSpec:
     target: str
     device: str = "cpu"
-    gpu: int | None = None                  # CUDA_VISIBLE_DEVICES for this worker
+    gpu: str | None = None                  # CUDA_VISIBLE_DEVICES for this worker (index or MIG UUID)
     wrapper: list = field(default_factory=list)  # e.g. compute-sanitizer argv prefix
     env: dict = field(default_factory=dict)
-    log_path: str | None = None             # the worker's stdout+stderr (sanitizer reports land here)
+    log_path: str | None = None             # keep the worker's stdout+stderr here (else a temp file, deleted)
+
+    @property
+    def sanitizer(self) -> str | None:
+        return self.env.get("FUZZRUNNER_SANITIZER")
 
 
 @dataclass
@@ -45,11 +53,15 @@ class RunResult:
     violations: list
     seconds: float
     crashed: bool = False
-    log_span: tuple = (0, 0)                # byte range of the worker log written during this case
     case_no: int = 0                        # the worker's own count (for sanitizer markers)
+    log: str = ""                           # the worker's output during this case (sanitized workers)
 
 
-def _signal_name(returncode: int) -> str:
+# Signals a process does not send itself by faulting: someone else ended it.
+_OUTSIDE_SIGNALS = {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
+
+
+def _signal_name(returncode: int | None) -> str:
     if returncode is not None and returncode < 0:
         try:
             return signal.Signals(-returncode).name
@@ -58,55 +70,73 @@ def _signal_name(returncode: int) -> str:
     return f"exit status {returncode}"
 
 
+class _Progress:
+    """What the worker said during one case: the op and the last kernel launch."""
+
+    def __init__(self):
+        self.op: tuple | None = None
+        self.kernel, self.where = "", ""
+        self.partial: list = []
+
+
 class Worker:
     """One live worker process."""
 
-    def __init__(self, spec: WorkerSpec, index: int = 0):
-        self.spec, self.index = spec, index
+    def __init__(self, spec: WorkerSpec):
+        self.spec = spec
         self._dir = tempfile.mkdtemp(prefix="fuzzrunner-hub-")
         self.path = os.path.join(self._dir, "w.sock")
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(self.path)
         self.server.listen(1)
+        self.log_path = spec.log_path or os.path.join(self._dir, "worker.log")
+        self._log = open(self.log_path, "ab")
+        self.killed = False          # we sent the kill (timeout, shutdown): not an outside signal
+        self.case_no = 0
+        self.proc = subprocess.Popen([*spec.wrapper, sys.executable, "-m", "fuzzrunner.engine.worker"],
+                                     env=self._environment(), stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            self.sock = self._accept()
+        except BaseException:
+            self.close()
+            raise
+
+    def _environment(self) -> dict:
+        spec = self.spec
         env = dict(os.environ, **spec.env, FUZZRUNNER_HUB_SOCKET=self.path, FUZZRUNNER_TARGET=spec.target,
-                   FUZZRUNNER_DEVICE=spec.device, PYTHONUNBUFFERED="1")
+                   FUZZRUNNER_DEVICE=spec.device, PYTHONUNBUFFERED="1", **{PARENT_ENV: str(os.getpid())})
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         if spec.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
         elif spec.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)
-        self.log_path = spec.log_path or os.path.join(self._dir, "worker.log")
-        self._log = open(self.log_path, "ab")
-        argv = [*spec.wrapper, sys.executable, "-m", "fuzzrunner.engine.worker"]
-        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        self.case_no = 0
-        self.sock = self._accept()
+        return env
 
     def _accept(self) -> socket.socket:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         self.server.settimeout(1.0)
-        while time.monotonic() < deadline:
+        while True:
             try:
                 conn, _ = self.server.accept()
                 break
             except socket.timeout:
                 if self.proc.poll() is not None:
                     raise HarnessError(f"worker exited during start-up ({_signal_name(self.proc.returncode)}); "
-                                       f"its output: {self._tail()}")
-        else:
-            self.kill()
-            raise HarnessError(f"worker did not start within {STARTUP_TIMEOUT_S:.0f} s; its output: {self._tail()}")
+                                       f"its output: {self.tail()}") from None
+                if time.monotonic() >= deadline:
+                    raise HarnessError(f"worker did not start within {STARTUP_TIMEOUT_S:.0f} s; "
+                                       f"its output: {self.tail()}") from None
         conn.settimeout(None)
         msg = self._recv(conn, deadline - time.monotonic())
         if msg is None or msg.get("type") != "ready":
-            self.kill()
             detail = msg.get("message") if msg else f"it died ({_signal_name(self.proc.poll())})"
-            raise HarnessError(f"worker could not set up target {self.spec.target!r}: {detail}. {self._tail()}")
+            raise HarnessError(f"worker could not set up target {self.spec.target!r}: {detail}. {self.tail()}")
         return conn
 
-    def _tail(self, n: int = 600) -> str:
+    # -- the log ------------------------------------------------------------------------
+    def tail(self, n: int = 600) -> str:
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(max(0, os.path.getsize(self.log_path) - n))
@@ -114,6 +144,28 @@ class Worker:
         except OSError:
             return ""
 
+    def log_size(self) -> int:
+        try:
+            return os.path.getsize(self.log_path)
+        except OSError:
+            return 0
+
+    def log_text(self, start: int) -> str:
+        with open(self.log_path, "rb") as f:
+            f.seek(start)
+            return f.read().decode(errors="replace")
+
+    def cut_log(self, limit: int = 0) -> None:
+        """Empty the log once it is past ``limit`` bytes, keeping its tail (the worker appends)."""
+        if self.log_size() <= limit:
+            return
+        keep = self.tail(4000).replace(" | ", "\n")
+        with open(self.log_path, "r+b") as f:
+            f.truncate(0)
+        with open(self.log_path, "ab") as f:
+            f.write(f"[fuzzrunner: log cut at {limit} bytes]\n{keep}\n".encode())
+
+    # -- one case -----------------------------------------------------------------------
     def _recv(self, conn, timeout: float):
         r, _, _ = select.select([conn], [], [], max(timeout, 0))
         if not r:
@@ -123,74 +175,85 @@ class Worker:
         except (ConnectionError, OSError, ValueError):
             return None
 
-    def log_size(self) -> int:
-        self._log.flush()
-        try:
-            return os.path.getsize(self.log_path)
-        except OSError:
-            return 0
-
     def run(self, case: Case, oracles, timeout_s: float) -> RunResult:
         """Run one case; a death or a hang comes back as a crash/timeout violation."""
-        start_log = self.log_size()
-        t0 = time.monotonic()
+        start_log, t0 = self.log_size(), time.monotonic()
         self.case_no += 1
-        protocol.send(self.sock, {"type": "run", "case": case.to_dict(), "oracles": list(oracles) if oracles else None})
-        partial, op, kernel = [], None, None
-        deadline = t0 + timeout_s
+        protocol.send(self.sock, {"type": "run", "case": case.to_dict(),
+                                  "oracles": list(oracles) if oracles is not None else None})
+        seen, deadline = _Progress(), t0 + timeout_s
         while True:
-            msg = self._recv(self.sock, deadline - time.monotonic())
+            msg = self._recv(self.sock, min(1.0, deadline - time.monotonic()))
             if msg is None:
-                timed_out = self.proc.poll() is None and time.monotonic() >= deadline
-                if not timed_out and self.spec.wrapper:
+                if self.proc.poll() is None and time.monotonic() < deadline:
+                    if not self.spec.sanitizer:
+                        self.cut_log(LOG_CAP)  # a chatty target cannot fill the disk
+                    continue
+                return self._died(seen, time.monotonic() >= deadline, timeout_s, start_log, t0)
+            done = self._handle(msg, seen)
+            if done is not None:
+                vs, fatal = done
+                if fatal:
                     self._settle()
-                self.kill()
-                v = self._death(timed_out, op, kernel, timeout_s)
-                return RunResult(partial + [v], time.monotonic() - t0, True, (start_log, self.log_size()),
-                                 self.case_no)
-            kind = msg["type"]
-            if kind == "op":
-                op, kernel = (msg["index"], msg["op"]), None
-            elif kind == "launch":
-                kernel = msg["kernel"]
-            elif kind == "partial":
-                partial = [Violation.from_dict(d) for d in msg["violations"]]
-            elif kind == "result":  # "fatal": the worker retires (its CUDA context is gone)
-                vs = [Violation.from_dict(d) for d in msg["violations"]]
-                if msg.get("fatal"):
-                    self._settle()
-                return RunResult(vs, time.monotonic() - t0, bool(msg.get("fatal")),
-                                 (start_log, self.log_size()), self.case_no)
-            elif kind == "invalid":
-                raise InvalidCase(msg["message"])
-            elif kind == "harness":
-                self.kill()
-                raise HarnessError(f"worker failed outside the target: {msg['message']}\n{msg.get('traceback', '')}")
+                return RunResult(vs, time.monotonic() - t0, fatal, self.case_no, self._case_log(start_log))
 
-    def _settle(self) -> None:
+    def _handle(self, msg: dict, seen: _Progress):
+        """Take one message; ``(violations, fatal)`` when the case is over, else None."""
+        kind = msg["type"]
+        if kind == "op":
+            seen.op, seen.kernel, seen.where = (msg["index"], msg["op"]), "", ""
+        elif kind == "launch":
+            seen.kernel, seen.where = msg["kernel"], msg.get("where", "")
+        elif kind == "partial":
+            seen.partial = [Violation.from_dict(d) for d in msg["violations"]]
+        elif kind == "result":
+            return [Violation.from_dict(d) for d in msg["violations"]], bool(msg.get("fatal"))
+        elif kind == "invalid":
+            raise InvalidCase(msg["message"])
+        elif kind == "harness":
+            self.kill()
+            raise HarnessError(f"worker failed outside the target: {msg['message']}\n{msg.get('traceback', '')}")
+        return None
+
+    def _case_log(self, start: int) -> str:
+        return self.log_text(start) if self.spec.sanitizer else ""
+
+    def _died(self, seen: _Progress, timed_out: bool, timeout_s: float, start_log: int, t0: float) -> RunResult:
+        if not timed_out and self.spec.wrapper:
+            self._settle()
+        if timed_out:
+            self.kill()
+        self._settle(0.5)
+        v = self._death(timed_out, seen, timeout_s)
+        return RunResult(seen.partial + [v], time.monotonic() - t0, True, self.case_no, self._case_log(start_log))
+
+    def _settle(self, timeout: float = SETTLE_S) -> None:
         try:
-            self.proc.wait(timeout=SETTLE_S)
+            self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             pass
 
-    def log_text(self, span: tuple) -> str:
-        with open(self.log_path, "rb") as f:
-            f.seek(span[0])
-            return f.read(max(0, span[1] - span[0])).decode(errors="replace")
-
-    def _death(self, timed_out: bool, op, kernel, timeout_s: float) -> Violation:
+    def _death(self, timed_out: bool, seen: _Progress, timeout_s: float) -> Violation:
+        op = seen.op
         where = f"op {op[0]} ({op[1]})" if op else "before the first op"
-        last = f", last LoRA launch {kernel}" if kernel else ""
+        last = f", last kernel launch {seen.kernel} from {seen.where}" if seen.kernel else ""
+        details = {"op_index": op[0] if op else None, "op": op[1] if op else None,
+                   "last_kernel": seen.kernel, "launch_site": seen.where}
         if timed_out:
-            return Violation("worker", "timeout", kernel or (op[1] if op else ""), "", "",
+            return Violation("worker", "timeout", seen.kernel or (op[1] if op else ""), "", "",
                              f"the case ran past the {timeout_s:g} s timeout in {where}{last}; the worker was killed",
-                             {"op_index": op[0] if op else None, "op": op[1] if op else None})
-        how = _signal_name(self.proc.returncode)
-        return Violation("worker", "crash", kernel or (op[1] if op else ""), how, "",
-                         f"the worker died with {how} in {where}{last}. Output: {self._tail(400)}",
-                         {"op_index": op[0] if op else None, "op": op[1] if op else None, "exit": how})
+                             details)
+        code = self.proc.returncode
+        how = _signal_name(code)
+        outside = code is not None and -code in _OUTSIDE_SIGNALS and not self.killed
+        sender = " (a signal fuzzrunner did not send: the OOM killer, or someone else)" if outside else ""
+        return Violation("worker", "crash", seen.kernel or (op[1] if op else ""), how, "",
+                         f"the worker died with {how}{sender} in {where}{last}. Output: {self.tail(400)}",
+                         {**details, "exit": how, "external_signal": outside})
 
+    # -- shutdown -----------------------------------------------------------------------
     def kill(self) -> None:
+        self.killed = True
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -202,7 +265,7 @@ class Worker:
             pass
 
     def close(self) -> None:
-        if self.proc.poll() is None:
+        if self.proc.poll() is None and getattr(self, "sock", None) is not None:
             try:
                 protocol.send(self.sock, {"type": "exit"})
                 self.proc.wait(timeout=10)
@@ -213,52 +276,95 @@ class Worker:
             if s is not None:
                 s.close()
         self._log.close()
+        if self.spec.log_path:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class _Standby:
+    """A spare worker started in the background, ready to take over after a death."""
+
+    def __init__(self, spec: WorkerSpec):
+        self.spec = spec
+        self._worker: Worker | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._start, name="fuzzrunner-standby", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
         try:
-            os.unlink(self.path)
-            if not self.spec.log_path:
-                os.unlink(self.log_path)
-            os.rmdir(self._dir)
-        except OSError:
-            pass
+            self._worker = Worker(self.spec)
+        except BaseException as e:  # noqa: B036 - handed to whoever takes the spare
+            self._error = e
+
+    def take(self) -> Worker:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._worker is not None
+        return self._worker
+
+    def discard(self) -> None:
+        self._thread.join()
+        if self._worker is not None:
+            self._worker.close()
 
 
 class Hub:
-    """Keeps one worker alive for a shard, replacing it after every death."""
+    """Keeps one worker alive for a shard (plus a warm spare), replacing it after every death."""
 
-    def __init__(self, spec: WorkerSpec, *, oracles=None, timeout_s: float = 60.0, max_restarts: int = 1000):
+    def __init__(self, spec: WorkerSpec, *, oracles=None, timeout_s: float = 60.0, max_restarts: int = 1000,
+                 standby: bool | None = None):
+        """``standby``: keep a warm spare worker. None (the default): on a GPU from the start (a CUDA
+        start-up costs seconds, and the host has cores to spare); on the CPU from the first death on
+        (a spare competes for the few cores with the worker, so it is paid for only once crashes come)."""
         self.spec, self.oracles, self.timeout_s, self.max_restarts = spec, oracles, timeout_s, max_restarts
+        self._auto_standby = standby is None
+        self.standby = spec.device == "cuda" if standby is None else standby
         self.worker: Worker | None = None
+        self._spare: _Standby | None = None
         self.restarts = 0
-        self.cases = 0
+        self.starts = 0
 
-    def _ensure(self) -> Worker:
+    def _new_worker(self) -> Worker:
         failures = 0
-        while self.worker is None:
+        while True:
             try:
-                self.worker = Worker(self.spec)
+                spare, self._spare = self._spare, None
+                worker = spare.take() if spare is not None else Worker(self.spec)
+                self.starts += 1
+                return worker
             except HarnessError:
                 failures += 1
                 if failures >= MAX_FAILED_STARTS:
                     raise
+
+    def _ensure(self) -> Worker:
+        if self.worker is None:
+            self.worker = self._new_worker()
+        if self.standby and self._spare is None:
+            self._spare = _Standby(self.spec)
         return self.worker
 
     def run(self, case: Case) -> RunResult:
         w = self._ensure()
-        self.cases += 1
         try:
             result = w.run(case, self.oracles, self.timeout_s)
         except (InvalidCase, HarnessError):
             if w.proc.poll() is not None:
                 self._replace()
             raise
-        tool = self.spec.env.get("FUZZRUNNER_SANITIZER")
+        tool = self.spec.sanitizer
         if tool:
             from ..sanitizer.session import violations_in_log  # only sanitized runs pay for the import
-            result.violations += violations_in_log(w.log_text(result.log_span), result.case_no, tool=tool)
+            result.violations += violations_in_log(result.log, result.case_no, tool=tool)
         if result.crashed:
             self._replace()
-        elif tool and not self.spec.log_path and w.log_size() > MAX_SANITIZER_LOG:
-            self.close()  # not a restart: the next case starts a worker with an empty log
+        else:
+            w.cut_log(LOG_CAP)  # this case's reports are read: what is left is only the tail
         return result
 
     def _replace(self) -> None:
@@ -266,16 +372,20 @@ class Hub:
             self.worker.close()
             self.worker = None
         self.restarts += 1
+        self.standby = self.standby or self._auto_standby
         if self.restarts > self.max_restarts:
             raise HarnessError(f"workers were restarted {self.restarts} times (limit {self.max_restarts}); "
                                f"the target crashes on nearly every case: fix it or raise the limit.")
 
     def close(self) -> None:
+        if self._spare is not None:
+            self._spare.discard()
+            self._spare = None
         if self.worker is not None:
             self.worker.close()
             self.worker = None
 
-    def __enter__(self) -> "Hub":
+    def __enter__(self) -> Hub:
         return self
 
     def __exit__(self, *exc) -> None:

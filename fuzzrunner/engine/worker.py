@@ -5,15 +5,21 @@ compute-sanitizer) with ``FUZZRUNNER_HUB_SOCKET``, ``FUZZRUNNER_TARGET`` and
 ``FUZZRUNNER_DEVICE`` in its environment. It imports nothing from the hub. Before and
 after each case it prints a marker line on stdout (flushed, after a device
 synchronize) so that sanitizer reports can be attributed to the case that caused them.
+It dies with its hub: the kernel kills it when the hub dies (parent-death signal, set
+by the hub before exec), and it exits when the hub's socket closes.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from contextlib import ExitStack
 import sys
 import time
+import traceback
+from contextlib import ExitStack
+
+from .. import tracking
+from . import protocol
 
 
 def _marker(kind: str, case_no: int) -> None:
@@ -21,7 +27,7 @@ def _marker(kind: str, case_no: int) -> None:
     sys.stdout.flush()
 
 
-class _TensorAnnouncer:
+class _TensorAnnouncer(tracking.Watcher):
     """Under compute-sanitizer: print each tracked buffer's address range, so that a report's
     address can be named (``@@fuzzrunner-tensor NAME 0xADDR NBYTES@@``, inside the case markers)."""
 
@@ -30,39 +36,27 @@ class _TensorAnnouncer:
         sys.stdout.write(f"@@fuzzrunner-tensor {name} {hex(st.data_ptr())} {st.nbytes()}@@\n")
         sys.stdout.flush()
 
-    def on_carry_over(self, *a) -> None:
-        pass
 
-    def on_lora_launch(self, *a) -> None:
-        pass
-
-
-class _LaunchReporter:
-    """A tracking watcher that tells the hub which kernel is about to run (crash attribution)."""
+class _LaunchReporter(tracking.Watcher):
+    """Tells the hub which kernel is about to run and from where (crash attribution)."""
 
     def __init__(self, sock):
         self.sock = sock
         self.last = ""
 
-    def on_track(self, *a) -> None:
-        pass
-
-    def on_carry_over(self, *a) -> None:
-        pass
-
-    def on_lora_launch(self, kernel: str, meta: dict) -> None:
-        from .protocol import send
+    def on_kernel_launch(self, kernel: str, meta: dict) -> None:
         self.last = kernel
-        send(self.sock, {"type": "launch", "kernel": kernel})
+        protocol.send(self.sock, {"type": "launch", "kernel": kernel, "where": str(meta.get("where", ""))})
 
 
 def _context_lost(last_kernel: str):
     """None if the CUDA context still works; else the crash violation for the case that broke it.
 
-    An illegal address leaves the context unusable (../shared/CONTEXT.md): the case becomes
+    An illegal address leaves the context unusable (docs/background.md): the case becomes
     a crash finding and the worker retires so that a fresh process takes the next case.
     """
     import torch
+
     from ..violation import Violation
     try:
         torch.cuda.synchronize()
@@ -71,67 +65,102 @@ def _context_lost(last_kernel: str):
         text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         what = text.split("CUDA error:", 1)[-1].strip()
         return Violation("cuda", "crash", last_kernel, what, "",
-                         f"the CUDA context was lost ({text}); last LoRA launch: {last_kernel or 'none'}",
+                         f"the CUDA context was lost ({text}); last kernel launch: {last_kernel or 'none'}",
                          {"error": text})
 
 
-def main() -> int:
-    from .. import _env, tracking
-    _env.configure()  # FUZZRUNNER_DEVICE comes from the hub; TRITON_INTERPRET before Triton loads
-    from ..case import Case
-    from ..errors import InvalidCase
-    from ..execute import run_case
-    from ..target import load_target
-    from .protocol import recv, send
+class _Session:
+    """The worker's loop: one handler per message type from the hub."""
 
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(os.environ["FUZZRUNNER_HUB_SOCKET"])
+    def __init__(self, sock: socket.socket, target, device: str):
+        self.sock, self.target, self.device = sock, target, device
+        self.reporter = _LaunchReporter(sock)
+        self.watchers: list[tracking.Watcher] = [self.reporter]
+        if os.environ.get("FUZZRUNNER_SANITIZER"):
+            self.watchers.append(_TensorAnnouncer())
+        self.case_no = 0
+
+    def serve(self) -> int:
+        while True:
+            try:
+                msg = protocol.recv(self.sock)
+            except (ConnectionError, OSError, ValueError):
+                return protocol.EXIT_ORPHANED
+            if msg["type"] == "exit":
+                return protocol.EXIT_DONE
+            code = self.run(msg)
+            if code is not None:
+                return code
+
+    def run(self, msg: dict) -> int | None:
+        from ..case import Case
+        from ..errors import InvalidCase
+        from ..execute import run_case
+        self.case_no += 1
+        t0 = time.perf_counter()
+        self.reporter.last = ""
+        _marker("case-begin", self.case_no)
+        try:
+            case = Case.from_dict(msg["case"])
+            with ExitStack() as stack:
+                for w in self.watchers:
+                    stack.enter_context(tracking.watch(w))
+                violations = run_case(case, self.target, oracles=msg.get("oracles"), device=self.device,
+                                      sanitizer=os.environ.get("FUZZRUNNER_SANITIZER"),
+                                      on_op=self._op, on_partial=self._partial)
+            lost = _context_lost(self.reporter.last) if self.device == "cuda" else None
+        except InvalidCase as e:
+            _marker("case-end", self.case_no)
+            protocol.send(self.sock, {"type": "invalid", "message": str(e)})
+            return None
+        except BaseException as e:  # noqa: B036 - a bug in fuzzrunner itself: the harness broke
+            protocol.send(self.sock, {"type": "harness", "message": f"{type(e).__name__}: {e}",
+                                      "traceback": traceback.format_exc()[-4000:]})
+            return protocol.EXIT_HARNESS
+        _marker("case-end", self.case_no)
+        violations += [lost] if lost else []
+        protocol.send(self.sock, {"type": "result", "violations": [v.to_dict() for v in violations],
+                                  "seconds": time.perf_counter() - t0, "case_no": self.case_no,
+                                  "fatal": lost is not None})
+        return protocol.EXIT_CONTEXT_LOST if lost is not None else None
+
+    def _op(self, index: int, op: dict) -> None:
+        protocol.send(self.sock, {"type": "op", "index": index, "op": op.get("op", "")})
+
+    def _partial(self, violations: list) -> None:
+        protocol.send(self.sock, {"type": "partial", "violations": [v.to_dict() for v in violations]})
+
+
+def _set_up(sock: socket.socket):
+    """(target, device), or None after telling the hub why the set-up failed."""
+    from .. import _env
+    _env.configure()  # FUZZRUNNER_DEVICE comes from the hub; TRITON_INTERPRET before Triton loads
+    from .. import execute  # noqa: F401 - torch and the oracles load now, not in the first case's time
+    from ..target import load_target
     try:
         target = load_target(os.environ["FUZZRUNNER_TARGET"])
         device = os.environ.get("FUZZRUNNER_DEVICE", "cpu")
         if device == "cuda":
             import torch
             torch.cuda.init()
-    except Exception as e:  # the harness broke: not a finding
-        send(sock, {"type": "harness", "message": f"worker set-up failed: {type(e).__name__}: {e}"})
-        return 3
-    send(sock, {"type": "ready", "pid": os.getpid(), "device": device})
-    reporter = _LaunchReporter(sock)
-    watchers = [reporter] + ([_TensorAnnouncer()] if os.environ.get("FUZZRUNNER_SANITIZER") else [])
-    case_no = 0
-    while True:
-        msg = recv(sock)
-        if msg.get("type") == "exit":
-            return 0
-        case_no += 1
-        t0 = time.perf_counter()
-        reporter.last = ""
-        _marker("case-begin", case_no)
-        try:
-            case = Case.from_dict(msg["case"])
-            with ExitStack() as stack:
-                for w in watchers:
-                    stack.enter_context(tracking.watch(w))
-                outcome = run_case(case, target, oracles=msg.get("oracles"), device=device,
-                                   on_op=lambda i, op: send(sock, {"type": "op", "index": i, "op": op.get("op")}),
-                                   on_partial=lambda vs: send(sock, {"type": "partial",
-                                                                     "violations": [v.to_dict() for v in vs]}))
-            lost = _context_lost(reporter.last) if device == "cuda" else None
-        except InvalidCase as e:
-            _marker("case-end", case_no)
-            send(sock, {"type": "invalid", "message": str(e)})
-            continue
-        except Exception as e:  # a bug in fuzzrunner itself, not in the target: the harness broke
-            import traceback
-            send(sock, {"type": "harness", "message": f"{type(e).__name__}: {e}",
-                        "traceback": traceback.format_exc()[-4000:]})
-            return 3
-        _marker("case-end", case_no)
-        violations = outcome.violations + ([lost] if lost else [])
-        send(sock, {"type": "result", "violations": [v.to_dict() for v in violations],
-                    "seconds": time.perf_counter() - t0, "case_no": case_no, "fatal": lost is not None})
-        if lost is not None:
-            return 4
+    except BaseException as e:  # noqa: B036 - SystemExit at import is a broken harness too
+        protocol.send(sock, {"type": "harness", "message": f"worker set-up failed: {type(e).__name__}: {e}",
+                             "traceback": traceback.format_exc()[-4000:]})
+        return None
+    return target, device
+
+
+def main() -> int:
+    from .lifeline import die_with_env_parent
+    die_with_env_parent()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(os.environ["FUZZRUNNER_HUB_SOCKET"])
+    ready = _set_up(sock)
+    if ready is None:
+        return protocol.EXIT_HARNESS
+    target, device = ready
+    protocol.send(sock, {"type": "ready", "pid": os.getpid(), "device": device})
+    return _Session(sock, target, device).serve()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Block sizes for the LoRA kernels: few programs on the CPU, vLLM-like on a GPU.
 
 The interpreter costs about a millisecond per program instance whatever its size
-(../shared/CONTEXT.md), so on the CPU one block covers the whole (small) M and N
+(docs/background.md), so on the CPU one block covers the whole (small) M and N
 and split-K is off. On a GPU we keep vLLM's shapes, split-K included, so that the
 atomics path and the multi-block grids are exercised.
 """

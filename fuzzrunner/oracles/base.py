@@ -2,50 +2,72 @@
 
 Oracles know nothing about the reference runner. They learn about buffers through
 ``fuzzrunner.tracking`` (the calls any runner makes) and about results through
-``observe`` (what a target reports for each op).
+``observe`` (what a target reports for each op). An oracle that compares two runs of a
+case (poison) says ``passes = 2``: it hears ``begin_pass(n)`` before each run and gives its
+violations from ``verdict(runs)`` once both are done.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any
 
+from .. import source
 from ..violation import Violation
 
 _SEQ = itertools.count()
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-class Oracle(Protocol):
-    name: str
+@dataclass
+class RunRecord:
+    """One run of a case: its violations, each op's reported outputs, the error that ended it."""
+    violations: list = field(default_factory=list)
+    outputs: dict = field(default_factory=dict)   # (op index, op name, label) -> tensor
+    error: str | None = None
 
-    def start(self) -> None: ...
-    def begin_op(self, index: int, op: dict) -> None: ...
-    def observe(self, index: int, op: dict, result: Any) -> None: ...
-    def finish(self) -> list[Violation]: ...
+
+class Oracle:
+    """Base of every oracle: each hook is a no-op unless overridden."""
+    name = "oracle"
+    passes = 1
+
+    def start(self) -> None:
+        pass
+
+    def begin_op(self, index: int, op: dict) -> None:
+        pass
+
+    def observe(self, index: int, op: dict, result: Any) -> None:
+        pass
+
+    def end_op(self) -> None:
+        pass
+
+    def finish(self) -> list[Violation]:
+        return []
+
+    def begin_pass(self, n: int) -> None:
+        pass
+
+    def verdict(self, runs: list[RunRecord]) -> list[Violation]:
+        return []
 
 
 def source_location(path: str, line: int) -> str:
-    """``file:line`` relative to the checkout (stable across machines), else the bare path."""
-    path = os.path.abspath(path) if path and path != "?" else "?"
-    if path.startswith(_ROOT + os.sep):
-        path = os.path.relpath(path, _ROOT)
-    elif "site-packages" + os.sep in path:
-        path = path.split("site-packages" + os.sep, 1)[1]
-    elif path.startswith(os.getcwd() + os.sep):  # a user's project: relative to where it is run
-        path = os.path.relpath(path, os.getcwd())
-    return f"{path}:{line}"
+    """``file:line``, the file relative to its import root (see ``fuzzrunner.source``)."""
+    return source.location(path, line)
 
 
 class ViolationLog:
-    """One violation per (tool, kind, kernel, location, tensor) per case, with a count."""
+    """One violation per (tool, kind, kernel, location, tensor) per op of a case, with a count.
+    Per op, not per case: each op's first bad read is what names its root cause."""
 
     def __init__(self):
         self._by_sig: dict = {}
 
     def add(self, v: Violation, count: int = 1) -> None:
-        key = v.signature
+        key = (v.signature, v.details.get("op_index"))
         if key in self._by_sig:
             self._by_sig[key].details["count"] += count
         else:

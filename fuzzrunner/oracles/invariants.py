@@ -9,13 +9,14 @@ Values are read quietly: the shadow oracle does not count these reads.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from .. import tracking
 from ..violation import Violation
-from .base import ViolationLog
+from .base import Oracle, ViolationLog
+
+
+_LORA_META = {"M", "grid_z", "max_loras", "token_lora_mapping"}
 
 
 def _capturing() -> bool:
@@ -63,7 +64,7 @@ def check_launch(kernel: str, meta: dict) -> list[tuple[str, str]]:
     return out
 
 
-class InvariantOracle:
+class InvariantOracle(Oracle, tracking.Watcher):
     name = "invariants"
 
     def __init__(self):
@@ -78,9 +79,6 @@ class InvariantOracle:
     def begin_op(self, index: int, op: dict) -> None:
         self.op_index, self.op_name = index, op.get("op", "")
 
-    def observe(self, index: int, op: dict, result: Any) -> None:
-        pass
-
     def finish(self) -> list[Violation]:
         if self._watch is not None:
             self._watch.__exit__(None, None, None)
@@ -88,13 +86,9 @@ class InvariantOracle:
         return self.log.violations()
 
     # tracking.Watcher
-    def on_track(self, tensor, name, per_step, initialized) -> None:
-        pass
-
-    def on_carry_over(self, tensor) -> None:
-        pass
-
-    def on_lora_launch(self, kernel: str, meta: dict) -> None:
+    def on_kernel_launch(self, kernel: str, meta: dict) -> None:
+        if not _LORA_META.issubset(meta):
+            return  # not a LoRA launch: nothing to check
         if _capturing():
             return  # no host reads inside CUDA-graph capture; replays are checked numerically
         with tracking.quiet():

@@ -9,7 +9,7 @@ import torch
 
 from ..kernels.torch_ref import tolerance
 from ..violation import Violation
-from .base import ViolationLog
+from .base import Oracle, ViolationLog
 
 
 @dataclass
@@ -37,17 +37,11 @@ def mismatch(c: Comparison) -> tuple[list[int], float, tuple] | None:
     return rows, float(err[worst]), worst
 
 
-class NumericOracle:
+class NumericOracle(Oracle):
     name = "numeric"
 
     def __init__(self):
         self.log = ViolationLog()
-
-    def start(self) -> None:
-        pass
-
-    def begin_op(self, index: int, op: dict) -> None:
-        pass
 
     def observe(self, index: int, op: dict, result: Any) -> None:
         for c in getattr(result, "comparisons", ()):

@@ -22,6 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import tracking
 from ..violation import Violation
+from .base import Oracle, RunRecord
 from .torch_hook import EMPTY_OPS, classify
 
 
@@ -64,7 +65,7 @@ class _FillEmpties(TorchDispatchMode):
         return out
 
 
-class PoisonFill:
+class PoisonFill(tracking.Watcher):
     """Fills with one pattern during one run of a case; a tracking watcher."""
 
     def __init__(self, pattern: Pattern):
@@ -115,9 +116,6 @@ class PoisonFill:
                 tensor.copy_(saved)
             self.dirty.add(key)
 
-    def on_lora_launch(self, kernel: str, meta: dict) -> None:
-        pass
-
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
@@ -144,3 +142,30 @@ def divergences(runs: list[dict], poisoned: set[str]) -> list[Violation]:
                                  f"A (ints -1, floats NaN) and B (ints 0, floats -5); poisoned buffers: {names}",
                                  {"op_index": index, "op": opname, "poisoned": sorted(poisoned)}))
     return out
+
+
+class PoisonOracle(Oracle):
+    """Two passes of one case, one per pattern; any difference between them is a violation."""
+    name = "poison"
+    passes = 2
+
+    def __init__(self):
+        self.fills = [PoisonFill(p) for p in PATTERNS]
+        self.fill = self.fills[0]
+
+    def begin_pass(self, n: int) -> None:
+        self.fill = self.fills[n]
+
+    def start(self) -> None:
+        self.fill.start()
+
+    def end_op(self) -> None:
+        self.fill.end_op()
+
+    def finish(self) -> list[Violation]:
+        self.fill.finish()
+        return []
+
+    def verdict(self, runs: list[RunRecord]) -> list[Violation]:
+        poisoned = set().union(*(f.poisoned for f in self.fills))
+        return divergences([{"outputs": r.outputs, "error": r.error} for r in runs], poisoned)

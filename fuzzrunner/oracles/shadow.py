@@ -16,7 +16,7 @@ import torch
 
 from .. import _env, tracking
 from ..violation import Violation
-from .base import ViolationLog, source_location
+from .base import Oracle, ViolationLog, source_location
 from .shadow_memory import BadAccess, ShadowMemory
 from .torch_hook import TorchShadowMode
 from .triton_hook import TritonHook, grid_idx, kernel_source_line
@@ -36,7 +36,7 @@ def _caller_line() -> tuple[str, int]:
     return "?", 0
 
 
-class ShadowOracle:
+class ShadowOracle(Oracle, tracking.Watcher):
     name = "shadow"
 
     def __init__(self, *, auto_track_empty: bool = True, check_triton: bool | None = None):
@@ -104,7 +104,7 @@ class ShadowOracle:
         if alloc is not None:
             self.memory.carry_over(alloc)
 
-    def on_lora_launch(self, kernel: str, meta: dict) -> None:
+    def on_kernel_launch(self, kernel: str, meta: dict) -> None:
         pass
 
     # -- torch side (TorchShadowMode's checker interface) -------------------------------

@@ -1,6 +1,6 @@
 """The reference model runner: persistent buffers, padding, mapping, dummy runs, graphs.
 
-Faithful to vLLM's V2 runner where its LoRA bugs live (../shared/VLLM_NOTES.md):
+Faithful to vLLM's V2 runner where its LoRA bugs live (docs/background.md):
 persistent ``torch.empty`` metadata sized at the maximum, padding to capture sizes,
 the ``_last_mapping`` shortcut, dummy runs that program an all-zero mapping and force
 the kernels to launch (PR #43139), and host decisions frozen by graph capture.

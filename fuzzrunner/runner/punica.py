@@ -69,7 +69,7 @@ class PunicaWrapper:
 
     def _announce(self, kernel: str, meta: LoRAKernelMeta, M: int, grid: int) -> None:
         if tracking.watching():
-            tracking.lora_launch(kernel, meta_name=meta.name, M=M, grid_z=grid,
+            tracking.kernel_launch(kernel, meta_name=meta.name, M=M, grid_z=grid,
                                  max_loras=self.config.max_loras,
                                  token_lora_mapping=meta.token_lora_mapping,
                                  token_indices_sorted_by_lora_ids=meta.token_indices_sorted_by_lora_ids,

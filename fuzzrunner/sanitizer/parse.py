@@ -25,7 +25,7 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
-from ..oracles.base import _ROOT, source_location
+from .. import source
 from ..violation import Violation
 
 _PREFIX = "========="
@@ -95,26 +95,49 @@ def kernel_name(func: str) -> str:
     return "" if re.fullmatch(r"0x[0-9a-fA-F]+", name) else name
 
 
-@functools.lru_cache(maxsize=1)
-def _checkout_files() -> dict:
-    """Basename -> paths of the checkout's Python files (for reports printed with stripped paths)."""
+_PACKAGE_ROOT = source.import_root(os.path.dirname(os.path.abspath(__file__)))
+_SKIP_DIRS = ("__pycache__", "corpus", "site-packages", "node_modules")
+
+
+@functools.lru_cache(maxsize=4)
+def _python_files(root: str) -> dict:
+    """Basename -> absolute paths of the Python files under ``root`` (for reports with stripped paths)."""
     index: dict = {}
-    for top, dirs, files in os.walk(_ROOT):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "corpus")]
+    for top, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in _SKIP_DIRS]
         for f in files:
             if f.endswith(".py"):
-                index.setdefault(f, []).append(os.path.relpath(os.path.join(top, f), _ROOT))
+                index.setdefault(f, []).append(os.path.join(top, f))
     return index
 
 
+def _local(path: str) -> str:
+    """A path reported on another machine (a saved log): the same file here, found by its longest
+    tail under fuzzrunner's import root or the working directory; else the path as it is."""
+    if os.path.exists(path):
+        return path
+    parts = path.replace("\\", "/").split("/")
+    for k in range(1, len(parts) - 1):
+        for root in (_PACKAGE_ROOT, os.getcwd()):
+            candidate = os.path.join(root, *parts[k:])
+            if os.path.isfile(candidate):
+                return candidate
+    return path
+
+
 def location(path: str | None, line) -> str:
-    """``file:line`` relative to the checkout; a bare file name found once in it gets its folder."""
+    """``file:line`` as ``fuzzrunner.source`` writes it; a bare file name found once, in fuzzrunner or
+    in the working directory, gets its folder."""
     if not path:
         return ""
     if os.path.isabs(path):
-        return source_location(path, int(line))
-    found = _checkout_files().get(path, []) if os.sep not in path else []
-    return f"{found[0] if len(found) == 1 else path}:{int(line)}"
+        return source.location(_local(path), int(line))
+    if os.sep not in path:
+        found = {p for root in (os.path.join(_PACKAGE_ROOT, "fuzzrunner"), os.getcwd())
+                 for p in _python_files(root).get(path, [])}
+        if len(found) == 1:
+            return source.location(found.pop(), int(line))
+    return f"{path}:{int(line)}"
 
 
 def classify(header: str, text: str) -> tuple[str | None, str]:

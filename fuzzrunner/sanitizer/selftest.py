@@ -15,6 +15,7 @@ import tempfile
 from ..errors import SanitizerNotFound
 from .locate import find_sanitizer, gpu_available
 from .parse import parse_text
+from .session import sanitizer_wrapper
 
 _SCRIPT = '''\
 import torch
@@ -51,7 +52,6 @@ def self_test(tool: str = "initcheck", *, sanitizer=None) -> tuple[bool, str]:
         return False, f"the self-test plants errors for {', '.join(_PLANTS)} only, not {tool!r}."
     if not gpu_available():
         return False, "no CUDA device is visible: compute-sanitizer needs a GPU."
-    from .session import sanitizer_wrapper  # session re-exports this function: import it late
     try:
         s = sanitizer if sanitizer is not None else find_sanitizer()
         argv, env = sanitizer_wrapper(tool, sanitizer=s)

@@ -1,6 +1,6 @@
 """Run a worker under compute-sanitizer, and give each case the reports it caused.
 
-One sanitized worker runs many cases (../shared/CONTEXT.md: 35 ms a case, against
+One sanitized worker runs many cases (docs/background.md: 35 ms a case, against
 5.4 s for a sanitizer process per case). The worker prints
 ``@@fuzzrunner-case-begin N@@`` and ``@@fuzzrunner-case-end N@@`` around case N, after a
 device synchronize, so a report printed between them is case N's; one printed after
@@ -14,11 +14,10 @@ from __future__ import annotations
 import re
 
 from ..errors import InvalidArgument
+from ..names import SANITIZER_TOOLS
 from .locate import Sanitizer, find_sanitizer
 from .parse import from_reports, reports
-from .selftest import self_test  # noqa: F401  (fuzzrunner doctor takes it from here)
 
-TOOLS = ("initcheck", "memcheck", "racecheck", "synccheck")
 LAUNCH_TIMEOUT_S = 300  # the target must initialize CUDA within this; the worker imports torch first
 PADDING_BYTES = 65536   # memcheck: a read just past one tensor must not land silently in the next
 MARKER = re.compile(r"@@fuzzrunner-case-(begin|end) (\d+)@@")
@@ -30,8 +29,8 @@ TENSOR_LINE = re.compile(r"@@fuzzrunner-tensor (\S+) (0x[0-9a-fA-F]+) (\d+)@@")
 def sanitizer_wrapper(tool: str, *, sanitizer: Sanitizer | str | None = None,
                       extra_args=()) -> tuple[list[str], dict]:
     """``(argv prefix, environment)`` that run a worker under ``compute-sanitizer --tool tool``."""
-    if tool not in TOOLS:
-        raise InvalidArgument(f"sanitizer tool {tool!r} must be one of {', '.join(TOOLS)}.")
+    if tool not in SANITIZER_TOOLS:
+        raise InvalidArgument(f"sanitizer tool {tool!r} must be one of {', '.join(SANITIZER_TOOLS)}.")
     s = sanitizer if isinstance(sanitizer, Sanitizer) else find_sanitizer(sanitizer)
     argv = [s.path, "--tool", tool,
             "--print-limit", "0",                      # 0 = no limit (the default, 100, is per process)

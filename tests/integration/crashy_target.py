@@ -12,7 +12,7 @@ from fuzzrunner.target import Target
 ACTIONS = ("ok", "raise", "exit", "segfault", "hang")
 
 
-def cases(faults=(), **_):
+def cases(faults=(), *, max_ops=5):
     return st.lists(st.sampled_from(ACTIONS), min_size=1, max_size=3).map(
         lambda acts: Case("crashy", {}, tuple({"op": a} for a in acts), tuple(faults)))
 

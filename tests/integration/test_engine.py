@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from fuzzrunner.case import Case
-from fuzzrunner.corpus import Corpus, Finding
+from fuzzrunner.corpus import Corpus
+from fuzzrunner.finding import Finding
 from fuzzrunner.engine import Hub, WorkerSpec, run_campaign
 from fuzzrunner.errors import HarnessError
 from fuzzrunner.settings import Settings
@@ -68,7 +69,7 @@ def test_campaign_completes_with_each_planted_failure_one_finding(tmp_path):
     r = run_campaign(CRASHY, settings, corpus_dir=tmp_path)
     kinds = sorted((f.violation.kind, f.violation.location or f.violation.kernel) for f in r.findings)
     assert kinds == [("crash", "SIGSEGV"), ("crash", "exit status 7"),
-                     ("crash", str(Path("tests/integration/crashy_target.py")) + ":25"), ("timeout", "hang")]
+                     ("crash", "crashy_target.py:25"), ("timeout", "hang")]
     for f in r.findings:
         assert f.minimized and len(f.case.ops) == 1  # shrunk to the one bad op
         on_disk = Finding.load(Corpus(tmp_path).finding_path("crashy", f.signature))
@@ -98,7 +99,9 @@ def test_kill_9_of_the_campaign_leaves_every_finding_on_disk(tmp_path):
 
 
 def test_a_shard_picks_among_the_gpus_it_may_use():
-    from fuzzrunner.engine.campaign import gpu_for_shard
-    assert [gpu_for_shard(i, visible="3,5") for i in range(3)] == ["3", "5", "3"]
-    assert [gpu_for_shard(i, visible="", count=2) for i in range(3)] == ["0", "1", "0"]
-    assert gpu_for_shard(0, visible="GPU-abc") == "GPU-abc"
+    from fuzzrunner.gpus import gpu_for_index, visible_gpus
+    assert [gpu_for_index(i, visible_gpus({"CUDA_VISIBLE_DEVICES": "3,5"})) for i in range(3)] == ["3", "5", "3"]
+    assert [gpu_for_index(i, visible_gpus({}, lambda: ["0", "1"])) for i in range(3)] == ["0", "1", "0"]
+    assert gpu_for_index(0, visible_gpus({"CUDA_VISIBLE_DEVICES": "GPU-abc"})) == "GPU-abc"
+    assert gpu_for_index(0, visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"})) is None
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0,-1,1"}) == ["0"]

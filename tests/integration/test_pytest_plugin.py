@@ -18,13 +18,15 @@ import pytest
 # session that first imported Triton would have it torn out of sys.modules afterwards.
 import fuzzrunner.engine.campaign  # noqa: F401
 import fuzzrunner.kernels  # noqa: F401
-import fuzzrunner.testing  # noqa: F401
+import fuzzrunner.pytest_runtime  # noqa: F401
 import triton  # noqa: F401
 from fuzzrunner import Case, replay
 from fuzzrunner._env import cuda_present
-from fuzzrunner.corpus import Corpus, Finding
-from fuzzrunner.pytest_plugin import gpu_for_worker, nvidia_smi_gpus, pin_xdist_worker, visible_gpus
-from fuzzrunner.violation import primary
+from fuzzrunner.corpus import Corpus
+from fuzzrunner.finding import Finding
+from fuzzrunner.gpus import nvidia_smi_gpus, visible_gpus
+from fuzzrunner.pytest_plugin import gpu_for_worker, pin_xdist_worker
+from fuzzrunner.finding import primary
 
 pytest_plugins = ["pytester"]
 
@@ -98,7 +100,7 @@ def reference_finding(planted_violations):
 
 def test_loading_the_plugin_imports_neither_torch_nor_triton():
     check = ("import sys, fuzzrunner.pytest_plugin; "
-             "heavy = [m for m in ('torch', 'triton', 'hypothesis', 'fuzzrunner.api', 'fuzzrunner.testing') "
+             "heavy = [m for m in ('torch', 'triton', 'hypothesis', 'fuzzrunner.api', 'fuzzrunner.pytest_runtime') "
              "if m in sys.modules]; assert not heavy, heavy")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("FUZZRUNNER_DEVICE", None)
@@ -138,8 +140,9 @@ def test_every_option_has_help_and_an_ini_twin(run):
 
 def test_the_plugin_repeats_the_settings_choices():
     from fuzzrunner import pytest_plugin, settings
-    assert pytest_plugin.PROFILES == tuple(settings.PROFILES)
-    assert pytest_plugin.SANITIZERS == settings.SANITIZERS and pytest_plugin.DEVICES == settings.DEVICES
+    from fuzzrunner import names
+    assert pytest_plugin.PROFILES == tuple(settings.PROFILES) == names.PROFILES
+    assert pytest_plugin.SANITIZERS == names.SANITIZERS and pytest_plugin.DEVICES == names.DEVICES
 
 
 @pytest.mark.parametrize("args, ini, message", [
@@ -226,7 +229,7 @@ def test_a_planted_uninitialized_read_fails_with_the_report_then_passes_once_fix
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert re.search(r"fuzzrunner found [12] bugs? in target 'my_runner' \(\d+ cases in .* s, seed 0, "
-                     r"profile 'ci'\):", out)
+                     r"profile 'ci', stopped: max-examples\):", out)
     assert re.search(r"1\. uninitialized-read of slot_mapping in _write_kv_cache at \S+test_my_runner.py:19", out)
     assert "read slot_mapping[0] (byte 0): never written" in out
     result.stdout.fnmatch_lines(["*Falsifying case (1 op, minimized):",

@@ -4,7 +4,7 @@ and stays silent on the same case with the fault off."""
 import pytest
 
 from fuzzrunner import Case, replay
-from fuzzrunner.violation import primary
+from fuzzrunner.finding import primary
 
 CFG = {"max_loras": 2, "capture_sizes": [1, 2, 4, 8]}
 ADD = {"op": "add_adapter", "adapter_id": 1, "rank": 4}

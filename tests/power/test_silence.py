@@ -22,7 +22,7 @@ def _silent(target_name, n, oracles):
     @given(target.cases(()))
     def check(case):
         seen.append(1)
-        vs = run_case(case, target, oracles=oracles).violations
+        vs = run_case(case, target, oracles=oracles)
         assert vs == [], "\n".join(f"{v.signature.short()}: {v.message}" for v in vs) + "\n" + case.to_json()
 
     check()

@@ -9,12 +9,13 @@ from html.parser import HTMLParser
 import pytest
 
 from fuzzrunner import Case, _env, replay
-from fuzzrunner.corpus import Finding
-from fuzzrunner.engine.campaign import CampaignResult
+from fuzzrunner.finding import Finding
+from fuzzrunner.engine.result import CampaignResult
 from fuzzrunner.errors import InvalidArgument, InvalidCase
 from fuzzrunner.report import load_report, report_dict, write_html, write_json, write_junit
 from fuzzrunner.settings import profile
-from fuzzrunner.violation import Violation, primary
+from fuzzrunner.finding import primary
+from fuzzrunner.violation import Violation
 
 # The fixture replays a planted dummy-run bug in this process: on a GPU that is a device-side
 # assert which kills the CUDA context for every later test. Rendering is device-independent.
@@ -64,7 +65,7 @@ def test_json_report_holds_the_campaign_and_its_finding(tmp_path, finding):
     [f] = data["findings"]
     assert f["id"] == finding.signature.id and f["signature"] == finding.signature.to_dict()
     assert f["message"] == finding.violation.message
-    assert f["details"] == _plain(finding.violation.details)
+    assert f["violation"]["details"] == _plain(finding.violation.details) and f == _plain(finding.to_dict())
     assert Case.from_dict(f["case"]) == CASE and f["case"]["ops"] == [dict(CASE.ops[0])]
     assert (f["first_found_after_examples"], f["found_after_s"], f["minimized"]) == (7, 1.5, True)
     assert f["repro"] == finding.repro and f["others"] == _plain([v.to_dict() for v in finding.others])

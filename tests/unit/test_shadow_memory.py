@@ -71,7 +71,7 @@ def test_torch_hook_sees_reads_of_never_written_elements_only():
     [v] = _watched(body)
     assert (v.kind, v.tensor, v.kernel) == ("uninitialized-read", "slots", "aten.sum.default")
     assert v.details["element"] == [4] and v.details["count"] == 2
-    assert v.location.startswith("tests/unit/test_shadow_memory.py:")
+    assert v.location.startswith("test_shadow_memory.py:")
 
 
 def test_torch_empty_in_a_watched_region_is_tracked_without_edits():
@@ -79,7 +79,7 @@ def test_torch_empty_in_a_watched_region_is_tracked_without_edits():
         t = torch.empty(4)
         _ = t * 2
     [v] = _watched(body)
-    assert v.kind == "uninitialized-read" and v.tensor.startswith("torch.empty@tests/unit/test_shadow_memory.py:")
+    assert v.kind == "uninitialized-read" and v.tensor.startswith("torch.empty@test_shadow_memory.py:")
 
 
 def test_embedding_through_a_garbage_index_is_reported_and_survives():

@@ -1,210 +1,18 @@
-"""Campaign reports: versioned JSON, JUnit XML for CI, and one self-contained HTML page.
-
-Every renderer works from one plain dict, the JSON report. A ``CampaignResult`` (or a list of
-them, one per target, as a nightly run makes) becomes that dict first; a report read back with
-``load_report`` renders the same way, so reports merged from many hosts can be rendered again.
-All output is ASCII (non-ASCII text is escaped), so no locale can garble a report.
-"""
+"""One self-contained HTML page: a summary, each target's examples over time, its findings."""
 
 from __future__ import annotations
 
 import html
-import json
 import math
 import os
 import re
 import time
 import urllib.parse
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from .case import Case, parse_json, read_text
-from .corpus import Finding, atomic_write
-from .errors import InvalidArgument, InvalidCase
-from .violation import Signature
-
-SCHEMA = 1
-
-
-# -- the JSON report -------------------------------------------------------------------------
-
-def report_dict(results) -> dict:
-    """A CampaignResult -> a one-target report; a list of them -> ``{"schema", "runs"}``; a dict -> itself."""
-    if isinstance(results, dict):
-        _check_report(results, "report")
-        return results
-    if isinstance(results, (list, tuple)):
-        return {"schema": SCHEMA, "runs": [_run_dict(r) for r in results]}
-    return {"schema": SCHEMA, **_run_dict(results)}
-
-
-def runs(report: dict) -> list[dict]:
-    """The per-target runs of a report, one-target or many."""
-    return report["runs"] if "runs" in report else [report]
-
-
-def _run_dict(r) -> dict:
-    settings = r.settings.to_dict() if hasattr(r.settings, "to_dict") else dict(r.settings or {})
-    return {"target": r.target, "settings": settings, "seed": r.seed, "faults": list(r.faults),
-            "examples": r.examples, "invalid": r.invalid, "duration_s": round(r.duration_s, 3),
-            "worker_restarts": r.worker_restarts,
-            "replayed": [{"path": str(p), "id": i, "still_failing": bool(s)} for p, i, s in r.replayed],
-            "findings": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.findings],
-            "timeline": [[round(t, 3), n, k] for t, n, k in r.timeline]}
-
-
-def _finding_dict(f: Finding) -> dict:
-    return {"id": f.signature.id, "signature": f.signature.to_dict(), "message": f.violation.message,
-            "details": dict(f.violation.details), "case": f.case.to_dict(),
-            "first_found_after_examples": f.first_found_after_examples,
-            "found_after_s": round(f.found_after_s, 3), "minimized": bool(f.minimized),
-            "repro": None if f.repro is None else str(f.repro), "others": [v.to_dict() for v in f.others]}
-
-
-def _plain(x):
-    """json's fallback for values in violation details: numpy scalars, paths, anything else as text."""
-    return x.item() if hasattr(x, "item") else str(x)
-
-
-def json_text(results) -> str:
-    return json.dumps(report_dict(results), indent=2, default=_plain) + "\n"
-
-
-def write_json(results, path) -> Path:
-    return _write(path, json_text(results))
-
-
-def load_report(path) -> dict:
-    """Read a JSON report back, checking its shape; ``InvalidCase`` (one line) if it is not one."""
-    source = str(path)
-    data = parse_json(read_text(path), source)
-    _check_report(data, source)
-    return data
-
-
-_RUN_FIELDS = {"target": str, "settings": dict, "faults": list, "examples": int, "invalid": int,
-               "duration_s": (int, float), "worker_restarts": int, "replayed": list, "findings": list,
-               "timeline": list}
-_FINDING_FIELDS = {"id": str, "signature": dict, "message": str, "case": dict, "first_found_after_examples": int,
-                   "found_after_s": (int, float), "minimized": bool, "others": list}
-
-
-def _check_report(data, source: str) -> None:
-    if not isinstance(data, dict):
-        raise InvalidCase(f"{source}: a report must be a JSON object, got {type(data).__name__}.")
-    schema = data.get("schema")
-    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
-        raise InvalidCase(f"{source}: missing integer 'schema' field; is this a fuzzrunner report?")
-    if schema > SCHEMA:
-        raise InvalidCase(f"{source}: report schema {schema} is newer than this fuzzrunner understands "
-                          f"({SCHEMA}); upgrade fuzzrunner to read it.")
-    if "runs" not in data:
-        return _check_run(data, source)
-    if not isinstance(data["runs"], list):
-        raise InvalidCase(f"{source}: 'runs' must be a list of per-target runs.")
-    for i, run in enumerate(data["runs"]):
-        if not isinstance(run, dict):
-            raise InvalidCase(f"{source}: run {i} must be a JSON object.")
-        _check_run(run, f"{source}: run {i}")
-
-
-def _check_fields(d: dict, fields: dict, where: str) -> None:
-    for key, types in fields.items():
-        if key not in d:
-            raise InvalidCase(f"{where}: missing field {key!r}; is this a fuzzrunner report?")
-        value = d[key]
-        if not isinstance(value, types) or (isinstance(value, bool) and types is not bool):
-            raise InvalidCase(f"{where}: field {key!r} has the wrong type ({type(value).__name__}).")
-
-
-def _check_run(run: dict, where: str) -> None:
-    _check_fields(run, _RUN_FIELDS, where)
-    if run.get("seed") is not None and not isinstance(run["seed"], int):
-        raise InvalidCase(f"{where}: 'seed' must be an integer or null.")
-    for j, point in enumerate(run["timeline"]):
-        if not (isinstance(point, list) and len(point) == 3 and all(isinstance(x, (int, float)) for x in point)):
-            raise InvalidCase(f"{where}: timeline point {j} must be [elapsed_s, examples, findings].")
-    for j, f in enumerate(run["findings"]):
-        if not isinstance(f, dict):
-            raise InvalidCase(f"{where}: finding {j} must be a JSON object.")
-        _check_fields(f, _FINDING_FIELDS, f"{where}: finding {j}")
-        if not all(isinstance(f["signature"].get(k), str) for k in ("tool", "kind", "kernel", "location", "tensor")):
-            raise InvalidCase(f"{where}: finding {j}: 'signature' needs string tool, kind, kernel, location, tensor.")
-        if f.get("repro") is not None and not isinstance(f["repro"], str):
-            raise InvalidCase(f"{where}: finding {j}: 'repro' must be a path or null.")
-        Case.from_dict(f["case"], source=f"{where}: finding {j}")
-
-
-def _write(path, text: str) -> Path:
-    path = Path(path)
-    try:
-        atomic_write(path, text)
-        path.chmod(0o644)  # a report is for reading (CI artifacts, a web server), not private like a temp file
-    except OSError as e:
-        raise InvalidArgument(f"cannot write report {str(path)!r}: {e.strerror or e}. "
-                              f"Choose a path in a writable directory.") from None
-    return path
-
-
-# -- JUnit XML ---------------------------------------------------------------------------------
-
-# XML 1.0 cannot hold these even escaped; a stray terminal escape in a message would break CI's parser.
-_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-
-
-def _xml(text) -> str:
-    return _XML_ILLEGAL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
-
-
-def _short(f: dict) -> str:
-    return Signature.from_dict(f["signature"]).short()
-
-
-def case_json(case: dict) -> str:
-    """A case as JSON a person can read and paste: one line per op."""
-    head = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in case.items() if k != "ops")
-    ops = ",\n".join(f"    {json.dumps(op)}" for op in case.get("ops", []))
-    return "{\n" + head + (",\n" if head else "") + '  "ops": [\n' + ops + "\n  ]\n}"
-
-
-def failure_text(f: dict) -> str:
-    """What CI shows under a failing test: the message, the case to paste, the repro."""
-    case = case_json(f["case"])
-    state = "minimized case" if f["minimized"] else "case (not minimized)"
-    repro = f"python {f['repro']}" if f.get("repro") else "not exported"
-    return (f"{f['message']}\n\nfound after {_n(f['first_found_after_examples'], 'example')} "
-            f"({f['found_after_s']:.1f} s); signature {f['id']}\n\n{state}:\n{case}\n\nrepro: {repro}\n")
-
-
-def junit_text(results) -> str:
-    root = ET.Element("testsuites", name="fuzzrunner")
-    for run in runs(report_dict(results)):
-        found = run["findings"]
-        suite = ET.SubElement(root, "testsuite", name=_xml(run["target"]), tests=str(1 + len(found)),
-                              failures=str(len(found)), errors="0", skipped="0", time=f"{run['duration_s']:.3f}")
-        props = ET.SubElement(suite, "properties")
-        for key in ("seed", "faults", "examples", "invalid", "worker_restarts"):
-            value = ",".join(run[key]) if key == "faults" else run.get(key)
-            ET.SubElement(props, "property", name=key, value=_xml(value))
-        cls = _xml(f"fuzzrunner.{run['target']}")
-        ok = ET.SubElement(suite, "testcase", classname=cls, name=_xml(f"{run['target']}: fuzz campaign"),
-                           time=f"{run['duration_s']:.3f}")
-        ET.SubElement(ok, "system-out").text = _xml(
-            f"{run['examples']} examples ({run['invalid']} invalid), {len(found)} finding(s), seed {run['seed']}, "
-            f"{run['worker_restarts']} worker restart(s)")
-        for f in found:
-            tc = ET.SubElement(suite, "testcase", classname=cls, name=_xml(_short(f)), time="0")
-            fail = ET.SubElement(tc, "failure", message=_xml(f["message"]), type=_xml(f["signature"]["kind"]))
-            fail.text = _xml(failure_text(f))
-    ET.indent(root)
-    return ET.tostring(root, encoding="us-ascii", xml_declaration=True).decode("ascii") + "\n"
-
-
-def write_junit(results, path) -> Path:
-    return _write(path, junit_text(results))
-
-
-# -- HTML --------------------------------------------------------------------------------------
+from ..finding import case_text
+from .json_report import SCHEMA, report_dict, runs, write_text
+from .junit import plural, short, xml_safe
 
 _KIND_COLORS = {"uninitialized-read": "#d1242f", "stale-read": "#e07b00", "out-of-bounds": "#8250df",
                 "sanitizer-error": "#cf222e", "numeric-mismatch": "#0969da", "poison-divergence": "#bf3989",
@@ -242,7 +50,7 @@ svg text{font-family:inherit;font-size:11px;fill:#656d76}
 
 
 def _e(x) -> str:
-    return html.escape(_xml(x), quote=True)
+    return html.escape(xml_safe(x), quote=True)
 
 
 _BREAK = re.compile(r"([./_:])")
@@ -268,12 +76,10 @@ def _kind(kind: str) -> str:
     return f'<span class="kind" style="background:{_KIND_COLORS.get(kind, "#57606a")}">{_e(kind)}</span>'
 
 
-def _n(count: int, word: str) -> str:
-    return f"{count:,} {word}{'' if count == 1 else 's'}"
 
 
 def _pill(n: int) -> str:
-    return f'<span class="pill {"bad" if n else "good"}">{_n(n, "finding")}</span>'
+    return f'<span class="pill {"bad" if n else "good"}">{plural(n, "finding")}</span>'
 
 
 def _from_corpus(run: dict) -> set:
@@ -303,13 +109,13 @@ def _href(repro: str, base: Path | None) -> str:
 
 def _findings(run: dict, base: Path | None) -> str:
     if not run["findings"]:
-        return f'<p class="meta">No findings in {_n(run["examples"], "example")}.</p>'
+        return f'<p class="meta">No findings in {plural(run["examples"], "example")}.</p>'
     known = _from_corpus(run)
     rows = []
     for f in run["findings"]:
         s = f["signature"]
         when = ("replayed from corpus" if f["id"] in known else
-                f'<span class="nw">{_n(f["first_found_after_examples"], "example")}</span><br><span class="meta">{f["found_after_s"]:.1f} s</span>')
+                f'<span class="nw">{plural(f["first_found_after_examples"], "example")}</span><br><span class="meta">{f["found_after_s"]:.1f} s</span>')
         repro = (f'<a href="{_e(_href(f["repro"], base))}" title="{_e(f["repro"])}">script</a>'
                  if f.get("repro") else '<span class="meta">&mdash;</span>')
         rows.append(
@@ -318,7 +124,7 @@ def _findings(run: dict, base: Path | None) -> str:
             f'<td>{when}</td><td>{"yes" if f["minimized"] else "no"}</td><td>{repro}</td></tr>'
             f'<tr class="detail"><td colspan="7"><div class="msg">{_e(f["message"])} '
             f'<span class="meta">[{_e(s["tool"])}, {_e(f["id"])}]</span></div><details><summary>case '
-            f'({_n(len(f["case"].get("ops", [])), "op")})</summary><pre>{_e(case_json(f["case"]))}</pre>'
+            f'({plural(len(f["case"].get("ops", [])), "op")})</summary><pre>{_e(case_text(f["case"]))}</pre>'
             f'</details></td></tr>')
     return ('<table><thead><tr><th>Kind</th><th>Tensor</th><th>Kernel</th><th>Location</th><th>Found after</th>'
             f'<th>Minimized</th><th>Repro</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
@@ -378,7 +184,7 @@ def _plot(run: dict) -> str:
                f'<text transform="translate(14 {_T + ph / 2:.0f}) rotate(-90)" text-anchor="middle">examples</text>')
     for f in marks:
         s, cx, cy = f["signature"], x(f["found_after_s"]), y(f["first_found_after_examples"])
-        out.append(f'<g><title>{_e(_short(f))}&#10;found after {_n(f["first_found_after_examples"], "example")}, '
+        out.append(f'<g><title>{_e(short(f))}&#10;found after {plural(f["first_found_after_examples"], "example")}, '
                    f'{f["found_after_s"]:.1f} s</title><line x1="{cx:.1f}" x2="{cx:.1f}" y1="{cy:.1f}" '
                    f'y2="{_T + ph}" stroke="{_KIND_COLORS.get(s["kind"], "#57606a")}" stroke-dasharray="3 3"/>'
                    f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="6" fill="{_KIND_COLORS.get(s["kind"], "#57606a")}" '
@@ -405,16 +211,16 @@ def _run_section(run: dict, index: int, base: Path | None) -> str:
 
 def html_text(results, *, base: Path | None = None) -> str:
     """The page; ``base`` is the folder it will live in, so repro links can be relative."""
-    from . import __version__
+    from .. import __version__
     report_runs = runs(report_dict(results))
     total = sum(len(r["findings"]) for r in report_runs)
-    title = f"fuzzrunner: {_n(total, 'finding')} in {_n(len(report_runs), 'target')}"
+    title = f"fuzzrunner: {plural(total, 'finding')} in {plural(len(report_runs), 'target')}"
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     body = "".join(_run_section(r, i, base) for i, r in enumerate(report_runs))
     page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_e(title)}</title>'
             f'<style>{_CSS}</style></head><body><main><header><h1>fuzzrunner report</h1>'
-            f'<p class="sub">{_n(total, "finding")} across {_n(len(report_runs), "target")} '
+            f'<p class="sub">{plural(total, "finding")} across {plural(len(report_runs), "target")} '
             f'&middot; generated {stamp}</p></header>'
             f'{_summary(report_runs)}{body}<footer>fuzzrunner {_e(__version__)} &middot; report schema '
             f'{SCHEMA}</footer></main></body></html>\n')
@@ -423,11 +229,4 @@ def html_text(results, *, base: Path | None = None) -> str:
 
 def write_html(results, path) -> Path:
     path = Path(path)
-    return _write(path, html_text(results, base=path.absolute().parent))
-
-
-def write_reports(results, *, json_path=None, junit_path=None, html_path=None) -> list[Path]:
-    """Write whichever of the three reports have a path; the report dict is built once."""
-    report = report_dict(results)
-    pairs = ((json_path, write_json), (junit_path, write_junit), (html_path, write_html))
-    return [write(report, p) for p, write in pairs if p is not None]
+    return write_text(path, html_text(results, base=path.absolute().parent))

@@ -1,4 +1,4 @@
-"""The run-time side of the pytest plugin: a fuzz test's campaign and report, corpus replays.
+"""The pytest plugin's run time: a fuzz test's campaign and report, corpus replays.
 
 ``fuzzrunner.pytest_plugin`` imports this only when a fuzz test or a corpus item runs;
 everything heavy (torch, Triton, Hypothesis, the engine) is imported from here.
@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from .corpus import Finding, atomic_write, load_any
+from . import names
+from .corpus import atomic_write, load_any, safe_name
 from .errors import HarnessError, InvalidArgument, InvalidCase
+from .finding import Finding, case_text, render
 
 
 class CorpusRegression(Exception):
@@ -58,21 +60,14 @@ class FuzzCampaign:
         r = self.result
         n = len(r.findings)
         lines = [f"fuzzrunner found {n} bug{'s' * (n != 1)} in target {r.target!r} ({r.examples} cases in "
-                 f"{r.duration_s:.1f} s, seed {r.seed}, profile {self.profile!r}):"]
+                 f"{r.duration_s:.1f} s, seed {r.seed}, profile {self.profile!r}, stopped: {r.stop_reason}):"]
         for i, f in enumerate(sorted(r.findings, key=lambda f: f.first_found_after_examples), 1):
-            lines += ["", f"{i}. {f.signature.short()}", f"   {f.violation.message}"]
-            if f.others:
-                more = f" (+{len(f.others) - 1} more)" if len(f.others) > 1 else ""
-                lines.append(f"   the same case also shows: {f.others[0].signature.short()}{more}")
-            ops = len(f.case.ops)
-            state = "minimized" if f.minimized else "not fully minimized: the budget ran out"
-            lines.append(f"   Falsifying case ({ops} op{'s' * (ops != 1)}, {state}):")
-            lines += ["     " + line for line in case_json(f.case).splitlines()]
+            lines += ["", f"{i}. " + render(f, indent="   ", with_case=True)]
             lines += ["   " + line for line in self._export(f)]
         return "\n".join(lines)
 
     def _export(self, f: Finding) -> list[str]:
-        base = self.repro_dir / _safe(f.case.target)
+        base = self.repro_dir / safe_name(f.case.target)
         script, note = None, None
         try:
             from .repro import export_repro
@@ -82,11 +77,11 @@ class FuzzCampaign:
         else:
             own = {} if self.target_spec in BUILTIN else {"target": self.target_spec}
             try:
-                script = Path(export_repro(f, base / f"{f.signature.id}.py", **own))
+                script = Path(export_repro(f, base / f"{f.id}.py", **own))
                 f.repro = str(script)
             except Exception as e:  # the report must still come out
                 note = f"repro script not written: {type(e).__name__}: {e}"
-        path = base / f"{f.signature.id}.json"
+        path = base / f"{f.id}.json"
         try:
             atomic_write(path, json.dumps(f.to_dict(), indent=2))
         except OSError as e:
@@ -105,23 +100,11 @@ class FuzzCampaign:
             return str(path)
 
 
-def case_json(case) -> str:
-    """The case as JSON to paste, one op a line."""
-    d = case.to_dict()
-    ops = d.pop("ops")
-    return "\n".join([json.dumps(d)[:-1] + ', "ops": [',
-                      *(f"  {json.dumps(op)}{',' * (i < len(ops) - 1)}" for i, op in enumerate(ops)), "]}"])
-
-
 def replay_line(path: Path, target_spec: str) -> str:
     from .target import BUILTIN
     if target_spec in BUILTIN:
         return f"python -m fuzzrunner replay {path}"
-    return f"python -c \"import fuzzrunner; print(fuzzrunner.replay('{path}', target='{target_spec}'))\""
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:120]
+    return f"python -m fuzzrunner replay --target {target_spec} {path}"
 
 
 # -- fuzz tests -------------------------------------------------------------------------------
@@ -195,18 +178,15 @@ def replay_corpus_file(path: Path, state) -> None:
     skip_without_gpu(state.sanitizer, state.device)
     spec = _target_for(case.target, state)
     try:
-        violations = _hub(state, spec).run(case).violations
+        violations = _replayer(state).run(case, spec)
     except InvalidCase as e:
         raise CorpusRegression(f"{path} no longer runs on target {case.target!r}: {e}") from None
     if violations:
         raise CorpusRegression(_regression_report(path, case, finding, violations, spec))
 
 
-_MEMORY_FIRST = ("uninitialized-read", "stale-read", "out-of-bounds", "sanitizer-error", "numeric-mismatch")
-
-
 def _regression_report(path, case, finding, violations, spec) -> str:
-    same = [v for v in violations if finding is not None and v.signature.id == finding.signature.id]
+    same = finding.reproduced_by(violations) if finding is not None else []
     if same:
         head = [f"{path}: the saved bug REPRODUCES", f"  {same[0].signature.short()}", f"  {same[0].message}"]
         rest = [v for v in violations if v is not same[0]]
@@ -214,11 +194,11 @@ def _regression_report(path, case, finding, violations, spec) -> str:
         was = f" (saved for: {finding.signature.short()})" if finding else ""
         head = [f"{path}: {len(violations)} violation{'s' * (len(violations) != 1)}{was}"]
         rest = violations
-    rest = sorted(rest, key=lambda v: _MEMORY_FIRST.index(v.kind) if v.kind in _MEMORY_FIRST else 9)
+    rest = sorted(rest, key=lambda v: names.KINDS[v.kind].priority)
     head += [f"  also: {v.signature.short()}: {v.message}" for v in rest[:3]]
     if len(rest) > 3:
         head.append(f"  ... and {len(rest) - 3} more")
-    head += ["  case:", *("    " + line for line in case_json(case).splitlines()),
+    head += ["  case:", *("    " + line for line in case_text(case).splitlines()),
              f"  Reproduce with: {replay_line(path, spec)}"]
     return "\n".join(head)
 
@@ -243,18 +223,12 @@ def _target_for(name: str, state) -> str:
                 pytrace=False)
 
 
-def _hub(state, spec: str):
-    """One worker per target for all corpus items of the session (torch starts once)."""
-    if spec not in state.hubs:
-        from dataclasses import replace
-
-        from ._env import device_type
-        from .engine.campaign import worker_spec
-        from .engine.hub import Hub
+def _replayer(state):
+    """One replayer for all corpus items of the session (a worker per target: torch starts once), running
+    exactly the oracles a campaign with the session's settings runs."""
+    if state.replayer is None:
+        from .engine.replay import Replayer
         from .settings import profile
         settings = profile(state.profile).override(device=state.device, sanitizer=state.sanitizer)
-        device = settings.device or device_type()
-        # gpu=None: the worker keeps this process's CUDA_VISIBLE_DEVICES (one GPU per xdist worker)
-        ws = replace(worker_spec(spec, settings, 0, device), gpu=None)
-        state.hubs[spec] = Hub(ws, oracles=settings.oracles, timeout_s=settings.case_timeout_s)
-    return state.hubs[spec]
+        state.replayer = Replayer(settings, inherit_gpu=True)  # one GPU per xdist worker, already pinned
+    return state.replayer

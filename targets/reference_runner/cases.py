@@ -1,4 +1,4 @@
-"""Hypothesis strategies that produce cases for the reference runner and the LoRA kernels.
+"""Hypothesis strategies for reference_runner cases.
 
 Draws are ordered so that shrinking reaches the minimal case: the op count first,
 then each op's kind (``dummy_run`` first, so a bug a dummy run shows shrinks to
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from .case import Case
-from .runner.config import RunnerConfig
-from .runner.model_runner import DUMMY_KINDS
+from fuzzrunner.case import Case
+from fuzzrunner.runner.config import RunnerConfig
+from fuzzrunner.runner.model_runner import DUMMY_KINDS
 
 # "warmup_1" is a 1-token warm-up dummy run with no further choices: the simplest op of all.
 # Later entries repeat kinds to weight them: adapters, steps and replays are what bugs need.
@@ -50,7 +50,8 @@ def requests(draw, cfg: RunnerConfig, adapters: list[int], max_tokens: int) -> l
         a = draw(st.sampled_from(adapters + [0])) if adapters else 0  # registered adapters first
         if a and a not in used and len(used) >= cfg.max_loras:
             a = 0
-        used.add(a) if a else None
+        if a:
+            used.add(a)
         t0 = draw(st.integers(0, cfg.vocab_size - 1))
         out.append({"adapter_id": a, "tokens": [(t0 + 7 * j) % cfg.vocab_size for j in range(k)]})
     return out
@@ -95,17 +96,23 @@ def _one_op(draw, cfg: RunnerConfig, state: _OpState, kind: str, limit: int | No
         size = draw(st.sampled_from(cfg.capture_sizes[::-1]))  # largest first: room for mixed batches
         state.captured.append(size)
         return {"op": "capture", "size": size}
-    last = state.last_requests  # step or replay
+    return {"op": kind, "requests": draw(_batch(cfg, state, kind, limit))}
+
+
+@st.composite
+def _batch(draw, cfg: RunnerConfig, state: _OpState, kind: str, limit: int | None) -> list[dict]:
+    """A step's or a replay's requests; often the last batch again (the "same mapping" shortcut)."""
+    last = state.last_requests
     if limit is None:
         limit = max(state.captured) if kind == "replay" else cfg.max_num_tokens
     if last is not None and draw(st.booleans()) \
             and all(r["adapter_id"] in state.registered or r["adapter_id"] == 0 for r in last) \
             and sum(len(r["tokens"]) for r in last) <= limit:
-        reqs = last  # an identical mapping again: the runner's "same as last" shortcut
+        reqs = last
     else:
         reqs = draw(requests(cfg, sorted(state.registered), limit))
     state.last_requests = reqs
-    return {"op": kind, "requests": reqs}
+    return reqs
 
 
 @st.composite
@@ -123,35 +130,7 @@ def runner_ops(draw, cfg: RunnerConfig, max_ops: int = 8) -> list[dict]:
 
 
 @st.composite
-def reference_runner_cases(draw, faults: tuple = (), max_ops: int = 8) -> Case:
+def cases(draw, faults: tuple = (), *, max_ops: int = 8) -> Case:
     cfg = draw(runner_configs())
     ops = draw(runner_ops(cfg, max_ops))
     return Case("reference_runner", cfg.to_dict(), tuple(ops), tuple(faults))
-
-
-# -- the kernels alone ---------------------------------------------------------------------
-
-@st.composite
-def kernel_launch(draw, max_loras: int, max_num_tokens: int) -> dict:
-    kernel = draw(st.sampled_from(["shrink", "expand", "bgmv"]))
-    n = draw(st.integers(0, max_num_tokens))
-    slot_values = st.integers(-1, max_loras - 1)
-    slots = draw(st.lists(slot_values, min_size=n, max_size=n))
-    pad = draw(st.integers(0, max_num_tokens - n))
-    return {"op": "launch", "kernel": kernel, "slots": slots, "pad": pad, "seed": draw(st.integers(0, 7))}
-
-
-@st.composite
-def lora_kernel_cases(draw, faults: tuple = (), max_ops: int = 4) -> Case:
-    """Launch sequences over one persistent metadata: larger, then smaller, then all -1 batches."""
-    max_loras = draw(st.integers(1, 4))
-    max_num_tokens = draw(st.sampled_from([4, 16, 40]))
-    config = {
-        "max_loras": max_loras, "max_num_tokens": max_num_tokens,
-        "hidden": draw(st.sampled_from([16, 32, 48])),
-        "rank": draw(st.sampled_from([1, 4, 8, 16, 64])),
-        "slices": draw(st.sampled_from([[16], [32, 16], [32, 16, 16]])),
-        "dtype": "float32",
-    }
-    ops = draw(st.lists(kernel_launch(max_loras, max_num_tokens), min_size=1, max_size=max_ops))
-    return Case("lora_kernels", config, tuple(ops), tuple(faults))

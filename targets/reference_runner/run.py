@@ -1,4 +1,4 @@
-"""Target ``reference_runner``: the reference model runner driven by op sequences.
+"""Running a reference_runner case: the runner under test beside the float64 reference model.
 
 Ops: add_adapter(adapter_id, rank), remove_adapter(adapter_id), step(requests),
 dummy_run(num_tokens, kind), capture(size), replay(requests); a request is
@@ -15,29 +15,10 @@ from fuzzrunner.case import Case
 from fuzzrunner.errors import InvalidArgument, InvalidCase
 from fuzzrunner.runner import Faults, ModelRunner, ReferenceModel, Request, RunnerConfig
 from fuzzrunner.runner.adapters import make_adapter
-from fuzzrunner.strategies import reference_runner_cases
-from fuzzrunner.target import Target
-
-_FIELDS = {"add_adapter": ("adapter_id", "rank"), "remove_adapter": ("adapter_id",), "step": ("requests",),
-           "replay": ("requests",), "dummy_run": ("num_tokens", "kind"), "capture": ("size",)}
 
 
-def _requests(op: dict, index: int) -> list[Request]:
-    reqs = op["requests"]
-    if not isinstance(reqs, list) or not all(isinstance(r, dict) and isinstance(r.get("adapter_id"), int)
-                                             and isinstance(r.get("tokens"), list) for r in reqs):
-        raise InvalidCase(f"op {index} ({op['op']}): 'requests' must be a list of "
-                          f"{{'adapter_id': int, 'tokens': [int, ...]}}.")
-    return [Request(r["adapter_id"], tuple(r["tokens"])) for r in reqs]
-
-
-def _check_op(op: dict, index: int) -> None:
-    kind = op["op"]
-    if kind not in _FIELDS:
-        raise InvalidCase(f"op {index}: unknown op {kind!r}; reference_runner ops are {', '.join(_FIELDS)}.")
-    missing = [f for f in _FIELDS[kind] if f not in op]
-    if missing:
-        raise InvalidCase(f"op {index} ({kind}): missing field(s) {', '.join(missing)}.")
+def _requests(op: dict) -> list[Request]:
+    return [Request(r["adapter_id"], tuple(r["tokens"])) for r in op["requests"]]
 
 
 class _Session:
@@ -65,7 +46,7 @@ class _Session:
         self.ctx.compare("hidden", out.hidden, hidden, self.dtype)
         self.ctx.compare("logits", out.logits, logits, self.dtype)
 
-    def apply(self, op: dict, index: int) -> None:
+    def apply(self, op: dict) -> None:
         kind, r = op["op"], self.runner
         if kind == "add_adapter":
             r.add_adapter(op["adapter_id"], op["rank"])
@@ -74,9 +55,9 @@ class _Session:
             r.remove_adapter(op["adapter_id"])
             del self.ranks[op["adapter_id"]]
         elif kind == "step":
-            self.check(r.execute_model(_requests(op, index)))
+            self.check(r.execute_model(_requests(op)))
         elif kind == "replay":
-            self.check(r.replay(_requests(op, index)))
+            self.check(r.replay(_requests(op)))
         elif kind == "dummy_run":
             self.check(r.dummy_run(op["num_tokens"], op["kind"]), no_adapters=True)
         elif kind == "capture":
@@ -84,19 +65,7 @@ class _Session:
 
 
 def run(case: Case, ctx) -> None:
-    for i, op in enumerate(case.ops):
-        _check_op(op, i)
     session = _Session(case, ctx)
     for i, op in enumerate(case.ops):
         with ctx.op(i, op):
-            session.apply(op, i)
-
-
-TARGET = Target(
-    name="reference_runner",
-    description="the reference model runner (LoRA shrink/expand/bgmv in Triton) driven by op sequences",
-    cases=reference_runner_cases,
-    run=run,
-    faults=tuple(Faults.names()),
-    fault_descriptions=Faults.describe,
-)
+            session.apply(op)

@@ -1,0 +1,66 @@
+"""Die with the parent: a process of ours never outlives the process that started it.
+
+``kill -9`` of a campaign gives its shard and worker processes no chance to clean up, so each
+watches its parent instead: on Linux the kernel sends the parent-death signal at once, and a
+daemon thread polls the parent's pid (once a second) for the cases that signal misses (a
+wrapper such as compute-sanitizer between us and the hub).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+
+ENV = "FUZZRUNNER_PARENT_PID"
+_PR_SET_PDEATHSIG = 1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def die_with(pid: int | None, *, poll_s: float = 1.0) -> None:
+    """Exit this process (status 5) as soon as process ``pid`` is gone."""
+    if not pid:
+        return
+    if sys.platform.startswith("linux") and os.getppid() == pid:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+    if not _alive(pid) or (os.getppid() == 1 and pid != 1):
+        os._exit(5)
+
+    def watch() -> None:
+        while _alive(pid):
+            time.sleep(poll_s)
+        os._exit(5)
+
+    threading.Thread(target=watch, name="fuzzrunner-lifeline", daemon=True).start()
+
+
+def die_with_env_parent() -> None:
+    """``die_with`` the pid that the starting process put in ``FUZZRUNNER_PARENT_PID``."""
+    value = os.environ.get(ENV, "")
+    die_with(int(value) if value.isdigit() else None)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def sigterm_as_interrupt() -> None:
+    """SIGTERM (CI cancellation, ``timeout``, systemd) ends a campaign like Ctrl-C: cleanly, with a
+    partial report. Only the main thread can install it; elsewhere this does nothing."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)

@@ -1,0 +1,56 @@
+"""Replay cases in crash-isolated workers: ``fuzzrunner replay`` and the pytest plugin's corpus items.
+
+One hub per target spec, kept for every case of that target (torch starts once), running
+exactly the oracles a campaign with the same settings runs (``names.effective_oracles``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..case import Case
+from ..names import effective_oracles
+from ..settings import Settings
+from ..target import load_target
+from ..violation import Violation
+from .campaign import resolve_device, worker_spec
+from .hub import Hub
+
+
+class Replayer:
+    def __init__(self, settings: Settings, *, inherit_gpu: bool = False):
+        """``inherit_gpu``: workers keep this process's ``CUDA_VISIBLE_DEVICES`` (one GPU per xdist worker)."""
+        self.settings, self.inherit_gpu = settings, inherit_gpu
+        self.device = resolve_device(settings)
+        self.hubs: dict[str, Hub] = {}
+
+    def oracles(self) -> tuple[str, ...]:
+        return effective_oracles(self.settings.oracles, self.device, self.settings.sanitizer)
+
+    def hub(self, spec: str) -> Hub:
+        if spec not in self.hubs:
+            ws = worker_spec(spec, self.settings, 0, self.device)
+            if self.inherit_gpu:
+                ws = replace(ws, gpu=None)
+            self.hubs[spec] = Hub(ws, oracles=self.oracles(), timeout_s=self.settings.case_timeout_s,
+                                  standby=False)
+        return self.hubs[spec]
+
+    def run(self, case: Case, spec: str) -> list[Violation]:
+        """The violations of one run of ``case``; ``InvalidCase`` if the target refuses it, before any
+        worker sees it; ``HarnessError`` if the target cannot be set up."""
+        target = load_target(spec)
+        target.check_faults(case.faults)
+        target.check_case(case)
+        return self.hub(spec).run(case).violations
+
+    def close(self) -> None:
+        for hub in self.hubs.values():
+            hub.close()
+        self.hubs.clear()
+
+    def __enter__(self) -> Replayer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,39 @@
+"""What a campaign (or one shard of it) gives back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..settings import Settings
+
+# Why a campaign stopped.
+STOP_MAX_EXAMPLES = "max-examples"     # the example budget was spent
+STOP_BUDGET = "budget"                 # the time budget was spent
+STOP_INTERRUPTED = "interrupted"       # SIGINT / SIGTERM
+STOP_WRITE_ERROR = "write-error"       # a finding could not be written (it is kept in the result)
+STOP_EXHAUSTED = "exhausted"           # Hypothesis ran out of distinct cases to try
+
+
+@dataclass
+class CampaignResult:
+    target: str
+    settings: Settings
+    seed: int
+    faults: tuple
+    examples: int = 0                  # cases run, shrinking included
+    generated: int = 0                 # of which generated (not shrinking)
+    invalid: int = 0                   # generated cases the target rejected
+    duration_s: float = 0.0
+    findings: list = field(default_factory=list)     # list[Finding]
+    flaky: list = field(default_factory=list)        # crash findings a fresh worker did not reproduce
+    timeline: list = field(default_factory=list)     # (elapsed_s, examples, findings)
+    replayed: list = field(default_factory=list)     # (path, finding id or None, still failing)
+    quarantined: list = field(default_factory=list)  # (path, moved to, why)
+    worker_restarts: int = 0
+    stop_reason: str = ""
+    warnings: list = field(default_factory=list)
+    errors: list = field(default_factory=list)       # why the campaign could not finish cleanly
+
+    @property
+    def valid(self) -> int:
+        return self.generated - self.invalid

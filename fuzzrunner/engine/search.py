@@ -1,0 +1,209 @@
+"""One shard of a campaign: a hub (its worker), a finding book, and the Hypothesis search.
+
+Hypothesis generates and shrinks cases here; the worker runs them elsewhere. Hypothesis runs
+in batches (one ``@given`` run per batch, each with its own seed) until the example count or
+the time budget is spent. Every distinct finding raises its own exception class, so Hypothesis
+shrinks each bug on its own; a bug already minimized stops failing the test so the search
+moves on. Running out of time or being interrupted stops Hypothesis at once (a BaseException
+it lets through); a shrink cut short that way is marked and resumes on the next run, from the
+example database.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from ..case import Case
+from ..corpus import Corpus
+from ..errors import HarnessError, InvalidCase
+from ..finding import Finding
+from ..settings import Settings
+from ..target import Target
+from . import result as R
+from .database import campaign_database
+from .findings import FindingBook
+from .hub import Hub, WorkerSpec
+
+BATCH = 50
+# Crashes of the process (not Python exceptions) are confirmed in a fresh worker before they count.
+_PROCESS_DEATHS = ("worker", "cuda")
+
+
+class _Found(Exception):
+    """Base of the per-finding exception classes Hypothesis sees."""
+
+
+class _Stop(BaseException):
+    """Out of time, or interrupted: Hypothesis lets a BaseException through at once."""
+
+
+_classes: dict[str, type] = {}
+
+
+def _found_class(finding_id: str) -> type:
+    if finding_id not in _classes:
+        _classes[finding_id] = type(f"Finding_{finding_id}", (_Found,), {})
+    return _classes[finding_id]
+
+
+def _finding_ids(exc: BaseException) -> list[str]:
+    if isinstance(exc, _Found):
+        return [exc.args[0]]
+    out = []
+    for sub in getattr(exc, "exceptions", ()) or ():
+        out += _finding_ids(sub)
+    if exc.__cause__ is not None and exc.__cause__ is not exc:
+        out += _finding_ids(exc.__cause__)
+    return out
+
+
+class Shard:
+    def __init__(self, target_spec: str, target: Target, settings: Settings, faults: tuple, corpus: Corpus | None,
+                 database, index: int, seed: int, worker: WorkerSpec, on_event: Callable | None = None):
+        self.target_spec, self.target, self.settings, self.faults = target_spec, target, settings, faults
+        self.corpus, self.index, self.seed = corpus, index, seed
+        self.emit = on_event or (lambda e: None)
+        self.book = FindingBook(corpus, target.name, target_spec)
+        from ..names import effective_oracles
+        self.hub = Hub(worker, oracles=effective_oracles(settings.oracles, worker.device, settings.sanitizer),
+                       timeout_s=settings.case_timeout_s)
+        self.database = campaign_database(database, corpus, target.name, faults, settings.seed)
+        self.result = R.CampaignResult(target.name, settings, seed, faults)
+        self.start = time.monotonic()
+        self._failing: set[str] = set()  # findings raised to Hypothesis in the current batch
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def over_budget(self) -> bool:
+        b = self.settings.budget_s
+        return b is not None and self.elapsed() >= b
+
+    # -- one case -------------------------------------------------------------------------
+    def execute(self, case: Case) -> list:
+        """Run a case in the worker; ``InvalidCase`` (before any worker sees it) if its schema is wrong."""
+        self.target.check_case(case)
+        return self.hub.run(case).violations
+
+    def record(self, violations, case: Case) -> list[tuple[Finding, bool]]:
+        recorded = self.book.record(violations, case, self.result.examples, self.elapsed())
+        for finding, new in recorded:
+            if new and not self._confirmed(finding, case):
+                continue
+            if new:
+                self.emit({"type": "finding", "finding": finding, "shard": self.index})
+        if self.book.write_errors:
+            self.result.errors += self.book.write_errors
+            self.book.write_errors = []
+            self.result.stop_reason = R.STOP_WRITE_ERROR
+            raise _Stop()
+        return [(f, n) for f, n in recorded if f.id in self.book.by_id]
+
+    def _confirmed(self, finding: Finding, case: Case) -> bool:
+        """A dead worker is confirmed by a rerun in a fresh one; one that does not die again is flaky."""
+        v = finding.violation
+        if v.tool not in _PROCESS_DEATHS or v.kind not in ("crash", "timeout"):
+            return True
+        again = self.hub.run(case).violations
+        if any(a.kind in ("crash", "timeout") for a in again):
+            return True
+        self.book.drop(finding.id)
+        finding.flaky = True
+        self.result.flaky.append(finding)
+        self.emit({"type": "warning", "message": f"flaky: {finding.signature.short()} did not happen again "
+                                                 f"in a fresh worker; kept apart, not a finding"})
+        return False
+
+    # -- the search -----------------------------------------------------------------------
+    def _test(self, case: Case) -> None:
+        if self.over_budget():
+            self.result.stop_reason = R.STOP_BUDGET
+            raise _Stop()
+        r = self.result
+        r.examples += 1
+        if not self._failing:
+            r.generated += 1
+        try:
+            violations = self.execute(case)
+        except InvalidCase:
+            from hypothesis import reject
+            if not self._failing:
+                r.invalid += 1
+            reject()
+        self._tick()
+        live = [f for f, _ in self.record(violations, case) if not f.minimized] if violations else []
+        if live:
+            self._failing.update(f.id for f in live)
+            raise _found_class(live[0].id)(live[0].id, live[0].violation.message)
+
+    def _tick(self) -> None:
+        r = self.result
+        r.timeline.append((round(self.elapsed(), 3), r.examples, len(self.book.by_id)))
+        self.emit({"type": "progress", "examples": r.examples, "generated": r.generated,
+                   "findings": len(self.book.by_id), "elapsed": self.elapsed(), "shard": self.index})
+
+    def _batch(self, batch: int, n: int, strategy) -> None:
+        from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hseed, settings as hsettings
+        phases = [Phase.generate] + ([Phase.shrink] if self.settings.shrink else [])
+        if batch == 0:
+            phases = [Phase.reuse] + phases
+        hs = hsettings(max_examples=n, deadline=None, database=self.database, phases=phases,
+                       suppress_health_check=[HealthCheck.differing_executors],
+                       verbosity=Verbosity.quiet, report_multiple_bugs=True, print_blob=False)
+        # settings outside seed: seed() alone would switch the example database off
+        hs(hseed(self.seed * 1_000_003 + self.index * 7919 + batch)(given(strategy)(self._test)))()
+
+    def search(self, quota: int) -> None:
+        try:
+            strategy = self.target.cases(self.faults, max_ops=self.settings.max_ops)
+        except TypeError as e:
+            raise HarnessError(f"target {self.target.name!r}: cases(faults, *, max_ops) failed ({e}); a target's "
+                               f"cases must accept the faults and the keyword max_ops.") from None
+        batch, done = 0, 0
+        while done < quota:
+            self._failing = set()
+            before = self.result.generated
+            n = min(BATCH, quota - done)
+            try:
+                self._batch(batch, n, strategy)
+            except _Stop:
+                for fid in self._failing:
+                    self.book.mark_interrupted(fid)
+                return
+            except KeyboardInterrupt:
+                self.result.stop_reason = R.STOP_INTERRUPTED
+                for fid in self._failing:
+                    self.book.mark_interrupted(fid)
+                return
+            except HarnessError:
+                raise
+            except BaseException as exc:  # noqa: B036 - Hypothesis wraps our _Found in groups/Flaky
+                self._after_failure(exc)
+            batch += 1
+            generated = self.result.generated - before
+            if generated == 0 and not self._failing:
+                self.result.stop_reason = R.STOP_EXHAUSTED  # nothing new to try
+                return
+            done += max(1, generated) if self._failing else n
+        self.result.stop_reason = self.result.stop_reason or R.STOP_MAX_EXAMPLES
+
+    def _after_failure(self, exc: BaseException) -> None:
+        from hypothesis.errors import FailedHealthCheck, Unsatisfiable
+        ids = _finding_ids(exc)
+        if not ids:
+            if isinstance(exc, (FailedHealthCheck, Unsatisfiable)):
+                raise HarnessError(f"target {self.target.name!r}: Hypothesis gave up: "
+                                   f"{' '.join(str(exc).split())[:600]}") from None
+            raise exc
+        for fid in ids:
+            self.book.mark_minimized(fid)
+
+    def close(self) -> R.CampaignResult:
+        self.hub.close()
+        r = self.result
+        r.duration_s = self.elapsed()
+        r.findings = list(self.book.by_id.values())
+        r.worker_restarts = self.hub.restarts
+        r.errors += self.book.write_errors
+        return r

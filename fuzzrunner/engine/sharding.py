@@ -1,0 +1,147 @@
+"""Several shards of one campaign, one process (and one worker, one GPU) each, merged at the end.
+
+Shards share the corpus directory (each write is atomic and merges with what is there) and
+the example database. Each shard process dies with the campaign process (lifeline), and a
+SIGTERM/SIGINT reaching the campaign stops the shards cleanly: each returns what it found.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+from ..errors import HarnessError
+from ..finding import Finding, merge
+from . import result as R
+from .result import CampaignResult
+
+SHUTDOWN_WAIT_S = 60.0
+
+
+def _shard_process(queue, parent: int, *args) -> None:
+    from .campaign import run_shard
+    from .lifeline import die_with, sigterm_as_interrupt
+    die_with(parent)
+    sigterm_as_interrupt()
+
+    def emit(e):
+        queue.put(("event", _portable(e)))
+    try:
+        res = run_shard(*args, on_event=emit)
+        res.findings = [f.to_dict() for f in res.findings]
+        res.flaky = [f.to_dict() for f in res.flaky]
+        queue.put(("done", res))
+    except BaseException as e:  # noqa: B036 - report, never hang the parent
+        queue.put(("error", f"{type(e).__name__}: {e}"))
+
+
+def _portable(e: dict) -> dict:
+    e = dict(e)
+    if "finding" in e:
+        e["finding"] = e["finding"].to_dict()
+    return e
+
+
+class _Merger:
+    """Events and results of all shards, as one campaign's."""
+
+    def __init__(self, n: int, on_event, result: CampaignResult):
+        self.totals, self.generated = [0] * n, [0] * n
+        self.seen: dict[str, Finding] = {}
+        self.on_event, self.result = on_event, result
+
+    def event(self, e: dict) -> None:
+        if e["type"] == "progress":
+            self.totals[e["shard"]], self.generated[e["shard"]] = e["examples"], e.get("generated", 0)
+            e = {**e, "examples": sum(self.totals), "generated": sum(self.generated), "findings": len(self.seen)}
+        elif e["type"] in ("finding", "regression"):
+            f = Finding.from_dict(e["finding"])
+            if e["type"] == "finding" and f.id in self.seen:
+                return
+            self.seen.setdefault(f.id, f)
+            e = {**e, "finding": f}
+        if self.on_event:
+            self.on_event(e)
+
+    def done(self, r: CampaignResult) -> None:
+        into = self.result
+        for name in ("examples", "generated", "invalid", "worker_restarts"):
+            setattr(into, name, getattr(into, name) + getattr(r, name))
+        for name in ("replayed", "quarantined", "warnings", "errors"):
+            getattr(into, name).extend(getattr(r, name))
+        into.timeline = _merge_timelines(into.timeline, r.timeline)
+        into.flaky += [Finding.from_dict(d) for d in r.flaky]
+        by_id = {f.id: f for f in into.findings}
+        for d in r.findings:
+            f = Finding.from_dict(d)
+            if f.id in by_id:
+                merge(by_id[f.id], f)
+            else:
+                by_id[f.id] = f
+        into.findings = list(by_id.values())
+        order = (R.STOP_INTERRUPTED, R.STOP_WRITE_ERROR, R.STOP_BUDGET, R.STOP_MAX_EXAMPLES, R.STOP_EXHAUSTED)
+        reasons = [s for s in (into.stop_reason, r.stop_reason) if s]
+        into.stop_reason = min(reasons, key=lambda s: order.index(s) if s in order else 9) if reasons else ""
+
+
+def run_sharded(target_spec, settings, faults, corpus_dir, seed, device, on_event, target_name,
+                database=None) -> CampaignResult:
+    if database is not None:
+        raise HarnessError("a plugged-in Hypothesis database object cannot travel to shard processes; "
+                           "with workers > 1 pass corpus_dir (each shard opens the corpus database).")
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    n = settings.workers
+    quotas = [settings.max_examples // n + (1 if i < settings.max_examples % n else 0) for i in range(n)]
+    procs = [ctx.Process(target=_shard_process, args=(queue, os.getpid(), target_spec, settings, faults, corpus_dir,
+                                                      i, seed, quotas[i], device), daemon=True) for i in range(n)]
+    for p in procs:
+        p.start()
+    merged = CampaignResult(target_name, settings, seed, faults)
+    merger, start = _Merger(n, on_event, merged), time.monotonic()
+    try:
+        _collect(queue, procs, merger)
+    except KeyboardInterrupt:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()  # SIGTERM: each shard stops its search and reports
+        _collect(queue, procs, merger, deadline=time.monotonic() + SHUTDOWN_WAIT_S)
+        merged.stop_reason = R.STOP_INTERRUPTED
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    merged.duration_s = time.monotonic() - start
+    return merged
+
+
+def _collect(queue, procs, merger: _Merger, deadline: float | None = None) -> None:
+    finished, n = 0, len(procs)
+    while finished < n and (deadline is None or time.monotonic() < deadline):
+        try:
+            kind, payload = queue.get(timeout=1.0)
+        except Exception:
+            if all(not p.is_alive() for p in procs) and queue.empty():
+                merger.result.errors.append(f"{n - finished} shard process(es) died without reporting")
+                return
+            continue
+        if kind == "event":
+            merger.event(payload)
+        elif kind == "done":
+            finished += 1
+            merger.done(payload)
+        else:
+            finished += 1
+            merger.result.errors.append(f"a shard failed: {payload}")
+
+
+def _merge_timelines(a: list, b: list) -> list:
+    """Two (elapsed, examples, findings) series -> one of running totals (a shard counts only its own)."""
+    events = sorted([(t, 0, e, f) for t, e, f in a] + [(t, 1, e, f) for t, e, f in b])
+    last, out = [(0, 0), (0, 0)], []
+    for t, src, e, f in events:
+        last[src] = (e, f)
+        out.append((t, last[0][0] + last[1][0], last[0][1] + last[1][1]))
+    return out

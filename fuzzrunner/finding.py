@@ -1,0 +1,248 @@
+"""A finding's whole life: its signature and id, how violations of one case become findings,
+how two sightings of one bug merge, its one dict shape, and how it reads to a person.
+
+Identity: a finding is one bug, named by (tool, kind family, kernel or op, tensor, site), where
+the site is the *function* holding the bad access (``source.site``), never its line: a line
+shift must not turn a live bug into "fixed". Uninitialized and stale reads of one tensor at one
+site are one bug (which of the two a case shows depends only on whether an earlier op happened
+to write the bytes), so they share a family and an id, and shrinking reaches the simpler case.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+
+from . import names, source
+from .case import Case, parse_json, read_text
+from .errors import InvalidCase
+from .violation import Violation
+
+FINDING_SCHEMA = 2  # 2: violations carry their site; findings their target spec and state
+
+
+@dataclass(frozen=True)
+class Signature:
+    """tool + kind + kernel (or torch op) + location + tensor + site; never Python frames."""
+    tool: str
+    kind: str
+    kernel: str
+    location: str
+    tensor: str
+    site: str = ""
+
+    @property
+    def id(self) -> str:
+        kind = names.KINDS[self.kind].family if self.kind in names.KINDS else self.kind
+        where = self.site or source.site(self.location)
+        key = "|".join((self.tool, kind, source.without_lines(self.kernel), where,
+                        source.without_lines(self.tensor)))
+        return hashlib.sha1(key.encode()).hexdigest()[:12]
+
+    def short(self) -> str:
+        return f"{self.kind} of {self.tensor or '?'} in {self.kernel or '?'} at {self.location or '?'} [{self.tool}]"
+
+    def to_dict(self) -> dict:
+        return {"tool": self.tool, "kind": self.kind, "kernel": self.kernel, "location": self.location,
+                "tensor": self.tensor, "site": self.site}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Signature:
+        return cls(*(str(d.get(k, "")) for k in ("tool", "kind", "kernel", "location", "tensor", "site")))
+
+
+# -- from violations to findings ------------------------------------------------------------------
+
+def _rank(v: Violation) -> tuple:
+    kind = names.KINDS.get(v.kind)
+    return (kind.priority if kind else 9, v.details.get("seq", 1 << 62))
+
+
+def primary(violations: list[Violation]) -> Violation:
+    """The root-cause violation: memory errors first, then numeric, then the earliest seen."""
+    return min(violations, key=_rank)
+
+
+def _seq(v: Violation) -> int:
+    return v.details.get("seq", 1 << 62)
+
+
+def _op_heads(violations: list[Violation]) -> dict:
+    """op index -> the violation that heads that op's memory errors: its first read of unwritten
+    memory (a garbage value read there becomes the wild address of any later out-of-bounds
+    access), else its first out-of-bounds access."""
+    heads: dict = {}
+    for v in sorted(violations, key=_seq):
+        kind = names.KINDS.get(v.kind)
+        if not kind or not kind.memory or v.kind == "sanitizer-error":
+            continue
+        op = v.details.get("op_index")
+        best = heads.get(op)
+        if best is None or (best.kind == "out-of-bounds" and v.kind != "out-of-bounds"):
+            heads[op] = v
+    return heads
+
+
+def _owner(v: Violation, heads: dict) -> Violation | None:
+    """The memory error ``v`` belongs to: a crash, hang or sanitizer error follows the case's first
+    one (the bad access kills or floods the process); anything else, the head of its op."""
+    if v.kind in names.CRASH_KINDS or v.kind == "sanitizer-error":
+        return min(heads.values(), key=_seq) if heads else None
+    return heads.get(v.details.get("op_index"))
+
+
+def group(violations: list[Violation]) -> list[tuple[Violation, list[Violation]]]:
+    """One (head, others) per root cause among one case's violations.
+
+    Rules (docs/architecture.md): the memory errors of one op are one root cause (that step did
+    not write what it read), headed by its first unwritten read; an op whose only memory errors are
+    out-of-bounds accesses belongs to the case's first unwritten read, if any (a garbage index read
+    earlier); a numeric, poison or invariant violation belongs to the memory error of its op; a
+    crash, hang or sanitizer error to the case's first memory error. What no memory error explains
+    heads its own group. Groups whose heads are one bug (same id) are one.
+    """
+    heads = _op_heads(violations)
+    first = min(heads.values(), key=_seq) if heads else None
+    if first is not None and first.kind != "out-of-bounds":  # wild accesses follow the garbage read
+        heads = {op: (first if h.kind == "out-of-bounds" else h) for op, h in heads.items()}
+    groups: dict[str, tuple[Violation, list[Violation]]] = {}
+    for head in sorted(heads.values(), key=_seq):
+        groups.setdefault(head.signature.id, (head, []))
+    for v in sorted(violations, key=_rank):
+        if any(v is h for h in heads.values()):
+            if groups[v.signature.id][0] is not v:
+                groups[v.signature.id][1].append(v)
+            continue
+        owner = _owner(v, heads)
+        if owner is not None:
+            groups[owner.signature.id][1].append(v)
+        elif v.signature.id in groups:
+            groups[v.signature.id][1].append(v)
+        else:
+            groups[v.signature.id] = (v, [])
+    return list(groups.values())
+
+
+# -- the finding ----------------------------------------------------------------------------------
+
+@dataclass
+class Finding:
+    signature: Signature
+    case: Case
+    violation: Violation                        # the head of its group
+    others: list = field(default_factory=list)  # violations of the same case with the same root cause
+    first_found_after_examples: int = 0
+    found_after_s: float = 0.0
+    minimized: bool = False                     # shrinking finished on it
+    repro: str | None = None
+    found_at: float = field(default_factory=time.time)
+    target_spec: str = ""                       # how to load its target (built-in name, FILE.py:OBJ, module:OBJ)
+    shrink_interrupted: bool = False            # the campaign stopped mid-shrink; the next run resumes
+    flaky: bool = False                         # a crash that a fresh worker did not reproduce
+
+    @property
+    def id(self) -> str:
+        return self.signature.id
+
+    @classmethod
+    def of(cls, violation: Violation, others: list, case: Case, **kw) -> Finding:
+        return cls(violation.signature, case, violation, list(others), **kw)
+
+    def to_dict(self) -> dict:
+        return {"schema": FINDING_SCHEMA, "id": self.id, "signature": self.signature.to_dict(),
+                "message": self.violation.message, "violation": self.violation.to_dict(),
+                "others": [v.to_dict() for v in self.others], "case": self.case.to_dict(),
+                "target_spec": self.target_spec or self.case.target,
+                "first_found_after_examples": self.first_found_after_examples,
+                "found_after_s": round(self.found_after_s, 3), "minimized": self.minimized,
+                "shrink_interrupted": self.shrink_interrupted, "flaky": self.flaky,
+                "repro": None if self.repro is None else str(self.repro), "found_at": self.found_at}
+
+    @classmethod
+    def from_dict(cls, d: dict, *, source: str = "finding") -> Finding:
+        if not isinstance(d, dict):
+            raise InvalidCase(f"{source}: a finding must be a JSON object.")
+        if not isinstance(d.get("schema", 0), int) or d.get("schema", 0) > FINDING_SCHEMA:
+            raise InvalidCase(f"{source}: finding schema {d.get('schema')!r} is newer than this fuzzrunner "
+                              f"understands ({FINDING_SCHEMA}); upgrade fuzzrunner.")
+        try:
+            v = Violation.from_dict(d["violation"])
+            return cls(v.signature, Case.from_dict(d["case"], source=source), v,
+                       [Violation.from_dict(o) for o in d.get("others", [])],
+                       int(d.get("first_found_after_examples", 0)), float(d.get("found_after_s", 0.0)),
+                       bool(d.get("minimized", False)), d.get("repro"), float(d.get("found_at", 0.0)),
+                       str(d.get("target_spec") or ""), bool(d.get("shrink_interrupted", False)),
+                       bool(d.get("flaky", False)))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise InvalidCase(f"{source}: not a fuzzrunner finding ({type(e).__name__}: {e}).") from None
+
+    @classmethod
+    def load(cls, path) -> Finding:
+        return cls.from_dict(parse_json(read_text(path), str(path)), source=str(path))
+
+    def reproduced_by(self, violations: list[Violation]) -> list[Violation]:
+        """The violations of a replay that are this bug (matched by id: site, not line)."""
+        if self.signature.kind in names.CRASH_KINDS:
+            return [v for v in violations if v.kind in names.CRASH_KINDS]
+        return [v for v in violations if v.signature.id == self.id]
+
+
+def is_finding_dict(data) -> bool:
+    return isinstance(data, dict) and "case" in data and ("violation" in data or "signature" in data)
+
+
+def merge(into: Finding, other: Finding) -> bool:
+    """Fold another sighting of the same bug into ``into``: the smaller case wins (with its
+    violations), the earliest discovery counts, a finished shrink sticks. True if the case changed."""
+    smaller = other.case.size() < into.case.size()
+    if smaller:
+        into.case, into.violation, into.others = other.case, other.violation, other.others
+        into.signature = other.violation.signature
+        into.minimized = other.minimized
+        into.shrink_interrupted = other.shrink_interrupted
+    elif other.minimized and other.case.size() == into.case.size():
+        into.minimized = True
+    firsts = [n for n in (into.first_found_after_examples, other.first_found_after_examples) if n]
+    into.first_found_after_examples = min(firsts) if firsts else 0
+    times = [t for t in (into.found_after_s, other.found_after_s) if t]
+    into.found_after_s = min(times) if times else 0.0
+    into.target_spec = into.target_spec or other.target_spec
+    return smaller
+
+
+# -- for a person -----------------------------------------------------------------------------------
+
+def case_text(case: Case | dict) -> str:
+    """A case as JSON a person can read and paste: its fields on one line, then one op per line."""
+    d = case.to_dict() if isinstance(case, Case) else dict(case)
+    ops = d.pop("ops", [])
+    return "\n".join([json.dumps(d)[:-1] + ', "ops": [',
+                      *(f"  {json.dumps(op)}{',' * (i < len(ops) - 1)}" for i, op in enumerate(ops)), "]}"])
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
+def render(f: Finding | dict, *, indent: str = "  ", with_case: bool = False) -> str:
+    """The finding for a terminal, a test failure or a report: what, where, when, how to rerun."""
+    f = f if isinstance(f, Finding) else Finding.from_dict(f)
+    ops = len(f.case.ops)
+    state = ("minimized" if f.minimized else "shrink interrupted: resumes next run" if f.shrink_interrupted
+             else "not minimized")
+    lines = [f.signature.short(), f.violation.message]
+    if f.flaky:
+        lines.append("FLAKY: a fresh worker did not reproduce this crash")
+    lines.append(f"found after {_n(f.first_found_after_examples, 'example')} ({f.found_after_s:.1f} s); "
+                 f"case: {_n(ops, 'op')}, {state}; id {f.id}")
+    if f.others:
+        more = f" (+{len(f.others) - 1} more)" if len(f.others) > 1 else ""
+        lines.append(f"same root cause: {f.others[0].signature.short()}{more}")
+    if with_case:
+        lines.append(f"Falsifying case ({_n(ops, 'op')}, {state}):")
+        lines += ["  " + line for line in case_text(f.case).splitlines()]
+    if f.repro:
+        lines.append(f"repro: python {f.repro}")
+    return "\n".join(indent + line if i else line for i, line in enumerate(lines))

@@ -1,0 +1,129 @@
+"""The JSON report: the one plain dict every renderer works from, versioned, checked on reading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..case import Case, parse_json, read_text
+from ..corpus import atomic_write
+from ..errors import InvalidArgument, InvalidCase
+from ..finding import Finding
+
+SCHEMA = 1
+
+
+# -- the JSON report -------------------------------------------------------------------------
+
+def report_dict(results) -> dict:
+    """A CampaignResult -> a one-target report; a list of them -> ``{"schema", "runs"}``; a dict -> itself."""
+    if isinstance(results, dict):
+        _check_report(results, "report")
+        return results
+    if isinstance(results, (list, tuple)):
+        return {"schema": SCHEMA, "runs": [_run_dict(r) for r in results]}
+    return {"schema": SCHEMA, **_run_dict(results)}
+
+
+def runs(report: dict) -> list[dict]:
+    """The per-target runs of a report, one-target or many."""
+    return report["runs"] if "runs" in report else [report]
+
+
+def _run_dict(r) -> dict:
+    settings = r.settings.to_dict() if hasattr(r.settings, "to_dict") else dict(r.settings or {})
+    return {"target": r.target, "settings": settings, "seed": r.seed, "faults": list(r.faults),
+            "examples": r.examples, "invalid": r.invalid, "duration_s": round(r.duration_s, 3),
+            "worker_restarts": r.worker_restarts,
+            "replayed": [{"path": str(p), "id": i, "still_failing": bool(s)} for p, i, s in r.replayed],
+            "findings": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.findings],
+            "timeline": [[round(t, 3), n, k] for t, n, k in r.timeline]}
+
+
+def _finding_dict(f: Finding) -> dict:
+    return f.to_dict()  # one shape: the corpus file's
+
+
+def _plain(x):
+    """json's fallback for values in violation details: numpy scalars, paths, anything else as text."""
+    return x.item() if hasattr(x, "item") else str(x)
+
+
+def json_text(results) -> str:
+    return json.dumps(report_dict(results), indent=2, default=_plain) + "\n"
+
+
+def write_json(results, path) -> Path:
+    return write_text(path, json_text(results))
+
+
+def load_report(path) -> dict:
+    """Read a JSON report back, checking its shape; ``InvalidCase`` (one line) if it is not one."""
+    source = str(path)
+    data = parse_json(read_text(path), source)
+    _check_report(data, source)
+    return data
+
+
+_RUN_FIELDS = {"target": str, "settings": dict, "faults": list, "examples": int, "invalid": int,
+               "duration_s": (int, float), "worker_restarts": int, "replayed": list, "findings": list,
+               "timeline": list}
+_FINDING_FIELDS = {"id": str, "signature": dict, "message": str, "case": dict, "first_found_after_examples": int,
+                   "found_after_s": (int, float), "minimized": bool, "others": list}
+
+
+def _check_report(data, source: str) -> None:
+    if not isinstance(data, dict):
+        raise InvalidCase(f"{source}: a report must be a JSON object, got {type(data).__name__}.")
+    schema = data.get("schema")
+    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
+        raise InvalidCase(f"{source}: missing integer 'schema' field; is this a fuzzrunner report?")
+    if schema > SCHEMA:
+        raise InvalidCase(f"{source}: report schema {schema} is newer than this fuzzrunner understands "
+                          f"({SCHEMA}); upgrade fuzzrunner to read it.")
+    if "runs" not in data:
+        return _check_run(data, source)
+    if not isinstance(data["runs"], list):
+        raise InvalidCase(f"{source}: 'runs' must be a list of per-target runs.")
+    for i, run in enumerate(data["runs"]):
+        if not isinstance(run, dict):
+            raise InvalidCase(f"{source}: run {i} must be a JSON object.")
+        _check_run(run, f"{source}: run {i}")
+
+
+def _check_fields(d: dict, fields: dict, where: str) -> None:
+    for key, types in fields.items():
+        if key not in d:
+            raise InvalidCase(f"{where}: missing field {key!r}; is this a fuzzrunner report?")
+        value = d[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and types is not bool):
+            raise InvalidCase(f"{where}: field {key!r} has the wrong type ({type(value).__name__}).")
+
+
+def _check_run(run: dict, where: str) -> None:
+    _check_fields(run, _RUN_FIELDS, where)
+    if run.get("seed") is not None and not isinstance(run["seed"], int):
+        raise InvalidCase(f"{where}: 'seed' must be an integer or null.")
+    for j, point in enumerate(run["timeline"]):
+        if not (isinstance(point, list) and len(point) == 3 and all(isinstance(x, (int, float)) for x in point)):
+            raise InvalidCase(f"{where}: timeline point {j} must be [elapsed_s, examples, findings].")
+    for j, f in enumerate(run["findings"]):
+        if not isinstance(f, dict):
+            raise InvalidCase(f"{where}: finding {j} must be a JSON object.")
+        _check_fields(f, _FINDING_FIELDS, f"{where}: finding {j}")
+        if not all(isinstance(f["signature"].get(k), str) for k in ("tool", "kind", "kernel", "location", "tensor")):
+            raise InvalidCase(f"{where}: finding {j}: 'signature' needs string tool, kind, kernel, location, tensor.")
+        if f.get("repro") is not None and not isinstance(f["repro"], str):
+            raise InvalidCase(f"{where}: finding {j}: 'repro' must be a path or null.")
+        Case.from_dict(f["case"], source=f"{where}: finding {j}")
+
+
+def write_text(path, text: str) -> Path:
+    """Write a report file (readable by all: CI artifacts, a web server); one-line error otherwise."""
+    path = Path(path)
+    try:
+        atomic_write(path, text)
+    except OSError as e:
+        raise InvalidArgument(f"cannot write report {str(path)!r}: {e.strerror or e}. "
+                              f"Choose a path in a writable directory.") from None
+    return path

@@ -1,0 +1,63 @@
+"""JUnit XML for CI: one suite per target, one passing test for the campaign, one failure per finding."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from ..finding import case_text
+from .json_report import report_dict, runs, write_text
+
+# XML 1.0 cannot hold these even escaped; a stray terminal escape in a message would break CI's parser.
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_safe(text) -> str:
+    return _XML_ILLEGAL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
+def short(f: dict) -> str:
+    s = f["signature"]
+    return f"{s['kind']} of {s['tensor'] or '?'} in {s['kernel'] or '?'} at {s['location'] or '?'} [{s['tool']}]"
+
+
+def failure_text(f: dict) -> str:
+    """What CI shows under a failing test: the message, the case to paste, the repro."""
+    case = case_text(f["case"])
+    state = "minimized case" if f["minimized"] else "case (not minimized)"
+    repro = f"python {f['repro']}" if f.get("repro") else "not exported"
+    return (f"{f['message']}\n\nfound after {plural(f['first_found_after_examples'], 'example')} "
+            f"({f['found_after_s']:.1f} s); finding {f['id']}\n\n{state}:\n{case}\n\nrepro: {repro}\n")
+
+
+def junit_text(results) -> str:
+    root = ET.Element("testsuites", name="fuzzrunner")
+    for run in runs(report_dict(results)):
+        found = run["findings"]
+        suite = ET.SubElement(root, "testsuite", name=xml_safe(run["target"]), tests=str(1 + len(found)),
+                              failures=str(len(found)), errors="0", skipped="0", time=f"{run['duration_s']:.3f}")
+        props = ET.SubElement(suite, "properties")
+        for key in ("seed", "faults", "examples", "invalid", "worker_restarts"):
+            value = ",".join(run[key]) if key == "faults" else run.get(key)
+            ET.SubElement(props, "property", name=key, value=xml_safe(value))
+        cls = xml_safe(f"fuzzrunner.{run['target']}")
+        ok = ET.SubElement(suite, "testcase", classname=cls, name=xml_safe(f"{run['target']}: fuzz campaign"),
+                           time=f"{run['duration_s']:.3f}")
+        ET.SubElement(ok, "system-out").text = xml_safe(
+            f"{run['examples']} examples ({run['invalid']} invalid), {len(found)} finding(s), seed {run['seed']}, "
+            f"{run['worker_restarts']} worker restart(s)")
+        for f in found:
+            tc = ET.SubElement(suite, "testcase", classname=cls, name=xml_safe(short(f)), time="0")
+            fail = ET.SubElement(tc, "failure", message=xml_safe(f["message"]), type=xml_safe(f["signature"]["kind"]))
+            fail.text = xml_safe(failure_text(f))
+    ET.indent(root)
+    return ET.tostring(root, encoding="us-ascii", xml_declaration=True).decode("ascii") + "\n"
+
+
+def write_junit(results, path) -> Path:
+    return write_text(path, junit_text(results))

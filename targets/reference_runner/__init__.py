@@ -1,0 +1,18 @@
+"""Target ``reference_runner``: the reference model runner driven by op sequences."""
+
+from fuzzrunner.runner import Faults
+from fuzzrunner.target import Target
+
+from .cases import cases
+from .run import run
+from .schema import SCHEMA
+
+TARGET = Target(
+    name="reference_runner",
+    description="the reference model runner (LoRA shrink/expand/bgmv in Triton) driven by op sequences",
+    cases=cases,
+    run=run,
+    faults=tuple(Faults.names()),
+    fault_descriptions=Faults.describe(),
+    schema=SCHEMA,
+)
