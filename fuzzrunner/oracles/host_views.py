@@ -94,12 +94,14 @@ class ShadowArray(np.ndarray):
         return out[0] if out is not None and len(out) == 1 else result
 
     def __array_function__(self, func, types, args, kwargs):
-        written = args[0] if func.__name__ in _WRITES_FIRST and args else None
-        for s in _shadows(list(args[1:] if written is not None else args) + list(kwargs.values())):
+        written = [args[0]] if func.__name__ in _WRITES_FIRST and args else []
+        written += [v for k, v in kwargs.items() if k == "out"]
+        reads = list(args[1:] if func.__name__ in _WRITES_FIRST else args)
+        for s in _shadows(reads + [v for k, v in kwargs.items() if k != "out"]):
             s._read()
         result = func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
-        if isinstance(written, ShadowArray):
-            written._wrote()
+        for s in _shadows(written):
+            s._wrote()
         return result
 
     def fill(self, value):

@@ -177,7 +177,7 @@ def live_storages(addrs: np.ndarray):
     seen, out = set(), []
     lo, hi = int(addrs.min()), int(addrs.max())
     for obj in gc.get_objects():
-        if type(obj) is not torch.Tensor and not isinstance(obj, torch.Tensor):
+        if not issubclass(type(obj), torch.Tensor):  # type(), not isinstance: no proxy's __class__ runs
             continue
         try:
             st = obj.untyped_storage()

@@ -1,5 +1,9 @@
 """The shadow oracle's pair suite: ``PAIRS`` from every module here; see harness.py."""
 
+from fuzzrunner import _env
+
+_env.configure()  # TRITON_INTERPRET before triton_pairs decorates its kernels
+
 from . import host, indexed, runners, storage, tracking_api, triton_pairs  # noqa: F401  (they register)
 from .harness import PAIRS, Pair, run, verdict
 

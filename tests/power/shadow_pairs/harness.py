@@ -1,7 +1,7 @@
 """Buggy/fixed program pairs for the shadow oracle: each program has exactly one bad read.
 
 A pair is one function ``program(ctx, bug)``: with ``bug=True`` it makes one bad read,
-marked in its source with the comment ``# BAD``; with ``bug=False`` the same line reads
+marked in its source with the comment ``# BAD`` (or, outside the program, ``# BAD:<pair names>``); with ``bug=False`` the same line reads
 memory the program did write. ``ctx.step()`` starts the next op of the case (an epoch: a
 per-step buffer must be written in the op that reads it). The expected tensor name may
 use ``{alloc}``: the auto-tracked name of the ``torch.empty`` on the line marked ``# ALLOC``.
@@ -31,9 +31,16 @@ class Pair:
     tensor: str
 
     def marked_line(self, marker: str) -> str:
+        """``file:line`` of the program's line ending in ``marker``; for a line outside the program
+        (a kernel, a helper, a custom op's body), the module's line ending in ``marker:<names>``
+        where ``<names>`` lists this pair's name."""
         lines, first = inspect.getsourcelines(self.program)
         hits = [first + i for i, text in enumerate(lines) if text.rstrip().endswith(marker)]
-        assert len(hits) == 1, f"{self.name}: expected one line ending in {marker!r}, found {len(hits)}"
+        if not hits:
+            module = inspect.getsourcelines(inspect.getmodule(self.program))[0]
+            hits = [i + 1 for i, text in enumerate(module) if f"{marker}:" in text
+                    and self.name in text.split(f"{marker}:")[1].strip().split(",")]
+        assert len(hits) == 1, f"{self.name}: expected one line marked {marker!r}, found {len(hits)}"
         return source_location(inspect.getsourcefile(self.program), hits[0])
 
     def expected(self) -> tuple:

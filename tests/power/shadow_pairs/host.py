@@ -14,15 +14,15 @@ class CpuGpuBuffer:
     """vLLM's pattern: a CPU tensor, its numpy view, and the device copy."""
 
     def __init__(self, n, dtype=torch.int32):
-        self.cpu = torch.empty(n, dtype=dtype)  # ALLOC
+        self.cpu = torch.empty(n, dtype=dtype)  # ALLOC:numpy_fill_then_copy,input_batch_copyto
         self.np = self.cpu.numpy()
         self.gpu = torch.empty(n, dtype=dtype)
 
     def copy_to_gpu(self, n):
-        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)  # BAD:input_batch_copyto
 
 
-@pair("host", U, "torch.empty@tests/power/shadow_pairs/host.py:18")
+@pair("host", U, "{alloc}")
 def numpy_fill_then_copy(ctx, bug):
     buf = CpuGpuBuffer(8)
     n, padded = 3, 4
@@ -73,14 +73,14 @@ def numpy_rewrite_same_values_each_step(ctx, bug):
         dev = positions[:4].clone()  # BAD
 
 
-@pair("host", U, "torch.empty@tests/power/shadow_pairs/host.py:18")
+@pair("host", U, "{alloc}")
 def input_batch_copyto(ctx, bug):
     block = CpuGpuBuffer(6, torch.int64)
     src = np.array([5, 6, 7, 8])
     np.copyto(block.np[:4], src)
     if not bug:
         block.np[4:].fill(0)
-    out = block.copy_to_gpu(6)  # BAD
+    out = block.copy_to_gpu(6)
 
 
 @pair("host", U, "{alloc}")
