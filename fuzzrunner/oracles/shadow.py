@@ -19,7 +19,9 @@ from .. import _env, tracking
 from ..violation import Violation
 from .base import ViolationLog, source_location
 from .shadow_memory import BadAccess, ShadowMemory
+from .storage_hook import StorageHook
 from .host_views import HostViews
+from .launch_views import LaunchViews
 from .torch_effects import addresses
 from .torch_hook import TorchShadowMode
 from .triton_hook import TritonHook, grid_idx, kernel_source_line, live_storages
@@ -42,8 +44,11 @@ def _caller_line() -> tuple[str, int]:
 class ShadowOracle:
     name = "shadow"
 
-    def __init__(self, *, auto_track_empty: bool = True, check_triton: bool | None = None):
+    def __init__(self, *, auto_track_empty: bool = True, check_triton: bool | None = None,
+                 check_views: bool = True):
         self.auto_track_empty = auto_track_empty
+        self.check_views = check_views  # out-of-view reads (launch_views.py)
+        self._views: LaunchViews | None = None
         self.check_triton = _env.interpreted() if check_triton is None else check_triton
         self.memory = ShadowMemory()
         self.log = ViolationLog()
@@ -55,6 +60,7 @@ class ShadowOracle:
         self._finalized: set = set()
         self._probing = 0
         self._adopted: list = []
+        self._storages: StorageHook | None = None
         self.host = HostViews(self)
         self.op_index, self.op_name = -1, ""
 
@@ -90,6 +96,8 @@ class ShadowOracle:
             self._hook = TritonHook(self._kernel_read, self._kernel_write, self._launch, self._launch_end)
             self._hook.install()
         self.host.install()
+        self._storages = StorageHook(self._new_storage)
+        self._storages.install()
         self._mode = TorchShadowMode(self)
         self._mode.__enter__()
 
@@ -105,6 +113,9 @@ class ShadowOracle:
             self._mode.__exit__(None, None, None)
             self._mode = None
         self.host.uninstall()
+        if self._storages is not None:
+            self._storages.uninstall()
+            self._storages = None
         if self._hook is not None:
             self._hook.uninstall()
             self._hook = None
@@ -209,6 +220,16 @@ class ShadowOracle:
             for a in self.memory.overlapping(ptr, nbytes):  # freed memory reused by a fresh tensor
                 self.memory.remove(a)
 
+    def _new_storage(self, st) -> None:
+        """``torch.UntypedStorage(n)``: n bytes never written."""
+        if self.paused() or not self.auto_track_empty or st.nbytes() == 0:
+            return
+        path, line = _caller_line()
+        self._purge()
+        self.memory.add(st.data_ptr(), st.nbytes(), f"UntypedStorage@{source_location(path, line)}",
+                        initialized=False, itemsize=1, shape=(st.nbytes(),), auto=True)
+        self._on_death(st)
+
     def torch_storage_changed(self, t: torch.Tensor, before: tuple, resized: bool) -> None:
         """``resize_`` moved or grew a storage: the old bytes keep their state, the new ones are unwritten."""
         if not resized:
@@ -240,14 +261,28 @@ class ShadowOracle:
             self._purge()
             if st.nbytes() and not self.memory.overlapping(st.data_ptr(), st.nbytes()):
                 added.append(self._register(t, f"{launch.name}:{name}", auto=True))
+        views = LaunchViews(launch.args) if self.check_views else None
+        self._views = views if views is not None and views.storages else None
         self._pause += 1  # the interpreter's own copy-back of arguments is not a write
         return added
 
     def _launch_end(self, added) -> None:
         self._pause -= 1
+        self._views = None
         for a in added + self._adopted:
             self.memory.remove(a)
         self._adopted = []
+
+    def _out_of_view(self, addrs: np.ndarray, itemsize: int) -> list[BadAccess]:
+        hit = self._views.outside(addrs, itemsize)
+        if hit is None:
+            return []
+        lanes, names = hit
+        lane = int(np.flatnonzero(lanes)[0])
+        alloc = self.memory.containing(int(addrs[lane]))
+        b = BadAccess("out-of-bounds", alloc, int(addrs[lane]), 0, lane, int(lanes.sum()))
+        b.view = names
+        return [b]
 
     def _adopt(self, addrs: np.ndarray) -> bool:
         """Lanes outside every tracked storage may still be inside a live torch storage (a tensor
@@ -267,6 +302,8 @@ class ShadowOracle:
         bad, oob = self.memory.check_read(addrs, itemsize)
         if oob.any() and self._adopt(addrs[oob]):
             bad, oob = self.memory.check_read(addrs, itemsize)
+        if self._views is not None:
+            bad += self._out_of_view(addrs, itemsize)
         if bad:
             self._report_kernel(bad, "read")
         return oob
@@ -295,7 +332,11 @@ class ShadowOracle:
     def _report(self, b: BadAccess, kernel: str, location: str, extra: dict) -> None:
         name = b.allocation.name if b.allocation else "<untracked>"
         details = {"address": hex(b.address), "op_index": self.op_index, "op": self.op_name, **extra}
-        if b.kind == "out-of-bounds":
+        if b.kind == "out-of-bounds" and getattr(b, "view", None):
+            details["view"] = b.view
+            msg = (f"{kernel} read {hex(b.address)}, inside {name}'s storage but outside the view(s) "
+                   f"{', '.join(b.view)} it was given (an adapter slice read past its end?)")
+        elif b.kind == "out-of-bounds":
             where = (f"{b.byte_offset} byte(s) outside {name}" if b.allocation else "outside every tracked allocation")
             msg = f"{kernel} accessed {hex(b.address)}, {where}; the lane was masked off"
             details["distance_bytes"] = b.byte_offset

@@ -131,3 +131,13 @@ def zero_length_dummy_run(ctx, bug):
     m = 1 if bug else 2
     ids[:m] = torch.tensor([3, 4])[:m]
     d = table[ids[:2]]  # BAD
+
+
+@pair("allocation", U, "UntypedStorage@{at}")
+def untyped_storage_set_onto_a_tensor(ctx, bug):
+    st = torch.UntypedStorage(8 * 4)  # ALLOC
+    t = torch.empty(0, dtype=torch.float32).set_(st, 0, (8,), (1,))
+    t[:6] = 0.0
+    if not bug:
+        t[6:] = 0.0
+    s = t.sum()  # BAD

@@ -206,3 +206,19 @@ def library_op_without_python_model(ctx, bug):
     dst = torch.empty(5)  # ALLOC
     torch.ops.fuzzpairs_lib.masked_copy_(dst, torch.ones(5), 3 if bug else 5)
     t = dst.sum()  # BAD
+
+
+@triton.jit
+def _adapter_rows_kernel(w, out, rows, K: tl.constexpr, R: tl.constexpr):
+    r = tl.arange(0, R)
+    k = tl.arange(0, K)
+    x = tl.load(w + r[:, None] * K + k[None, :], mask=(r < rows)[:, None])  # BAD:adapter_slice_read_past_its_end
+    tl.store(out + r[:, None] * K + k[None, :], x, mask=(r < rows)[:, None])
+
+
+@pair("triton", OOB, "lora_a_stacked")
+def adapter_slice_read_past_its_end(ctx, bug):
+    stacked = track(torch.randn(3, 2, 4), "lora_a_stacked")  # 3 adapters, rank 2, hidden 4
+    out = torch.zeros(4, 4)
+    s = 1
+    _adapter_rows_kernel[(1,)](stacked[s], out, 4 if bug else 2, K=4, R=4)  # reads rank 4 of a rank-2 slice
