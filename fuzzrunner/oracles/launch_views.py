@@ -12,7 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .torch_effects import addresses
+
+
+def span(t) -> tuple[int, int]:
+    """[first byte, end) of the elements of view ``t``, from its strides (no per-element work)."""
+    item = t.element_size()
+    lo = hi = t.untyped_storage().data_ptr() + t.storage_offset() * item
+    for size, stride in zip(t.shape, t.stride()):
+        reach = (size - 1) * stride * item
+        lo, hi = (lo + reach, hi) if reach < 0 else (lo, hi + reach)
+    return lo, hi + item
 
 
 class LaunchViews:
@@ -22,8 +31,7 @@ class LaunchViews:
             st = t.untyped_storage()
             if t.numel() == 0 or not st.nbytes():
                 continue
-            a = addresses(t)
-            lo, hi = int(a.min()), int(a.max()) + t.element_size()
+            lo, hi = span(t)
             spans.setdefault(st.data_ptr(), (st.data_ptr() + st.nbytes(), [], []))
             spans[st.data_ptr()][1].append((lo, hi))
             spans[st.data_ptr()][2].append(name)
