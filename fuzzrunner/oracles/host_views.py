@@ -4,14 +4,15 @@ vLLM's ``CpuGpuBuffer`` / ``InputBatch`` fill ``buf.np[:n]`` (a numpy view of a 
 CPU tensor) and then copy ``buf.cpu[:n]`` to the device. Numpy writes never reach the
 dispatch mode, so without this module the copy reads bytes the shadow thinks unwritten.
 
-While the oracle runs, ``Tensor.numpy()`` and ``Tensor.__array__`` of a *tracked* CPU
-tensor return a ``ShadowArray``: a plain ndarray subclass over the same memory that
+While the oracle runs, ``Tensor.numpy()`` of a *tracked* CPU tensor returns a ``ShadowArray``: a plain ndarray subclass over the same memory that
 reports its accesses. Which elements an access touches is found as for torch ops: by
 applying the same index to an array of element addresses. Writes: ``a[key] = v``,
 ``fill``, ufuncs' ``out=``, ``np.copyto``. Reads: ufuncs (``a.sum()``, ``a + 1``) and
 numpy functions on it, scalar indexing, ``tolist``, ``item``, ``int(a)``. A read is
 reported only for tracked bytes; memory numpy allocated itself is not checked.
 ``Tensor.tolist()`` is a read of the view (``item()`` already is an aten op).
+``np.asarray(t)`` goes through ``Tensor.__array__``, whose result numpy turns into a plain
+ndarray: its writes cannot be seen, so its bytes are taken as written (see ``_exported``).
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ class HostViews:
             return host._wrap(t, saved["numpy"](t, *a, **k))
 
         def array(t, *a, **k):
-            return host._wrap(t, saved["__array__"](t, *a, **k))
+            return host._exported(t, saved["__array__"](t, *a, **k))
 
         def tolist(t):
             host._tensor_read(t)
@@ -169,6 +170,16 @@ class HostViews:
         out = arr.view(ShadowArray)
         out._host = self
         return out
+
+    def _exported(self, t, arr):
+        """``np.asarray(t)``: numpy strips a subclass from what ``__array__`` returns, so writes
+        through this view cannot be seen. Its bytes count as written from here on: a missed read
+        of them is possible, a false report on a correct program is not."""
+        if (not self.oracle.paused() and t.device.type == "cpu" and isinstance(arr, np.ndarray)
+                and arr.__array_interface__["data"][0] == t.data_ptr() and self.oracle.is_tracked(t)):
+            from .torch_effects import addresses
+            self.write(addresses(t), t.element_size())
+        return arr
 
     def _tensor_read(self, t) -> None:
         if not self.oracle.paused() and t.device.type == "cpu" and self.oracle.is_tracked(t):

@@ -168,6 +168,17 @@ class ShadowOracle:
         except (RuntimeError, NotImplementedError):
             return False
 
+    def watched(self, t: torch.Tensor) -> bool:
+        """Tracked, and not a storage every byte of which is written and not per-step (no read of it
+        can be reported, and writes to it change nothing)."""
+        self._purge()
+        try:
+            st = t.untyped_storage()
+            allocs = self.memory.overlapping(st.data_ptr(), st.nbytes())
+        except (RuntimeError, NotImplementedError):
+            return False
+        return any(a.per_step or not a.fully_written for a in allocs)
+
     def unwritten(self, t: torch.Tensor) -> np.ndarray:
         """Per element of ``t``: would reading it be reported?"""
         return self.memory.unwritten(addresses(t), t.element_size())

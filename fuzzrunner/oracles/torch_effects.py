@@ -27,11 +27,12 @@ EMPTY_OPS = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_li
 # Ops whose written argument is not also read.
 WRITE_ONLY = {aten.copy_.default, aten.fill_.Scalar, aten.fill_.Tensor, aten.zero_.default,
               aten.normal_.default, aten.uniform_.default, aten.random_.default,
-              getattr(aten.random_, "from"), aten.random_.to, aten.bernoulli_.float, aten.exponential_.default,
-              aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor, aten.set_.source_Storage,
-              aten.set_.default, aten.resize_.default, aten.resize_as_.default}
+              getattr(aten.random_, "from"), aten.random_.to, aten.bernoulli_.float, aten.exponential_.default}
+# Storage swaps and resizes: no data read or written (the shadow hook handles them first).
+STORAGE_OPS = {aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor, aten.set_.source_Storage,
+               aten.set_.default, aten.resize_.default, aten.resize_as_.default}
 # Ops that read no tensor data at all: allocation, shape and storage metadata.
-NO_READ = EMPTY_OPS | {
+NO_READ = EMPTY_OPS | STORAGE_OPS | {
     aten.zeros_like.default, aten.ones_like.default, aten.full_like.default, aten.new_zeros.default,
     aten.new_ones.default, aten.new_full.default, aten.lift_fresh.default, aten.sym_size.int,
     aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default, aten.is_pinned.default,
@@ -63,6 +64,19 @@ def addresses(t: torch.Tensor) -> np.ndarray:
 def addr_tensor(t: torch.Tensor) -> torch.Tensor:
     """An int64 CPU tensor shaped like ``t`` holding each element's address."""
     return torch.from_numpy(addresses(t).astype(np.int64)).view(t.shape)
+
+
+def rows_addresses(t: torch.Tensor, dim: int, rows: torch.Tensor) -> np.ndarray:
+    """Addresses of the slices ``t.select(dim, r)`` for ``r`` in ``rows`` (in range), without
+    touching the other rows: embedding tables are large and a step reads a few rows."""
+    r = rows.detach().reshape(-1).cpu().numpy().astype(np.int64)
+    if r.size == 0 or t.numel() == 0:
+        return np.zeros(0, dtype=np.uint64)
+    dim = dim % t.dim()
+    first = t.select(dim, 0)
+    inner = element_offsets(first) - first.storage_offset() * t.element_size()
+    starts = (t.storage_offset() + r * t.stride(dim)) * t.element_size()
+    return ((starts[:, None] + inner[None, :]).ravel()).astype(np.uint64) + np.uint64(t.untyped_storage().data_ptr())
 
 
 def _flat(a: torch.Tensor) -> np.ndarray:
@@ -154,7 +168,7 @@ def index_slots(name: str, args) -> list:
     Negative indices are legal only where torch wraps them (advanced indexing, ``take``)."""
     if name == "embedding":
         return [((1, None), args[1], args[0], 0, False)]
-    if name == "take":
+    if name in ("take", "put_", "put"):
         return [((1, None), args[1], args[0].reshape(-1), 0, True)]
     if name in _DIM_INDEXED and len(args) > 2 and isinstance(args[2], torch.Tensor):
         return [((2, None), args[2], args[0], args[1], False)]
@@ -211,9 +225,9 @@ def _gathers(name, args, kwargs):
     """Read-only indexed ops: (source, addresses it reads) plus the index operands read whole."""
     s = args[0]
     if name == "embedding":
-        return [(s, _flat(addr_tensor(s)[args[1]])), (args[1], None)]
+        return [(s, rows_addresses(s, 0, args[1])), (args[1], None)]
     if name == "index_select":
-        return [(s, _flat(addr_tensor(s).index_select(args[1], args[2]))), (args[2], None)]
+        return [(s, rows_addresses(s, args[1], args[2])), (args[2], None)]
     if name == "gather":
         return [(s, _flat(addr_tensor(s).gather(args[1], args[2]))), (args[2], None)]
     if name == "take":
@@ -232,7 +246,16 @@ _SCATTERS = {
     "index_copy": lambda a, args, kw: a.index_select(args[1], args[2]),
     "masked_fill": lambda a, args, kw: a.masked_select(args[1]),
     "masked_scatter": lambda a, args, kw: a.masked_select(args[1]),
+    "put": lambda a, args, kw: a.take(args[1]),
+    "slice_scatter": lambda a, args, kw: aten.slice.Tensor(a, *_slice_args(args)),
+    "select_scatter": lambda a, args, kw: a.select(args[2], args[3]),
 }
+
+
+def _slice_args(args):
+    """(dim, start, end, step) of ``slice_scatter(self, src, dim=0, start=None, end=None, step=1)``."""
+    rest = list(args[2:]) + [0, None, None, 1][len(args) - 2:]
+    return rest[:4]
 _SCATTERS.update({"_index_put_impl": _SCATTERS["index_put"], "_unsafe_index_put": _SCATTERS["index_put"],
                   "scatter_add": _SCATTERS["scatter"], "scatter_reduce": _SCATTERS["scatter"],
                   "index_add": _SCATTERS["index_copy"], "index_fill": _SCATTERS["index_copy"],
@@ -243,7 +266,7 @@ def _accumulates(base, func, args, kwargs) -> bool:
     """Whether the indexed write also reads the elements it writes (add / reduce variants)."""
     if base in ("scatter_add", "index_add"):
         return True
-    if base in ("index_put", "_index_put_impl", "_unsafe_index_put"):
+    if base in ("index_put", "_index_put_impl", "_unsafe_index_put", "put"):
         return bool(arg(func, args, kwargs, "accumulate", False))
     if base in ("scatter_reduce", "index_reduce"):
         return bool(arg(func, args, kwargs, "include_self", True))
@@ -263,6 +286,10 @@ def _operand_reads(base, args, written: np.ndarray) -> list:
             out.append((args[3], _prefix(args[3], args[2].shape)))
     elif base.startswith("index_"):
         out += [(x, None) for x in args[2:4] if isinstance(x, torch.Tensor)]
+    elif base == "put":
+        out += [(x, None) for x in args[1:3]]
+    elif base in ("slice_scatter", "select_scatter"):
+        out.append((args[1], None))
     elif base == "masked_fill":
         out += [(x, None) for x in args[1:3] if isinstance(x, torch.Tensor)]
     elif base == "masked_scatter":

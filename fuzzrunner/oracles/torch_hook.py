@@ -24,8 +24,7 @@ from .torch_effects import EMPTY_OPS, NO_READ, WRITE_ONLY, addresses, classify, 
 from .torch_fallback import custom_op_impl, probe_effects
 
 aten = torch.ops.aten
-_RESIZE = {aten.resize_.default, aten.resize_as_.default, aten.set_.source_Storage,
-           aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor, aten.set_.default}
+_RESIZE = fx.STORAGE_OPS
 
 
 def _all_tensors(value):
@@ -62,6 +61,10 @@ class TorchShadowMode(TorchDispatchMode):
             with TorchShadowMode(c):  # the op's own body, seen op by op
                 return impl(*args, **kwargs)
         args, swapped = self._bounds(func, args)
+        if not any(c.watched(t) for t in _all_tensors((args, kwargs, list(swapped.values())))):
+            out = func(*args, **kwargs)  # fast path: nothing here can be unwritten or stale
+            self._allocations(func, args, kwargs, out)
+            return out
         effects = self._effects(func, args, kwargs)
         effects.reads = [(swapped.get(id(t), t), a) for t, a in effects.reads]  # a redirected index is still read
         for t, addrs in effects.reads:
