@@ -105,6 +105,12 @@ class ShadowArray(np.ndarray):
             s._wrote()
         return result
 
+    def __repr__(self):  # looks like the array it stands for; printing is not a checked read
+        return repr(self.view(np.ndarray))
+
+    def __reduce__(self):  # pickles (and copies between processes) as a plain array
+        return self.view(np.ndarray).__reduce__()
+
     def fill(self, value):
         self.view(np.ndarray).fill(value)
         self._wrote()

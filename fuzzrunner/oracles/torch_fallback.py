@@ -122,8 +122,11 @@ def probe_effects(func, args, kwargs, checker) -> Effects:
     if not mutated and not any(checker.unwritten(t).any() for t in inputs.values() if checker.is_tracked(t)):
         eff.writes = [(t, None) for t, m in tensors if m]
         return eff
-    with torch.no_grad(), checker.probing():
-        return _probe(func, args, kwargs, checker, mutated, inputs, eff)
+    try:
+        with torch.no_grad(), checker.probing():
+            return _probe(func, args, kwargs, checker, mutated, inputs, eff)
+    except Exception:  # noqa: BLE001  (the op refused scratch copies: the real call will tell)
+        return Effects(reads=[(t, None) for t in inputs.values()], writes=[(t, None) for t in mutated.values()])
 
 
 def _probe(func, args, kwargs, checker, mutated, inputs, eff) -> Effects:

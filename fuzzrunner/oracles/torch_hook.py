@@ -100,8 +100,11 @@ class TorchShadowMode(TorchDispatchMode):
         for where, ix, src, dim, neg in fx.index_slots(name, args):
             if ix.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8) or _capturing(ix):
                 continue
-            n = src.size(dim) if src.dim() else 1
-            bad = fx.out_of_range(ix, n, neg)
+            try:
+                n = src.size(dim) if src.dim() else 1
+                bad = fx.out_of_range(ix, n, neg)
+            except (IndexError, RuntimeError):
+                continue  # a malformed call: torch raises the program's own error
             if bad is None:
                 continue
             if not self._garbage(ix, bad):  # an unwritten index is reported as such, once
