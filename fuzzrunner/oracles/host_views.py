@@ -7,7 +7,7 @@ dispatch mode, so without this module the copy reads bytes the shadow thinks unw
 While the oracle runs, ``Tensor.numpy()`` of a *tracked* CPU tensor returns a ``ShadowArray``: a plain ndarray subclass over the same memory that
 reports its accesses. Which elements an access touches is found as for torch ops: by
 applying the same index to an array of element addresses. Writes: ``a[key] = v``,
-``fill``, ufuncs' ``out=``, ``np.copyto``. Reads: ufuncs (``a.sum()``, ``a + 1``) and
+``fill``, ``put``, ufuncs' and numpy functions' ``out=``, ``np.copyto``. Reads: ufuncs (``a.sum()``, ``a + 1``) and
 numpy functions on it, scalar indexing, ``tolist``, ``item``, ``int(a)``. A read is
 reported only for tracked bytes; memory numpy allocated itself is not checked.
 ``Tensor.tolist()`` is a read of the view (``item()`` already is an aten op).
@@ -114,6 +114,11 @@ class ShadowArray(np.ndarray):
     def fill(self, value):
         self.view(np.ndarray).fill(value)
         self._wrote()
+
+    def put(self, indices, values, mode="raise"):
+        addrs = self.addresses().flat[np.asarray(indices)] if self._host is not None else None
+        self.view(np.ndarray).put(indices, _plain(values), mode)
+        self._wrote(addrs)
 
     def tolist(self):
         self._read(what="numpy tolist")
