@@ -2,7 +2,11 @@
 
 Prints one row per size: median seconds per step (shrink + expand + bgmv launches,
 as one LoRA layer of the runner issues them) with and without the shadow oracle, and
-the ratio, all measured in this one run, interleaved. CPU only (the hook lives in the
+the ratio of medians and of minima (the minimum is the steadier on a shared machine),
+all measured in this one run, interleaved. Two load-heavy rows follow: a
+gather kernel (an index load and a row load per token, almost no arithmetic), with its
+table and index persistent (``gather``) or per-step buffers rewritten each step
+(``gather/per_step``: every load's epochs are checked, the slow path). CPU only (the hook lives in the
 interpreter). Usage: PYTHONPATH=. python benchmarks/shadow_overhead.py [--reps 7]
 """
 
@@ -19,7 +23,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from fuzzrunner import _env, tracking  # noqa: E402
+from fuzzrunner import _env, tracking  # noqa: E402  (sets TRITON_INTERPRET before Triton loads)
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from fuzzrunner.kernels import KernelConfig, lora_bgmv, lora_expand, lora_shrink  # noqa: E402
 from fuzzrunner.oracles.shadow import ShadowOracle  # noqa: E402
 from fuzzrunner.runner.kernel_meta import LoRAKernelMeta  # noqa: E402
@@ -55,13 +62,44 @@ def make(size):
     return step
 
 
+@triton.jit
+def _gather_kernel(table, idx, out, T, W: tl.constexpr, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+    w = tl.arange(0, W)
+    for it in range(ITERS):
+        t = (tl.program_id(0) * ITERS + it) * BLOCK + tl.arange(0, BLOCK)
+        row = tl.load(idx + t, mask=t < T, other=0)
+        x = tl.load(table + row[:, None] * W + w[None, :], mask=(t < T)[:, None])
+        tl.store(out + t[:, None] * W + w[None, :], x, mask=(t < T)[:, None])
+
+
+GATHER = {"gather": False, "gather/per_step": True}  # name: per-step buffers
+
+
+def make_gather(per_step: bool, T=4096, rows=512, W=16, BLOCK=64, ITERS=8):
+    g = torch.Generator().manual_seed(0)
+    table = tracking.track(torch.empty(rows, W), "table", per_step=per_step, initialized=False)
+    idx = tracking.track(torch.empty(T, dtype=torch.int64), "idx", per_step=per_step, initialized=False)
+    out = torch.empty(T, W)
+
+    def step():
+        if per_step:  # rewritten each step, as a runner's per-step metadata is
+            table.copy_(torch.randn(rows, W, generator=g))
+            idx.copy_(torch.randint(0, rows, (T,), generator=g))
+        grid = (triton.cdiv(T, BLOCK * ITERS),)
+        _gather_kernel[grid](table, idx, out, T, W=W, BLOCK=BLOCK, ITERS=ITERS)
+    if not per_step:
+        table.copy_(torch.randn(rows, W, generator=g))
+        idx.copy_(torch.randint(0, rows, (T,), generator=g))
+    return step
+
+
 def timed(fn, shadow: bool, size) -> float:
     oracle = ShadowOracle() if shadow else None
     if oracle:
         oracle.start()
         oracle.begin_op(0, {"op": "bench"})
     try:
-        step = make(size)  # buffers registered with the oracle when it is on
+        step = make_gather(GATHER[size]) if isinstance(size, str) else make(size)  # registered when on
         if oracle:
             oracle.begin_op(0, {"op": "bench"})
         t0 = time.perf_counter()
@@ -78,7 +116,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     assert _env.interpreted(), "run on the CPU (TRITON_INTERPRET=1)"
     print(f"shadow-oracle overhead, Triton interpreter, torch {torch.__version__}, {args.reps} reps, median")
-    print(f"{'size':8} {'M,K,R,L,slices':22} {'plain s':>9} {'shadow s':>9} {'ratio':>6}")
+    print(f"{'size':8} {'M,K,R,L,slices':22} {'plain s':>9} {'shadow s':>9} {'ratio':>6} {'min ratio':>9}")
     for name, size in SIZES.items():
         timed(None, False, size), timed(None, True, size)  # warm-up
         plain, shadow = [], []
@@ -87,7 +125,15 @@ def main(argv=None) -> int:
             shadow.append(timed(None, True, size))
         p_, s_ = statistics.median(plain), statistics.median(shadow)
         desc = f"{size[0]},{size[1]},{size[2]},{size[3]},{len(size[4])}"
-        print(f"{name:8} {desc:22} {p_:9.4f} {s_:9.4f} {s_ / p_:6.2f}")
+        print(f"{name:8} {desc:22} {p_:9.4f} {s_:9.4f} {s_ / p_:6.2f} {min(shadow) / min(plain):9.2f}")
+    for name in GATHER:
+        timed(None, False, name), timed(None, True, name)
+        plain, shadow = [], []
+        for _ in range(args.reps):  # interleaved, as above: a load spike hits both
+            plain.append(timed(None, False, name))
+            shadow.append(timed(None, True, name))
+        p_, s_ = statistics.median(plain), statistics.median(shadow)
+        print(f"{name:16} {'T=4096,rows=512,W=16':14} {p_:9.4f} {s_:9.4f} {s_ / p_:6.2f} {min(shadow) / min(plain):9.2f}")
     return 0
 
 

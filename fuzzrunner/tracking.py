@@ -40,13 +40,19 @@ _watchers: list[Watcher] = []
 
 
 def track(tensor: Any, name: str, *, per_step: bool = False, initialized: bool = True) -> Any:
-    """Register ``tensor``'s storage under ``name``; returns the tensor for chaining."""
+    """Register the bytes the view ``tensor`` spans under ``name``; returns the tensor for chaining.
+
+    Views of one storage each keep their own record. Tracking a region again is harmless
+    (its name and byte states stay; ``per_step`` is OR-ed), so a runner may call this every
+    step; and it never marks a byte known never-written as written, whatever ``initialized``
+    says (``initialized`` only describes bytes nothing knew about)."""
     for w in _watchers:
         w.on_track(tensor, name, per_step, initialized)
     return tensor
 
 
 def carry_over(*tensors: Any) -> None:
+    """The written bytes of exactly these views (not their whole storages) are valid this step."""
     for w in _watchers:
         for t in tensors:
             w.on_carry_over(t)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -18,11 +19,15 @@ from .. import _env, tracking
 from ..violation import Violation
 from .base import Oracle, ViolationLog, source_location
 from .shadow_memory import BadAccess, ShadowMemory
+from .storage_hook import StorageHook
+from .host_views import HostViews
+from .launch_views import LaunchViews
+from .torch_effects import addresses
 from .torch_hook import TorchShadowMode
-from .triton_hook import TritonHook, grid_idx, kernel_source_line
+from .triton_hook import TritonHook, grid_idx, kernel_source_line, live_storages
 
 # Frames skipped when blaming a torch op on its caller: torch, Triton, and our own hooks.
-_NOT_CALLERS = ("/torch/", "/triton/", "/fuzzrunner/oracles/", "/fuzzrunner/tracking.py", "/contextlib.py")
+_NOT_CALLERS = ("/torch/", "/triton/", "/numpy/", "/fuzzrunner/oracles/", "/fuzzrunner/tracking.py", "/contextlib.py")
 
 
 def _caller_line() -> tuple[str, int]:
@@ -39,8 +44,11 @@ def _caller_line() -> tuple[str, int]:
 class ShadowOracle(Oracle, tracking.Watcher):
     name = "shadow"
 
-    def __init__(self, *, auto_track_empty: bool = True, check_triton: bool | None = None):
+    def __init__(self, *, auto_track_empty: bool = True, check_triton: bool | None = None,
+                 check_views: bool = True):
         self.auto_track_empty = auto_track_empty
+        self.check_views = check_views  # out-of-view reads (launch_views.py)
+        self._views: LaunchViews | None = None
         self.check_triton = _env.interpreted() if check_triton is None else check_triton
         self.memory = ShadowMemory()
         self.log = ViolationLog()
@@ -49,6 +57,11 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self._watch = None
         self._pause = 0
         self._dead: list = []
+        self._finalized: set = set()
+        self._probing = 0
+        self._adopted: list = []
+        self._storages: StorageHook | None = None
+        self.host = HostViews(self)
         self.op_index, self.op_name = -1, ""
 
     def _register(self, tensor: torch.Tensor, name: str, **kw):
@@ -59,12 +72,21 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self._purge()
         alloc = self.memory.add(st.data_ptr(), st.nbytes(), name, itemsize=tensor.element_size(),
                                 shape=tuple(tensor.shape), **kw)
-        weakref.finalize(st, self._dead.append, alloc)
+        self._on_death(st)
         return alloc
+
+    def _on_death(self, st) -> None:
+        if st.data_ptr() not in self._finalized:
+            self._finalized.add(st.data_ptr())
+            weakref.finalize(st, self._dead.append, (st.data_ptr(), st.nbytes()))
 
     def _purge(self) -> None:
         while self._dead:
-            self.memory.remove(self._dead.pop())
+            ptr, nbytes = self._dead.pop()
+            self._finalized.discard(ptr)
+            for a in self.memory.overlapping(ptr, nbytes):
+                if ptr <= a.start and a.end <= ptr + nbytes:
+                    self.memory.remove(a)
 
     # -- protocol -----------------------------------------------------------------------
     def start(self) -> None:
@@ -73,6 +95,9 @@ class ShadowOracle(Oracle, tracking.Watcher):
         if self.check_triton:
             self._hook = TritonHook(self._kernel_read, self._kernel_write, self._launch, self._launch_end)
             self._hook.install()
+        self.host.install()
+        self._storages = StorageHook(self._new_storage)
+        self._storages.install()
         self._mode = TorchShadowMode(self)
         self._mode.__enter__()
 
@@ -87,6 +112,10 @@ class ShadowOracle(Oracle, tracking.Watcher):
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._mode = None
+        self.host.uninstall()
+        if self._storages is not None:
+            self._storages.uninstall()
+            self._storages = None
         if self._hook is not None:
             self._hook.uninstall()
             self._hook = None
@@ -97,26 +126,74 @@ class ShadowOracle(Oracle, tracking.Watcher):
 
     # -- tracking.Watcher ---------------------------------------------------------------
     def on_track(self, tensor, name: str, per_step: bool, initialized: bool) -> None:
-        self._register(tensor, name, per_step=per_step, initialized=initialized)
+        """Track the bytes the view ``tensor`` spans; re-tracking keeps what is known (see retrack)."""
+        if tensor.numel() == 0 or tensor.untyped_storage().nbytes() == 0:
+            return
+        self._purge()
+        addrs = addresses(tensor)
+        lo, hi = int(addrs.min()), int(addrs.max()) + tensor.element_size()
+        self.memory.retrack(lo, hi - lo, name, per_step=per_step, initialized=initialized,
+                            itemsize=tensor.element_size(), shape=tuple(tensor.shape))
+        self._on_death(tensor.untyped_storage())
 
     def on_carry_over(self, tensor) -> None:
-        alloc = self.memory.at(tensor.untyped_storage().data_ptr())
-        if alloc is not None:
-            self.memory.carry_over(alloc)
+        """Carry over exactly the view given (vLLM carries a mapping's active prefix)."""
+        if tensor.numel() == 0:
+            return
+        addrs = addresses(tensor)
+        for a in self.memory.overlapping(int(addrs.min()), int(addrs.max()) - int(addrs.min()) + 1):
+            self.memory.carry_over(a, addrs, tensor.element_size())
 
     def on_kernel_launch(self, kernel: str, meta: dict) -> None:
         pass
 
     # -- torch side (TorchShadowMode's checker interface) -------------------------------
     def paused(self) -> bool:
-        return self._pause > 0 or tracking.is_quiet()
+        return self._pause > 0 or self._probing > 0 or tracking.is_quiet()
+
+    @contextmanager
+    def probing(self):
+        """The fallback's scratch runs of an op: neither checked nor tracked."""
+        self._probing += 1
+        try:
+            yield
+        finally:
+            self._probing -= 1
 
     def is_tracked(self, t: torch.Tensor) -> bool:
         self._purge()
         try:
-            return self.memory.at(t.untyped_storage().data_ptr()) is not None
-        except RuntimeError:
+            st = t.untyped_storage()
+            return bool(self.memory.overlapping(st.data_ptr(), st.nbytes()))
+        except (RuntimeError, NotImplementedError):
             return False
+
+    def watched(self, t: torch.Tensor) -> bool:
+        """Tracked, and not a storage every byte of which is written and not per-step (no read of it
+        can be reported, and writes to it change nothing)."""
+        self._purge()
+        try:
+            st = t.untyped_storage()
+            allocs = self.memory.overlapping(st.data_ptr(), st.nbytes())
+        except (RuntimeError, NotImplementedError):
+            return False
+        return any(a.per_step or not a.fully_written for a in allocs)
+
+    def unwritten(self, t: torch.Tensor) -> np.ndarray:
+        """Per element of ``t``: would reading it be reported?"""
+        return self.memory.unwritten(addresses(t), t.element_size())
+
+    def host_read(self, what: str, addrs: np.ndarray, itemsize: int) -> None:
+        """A read through a numpy view or ``tolist``: checked only where the bytes are tracked."""
+        inside = self.memory.unwritten(addrs, itemsize)
+        if inside.any():
+            bad, _ = self.memory.check_read(addrs[inside], itemsize)
+            path, line = _caller_line()
+            for b in bad:
+                self._report(b, what, source_location(path, line), {"host": what})
+
+    def host_write(self, addrs: np.ndarray, itemsize: int) -> None:
+        self.memory.mark_write(addrs, itemsize)
 
     def torch_read(self, func, t: torch.Tensor, addrs: np.ndarray) -> None:
         if addrs.size == 0:
@@ -150,8 +227,42 @@ class ShadowOracle(Oracle, tracking.Watcher):
             path, line = _caller_line()
             self._register(t, f"torch.empty@{source_location(path, line)}", initialized=False, auto=True)
         else:
+            self._purge()
             for a in self.memory.overlapping(ptr, nbytes):  # freed memory reused by a fresh tensor
                 self.memory.remove(a)
+
+    def _new_storage(self, st) -> None:
+        """``torch.UntypedStorage(n)``: n bytes never written."""
+        if self.paused() or not self.auto_track_empty or st.nbytes() == 0:
+            return
+        path, line = _caller_line()
+        self._purge()
+        self.memory.add(st.data_ptr(), st.nbytes(), f"UntypedStorage@{source_location(path, line)}",
+                        initialized=False, itemsize=1, shape=(st.nbytes(),), auto=True)
+        self._on_death(st)
+
+    def torch_storage_changed(self, t: torch.Tensor, before: tuple, resized: bool) -> None:
+        """``resize_`` moved or grew a storage: the old bytes keep their state, the new ones are unwritten."""
+        if not resized:
+            return
+        self._purge()
+        olds = self.memory.overlapping(*before)
+        if not olds and not self.auto_track_empty:
+            return
+        path, line = _caller_line()
+        name = olds[0].name if olds else f"resize_@{source_location(path, line)}"
+        epochs = np.full(before[1], self.memory.epoch, dtype=np.int64)
+        for o in olds:
+            lo, hi = max(o.start, before[0]), min(o.end, sum(before))
+            epochs[lo - before[0]:hi - before[0]] = o.epochs[lo - o.start:hi - o.start]
+            self.memory.remove(o)
+        st = t.untyped_storage()
+        alloc = self._register(t, name, initialized=False, auto=not olds,
+                               per_step=any(o.per_step for o in olds))
+        if alloc is not None:
+            n = min(before[1], st.nbytes())
+            alloc.epochs[:n] = epochs[:n]
+            alloc.fully_written = bool(alloc.epochs.min() != -1)
 
     # -- Triton side --------------------------------------------------------------------
     def _launch(self, launch):
@@ -161,24 +272,60 @@ class ShadowOracle(Oracle, tracking.Watcher):
             self._purge()
             if st.nbytes() and not self.memory.overlapping(st.data_ptr(), st.nbytes()):
                 added.append(self._register(t, f"{launch.name}:{name}", auto=True))
+        views = LaunchViews(launch.args) if self.check_views else None
+        self._views = views if views is not None and views.storages else None
         self._pause += 1  # the interpreter's own copy-back of arguments is not a write
         return added
 
     def _launch_end(self, added) -> None:
         self._pause -= 1
-        for a in added:
+        self._views = None
+        for a in added + self._adopted:
             self.memory.remove(a)
+        self._adopted = []
+
+    def _out_of_view(self, addrs: np.ndarray, itemsize: int) -> list[BadAccess]:
+        hit = self._views.outside(addrs, itemsize)
+        if hit is None:
+            return []
+        lanes, names = hit
+        lane = int(np.flatnonzero(lanes)[0])
+        alloc = self.memory.containing(int(addrs[lane]))
+        b = BadAccess("out-of-bounds", alloc, int(addrs[lane]), 0, lane, int(lanes.sum()))
+        b.view = names
+        return [b]
+
+    def _adopt(self, addrs: np.ndarray) -> bool:
+        """Lanes outside every tracked storage may still be inside a live torch storage (a tensor
+        reached through a pointer array): track those storages, as written, for this launch."""
+        found = False
+        for st, t in live_storages(addrs):
+            if not self.memory.overlapping(st.data_ptr(), st.nbytes()):
+                self._adopted.append(self.memory.add(st.data_ptr(), st.nbytes(), f"<{tuple(t.shape)} tensor>",
+                                                     itemsize=t.element_size(), shape=tuple(t.shape), auto=True))
+                found = True
+        return found
 
     def _kernel_read(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
+        if self._probing:
+            return np.zeros(addrs.shape, dtype=bool)
         self._purge()
         bad, oob = self.memory.check_read(addrs, itemsize)
+        if oob.any() and self._adopt(addrs[oob]):
+            bad, oob = self.memory.check_read(addrs, itemsize)
+        if self._views is not None:
+            bad += self._out_of_view(addrs, itemsize)
         if bad:
             self._report_kernel(bad, "read")
         return oob
 
     def _kernel_write(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
+        if self._probing:
+            return np.zeros(addrs.shape, dtype=bool)
         self._purge()
         oob = self.memory.mark_write(addrs, itemsize)
+        if oob.any() and self._adopt(addrs[oob]):
+            oob = self.memory.mark_write(addrs, itemsize)
         if oob.any():
             lane = int(np.flatnonzero(oob)[0])
             near, dist = self.memory.nearest(int(addrs[lane]))
@@ -196,7 +343,11 @@ class ShadowOracle(Oracle, tracking.Watcher):
     def _report(self, b: BadAccess, kernel: str, location: str, extra: dict) -> None:
         name = b.allocation.name if b.allocation else "<untracked>"
         details = {"address": hex(b.address), "op_index": self.op_index, "op": self.op_name, **extra}
-        if b.kind == "out-of-bounds":
+        if b.kind == "out-of-bounds" and getattr(b, "view", None):
+            details["view"] = b.view
+            msg = (f"{kernel} read {hex(b.address)}, inside {name}'s storage but outside the view(s) "
+                   f"{', '.join(b.view)} it was given (an adapter slice read past its end?)")
+        elif b.kind == "out-of-bounds":
             where = (f"{b.byte_offset} byte(s) outside {name}" if b.allocation else "outside every tracked allocation")
             msg = f"{kernel} accessed {hex(b.address)}, {where}; the lane was masked off"
             details["distance_bytes"] = b.byte_offset

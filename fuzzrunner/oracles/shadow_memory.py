@@ -75,11 +75,7 @@ class ShadowMemory:
         alloc = Allocation(start, nbytes, name, per_step, itemsize, tuple(shape), auto,
                            np.full(nbytes, self.epoch if initialized else NEVER, dtype=np.int64),
                            fully_written=initialized)
-        i = bisect.bisect_left(self._starts, start)
-        self._starts.insert(i, start)
-        self._allocs.insert(i, alloc)
-        self._reindex()
-        return alloc
+        return self._insert(alloc)
 
     def remove(self, alloc: Allocation) -> None:
         if alloc in self._allocs:
@@ -95,8 +91,56 @@ class ShadowMemory:
         self._ends_np = np.array([a.end for a in self._allocs], dtype=np.uint64)
 
     def overlapping(self, start: int, nbytes: int) -> list[Allocation]:
-        end = start + nbytes
-        return [a for a in self._allocs if a.start < end and start < a.end]
+        """Allocations intersecting [start, start+nbytes): an interval lookup, not exact starts."""
+        end = start + max(nbytes, 1)
+        i = bisect.bisect_left(self._starts, end)  # allocations are disjoint and sorted
+        out = []
+        while i > 0 and self._allocs[i - 1].end > start:
+            i -= 1
+            out.append(self._allocs[i])
+        return out[::-1]
+
+    def containing(self, address: int) -> Allocation | None:
+        i = bisect.bisect_right(self._starts, address) - 1
+        return self._allocs[i] if i >= 0 and address < self._allocs[i].end else None
+
+    def retrack(self, start: int, nbytes: int, name: str, *, per_step: bool, initialized: bool,
+                itemsize: int, shape: tuple) -> Allocation:
+        """Track a region again, keeping what is known of its bytes.
+
+        Idempotent (re-tracking each step changes nothing), never turns a never-written byte
+        into a written one (``track(torch.empty(n))`` after auto-tracking), and a view of an
+        already tracked storage keeps the rest of the storage's record (name, per_step)."""
+        olds = self.overlapping(start, nbytes)
+        fresh = self.epoch if initialized else NEVER
+        epochs = np.full(nbytes, fresh, dtype=np.int64)
+        for o in olds:
+            lo, hi = max(o.start, start), min(o.end, start + nbytes)
+            epochs[lo - start:hi - start] = o.epochs[lo - o.start:hi - o.start]
+            if o.start == start and o.end == start + nbytes and not o.auto:
+                name, per_step = o.name, per_step or o.per_step
+            elif o.start <= start and start + nbytes <= o.end:
+                per_step = per_step or o.per_step
+        for o in olds:
+            self._split_off(o, start, start + nbytes)
+        return self._insert(Allocation(start, nbytes, name, per_step, itemsize, tuple(shape), False, epochs,
+                                       fully_written=bool(epochs.min() != NEVER) if nbytes else True))
+
+    def _split_off(self, o: Allocation, lo: int, hi: int) -> None:
+        """Drop [lo, hi) from ``o``, keeping the parts of it outside as their own records."""
+        self._remove(o)
+        for a, b in ((o.start, min(lo, o.end)), (max(hi, o.start), o.end)):
+            if b > a:
+                part = o.epochs[a - o.start:b - o.start].copy()
+                self._insert(Allocation(a, b - a, o.name, o.per_step, o.itemsize, (), o.auto, part,
+                                        fully_written=bool(part.min() != NEVER)))
+
+    def _insert(self, alloc: Allocation) -> Allocation:
+        i = bisect.bisect_left(self._starts, alloc.start)
+        self._starts.insert(i, alloc.start)
+        self._allocs.insert(i, alloc)
+        self._reindex()
+        return alloc
 
     def at(self, start: int) -> Allocation | None:
         i = bisect.bisect_left(self._starts, start)
@@ -186,6 +230,24 @@ class ShadowMemory:
         return where < 0
 
 
-    def carry_over(self, alloc: Allocation) -> None:
-        """Declare a per-step buffer's written bytes current in this epoch."""
-        alloc.epochs[alloc.epochs != NEVER] = self.epoch
+    def carry_over(self, alloc: Allocation, addrs: np.ndarray | None = None, itemsize: int = 1) -> None:
+        """Declare a per-step buffer's written bytes (all, or those of ``addrs``) current in this epoch."""
+        if addrs is None:
+            alloc.epochs[alloc.epochs != NEVER] = self.epoch
+            return
+        offs = (addrs.astype(np.int64) - alloc.start)[:, None] + np.arange(itemsize)
+        offs = offs[(offs >= 0) & (offs < alloc.nbytes)]
+        ep = alloc.epochs[offs]
+        alloc.epochs[offs[ep != NEVER]] = self.epoch
+
+    def unwritten(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
+        """Per lane: would a read of it be reported (never written, or stale in a per-step buffer)?"""
+        where = self._locate(addrs, itemsize)
+        out = np.zeros(addrs.shape, dtype=bool)
+        for i, lanes in self._groups(where, where < 0):
+            alloc = self._allocs[i]
+            if alloc.fully_written and not alloc.per_step:
+                continue
+            _, ep = self._byte_epochs(alloc, addrs[lanes], itemsize)
+            out[lanes] = (ep == NEVER) | ((ep < self.epoch) if alloc.per_step else False)
+        return out

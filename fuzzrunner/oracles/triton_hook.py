@@ -3,8 +3,10 @@
 Under ``TRITON_INTERPRET=1`` the interpreter routes memory ops through
 ``triton.runtime.interpreter.interpreter_builder.create_masked_load`` /
 ``create_masked_store`` / ``create_atomic_rmw`` / ``create_atomic_cas``. Their
-signatures differ between Triton 3.6 and 3.9 after the first few positional
-arguments, so the wrappers take ``*args``. Each active lane is checked *before* the
+signatures differ between Triton 3.6 and 3.9 after the first few arguments, and
+3.9's descriptor loads pass some by keyword, so the wrappers take ``*args, **kwargs``
+and find the pointer and mask by position or name. Tensor descriptors and block
+pointers are materialized into these same masked loads and stores. Each active lane is checked *before* the
 real access; out-of-bounds lanes are masked off, since the interpreter would
 otherwise dereference a raw host address and segfault.
 
@@ -47,10 +49,10 @@ class TritonHook:
         self._saved = {name: getattr(b, name) for name in _HOOKED}
         self._saved["__call__"] = itp.GridExecutor.__call__
         orig = self._saved
-        b.create_masked_load = lambda *a: orig["create_masked_load"](*self._access(a, 0, 1, self.on_read))
-        b.create_masked_store = lambda *a: orig["create_masked_store"](*self._access(a, 0, 2, self.on_write))
-        b.create_atomic_rmw = lambda *a: orig["create_atomic_rmw"](*self._rmw(a, 1, 3))
-        b.create_atomic_cas = lambda *a: orig["create_atomic_cas"](*self._rmw(a, 0, None))
+        b.create_masked_load = lambda *a, **k: self._call(orig["create_masked_load"], a, k, _LOAD, self.on_read)
+        b.create_masked_store = lambda *a, **k: self._call(orig["create_masked_store"], a, k, _STORE, self.on_write)
+        b.create_atomic_rmw = lambda *a, **k: self._call(orig["create_atomic_rmw"], a, k, _RMW, None)
+        b.create_atomic_cas = lambda *a, **k: self._call(orig["create_atomic_cas"], a, k, _CAS, None)
         hook = self
 
         def call(executor, *args, **kwargs):
@@ -76,7 +78,7 @@ class TritonHook:
             bound = inspect.signature(executor.fn).bind_partial(*args, **known).arguments
         except TypeError:
             bound = {}
-        tensors = {k: v for k, v in bound.items() if hasattr(v, "data_ptr")}
+        tensors = dict(_flatten(bound))
         self.launch = LaunchInfo(executor.fn.__name__, tensors)
         token = self.on_launch(self.launch)
         try:
@@ -98,36 +100,95 @@ class TritonHook:
             mask = np.broadcast_to(np.asarray(mask_handle.data, dtype=bool), addrs.shape)
         return addrs, mask
 
-    def _masked(self, args, mask_pos, mask, oob):
+    def _call(self, orig, args, kwargs, names, check):
+        """Check the active lanes of one memory op, switch off the out-of-bounds ones, run it.
+
+        ``names`` are the (pointer, mask) parameter names; each may come by position or keyword
+        (Triton 3.9's descriptor loads pass ``cache_policy=``/``is_volatile=`` as keywords)."""
+        op = _Args(args, kwargs, names)
+        ptrs, mask_h = op.get(0), op.get(1)
+        addrs, mask = self._active(ptrs, mask_h)
+        if mask.any():
+            size = self._itemsize(ptrs)
+            if check is None:  # atomics read and write
+                oob = self.on_read(addrs[mask], size) | self.on_write(addrs[mask], size)
+            else:
+                oob = check(addrs[mask], size)
+            if oob.any():
+                if names[1] is None:
+                    raise MemoryError("out-of-bounds atomic_cas (no mask to switch the lane off)")
+                op.set(1, self._new_mask(mask, oob))
+        return orig(*op.args, **op.kwargs)
+
+    @staticmethod
+    def _new_mask(mask, oob):
         from triton.runtime.interpreter import TensorHandle
         import triton.language as tl
         new = mask.copy()
         new[mask] &= ~oob
-        args = list(args)
-        args[mask_pos] = TensorHandle(new, tl.int1)
-        return tuple(args)
+        return TensorHandle(new, tl.int1)
 
-    def _access(self, args, ptr_pos, mask_pos, check):
-        """Check the active lanes of a load or store; switch off the out-of-bounds ones."""
-        ptrs, mask_h = args[ptr_pos], args[mask_pos]
-        addrs, mask = self._active(ptrs, mask_h)
-        if not mask.any():
-            return args
-        oob = check(addrs[mask], self._itemsize(ptrs))
-        return self._masked(args, mask_pos, mask, oob) if oob.any() else args
 
-    def _rmw(self, args, ptr_pos, mask_pos):
-        ptrs = args[ptr_pos]
-        addrs, mask = self._active(ptrs, args[mask_pos] if mask_pos is not None else None)
-        if not mask.any():
-            return args
-        size = self._itemsize(ptrs)
-        oob = self.on_read(addrs[mask], size) | self.on_write(addrs[mask], size)
-        if oob.any():
-            if mask_pos is None:
-                raise MemoryError("out-of-bounds atomic_cas (no mask to switch the lane off)")
-            return self._masked(args, mask_pos, mask, oob)
-        return args
+# (pointer, mask): (position, name) of each memory op's operands, the same in Triton 3.6 and 3.9.
+_LOAD = ((0, "ptrs"), (1, "mask"))
+_STORE = ((0, "ptrs"), (2, "mask"))
+_RMW = ((1, "ptr"), (3, "mask"))
+_CAS = ((0, "ptr"), None)
+
+
+class _Args:
+    """Positional-or-keyword access to a call's operands."""
+
+    def __init__(self, args, kwargs, names):
+        self.args, self.kwargs, self.names = list(args), dict(kwargs), names
+
+    def get(self, i):
+        if self.names[i] is None:
+            return None
+        pos, name = self.names[i]
+        return self.args[pos] if pos < len(self.args) else self.kwargs.get(name)
+
+    def set(self, i, value):
+        pos, name = self.names[i]
+        if pos < len(self.args):
+            self.args[pos] = value
+        else:
+            self.kwargs[name] = value
+
+
+def _flatten(bound: dict):
+    """(name, tensor) for tensor arguments, including those inside tuples (``name[i]``)."""
+    for k, v in bound.items():
+        if hasattr(v, "data_ptr") and hasattr(v, "untyped_storage"):
+            yield k, v
+        elif isinstance(v, (tuple, list)):
+            yield from _flatten({f"{k}[{i}]": x for i, x in enumerate(v)})
+        elif hasattr(v, "base") and hasattr(v.base, "data_ptr"):  # a host TensorDescriptor
+            yield k, v.base
+
+
+def live_storages(addrs: np.ndarray):
+    """(storage, a tensor on it) of every live torch CPU storage holding one of ``addrs``.
+
+    Walks the garbage collector's objects: slow, so called only for lanes that are outside
+    every tracked storage, just before they would be reported and masked."""
+    import gc
+    import torch
+    seen, out = set(), []
+    lo, hi = int(addrs.min()), int(addrs.max())
+    for obj in gc.get_objects():
+        if not issubclass(type(obj), torch.Tensor):  # type(), not isinstance: no proxy's __class__ runs
+            continue
+        try:
+            st = obj.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            continue
+        ptr, n = st.data_ptr(), st.nbytes()
+        if n and ptr not in seen and ptr <= hi and lo < ptr + n:
+            seen.add(ptr)
+            if ((addrs >= ptr) & (addrs < ptr + n)).any():
+                out.append((st, obj))
+    return out
 
 
 def grid_idx() -> tuple:

@@ -1,0 +1,206 @@
+"""Host memory: numpy views and Python lists of tracked CPU tensors.
+
+vLLM's ``CpuGpuBuffer`` / ``InputBatch`` fill ``buf.np[:n]`` (a numpy view of a pinned
+CPU tensor) and then copy ``buf.cpu[:n]`` to the device. Numpy writes never reach the
+dispatch mode, so without this module the copy reads bytes the shadow thinks unwritten.
+
+While the oracle runs, ``Tensor.numpy()`` of a *tracked* CPU tensor returns a ``ShadowArray``: a plain ndarray subclass over the same memory that
+reports its accesses. Which elements an access touches is found as for torch ops: by
+applying the same index to an array of element addresses. Writes: ``a[key] = v``,
+``fill``, ``put``, ufuncs' and numpy functions' ``out=``, ``np.copyto``. Reads: ufuncs (``a.sum()``, ``a + 1``) and
+numpy functions on it, scalar indexing, ``tolist``, ``item``, ``int(a)``. A read is
+reported only for tracked bytes; memory numpy allocated itself is not checked.
+``Tensor.tolist()`` is a read of the view (``item()`` already is an aten op).
+``np.asarray(t)`` goes through ``Tensor.__array__``, whose result numpy turns into a plain
+ndarray: its writes cannot be seen, so its bytes are taken as written (see ``_exported``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+_WRITES_FIRST = {"copyto", "put", "putmask", "place", "fill_diagonal"}  # first argument is written
+
+
+def _plain(value):
+    if isinstance(value, ShadowArray):
+        return value.view(np.ndarray)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    return value
+
+
+def _shadows(value):
+    if isinstance(value, ShadowArray):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _shadows(v)
+
+
+class ShadowArray(np.ndarray):
+    _host: "HostViews | None" = None
+
+    def __array_finalize__(self, obj):
+        self._host = getattr(obj, "_host", None)
+
+    def addresses(self) -> np.ndarray:
+        """An int64 array shaped like this one holding each element's address (cached: fixed per view)."""
+        cached = self.__dict__.get("_addrs")
+        if cached is None:
+            cached = self.__dict__["_addrs"] = self._compute_addresses()
+        return cached
+
+    def _compute_addresses(self) -> np.ndarray:
+        base = self.__array_interface__["data"][0]
+        offs = np.zeros(self.shape, dtype=np.int64)
+        for dim, (n, stride) in enumerate(zip(self.shape, self.strides)):
+            shape = [1] * self.ndim
+            shape[dim] = n
+            offs = offs + (np.arange(n, dtype=np.int64) * stride).reshape(shape)
+        return offs + base
+
+    def _read(self, addrs=None, what="numpy read"):
+        if self._host is not None:
+            a = self.addresses() if addrs is None else addrs
+            self._host.read(np.asarray(a).ravel().astype(np.uint64), self.itemsize, what)
+
+    def _wrote(self, addrs=None):
+        if self._host is not None:
+            a = self.addresses() if addrs is None else addrs
+            self._host.write(np.asarray(a).ravel().astype(np.uint64), self.itemsize)
+
+    def __setitem__(self, key, value):
+        for s in _shadows(value):
+            s._read()
+        addrs = self.addresses()[key] if self._host is not None else None
+        self.view(np.ndarray)[key] = _plain(value)
+        self._wrote(addrs)
+
+    def __getitem__(self, key):
+        out = super().__getitem__(key)
+        if not isinstance(out, np.ndarray):  # a scalar: its element was read
+            self._read(self.addresses()[key])
+        return out
+
+    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
+        for s in _shadows(inputs):
+            s._read()
+        if out is not None:
+            kwargs["out"] = _plain(out)
+        result = getattr(ufunc, method)(*_plain(inputs), **kwargs)
+        for s in _shadows(out or ()):
+            s._wrote()
+        return out[0] if out is not None and len(out) == 1 else result
+
+    def __array_function__(self, func, types, args, kwargs):
+        written = [args[0]] if func.__name__ in _WRITES_FIRST and args else []
+        written += [v for k, v in kwargs.items() if k == "out"]
+        reads = list(args[1:] if func.__name__ in _WRITES_FIRST else args)
+        for s in _shadows(reads + [v for k, v in kwargs.items() if k != "out"]):
+            s._read()
+        result = func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
+        for s in _shadows(written):
+            s._wrote()
+        return result
+
+    def __repr__(self):  # looks like the array it stands for; printing is not a checked read
+        return repr(self.view(np.ndarray))
+
+    def __reduce__(self):  # pickles (and copies between processes) as a plain array
+        return self.view(np.ndarray).__reduce__()
+
+    def fill(self, value):
+        self.view(np.ndarray).fill(value)
+        self._wrote()
+
+    def put(self, indices, values, mode="raise"):
+        addrs = self.addresses().flat[np.asarray(indices)] if self._host is not None else None
+        self.view(np.ndarray).put(indices, _plain(values), mode)
+        self._wrote(addrs)
+
+    def tolist(self):
+        self._read(what="numpy tolist")
+        return self.view(np.ndarray).tolist()
+
+    def item(self, *args):
+        self._read(self.addresses().flat[args[0]] if args else None)
+        return self.view(np.ndarray).item(*args)
+
+    def __int__(self):
+        self._read()
+        return int(self.view(np.ndarray))
+
+    def __float__(self):
+        self._read()
+        return float(self.view(np.ndarray))
+
+    def __index__(self):
+        self._read()
+        return self.view(np.ndarray).__index__()
+
+    def __bool__(self):
+        self._read()
+        return bool(self.view(np.ndarray))
+
+
+class HostViews:
+    """Patches ``Tensor.numpy`` / ``__array__`` / ``tolist`` while an oracle runs."""
+
+    def __init__(self, oracle):
+        self.oracle = oracle
+        self._saved: dict = {}
+
+    def install(self) -> None:
+        self._saved = {n: getattr(torch.Tensor, n) for n in ("numpy", "__array__", "tolist")}
+        saved, host = self._saved, self
+
+        def numpy(t, *a, **k):
+            return host._wrap(t, saved["numpy"](t, *a, **k))
+
+        def array(t, *a, **k):
+            return host._exported(t, saved["__array__"](t, *a, **k))
+
+        def tolist(t):
+            host._tensor_read(t)
+            return saved["tolist"](t)
+
+        torch.Tensor.numpy, torch.Tensor.__array__, torch.Tensor.tolist = numpy, array, tolist
+
+    def uninstall(self) -> None:
+        for name, fn in self._saved.items():
+            setattr(torch.Tensor, name, fn)
+        self._saved = {}
+
+    def _wrap(self, t, arr):
+        if self.oracle.paused() or t.device.type != "cpu" or not isinstance(arr, np.ndarray):
+            return arr
+        if arr.__array_interface__["data"][0] != t.data_ptr() or not self.oracle.is_tracked(t):
+            return arr  # a copy (dtype conversion): fresh numpy memory
+        out = arr.view(ShadowArray)
+        out._host = self
+        return out
+
+    def _exported(self, t, arr):
+        """``np.asarray(t)``: numpy strips a subclass from what ``__array__`` returns, so writes
+        through this view cannot be seen. Its bytes count as written from here on: a missed read
+        of them is possible, a false report on a correct program is not."""
+        if (not self.oracle.paused() and t.device.type == "cpu" and isinstance(arr, np.ndarray)
+                and arr.__array_interface__["data"][0] == t.data_ptr() and self.oracle.is_tracked(t)):
+            from .torch_effects import addresses
+            self.write(addresses(t), t.element_size())
+        return arr
+
+    def _tensor_read(self, t) -> None:
+        if not self.oracle.paused() and t.device.type == "cpu" and self.oracle.is_tracked(t):
+            from .torch_effects import addresses
+            self.read(addresses(t), t.element_size(), "Tensor.tolist")
+
+    def read(self, addrs: np.ndarray, itemsize: int, what: str) -> None:
+        if not self.oracle.paused() and addrs.size:
+            self.oracle.host_read(what, addrs, itemsize)
+
+    def write(self, addrs: np.ndarray, itemsize: int) -> None:
+        if not self.oracle.paused() and addrs.size:
+            self.oracle.host_write(addrs, itemsize)

@@ -1,0 +1,175 @@
+"""The shadow oracle's precision mechanisms, one by one: exact effects of indexed torch ops,
+re-tracking, the probe fallback, numpy views, keyword-or-positional Triton operands, views."""
+
+import numpy as np
+import pytest
+import torch
+
+import fuzzrunner  # noqa: F401  (interpreter mode before Triton loads)
+from fuzzrunner import tracking
+from fuzzrunner.oracles import torch_effects as fx
+from fuzzrunner.oracles.shadow import ShadowOracle
+from fuzzrunner.oracles.shadow_memory import NEVER, ShadowMemory
+from fuzzrunner.oracles.triton_hook import _LOAD, _Args
+
+aten = torch.ops.aten
+
+
+def _offsets(t, addrs):
+    """Element indices (of a contiguous t) of addresses."""
+    return sorted(((addrs - np.uint64(t.data_ptr())) // np.uint64(t.element_size())).tolist())
+
+
+def test_index_put_writes_only_the_indexed_rows_and_reads_none_of_them():
+    t = torch.zeros(4, 3)
+    eff = fx.exact_effects(aten.index_put_.default, (t, [torch.tensor([2, -1])], torch.ones(3)), {})
+    [(w, addrs)] = eff.writes
+    assert w is t and _offsets(t, addrs) == [6, 7, 8, 9, 10, 11]
+    assert all(r is not t for r, _ in eff.reads)
+
+
+def test_accumulating_index_put_also_reads_what_it_writes():
+    t = torch.zeros(4)
+    eff = fx.exact_effects(aten.index_put_.default, (t, [torch.tensor([1])], torch.ones(1), True), {})
+    assert [_offsets(t, a) for r, a in eff.reads if r is t] == [[1]]
+
+
+def test_gather_and_where_read_exactly_what_they_pick():
+    t = torch.zeros(2, 4)
+    eff = fx.exact_effects(aten.gather.default, (t, 1, torch.tensor([[3], [0]])), {})
+    assert _offsets(t, eff.reads[0][1]) == [3, 4]
+    a, b = torch.zeros(3), torch.ones(3)
+    eff = fx.exact_effects(aten.where.self, (torch.tensor([True, False, True]), a, b), {})
+    assert [_offsets(x, addrs) for x, addrs in eff.reads[1:]] == [[0, 2], [1]]
+
+
+def test_metadata_ops_and_in_place_views_read_and_write_nothing():
+    t = torch.zeros(3)
+    assert fx.classify(aten.unsqueeze_.default, (t, 0), {}) == ([], [])
+    assert fx.classify(aten.is_pinned.default, (t,), {}) == ([], [])
+    assert fx.classify(aten.add_.Tensor, (t, t), {})[1] == [t]
+
+
+def test_out_of_range_is_per_op_negatives_only_where_torch_wraps_them():
+    assert fx.out_of_range(torch.tensor([-1, 2]), 3, negatives=True) is None
+    assert fx.out_of_range(torch.tensor([-1, 2]), 3, negatives=False).tolist() == [True, False]
+    assert fx.out_of_range(torch.tensor([], dtype=torch.int64), 0, negatives=False) is None
+
+
+def test_retrack_is_idempotent_and_never_marks_never_written_bytes_written():
+    m = ShadowMemory()
+    m.epoch = 1
+    a = m.add(1000, 8, "auto", initialized=False, auto=True)
+    b = m.retrack(1000, 8, "named", per_step=True, initialized=True, itemsize=4, shape=(2,))
+    assert b.name == "named" and (b.epochs == NEVER).all() and a not in m._allocs
+    m.mark_write(np.array([1000], dtype=np.uint64), 4)
+    m.epoch = 2
+    c = m.retrack(1000, 8, "again", per_step=False, initialized=True, itemsize=4, shape=(2,))
+    assert c.name == "named" and c.per_step and c.epochs[:4].tolist() == [1] * 4
+
+
+def test_tracking_a_view_splits_the_storage_record_and_keeps_its_neighbours():
+    m = ShadowMemory()
+    m.retrack(1000, 16, "meta", per_step=True, initialized=False, itemsize=4, shape=(4,))
+    m.retrack(1008, 8, "counts", per_step=False, initialized=False, itemsize=4, shape=(2,))
+    assert [(a.name, a.start, a.nbytes, a.per_step) for a in m._allocs] == [
+        ("meta", 1000, 8, True), ("counts", 1008, 8, True)]
+
+
+def _watched(fn):
+    o = ShadowOracle()
+    o.start()
+    try:
+        o.begin_op(0, {"op": "test"})
+        fn(o)
+    finally:
+        vs = o.finish()
+    return vs
+
+
+_lib = torch.library.Library("fuzzunit", "DEF")
+_lib.define("half_fill_(Tensor(a!) dst) -> ()")
+_lib.define("acc_(Tensor(a!) dst) -> ()")
+_lib.define("rand_fill_(Tensor(a!) dst) -> ()")
+
+
+def _half_fill(dst):
+    dst[: dst.numel() // 2] = 1
+
+
+def _acc(dst):
+    dst += 1
+
+
+def _rand_fill(dst):  # nondeterministic: the probe's runs differ, but not through old values
+    dst.copy_(torch.rand(dst.shape))
+
+
+_lib.impl("half_fill_", _half_fill, "CPU")
+_lib.impl("acc_", _acc, "CPU")
+_lib.impl("rand_fill_", _rand_fill, "CPU")
+
+
+def test_probe_finds_the_written_half_of_an_op_it_has_no_model_of():
+    def body(o):
+        t = torch.empty(8)
+        torch.ops.fuzzunit.half_fill_(t)
+        _ = t[:4].sum()  # written by the op: silent
+        _ = t[4:].sum()  # BAD
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["element"] == [4]
+
+
+def test_probe_sees_a_read_of_the_target_through_its_dependence_on_old_values():
+    def body(o):
+        t = torch.empty(4)
+        torch.ops.fuzzunit.acc_(t)
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.kernel == "fuzzunit.acc_.default"
+
+
+def test_numpy_view_writes_are_seen_and_reads_of_unwritten_elements_reported():
+    def body(o):
+        t = torch.empty(6, dtype=torch.int32)
+        a = t.numpy()
+        a[:4] = 1
+        _ = t[:4].sum()  # silent: written through numpy
+        _ = a[3:5].sum()  # element 4 never written
+    [v] = _watched(body)
+    assert v.kernel == "numpy read" and v.details["element"] == [4]
+
+
+def test_untracked_numpy_views_stay_plain_arrays():
+    def body(o):
+        with tracking.quiet():
+            t = torch.zeros(3)
+        assert type(t.numpy()) is np.ndarray
+    assert _watched(body) == []
+
+
+def test_memory_op_operands_come_by_position_or_keyword():
+    op = _Args(("P",), {"mask": "M", "cache_policy": None}, _LOAD)
+    assert (op.get(0), op.get(1)) == ("P", "M")
+    op.set(1, "N")
+    assert op.kwargs["mask"] == "N" and op.args == ["P"]
+
+
+@pytest.mark.parametrize("check_views", [True, False])
+def test_out_of_view_reports_can_be_turned_off(check_views):
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def rows(w, out, R: tl.constexpr):
+        r = tl.arange(0, R)
+        tl.store(out + r, tl.load(w + r))
+
+    o = ShadowOracle(check_views=check_views)
+    o.start()
+    try:
+        o.begin_op(0, {"op": "t"})
+        stacked = tracking.track(torch.randn(2, 4), "stacked")
+        rows[(1,)](stacked[0, :2], torch.zeros(4), R=4)
+    finally:
+        vs = o.finish()
+    assert [(v.kind, v.tensor) for v in vs] == ([("out-of-bounds", "stacked")] if check_views else [])
