@@ -344,6 +344,9 @@ def cmd_doctor(args) -> int:
     gpu = torch.cuda.is_available()
     print(f"device       {'cuda: ' + torch.cuda.get_device_name(0) if gpu else 'cpu (no CUDA device)'}")
     print(f"triton mode  {'interpreter (TRITON_INTERPRET=1)' if _env.interpreted() else 'compiled'}")
+    from .target import _import_object  # the vllm_lora target's own report (never raises)
+    for line in _import_object("targets.vllm_lora:describe_vllm")():
+        print(line)
     if not gpu:
         print("sanitizer    not checked: compute-sanitizer needs a GPU (the shadow oracle covers the CPU)")
         return EXIT_OK

@@ -19,6 +19,7 @@ from .errors import HarnessError, InvalidArgument, did_you_mean
 BUILTIN = {
     "reference_runner": "targets.reference_runner:TARGET",
     "lora_kernels": "targets.lora_kernels:TARGET",
+    "vllm_lora": "targets.vllm_lora:TARGET",
 }
 
 
