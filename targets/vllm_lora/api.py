@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -46,6 +47,7 @@ class VllmApi:
     punica_cls: Any = None       # PunicaWrapperGPU, where importable
     fused_moe: Any = None        # fused_moe_lora, where the release has it
     found: list = field(default_factory=list)
+    protocol: str = "lora_warmup"  # how this release's V2 model runner programs LoRA for dummy runs
 
     # -- metadata ---------------------------------------------------------------------
     def make_meta(self, max_loras: int, max_num_tokens: int, device, captured: list[int]):
@@ -138,6 +140,32 @@ def _pin_gpu_platform() -> str | None:
     return "vllm._C absent: platform answered from torch (CUDA, capability, SM count)"
 
 
+PROTOCOLS = {
+    "no_mapping": "V2 runner dummy runs launch the LoRA ops with no mapping programmed "
+                  "('FIXME(woosuk): Fix warmup for LoRA'; vLLM 0.17 - 0.21)",
+    "zero_mapping": "V2 runner dummy runs program a zero mapping, then force the flags (#43139; 0.22 - 0.23)",
+    "lora_warmup": "dummy runs map dummy adapters through maybe_dummy_run_with_lora (#35536 in V2 from 0.24; "
+                   "the V1 runner, and the V2 runner of 0.12)",
+}
+
+
+def runner_protocol() -> str:
+    """Read (not import: it pulls the whole engine) the installed V2 model runner's dummy-run code."""
+    import importlib.util
+    spec = importlib.util.find_spec("vllm.v1.worker.gpu.model_runner")
+    if spec is None or not spec.origin:
+        return "lora_warmup"
+    with open(spec.origin, encoding="utf-8") as f:
+        src = f.read()
+    if "Fix warmup for LoRA" in src:
+        return "no_mapping"
+    if "maybe_dummy_run_with_lora" in src:
+        return "lora_warmup"
+    if "set_adapter_mapping" in src and "no_lora_flag_cpu[0] = False" in src:
+        return "zero_mapping"
+    return "lora_warmup"
+
+
 def load(device: str) -> VllmApi:
     notes = []
     if device == "cuda":
@@ -158,6 +186,7 @@ def load(device: str) -> VllmApi:
     params = inspect.signature(ops.LoRAKernelMeta.meta_args).parameters
     generation = "g2" if "specialize_active_lora" in params else "g1"
     api = VllmApi(version, generation, ops, lora_shrink_op, lora_expand_op, utils)
+    api.protocol = runner_protocol()
     api.found = ["LoRAKernelMeta", "lora_shrink", "_lora_shrink", "lora_expand", "_lora_expand"]
     if hasattr(ops, "fused_moe_lora"):
         api.fused_moe = ops.fused_moe_lora
@@ -172,9 +201,16 @@ def load(device: str) -> VllmApi:
         for mod in (lora_shrink_op, lora_expand_op):
             mod.get_lora_op_configs = _cpu_configs(utils, utils.get_lora_op_configs)
         notes.append("CPU launch shapes: split_k=1, small blocks")
-        if hasattr(utils, "async_tensor_h2d"):
-            # Its default pin_memory=True needs an accelerator; pinning host memory means nothing on a CPU.
-            utils.async_tensor_h2d = functools.partial(utils.async_tensor_h2d, pin_memory=False)
+        h2d = getattr(utils, "async_tensor_h2d", None)
+        if h2d is not None:
+            # vLLM pins host memory when its platform says pinning is available; the platform probe finds
+            # no platform here and says yes, but a CPU-only torch cannot pin (vLLM's own CPU platform says no).
+            home = sys.modules[h2d.__module__]
+            if hasattr(home, "PIN_MEMORY"):
+                home.PIN_MEMORY = False
+            if "pin_memory" in inspect.signature(h2d).parameters:
+                utils.async_tensor_h2d = functools.partial(h2d, pin_memory=False)
             notes.append("CPU: pointer tables built without pinned memory")
     api.found += notes
+    api.found.append(f"dummy-run protocol {api.protocol}: {PROTOCOLS[api.protocol]}")
     return api

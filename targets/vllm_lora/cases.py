@@ -5,8 +5,9 @@ Ops (slots are LoRA slot indices, -1 = no adapter, as ``LoRAKernelMeta.prepare_t
 * ``step``: a real batch; ``slots`` per scheduled token, ``pad`` extra rows for the CUDA-graph size
   (the mapping covers the unpadded tokens, the layer runs on all rows, as vLLM's runners do), and
   ``sampled``: the rows whose logits are computed (the prompt mapping).
-* ``dummy_run``: ``num_tokens`` split over ``reqs`` requests; ``kind`` ``no_lora`` (the zero mapping of
-  #43139, then its forced flags) or ``warmup`` (``k`` dummy adapters cycled over the requests, #35536).
+* ``dummy_run``: ``num_tokens`` split over ``reqs`` requests, programmed as the installed release's V2
+  runner does (runner.py); ``kind`` ``warmup`` asks for ``k`` dummy adapters cycled over the requests
+  (honoured where the release maps dummy adapters, #35536), ``no_lora`` for none.
 * ``set_adapter``: new weights copied into ``slot`` (adapter churn: vLLM copies into stacked tensors).
 * ``capture``: a CUDA-graph capture for ``size`` rows and active-LoRA key ``key``; ``replay``: a real
   batch (``slots``) replayed through the captured graph that vLLM's dispatch would pick.

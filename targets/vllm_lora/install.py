@@ -40,7 +40,9 @@ BASE = ("psutil", "pyzmq", "urllib3", "regex", "transformers", "huggingface-hub"
         "typing-extensions", "msgspec", "cachetools", "cloudpickle", "pydantic", "pydantic-core",
         "typing-inspection", "annotated-types", "blake3", "fsspec", "einops", "httpx2", "httpcore2", "truststore",
         "cbor2", "gguf", "aiohttp", "multidict", "attrs", "yarl", "propcache", "aiohappyeyeballs", "aiosignal",
-        "frozenlist", "openai-harmony", "openai", "sniffio", "anyio", "httpx", "httpcore", "jiter", "distro")
+        "frozenlist", "openai-harmony", "openai", "sniffio", "anyio", "httpx", "httpcore", "jiter", "distro",
+        "pillow", "pybase64", "uvloop", "py-cpuinfo", "prometheus-client", "xgrammar", "apache-tvm-ffi",
+        "fastapi", "starlette", "annotated-doc", "partial-json-parser", "llguidance")
 _SKIP = {".so", ".h", ".hpp", ".cuh", ".inl", ".cu", ".cpp"}
 
 

@@ -25,8 +25,9 @@ SCALE = 0.5
 
 FAULTS = {
     "dummy_run_skips_prepare":
-        "dummy runs launch the LoRA ops on the metadata as it stands, never calling prepare_tensors: "
-        "vLLM's V2 model runner up to 0.21 ('FIXME(woosuk): Fix warmup for LoRA'), fixed by #43139 in 0.22.",
+        "dummy runs launch the LoRA ops on the metadata as it stands, never calling prepare_tensors, whatever "
+        "the release's runner does: vLLM's V2 model runner in 0.17-0.21 ('FIXME(woosuk): Fix warmup for "
+        "LoRA'), fixed by #43139 in 0.22.",
     "capture_skips_mapping":
         "a capture freezes the host decisions (no-LoRA flag, grid z) of whatever metadata the previous op "
         "left, programming no dummy mapping: vLLM 0.22-0.23's capture_model bypassing execute_model, "
@@ -191,19 +192,21 @@ class Session:
         self.run_layers(op["slots"], len(op["slots"]) + op.get("pad", 0), op.get("seed", 0), "step", sampled)
 
     def dummy_run(self, op) -> None:
+        """A dummy run as the installed release's V2 model runner makes it (api.PROTOCOLS); the output must
+        be what the mapping it means to program gives (no adapter at all, unless dummy adapters are mapped)."""
         n, rows = op["num_tokens"], op["num_tokens"] + op.get("pad", 0)
-        if op["kind"] == "no_lora":
+        protocol = "no_mapping" if "dummy_run_skips_prepare" in self.faults else self.api.protocol
+        if protocol == "lora_warmup" and op["kind"] == "warmup":
+            slots = self.dummy_slots(n, min(op.get("reqs", 1), n), op.get("k", 1))
+            self.prepare(self.token_meta, slots)  # #35536: unpadded mapping, padded forward
+        else:
             slots = [-1] * rows
-            if "dummy_run_skips_prepare" not in self.faults:
-                # #43139: a zero mapping over the padded tokens, then the flags forced so the ops launch
-                self.prepare(self.token_meta, slots)
+            if protocol != "no_mapping":
+                self.prepare(self.token_meta, slots)  # the zero mapping, over the padded tokens
+            if protocol == "zero_mapping":  # #43139 then forces the flags so that the ops still launch
                 self.token_meta.no_lora_flag_cpu[0] = False
                 if self.api.has_grid_control:
                     self.token_meta.num_active_loras_cpu[0] = 1
-        else:
-            slots = self.dummy_slots(n, min(op.get("reqs", 1), n), op.get("k", 1))
-            if "dummy_run_skips_prepare" not in self.faults:
-                self.prepare(self.token_meta, slots)  # #35536: unpadded mapping, padded forward
         self.run_layers(slots, rows, 0, "dummy_run")
 
     def capture(self, op) -> None:

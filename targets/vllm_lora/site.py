@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = ROOT / ".cache" / "vllm"
+CACHE = Path(os.environ.get("FUZZRUNNER_VLLM_CACHE") or ROOT / ".cache" / "vllm")
 PINNED = "0.33.0"  # what scripts/setup.sh installs for CI
 IMPORTS = ("vllm.lora.ops.triton_ops", "vllm.lora.punica_wrapper.punica_gpu")
 
