@@ -107,39 +107,6 @@ def _cpu_configs(utils, original):
     return configs
 
 
-def _pin_gpu_platform() -> str | None:
-    """On a GPU with vLLM's compiled extension absent (a carried tree: no .so files), vLLM's platform
-    probe would import ``vllm.platforms.cuda``, whose first line imports ``vllm._C``. The LoRA ops ask
-    the platform only whether PDL may be used (CUDA, capability >= 9.0) and for SM counts (MoE): a
-    documented stand-in answers those from torch. Returns what was done, for ``doctor``."""
-    import importlib.util
-    if importlib.util.find_spec("vllm._C") is not None:
-        return None
-    import vllm.platforms as platforms
-    from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
-
-    class CudaFromTorch(Platform):
-        _enum = PlatformEnum.CUDA
-        device_name = "cuda"
-        device_type = "cuda"
-        dispatch_key = "CUDA"
-
-        @classmethod
-        def get_device_capability(cls, device_id: int = 0):
-            return DeviceCapability(*torch.cuda.get_device_capability(device_id))
-
-        @classmethod
-        def get_device_name(cls, device_id: int = 0) -> str:
-            return torch.cuda.get_device_name(device_id)
-
-        @classmethod
-        def num_compute_units(cls, device_id: int = 0) -> int:
-            return torch.cuda.get_device_properties(device_id or 0).multi_processor_count
-
-    platforms.current_platform = CudaFromTorch()
-    return "vllm._C absent: platform answered from torch (CUDA, capability, SM count)"
-
-
 PROTOCOLS = {
     "no_mapping": "V2 runner dummy runs launch the LoRA ops with no mapping programmed "
                   "('FIXME(woosuk): Fix warmup for LoRA'; vLLM 0.17 - 0.21)",
@@ -168,10 +135,6 @@ def runner_protocol() -> str:
 
 def load(device: str) -> VllmApi:
     notes = []
-    if device == "cuda":
-        note = _pin_gpu_platform()
-        if note:
-            notes.append(note)
     import vllm
     version = getattr(vllm, "__version__", "?")
     try:
@@ -211,6 +174,9 @@ def load(device: str) -> VllmApi:
             if "pin_memory" in inspect.signature(h2d).parameters:
                 utils.async_tensor_h2d = functools.partial(h2d, pin_memory=False)
             notes.append("CPU: pointer tables built without pinned memory")
+    if device == "cuda":
+        from vllm.platforms import current_platform
+        notes.append(f"platform {type(current_platform).__name__}")
     api.found += notes
     api.found.append(f"dummy-run protocol {api.protocol}: {PROTOCOLS[api.protocol]}")
     return api

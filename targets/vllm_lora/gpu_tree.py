@@ -2,8 +2,8 @@
 
 DIR gets (for ``FUZZRUNNER_VLLM_SITE=DIR``):
 * ``vllm/``: the vLLM files the target imports here (measured by running a few cases in a fresh
-  process), plus all of ``vllm/lora/`` and ``vllm/triton_utils/``; no compiled libraries (the GPU
-  side answers the platform probe from torch: api.py);
+  process), plus all of ``vllm/lora/`` and ``vllm/triton_utils/``; no compiled libraries (a vLLM
+  platform plugin answers the platform probe from torch: platform.py);
 * ``deps/``: the same dependency packages, installed for Python 3.12 (the GPU machine's), with only
   the imported files of the packages that load lazily and are large (transformers).
 The carried tree must stay under 64 MiB with the repository: the size is printed.
@@ -97,6 +97,11 @@ def build(version: str, out: Path) -> None:
     for di in tmp.glob("*.dist-info"):  # metadata: packages check each other's versions at import
         shutil.copytree(di, out / "deps" / di.name, dirs_exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)
+    plug = out / "deps" / "fuzzrunner_vllm_platform-0.dist-info"  # platform.py: vLLM's plugin entry point
+    plug.mkdir(parents=True, exist_ok=True)
+    (plug / "METADATA").write_text("Metadata-Version: 2.1\nName: fuzzrunner-vllm-platform\nVersion: 0\n")
+    (plug / "entry_points.txt").write_text("[vllm.platform_plugins]\n"
+                                           "fuzzrunner_cuda_from_torch = targets.vllm_lora.platform:plugin\n")
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 2**20
     print(f"vllm {version}: GPU tree in {out} ({size:.1f} MiB, Python 3.12); carry it and set "
           f"FUZZRUNNER_VLLM_SITE={out}")

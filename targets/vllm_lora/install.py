@@ -6,8 +6,9 @@
 2. extract vLLM's own files into ``.cache/vllm/VERSION/site/`` without the compiled CUDA
    libraries (``*.so``) and C++ headers: only Python, JSON configs and the dist-info;
 3. install, with ``pip --target .cache/vllm/VERSION/deps``, the real Python packages that the
-   imported modules need, pinned as vLLM's own metadata pins them; then import the modules the
-   target drives and install (``--no-deps``) whatever is still missing, until they import.
+   imported modules need, pinned as vLLM's own metadata pins them (never torch or Triton: the venv's
+   are used); then import the modules the target drives and install (``--no-deps``) whatever is
+   still missing, until they import.
 
 With ``--for-gpu DIR`` it also writes DIR (a tree small enough to carry to a GPU machine with no
 network): the files of vLLM and of its dependencies that the target really imported, with the
@@ -43,6 +44,9 @@ BASE = ("psutil", "pyzmq", "urllib3", "regex", "transformers", "huggingface-hub"
         "frozenlist", "openai-harmony", "openai", "sniffio", "anyio", "httpx", "httpcore", "jiter", "distro",
         "pillow", "pybase64", "uvloop", "py-cpuinfo", "prometheus-client", "xgrammar", "apache-tvm-ffi",
         "fastapi", "starlette", "annotated-doc", "partial-json-parser", "llguidance")
+RESOLVED = ("transformers", "huggingface-hub", "tokenizers", "safetensors", "regex", "tqdm", "pyyaml", "packaging",
+            "filelock", "requests", "certifi", "charset-normalizer", "idna", "urllib3", "fsspec", "typing-extensions",
+            "h11", "httpx", "httpcore", "anyio", "sniffio")
 _SKIP = {".so", ".h", ".hpp", ".cuh", ".inl", ".cu", ".cpp"}
 
 
@@ -124,9 +128,11 @@ def install(version: str) -> Path:
     extract(whl, site)
     reqs = requirements(site)
     shutil.rmtree(deps, ignore_errors=True)
-    # One resolved install (so e.g. transformers gets the huggingface-hub it works with); then, for
-    # what a release imports beyond these, --no-deps installs pinned as vLLM pins them.
-    _pip("install", "--target", str(deps), *_pinned(BASE, reqs))
+    # transformers with its own dependencies resolved (it needs a matching huggingface-hub and tokenizers;
+    # none of them pulls torch), the rest --no-deps (several, e.g. xgrammar, would pull a second torch):
+    # all pinned as vLLM pins them.
+    _pip("install", "--target", str(deps), *_pinned(["transformers"], reqs))
+    _pip("install", "--no-deps", "--target", str(deps), *_pinned([b for b in BASE if b not in RESOLVED], reqs))
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1", VLLM_LOGGING_LEVEL="ERROR")
     for _ in range(30):
         mod = _missing_module(site, deps, env)
