@@ -2,16 +2,21 @@
 # The vllm_lora target on a GPU: vLLM's LoRA ops compiled, under compute-sanitizer. For a machine with no
 # network and no vLLM: it runs on a tree made beforehand, on a machine with network, by
 #   scripts/vllm_setup.sh VERSION --for-gpu .gpu-vllm/VERSION
-# (vLLM's Python files and the pure-Python deps for Python 3.12, no .so files) and carried along.
-#   bash scripts/gpu_vllm.sh [SITE_DIR] [MAX_EXAMPLES]     (default: the one tree under .gpu-vllm/, 40)
+# (vLLM's Python files, no vLLM .so; its dependencies for Python 3.12), carried as .gpu-vllm/VERSION.tar.xz.
+#   bash scripts/gpu_vllm.sh [ARCHIVE_OR_DIR] [MAX_EXAMPLES]   (default: the first under .gpu-vllm/, 40)
 # Every step prints "== RESULT <label>: exit N (expected ...)"; the summary repeats them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-site=${1:-$(ls -d .gpu-vllm/*/ 2>/dev/null | head -1)}
+site=${1:-$(ls -d .gpu-vllm/*.tar.xz .gpu-vllm/*/ 2>/dev/null | head -1)}
 n=${2:-40}
+if [ -f "$site" ]; then  # the archive vllm_setup.sh --for-gpu wrote: unpack it off the carried tree
+  dest=/tmp/gpu-vllm; rm -rf "$dest"; mkdir -p "$dest"
+  tar -xJf "$site" -C "$dest" || { echo "gpu_vllm: cannot unpack $site" >&2; exit 2; }
+  site=$(ls -d "$dest"/*/ | head -1)
+fi
 if [ -z "$site" ] || [ ! -d "$site/vllm" ]; then
-  echo "gpu_vllm: no vLLM tree (${site:-.gpu-vllm/*}); make one with scripts/vllm_setup.sh VERSION --for-gpu .gpu-vllm/VERSION and carry it" >&2
+  echo "gpu_vllm: no vLLM tree (${site:-.gpu-vllm/*}); make one with scripts/vllm_setup.sh VERSION --for-gpu .gpu-vllm/VERSION and carry .gpu-vllm/VERSION.tar.xz" >&2
   exit 2
 fi
 export FUZZRUNNER_VLLM_SITE=$site FUZZRUNNER_DEVICE=cuda PYTHONPATH=. HF_HUB_OFFLINE=1

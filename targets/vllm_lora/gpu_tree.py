@@ -4,9 +4,10 @@ DIR gets (for ``FUZZRUNNER_VLLM_SITE=DIR``):
 * ``vllm/``: the vLLM files the target imports here (measured by running a few cases in a fresh
   process), plus all of ``vllm/lora/`` and ``vllm/triton_utils/``; no compiled libraries (a vLLM
   platform plugin answers the platform probe from torch: platform.py);
-* ``deps/``: the same dependency packages, installed for Python 3.12 (the GPU machine's), with only
-  the imported files of the packages that load lazily and are large (transformers).
-The carried tree must stay under 64 MiB with the repository: the size is printed.
+* ``deps/``: the imported dependency packages, installed for Python 3.12 (the GPU machine's): whole
+  where they hold compiled modules, else only the imported modules and the data files.
+The compiled dependencies alone pass the 64 MiB that may be carried, so the tree is also written as
+DIR.tar.xz (~30 MiB), which ``scripts/gpu_vllm.sh`` unpacks on the GPU machine.
 """
 
 from __future__ import annotations
@@ -20,9 +21,15 @@ from pathlib import Path
 
 from .site import ROOT, site_dirs
 
-PY312 = os.environ.get("FUZZRUNNER_PY312", "python3.12")
+def _py312() -> str:
+    """A Python 3.12 to run pip for the GPU machine's interpreter: FUZZRUNNER_PY312, else one that runs."""
+    for cand in (os.environ.get("FUZZRUNNER_PY312"), "python3.12", *sorted(
+            str(p) for p in Path.home().glob(".pyenv/versions/3.12*/bin/python3.12"))):
+        if cand and subprocess.run([cand, "--version"], capture_output=True).returncode == 0:
+            return cand
+    raise SystemExit("vllm_setup --for-gpu: no Python 3.12 here to install the dependencies for the GPU "
+                     "machine's interpreter; set FUZZRUNNER_PY312=/path/to/python3.12.")
 WHOLE = ("vllm/lora", "vllm/triton_utils")
-PRUNED_DEPS = ("transformers",)  # large and lazily imported: keep what was imported
 
 _PROBE = r"""
 import json, sys
@@ -73,22 +80,28 @@ def build(version: str, out: Path) -> None:
     tmp = out.parent / (out.name + ".deps312")
     shutil.rmtree(tmp, ignore_errors=True)
     pins = [f"{d}=={_version(deps, d)}" for d in dists]
-    cmd = [PY312, "-m", "pip", "-q", "--disable-pip-version-check", "install", "--no-deps", "--target", str(tmp),
+    py312 = _py312()
+    cmd = [py312, "-m", "pip", "-q", "--disable-pip-version-check", "install", "--no-deps", "--target", str(tmp),
            "--only-binary=:all:", *pins]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
-        raise SystemExit(f"vllm_setup --for-gpu: pip for Python 3.12 failed ({PY312}): {r.stderr.strip()[-300:]}")
+        raise SystemExit(f"vllm_setup --for-gpu: pip for Python 3.12 failed ({py312}): {r.stderr.strip()[-300:]}")
     for top in used:
         name = top.split(".")[0]
         src = tmp / name
-        if name in PRUNED_DEPS:
+        if src.is_dir() and not any(src.rglob("*.so")):
+            # pure Python: the modules imported here, and the package's data files
             for f in files:
-                if deps / name in f.parents:
+                if deps / name in f.parents and f.suffix == ".py":
                     _copy(tmp / f.relative_to(deps), out / "deps" / f.relative_to(deps))
-        elif src.is_dir():
-            shutil.copytree(src, out / "deps" / name, dirs_exist_ok=True)
+            for f in src.rglob("*"):
+                if f.is_file() and f.suffix not in (".py", ".pyc", ".pyi") and "__pycache__" not in f.parts:
+                    _copy(f, out / "deps" / f.relative_to(tmp))
+        elif src.is_dir():  # compiled parts: the whole package, as built for 3.12
+            shutil.copytree(src, out / "deps" / name, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "3rdparty", "*.pyi"))
         else:
-            for f in tmp.glob(name.split(".")[0] + "*"):
+            for f in tmp.glob(name + "*"):
                 if f.is_file():
                     _copy(f, out / "deps" / f.name)
     for libs in tmp.glob("*.libs"):  # vendored shared libraries of binary wheels (pyzmq.libs, ...)
@@ -103,8 +116,10 @@ def build(version: str, out: Path) -> None:
     (plug / "entry_points.txt").write_text("[vllm.platform_plugins]\n"
                                            "fuzzrunner_cuda_from_torch = targets.vllm_lora.platform:plugin\n")
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 2**20
-    print(f"vllm {version}: GPU tree in {out} ({size:.1f} MiB, Python 3.12); carry it and set "
-          f"FUZZRUNNER_VLLM_SITE={out}")
+    archive = out.parent / (out.name + ".tar.xz")  # what to carry: the tree itself is over the 64 MiB limit
+    subprocess.run(["tar", "-cJf", str(archive), "-C", str(out.parent), out.name], check=True)
+    print(f"vllm {version}: GPU tree {out} ({size:.1f} MiB, Python 3.12), archived as {archive} "
+          f"({archive.stat().st_size / 2**20:.1f} MiB): carry the archive (scripts/gpu_vllm.sh {archive})")
 
 
 def _version(deps: Path, dist: str) -> str:

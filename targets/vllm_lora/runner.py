@@ -44,6 +44,8 @@ def check(case) -> dict:
         raise InvalidCase(f"vllm_lora config is missing {', '.join(missing)}.")
     if c["dtype"] not in ("float16", "bfloat16"):
         raise InvalidCase(f"dtype {c['dtype']!r}: vLLM's LoRA ops take float16 or bfloat16.")
+    if c["entry"] not in ("public", "private", "punica"):
+        raise InvalidCase(f"entry {c['entry']!r}: one of public (torch.ops.vllm.lora_*), private (_lora_*), punica.")
     L, T = c["max_loras"], c["max_num_tokens"]
     for i, op in enumerate(case.ops):
         kind = op.get("op")
@@ -53,8 +55,14 @@ def check(case) -> dict:
         slots = op.get("slots", [])
         if any(not -1 <= s < L for s in slots):
             raise InvalidCase(f"op {i}: slots must be in [-1, max_loras={L}).")
-        if len(slots) + op.get("pad", 0) > T or op.get("num_tokens", 0) + op.get("pad", 0) > T:
+        if max(len(slots) + op.get("pad", 0), op.get("num_tokens", 0) + op.get("pad", 0), op.get("size", 0)) > T:
             raise InvalidCase(f"op {i}: more rows than max_num_tokens={T}.")
+        if kind == "set_adapter" and not 0 <= op.get("slot", -1) < L:
+            raise InvalidCase(f"op {i}: set_adapter's slot must be in [0, max_loras={L}).")
+        if any(not 0 <= r < len(slots) for r in op.get("sampled", [])):
+            raise InvalidCase(f"op {i}: sampled rows must be scheduled tokens, in [0, {len(slots)}).")
+        if kind == "dummy_run" and op.get("num_tokens", 0) < 1:
+            raise InvalidCase(f"op {i}: a dummy run has at least one token.")
     return c
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 def _where(location: str) -> str:
-    m = re.search(r"(vllm/.*)$", location)
+    m = re.search(r"(?:^|/)(vllm/(?:lora|v1|model_executor|utils)/.*)$", location)
     return m.group(1) if m else location
 
 
