@@ -44,9 +44,6 @@ BASE = ("psutil", "pyzmq", "urllib3", "regex", "transformers", "huggingface-hub"
         "frozenlist", "openai-harmony", "openai", "sniffio", "anyio", "httpx", "httpcore", "jiter", "distro",
         "pillow", "pybase64", "uvloop", "py-cpuinfo", "prometheus-client", "xgrammar", "apache-tvm-ffi",
         "fastapi", "starlette", "annotated-doc", "partial-json-parser", "llguidance")
-RESOLVED = ("transformers", "huggingface-hub", "tokenizers", "safetensors", "regex", "tqdm", "pyyaml", "packaging",
-            "filelock", "requests", "certifi", "charset-normalizer", "idna", "urllib3", "fsspec", "typing-extensions",
-            "h11", "httpx", "httpcore", "anyio", "sniffio")
 _SKIP = {".so", ".h", ".hpp", ".cuh", ".inl", ".cu", ".cpp"}
 
 
@@ -132,7 +129,8 @@ def install(version: str) -> Path:
     # none of them pulls torch), the rest --no-deps (several, e.g. xgrammar, would pull a second torch):
     # all pinned as vLLM pins them.
     _pip("install", "--target", str(deps), *_pinned(["transformers"], reqs))
-    _pip("install", "--no-deps", "--target", str(deps), *_pinned([b for b in BASE if b not in RESOLVED], reqs))
+    have = {_norm(d.name.split("-")[0]) for d in deps.glob("*.dist-info")}
+    _pip("install", "--no-deps", "--target", str(deps), *_pinned([b for b in BASE if _norm(b) not in have], reqs))
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1", VLLM_LOGGING_LEVEL="ERROR")
     for _ in range(30):
         mod = _missing_module(site, deps, env)
