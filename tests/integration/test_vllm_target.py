@@ -113,3 +113,13 @@ def test_cli_short_fault_free_campaign_finds_nothing_untriaged(tmp_path):
     assert r.returncode in (0, 1), r.stdout + r.stderr
     found = json.loads((tmp_path / "r.json").read_text())["findings"]
     assert [f["signature"] for f in found if not _triaged(f)] == []
+
+
+@needs_vllm
+def test_a_capture_that_skips_the_dummy_mapping_freezes_no_lora_and_replays_without_adapters():
+    ops = [{"op": "step", "slots": [-1, -1], "pad": 0, "sampled": [], "seed": 0},
+           {"op": "capture", "size": 4, "key": 3, "reqs": 1},
+           {"op": "replay", "slots": [0, 1], "seed": 1}]
+    assert _run(ops) == []
+    v = _run(ops, faults=["capture_skips_mapping"])
+    assert [(x.kind, x.tensor) for x in v] == [("numeric-mismatch", "replay.y")]
