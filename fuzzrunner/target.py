@@ -24,6 +24,7 @@ from .errors import HarnessError, InvalidArgument, InvalidCase, did_you_mean
 BUILTIN = {
     "reference_runner": "fuzzrunner.targets.reference_runner:TARGET",
     "lora_kernels": "fuzzrunner.targets.lora_kernels:TARGET",
+    "vllm_lora": "fuzzrunner.targets.vllm_lora:TARGET",
 }
 
 

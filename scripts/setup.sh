@@ -3,15 +3,20 @@
 # (editable, with Triton, Hypothesis, pytest, pytest-xdist from the registry). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if .venv/bin/python -c "import fuzzrunner.cli, torch, triton, hypothesis, xdist" 2>/dev/null; then
-  exit 0
+if ! .venv/bin/python -c "import fuzzrunner.cli, torch, triton, hypothesis, xdist" 2>/dev/null; then
+  echo "setting up .venv (once) ..." >&2
+  python3 -m venv .venv
+  log=$(mktemp)
+  if ! { .venv/bin/python -m pip install -q "torch==2.13.0" && .venv/bin/python -m pip install -q -e .; } >"$log" 2>&1; then
+    grep -v "^WARNING: Location" "$log" >&2 || true
+    echo "setup failed: pip could not install the packages above" >&2
+    exit 1
+  fi
+  rm -f "$log"
 fi
-echo "setting up .venv (once) ..." >&2
-python3 -m venv .venv
-log=$(mktemp)
-if ! { .venv/bin/python -m pip install -q "torch==2.13.0" && .venv/bin/python -m pip install -q -e .; } >"$log" 2>&1; then
-  grep -v "^WARNING: Location" "$log" >&2 || true
-  echo "setup failed: pip could not install the packages above" >&2
-  exit 1
+# The pinned vLLM for the vllm_lora target's CI campaign, cached under .cache/vllm/ (docs/vllm.md).
+# A failure (no network, say) is printed, never fatal: the vllm_lora tests then skip with the reason.
+if [ -z "${FUZZRUNNER_SKIP_VLLM:-}" ]; then
+  pinned=$(.venv/bin/python -c 'import sys; sys.path.insert(0, "."); from targets.vllm_lora.site import PINNED; print(PINNED)')
+  bash scripts/vllm_setup.sh "$pinned" >&2 || echo "vllm_setup $pinned failed (above): the vllm_lora tests will skip" >&2
 fi
-rm -f "$log"

@@ -1,0 +1,90 @@
+"""Target ``vllm_lora``: vLLM's own LoRA metadata and Triton ops, driven the way its model runners drive them.
+
+Needs a vLLM release importable (``scripts/vllm_setup.sh VERSION`` makes one importable on a
+machine with no GPU and none of vLLM's dependencies). Without it the target is unavailable:
+``vllm_available()`` says why in one line, loading the target raises ``HarnessError`` with it.
+See docs/vllm.md.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from fuzzrunner.errors import HarnessError
+
+from . import site
+
+INSTALL_HINT = "run scripts/vllm_setup.sh {v} (or pip install vllm, or set FUZZRUNNER_VLLM_SITE)"
+_API = {}
+
+
+def _device() -> str:
+    from fuzzrunner import _env
+    return _env.device_type()
+
+
+def vllm_available() -> tuple[bool, str]:
+    """Cheap (no import of vLLM): whether a vLLM is there to load, else the one-line reason and fix."""
+    paths = site.candidate_paths()
+    if paths is None:
+        v = site.wanted_version()
+        return False, (f"vLLM is not importable (no installed vllm, no FUZZRUNNER_VLLM_SITE, no set-up tree "
+                       f".cache/vllm/{v}/); {INSTALL_HINT.format(v=v)}.")
+    return True, "FUZZRUNNER_VLLM_SITE" if site.os.environ.get("FUZZRUNNER_VLLM_SITE") else \
+        ("installed vllm" if not paths else f"{paths[0].parent}")
+
+
+def load_api():
+    """Import the vLLM under test (once per process) and adapt it."""
+    device = _device()
+    if device in _API:
+        return _API[device]
+    ok, why = vllm_available()
+    if not ok:
+        raise HarnessError(why)
+    site.prepare_environment(device)
+    site.activate(site.candidate_paths())
+    from . import api
+    try:
+        _API[device] = api.load(device)
+    except HarnessError:
+        raise
+    except Exception as e:  # an incomplete tree or an incompatible release: say which and how to fix
+        raise HarnessError(f"vLLM failed to import ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                           f"{INSTALL_HINT.format(v=site.wanted_version())}.") from None
+    return _API[device]
+
+
+def describe_vllm() -> list[str]:
+    """Lines for ``fuzzrunner doctor``: where vLLM comes from, its version, the components found."""
+    ok, why = vllm_available()
+    if not ok:
+        return [f"vllm         unavailable: {why}"]
+    try:
+        a = load_api()
+    except HarnessError as e:
+        return [f"vllm         broken: {e}"]
+    return [f"vllm         {a.version} (API {a.generation}, from {why})",
+            f"vllm found   {', '.join(a.found)}"]
+
+
+def make_target():
+    """The ``vllm_lora`` Target, adapted to the installed vLLM; HarnessError (one line) without one."""
+    from fuzzrunner.target import Target
+
+    from . import cases, runner
+    a = load_api()
+    entries = cases.ENTRIES if a.punica_cls else tuple(e for e in cases.ENTRIES if e != "punica")
+    return Target(
+        name="vllm_lora",
+        description=f"vLLM {a.version}'s LoRAKernelMeta, lora_shrink/expand and punica wrapper, "
+                    f"driven through dummy runs, padding, captures and stale states",
+        cases=functools.partial(cases.vllm_lora_cases, entries=entries, grid_control=a.has_grid_control,
+                                dtypes=cases.DTYPES[_device()]),
+        run=functools.partial(runner.run, api=a),
+        faults=tuple(runner.FAULTS),
+        fault_descriptions=lambda: dict(runner.FAULTS),
+    )
+
+
+TARGET = make_target  # a factory: fuzzrunner.target.load_target calls it, so loading is when vLLM is imported

@@ -1,0 +1,109 @@
+"""Cases for ``vllm_lora``: a launch configuration and the ops a model runner makes around vLLM's LoRA ops.
+
+Ops (slots are LoRA slot indices, -1 = no adapter, as ``LoRAKernelMeta.prepare_tensors`` takes them):
+
+* ``step``: a real batch; ``slots`` per scheduled token, ``pad`` extra rows for the CUDA-graph size
+  (the mapping covers the unpadded tokens, the layer runs on all rows, as vLLM's runners do), and
+  ``sampled``: the rows whose logits are computed (the prompt mapping).
+* ``dummy_run``: ``num_tokens`` split over ``reqs`` requests, programmed as the installed release's V2
+  runner does (runner.py); ``kind`` ``warmup`` asks for ``k`` dummy adapters cycled over the requests
+  (honoured where the release maps dummy adapters, #35536), ``no_lora`` for none.
+* ``set_adapter``: new weights copied into ``slot`` (adapter churn: vLLM copies into stacked tensors).
+* ``capture``: a CUDA-graph capture for ``size`` rows and active-LoRA key ``key``; ``replay``: a real
+  batch (``slots``) replayed through the captured graph that vLLM's dispatch would pick.
+
+Draw order puts the simple choices first so that shrinking reaches a minimal case.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from fuzzrunner.case import Case
+
+OP_KINDS = ("dummy_run", "step", "step", "set_adapter", "capture_replay", "step", "dummy_run")
+ENTRIES = ("public", "private", "punica")
+# Triton 3.9's interpreter computes vLLM's bf16 shrink wrongly (errors ~1e10 on a case float16 gets right),
+# so the CPU draws float16 only; the GPU (compiled) draws both.
+DTYPES = {"cpu": ("float16",), "cuda": ("float16", "bfloat16")}
+
+
+def capture_keys(max_loras: int, specialize: bool) -> list[int]:
+    """vLLM's ``get_lora_capture_cases``: 0 (no LoRA) and max_loras+1, or 0 + every captured count."""
+    if not specialize:
+        return [0, max_loras + 1]
+    return [0] + captured_counts(max_loras, True)
+
+
+def captured_counts(max_loras: int, specialize: bool) -> list[int]:
+    """vLLM's ``get_captured_lora_counts``: powers of two up to max_loras, then max_loras+1."""
+    if not specialize:
+        return [max_loras + 1]
+    out, p = [], 1
+    while p <= max_loras:
+        out.append(p)
+        p *= 2
+    return out + [max_loras + 1]
+
+
+@st.composite
+def _slots(draw, max_loras: int, n: int) -> list[int]:
+    # A few distinct runs, like requests: repeated mappings and -1 mixed in.
+    out = []
+    while len(out) < n:
+        run = draw(st.integers(1, n - len(out)))
+        out += [draw(st.integers(-1, max_loras - 1))] * run
+    return out
+
+
+@st.composite
+def vllm_lora_op(draw, cfg: dict) -> list[dict]:
+    kind = draw(st.sampled_from(OP_KINDS))
+    T, L = cfg["max_num_tokens"], cfg["max_loras"]
+    if kind == "dummy_run":
+        n = draw(st.integers(1, T))
+        dk = draw(st.sampled_from(["no_lora", "warmup"]))
+        op = {"op": "dummy_run", "num_tokens": n, "kind": dk, "reqs": draw(st.integers(1, n)),
+              "pad": draw(st.integers(0, T - n))}
+        if dk == "warmup":
+            op["k"] = draw(st.integers(1, L + 1))
+        return [op]
+    if kind == "set_adapter":
+        return [{"op": "set_adapter", "slot": draw(st.integers(0, L - 1)), "seed": draw(st.integers(0, 7))}]
+    if kind == "capture_replay":
+        size = draw(st.sampled_from(cfg["capture_sizes"]))
+        slots = draw(_slots(L, draw(st.integers(0, size))))
+        active = len({s for s in slots if s >= 0})
+        key = draw(st.sampled_from([k for k in capture_keys(L, cfg["specialize_active_lora"]) if k >= active]))
+        return [{"op": "capture", "size": size, "key": key, "reqs": draw(st.integers(1, size))},
+                {"op": "replay", "slots": slots, "seed": draw(st.integers(0, 7))}]
+    n = draw(st.integers(0, T))
+    slots = draw(_slots(L, n))
+    rows = n + draw(st.integers(0, T - n))
+    sampled = sorted(draw(st.sets(st.integers(0, max(0, n - 1)), max_size=min(n, 4)))) if n else []
+    return [{"op": "step", "slots": slots, "pad": rows - n, "sampled": sampled, "seed": draw(st.integers(0, 7))}]
+
+
+@st.composite
+def vllm_lora_cases(draw, faults: tuple = (), max_ops: int = 8, *, entries=ENTRIES, grid_control=True,
+                    dtypes=("float16", "bfloat16")) -> Case:
+    L = draw(st.integers(1, 4))
+    T = draw(st.sampled_from([4, 8, 16]))
+    sizes = [s for s in (1, 2, 4, 8, 16) if s <= T]
+    cfg = {
+        "max_loras": L, "max_num_tokens": T,
+        "hidden": draw(st.sampled_from([16, 32, 64])),
+        "rank": draw(st.sampled_from([8, 16])),
+        "slices": draw(st.sampled_from([[16], [32, 16], [16, 16, 16]])),
+        "vocab": 32,
+        "dtype": draw(st.sampled_from(list(dtypes))),
+        "specialize_active_lora": draw(st.booleans()) if grid_control else False,
+        "entry": draw(st.sampled_from(list(entries))),
+        "capture_sizes": sorted(draw(st.sets(st.sampled_from(sizes), min_size=1, max_size=3))),
+    }
+    ops = []
+    while True:
+        ops += draw(vllm_lora_op(cfg))
+        if len(ops) >= max_ops or draw(st.integers(0, 3)) == 0:
+            break
+    return Case("vllm_lora", cfg, tuple(ops[:max_ops]), tuple(faults))

@@ -1,0 +1,163 @@
+"""Make one vLLM release's LoRA modules importable on a machine with no GPU (and none of vLLM's deps).
+
+``python -m targets.vllm_lora.install VERSION [--for-gpu DIR]`` (``scripts/vllm_setup.sh``):
+
+1. ``pip download vllm==VERSION --no-deps --only-binary=:all:`` into ``.cache/vllm/wheels/``;
+2. extract vLLM's own files into ``.cache/vllm/VERSION/site/`` without the compiled CUDA
+   libraries (``*.so``) and C++ headers: only Python, JSON configs and the dist-info;
+3. install, with ``pip --target .cache/vllm/VERSION/deps``, the real Python packages that the
+   imported modules need, pinned as vLLM's own metadata pins them (never torch or Triton: the venv's
+   are used); then import the modules the target drives and install (``--no-deps``) whatever is
+   still missing, until they import.
+
+With ``--for-gpu DIR`` it also writes DIR (a tree small enough to carry to a GPU machine with no
+network): the files of vLLM and of its dependencies that the target really imported, with the
+dependencies' compiled parts rebuilt for Python 3.12. Nothing here stubs vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+from .site import CACHE, IMPORTS, site_dirs
+
+# module name -> distribution name, where they differ
+DIST = {"zmq": "pyzmq", "yaml": "pyyaml", "PIL": "pillow", "google": "protobuf", "cv2": "opencv-python-headless",
+        "attr": "attrs", "cpuinfo": "py-cpuinfo", "sklearn": "scikit-learn", "pydantic_core": "pydantic-core",
+        "huggingface_hub": "huggingface-hub", "typing_inspection": "typing-inspection",
+        "annotated_types": "annotated-types", "tvm_ffi": "apache-tvm-ffi", "dateutil": "python-dateutil", "jwt": "pyjwt"}
+# installed up front (one pip call); the import loop below adds what a release needs beyond these
+BASE = ("psutil", "pyzmq", "urllib3", "regex", "transformers", "huggingface-hub", "tqdm", "idna", "pyyaml",
+        "h11", "safetensors", "tokenizers", "packaging", "filelock", "requests", "certifi", "charset-normalizer",
+        "typing-extensions", "msgspec", "cachetools", "cloudpickle", "pydantic", "pydantic-core",
+        "typing-inspection", "annotated-types", "blake3", "fsspec", "einops", "httpx2", "httpcore2", "truststore",
+        "cbor2", "gguf", "aiohttp", "multidict", "attrs", "yarl", "propcache", "aiohappyeyeballs", "aiosignal",
+        "frozenlist", "openai-harmony", "openai", "sniffio", "anyio", "httpx", "httpcore", "jiter", "distro",
+        "pillow", "pybase64", "uvloop", "py-cpuinfo", "prometheus-client", "xgrammar", "apache-tvm-ffi",
+        "fastapi", "starlette", "annotated-doc", "partial-json-parser", "llguidance")
+_SKIP = {".so", ".h", ".hpp", ".cuh", ".inl", ".cu", ".cpp"}
+
+
+def _pip(*args: str) -> None:
+    cmd = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check", *args]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        err = [ln for ln in (r.stderr or r.stdout).splitlines() if not ln.startswith("WARNING")]
+        raise SystemExit(f"vllm_setup: pip {' '.join(args[:3])} ... failed: {' '.join(err[-3:])[:400]}")
+
+
+def wheel(version: str) -> Path:
+    wheels = CACHE / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
+    if not found:
+        _pip("download", f"vllm=={version}", "--no-deps", "--only-binary=:all:", "-d", str(wheels))
+        found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
+    if not found:
+        raise SystemExit(f"vllm_setup: no wheel of vllm=={version} was downloaded.")
+    return found[0]
+
+
+def extract(whl: Path, site: Path) -> None:
+    tmp = site.with_name("site.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with zipfile.ZipFile(whl) as z:
+        for name in z.namelist():
+            if Path(name).suffix in _SKIP or ".so." in name:
+                continue
+            z.extract(name, tmp)
+    shutil.rmtree(site, ignore_errors=True)
+    tmp.rename(site)
+
+
+def requirements(site: Path) -> dict:
+    """{normalised dist name: 'name<spec>'} from vLLM's METADATA (unconditional requirements only)."""
+    out = {}
+    for meta in site.glob("vllm-*.dist-info/METADATA"):
+        for line in meta.read_text(encoding="utf-8").splitlines():
+            if not line.startswith("Requires-Dist:") or "extra ==" in line:
+                continue
+            req = line.split(":", 1)[1].split(";")[0].strip()
+            name = re.split(r"[\[<>=!~ ]", req, maxsplit=1)[0]
+            out[_norm(name)] = re.sub(r"\[[^\]]*\]", "", req).replace(" ", "")
+    return out
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _pinned(dists, reqs: dict) -> list[str]:
+    return [reqs.get(_norm(d), d) for d in dists]
+
+
+def _missing_module(site: Path, deps: Path, env: dict) -> str | None:
+    probe = ("import sys, json; sys.path[:0] = %r\n"
+             "try:\n    import %s\nexcept ModuleNotFoundError as e:\n    print(json.dumps(e.name))\n"
+             % ([str(site), str(deps)], ", ".join(IMPORTS)))
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith('"')]
+    if lines:
+        return json.loads(lines[-1]).split(".")[0]
+    if r.returncode:
+        raise SystemExit(f"vllm_setup: importing vLLM's LoRA modules failed: {r.stderr.strip().splitlines()[-1:]}")
+    return None
+
+
+def install(version: str) -> Path:
+    t0 = time.time()
+    root = CACHE / version
+    site, deps = site_dirs(version)
+    stamp = root / "ok"
+    if stamp.exists():
+        print(f"vllm {version}: ready in {root}")
+        return root
+    whl = wheel(version)
+    extract(whl, site)
+    reqs = requirements(site)
+    shutil.rmtree(deps, ignore_errors=True)
+    # transformers with its own dependencies resolved (it needs a matching huggingface-hub and tokenizers;
+    # none of them pulls torch), the rest --no-deps (several, e.g. xgrammar, would pull a second torch):
+    # all pinned as vLLM pins them.
+    _pip("install", "--target", str(deps), *_pinned(["transformers"], reqs))
+    have = {_norm(d.name.split("-")[0]) for d in deps.glob("*.dist-info")}
+    _pip("install", "--no-deps", "--target", str(deps), *_pinned([b for b in BASE if _norm(b) not in have], reqs))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1", VLLM_LOGGING_LEVEL="ERROR")
+    for _ in range(30):
+        mod = _missing_module(site, deps, env)
+        if mod is None:
+            break
+        dist = DIST.get(mod, mod)
+        print(f"vllm {version}: installing {reqs.get(_norm(dist), dist)} (imported by vLLM)")
+        _pip("install", "--no-deps", "--target", str(deps), reqs.get(_norm(dist), dist))
+    else:
+        raise SystemExit(f"vllm_setup: vllm {version} still misses modules after 30 installs.")
+    size = sum(f.stat().st_size for d in (site, deps) for f in d.rglob("*") if f.is_file()) >> 20
+    stamp.write_text(f"{whl.name}\n")
+    print(f"vllm {version}: ready in {root} ({size} MB, {time.time() - t0:.0f} s)")
+    return root
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="vllm_setup")
+    p.add_argument("version")
+    p.add_argument("--for-gpu", metavar="DIR", help="also write a carryable tree for a GPU machine (Python 3.12)")
+    a = p.parse_args(argv)
+    install(a.version)
+    if a.for_gpu:
+        from .gpu_tree import build
+        build(a.version, Path(a.for_gpu))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

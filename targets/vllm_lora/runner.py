@@ -1,0 +1,258 @@
+"""Run one ``vllm_lora`` case: a small model runner's use of vLLM's own LoRA metadata and ops.
+
+The runner holds what vLLM's runners hold across steps: one token ``LoRAKernelMeta`` and one
+prompt ``LoRAKernelMeta`` (vLLM's, made by its ``make``, or the ones inside its
+``PunicaWrapperGPU``), stacked adapter weights, and the host decisions captured CUDA graphs froze.
+Each op programs the metadata as vLLM's V2 model runner does, then runs a LoRA linear layer
+(shrink into a float32 buffer, expand added into ``y``) and, for sampled rows, the logits layer.
+
+The float64 reference uses only each row's intended slot and the weights, never vLLM's metadata.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fuzzrunner import tracking
+from fuzzrunner.errors import InvalidCase
+
+from .api import opaque_op
+from .cases import captured_counts
+
+META_FIELDS = (("token_lora_mapping", False), ("token_indices_sorted_by_lora_ids", False),
+               ("active_lora_ids", False), ("num_tokens_per_lora", True), ("lora_token_start_loc", True))
+SCALE = 0.5
+
+FAULTS = {
+    "dummy_run_skips_prepare":
+        "dummy runs launch the LoRA ops on the metadata as it stands, never calling prepare_tensors, whatever "
+        "the release's runner does: vLLM's V2 model runner in 0.17-0.21 ('FIXME(woosuk): Fix warmup for "
+        "LoRA'), fixed by #43139 in 0.22.",
+    "capture_skips_mapping":
+        "a capture freezes the host decisions (no-LoRA flag, grid z) of whatever metadata the previous op "
+        "left, programming no dummy mapping: vLLM 0.22-0.23's capture_model bypassing execute_model, "
+        "replaced by the #35536 LoRA capture hook in 0.24.",
+}
+
+
+def check(case) -> dict:
+    c = case.config
+    need = ("max_loras", "max_num_tokens", "hidden", "rank", "slices", "vocab", "dtype",
+            "specialize_active_lora", "entry", "capture_sizes")
+    missing = [k for k in need if k not in c]
+    if missing:
+        raise InvalidCase(f"vllm_lora config is missing {', '.join(missing)}.")
+    if c["dtype"] not in ("float16", "bfloat16"):
+        raise InvalidCase(f"dtype {c['dtype']!r}: vLLM's LoRA ops take float16 or bfloat16.")
+    if c["entry"] not in ("public", "private", "punica"):
+        raise InvalidCase(f"entry {c['entry']!r}: one of public (torch.ops.vllm.lora_*), private (_lora_*), punica.")
+    L, T = c["max_loras"], c["max_num_tokens"]
+    for i, op in enumerate(case.ops):
+        kind = op.get("op")
+        if kind not in ("step", "dummy_run", "set_adapter", "capture", "replay"):
+            raise InvalidCase(f"op {i}: unknown op {kind!r}; vllm_lora ops are step, dummy_run, set_adapter, "
+                              f"capture, replay.")
+        slots = op.get("slots", [])
+        if any(not -1 <= s < L for s in slots):
+            raise InvalidCase(f"op {i}: slots must be in [-1, max_loras={L}).")
+        if max(len(slots) + op.get("pad", 0), op.get("num_tokens", 0) + op.get("pad", 0), op.get("size", 0)) > T:
+            raise InvalidCase(f"op {i}: more rows than max_num_tokens={T}.")
+        if kind == "set_adapter" and not 0 <= op.get("slot", -1) < L:
+            raise InvalidCase(f"op {i}: set_adapter's slot must be in [0, max_loras={L}).")
+        if any(not 0 <= r < len(slots) for r in op.get("sampled", [])):
+            raise InvalidCase(f"op {i}: sampled rows must be scheduled tokens, in [0, {len(slots)}).")
+        if kind == "dummy_run" and op.get("num_tokens", 0) < 1:
+            raise InvalidCase(f"op {i}: a dummy run has at least one token.")
+    return c
+
+
+class Session:
+    def __init__(self, case, ctx, api):
+        self.c = c = check(case)
+        self.ctx, self.api, self.faults = ctx, api, set(case.faults)
+        self.device = torch.device(ctx.device)
+        self.dtype = getattr(torch, c["dtype"])
+        self.L, self.T, self.R, self.H = c["max_loras"], c["max_num_tokens"], c["rank"], c["hidden"]
+        self.specialize = bool(c["specialize_active_lora"]) and api.has_grid_control
+        self.entry = c["entry"] if (c["entry"] != "punica" or api.punica_cls) else "public"
+        counts = captured_counts(self.L, self.specialize)
+        api.clear_pointer_caches()  # as vLLM's tests do: a reused address must not hit an old entry
+        if self.entry == "punica":
+            self.punica = api.make_punica(self.L, self.T, self.T, self.device, self.specialize)
+            self.token_meta, self.prompt_meta = self.punica.token_mapping_meta, self.punica.prompt_mapping_meta
+        else:
+            self.punica = None
+            self.token_meta = api.make_meta(self.L, self.T, self.device, counts)
+            self.prompt_meta = api.make_meta(self.L, self.T, self.device, counts)
+        for name, meta in (("token_mapping_meta", self.token_meta), ("prompt_mapping_meta", self.prompt_meta)):
+            for f, initialized in META_FIELDS:
+                ctx.track(getattr(meta, f), f"{name}.{f}", per_step=True, initialized=initialized)
+        self.graphs: dict[int, tuple] = {}
+        self._weights(case)
+
+    # -- weights -------------------------------------------------------------------------
+    def _weights(self, case) -> None:
+        g = torch.Generator().manual_seed(sum(self.c["slices"]) * 7 + self.R)
+        L, R, H = self.L, self.R, self.H
+
+        def w(*shape):
+            return (0.25 * torch.randn(*shape, generator=g)).to(self.device, self.dtype)
+        # vLLM's stacked layout: [max_loras, 1, out, in] per slice
+        self.lora_a = [self.ctx.track(w(L, 1, R, H), f"lora_a[{s}]") for s in range(len(self.c["slices"]))]
+        self.lora_b = [self.ctx.track(w(L, 1, n, R), f"lora_b[{s}]") for s, n in enumerate(self.c["slices"])]
+        self.logits_a = self.ctx.track(w(L, 1, R, H), "logits_lora_a")
+        self.logits_b = self.ctx.track(w(L, 1, self.c["vocab"], R), "logits_lora_b")
+
+    def set_adapter(self, op) -> None:
+        g = torch.Generator().manual_seed(1000 + op["seed"])
+        s = op["slot"]
+        for t in self.lora_a + self.lora_b + [self.logits_a, self.logits_b]:
+            t[s].copy_((0.25 * torch.randn(t[s].shape, generator=g)).to(t.dtype))
+
+    # -- launches ------------------------------------------------------------------------
+    def _announce(self, kernel: str, meta, name: str, M: int) -> None:
+        if not tracking.watching() or bool(meta.no_lora_flag_cpu.item()):
+            return
+        z = self.api.meta_args(meta, M, self.specialize)[-1] if self.api.has_grid_control else None
+        tracking.lora_launch(kernel, meta_name=name, M=M, grid_z=int(z.item()) if z is not None else self.L + 1,
+                             max_loras=self.L, token_lora_mapping=meta.token_lora_mapping,
+                             token_indices_sorted_by_lora_ids=meta.token_indices_sorted_by_lora_ids,
+                             num_tokens_per_lora=meta.num_tokens_per_lora,
+                             lora_token_start_loc=meta.lora_token_start_loc, active_lora_ids=meta.active_lora_ids)
+
+    def linear(self, x, y) -> None:
+        M = x.size(0)
+        self._announce("lora_shrink", self.token_meta, "token_mapping_meta", M)
+        if self.punica is not None:
+            with opaque_op():
+                self.punica.add_lora_linear(y, x, tuple(self.lora_a), tuple(self.lora_b), SCALE,
+                                            tuple(self.c["slices"]))
+            return
+        public = self.entry == "public"
+        buf = torch.empty((len(self.lora_a), M, self.R), dtype=torch.float32, device=self.device)
+        args = self.api.meta_args(self.token_meta, M, self.specialize)
+        self.api.shrink(public, x, self.lora_a, buf, args, SCALE)
+        self.api.expand(public, buf, self.lora_b, y, args, add_inputs=True)
+
+    def logits(self, h, out) -> None:
+        M = h.size(0)
+        self._announce("lora_shrink", self.prompt_meta, "prompt_mapping_meta", M)
+        if self.punica is not None:
+            with opaque_op():
+                self.punica.add_lora_logits(out, h, self.logits_a, self.logits_b, SCALE)
+            return
+        public = self.entry == "public"
+        buf = torch.empty((1, M, self.R), dtype=torch.float32, device=self.device)
+        args = self.api.meta_args(self.prompt_meta, M, self.specialize)
+        self.api.shrink(public, h, [self.logits_a], buf, args, SCALE)
+        self.api.expand(public, buf, [self.logits_b], out, args, add_inputs=True)
+
+    # -- float64 reference -----------------------------------------------------------------
+    def _ref(self, x, y, slots, a_list, b_list):
+        out = y.double().cpu().clone()
+        col = 0
+        for a, b in zip(a_list, b_list):
+            n = b.size(2)
+            for m, s in enumerate(slots):
+                if s >= 0:
+                    t = SCALE * (a[s, 0].double().cpu() @ x[m].double().cpu())
+                    out[m, col:col + n] += b[s, 0].double().cpu() @ t
+            col += n
+        return out
+
+    def run_layers(self, slots: list[int], rows: int, seed: int, label: str, sampled=()) -> None:
+        """One forward: the LoRA linear over ``rows`` rows (``slots`` then padding), then logits."""
+        g = torch.Generator().manual_seed(seed)
+        x = self.ctx.track(torch.randn(rows, self.H, generator=g).to(self.device, self.dtype), "x")
+        y = self.ctx.track(torch.randn(rows, sum(self.c["slices"]), generator=g).to(self.device, self.dtype), "y")
+        intended = list(slots) + [-1] * (rows - len(slots))
+        expected = self._ref(x, y, intended, self.lora_a, self.lora_b)
+        self.linear(x, y)
+        self.ctx.compare(f"{label}.y", y, expected, self.dtype)
+        if sampled:
+            h = x[list(sampled)].contiguous()
+            out = torch.randn(len(sampled), self.c["vocab"], generator=g).to(self.device, self.dtype)
+            expected = self._ref(h, out, [intended[r] for r in sampled], [self.logits_a], [self.logits_b])
+            self.logits(h, out)
+            self.ctx.compare(f"{label}.logits", out, expected, self.dtype)
+
+    # -- metadata programming --------------------------------------------------------------
+    def prepare(self, meta, slots: list[int]) -> None:
+        meta.prepare_tensors(torch.tensor(slots, dtype=torch.int32, device=self.device))
+
+    def dummy_slots(self, num_tokens: int, reqs: int, k: int) -> list[int]:
+        """vLLM's ``maybe_select_dummy_loras``: adapter ids 1..k cycled over the requests (k > max_loras
+        caps at max_loras and, despite its comment, adds no no-LoRA request), tokens split evenly with
+        the remainder on the last request; id i sits in slot i-1."""
+        k = min(k, self.L)
+        per = [num_tokens // reqs] * reqs
+        per[-1] += num_tokens - sum(per)
+        out = []
+        for r, n in enumerate(per):
+            out += [(r % k) if k else -1] * n
+        return out
+
+    def step(self, op) -> None:
+        self.prepare(self.token_meta, op["slots"])
+        sampled = op.get("sampled", [])
+        if sampled:
+            self.prepare(self.prompt_meta, [op["slots"][r] for r in sampled])
+        self.run_layers(op["slots"], len(op["slots"]) + op.get("pad", 0), op.get("seed", 0), "step", sampled)
+
+    def dummy_run(self, op) -> None:
+        """A dummy run as the installed release's V2 model runner makes it (api.PROTOCOLS); the output must
+        be what the mapping it means to program gives (no adapter at all, unless dummy adapters are mapped)."""
+        n, rows = op["num_tokens"], op["num_tokens"] + op.get("pad", 0)
+        protocol = "no_mapping" if "dummy_run_skips_prepare" in self.faults else self.api.protocol
+        if protocol == "lora_warmup" and op["kind"] == "warmup":
+            slots = self.dummy_slots(n, min(op.get("reqs", 1), n), op.get("k", 1))
+            self.prepare(self.token_meta, slots)  # #35536: unpadded mapping, padded forward
+        else:
+            slots = [-1] * rows
+            if protocol != "no_mapping":
+                self.prepare(self.token_meta, slots)  # the zero mapping, over the padded tokens
+            if protocol == "zero_mapping":  # #43139 then forces the flags so that the ops still launch
+                self.token_meta.no_lora_flag_cpu[0] = False
+                if self.api.has_grid_control:
+                    self.token_meta.num_active_loras_cpu[0] = 1
+        self.run_layers(slots, rows, 0, "dummy_run")
+
+    def capture(self, op) -> None:
+        size, key = op["size"], op["key"]
+        if "capture_skips_mapping" not in self.faults:
+            slots = self.dummy_slots(size, min(op.get("reqs", 1), size), key) if key else [-1] * size
+            self.prepare(self.token_meta, slots)
+        meta = self.token_meta
+        z = self.api.meta_args(meta, size, self.specialize)[-1] if self.api.has_grid_control else None
+        self.graphs[(key, size)] = (bool(meta.no_lora_flag_cpu.item()), int(z.item()) if z is not None else None)
+
+    def replay(self, op) -> None:
+        slots = op["slots"]
+        self.prepare(self.token_meta, slots)
+        active = len({s for s in slots if s >= 0})  # vLLM dispatches on its count of LoRA requests
+        fits = [(k, n) for k, n in sorted(self.graphs) if k >= active and n >= len(slots)]
+        if not fits:
+            raise InvalidCase("replay: no captured graph fits its batch; a fitting capture must come first.")
+        size = fits[0][1]
+        flag, z = self.graphs[fits[0]]
+        meta = self.token_meta
+        live = (meta.no_lora_flag_cpu.clone(), meta.num_active_loras_cpu.clone() if z is not None else None)
+        meta.no_lora_flag_cpu[0] = flag  # a graph replays the host decisions frozen at capture
+        if z is not None:
+            meta.num_active_loras_cpu[0] = z
+            if not self.specialize:
+                meta.default_num_active_loras_cpu[0] = z
+        try:
+            self.run_layers(slots, size, op.get("seed", 0), "replay")
+        finally:
+            meta.no_lora_flag_cpu.copy_(live[0])
+            if z is not None:
+                meta.num_active_loras_cpu.copy_(live[1])
+                meta.default_num_active_loras_cpu[0] = self.L + 1
+
+
+def run(case, ctx, api) -> None:
+    s = Session(case, ctx, api)
+    for i, op in enumerate(case.ops):
+        with ctx.op(i, op):
+            getattr(s, op["op"])(op)

@@ -1,0 +1,61 @@
+"""Where the vLLM under test comes from, and the environment it must be imported in.
+
+Order: ``FUZZRUNNER_VLLM_SITE`` (a directory holding ``vllm/``, e.g. a tree carried to a GPU
+machine; its ``deps/`` sub-directory, if any, too); else an installed ``vllm``; else the tree
+``scripts/vllm_setup.sh VERSION`` made under ``.cache/vllm/VERSION/`` for
+``FUZZRUNNER_VLLM_VERSION`` (default: the pinned ``PINNED``).
+
+Two settings are vLLM's own, made before its first import:
+* ``CUDA_VISIBLE_DEVICES=""`` on the CPU: ``vllm.triton_utils`` disables Triton (swapping in a
+  placeholder whose ``@jit`` returns the plain Python function) when Triton reports no active
+  driver, unless CUDA_VISIBLE_DEVICES is empty (its Ray case). Under ``TRITON_INTERPRET=1`` no
+  driver is active, so without this the "kernels" would run as Python, not as Triton programs.
+The CPU launch shapes (split_k=1, small blocks) are set in api.py, as vLLM's tuned JSON configs would
+set them: that lookup calls ``torch.cuda.get_device_name()`` and cannot run on a CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("FUZZRUNNER_VLLM_CACHE") or ROOT / ".cache" / "vllm")
+PINNED = "0.33.0"  # what scripts/setup.sh installs for CI
+IMPORTS = ("vllm.lora.ops.triton_ops", "vllm.lora.punica_wrapper.punica_gpu")
+
+
+def site_dirs(version: str) -> tuple[Path, Path]:
+    return CACHE / version / "site", CACHE / version / "deps"
+
+
+def wanted_version() -> str:
+    return os.environ.get("FUZZRUNNER_VLLM_VERSION") or PINNED
+
+
+def candidate_paths() -> list[Path] | None:
+    """Directories to put on sys.path; [] when vllm is importable as installed; None when nothing is set up."""
+    explicit = os.environ.get("FUZZRUNNER_VLLM_SITE")
+    if explicit:
+        base = Path(explicit)
+        return [base] + ([base / "deps"] if (base / "deps").is_dir() else [])
+    if "vllm" in sys.modules or importlib.util.find_spec("vllm") is not None:
+        return []
+    site, deps = site_dirs(wanted_version())
+    if (site.parent / "ok").exists():
+        return [site, deps]
+    return None
+
+
+def prepare_environment(device: str) -> None:
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM logs at import; our reports are the output
+    if device == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
+def activate(paths: list[Path]) -> None:
+    for p in paths:
+        if str(p) not in sys.path:
+            sys.path.append(str(p))  # after the venv: its torch and Triton win over anything in deps

@@ -1,0 +1,64 @@
+"""``scripts/vllm_sweep.sh``'s table: one row per (version, finding) from the campaigns' JSON reports.
+
+    python -m targets.vllm_lora.sweep OUT_DIR VERSION...   (reads OUT_DIR/VERSION.json, prints markdown)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+
+def _where(location: str) -> str:
+    m = re.search(r"(?:^|/)(vllm/(?:lora|v1|model_executor|utils)/.*)$", location)
+    return m.group(1) if m else location
+
+
+def _ops(case: dict) -> str:
+    c = case["config"]
+    head = (f"L={c['max_loras']} T={c['max_num_tokens']} {c['entry']}"
+            f"{' specialize' if c.get('specialize_active_lora') else ''}")
+    ops = []
+    for op in case["ops"]:
+        kind = op["op"]
+        if kind in ("step", "replay"):
+            ops.append(f"{kind}{op['slots']}" + (f"+{op['pad']}pad" if op.get("pad") else ""))
+        elif kind == "dummy_run":
+            ops.append(f"dummy_run({op['num_tokens']}{'+' + str(op['pad']) if op.get('pad') else ''},{op['kind']})")
+        elif kind == "capture":
+            ops.append(f"capture(size={op['size']},key={op['key']})")
+        else:
+            ops.append(f"set_adapter({op['slot']})")
+    return f"{head}: " + " → ".join(ops)
+
+
+def rows(out: Path, version: str) -> list[str]:
+    path = out / f"{version}.json"
+    if not path.exists():
+        return [f"| {version} | – | no report (set-up or campaign failed: see {out}/{version}.log) | | |"]
+    r = json.loads(path.read_text())
+    head = f"{version} | {r['examples']} in {r['duration_s']:.0f} s"
+    if not r["findings"]:
+        return [f"| {head} | none | | |"]
+    out_rows = []
+    for f in r["findings"]:
+        s = f["signature"]
+        sig = f"{s['kind']} of `{s['tensor']}` in {s['kernel']} at {_where(s['location'])} [{s['tool']}]"
+        found = f"{f['first_found_after_examples']} ex / {f['found_after_s']:.0f} s"
+        out_rows.append(f"| {head} | {sig} | {found} | {_ops(f['case'])} |")
+    return out_rows
+
+
+def main(argv: list[str]) -> int:
+    out, versions = Path(argv[0]), argv[1:]
+    print("| vLLM | cases | finding (signature) | first found after | minimal case |")
+    print("|---|---|---|---|---|")
+    for v in versions:
+        print("\n".join(rows(out, v)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
