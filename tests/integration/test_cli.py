@@ -38,7 +38,7 @@ def test_each_fault_is_found_exported_and_reproduced(tmp_path, fault, capsys):
     if sig["kind"] != "numeric-mismatch":
         assert sig["tensor"].split(".")[-1] in MAPPING_BUFFERS
     assert finding["case"]["faults"] == [fault] and finding["minimized"]
-    finding_file = next((tmp_path / "corpus" / "findings" / "reference_runner").glob("*.json"))
+    finding_file = next((tmp_path / "corpus" / "expected" / "reference_runner").glob("*.json"))
     repro = tmp_path / "repro.py"
     assert main(["export", str(finding_file), "-o", str(repro)]) == 0
     elsewhere = tmp_path / "elsewhere"
