@@ -3,7 +3,7 @@
 # (editable, with Triton, Hypothesis, pytest, pytest-xdist from the registry). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! .venv/bin/python -c "import fuzzrunner.cli, torch, triton, hypothesis, xdist" 2>/dev/null; then
+if ! .venv/bin/python -c "import fuzzrunner.cli, torch, triton, hypothesis, xdist, jsonschema" 2>/dev/null; then
   echo "setting up .venv (once) ..." >&2
   python3 -m venv .venv
   log=$(mktemp)

@@ -82,8 +82,10 @@ class _Progress:
 class Worker:
     """One live worker process."""
 
-    def __init__(self, spec: WorkerSpec):
+    def __init__(self, spec: WorkerSpec, *, connect: bool = True):
+        """Start the process; with ``connect`` also wait for its hand-shake (else call ``connect``)."""
         self.spec = spec
+        self.sock: socket.socket | None = None
         self._dir = tempfile.mkdtemp(prefix="fuzzrunner-hub-")
         self.path = os.path.join(self._dir, "w.sock")
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -96,6 +98,11 @@ class Worker:
         self.proc = subprocess.Popen([*spec.wrapper, sys.executable, "-m", "fuzzrunner.engine.worker"],
                                      env=self._environment(), stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        if connect:
+            self.connect()
+
+    def connect(self) -> None:
+        """Wait for the worker's ``ready`` (a harness error, and the process gone, if it never comes)."""
         try:
             self.sock = self._accept()
         except BaseException:
@@ -285,20 +292,26 @@ class Worker:
 
 
 class _Standby:
-    """A spare worker started in the background, ready to take over after a death."""
+    """A spare worker started in the background, ready to take over after a death.
+
+    The process is started from the calling (main) thread: the kernel's parent-death signal
+    (lifeline.py) fires when the *thread* that forked a child ends, so a spare forked from a
+    short-lived thread would be killed as soon as that thread finished. Only the wait for its
+    hand-shake runs in the background thread."""
 
     def __init__(self, spec: WorkerSpec):
         self.spec = spec
-        self._worker: Worker | None = None
+        self._worker: Worker | None = Worker(spec, connect=False)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._start, name="fuzzrunner-standby", daemon=True)
         self._thread.start()
 
     def _start(self) -> None:
         try:
-            self._worker = Worker(self.spec)
+            assert self._worker is not None
+            self._worker.connect()
         except BaseException as e:  # noqa: B036 - handed to whoever takes the spare
-            self._error = e
+            self._worker, self._error = None, e
 
     def take(self) -> Worker:
         self._thread.join()

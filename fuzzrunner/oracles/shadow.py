@@ -45,7 +45,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
     name = "shadow"
 
     def __init__(self, *, auto_track_empty: bool = True, check_triton: bool | None = None,
-                 check_views: bool = True):
+                 check_views: bool = False):
         self.auto_track_empty = auto_track_empty
         self.check_views = check_views  # out-of-view reads (launch_views.py)
         self._views: LaunchViews | None = None

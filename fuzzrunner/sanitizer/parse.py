@@ -96,7 +96,7 @@ def kernel_name(func: str) -> str:
 
 
 _PACKAGE_ROOT = source.import_root(os.path.dirname(os.path.abspath(__file__)))
-_SKIP_DIRS = ("__pycache__", "corpus", "site-packages", "node_modules")
+_SKIP_DIRS = ("__pycache__", "corpus", "site-packages", "node_modules", "build", "dist")
 
 
 @functools.lru_cache(maxsize=4)
@@ -133,10 +133,12 @@ def location(path: str | None, line) -> str:
     if os.path.isabs(path):
         return source.location(_local(path), int(line))
     if os.sep not in path:
-        found = {p for root in (os.path.join(_PACKAGE_ROOT, "fuzzrunner"), os.getcwd())
-                 for p in _python_files(root).get(path, [])}
-        if len(found) == 1:
-            return source.location(found.pop(), int(line))
+        for root in (os.path.join(_PACKAGE_ROOT, "fuzzrunner"), os.getcwd()):  # ours first
+            found = set(_python_files(root).get(path, []))
+            if len(found) == 1:
+                return source.location(found.pop(), int(line))
+            if found:
+                break
     return f"{path}:{int(line)}"
 
 

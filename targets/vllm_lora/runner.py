@@ -114,7 +114,7 @@ class Session:
         if not tracking.watching() or bool(meta.no_lora_flag_cpu.item()):
             return
         z = self.api.meta_args(meta, M, self.specialize)[-1] if self.api.has_grid_control else None
-        tracking.lora_launch(kernel, meta_name=name, M=M, grid_z=int(z.item()) if z is not None else self.L + 1,
+        tracking.kernel_launch(kernel, meta_name=name, M=M, grid_z=int(z.item()) if z is not None else self.L + 1,
                              max_loras=self.L, token_lora_mapping=meta.token_lora_mapping,
                              token_indices_sorted_by_lora_ids=meta.token_indices_sorted_by_lora_ids,
                              num_tokens_per_lora=meta.num_tokens_per_lora,

@@ -36,7 +36,7 @@ def _run(ops, faults=(), **config):
     from fuzzrunner.execute import run_case
     from fuzzrunner.target import load_target
     case = Case("vllm_lora", {**CONFIG, **config}, tuple(ops), tuple(faults))
-    return run_case(case, load_target("vllm_lora")).violations
+    return run_case(case, load_target("vllm_lora"))
 
 
 def _sigs(violations):
@@ -102,7 +102,7 @@ def _triaged(finding) -> bool:
     """docs/vllm.md, finding V1: a replay through a graph captured for key k (no no-LoRA tokens in vLLM's
     dummy mapping) with no-LoRA tokens in the real batch; only with specialize_active_lora."""
     case = finding["case"]
-    op = case["ops"][finding["details"]["op_index"]]
+    op = case["ops"][finding["violation"]["details"]["op_index"]]
     return case["config"]["specialize_active_lora"] and op["op"] == "replay" and -1 in op["slots"]
 
 

@@ -29,6 +29,7 @@ class Pair:
     program: Callable
     kind: str
     tensor: str
+    views: bool = False      # needs ShadowOracle(check_views=True), the opt-in out-of-view check
 
     def marked_line(self, marker: str) -> str:
         """``file:line`` of the program's line ending in ``marker``; for a line outside the program
@@ -52,10 +53,11 @@ class Pair:
         return (self.kind, tensor, self.marked_line("# BAD"))
 
 
-def pair(cause: str, kind: str, tensor: str):
-    """Decorator: register ``program(ctx, bug)`` as a pair."""
+def pair(cause: str, kind: str, tensor: str, *, views: bool = False):
+    """Decorator: register ``program(ctx, bug)`` as a pair (``views``: run with out-of-view checks)."""
     def register(fn):
-        PAIRS.append(Pair(fn.__name__, cause, fn, kind, tensor))
+        fn.check_views = views
+        PAIRS.append(Pair(fn.__name__, cause, fn, kind, tensor, views))
         return fn
     return register
 
@@ -71,7 +73,7 @@ class Ctx:
 
 def run(program: Callable, bug: bool) -> tuple[list, str | None]:
     """(violations, crash traceback or None) of one program under the shadow oracle."""
-    oracle = ShadowOracle()
+    oracle = ShadowOracle(check_views=getattr(program, "check_views", False))
     oracle.start()
     crash = None
     try:

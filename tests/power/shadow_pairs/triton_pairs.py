@@ -216,9 +216,25 @@ def _adapter_rows_kernel(w, out, rows, K: tl.constexpr, R: tl.constexpr):
     tl.store(out + r[:, None] * K + k[None, :], x, mask=(r < rows)[:, None])
 
 
-@pair("triton", OOB, "lora_a_stacked")
+@pair("triton", OOB, "lora_a_stacked", views=True)
 def adapter_slice_read_past_its_end(ctx, bug):
     stacked = track(torch.randn(3, 2, 4), "lora_a_stacked")  # 3 adapters, rank 2, hidden 4
     out = torch.zeros(4, 4)
     s = 1
     _adapter_rows_kernel[(1,)](stacked[s], out, 4 if bug else 2, K=4, R=4)  # reads rank 4 of a rank-2 slice
+
+
+@triton.jit
+def _base_pointer_kernel(w, out, lora_id, stride0, K: tl.constexpr):
+    k = tl.arange(0, K)
+    x = tl.load(w + lora_id * stride0 + k)  # BAD:base_pointer_with_explicit_adapter_stride
+    tl.store(out + k, x)
+
+
+@pair("triton", OOB, "lora_b_stacked")
+def base_pointer_with_explicit_adapter_stride(ctx, bug):
+    """vLLM's expand kernel: it is given adapter 0's slice and reaches adapter ``id`` through the
+    stride it is passed. Correct (and silent by default) inside the stack; past it, out of bounds."""
+    stacked = track(torch.randn(3, 4), "lora_b_stacked")  # 3 adapters, 4 outputs each
+    out = torch.zeros(4)
+    _base_pointer_kernel[(1,)](stacked[0], out, 3 if bug else 2, stacked.stride(0), K=4)
