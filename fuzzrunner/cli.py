@@ -58,8 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     f = sub.add_parser("fuzz", help="fuzz one target", formatter_class=_Help,
                        epilog="example:\n  fuzzrunner fuzz --target reference_runner --fault dummy_run_skips_mapping "
                               "--max-examples 300 --seed 1 --report r.json")
-    f.add_argument("--target", required=True, help="a built-in name (see `fuzzrunner targets`), FILE.py:OBJ or "
-                                                   "package.module:OBJ")
+    f.add_argument("--target", default="reference_runner",
+                   help="a built-in name (see `fuzzrunner targets`), FILE.py:OBJ or package.module:OBJ")
     f.add_argument("--fault", action="append", default=[], metavar="NAME",
                    help="turn on a planted bug (repeatable; see `fuzzrunner faults --target T`)")
     _campaign_options(f, "dev")
@@ -161,8 +161,12 @@ def _check_writable_file(p) -> None:
     if path.is_dir():
         raise InvalidArgument(f"cannot write {p!r}: it is a directory; name a file.")
     parent = path.resolve().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)  # like the corpus: a new report folder is made
+    except OSError as e:
+        raise InvalidArgument(f"cannot write {p!r}: cannot create directory {str(parent)!r} ({e.strerror}).")
     if not parent.is_dir():
-        raise InvalidArgument(f"cannot write {p!r}: directory {str(parent)!r} does not exist.")
+        raise InvalidArgument(f"cannot write {p!r}: {str(parent)!r} is not a directory.")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise InvalidArgument(f"cannot write {p!r}: permission denied.")
 
@@ -266,7 +270,8 @@ def _replay_one(replayer, path, args) -> int:
                                                                  finding.target_spec else case.target)
         violations = replayer.run(case, spec)
     except FuzzrunnerError as e:
-        print(f"{path}: COULD NOT RUN: {e}")
+        message = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
+        print(f"fuzzrunner: error: could not run {message}", file=sys.stderr)
         return EXIT_ERROR
     if finding is not None:
         same = finding.reproduced_by(violations)

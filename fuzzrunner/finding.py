@@ -85,6 +85,25 @@ def _op_heads(violations: list[Violation]) -> dict:
     return heads
 
 
+def _invariant_heads(violations: list[Violation], memory_heads: dict) -> dict:
+    """op index -> the first invariant violation of an op that has no memory error."""
+    out: dict = {}
+    for v in sorted(violations, key=_seq):
+        op = v.details.get("op_index")
+        if v.kind == "invariant-violation" and op not in memory_heads:
+            out.setdefault(op, v)
+    return out
+
+
+def _explained_by(v: Violation, explained: dict) -> Violation | None:
+    head = explained.get(v.details.get("op_index"))
+    if head is None or head is v:
+        return None
+    if v.kind == "invariant-violation":
+        return head if v.tensor == head.tensor else None
+    return head if v.kind in ("numeric-mismatch", "poison-divergence") else None
+
+
 def _owner(v: Violation, heads: dict) -> Violation | None:
     """The memory error ``v`` belongs to: a crash, hang or sanitizer error follows the case's first
     one (the bad access kills or floods the process); anything else, the head of its op."""
@@ -100,22 +119,27 @@ def group(violations: list[Violation]) -> list[tuple[Violation, list[Violation]]
     not write what it read), headed by its first unwritten read; an op whose only memory errors are
     out-of-bounds accesses belongs to the case's first unwritten read, if any (a garbage index read
     earlier); a numeric, poison or invariant violation belongs to the memory error of its op; a
-    crash, hang or sanitizer error to the case's first memory error. What no memory error explains
-    heads its own group. Groups whose heads are one bug (same id) are one.
+    crash, hang or sanitizer error to the case's first memory error. In an op with no memory
+    error, its first metadata-invariant violation heads the op's numeric and poison differences and
+    its other invariant violations of the same tensor (a launch given inconsistent metadata computes
+    wrong rows; the check runs before the launch). What nothing explains heads its own group.
+    Groups whose heads are one bug (same id) are one.
     """
     heads = _op_heads(violations)
+    explained = _invariant_heads(violations, heads)
     first = min(heads.values(), key=_seq) if heads else None
     if first is not None and first.kind != "out-of-bounds":  # wild accesses follow the garbage read
         heads = {op: (first if h.kind == "out-of-bounds" else h) for op, h in heads.items()}
     groups: dict[str, tuple[Violation, list[Violation]]] = {}
-    for head in sorted(heads.values(), key=_seq):
+    all_heads = sorted([*heads.values(), *explained.values()], key=_seq)
+    for head in all_heads:
         groups.setdefault(head.signature.id, (head, []))
     for v in sorted(violations, key=_rank):
-        if any(v is h for h in heads.values()):
+        if any(v is h for h in all_heads):
             if groups[v.signature.id][0] is not v:
                 groups[v.signature.id][1].append(v)
             continue
-        owner = _owner(v, heads)
+        owner = _owner(v, heads) or _explained_by(v, explained)
         if owner is not None:
             groups[owner.signature.id][1].append(v)
         elif v.signature.id in groups:

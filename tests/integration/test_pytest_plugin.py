@@ -230,7 +230,7 @@ def test_a_planted_uninitialized_read_fails_with_the_report_then_passes_once_fix
     out = result.stdout.str()
     assert re.search(r"fuzzrunner found [12] bugs? in target 'my_runner' \(\d+ cases in .* s, seed 0, "
                      r"profile 'ci', stopped: max-examples\):", out)
-    assert re.search(r"1\. uninitialized-read of slot_mapping in _write_kv_cache at \S+test_my_runner.py:19", out)
+    assert re.search(r"1\. uninitialized-read of slot_mapping in _write_kv_cache at \S*test_my_runner.py:19", out)
     assert "read slot_mapping[0] (byte 0): never written" in out
     result.stdout.fnmatch_lines(["*Falsifying case (1 op, minimized):",
                                  '*{"schema": 1, "target": "my_runner", "faults": [], "config": {}, "ops": [',
