@@ -22,11 +22,10 @@ os.environ.setdefault("FUZZRUNNER_DEVICE", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-
-from fuzzrunner import _env, tracking  # noqa: E402  (sets TRITON_INTERPRET before Triton loads)
-
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+
+from fuzzrunner import _env, tracking  # noqa: E402  (sets TRITON_INTERPRET before Triton loads)
 from fuzzrunner.kernels import KernelConfig, lora_bgmv, lora_expand, lora_shrink  # noqa: E402
 from fuzzrunner.oracles.shadow import ShadowOracle  # noqa: E402
 from fuzzrunner.runner.kernel_meta import LoRAKernelMeta  # noqa: E402
@@ -133,7 +132,8 @@ def main(argv=None) -> int:
             plain.append(timed(None, False, name))
             shadow.append(timed(None, True, name))
         p_, s_ = statistics.median(plain), statistics.median(shadow)
-        print(f"{name:16} {'T=4096,rows=512,W=16':14} {p_:9.4f} {s_:9.4f} {s_ / p_:6.2f} {min(shadow) / min(plain):9.2f}")
+        print(f"{name:16} {'T=4096,rows=512,W=16':14} {p_:9.4f} {s_:9.4f} {s_ / p_:6.2f} "
+              f"{min(shadow) / min(plain):9.2f}")
     return 0
 
 

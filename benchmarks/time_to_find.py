@@ -8,9 +8,9 @@ from the campaign's start, the worker's start-up included. Usage:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
-import os
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

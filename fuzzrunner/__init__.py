@@ -21,8 +21,9 @@ _checkout.install()  # fuzzrunner.targets from a checkout's top-level targets/ f
 if _environ.get("FUZZRUNNER_DEVICE"):
     _env.configure()  # the device is decided: no GPU probe, no torch import
 
-__version__ = "0.1.0"
-__all__ = ["Case", "Settings", "Target", "carry_over", "fuzz", "kernel_launch", "replay", "track"]
+from ._version import __version__  # noqa: E402
+
+__all__ = ["__version__", "Case", "Settings", "Target", "carry_over", "fuzz", "kernel_launch", "replay", "track"]
 
 _HOME = {"Case": ".case", "Settings": ".settings", "Target": ".target", "carry_over": ".tracking",
          "fuzz": ".api", "kernel_launch": ".tracking", "replay": ".api", "track": ".tracking"}

@@ -55,7 +55,7 @@ class Case:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
 
     @classmethod
-    def from_dict(cls, d, *, source: str = "case") -> "Case":
+    def from_dict(cls, d, *, source: str = "case") -> Case:
         if not isinstance(d, dict):
             raise InvalidCase(f"{source}: a case must be a JSON object, got {type(d).__name__}.")
         schema = d.get("schema")
@@ -78,14 +78,14 @@ class Case:
         return cls(d["target"], d["config"], tuple(ops), tuple(faults), schema)
 
     @classmethod
-    def from_json(cls, text: str, *, source: str = "case") -> "Case":
+    def from_json(cls, text: str, *, source: str = "case") -> Case:
         data = parse_json(text, source)
         if isinstance(data, dict) and "case" in data and ("signature" in data or "violation" in data):
             data = data["case"]  # a finding file holds its case
         return cls.from_dict(data, source=source)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Case":
+    def load(cls, path: str | os.PathLike) -> Case:
         return cls.from_json(read_text(path), source=str(path))
 
     def size(self) -> tuple:

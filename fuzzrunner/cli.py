@@ -48,7 +48,7 @@ def _campaign_options(p: argparse.ArgumentParser, profile: str) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from ._version import __version__
     p = _Parser(prog="fuzzrunner", description="Fuzz GPU model runners for reads of uninitialized or stale "
                                                "LoRA metadata.", formatter_class=_Help)
     p.add_argument("--version", action="version", version=f"fuzzrunner {__version__}")
@@ -92,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
     n = sub.add_parser("nightly", help="replay the corpus, fuzz every built-in target, write all reports",
-                       formatter_class=_Help, epilog="example:\n  fuzzrunner nightly --budget 3600 --report-dir reports")
+                       formatter_class=_Help,
+                       epilog="example:\n  fuzzrunner nightly --budget 3600 --report-dir reports")
     _campaign_options(n, "nightly")
     n.add_argument("--report-dir", default="reports", help="where report.json, junit.xml, report.html go")
     _verbosity(n)
@@ -164,7 +165,7 @@ def _check_writable_file(p) -> None:
     try:
         parent.mkdir(parents=True, exist_ok=True)  # like the corpus: a new report folder is made
     except OSError as e:
-        raise InvalidArgument(f"cannot write {p!r}: cannot create directory {str(parent)!r} ({e.strerror}).")
+        raise InvalidArgument(f"cannot write {p!r}: cannot create directory {str(parent)!r} ({e.strerror}).") from None
     if not parent.is_dir():
         raise InvalidArgument(f"cannot write {p!r}: {str(parent)!r} is not a directory.")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
@@ -359,8 +360,8 @@ def cmd_nightly(args) -> int:
             for p in _write_reports(results, str(report_dir / "report.json"), str(report_dir / "junit.xml"),
                                     str(report_dir / "report.html")):
                 print(f"wrote {p}")
-    for e in errors:
-        print(f"fuzzrunner: error: {e}", file=sys.stderr)
+    for message in errors:
+        print(f"fuzzrunner: error: {message}", file=sys.stderr)
     code = _exit_code(results)
     return code if code in (EXIT_INTERRUPTED, EXIT_ERROR) or not errors else EXIT_ERROR
 

@@ -12,17 +12,22 @@ def report() -> tuple[list[str], bool]:
     import torch
     import triton
 
-    from . import __version__, _env
-    from .target import BUILTIN, unavailable
+    from . import _env
+    from ._version import __version__
+    from .target import BUILTIN, load_target, schema_checks_available, unavailable
     lines = [f"fuzzrunner   {__version__}", f"python       {platform.python_version()}",
              f"torch        {torch.__version__}", f"triton       {triton.__version__}",
              f"hypothesis   {hypothesis.__version__}", f"numpy        {numpy.__version__}"]
     gpu = _env.cuda_present()
     lines.append(f"device       {'cuda: ' + torch.cuda.get_device_name(0) if gpu else 'cpu (no CUDA device)'}")
     lines.append(f"triton mode  {'interpreter (TRITON_INTERPRET=1)' if _env.interpreted() else 'compiled'}")
+    lines.append("jsonschema   " + ("ok: case files are checked against each target's schema"
+                                  if schema_checks_available() else
+                                  "missing: case files run unchecked (pip install jsonschema)"))
     for name in BUILTIN:
         reason = unavailable(name)
-        lines.append(f"target       {name}: {'unavailable: ' + reason if reason else 'ok'}")
+        lines.append(f"target       {name}: " + (f"unavailable: {reason}" if reason else
+                                                 f"ok ({load_target(name).description})"))
     if not gpu:
         lines.append("sanitizer    not checked: compute-sanitizer needs a GPU (the shadow oracle covers the CPU)")
         return lines, True

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import traceback
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 import torch
 

@@ -10,47 +10,19 @@ to write the bytes), so they share a family and an id, and shrinking reaches the
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from dataclasses import dataclass, field
 
-from . import names, source
+from . import names
 from .case import Case, parse_json, read_text
 from .errors import InvalidCase
+from .signature import Signature
 from .violation import Violation
 
+__all__ = ["FINDING_SCHEMA", "Finding", "Signature", "group", "merge", "primary"]
+
 FINDING_SCHEMA = 2  # 2: violations carry their site; findings their target spec and state
-
-
-@dataclass(frozen=True)
-class Signature:
-    """tool + kind + kernel (or torch op) + location + tensor + site; never Python frames."""
-    tool: str
-    kind: str
-    kernel: str
-    location: str
-    tensor: str
-    site: str = ""
-
-    @property
-    def id(self) -> str:
-        kind = names.KINDS[self.kind].family if self.kind in names.KINDS else self.kind
-        where = self.site or source.site(self.location)
-        key = "|".join((self.tool, kind, source.without_lines(self.kernel), where,
-                        source.without_lines(self.tensor)))
-        return hashlib.sha1(key.encode()).hexdigest()[:12]
-
-    def short(self) -> str:
-        return f"{self.kind} of {self.tensor or '?'} in {self.kernel or '?'} at {self.location or '?'} [{self.tool}]"
-
-    def to_dict(self) -> dict:
-        return {"tool": self.tool, "kind": self.kind, "kernel": self.kernel, "location": self.location,
-                "tensor": self.tensor, "site": self.site}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Signature:
-        return cls(*(str(d.get(k, "")) for k in ("tool", "kind", "kernel", "location", "tensor", "site")))
 
 
 # -- from violations to findings ------------------------------------------------------------------

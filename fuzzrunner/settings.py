@@ -92,7 +92,7 @@ class Settings:
             raise InvalidArgument(f"sanitizer={self.sanitizer!r} needs device='cuda': compute-sanitizer "
                                   f"checks GPU kernels. On the CPU the shadow oracle does this job.")
 
-    def override(self, **changes) -> "Settings":
+    def override(self, **changes) -> Settings:
         """These settings with the non-None ``changes`` applied (explicit values win)."""
         known = {f.name for f in fields(self)}
         unknown = set(changes) - known

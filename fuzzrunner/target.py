@@ -15,8 +15,9 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .case import Case
 from .errors import HarnessError, InvalidArgument, InvalidCase, did_you_mean
@@ -37,6 +38,13 @@ class Target:
     faults: tuple = ()                 # fault names this target understands
     fault_descriptions: dict = field(default_factory=dict)  # {fault name: one line}
     schema: dict | None = None         # JSON Schema of {"config": {...}, "ops": [...]}
+    seeds: str | None = None           # a folder of seed case files shipped with the target
+
+    def seed_files(self) -> list:
+        """The target's own seed cases (replayed first by every campaign, after the corpus's)."""
+        if not self.seeds or not os.path.isdir(self.seeds):
+            return []
+        return sorted(os.path.join(self.seeds, f) for f in os.listdir(self.seeds) if f.endswith(".json"))
 
     def check_faults(self, names) -> tuple:
         names = tuple(names or ())
@@ -139,6 +147,8 @@ def load_target(spec: str) -> Target:
     if not isinstance(obj, Target) and callable(obj):
         try:
             obj = obj()
+        except HarnessError:
+            raise  # already one line (TargetUnavailable: what is missing and how to get it)
         except BaseException as e:  # noqa: B036 - SystemExit in a factory is a broken harness too
             raise HarnessError(f"target factory {full!r} failed: {type(e).__name__}: {e}") from None
     if not isinstance(obj, Target):
@@ -153,8 +163,8 @@ def spec_of(target: Target) -> str:
     for name, obj in vars(module).items() if module is not None else ():
         if obj is target:
             path = getattr(module, "__file__", None)
-            if module.__name__.startswith("fuzzrunner.") or not path:
-                return f"{module.__name__}:{name}"  # ours: importable anywhere fuzzrunner is
+            if module.__name__.startswith("fuzzrunner.") or not path:  # type: ignore[union-attr]
+                return f"{module.__name__}:{name}"  # type: ignore[union-attr]  # ours: importable anywhere fuzzrunner is
             return f"{path}:{name}"
     raise InvalidArgument(f"target {target.name!r} must be a module-level object so worker processes can import it.")
 

@@ -19,8 +19,9 @@ the runner imports it, and it imports nothing of the package.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 
 class Watcher:

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from . import names, source
-
-if TYPE_CHECKING:
-    from .finding import Signature
+from .signature import Signature
 
 
 @dataclass(frozen=True)
@@ -30,7 +27,6 @@ class Violation:
 
     @property
     def signature(self) -> Signature:
-        from .finding import Signature  # finding.py builds on this module
         return Signature(self.tool, self.kind, self.kernel, self.location, self.tensor, self.site)
 
     def to_dict(self) -> dict:

@@ -8,7 +8,7 @@ when it could not write: ``stop_reason`` says why it ended and ``errors`` what w
 from __future__ import annotations
 
 import random
-from typing import Callable
+from collections.abc import Callable
 
 from .. import gpus
 from ..corpus import Corpus
@@ -28,7 +28,7 @@ LOW_VALID_FRACTION = 0.10
 def worker_spec(target_spec: str, settings: Settings, index: int, device: str) -> WorkerSpec:
     # Blocking launches on a GPU: a device-side assert or illegal address then surfaces at the
     # launch that caused it, so the crash finding names the right kernel and line.
-    wrapper, env = [], ({"CUDA_LAUNCH_BLOCKING": "1"} if device == "cuda" else {})
+    wrapper, env = [], ({"CUDA_LAUNCH_BLOCKING": "1"} if device == "cuda" else {})  # type: ignore[var-annotated]
     if settings.sanitizer != "none":
         from ..sanitizer.session import sanitizer_wrapper
         wrapper, sanitizer_env = sanitizer_wrapper(settings.sanitizer)

@@ -1,4 +1,5 @@
-"""Before any search: replay the corpus (saved findings, then seed cases) through the shard.
+"""Before any search: replay the corpus (saved findings, then seed cases), then the target's own
+seed cases, through the shard.
 
 A finding that still reproduces is known again (and keeps its shrink state, so an interrupted
 shrink resumes); one that shows something else is recorded as what it shows now. A file that
@@ -12,7 +13,7 @@ from ..errors import InvalidCase
 
 def replay_corpus(shard) -> None:
     corpus, result = shard.corpus, shard.result
-    if corpus is None or shard.index != 0:
+    if shard.index != 0:
         return
 
     def bad(path, moved, error) -> None:
@@ -20,13 +21,14 @@ def replay_corpus(shard) -> None:
         where = f"moved to {moved}" if moved else "could not be moved"
         shard.emit({"type": "warning", "message": f"unreadable corpus file {path} ({where}): {error}"})
 
-    for path, case, finding in corpus.entries(shard.target.name, on_bad=bad):
+    entries = corpus.entries(shard.target.name, on_bad=bad) if corpus is not None else []
+    for path, case, finding in entries + _seed_entries(shard, bad):
         if not set(case.faults) <= set(shard.faults):
             continue  # recorded with planted faults: replays only in campaigns that plant them
         try:
             violations = shard.execute(case)
         except InvalidCase as e:
-            bad(path, corpus.quarantine(path), e)
+            bad(path, corpus.quarantine(path) if _in(corpus, path) else None, e)
             continue
         still = finding is not None and bool(finding.reproduced_by(violations))
         result.replayed.append((str(path), finding.id if finding else None, still if finding else bool(violations)))
@@ -35,3 +37,21 @@ def replay_corpus(shard) -> None:
             shard.emit({"type": "regression", "finding": finding, "path": str(path)})
         elif violations:
             shard.record(violations, case)
+
+
+def _in(corpus, path) -> bool:
+    return corpus is not None and str(path).startswith(str(corpus.root))
+
+
+def _seed_entries(shard, bad) -> list:
+    """The target's own seed cases: a bad one is reported, never moved (it is not the user's file)."""
+    from ..corpus import load_any
+    out = []
+    for path in shard.target.seed_files():
+        try:
+            case, finding = load_any(path)
+        except InvalidCase as e:
+            bad(path, None, e)
+            continue
+        out.append((path, case, finding))
+    return out

@@ -128,7 +128,7 @@ class Worker:
             try:
                 conn, _ = self.server.accept()
                 break
-            except socket.timeout:
+            except TimeoutError:
                 if self.proc.poll() is not None:
                     raise HarnessError(f"worker exited during start-up ({_signal_name(self.proc.returncode)}); "
                                        f"its output: {self.tail()}") from None
@@ -186,7 +186,7 @@ class Worker:
         """Run one case; a death or a hang comes back as a crash/timeout violation."""
         start_log, t0 = self.log_size(), time.monotonic()
         self.case_no += 1
-        protocol.send(self.sock, {"type": "run", "case": case.to_dict(),
+        protocol.send(self.sock, {"type": "run", "case": case.to_dict(),  # type: ignore[arg-type]
                                   "oracles": list(oracles) if oracles is not None else None})
         seen, deadline = _Progress(), t0 + timeout_s
         while True:
@@ -274,7 +274,7 @@ class Worker:
     def close(self) -> None:
         if self.proc.poll() is None and getattr(self, "sock", None) is not None:
             try:
-                protocol.send(self.sock, {"type": "exit"})
+                protocol.send(self.sock, {"type": "exit"})  # type: ignore[arg-type]
                 self.proc.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 pass

@@ -12,7 +12,7 @@ example database.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..case import Case
 from ..corpus import Corpus
@@ -144,7 +144,9 @@ class Shard:
                    "findings": len(self.book.by_id), "elapsed": self.elapsed(), "shard": self.index})
 
     def _batch(self, batch: int, n: int, strategy) -> None:
-        from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hseed, settings as hsettings
+        from hypothesis import HealthCheck, Phase, Verbosity, given
+        from hypothesis import seed as hseed
+        from hypothesis import settings as hsettings
         phases = [Phase.generate] + ([Phase.shrink] if self.settings.shrink else [])
         if batch == 0:
             phases = [Phase.reuse] + phases

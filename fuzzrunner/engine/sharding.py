@@ -28,7 +28,7 @@ def _shard_process(queue, parent: int, *args) -> None:
     def emit(e):
         queue.put(("event", _portable(e)))
     try:
-        res = run_shard(*args, on_event=emit)
+        res = run_shard(*args, on_event=emit)  # type: ignore[misc]
         res.findings = [f.to_dict() for f in res.findings]
         res.flaky = [f.to_dict() for f in res.flaky]
         queue.put(("done", res))

@@ -4,7 +4,8 @@ vLLM's ``CpuGpuBuffer`` / ``InputBatch`` fill ``buf.np[:n]`` (a numpy view of a 
 CPU tensor) and then copy ``buf.cpu[:n]`` to the device. Numpy writes never reach the
 dispatch mode, so without this module the copy reads bytes the shadow thinks unwritten.
 
-While the oracle runs, ``Tensor.numpy()`` of a *tracked* CPU tensor returns a ``ShadowArray``: a plain ndarray subclass over the same memory that
+While the oracle runs, ``Tensor.numpy()`` of a *tracked* CPU tensor returns a ``ShadowArray``: a
+plain ndarray subclass over the same memory that
 reports its accesses. Which elements an access touches is found as for torch ops: by
 applying the same index to an array of element addresses. Writes: ``a[key] = v``,
 ``fill``, ``put``, ufuncs' and numpy functions' ``out=``, ``np.copyto``. Reads: ufuncs (``a.sum()``, ``a + 1``) and
@@ -40,7 +41,7 @@ def _shadows(value):
 
 
 class ShadowArray(np.ndarray):
-    _host: "HostViews | None" = None
+    _host: HostViews | None = None
 
     def __array_finalize__(self, obj):
         self._host = getattr(obj, "_host", None)
@@ -166,7 +167,7 @@ class HostViews:
             host._tensor_read(t)
             return saved["tolist"](t)
 
-        torch.Tensor.numpy, torch.Tensor.__array__, torch.Tensor.tolist = numpy, array, tolist
+        torch.Tensor.numpy, torch.Tensor.__array__, torch.Tensor.tolist = numpy, array, tolist  # type: ignore[assignment,method-assign]
 
     def uninstall(self) -> None:
         for name, fn in self._saved.items():

@@ -15,7 +15,6 @@ from .. import tracking
 from ..violation import Violation
 from .base import Oracle, ViolationLog
 
-
 _LORA_META = {"M", "grid_z", "max_loras", "token_lora_mapping"}
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 
-
 def span(t) -> tuple[int, int]:
     """[first byte, end) of the elements of view ``t``, from its strides (no per-element work)."""
     item = t.element_size()

@@ -47,7 +47,7 @@ def fill(t: torch.Tensor, p: Pattern) -> None:
 
 
 class _FillEmpties(TorchDispatchMode):
-    def __init__(self, poison: "PoisonFill"):
+    def __init__(self, poison: PoisonFill):
         super().__init__()
         self.poison = poison
 
@@ -77,10 +77,10 @@ class PoisonFill(tracking.Watcher):
         self._watch = self._mode = None
 
     def start(self) -> None:
-        self._watch = tracking.watch(self)
-        self._watch.__enter__()
-        self._mode = _FillEmpties(self)
-        self._mode.__enter__()
+        self._watch = tracking.watch(self)  # type: ignore[assignment]
+        self._watch.__enter__()  # type: ignore[attr-defined]
+        self._mode = _FillEmpties(self)  # type: ignore[assignment]
+        self._mode.__enter__()  # type: ignore[attr-defined]
 
     def finish(self) -> None:
         if self._mode is not None:

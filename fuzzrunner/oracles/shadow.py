@@ -18,10 +18,10 @@ import torch
 from .. import _env, tracking
 from ..violation import Violation
 from .base import Oracle, ViolationLog, source_location
-from .shadow_memory import BadAccess, ShadowMemory
-from .storage_hook import StorageHook
 from .host_views import HostViews
 from .launch_views import LaunchViews
+from .shadow_memory import BadAccess, ShadowMemory
+from .storage_hook import StorageHook
 from .torch_effects import addresses
 from .torch_hook import TorchShadowMode
 from .triton_hook import TritonHook, grid_idx, kernel_source_line, live_storages
@@ -37,7 +37,7 @@ def _caller_line() -> tuple[str, int]:
         path = f.f_code.co_filename.replace("\\", "/")
         if not any(s in path for s in _NOT_CALLERS):
             return path, f.f_lineno
-        f = f.f_back
+        f = f.f_back  # type: ignore[assignment]
     return "?", 0
 
 
@@ -90,8 +90,8 @@ class ShadowOracle(Oracle, tracking.Watcher):
 
     # -- protocol -----------------------------------------------------------------------
     def start(self) -> None:
-        self._watch = tracking.watch(self)
-        self._watch.__enter__()
+        self._watch = tracking.watch(self)  # type: ignore[assignment]
+        self._watch.__enter__()  # type: ignore[attr-defined]
         if self.check_triton:
             self._hook = TritonHook(self._kernel_read, self._kernel_write, self._launch, self._launch_end)
             self._hook.install()
@@ -285,14 +285,14 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self._adopted = []
 
     def _out_of_view(self, addrs: np.ndarray, itemsize: int) -> list[BadAccess]:
-        hit = self._views.outside(addrs, itemsize)
+        hit = self._views.outside(addrs, itemsize)  # type: ignore[union-attr]
         if hit is None:
             return []
         lanes, names = hit
         lane = int(np.flatnonzero(lanes)[0])
         alloc = self.memory.containing(int(addrs[lane]))
         b = BadAccess("out-of-bounds", alloc, int(addrs[lane]), 0, lane, int(lanes.sum()))
-        b.view = names
+        b.view = names  # type: ignore[attr-defined]
         return [b]
 
     def _adopt(self, addrs: np.ndarray) -> bool:
@@ -344,15 +344,15 @@ class ShadowOracle(Oracle, tracking.Watcher):
         name = b.allocation.name if b.allocation else "<untracked>"
         details = {"address": hex(b.address), "op_index": self.op_index, "op": self.op_name, **extra}
         if b.kind == "out-of-bounds" and getattr(b, "view", None):
-            details["view"] = b.view
+            details["view"] = b.view  # type: ignore[attr-defined]
             msg = (f"{kernel} read {hex(b.address)}, inside {name}'s storage but outside the view(s) "
-                   f"{', '.join(b.view)} it was given (an adapter slice read past its end?)")
+                   f"{', '.join(b.view)} it was given (an adapter slice read past its end?)")  # type: ignore[attr-defined]
         elif b.kind == "out-of-bounds":
             where = (f"{b.byte_offset} byte(s) outside {name}" if b.allocation else "outside every tracked allocation")
             msg = f"{kernel} accessed {hex(b.address)}, {where}; the lane was masked off"
             details["distance_bytes"] = b.byte_offset
         else:
-            element = b.allocation.element(b.byte_offset)
+            element = b.allocation.element(b.byte_offset)  # type: ignore[union-attr]
             details.update(element=list(element), byte_offset=b.byte_offset)
             if b.kind == "stale-read":
                 details["written_in_op"] = b.written_epoch - 1

@@ -28,7 +28,7 @@ class Allocation:
     itemsize: int
     shape: tuple
     auto: bool = False            # tracked automatically (torch.empty in a watched region, kernel arg)
-    epochs: np.ndarray = field(default=None, repr=False)
+    epochs: np.ndarray = field(default=None, repr=False)  # type: ignore[arg-type]
     fully_written: bool = False   # every byte written at least once: a persistent read needs no gather
 
     def element_view(self, itemsize: int) -> np.ndarray | None:

@@ -7,7 +7,7 @@ set onto one, ``t.set_(storage)``, reads what the storage holds). Storages made 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -31,7 +31,7 @@ class StorageHook:
                 hook.on_new(st)
             return st
 
-        cls.__new__ = new
+        cls.__new__ = new  # type: ignore[assignment,method-assign]
 
     def uninstall(self) -> None:
         if self._orig is not None and self._had_own:

@@ -47,7 +47,7 @@ def element_offsets(t: torch.Tensor) -> np.ndarray:
     item = t.element_size()
     if t.is_contiguous():
         start = t.storage_offset()
-        return np.arange(start, start + t.numel(), dtype=np.int64) * item
+        return np.arange(start, start + t.numel(), dtype=np.int64) * item  # type: ignore[arg-type]
     offs = np.array([t.storage_offset()], dtype=np.int64)
     for size, stride in zip(t.shape, t.stride()):
         offs = (offs[:, None] + np.arange(size, dtype=np.int64) * stride).ravel()
@@ -76,7 +76,7 @@ def rows_addresses(t: torch.Tensor, dim: int, rows: torch.Tensor) -> np.ndarray:
     first = t.select(dim, 0)
     inner = element_offsets(first) - first.storage_offset() * t.element_size()
     starts = (t.storage_offset() + r * t.stride(dim)) * t.element_size()
-    return ((starts[:, None] + inner[None, :]).ravel()).astype(np.uint64) + np.uint64(t.untyped_storage().data_ptr())
+    return ((starts[:, None] + inner[None, :]).ravel()).astype(np.uint64) + np.uint64(t.untyped_storage().data_ptr())  # type: ignore[index]
 
 
 def _flat(a: torch.Tensor) -> np.ndarray:
@@ -283,7 +283,7 @@ def _operand_reads(base, args, written: np.ndarray) -> list:
     elif base.startswith("scatter"):
         out.append((args[2], None))
         if len(args) > 3 and isinstance(args[3], torch.Tensor):
-            out.append((args[3], _prefix(args[3], args[2].shape)))
+            out.append((args[3], _prefix(args[3], args[2].shape)))  # type: ignore[arg-type]
     elif base.startswith("index_"):
         out += [(x, None) for x in args[2:4] if isinstance(x, torch.Tensor)]
     elif base == "put":
@@ -293,7 +293,7 @@ def _operand_reads(base, args, written: np.ndarray) -> list:
     elif base == "masked_fill":
         out += [(x, None) for x in args[1:3] if isinstance(x, torch.Tensor)]
     elif base == "masked_scatter":
-        out += [(args[1], None), (args[2], _flat(addr_tensor(args[2]).reshape(-1)[:written.size]))]
+        out += [(args[1], None), (args[2], _flat(addr_tensor(args[2]).reshape(-1)[:written.size]))]  # type: ignore[list-item]
     return out
 
 

@@ -15,7 +15,6 @@ one; any other op goes through the differential fallback of ``torch_fallback``.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 

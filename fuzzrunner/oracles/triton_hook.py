@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable
 
 import numpy as np
 
@@ -122,8 +122,8 @@ class TritonHook:
 
     @staticmethod
     def _new_mask(mask, oob):
-        from triton.runtime.interpreter import TensorHandle
         import triton.language as tl
+        from triton.runtime.interpreter import TensorHandle
         new = mask.copy()
         new[mask] &= ~oob
         return TensorHandle(new, tl.int1)
@@ -173,6 +173,7 @@ def live_storages(addrs: np.ndarray):
     Walks the garbage collector's objects: slow, so called only for lanes that are outside
     every tracked storage, just before they would be reported and masked."""
     import gc
+
     import torch
     seen, out = set(), []
     lo, hi = int(addrs.min()), int(addrs.max())
@@ -207,7 +208,7 @@ def kernel_source_line() -> tuple[str, int]:
         path = f.f_code.co_filename
         if not any(s in path for s in _SKIP) and "<" not in path:
             return path, f.f_lineno
-        f = f.f_back
+        f = f.f_back  # type: ignore[assignment]
     return "?", 0
 
 

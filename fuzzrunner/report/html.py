@@ -115,7 +115,8 @@ def _findings(run: dict, base: Path | None) -> str:
     for f in run["findings"]:
         s = f["signature"]
         when = ("replayed from corpus" if f["id"] in known else
-                f'<span class="nw">{plural(f["first_found_after_examples"], "example")}</span><br><span class="meta">{f["found_after_s"]:.1f} s</span>')
+                f'<span class="nw">{plural(f["first_found_after_examples"], "example")}</span><br>'
+                f'<span class="meta">{f["found_after_s"]:.1f} s</span>')
         repro = (f'<a href="{_e(_href(f["repro"], base))}" title="{_e(f["repro"])}">script</a>'
                  if f.get("repro") else '<span class="meta">&mdash;</span>')
         rows.append(
@@ -211,7 +212,7 @@ def _run_section(run: dict, index: int, base: Path | None) -> str:
 
 def html_text(results, *, base: Path | None = None) -> str:
     """The page; ``base`` is the folder it will live in, so repro links can be relative."""
-    from .. import __version__
+    from .._version import __version__
     report_runs = runs(report_dict(results))
     total = sum(len(r["findings"]) for r in report_runs)
     title = f"fuzzrunner: {plural(total, 'finding')} in {plural(len(report_runs), 'target')}"

@@ -50,7 +50,7 @@ class AdapterManager:
 
     ``lora_index_to_id[slot]`` is the adapter id in that slot or None. ``slots_changed``
     counts slot-table changes so the runner can tell when a cached mapping's slots
-    went stale (vLLM keeps ``_last_mapping`` across slot changes: see VLLM_NOTES 2.5).
+    went stale (vLLM keeps ``_last_mapping`` across slot changes: see docs/background.md, vLLM 2.5).
     """
 
     def __init__(self, config: RunnerConfig, on_activate, on_deactivate):
@@ -65,7 +65,8 @@ class AdapterManager:
         if adapter_id <= 0:
             raise InvalidCase(f"adapter id {adapter_id} must be positive (0 means no adapter).")
         if not 1 <= rank <= self.config.max_lora_rank:
-            raise InvalidCase(f"adapter {adapter_id} rank {rank} must be in 1..max_lora_rank={self.config.max_lora_rank}.")
+            raise InvalidCase(f"adapter {adapter_id} rank {rank} must be in "
+                              f"1..max_lora_rank={self.config.max_lora_rank}.")
         if adapter_id in self.registered:
             self.remove(adapter_id)
         self.registered[adapter_id] = make_adapter(self.config, adapter_id, rank)

@@ -61,7 +61,7 @@ class RunnerConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RunnerConfig":
+    def from_dict(cls, d: dict) -> RunnerConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:

@@ -8,8 +8,9 @@ frozen, re-reading every buffer's *current* contents, which is what a CUDA graph
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -60,7 +61,7 @@ class GraphPool:
         torch.cuda.current_stream().wait_stream(side)
         g = torch.cuda.CUDAGraph()
         if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
+            self._pool = torch.cuda.graph_pool_handle()  # type: ignore[assignment]
         with torch.cuda.graph(g, pool=self._pool):
             out = body()
         return CapturedGraph(size, cuda_graph=g, static_output=out)
@@ -72,7 +73,7 @@ class GraphPool:
     def replay(self, graph: CapturedGraph, body: Callable[[], torch.Tensor]) -> torch.Tensor:
         if graph.cuda_graph is not None:
             graph.cuda_graph.replay()
-            return graph.static_output.clone()
+            return graph.static_output.clone()  # type: ignore[union-attr]
         self.decisions.replay(graph.decisions)
         try:
             return body()

@@ -43,7 +43,7 @@ class LoRAKernelMeta:
 
     @classmethod
     def make(cls, name: str, max_loras: int, max_num_tokens: int, device: torch.device,
-             specialize: bool = False) -> "LoRAKernelMeta":
+             specialize: bool = False) -> LoRAKernelMeta:
         def empty(n: int, field: str) -> torch.Tensor:
             t = torch.empty(n, dtype=torch.int32, device=device)
             return tracking.track(t, f"{name}.{field}", per_step=True, initialized=False)

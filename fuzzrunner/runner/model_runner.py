@@ -46,7 +46,8 @@ class StepOutput:
 
 class ModelRunner:
     def __init__(self, config: RunnerConfig, *, device: str | torch.device | None = None,
-                 faults: Faults = Faults(), kernel_config: KernelConfig | None = None):
+                 faults: Faults | None = None, kernel_config: KernelConfig | None = None):
+        faults = faults if faults is not None else Faults()
         self.config, self.faults = config, faults
         self.device = torch.device(device or _env.device_type())
         kernel_config = kernel_config or KernelConfig(interpreted=_env.interpreted())
@@ -139,7 +140,7 @@ class ModelRunner:
         padded = min(self.config.padded_size(num_tokens), self.config.max_num_tokens)
         layout = self._program_inputs(requests, padded)
         hidden = self.model.body(self.input_ids[:padded])
-        return self._finish(hidden, *layout, padded)
+        return self._finish(hidden, *layout, padded)  # type: ignore[call-arg]
 
     def dummy_run(self, num_tokens: int, kind: str = "warmup") -> StepOutput:
         """A step with no scheduler output (profile, warm-up, capture warm-up, DP idle)."""
@@ -183,4 +184,4 @@ class ModelRunner:
             return self.execute_model(requests)
         layout = self._program_inputs(requests, graph.size)
         hidden = self.graphs.replay(graph, lambda: self.model.body(self.input_ids[:graph.size]))
-        return self._finish(hidden, *layout, graph.size, graph_size=graph.size)
+        return self._finish(hidden, *layout, graph.size, graph_size=graph.size)  # type: ignore[call-arg,misc]

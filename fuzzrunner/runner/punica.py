@@ -39,7 +39,7 @@ class HostDecisions:
 
     def stop_recording(self) -> list:
         rec, self.recording = self.recording, None
-        return rec
+        return rec  # type: ignore[return-value]
 
     def replay(self, frozen: list | None) -> None:
         self.frozen, self._pos = frozen, 0
@@ -89,10 +89,10 @@ class PunicaWrapper:
         if not no_lora:
             self._announce("lora_shrink", meta, M, grid)
         buffer = torch.empty((S, M, R), dtype=torch.float32, device=x.device)
-        lora_shrink(x, lora_a, buffer, *meta.meta_args(M)[:5], flag, grid, scale, self.kernel_config)
+        lora_shrink(x, lora_a, buffer, *meta.meta_args(M)[:5], flag, grid, scale, self.kernel_config)  # type: ignore[call-arg]
         if not no_lora:
             self._announce("lora_expand", meta, M, grid)
-        lora_expand(buffer, lora_b, y, *meta.meta_args(M)[:5], flag, grid, slice_n, slice_offsets,
+        lora_expand(buffer, lora_b, y, *meta.meta_args(M)[:5], flag, grid, slice_n, slice_offsets,  # type: ignore[call-arg,misc]
                     self.kernel_config, add_inputs=True)
 
     def add_lora_embedding(self, y: torch.Tensor, input_ids: torch.Tensor, lora_a_2d: torch.Tensor,
@@ -104,7 +104,7 @@ class PunicaWrapper:
         no_lora, grid = self._launch_decision(self.token_meta)
         if not no_lora:
             self._announce("lora_expand", self.token_meta, M, grid)
-        lora_expand(a.unsqueeze(0).contiguous(), lora_b, y, *self.token_meta.meta_args(M)[:5],
+        lora_expand(a.unsqueeze(0).contiguous(), lora_b, y, *self.token_meta.meta_args(M)[:5],  # type: ignore[call-arg]
                     torch.tensor([no_lora]), grid, slice_n, slice_offsets, self.kernel_config)
 
     def add_lora_bgmv(self, y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor,

@@ -282,9 +282,9 @@ def _xml_violation(rec, tool: str | None) -> Violation:
                                ("block", _axes(_first(rec, "blockIdx", "block")))) if v}
     address, size = rec.findtext(".//address"), rec.findtext(".//size")
     if address:
-        extra["address"] = address.strip() if address.strip().startswith("0x") else hex(int(address))
+        extra["address"] = address.strip() if address.strip().startswith("0x") else hex(int(address))  # type: ignore[assignment]
     if size and size.strip().isdigit():
-        extra["size"] = int(size)
+        extra["size"] = int(size)  # type: ignore[assignment]
     whole = " ".join(" ".join(rec.itertext()).split())
     v = _violation(header, header + "\n" + whole, frame, tool, extra)
     v.details["report"] = ET.tostring(rec, encoding="unicode")[:4000]

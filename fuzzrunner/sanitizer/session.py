@@ -54,7 +54,7 @@ def sanitizer_wrapper(tool: str, *, sanitizer: Sanitizer | str | None = None,
 
 def split_cases(text: str) -> dict:
     """Lines of a worker log by the case that owns them: the last one begun (None: before any)."""
-    owner, out = None, {}
+    owner, out = None, {}  # type: ignore[var-annotated]
     for line in text.splitlines():
         m = MARKER.search(line)
         if m and m.group(1) == "begin":

@@ -13,8 +13,8 @@ def test_worker_sees_one_device(i):
           f"device_count={torch.cuda.device_count()}")
     assert torch.cuda.device_count() == 1
     with open(os.path.join(os.environ.get("OUT", "/tmp"), "pinning.txt"), "a") as f:
-        f.write(f"{os.environ.get('PYTEST_XDIST_WORKER')} CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} "
-                f"{torch.cuda.get_device_properties(0).pci_bus_id if hasattr(torch.cuda.get_device_properties(0), 'pci_bus_id') else ''}\n")
+        f.write(f"{os.environ.get('PYTEST_XDIST_WORKER')} CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} "  # noqa: E501
+                f"{torch.cuda.get_device_properties(0).pci_bus_id if hasattr(torch.cuda.get_device_properties(0), 'pci_bus_id') else ''}\n")  # noqa: E501
 
 
 @pytest.mark.fuzzrunner(target="reference_runner", faults=["graph_freezes_active_loras"], max_examples=40, seed=1)

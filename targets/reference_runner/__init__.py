@@ -1,5 +1,7 @@
 """Target ``reference_runner``: the reference model runner driven by op sequences."""
 
+import os
+
 from fuzzrunner.runner import Faults
 from fuzzrunner.target import Target
 
@@ -15,4 +17,7 @@ TARGET = Target(
     faults=tuple(Faults.names()),
     fault_descriptions=Faults.describe(),
     schema=SCHEMA,
+    # the minimal cases of the four planted faults, with the faults off: the paths where vLLM's
+    # LoRA dummy-run bugs lived (shipped as package data)
+    seeds=os.path.join(os.path.dirname(__file__), "seeds"),
 )

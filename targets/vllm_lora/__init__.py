@@ -2,7 +2,8 @@
 
 Needs a vLLM release importable (``scripts/vllm_setup.sh VERSION`` makes one importable on a
 machine with no GPU and none of vLLM's dependencies). Without it the target is unavailable:
-``vllm_available()`` says why in one line, loading the target raises ``HarnessError`` with it.
+``vllm_available()`` says why in one line, loading the target raises ``TargetUnavailable`` with it
+(``fuzzrunner targets``, ``doctor`` and ``nightly`` show the reason and go on).
 See docs/vllm.md.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import functools
 
-from fuzzrunner.errors import HarnessError
+from fuzzrunner.errors import HarnessError, TargetUnavailable
 
 from . import site
 
@@ -41,7 +42,7 @@ def load_api():
         return _API[device]
     ok, why = vllm_available()
     if not ok:
-        raise HarnessError(why)
+        raise TargetUnavailable(why)
     site.prepare_environment(device)
     site.activate(site.candidate_paths())
     from . import api
@@ -50,7 +51,7 @@ def load_api():
     except HarnessError:
         raise
     except Exception as e:  # an incomplete tree or an incompatible release: say which and how to fix
-        raise HarnessError(f"vLLM failed to import ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+        raise TargetUnavailable(f"vLLM failed to import ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                            f"{INSTALL_HINT.format(v=site.wanted_version())}.") from None
     return _API[device]
 
@@ -83,7 +84,7 @@ def make_target():
                                 dtypes=cases.DTYPES[_device()]),
         run=functools.partial(runner.run, api=a),
         faults=tuple(runner.FAULTS),
-        fault_descriptions=lambda: dict(runner.FAULTS),
+        fault_descriptions=dict(runner.FAULTS),
     )
 
 

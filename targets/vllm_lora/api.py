@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-import torch
-
 from fuzzrunner import tracking
 from fuzzrunner.errors import HarnessError
 
@@ -139,8 +137,7 @@ def load(device: str) -> VllmApi:
     version = getattr(vllm, "__version__", "?")
     try:
         import vllm.lora.ops.triton_ops as ops
-        from vllm.lora.ops.triton_ops import lora_expand_op, lora_shrink_op
-        from vllm.lora.ops.triton_ops import utils
+        from vllm.lora.ops.triton_ops import lora_expand_op, lora_shrink_op, utils
     except ImportError as e:
         raise HarnessError(f"vLLM {version} has no vllm.lora.ops.triton_ops ({e}); the vllm_lora target "
                            f"supports the releases with LoRAKernelMeta (0.8 and later, tested 0.12 - 0.33).") from None

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .site import ROOT, site_dirs
 
+
 def _py312() -> str:
     """A Python 3.12 to run pip for the GPU machine's interpreter: FUZZRUNNER_PY312, else one that runs."""
     for cand in (os.environ.get("FUZZRUNNER_PY312"), "python3.12", *sorted(
@@ -60,7 +61,7 @@ def _copy(src: Path, dst: Path) -> None:
     shutil.copy2(src, dst)
 
 
-def build(version: str, out: Path) -> None:
+def build(version: str, out: Path) -> None:  # noqa: C901 - one linear recipe
     site, deps = site_dirs(version)
     files = [Path(f) for f in imported_files(version) if f]
     shutil.rmtree(out, ignore_errors=True)

@@ -34,7 +34,8 @@ from .site import CACHE, IMPORTS, site_dirs
 DIST = {"zmq": "pyzmq", "yaml": "pyyaml", "PIL": "pillow", "google": "protobuf", "cv2": "opencv-python-headless",
         "attr": "attrs", "cpuinfo": "py-cpuinfo", "sklearn": "scikit-learn", "pydantic_core": "pydantic-core",
         "huggingface_hub": "huggingface-hub", "typing_inspection": "typing-inspection",
-        "annotated_types": "annotated-types", "tvm_ffi": "apache-tvm-ffi", "dateutil": "python-dateutil", "jwt": "pyjwt"}
+        "annotated_types": "annotated-types", "tvm_ffi": "apache-tvm-ffi", "dateutil": "python-dateutil",
+        "jwt": "pyjwt"}
 # installed up front (one pip call); the import loop below adds what a release needs beyond these
 BASE = ("psutil", "pyzmq", "urllib3", "regex", "transformers", "huggingface-hub", "tqdm", "idna", "pyyaml",
         "h11", "safetensors", "tokenizers", "packaging", "filelock", "requests", "certifi", "charset-normalizer",
@@ -101,7 +102,7 @@ def _pinned(dists, reqs: dict) -> list[str]:
 
 
 def _missing_module(site: Path, deps: Path, env: dict) -> str | None:
-    probe = ("import sys, json; sys.path[:0] = %r\n"
+    probe = ("import sys, json; sys.path[:0] = %r\n"  # noqa: UP031 - a template for a subprocess
              "try:\n    import %s\nexcept ModuleNotFoundError as e:\n    print(json.dumps(e.name))\n"
              % ([str(site), str(deps)], ", ".join(IMPORTS)))
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)

@@ -12,9 +12,9 @@ import pytest
 
 from fuzzrunner.case import Case
 from fuzzrunner.corpus import Corpus
-from fuzzrunner.finding import Finding
 from fuzzrunner.engine import Hub, WorkerSpec, run_campaign
 from fuzzrunner.errors import HarnessError
+from fuzzrunner.finding import Finding
 from fuzzrunner.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,20 +13,19 @@ import sys
 from pathlib import Path
 
 import pytest
+import triton  # noqa: F401
 
 # Loaded before any inner session, so that pytester's sys.modules snapshot keeps them: an inner
 # session that first imported Triton would have it torn out of sys.modules afterwards.
 import fuzzrunner.engine.campaign  # noqa: F401
 import fuzzrunner.kernels  # noqa: F401
 import fuzzrunner.pytest_runtime  # noqa: F401
-import triton  # noqa: F401
 from fuzzrunner import Case, replay
 from fuzzrunner._env import cuda_present
 from fuzzrunner.corpus import Corpus
-from fuzzrunner.finding import Finding
+from fuzzrunner.finding import Finding, primary
 from fuzzrunner.gpus import nvidia_smi_gpus, visible_gpus
 from fuzzrunner.pytest_plugin import gpu_for_worker, pin_xdist_worker
-from fuzzrunner.finding import primary
 
 pytest_plugins = ["pytester"]
 
@@ -139,8 +138,7 @@ def test_every_option_has_help_and_an_ini_twin(run):
 
 
 def test_the_plugin_repeats_the_settings_choices():
-    from fuzzrunner import pytest_plugin, settings
-    from fuzzrunner import names
+    from fuzzrunner import names, pytest_plugin, settings
     assert pytest_plugin.PROFILES == tuple(settings.PROFILES) == names.PROFILES
     assert pytest_plugin.SANITIZERS == names.SANITIZERS and pytest_plugin.DEVICES == names.DEVICES
 

@@ -3,7 +3,6 @@ gets the exact report (kind, tensor, file:line) on the buggy one and silence on 
 Scoreboard: PYTHONPATH=.:tests/power .venv/bin/python -m shadow_pairs -v"""
 
 import pytest
-
 from shadow_pairs import PAIRS, verdict
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from fuzzrunner.kernels.torch_ref import tolerance
 from fuzzrunner.runner import DUMMY_KINDS, Faults, ModelRunner, ReferenceModel, Request, RunnerConfig
 from fuzzrunner.runner.reference_model import adapter_of
@@ -93,7 +94,7 @@ def test_dummy_run_skips_mapping_reads_poisoned_metadata(device, kind, faulty):
 
 @FAULTY
 def test_dummy_run_skips_mapping_reads_the_last_steps_metadata(device, faulty):
-    """A DP-idle dummy run after a real LoRA step (VLLM_NOTES 3.2: execute_dummy_batch)."""
+    """A DP-idle dummy run after a real LoRA step (docs/background.md, vLLM 3.2: execute_dummy_batch)."""
     runner, ref = make(device, "dummy_run_skips_mapping", faulty)
     out = runner.execute_model([req(1, 1, 2, 3), req(0, 4, 5), req(2, 6, 7, 8)])
     assert matches_reference(runner, ref, out)

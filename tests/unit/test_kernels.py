@@ -1,7 +1,7 @@
 """lora_shrink, lora_expand and lora_bgmv equal the float64 references in ``torch_ref``.
 
 Metadata always comes from ``LoRAKernelMeta.prepare``, as the runner builds it. The
-grid covers what vLLM's own kernel tests leave out (VLLM_NOTES 5.2): slot -1 mixed in,
+grid covers what vLLM's own kernel tests leave out (docs/background.md, vLLM 5.2): slot -1 mixed in,
 the last slot, M = 0 and block boundaries, unequal slices, and a padded M past the
 mapped tokens, whose rows must come back bit-identical.
 """
@@ -9,6 +9,7 @@ mapped tokens, whose rows must come back bit-identical.
 import pytest
 import torch
 import triton
+
 from fuzzrunner import _env
 from fuzzrunner.kernels import BlockSizes, KernelConfig, lora_bgmv, lora_expand, lora_shrink
 from fuzzrunner.kernels.torch_ref import bgmv_ref, expand_ref, shrink_ref, tolerance
@@ -290,7 +291,7 @@ def test_zero_tokens(device):
 
 
 def test_metadata_reused_across_mappings(device):
-    """One meta, programmed for a larger batch, then a smaller one, then all -1 (VLLM_NOTES 5.2)."""
+    """One meta, programmed for a larger batch, then a smaller one, then all -1 (docs/background.md, vLLM 5.2)."""
     R, K, cap = 8, 32, 33
     meta = LoRAKernelMeta.make("test", MAX_LORAS, cap, torch.device(device))
     A = randn(1, MAX_LORAS, R, K, device=device, seed=1)

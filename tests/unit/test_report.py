@@ -9,12 +9,11 @@ from html.parser import HTMLParser
 import pytest
 
 from fuzzrunner import Case, _env, replay
-from fuzzrunner.finding import Finding
 from fuzzrunner.engine.result import CampaignResult
 from fuzzrunner.errors import InvalidArgument, InvalidCase
+from fuzzrunner.finding import Finding, primary
 from fuzzrunner.report import load_report, report_dict, write_html, write_json, write_junit
 from fuzzrunner.settings import profile
-from fuzzrunner.finding import primary
 from fuzzrunner.violation import Violation
 
 # The fixture replays a planted dummy-run bug in this process: on a GPU that is a device-side

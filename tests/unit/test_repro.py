@@ -16,10 +16,9 @@ import pytest
 
 from fuzzrunner import Case, _env, replay
 from fuzzrunner.corpus import Corpus
-from fuzzrunner.finding import Finding
 from fuzzrunner.errors import InvalidArgument
+from fuzzrunner.finding import Finding, primary
 from fuzzrunner.repro import export_repro, repro_script
-from fuzzrunner.finding import primary
 from fuzzrunner.violation import Violation
 
 pytestmark = pytest.mark.skipif(_env.device_type() != "cpu",

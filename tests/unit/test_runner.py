@@ -6,6 +6,7 @@ the reference expects). Dummy runs of every kind must give the no-adapter output
 
 import pytest
 import torch
+
 from fuzzrunner.errors import InvalidArgument, InvalidCase
 from fuzzrunner.kernels.torch_ref import tolerance
 from fuzzrunner.runner import DUMMY_KINDS, Faults, ModelRunner, ReferenceModel, Request, RunnerConfig

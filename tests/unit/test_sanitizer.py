@@ -6,12 +6,12 @@ hub tests run a fake "compute-sanitizer" that injects a report into a real worke
 output. Only ``test_self_test_on_a_gpu`` needs the real tool and a device.
 """
 
-import os
 import stat
 import sys
 from pathlib import Path
 
 import pytest
+
 from fuzzrunner.case import Case
 from fuzzrunner.engine import hub as hub_module
 from fuzzrunner.engine.hub import Hub, WorkerSpec
@@ -158,7 +158,7 @@ def test_wrapper_flags(tool):
 
 
 def test_initcheck_turns_the_caching_allocator_off():
-    # CONTEXT.md: with caching on, a tensor carved from a freed, once-written block is not reported.
+    # docs/background.md (facts measured on an H200): with caching on, a tensor carved from a freed, once-written block is not reported.
     assert sanitizer_wrapper("initcheck", sanitizer=OLD)[1]["PYTORCH_NO_CUDA_MEMORY_CACHING"] == "1"
 
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import inspect
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from fuzzrunner.oracles.base import source_location
 from fuzzrunner.oracles.shadow import ShadowOracle
 
-PAIRS: list["Pair"] = []
+PAIRS: list[Pair] = []
 
 
 @dataclass

@@ -1,0 +1,44 @@
+"""A bug's name: (tool, kind family, kernel or op, tensor, site) and its short, stable id.
+
+The site is the *function* holding the bad access (``source.site``), never its line: a line
+shift must not turn a live bug into "fixed". Uninitialized and stale reads of one tensor at one
+site are one bug, so they share a family (``names.KINDS``) and an id. ``finding.py`` builds
+findings on it; ``violation.py`` names each violation's signature with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from . import names, source
+
+
+@dataclass(frozen=True)
+class Signature:
+    """tool + kind + kernel (or torch op) + location + tensor + site; never Python frames."""
+    tool: str
+    kind: str
+    kernel: str
+    location: str
+    tensor: str
+    site: str = ""
+
+    @property
+    def id(self) -> str:
+        kind = names.KINDS[self.kind].family if self.kind in names.KINDS else self.kind
+        where = self.site or source.site(self.location)
+        key = "|".join((self.tool, kind, source.without_lines(self.kernel), where,
+                        source.without_lines(self.tensor)))
+        return hashlib.sha1(key.encode()).hexdigest()[:12]
+
+    def short(self) -> str:
+        return f"{self.kind} of {self.tensor or '?'} in {self.kernel or '?'} at {self.location or '?'} [{self.tool}]"
+
+    def to_dict(self) -> dict:
+        return {"tool": self.tool, "kind": self.kind, "kernel": self.kernel, "location": self.location,
+                "tensor": self.tensor, "site": self.site}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Signature:
+        return cls(*(str(d.get(k, "")) for k in ("tool", "kind", "kernel", "location", "tensor", "site")))

@@ -1,0 +1,66 @@
+"""Root-cause grouping (docs/architecture.md) and identity: one finding per root cause, never fewer."""
+
+from fuzzrunner.finding import group
+from fuzzrunner.violation import Violation
+
+
+def _v(kind, tensor, op, seq, tool="shadow", kernel="k", location="x.py:1"):
+    return Violation(tool, kind, kernel, location, tensor, f"{kind} {tensor}", {"op_index": op, "seq": seq})
+
+
+def _heads(vs):
+    return [(h.kind, h.tensor, len(others)) for h, others in group(vs)]
+
+
+def test_one_ops_memory_errors_are_one_finding_headed_by_its_first_unwritten_read():
+    vs = [_v("out-of-bounds", "x", 0, 1), _v("uninitialized-read", "ids", 0, 2), _v("stale-read", "ids2", 0, 3)]
+    assert _heads(vs) == [("uninitialized-read", "ids", 2)]
+
+
+def test_unwritten_reads_in_two_ops_are_two_findings():
+    vs = [_v("uninitialized-read", "a", 0, 1), _v("uninitialized-read", "b", 1, 2)]
+    assert _heads(vs) == [("uninitialized-read", "a", 0), ("uninitialized-read", "b", 0)]
+
+
+def test_a_later_ops_out_of_bounds_follows_the_garbage_read_before_it():
+    vs = [_v("uninitialized-read", "ids", 0, 1), _v("out-of-bounds", "x", 1, 2)]
+    assert _heads(vs) == [("uninitialized-read", "ids", 1)]
+
+
+def test_out_of_bounds_alone_is_its_own_finding():
+    assert _heads([_v("out-of-bounds", "x", 1, 2)]) == [("out-of-bounds", "x", 0)]
+
+
+def test_a_numeric_error_follows_the_memory_error_of_its_op_but_not_of_another_op():
+    num0 = _v("numeric-mismatch", "logits", 0, 5, tool="numeric", kernel="step", location="float64 reference")
+    num1 = _v("numeric-mismatch", "logits", 1, 6, tool="numeric", kernel="step", location="float64 reference")
+    vs = [_v("uninitialized-read", "ids", 0, 1), num0, num1]
+    assert _heads(vs) == [("uninitialized-read", "ids", 1), ("numeric-mismatch", "logits", 0)]
+
+
+def test_an_ops_first_invariant_violation_heads_its_numeric_differences():
+    inv_s = _v("invariant-violation", "meta.active_lora_ids", 2, 1, tool="invariants", kernel="lora_shrink",
+               location="meta")
+    inv_e = _v("invariant-violation", "meta.active_lora_ids", 2, 2, tool="invariants", kernel="lora_expand",
+               location="meta")
+    inv_other = _v("invariant-violation", "meta.num_tokens", 2, 3, tool="invariants", kernel="lora_expand",
+                   location="meta")
+    hidden = _v("numeric-mismatch", "hidden", 2, 4, tool="numeric", kernel="replay", location="float64 reference")
+    logits = _v("numeric-mismatch", "logits", 2, 5, tool="numeric", kernel="replay", location="float64 reference")
+    groups = group([hidden, logits, inv_e, inv_s, inv_other])
+    assert [(h.kernel, h.tensor, {o.tensor for o in others}) for h, others in groups] == [
+        ("lora_shrink", "meta.active_lora_ids", {"meta.active_lora_ids", "hidden", "logits"}),
+        ("lora_expand", "meta.num_tokens", set())]
+
+
+def test_a_crash_follows_the_cases_first_memory_error_and_stands_alone_without_one():
+    crash = _v("crash", "", 1, 9, tool="worker", kernel="step", location="SIGSEGV")
+    assert _heads([_v("uninitialized-read", "ids", 0, 1), crash]) == [("uninitialized-read", "ids", 1)]
+    assert _heads([crash]) == [("crash", "", 0)]
+
+
+def test_the_id_ignores_the_line_and_the_stale_or_uninitialized_distinction():
+    a = _v("uninitialized-read", "ids", 0, 1, location="nowhere.py:10")
+    b = _v("stale-read", "ids", 3, 7, location="nowhere.py:12")
+    assert a.signature.id == b.signature.id
+    assert a.signature.id != _v("out-of-bounds", "ids", 0, 1, location="nowhere.py:10").signature.id
