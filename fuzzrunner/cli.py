@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     f = sub.add_parser("fuzz", help="fuzz one target", formatter_class=_Help,
                        epilog="example:\n  fuzzrunner fuzz --target reference_runner --fault dummy_run_skips_mapping "
                               "--max-examples 300 --seed 1 --report r.json")
-    f.add_argument("--target", default="reference_runner",
+    f.add_argument("--target", required=True,
                    help="a built-in name (see `fuzzrunner targets`), FILE.py:OBJ or package.module:OBJ")
     f.add_argument("--fault", action="append", default=[], metavar="NAME",
                    help="turn on a planted bug (repeatable; see `fuzzrunner faults --target T`)")
@@ -67,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"run only these oracles (repeatable: {', '.join(names.oracle_names())}); "
                         f"default: the device's")
     f.add_argument("--no-shrink", action="store_true", help="report findings as first found, without shrinking")
+    f.add_argument("--no-cpu-triage", action="store_true",
+                   help="on a GPU: do not replay each finding on the CPU under the shadow oracle")
     f.add_argument("--report", metavar="FILE.json", help="write the JSON report")
     f.add_argument("--junit", metavar="FILE.xml", help="write JUnit XML")
     f.add_argument("--html", metavar="FILE.html", help="write the HTML report")
@@ -132,6 +134,8 @@ def _settings(args):
         changes["oracles"] = tuple(args.oracle)
     if getattr(args, "no_shrink", False):
         changes["shrink"] = False
+    if getattr(args, "no_cpu_triage", False):
+        changes["cpu_triage"] = False
     return _check_device(s.override(**changes))
 
 

@@ -3,6 +3,7 @@
 Layout of a corpus directory:
     findings/<target>/<finding id>.json     one file per distinct bug, rewritten as it shrinks
     expected/<target>/<finding id>.json     findings of campaigns with planted faults (not regressions)
+    flaky/<target>/<finding id>.json        crashes a fresh worker did not reproduce (not regressions)
     cases/<target>/<name>.json              cases kept as regression seeds (replayed first)
     quarantine/...                          files that could not be read, moved aside (never deleted)
     hypothesis/<target>/                    Hypothesis' example database (if none is plugged in)
@@ -64,6 +65,16 @@ class Corpus:
 
     def save_finding(self, target: str, finding: Finding) -> Path:
         return atomic_write(self.finding_path(target, finding.id), json.dumps(finding.to_dict(), indent=2))
+
+    def set_aside(self, target: str, finding: Finding) -> Path:
+        """Move a finding that did not reproduce out of the regression set, into ``flaky/``."""
+        path = atomic_write(self.root / "flaky" / safe_name(target) / f"{finding.id}.json",
+                            json.dumps(finding.to_dict(), indent=2))
+        try:
+            os.unlink(self.finding_path(target, finding.id))
+        except FileNotFoundError:
+            pass
+        return path
 
     def load_finding(self, target: str, finding_id: str) -> Finding | None:
         path = self.finding_path(target, finding_id)

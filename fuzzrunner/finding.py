@@ -137,6 +137,7 @@ class Finding:
     target_spec: str = ""                       # how to load its target (built-in name, FILE.py:OBJ, module:OBJ)
     shrink_interrupted: bool = False            # the campaign stopped mid-shrink; the next run resumes
     flaky: bool = False                         # a crash that a fresh worker did not reproduce
+    triage: dict | None = None                  # a GPU finding replayed on the CPU (engine/triage.py)
 
     @property
     def id(self) -> str:
@@ -154,7 +155,8 @@ class Finding:
                 "first_found_after_examples": self.first_found_after_examples,
                 "found_after_s": round(self.found_after_s, 3), "minimized": self.minimized,
                 "shrink_interrupted": self.shrink_interrupted, "flaky": self.flaky,
-                "repro": None if self.repro is None else str(self.repro), "found_at": self.found_at}
+                "repro": None if self.repro is None else str(self.repro), "found_at": self.found_at,
+                "triage": self.triage}
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "finding") -> Finding:
@@ -170,7 +172,7 @@ class Finding:
                        int(d.get("first_found_after_examples", 0)), float(d.get("found_after_s", 0.0)),
                        bool(d.get("minimized", False)), d.get("repro"), float(d.get("found_at", 0.0)),
                        str(d.get("target_spec") or ""), bool(d.get("shrink_interrupted", False)),
-                       bool(d.get("flaky", False)))
+                       bool(d.get("flaky", False)), d.get("triage") if isinstance(d.get("triage"), dict) else None)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidCase(f"{source}: not a fuzzrunner finding ({type(e).__name__}: {e}).") from None
 
@@ -218,6 +220,17 @@ def case_text(case: Case | dict) -> str:
                       *(f"  {json.dumps(op)}{',' * (i < len(ops) - 1)}" for i, op in enumerate(ops)), "]}"])
 
 
+def triage_text(t: dict) -> str:
+    """One line: what the CPU replay of a GPU finding showed."""
+    status = t.get("status")
+    if status == "reproduced":
+        where = f" ({t['element']})" if t.get("element") else ""
+        return f"CPU triage: {t['short']}{where}: {t['message']}"
+    if status == "not-reproduced":
+        return "CPU triage: the CPU does not reproduce it (a GPU-only bug, or one the CPU oracles cannot see)"
+    return f"CPU triage: could not run on the CPU: {t.get('reason', '?')}"
+
+
 def _n(count: int, word: str) -> str:
     return f"{count:,} {word}{'' if count == 1 else 's'}"
 
@@ -236,6 +249,8 @@ def render(f: Finding | dict, *, indent: str = "  ", with_case: bool = False) ->
     if f.others:
         more = f" (+{len(f.others) - 1} more)" if len(f.others) > 1 else ""
         lines.append(f"same root cause: {f.others[0].signature.short()}{more}")
+    if f.triage:
+        lines.append(triage_text(f.triage))
     if with_case:
         lines.append(f"Falsifying case ({_n(ops, 'op')}, {state}):")
         lines += ["  " + line for line in case_text(f.case).splitlines()]

@@ -64,6 +64,11 @@ def _validate_min_valid(v):
         raise InvalidArgument(f"min_valid={v!r} must be a whole number of cases (0 turns the floor off).")
 
 
+def _validate_cpu_triage(v):
+    if not isinstance(v, bool):
+        raise InvalidArgument(f"cpu_triage={v!r} must be true or false.")
+
+
 def _validate_max_ops(v):
     if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 64:
         raise InvalidArgument(f"max_ops={v!r} must be an integer from 1 to 64.")
@@ -82,6 +87,7 @@ class Settings:
     shrink: bool = True
     max_ops: int = 8
     min_valid: int = 1             # fewer valid cases than this: the campaign tested nothing (exit 2)
+    cpu_triage: bool = True        # replay each GPU finding on the CPU under the shadow oracle
 
     def __post_init__(self):
         if self.oracles is not None:

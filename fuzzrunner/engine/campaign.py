@@ -76,8 +76,32 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
         result = run_sharded(target_spec, settings, faults, corpus_dir, seed, device, on_event, target.name,
                              database)
     result.seed = seed
+    if device == "cuda" and settings.cpu_triage and result.findings:
+        _triage(result, target_spec, settings, corpus_dir, faults, target.name)
     _check_floor(result, settings)
     return result
+
+
+def _triage(result: CampaignResult, target_spec: str, settings: Settings, corpus_dir, faults, name: str) -> None:
+    """Each GPU finding replayed on the CPU; findings the CPU names as one bug become one."""
+    from ..errors import FuzzrunnerError
+    from .triage import merge_by_triage, triage_on_cpu
+    try:
+        triage_on_cpu(result.findings, target_spec, settings)
+    except (FuzzrunnerError, OSError) as e:  # triage helps; it never costs the findings
+        result.warnings.append(f"CPU triage did not run: {e}")
+        return
+    result.findings, absorbed = merge_by_triage(result.findings)
+    if corpus_dir is None:
+        return
+    corpus = Corpus(corpus_dir, expected=bool(faults))
+    try:
+        for f in result.findings:
+            corpus.save_finding(name, f)
+        for f in absorbed:
+            corpus.finding_path(name, f.id).unlink(missing_ok=True)
+    except OSError as e:
+        result.errors.append(f"could not rewrite findings after CPU triage: {e}")
 
 
 def _check_floor(r: CampaignResult, settings: Settings) -> None:

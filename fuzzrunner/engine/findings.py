@@ -61,9 +61,17 @@ class FindingBook:
         self.by_id.setdefault(finding.id, finding)
 
     def drop(self, finding_id: str) -> Finding | None:
-        """Take a finding out of the book (a crash that did not reproduce: kept elsewhere)."""
+        """Take a finding out of the book and out of the corpus's regression set (a crash that did not
+        reproduce: its file moves to ``flaky/``)."""
         self._last.pop(finding_id, None)
-        return self.by_id.pop(finding_id, None)
+        f = self.by_id.pop(finding_id, None)
+        if f is not None and self.corpus is not None:
+            try:
+                self.corpus.set_aside(self.target, f)
+            except OSError as e:
+                self.write_errors.append(f"cannot move flaky finding {f.id} out of the corpus's findings "
+                                         f"({self.corpus.finding_path(self.target, f.id)}): {e.strerror or e}")
+        return f
 
     def _save(self, finding: Finding, prefer_own: bool = False) -> None:
         if self.corpus is None:

@@ -10,6 +10,7 @@ start-up. A worker that cannot even start is a harness error, never a finding.
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import shutil
@@ -94,6 +95,7 @@ class Worker:
         self.log_path = spec.log_path or os.path.join(self._dir, "worker.log")
         self._log = open(self.log_path, "ab")
         self.killed = False          # we sent the kill (timeout, shutdown): not an outside signal
+        self.busy = False            # a case was sent and its result not read (e.g. interrupted mid-case)
         self.case_no = 0
         self.proc = subprocess.Popen([*spec.wrapper, sys.executable, "-m", "fuzzrunner.engine.worker"],
                                      env=self._environment(), stdout=self._log, stderr=subprocess.STDOUT,
@@ -138,6 +140,7 @@ class Worker:
         conn.settimeout(None)
         msg = self._recv(conn, deadline - time.monotonic())
         if msg is None or msg.get("type") != "ready":
+            conn.close()
             detail = msg.get("message") if msg else f"it died ({_signal_name(self.proc.poll())})"
             raise HarnessError(f"worker could not set up target {self.spec.target!r}: {detail}. {self.tail()}")
         return conn
@@ -186,6 +189,7 @@ class Worker:
         """Run one case; a death or a hang comes back as a crash/timeout violation."""
         start_log, t0 = self.log_size(), time.monotonic()
         self.case_no += 1
+        self.busy = True  # until the case's end is read: an interrupted wait leaves the worker mid-case
         protocol.send(self.sock, {"type": "run", "case": case.to_dict(),  # type: ignore[arg-type]
                                   "oracles": list(oracles) if oracles is not None else None})
         seen, deadline = _Progress(), t0 + timeout_s
@@ -199,6 +203,7 @@ class Worker:
                 return self._died(seen, time.monotonic() >= deadline, timeout_s, start_log, t0)
             done = self._handle(msg, seen)
             if done is not None:
+                self.busy = False
                 vs, fatal = done
                 if fatal:
                     self._settle()
@@ -216,6 +221,7 @@ class Worker:
         elif kind == "result":
             return [Violation.from_dict(d) for d in msg["violations"]], bool(msg.get("fatal"))
         elif kind == "invalid":
+            self.busy = False
             raise InvalidCase(msg["message"])
         elif kind == "harness":
             self.kill()
@@ -272,7 +278,8 @@ class Worker:
             pass
 
     def close(self) -> None:
-        if self.proc.poll() is None and getattr(self, "sock", None) is not None:
+        """Ask the worker to exit (a worker still mid-case would finish it first: it is killed)."""
+        if self.proc.poll() is None and getattr(self, "sock", None) is not None and not self.busy:
             try:
                 protocol.send(self.sock, {"type": "exit"})  # type: ignore[arg-type]
                 self.proc.wait(timeout=10)
@@ -300,7 +307,7 @@ class _Standby:
     hand-shake runs in the background thread."""
 
     def __init__(self, spec: WorkerSpec):
-        self.spec = spec
+        self.spec, self.started = spec, time.monotonic()
         self._worker: Worker | None = Worker(spec, connect=False)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._start, name="fuzzrunner-standby", daemon=True)
@@ -310,8 +317,14 @@ class _Standby:
         try:
             assert self._worker is not None
             self._worker.connect()
+            self.start_s = time.monotonic() - self.started
         except BaseException as e:  # noqa: B036 - handed to whoever takes the spare
             self._worker, self._error = None, e
+
+    start_s: float | None = None  # how long its start-up took, once it is ready
+
+    def ready(self) -> bool:
+        return not self._thread.is_alive()
 
     def take(self) -> Worker:
         self._thread.join()
@@ -321,24 +334,35 @@ class _Standby:
         return self._worker
 
     def discard(self) -> None:
+        worker = self._worker
+        if worker is not None and self._thread.is_alive():
+            worker.kill()  # still starting (a CUDA start-up takes seconds): no need to wait for it
         self._thread.join()
         if self._worker is not None:
             self._worker.close()
 
 
 class Hub:
-    """Keeps one worker alive for a shard (plus a warm spare), replacing it after every death."""
+    """Keeps one worker alive for a shard (plus warm spares), replacing it after every death.
+
+    Spares: none until asked for; then one, and as many more (up to ``max_spares``) as it takes for
+    a started spare to be ready when the next death comes: a worker's start-up time over the time
+    between recent deaths. A crash then costs a hand-over (tens of ms), not a start-up (seconds)."""
 
     def __init__(self, spec: WorkerSpec, *, oracles=None, timeout_s: float = 60.0, max_restarts: int = 1000,
-                 standby: bool | None = None):
-        """``standby``: keep a warm spare worker. None (the default): on a GPU from the start (a CUDA
+                 standby: bool | None = None, max_spares: int | None = None):
+        """``standby``: keep warm spare workers. None (the default): on a GPU from the start (a CUDA
         start-up costs seconds, and the host has cores to spare); on the CPU from the first death on
-        (a spare competes for the few cores with the worker, so it is paid for only once crashes come)."""
+        (a spare competes for the few cores with the worker, so it is paid for only once crashes come).
+        ``max_spares``: at most this many (default: 4 on a GPU, 2 on the CPU)."""
         self.spec, self.oracles, self.timeout_s, self.max_restarts = spec, oracles, timeout_s, max_restarts
         self._auto_standby = standby is None
         self.standby = spec.device == "cuda" if standby is None else standby
+        self.max_spares = max_spares if max_spares is not None else (4 if spec.device == "cuda" else 2)
         self.worker: Worker | None = None
-        self._spare: _Standby | None = None
+        self._spares: list[_Standby] = []
+        self._deaths: list[float] = []        # monotonic times of the recent deaths
+        self._start_s = 3.0                   # a worker's start-up, measured on the spares
         self.restarts = 0
         self.starts = 0
 
@@ -346,7 +370,7 @@ class Hub:
         failures = 0
         while True:
             try:
-                spare, self._spare = self._spare, None
+                spare = self._take_spare()
                 worker = spare.take() if spare is not None else Worker(self.spec)
                 self.starts += 1
                 return worker
@@ -355,11 +379,30 @@ class Hub:
                 if failures >= MAX_FAILED_STARTS:
                     raise
 
+    def _take_spare(self) -> _Standby | None:
+        """The spare closest to ready (the oldest), if any."""
+        if not self._spares:
+            return None
+        spare = self._spares.pop(0)
+        if spare.ready() and spare.start_s is not None:
+            self._start_s = 0.5 * self._start_s + 0.5 * spare.start_s
+        return spare
+
+    def wanted_spares(self) -> int:
+        """One, plus enough that a spare is ready by the next death at the recent rate of deaths."""
+        if not self.standby:
+            return 0
+        recent = self._deaths[-5:]
+        if len(recent) < 2:
+            return 1
+        interval = max((recent[-1] - recent[0]) / (len(recent) - 1), 1e-3)
+        return max(1, min(self.max_spares, math.ceil(self._start_s / interval)))
+
     def _ensure(self) -> Worker:
         if self.worker is None:
             self.worker = self._new_worker()
-        if self.standby and self._spare is None:
-            self._spare = _Standby(self.spec)
+        while len(self._spares) < self.wanted_spares():
+            self._spares.append(_Standby(self.spec))
         return self.worker
 
     def run(self, case: Case) -> RunResult:
@@ -385,15 +428,16 @@ class Hub:
             self.worker.close()
             self.worker = None
         self.restarts += 1
+        self._deaths = (self._deaths + [time.monotonic()])[-5:]
         self.standby = self.standby or self._auto_standby
         if self.restarts > self.max_restarts:
             raise HarnessError(f"workers were restarted {self.restarts} times (limit {self.max_restarts}); "
                                f"the target crashes on nearly every case: fix it or raise the limit.")
 
     def close(self) -> None:
-        if self._spare is not None:
-            self._spare.discard()
-            self._spare = None
+        for spare in self._spares:
+            spare.discard()
+        self._spares = []
         if self.worker is not None:
             self.worker.close()
             self.worker = None

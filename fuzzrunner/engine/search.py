@@ -108,8 +108,8 @@ class Shard:
         again = self.hub.run(case).violations
         if any(a.kind in ("crash", "timeout") for a in again):
             return True
-        self.book.drop(finding.id)
         finding.flaky = True
+        self.book.drop(finding.id)
         self.result.flaky.append(finding)
         self.emit({"type": "warning", "message": f"flaky: {finding.signature.short()} did not happen again "
                                                  f"in a fresh worker; kept apart, not a finding"})

@@ -140,8 +140,12 @@ def _set_up(sock: socket.socket):
     try:
         target = load_target(os.environ["FUZZRUNNER_TARGET"])
         device = os.environ.get("FUZZRUNNER_DEVICE", "cpu")
+        import torch
+
+        # The oracles' dispatch and function modes make torch import torch._dynamo at the first
+        # op (~2 s): pay it here, so a warm spare's first case runs at full speed.
+        import torch._dynamo  # noqa: F401
         if device == "cuda":
-            import torch
             torch.cuda.init()
     except BaseException as e:  # noqa: B036 - SystemExit at import is a broken harness too
         protocol.send(sock, {"type": "harness", "message": f"worker set-up failed: {type(e).__name__}: {e}",

@@ -37,7 +37,12 @@ def _run_dict(r) -> dict:
             "worker_restarts": r.worker_restarts,
             "replayed": [{"path": str(p), "id": i, "still_failing": bool(s)} for p, i, s in r.replayed],
             "findings": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.findings],
-            "timeline": [[round(t, 3), n, k] for t, n, k in r.timeline]}
+            "timeline": [[round(t, 3), n, k] for t, n, k in r.timeline],
+            # why it ended (an interrupted run's report is partial), and what it kept apart
+            "stop_reason": r.stop_reason or "unknown", "generated": r.generated,
+            "flaky": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.flaky],
+            "quarantined": [{"path": p, "moved_to": m, "why": w} for p, m, w in r.quarantined],
+            "warnings": list(r.warnings), "errors": list(r.errors)}
 
 
 def _finding_dict(f: Finding) -> dict:

@@ -31,9 +31,11 @@ from ..violation import Violation
 _PREFIX = "========="
 # Process-level lines, not reports. "N errors were skipped (error buffer overflow)" comes at exit
 # (seen on an H200 after a kernel flooded initcheck): it belongs to no case, and the reports
-# that did arrive already name the bug.
+# that did arrive already name the bug. "Error: process didn't terminate successfully" is the
+# tool's line when the sanitized worker dies: the death is already a crash violation.
 _SKIP = re.compile(r"^(COMPUTE-SANITIZER|(ERROR|LEAK|RACECHECK|SYNCCHECK|INITCHECK) SUMMARY\b"
-                   r"|\d[\d,]* errors? were skipped)")
+                   r"|\d[\d,]* errors? were skipped|Error: process didn't terminate successfully"
+                   r"|(Error: )?Target application returned an error|.*\bbuffer overflow\b)", re.IGNORECASE)
 # Unindented lines that the tool prints as part of the report above them.
 _CONTINUATION = ("and ", "Target application returned an error", "Default timeout can be adjusted",
                  "Awaiting target completion")

@@ -73,7 +73,7 @@ def _one_error_line(capsys) -> str:
 def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys):
     assert main(["fuzz", "--target", "refrence_runner"]) == 2
     assert "Did you mean 'reference_runner'" in _one_error_line(capsys)
-    assert main(["fuzz", "--fault", "dummy_run"]) == 2
+    assert main(["fuzz", "--target", "reference_runner", "--fault", "dummy_run"]) == 2
     assert "Did you mean 'dummy_run_skips_mapping'" in _one_error_line(capsys)
     corrupt = tmp_path / "corrupt.json"
     corrupt.write_text('{"schema": 1, "target": ')
@@ -85,11 +85,11 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys):
     assert "schema 99 is newer" in _one_error_line(capsys)
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    assert main(["fuzz", "--max-examples", "1", "--report", str(blocker / "dir" / "r.json")]) == 2
+    assert main(["fuzz", "--target", "reference_runner", "--max-examples", "1", "--report", str(blocker / "dir" / "r.json")]) == 2
     assert "cannot write" in _one_error_line(capsys)
-    assert main(["fuzz", "--max-examples", "1", "--sanitizer", "initcheck"]) == 2
+    assert main(["fuzz", "--target", "reference_runner", "--max-examples", "1", "--sanitizer", "initcheck"]) == 2
     assert "needs a CUDA GPU" in _one_error_line(capsys)
-    assert main(["fuzz", "--max-examples", "0"]) == 2
+    assert main(["fuzz", "--target", "reference_runner", "--max-examples", "0"]) == 2
     assert "must be at least one" in _one_error_line(capsys)
     assert main(["fuzz", "--target", "nowhere/missing.py:TARGET"]) == 2
     assert "does not exist" in _one_error_line(capsys)
@@ -107,3 +107,27 @@ def test_console_entry_point_runs_from_a_checkout():
     out = subprocess.run([sys.executable, "-m", "fuzzrunner", "faults"], capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd="/", timeout=300)
     assert out.returncode == 0 and "padding_not_mapped" in out.stdout
+
+
+def test_a_users_own_targets_package_does_not_collide_with_the_built_in_targets(tmp_path):
+    """Issue 11: the built-ins are ``fuzzrunner.targets``; a user's ``targets`` package is theirs."""
+    pkg = tmp_path / "targets"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mine.py").write_text(
+        "from hypothesis import strategies as st\n"
+        "from fuzzrunner import Case, Target\n\n"
+        "def cases(faults=(), *, max_ops=5):\n"
+        "    return st.integers(1, 3).map(lambda n: Case('mine', {}, tuple({'op': 'noop'} for _ in range(n))))\n\n"
+        "def run(case, ctx):\n"
+        "    for i, op in enumerate(case.ops):\n"
+        "        with ctx.op(i, op):\n"
+        "            pass\n\n"
+        "TARGET = Target('mine', 'a user target in a package named targets', cases, run)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]))
+    for spec in ("targets.mine:TARGET", "reference_runner"):
+        run = subprocess.run([sys.executable, "-m", "fuzzrunner", "fuzz", "--target", spec, "--max-examples", "3",
+                              "--corpus", str(tmp_path / "c")],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, (spec, run.stdout + run.stderr)
+        assert "0 findings" in run.stdout, run.stdout

@@ -290,15 +290,15 @@ def test_reports_after_a_crash_go_to_the_case_that_was_running():
     uninit, error = violations_in_log(log, 2, tool="initcheck")
     assert uninit.kind == "uninitialized-read" and uninit.location == SHRINK_29
     assert error.kind == "sanitizer-error" and error.tool == "initcheck"
-    assert "cudaErrorIllegalAddress" in error.message and error.details["count"] == 2  # + the exit lines
+    assert "cudaErrorIllegalAddress" in error.message and error.details["count"] == 1  # the exit lines are not reports
 
 
 def test_reports_after_the_last_end_marker_go_to_the_last_case_begun():
-    log = fixture("initcheck_worker.log").replace("========= ERROR SUMMARY",
-                                                   "========= Error: process didn't terminate successfully\n"
-                                                   "========= ERROR SUMMARY")
+    report = ("========= Program hit cudaErrorLaunchFailure (error 719) on CUDA API call to cudaLaunchKernel.\n"
+              "========= Error: process didn't terminate successfully\n")
+    log = fixture("initcheck_worker.log").replace("========= ERROR SUMMARY", report + "========= ERROR SUMMARY")
     (v,) = violations_in_log(log, 3, tool="initcheck")
-    assert v.kind == "sanitizer-error" and "didn't terminate" in v.message
+    assert v.kind == "sanitizer-error" and "cudaErrorLaunchFailure" in v.message
 
 
 def test_tensor_lines_name_the_tensor_of_an_address():
@@ -440,3 +440,11 @@ def test_hub_gives_the_reports_after_a_death_to_the_case_that_died(sanitized_hub
         assert "cudaErrorIllegalAddress" in error.message
         again = hub.run(case("noop"))  # a fresh worker, its own count
         assert not again.crashed and again.violations == [] and hub.restarts == 1
+
+
+@pytest.mark.parametrize("line", ["Error: process didn't terminate successfully",
+                                  "Target application returned an error",
+                                  "12 errors were skipped (error buffer overflow)",
+                                  "Warning: Device backtrace buffer overflow, some frames may be missing"])
+def test_the_tools_own_process_lines_are_never_a_finding(line):
+    assert parse_text(f"========= {line}\n========= ERROR SUMMARY: 0 errors\n") == []

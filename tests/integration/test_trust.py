@@ -1,0 +1,368 @@
+"""A harness teams can trust (issue 12): it never passes on nothing, never loses a finding or a
+corpus file, never leaves a process behind, and never reports bad input as a runner bug.
+
+Each test drives the real command line (``fuzzrunner.cli.main``, or ``python -m fuzzrunner`` where
+a signal must hit the campaign process) or the real engine (``Hub``), on the small misbehaving
+targets of trust_targets.py, loaded as a user's FILE.py:OBJ.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from fuzzrunner.case import Case
+from fuzzrunner.cli import main
+from fuzzrunner.engine import Hub, WorkerSpec
+from fuzzrunner.errors import HarnessError
+from fuzzrunner.report import load_report, runs
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGETS = str(Path(__file__).with_name("trust_targets.py"))
+
+
+def spec(name: str) -> str:
+    return f"{TARGETS}:{name}"
+
+
+def one_error_line(capsys) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1, err
+    assert err[0].startswith("fuzzrunner: error: ") and "Traceback" not in err[0]
+    return err[0]
+
+
+def fuzz(tmp_path, target, *extra, examples="3", seed="1"):
+    """``fuzzrunner fuzz`` in this process, quiet, with a corpus and a JSON report in tmp_path."""
+    return main(["fuzz", "--target", spec(target), "--max-examples", examples, "--seed", seed, "-q",
+                 "--corpus", str(tmp_path / "corpus"), "--report", str(tmp_path / "r.json"), *extra])
+
+
+def report(tmp_path) -> dict:
+    return load_report(tmp_path / "r.json")  # checks its shape too
+
+
+def misbehave(op: str, **fields) -> Case:
+    return Case("misbehave", {}, ({"op": op, **fields},))
+
+
+@pytest.fixture(scope="module")
+def hub():
+    with Hub(WorkerSpec(spec("MISBEHAVE")), timeout_s=60.0) as h:
+        yield h
+
+
+# -- 1. never pass on nothing -------------------------------------------------------------------
+
+@pytest.mark.parametrize("target, reason", [("NOTHING", "empty strategy"), ("FILTERED", "filtering out")])
+def test_a_strategy_that_makes_no_valid_case_exits_2_naming_why(tmp_path, capsys, target, reason):
+    assert fuzz(tmp_path, target, examples="20") == 2
+    line = one_error_line(capsys)
+    assert "Hypothesis gave up" in line and reason in line
+    assert not (tmp_path / "r.json").exists()  # no report that could read as a pass
+
+
+# -- 2. a target that exits ---------------------------------------------------------------------
+
+def test_sys_exit_at_import_is_a_harness_error_and_in_run_a_crash_naming_systemexit(tmp_path, capsys, hub):
+    exits = tmp_path / "exits_at_import.py"
+    exits.write_text("import sys\nsys.exit(0)\n")
+    for target in (f"{exits}:TARGET", "sys:exit"):
+        assert main(["fuzz", "--target", target, "--max-examples", "2", "--corpus", str(tmp_path / "c")]) == 2
+        assert "SystemExit" in one_error_line(capsys)
+    # in run(): documented in fuzzrunner/execute.py, a crash finding of the target (tool python,
+    # kernel SystemExit); the worker lives on, so it is not read as the worker dying
+    pid = hub.worker.proc.pid if hub.worker else None
+    result = hub.run(misbehave("exit0"))
+    [v] = result.violations
+    assert (v.tool, v.kind, v.kernel) == ("python", "crash", "SystemExit")
+    assert "SIGKILL" not in v.message and not result.crashed
+    assert pid is None or hub.worker.proc.pid == pid
+
+
+# -- 3. the stop reason -------------------------------------------------------------------------
+
+def test_a_time_budget_stops_the_campaign_and_says_so(tmp_path, capsys):
+    t0 = time.monotonic()
+    assert fuzz(tmp_path, "OK", "--budget", "3", examples="100000") == 0
+    assert time.monotonic() - t0 < 60
+    assert "stopped: budget" in capsys.readouterr().out
+    r = report(tmp_path)
+    assert r["stop_reason"] == "budget" and 0 < r["examples"] < 100000
+
+
+# -- 4. bad corpus files ------------------------------------------------------------------------
+
+def test_unreadable_corpus_files_are_quarantined_and_the_campaign_goes_on(tmp_path, capsys):
+    findings = tmp_path / "corpus" / "findings" / "ok"
+    findings.mkdir(parents=True)
+    (findings / "truncated.json").write_text('{"schema": 2, "id": "abc", "case": {"schema": 1, "tar')
+    case = {"schema": 1, "target": "ok", "config": {}, "ops": [{"op": "x", "n": 1}]}
+    (findings / "newer.json").write_text(json.dumps({"schema": 99, "case": case, "violation": {}}))
+    assert fuzz(tmp_path, "OK") == 0
+    err = capsys.readouterr().err.splitlines()
+    quarantine = tmp_path / "corpus" / "quarantine" / "findings" / "ok"
+    for name in ("truncated.json", "newer.json"):
+        assert not (findings / name).exists() and (quarantine / name).exists()
+        [line] = [e for e in err if name in e]
+        assert "warning" in line and str(quarantine / name) in line
+    moved = sorted(Path(q["moved_to"]).name for q in report(tmp_path)["quarantined"])
+    assert moved == ["newer.json", "truncated.json"]
+
+
+# -- 5. the nightly's reports -------------------------------------------------------------------
+
+def test_nightly_writes_each_targets_report_as_it_ends_and_the_combined_one_after_a_failure(
+        tmp_path, capsys, monkeypatch):
+    """Two 'built-in' targets: ok (a real campaign of a user target) and broken (its campaign fails)."""
+    import fuzzrunner.api
+    import fuzzrunner.target
+    targets = {"ok": spec("OK"), "broken": spec("OK")}
+    monkeypatch.setattr(fuzzrunner.target, "BUILTIN", targets)  # the names workers load are specs
+    reports, real_fuzz, seen = tmp_path / "reports", fuzzrunner.api.fuzz, []
+
+    def fuzz_one(name, **kw):
+        if name == "broken":
+            seen.append(sorted(p.name for p in reports.iterdir()))
+            raise HarnessError("worker could not set up target 'broken'")
+        return real_fuzz(targets[name], **kw)
+
+    monkeypatch.setattr(fuzzrunner.api, "fuzz", fuzz_one)
+    assert main(["nightly", "--max-examples", "3", "--budget", "120", "--seed", "1", "-q",
+                 "--corpus", str(tmp_path / "corpus"), "--report-dir", str(reports)]) == 2
+    assert seen == [["ok.json", "ok.xml"]]  # ok's reports were there before the next target began
+    assert [r["target"] for r in runs(load_report(reports / "report.json"))] == ["ok"]
+    assert (reports / "junit.xml").exists() and (reports / "report.html").exists()
+    assert "broken: worker could not set up" in one_error_line(capsys)
+
+
+# -- 6. pre-flight ------------------------------------------------------------------------------
+
+def test_an_unwritable_corpus_or_report_path_exits_2_before_any_case_runs(tmp_path, capsys, monkeypatch):
+    ran = tmp_path / "ran"
+    monkeypatch.setenv("TRUST_MARK_FILE", str(ran))  # the worker writes it when a case starts
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    corpora = [blocker / "corpus"]  # under a regular file: no one can create it
+    if os.geteuid() != 0:  # root ignores permission bits
+        read_only = tmp_path / "read_only"
+        read_only.mkdir()
+        read_only.chmod(0o555)
+        corpora.append(read_only)
+    for corpus in corpora:
+        assert main(["fuzz", "--target", spec("OK"), "--max-examples", "2", "--corpus", str(corpus)]) == 2
+        assert "cannot use corpus" in one_error_line(capsys)
+    assert main(["fuzz", "--target", spec("OK"), "--max-examples", "2", "--corpus", str(tmp_path / "c"),
+                 "--report", str(tmp_path)]) == 2
+    assert "is a directory" in one_error_line(capsys)
+    assert not ran.exists()
+
+
+# -- 7, 8. no process left behind ---------------------------------------------------------------
+
+def _marked(mark: str) -> list[int]:
+    """Live processes whose environment holds FUZZRUNNER_TEST_MARK=mark."""
+    needle = f"FUZZRUNNER_TEST_MARK={mark}".encode()
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if needle in (d / "environ").read_bytes().split(b"\0"):
+                    pids.append(int(d.name))
+            except OSError:
+                continue
+    return pids
+
+
+def _end(mark: str) -> None:
+    """Kill what a failed test left running (the processes this test started, by their marker)."""
+    for pid in _marked(mark):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _start_slow_campaign(tmp_path, *extra):
+    """``python -m fuzzrunner fuzz`` on a target whose cases sleep 60 s; returns once a case runs."""
+    mark, started = uuid.uuid4().hex, tmp_path / "started"
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path / "tmp"), FUZZRUNNER_TEST_MARK=mark,
+               TRUST_MARK_FILE=str(started), TRUST_SLEEP_S="60")
+    with open(tmp_path / "out.txt", "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "fuzzrunner", "fuzz", "--target", spec("OK"),
+                                 "--max-examples", "1000", "--seed", "1", "-q", "--corpus", str(tmp_path / "corpus"),
+                                 *extra], env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while not started.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the campaign never ran a case: {(tmp_path / 'out.txt').read_text()}")
+        time.sleep(0.1)
+    assert _marked(mark), "the worker process was not found by its marker"
+    return proc, mark
+
+
+def test_sigterm_stops_the_campaign_with_a_partial_report_and_nothing_left(tmp_path):
+    proc, mark = _start_slow_campaign(tmp_path, "--report", str(tmp_path / "r.json"))
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(timeout=30)
+        took = time.monotonic() - t0
+        left = _marked(mark)
+    finally:
+        proc.kill()
+        _end(mark)
+    out = (tmp_path / "out.txt").read_text()
+    assert code == 130, out
+    assert took < 5, f"took {took:.1f} s to stop"  # not waiting for the 60 s case to end
+    assert report(tmp_path)["stop_reason"] == "interrupted" and "stopped: interrupted" in out
+    assert left == []
+    assert not list((tmp_path / "tmp").glob("fuzzrunner-hub-*"))
+
+
+def test_kill_9_of_the_campaign_takes_its_workers_with_it(tmp_path):
+    proc, mark = _start_slow_campaign(tmp_path)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while _marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _marked(mark)
+    _end(mark)
+    assert left == []
+
+
+# -- 9. the worker's log is capped ---------------------------------------------------------------
+
+def test_a_chatty_target_cannot_grow_the_worker_log_past_its_cap(monkeypatch):
+    from fuzzrunner.engine import hub as hub_module
+    cap = 256 << 10
+    monkeypatch.setattr(hub_module, "LOG_CAP", cap)
+    with Hub(WorkerSpec(spec("MISBEHAVE")), timeout_s=60.0) as h:
+        for _ in range(3):  # 3 MiB of output per case, 9 MiB in all
+            assert h.run(misbehave("chatty", mb=3)).violations == []
+            assert h.worker.log_size() <= cap
+        assert "log cut at" in h.worker.log_text(0)
+        log = h.worker.log_path
+    assert not os.path.exists(log)  # and it goes at the end
+
+
+# -- 10. bad input is never a finding ------------------------------------------------------------
+
+def test_a_wrong_typed_case_is_invalid_input_never_a_finding(tmp_path, capsys):
+    base = {"schema": 1, "target": "reference_runner", "faults": [],
+            "config": {"max_loras": 1, "capture_sizes": [1]},
+            "ops": [{"op": "dummy_run", "num_tokens": 1, "kind": "warmup"}]}
+    words = dict(base, ops=[{"op": "dummy_run", "num_tokens": "three", "kind": "warmup"}])
+    scalar = dict(base, config={"max_loras": 1, "capture_sizes": 5})
+    files = []
+    for name, case in (("words.json", words), ("scalar.json", scalar)):
+        files.append(tmp_path / name)
+        files[-1].write_text(json.dumps(case))
+    assert main(["replay", *map(str, files)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2, err
+    for line, field in zip(err, ("num_tokens", "capture_sizes")):
+        assert line.startswith("fuzzrunner: error: could not run") and "reference_runner case" in line
+        assert field in line
+    # a campaign: generated cases that break the target's schema are rejected, a case file that
+    # does is quarantined; neither becomes a finding (unchecked, "three" would crash run())
+    cases = tmp_path / "corpus" / "cases" / "typed"
+    cases.mkdir(parents=True)
+    (cases / "bad.json").write_text(json.dumps(
+        {"schema": 1, "target": "typed", "config": {}, "ops": [{"op": "x", "n": "three"}]}))
+    assert fuzz(tmp_path, "TYPED", examples="20") == 0
+    r = report(tmp_path)
+    assert r["findings"] == [] and r["invalid"] > 0
+    assert (tmp_path / "corpus" / "quarantine" / "cases" / "typed" / "bad.json").exists()
+    assert not (tmp_path / "corpus" / "findings").exists()
+
+
+# -- 11. a crash that does not happen again ------------------------------------------------------
+
+def test_a_crash_a_fresh_worker_does_not_reproduce_is_flaky_not_a_finding(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRUST_ONCE_FILE", str(tmp_path / "crashed_once"))
+    assert fuzz(tmp_path, "FLAKY", examples="2") == 0
+    r = report(tmp_path)
+    assert r["findings"] == []
+    [flaky] = r["flaky"]
+    assert flaky["flaky"] and flaky["violation"]["kind"] == "crash"
+    assert not list((tmp_path / "corpus" / "findings").rglob("*.json"))  # not in the regression set
+    assert (tmp_path / "corpus" / "flaky" / "flaky" / f"{flaky['id']}.json").exists()  # kept, apart
+
+
+# -- 12. a signal from outside -------------------------------------------------------------------
+
+def test_a_worker_killed_by_a_signal_fuzzrunner_did_not_send_says_so(hub):
+    result = hub.run(misbehave("sigterm"))
+    assert result.crashed
+    [v] = result.violations
+    assert (v.tool, v.kind, v.location) == ("worker", "crash", "SIGTERM")
+    assert v.details["external_signal"] is True and "did not send" in v.message
+    assert hub.run(misbehave("x")).violations == []  # and a fresh worker took over
+
+
+# -- 13-16. corpus hygiene, on one campaign with a planted fault ----------------------------------
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """A campaign of BUGGY with its fault on, seed 7, under umask 077: (its folder, its finding id)."""
+    tmp = tmp_path_factory.mktemp("planted")
+    old = os.umask(0o077)
+    try:
+        code = fuzz(tmp, "BUGGY", "--fault", "boom", examples="30", seed="7")
+    finally:
+        os.umask(old)
+    assert code == 1
+    [finding] = report(tmp)["findings"]
+    return tmp, finding["id"]
+
+
+def test_findings_of_planted_faults_stay_out_of_the_regression_set(planted, tmp_path):
+    src, fid = planted
+    assert [p.name for p in (src / "corpus" / "expected" / "buggy").glob("*.json")] == [f"{fid}.json"]
+    assert not (src / "corpus" / "findings").exists()
+    shutil.copytree(src / "corpus", tmp_path / "corpus")
+    assert fuzz(tmp_path, "BUGGY", examples="5") == 0  # fault-free afterwards
+    r = report(tmp_path)
+    assert r["findings"] == [] and r["replayed"] == []
+
+
+def test_a_seeded_rerun_finds_the_same_bug_through_the_example_database_in_the_corpus(planted, tmp_path):
+    src, fid = planted
+    shutil.copytree(src / "corpus", tmp_path / "corpus")
+    database = tmp_path / "corpus" / "hypothesis"
+    assert [p for p in database.rglob("*") if p.is_file()], "the example database is empty"
+    shutil.rmtree(tmp_path / "corpus" / "expected")  # only the database remembers the bug now
+    # one example: the first one generated (n=0) passes; only the database's replay fails
+    assert fuzz(tmp_path, "BUGGY", "--fault", "boom", examples="1", seed="7") == 1
+    assert [f["id"] for f in report(tmp_path)["findings"]] == [fid]
+
+
+def test_corpus_report_and_repro_files_are_readable_by_all_under_umask_077(planted):
+    src, fid = planted
+    for path in (src / "corpus" / "expected" / "buggy" / f"{fid}.json", src / "r.json"):
+        assert path.stat().st_mode & 0o777 == 0o644, path
+    repro = src / "corpus" / "repro" / "buggy" / f"{fid}.py"
+    assert repro.stat().st_mode & 0o777 == 0o755  # a script with a #! line: readable and runnable
+
+
+def test_export_of_a_user_target_finding_reproduces_from_another_directory(planted, tmp_path, capsys):
+    src, fid = planted
+    script = tmp_path / "repro.py"
+    assert main(["export", str(src / "corpus" / "expected" / "buggy" / f"{fid}.json"), "-o", str(script)]) == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = subprocess.run([sys.executable, str(script)], cwd=elsewhere, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "ValueError" in run.stdout

@@ -1,0 +1,31 @@
+"""The wheel: one top-level package (a user's own ``targets`` cannot collide), with its data."""
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_wheel_has_one_top_level_package_with_seeds_types_and_license(tmp_path):
+    src = tmp_path / "src"  # a copy: setuptools writes build/ and *.egg-info beside the sources
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", ".cache", ".git", ".gpu-vllm", "corpus", "build",
+                                                             "reports", "__pycache__", "*.egg-info", ".hypothesis"))
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(src)],
+                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert build.returncode == 0, build.stderr[-2000:]
+    [wheel] = tmp_path.glob("fuzzrunner-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"fuzzrunner"}
+    for needed in ("fuzzrunner/py.typed", "fuzzrunner/targets/reference_runner/__init__.py",
+                   "fuzzrunner/targets/vllm_lora/__init__.py",
+                   "fuzzrunner/targets/reference_runner/seeds/dummy_run_first.json"):
+        assert needed in names
+    assert any(n.endswith("licenses/LICENSE") for n in names)
+    metadata = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith("METADATA"))
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    core = [line for line in requires if "extra ==" not in line]
+    assert any("jsonschema" in line for line in core)
+    assert not any("pytest" in line for line in core)  # pytest and xdist are the [pytest] extra
