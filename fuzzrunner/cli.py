@@ -211,6 +211,9 @@ def _summary(result, out) -> None:
     out.write(f"{result.target}: {result.examples} cases ({result.generated} generated, {result.invalid} invalid) "
               f"in {result.duration_s:.1f} s (seed {result.seed}), stopped: {result.stop_reason or 'unknown'}; "
               f"{n} finding{'s' * (n != 1)}\n")
+    if result.known_crash_skips:
+        out.write(f"  {result.known_crash_skips} case(s) not run on the GPU: a CPU pre-check showed they re-hit a "
+                  f"known crash\n")
     for f in result.findings:
         out.write("\n  " + render(f, indent="    ") + "\n")
     for f in result.flaky:

@@ -205,8 +205,10 @@ class Worker:
             if done is not None:
                 self.busy = False
                 vs, fatal = done
-                if fatal:
-                    self._settle()
+                if fatal and self.spec.wrapper:
+                    self._settle()  # the sanitizer prints its last reports as the worker exits
+                elif fatal:
+                    self.kill()  # its result is in; a lost CUDA context can take seconds to tear down
                 return RunResult(vs, time.monotonic() - t0, fatal, self.case_no, self._case_log(start_log))
 
     def _handle(self, msg: dict, seen: _Progress):
@@ -362,7 +364,7 @@ class Hub:
         self.worker: Worker | None = None
         self._spares: list[_Standby] = []
         self._deaths: list[float] = []        # monotonic times of the recent deaths
-        self._start_s = 3.0                   # a worker's start-up, measured on the spares
+        self._start_s: float | None = None   # a worker's start-up, measured
         self.restarts = 0
         self.starts = 0
 
@@ -370,8 +372,9 @@ class Hub:
         failures = 0
         while True:
             try:
-                spare = self._take_spare()
+                spare, t0 = self._take_spare(), time.monotonic()
                 worker = spare.take() if spare is not None else Worker(self.spec)
+                self._measured(spare.start_s if spare is not None else time.monotonic() - t0)
                 self.starts += 1
                 return worker
             except HarnessError:
@@ -381,12 +384,11 @@ class Hub:
 
     def _take_spare(self) -> _Standby | None:
         """The spare closest to ready (the oldest), if any."""
-        if not self._spares:
-            return None
-        spare = self._spares.pop(0)
-        if spare.ready() and spare.start_s is not None:
-            self._start_s = 0.5 * self._start_s + 0.5 * spare.start_s
-        return spare
+        return self._spares.pop(0) if self._spares else None
+
+    def _measured(self, seconds: float | None) -> None:
+        if seconds is not None:
+            self._start_s = seconds if self._start_s is None else 0.5 * (self._start_s + seconds)
 
     def wanted_spares(self) -> int:
         """One, plus enough that a spare is ready by the next death at the recent rate of deaths."""
@@ -396,7 +398,7 @@ class Hub:
         if len(recent) < 2:
             return 1
         interval = max((recent[-1] - recent[0]) / (len(recent) - 1), 1e-3)
-        return max(1, min(self.max_spares, math.ceil(self._start_s / interval)))
+        return max(1, min(self.max_spares, math.ceil((self._start_s or 3.0) / interval)))
 
     def _ensure(self) -> Worker:
         if self.worker is None:

@@ -30,6 +30,7 @@ class CampaignResult:
     replayed: list = field(default_factory=list)     # (path, finding id or None, still failing)
     quarantined: list = field(default_factory=list)  # (path, moved to, why)
     worker_restarts: int = 0
+    known_crash_skips: int = 0         # cases a CPU pre-check showed would re-hit a known GPU crash
     stop_reason: str = ""
     warnings: list = field(default_factory=list)
     errors: list = field(default_factory=list)       # why the campaign could not finish cleanly

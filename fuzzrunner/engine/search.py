@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..case import Case
 from ..corpus import Corpus
 from ..errors import HarnessError, InvalidCase
-from ..finding import Finding
+from ..finding import Finding, group
 from ..settings import Settings
 from ..target import Target
 from . import result as R
@@ -72,6 +73,11 @@ class Shard:
         self.result = R.CampaignResult(target.name, settings, seed, faults)
         self.start = time.monotonic()
         self._failing: set[str] = set()  # findings raised to Hypothesis in the current batch
+        # Crash-aware search on a GPU: once a crash is known, each new case runs first on a CPU
+        # worker under the shadow oracle; one whose first bad read is the known crash's is not
+        # sent to the GPU (it would only kill a worker again: ~10 s each). Shrinking runs on the GPU.
+        self._precheck: Hub | None = None
+        self._crash_heads: set[str] = set()
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -91,6 +97,8 @@ class Shard:
         for finding, new in recorded:
             if new and not self._confirmed(finding, case):
                 continue
+            if new and finding.violation.kind in ("crash", "timeout", "sanitizer-error"):
+                self._learn_crash(case)
             if new:
                 self.emit({"type": "finding", "finding": finding, "shard": self.index})
         if self.book.write_errors:
@@ -115,6 +123,29 @@ class Shard:
                                                  f"in a fresh worker; kept apart, not a finding"})
         return False
 
+    # -- crash-aware search (GPU) ---------------------------------------------------------
+    def _learn_crash(self, case: Case) -> None:
+        if self.hub.spec.device == "cuda" and self.settings.cpu_triage:
+            self._crash_heads |= self._cpu_heads(case)
+
+    def _cpu_heads(self, case: Case) -> set[str]:
+        """The ids of the root causes the CPU shadow oracle sees in ``case`` (empty if it cannot run)."""
+        if self._precheck is None:
+            spec = replace(self.hub.spec, device="cpu", gpu=None, wrapper=[], env={}, log_path=None)
+            self._precheck = Hub(spec, oracles=("shadow",), timeout_s=self.settings.case_timeout_s, standby=False)
+        try:
+            violations = self._precheck.run(case).violations
+        except InvalidCase:
+            return set()
+        except HarnessError as e:  # the target cannot run on the CPU: search without the pre-check
+            self._crash_heads = set()
+            self.emit({"type": "warning", "message": f"no CPU pre-check of cases ({e}); crashes cost restarts"})
+            return set()
+        return {head.signature.id for head, _ in group(violations)}
+
+    def _known_crash(self, case: Case) -> bool:
+        return bool(self._crash_heads) and not self._failing and bool(self._cpu_heads(case) & self._crash_heads)
+
     # -- the search -----------------------------------------------------------------------
     def _test(self, case: Case) -> None:
         if self.over_budget():
@@ -125,6 +156,10 @@ class Shard:
         if not self._failing:
             r.generated += 1
         try:
+            if self._known_crash(case):
+                r.known_crash_skips += 1
+                self._tick()
+                return
             violations = self.execute(case)
         except InvalidCase:
             from hypothesis import reject
@@ -203,6 +238,8 @@ class Shard:
 
     def close(self) -> R.CampaignResult:
         self.hub.close()
+        if self._precheck is not None:
+            self._precheck.close()
         r = self.result
         r.duration_s = self.elapsed()
         r.findings = list(self.book.by_id.values())

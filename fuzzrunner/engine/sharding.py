@@ -66,7 +66,7 @@ class _Merger:
 
     def done(self, r: CampaignResult) -> None:
         into = self.result
-        for name in ("examples", "generated", "invalid", "worker_restarts"):
+        for name in ("examples", "generated", "invalid", "worker_restarts", "known_crash_skips"):
             setattr(into, name, getattr(into, name) + getattr(r, name))
         for name in ("replayed", "quarantined", "warnings", "errors"):
             getattr(into, name).extend(getattr(r, name))

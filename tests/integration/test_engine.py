@@ -110,7 +110,7 @@ def test_a_shard_picks_among_the_gpus_it_may_use():
 def test_spares_grow_with_the_rate_of_deaths_and_never_past_the_limit():
     hub = Hub(WorkerSpec(CRASHY), standby=True, max_spares=3)  # no worker starts until a case runs
     assert hub.wanted_spares() == 1
-    hub._start_s = 2.0
+    hub._start_s = 2.0  # measured start-up
     hub._deaths = [0.0, 10.0, 20.0]      # a death every 10 s: a spare started after one is ready
     assert hub.wanted_spares() == 1
     hub._deaths = [0.0, 0.5, 1.0, 1.5]   # every 0.5 s, start-up 2 s: 4 wanted, capped at 3
