@@ -14,9 +14,14 @@ T = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath
 device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 c = lambda op: Case("crash_bench", {"work_ms": 0}, ({"op": op},))  # noqa: E731
 with Hub(WorkerSpec(T, device=device, log_path="/tmp/probe_worker.log"), timeout_s=30, standby=True) as h:
-    t = time.perf_counter(); h.run(c("work")); print(f"first case {time.perf_counter() - t:.2f}s", flush=True)
+    t = time.perf_counter()
+    h.run(c("work"))
+    print(f"first case {time.perf_counter() - t:.2f}s", flush=True)
     for i in range(4):
-        t = time.perf_counter(); r = h.run(c("crash")); t1 = time.perf_counter()
+        t = time.perf_counter()
+        r = h.run(c("crash"))
+        t1 = time.perf_counter()
         print(f"crash {i}: crashed={r.crashed} {t1 - t:.2f}s; spares {len(h._spares)}", flush=True)
-        h.run(c("work")); print(f"  next case {time.perf_counter() - t1:.2f}s", flush=True)
+        h.run(c("work"))
+        print(f"  next case {time.perf_counter() - t1:.2f}s", flush=True)
 print("done")

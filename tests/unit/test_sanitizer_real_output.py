@@ -30,8 +30,8 @@ def test_a_real_worker_log_blames_only_the_faulty_case():
     assert set(attribute(text, tool="initcheck")) <= {None, 1, 2, 3}
 
 
-def test_a_real_crash_under_initcheck_is_a_sanitizer_error():
+def test_a_real_crash_under_initcheck_is_no_sanitizer_finding():
+    """The tool's lines after its worker died ("process didn't terminate successfully", 0 errors)
+    are not a report: the death itself is the hub's crash violation (issue 14: no bogus finding)."""
     text = (FIXTURES / "real_initcheck_poisoned_slot_crash.log").read_text()
-    found = violations_in_log("@@fuzzrunner-case-begin 1@@\n" + text, 1, tool="initcheck")
-    assert [v.kind for v in found] == ["sanitizer-error"]
-    assert "didn't terminate successfully" in found[0].message
+    assert violations_in_log("@@fuzzrunner-case-begin 1@@\n" + text, 1, tool="initcheck") == []
