@@ -28,11 +28,29 @@ from ..errors import HarnessError, InvalidCase
 from ..violation import Violation
 from . import protocol
 from .lifeline import ENV as PARENT_ENV
+from .lifeline import alive
 
 STARTUP_TIMEOUT_S = 300.0  # torch import, CUDA init, sanitizer start-up
 MAX_FAILED_STARTS = 3
 SETTLE_S = 10.0            # a wrapper (compute-sanitizer) prints its last reports after its worker dies
 LOG_CAP = 8 << 20          # a worker's own log past this is cut (its tail is kept for crash messages)
+
+
+DIR_PREFIX = "fuzzrunner-hub-"
+
+
+def sweep_stale_dirs() -> None:
+    """Remove the temp dirs of hubs whose process is gone (a ``kill -9`` gives no chance to clean
+    up; the next hub on the machine does it). A dir is named ``fuzzrunner-hub-<pid>-<random>``."""
+    root = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(DIR_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(DIR_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid)):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
 @dataclass
@@ -87,7 +105,8 @@ class Worker:
         """Start the process; with ``connect`` also wait for its hand-shake (else call ``connect``)."""
         self.spec = spec
         self.sock: socket.socket | None = None
-        self._dir = tempfile.mkdtemp(prefix="fuzzrunner-hub-")
+        sweep_stale_dirs()
+        self._dir = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
         self.path = os.path.join(self._dir, "w.sock")
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(self.path)

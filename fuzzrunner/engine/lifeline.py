@@ -19,7 +19,8 @@ ENV = "FUZZRUNNER_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a zombie counts until it is reaped)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -38,11 +39,11 @@ def die_with(pid: int | None, *, poll_s: float = 1.0) -> None:
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         except (OSError, AttributeError):
             pass
-    if not _alive(pid) or (os.getppid() == 1 and pid != 1):
+    if not alive(pid) or (os.getppid() == 1 and pid != 1):
         os._exit(5)
 
     def watch() -> None:
-        while _alive(pid):
+        while alive(pid):
             time.sleep(poll_s)
         os._exit(5)
 

@@ -229,7 +229,7 @@ def test_sigterm_stops_the_campaign_with_a_partial_report_and_nothing_left(tmp_p
     assert not list((tmp_path / "tmp").glob("fuzzrunner-hub-*"))
 
 
-def test_kill_9_of_the_campaign_takes_its_workers_with_it(tmp_path):
+def test_kill_9_of_the_campaign_takes_its_workers_with_it_and_the_next_hub_sweeps_its_dir(tmp_path, monkeypatch):
     proc, mark = _start_slow_campaign(tmp_path)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -239,6 +239,14 @@ def test_kill_9_of_the_campaign_takes_its_workers_with_it(tmp_path):
     left = _marked(mark)
     _end(mark)
     assert left == []
+    tmp = tmp_path / "tmp"
+    assert list(tmp.glob("fuzzrunner-hub-*")), "the killed campaign's hub dir (nothing could remove it)"
+    import tempfile
+
+    from fuzzrunner.engine import hub as hub_module
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    hub_module.sweep_stale_dirs()  # what the next hub on this machine does first
+    assert list(tmp.glob("fuzzrunner-hub-*")) == []
 
 
 # -- 9. the worker's log is capped ---------------------------------------------------------------
