@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from ..case import Case, parse_json, read_text
@@ -21,8 +26,30 @@ def report_dict(results) -> dict:
         _check_report(results, "report")
         return results
     if isinstance(results, (list, tuple)):
-        return {"schema": SCHEMA, "runs": [_run_dict(r) for r in results]}
-    return {"schema": SCHEMA, **_run_dict(results)}
+        return {"schema": SCHEMA, "provenance": provenance(), "runs": [_run_dict(r) for r in results]}
+    return {"schema": SCHEMA, "provenance": provenance(), **_run_dict(results)}
+
+
+def provenance() -> dict:
+    """Where a report comes from: versions, device, host, time, command, and the git commit of the
+    code under test (the working directory's), so two reports can be told apart a year later."""
+    from .._version import __version__
+    versions = {"fuzzrunner": __version__, "python": platform.python_version()}
+    for name in ("torch", "triton", "hypothesis", "vllm"):
+        module = sys.modules.get(name)
+        if module is not None:
+            versions[name] = str(getattr(module, "__version__", "?"))
+    return {"versions": versions, "device": os.environ.get("FUZZRUNNER_DEVICE"), "host": platform.node(),
+            "platform": platform.platform(), "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": " ".join(sys.argv[:1] + sys.argv[1:])[:1000], "cwd": os.getcwd(), "git": _git_commit()}
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
 
 
 def runs(report: dict) -> list[dict]:

@@ -5,6 +5,7 @@ import os
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -74,7 +75,7 @@ def test_json_report_holds_the_campaign_and_its_finding(tmp_path, finding):
 def test_json_report_of_several_targets_has_one_run_each(tmp_path, finding):
     path = write_json([campaign(finding), clean_campaign()], tmp_path / "nightly.json")
     data = load_report(path)
-    assert data["schema"] == 1 and set(data) == {"schema", "runs"}
+    assert data["schema"] == 1 and set(data) == {"schema", "provenance", "runs"}
     assert [r["target"] for r in data["runs"]] == ["reference_runner", "lora_kernels"]
     assert [len(r["findings"]) for r in data["runs"]] == [1, 0]
 
@@ -248,3 +249,20 @@ def test_unwritable_paths_are_invalid_arguments_naming_the_path(tmp_path, findin
             write(campaign(finding), path)
         assert str(path) in str(e.value) and "\n" not in str(e.value)
     assert blocker.read_text() == "not a directory" and sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+# -- the published schema ------------------------------------------------------------------------
+
+def test_every_written_report_validates_against_the_published_schema(tmp_path, finding):
+    import jsonschema
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "report.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    flaky = replace(finding, flaky=True, triage={"device": "cpu", "status": "not-reproduced"})
+    for results in (campaign(finding, flaky=[flaky], stop_reason="budget"), [campaign(finding), clean_campaign()]):
+        data = json.loads(write_json(results, tmp_path / "r.json").read_text())
+        jsonschema.validate(data, schema)
+        assert data["provenance"]["versions"]["fuzzrunner"] and data["provenance"]["written_at"].endswith("Z")
+    broken = json.loads(write_json(campaign(finding), tmp_path / "r.json").read_text())
+    del broken["findings"][0]["signature"]["site"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
