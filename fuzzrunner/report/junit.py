@@ -26,6 +26,14 @@ def short(f: dict) -> str:
     return f"{s['kind']} of {s['tensor'] or '?'} in {s['kernel'] or '?'} at {s['location'] or '?'} [{s['tool']}]"
 
 
+def test_name(f: dict) -> str:
+    """A JUnit test's name: the finding's stable identity (its function, not its line), so the
+    same test turns green once the bug is fixed, and a line shift does not rename it."""
+    s = f["signature"]
+    where = s.get("site") or s["location"] or "?"
+    return f"{s['kind']} of {s['tensor'] or '?'} in {s['kernel'] or '?'} at {where} [{s['tool']}] ({f['id']})"
+
+
 def failure_text(f: dict) -> str:
     """What CI shows under a failing test: the message, the case to paste, the repro."""
     case = case_text(f["case"])
@@ -52,7 +60,7 @@ def junit_text(results) -> str:
             f"{run['examples']} examples ({run['invalid']} invalid), {len(found)} finding(s), seed {run['seed']}, "
             f"{run['worker_restarts']} worker restart(s)")
         for f in found:
-            tc = ET.SubElement(suite, "testcase", classname=cls, name=xml_safe(short(f)), time="0")
+            tc = ET.SubElement(suite, "testcase", classname=cls, name=xml_safe(test_name(f)), time="0")
             fail = ET.SubElement(tc, "failure", message=xml_safe(f["message"]), type=xml_safe(f["signature"]["kind"]))
             fail.text = xml_safe(failure_text(f))
     ET.indent(root)
