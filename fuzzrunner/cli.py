@@ -76,7 +76,8 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("replay", help="replay case or finding files in a worker", formatter_class=_Help,
                        epilog="exit: 1 reproduced, 0 not reproduced, 2 could not run\nexample:\n"
-                              "  fuzzrunner replay corpus/findings/reference_runner/*.json")
+                              "  fuzzrunner replay corpus/findings/reference_runner/*.json\n"
+                              "  fuzzrunner replay corpus/expected/reference_runner/*.json   # planted-fault findings")
     r.add_argument("files", nargs="+", metavar="FILE")
     r.add_argument("--target", help="the target spec (FILE.py:OBJ, module:OBJ); default: what the file recorded")
     r.add_argument("--oracle", action="append", choices=names.oracle_names(), metavar="NAME",
@@ -196,8 +197,10 @@ def _export_all(result, corpus: str) -> None:
     from .corpus import safe_name
     from .errors import FuzzrunnerError
     from .repro import export_repro
+    faults = "+".join(sorted(result.faults))
+    prefix = safe_name(faults) + "." if faults else ""  # as corpus.Corpus names expected findings
     for f in result.findings:
-        path = Path(corpus) / "repro" / safe_name(result.target) / f"{f.id}.py"
+        path = Path(corpus) / "repro" / safe_name(result.target) / f"{prefix}{f.id}.py"
         try:
             f.repro = str(export_repro(f, path))
         except (OSError, FuzzrunnerError) as e:
@@ -307,7 +310,8 @@ def cmd_replay(args) -> int:
                                       oracles=tuple(args.oracle) if args.oracle else None))
     with Replayer(settings) as replayer:
         codes = [_replay_one(replayer, path, args) for path in args.files]
-    return EXIT_FINDINGS if EXIT_FINDINGS in codes else EXIT_ERROR if EXIT_ERROR in codes else EXIT_OK
+    # a file that could not run is never hidden behind one that reproduced
+    return EXIT_ERROR if EXIT_ERROR in codes else EXIT_FINDINGS if EXIT_FINDINGS in codes else EXIT_OK
 
 
 def cmd_export(args) -> int:

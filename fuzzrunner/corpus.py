@@ -54,14 +54,18 @@ def load_any(path) -> tuple[Case, Finding | None]:
 
 
 class Corpus:
-    def __init__(self, root: str | os.PathLike, *, expected: bool = False):
-        """``expected``: this campaign plants faults; its findings go to ``expected/``, apart from the
-        regression set that corpus replays and the pytest plugin collect."""
+    def __init__(self, root: str | os.PathLike, *, expected: bool = False, faults: tuple = ()):
+        """``expected`` (or ``faults``): this campaign plants faults; its findings go to ``expected/``,
+        apart from the regression set that corpus replays and the pytest plugin collect, each file
+        named after the faults too (``<faults>.<id>.json``): one bug id seen under two different
+        planted faults is two expected findings, never one merged over the other."""
         self.root = Path(root)
-        self.findings_dir = self.root / ("expected" if expected else "findings")
+        self.faults = tuple(sorted(faults))
+        self.findings_dir = self.root / ("expected" if expected or faults else "findings")
+        self._prefix = safe_name("+".join(self.faults)) + "." if self.faults else ""
 
     def finding_path(self, target: str, finding_id: str) -> Path:
-        return self.findings_dir / safe_name(target) / f"{finding_id}.json"
+        return self.findings_dir / safe_name(target) / f"{self._prefix}{finding_id}.json"
 
     def save_finding(self, target: str, finding: Finding) -> Path:
         return atomic_write(self.finding_path(target, finding.id), json.dumps(finding.to_dict(), indent=2))

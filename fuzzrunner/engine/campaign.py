@@ -48,7 +48,7 @@ def run_shard(target_spec: str, settings: Settings, faults: tuple, corpus_dir, i
               device: str, on_event: Callable | None, database=None) -> CampaignResult:
     """One shard, start to end: corpus replay, then the search; interrupted or not, a result."""
     target = load_target(target_spec)
-    corpus = Corpus(corpus_dir, expected=bool(faults)) if corpus_dir else None
+    corpus = Corpus(corpus_dir, faults=faults) if corpus_dir else None
     shard = Shard(target_spec, target, settings, faults, corpus, database, index, seed,
                   worker_spec(target_spec, settings, index, device), on_event)
     try:
@@ -94,7 +94,7 @@ def _triage(result: CampaignResult, target_spec: str, settings: Settings, corpus
     result.findings, absorbed = merge_by_triage(result.findings)
     if corpus_dir is None:
         return
-    corpus = Corpus(corpus_dir, expected=bool(faults))
+    corpus = Corpus(corpus_dir, faults=faults)
     try:
         for f in result.findings:
             corpus.save_finding(name, f)

@@ -36,21 +36,32 @@ SETTLE_S = 10.0            # a wrapper (compute-sanitizer) prints its last repor
 LOG_CAP = 8 << 20          # a worker's own log past this is cut (its tail is kept for crash messages)
 
 
-DIR_PREFIX = "fuzzrunner-hub-"
+DIR_PREFIX = "fzr-hub-"
+SOCKET_PATH_MAX = 100  # AF_UNIX socket paths are limited to 107 bytes on Linux
+
+
+def _hub_dir() -> str:
+    """A fresh temp dir for a worker's socket and log, named after this process; under /tmp if
+    ``TMPDIR`` is so deep that the socket path would be too long for AF_UNIX."""
+    d = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
+    if len(os.path.join(d, "s").encode()) > SOCKET_PATH_MAX:
+        shutil.rmtree(d, ignore_errors=True)
+        d = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-", dir="/tmp")
+    return d
 
 
 def sweep_stale_dirs() -> None:
     """Remove the temp dirs of hubs whose process is gone (a ``kill -9`` gives no chance to clean
-    up; the next hub on the machine does it). A dir is named ``fuzzrunner-hub-<pid>-<random>``."""
-    root = tempfile.gettempdir()
-    try:
-        names = [n for n in os.listdir(root) if n.startswith(DIR_PREFIX)]
-    except OSError:
-        return
-    for name in names:
-        pid = name[len(DIR_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid)):
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    up; the next hub on the machine does it). A dir is named ``fzr-hub-<pid>-<random>``."""
+    for root in {tempfile.gettempdir(), "/tmp"}:
+        try:
+            names = [n for n in os.listdir(root) if n.startswith(DIR_PREFIX)]
+        except OSError:
+            continue
+        for name in names:
+            pid = name[len(DIR_PREFIX):].split("-", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid)):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
 @dataclass
@@ -106,8 +117,8 @@ class Worker:
         self.spec = spec
         self.sock: socket.socket | None = None
         sweep_stale_dirs()
-        self._dir = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
-        self.path = os.path.join(self._dir, "w.sock")
+        self._dir = _hub_dir()
+        self.path = os.path.join(self._dir, "s")
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(self.path)
         self.server.listen(1)

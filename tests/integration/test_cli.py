@@ -79,6 +79,12 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys):
     corrupt.write_text('{"schema": 1, "target": ')
     assert main(["replay", str(corrupt)]) == 2
     assert "corrupt.json: not valid JSON" in _one_error_line(capsys)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"schema": 1, "target": "reference_runner", "faults": ["dummy_run_skips_mapping"],
+                                "config": {"max_loras": 1, "capture_sizes": [1]},
+                                "ops": [{"op": "dummy_run", "num_tokens": 1, "kind": "warmup"}]}))
+    assert main(["replay", str(good), str(corrupt)]) == 2  # a broken file is never hidden by a reproduced one
+    assert "corrupt.json: not valid JSON" in _one_error_line(capsys)
     newer = tmp_path / "newer.json"
     newer.write_text(json.dumps({"schema": 99, "target": "reference_runner", "config": {}, "ops": []}))
     assert main(["replay", str(newer)]) == 2

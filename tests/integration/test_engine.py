@@ -117,3 +117,20 @@ def test_spares_grow_with_the_rate_of_deaths_and_never_past_the_limit():
     assert hub.wanted_spares() == 3
     assert Hub(WorkerSpec(CRASHY), standby=False).wanted_spares() == 0
     hub.close()
+
+
+def test_a_deep_tmpdir_still_gives_a_socket_path_short_enough_for_af_unix(tmp_path, monkeypatch):
+    import tempfile
+
+    from fuzzrunner.engine import hub as hub_module
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    d = hub_module._hub_dir()
+    try:
+        assert len(os.path.join(d, "s").encode()) <= hub_module.SOCKET_PATH_MAX and d.startswith("/tmp/")
+        with Hub(WorkerSpec(CRASHY), timeout_s=30.0) as h:  # and a worker really starts there
+            assert h.run(_case("ok")).violations == []
+    finally:
+        import shutil
+        shutil.rmtree(d, ignore_errors=True)

@@ -226,7 +226,7 @@ def test_sigterm_stops_the_campaign_with_a_partial_report_and_nothing_left(tmp_p
     assert took < 5, f"took {took:.1f} s to stop"  # not waiting for the 60 s case to end
     assert report(tmp_path)["stop_reason"] == "interrupted" and "stopped: interrupted" in out
     assert left == []
-    assert not list((tmp_path / "tmp").glob("fuzzrunner-hub-*"))
+    assert not list((tmp_path / "tmp").glob("fzr-hub-*"))
 
 
 def test_kill_9_of_the_campaign_takes_its_workers_with_it_and_the_next_hub_sweeps_its_dir(tmp_path, monkeypatch):
@@ -240,13 +240,13 @@ def test_kill_9_of_the_campaign_takes_its_workers_with_it_and_the_next_hub_sweep
     _end(mark)
     assert left == []
     tmp = tmp_path / "tmp"
-    assert list(tmp.glob("fuzzrunner-hub-*")), "the killed campaign's hub dir (nothing could remove it)"
+    assert list(tmp.glob("fzr-hub-*")), "the killed campaign's hub dir (nothing could remove it)"
     import tempfile
 
     from fuzzrunner.engine import hub as hub_module
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     hub_module.sweep_stale_dirs()  # what the next hub on this machine does first
-    assert list(tmp.glob("fuzzrunner-hub-*")) == []
+    assert list(tmp.glob("fzr-hub-*")) == []
 
 
 # -- 9. the worker's log is capped ---------------------------------------------------------------
@@ -337,7 +337,7 @@ def planted(tmp_path_factory):
 
 def test_findings_of_planted_faults_stay_out_of_the_regression_set(planted, tmp_path):
     src, fid = planted
-    assert [p.name for p in (src / "corpus" / "expected" / "buggy").glob("*.json")] == [f"{fid}.json"]
+    assert [p.name for p in (src / "corpus" / "expected" / "buggy").glob("*.json")] == [f"boom.{fid}.json"]  # named after the planted fault
     assert not (src / "corpus" / "findings").exists()
     shutil.copytree(src / "corpus", tmp_path / "corpus")
     assert fuzz(tmp_path, "BUGGY", examples="5") == 0  # fault-free afterwards
@@ -358,16 +358,16 @@ def test_a_seeded_rerun_finds_the_same_bug_through_the_example_database_in_the_c
 
 def test_corpus_report_and_repro_files_are_readable_by_all_under_umask_077(planted):
     src, fid = planted
-    for path in (src / "corpus" / "expected" / "buggy" / f"{fid}.json", src / "r.json"):
+    for path in (src / "corpus" / "expected" / "buggy" / f"boom.{fid}.json", src / "r.json"):
         assert path.stat().st_mode & 0o777 == 0o644, path
-    repro = src / "corpus" / "repro" / "buggy" / f"{fid}.py"
+    repro = src / "corpus" / "repro" / "buggy" / f"boom.{fid}.py"
     assert repro.stat().st_mode & 0o777 == 0o755  # a script with a #! line: readable and runnable
 
 
 def test_export_of_a_user_target_finding_reproduces_from_another_directory(planted, tmp_path, capsys):
     src, fid = planted
     script = tmp_path / "repro.py"
-    assert main(["export", str(src / "corpus" / "expected" / "buggy" / f"{fid}.json"), "-o", str(script)]) == 0
+    assert main(["export", str(src / "corpus" / "expected" / "buggy" / f"boom.{fid}.json"), "-o", str(script)]) == 0
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     run = subprocess.run([sys.executable, str(script)], cwd=elsewhere, capture_output=True, text=True,
