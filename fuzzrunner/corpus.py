@@ -72,10 +72,10 @@ class Corpus:
 
     def set_aside(self, target: str, finding: Finding) -> Path:
         """Move a finding that did not reproduce out of the regression set, into ``flaky/``."""
-        path = atomic_write(self.root / "flaky" / safe_name(target) / f"{finding.id}.json",
-                            json.dumps(finding.to_dict(), indent=2))
+        own = self.finding_path(target, finding.id)
+        path = atomic_write(self.root / "flaky" / safe_name(target) / own.name, json.dumps(finding.to_dict(), indent=2))
         try:
-            os.unlink(self.finding_path(target, finding.id))
+            os.unlink(own)
         except FileNotFoundError:
             pass
         return path

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue 14's GPU checks, in two parts (each fits one 10-minute device call):
+# Issue 14's GPU checks, one mode per 10-minute device call:
 #   bash scripts/gpu_issue14.sh faults      # the four faults on cuda, seed 3, 200 examples, no shrink; a clean run
-#   bash scripts/gpu_issue14.sh sanitizer   # the four faults under initcheck; crash_throughput on cuda and cpu
+#   bash scripts/gpu_issue14.sh crashing    # the two crashing faults again (crash-aware search), within a budget
+#   bash scripts/gpu_issue14.sh sanitizer   # faults under initcheck; crash_throughput on cuda and cpu
 # Prints each campaign's summary (findings with their CPU triage) and its wall time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -9,12 +10,13 @@ export PYTHONPATH=.
 OUT=${OUT:-/tmp/gpu_issue14}
 mkdir -p "$OUT"
 FAULTS="dummy_run_skips_mapping padding_not_mapped stale_after_all_no_lora graph_freezes_active_loras"
-run() {  # name, timeout, args...
+run() {  # name, timeout, fuzz args...
   local name=$1 limit=$2; shift 2
-  local t0=$(date +%s.%N)
+  local t0 t1 rc
+  t0=$(date +%s.%N)
   timeout "$limit" python3 -m fuzzrunner fuzz --target reference_runner --device cuda --corpus "$OUT/c_$name" \
     --report "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$? t1=$(date +%s.%N)
+  rc=$?; t1=$(date +%s.%N)
   echo "=== $name: exit $rc in $(python3 -c "print(f'{$t1-$t0:.1f}')") s"
   grep -vE "^ *[0-9]+/[0-9]+ (generated|shrinking)|cases/s" "$OUT/$name.log" | tail -25
 }
@@ -24,9 +26,18 @@ case "${1:-faults}" in
     for f in $FAULTS; do run "$f" 150 --fault "$f" --seed 3 --max-examples 200 --no-shrink -q; done
     run clean 150 --seed 3 --max-examples 200 --no-shrink -q
     ;;
-  sanitizer)
-    for f in $FAULTS; do run "initcheck_$f" 120 --sanitizer initcheck --fault "$f" --seed 3 --max-examples 60 --no-shrink -q; done
-    timeout 200 python3 benchmarks/crash_throughput.py --device cuda --cases 100 --work-ms 50
-    timeout 200 python3 benchmarks/crash_throughput.py --device cpu --cases 60 --work-ms 200
+  crashing)
+    for f in dummy_run_skips_mapping padding_not_mapped; do
+      run "crashing_$f" 110 --fault "$f" --seed 3 --max-examples 200 --no-shrink -q
+    done
+    timeout 100 python3 benchmarks/crash_throughput.py --device cuda --cases 40 --work-ms 50
     ;;
+  sanitizer)
+    for f in dummy_run_skips_mapping stale_after_all_no_lora; do
+      run "initcheck_$f" 110 --sanitizer initcheck --fault "$f" --seed 3 --max-examples 40 --no-shrink -q --budget 90
+    done
+    timeout 150 python3 benchmarks/crash_throughput.py --device cuda --cases 60 --work-ms 50
+    timeout 120 python3 benchmarks/crash_throughput.py --device cpu --cases 40 --work-ms 200
+    ;;
+  *) echo "usage: scripts/gpu_issue14.sh faults|crashing|sanitizer" >&2; exit 2 ;;
 esac

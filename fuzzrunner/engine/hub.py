@@ -116,7 +116,6 @@ class Worker:
         """Start the process; with ``connect`` also wait for its hand-shake (else call ``connect``)."""
         self.spec = spec
         self.sock: socket.socket | None = None
-        sweep_stale_dirs()
         self._dir = _hub_dir()
         self.path = os.path.join(self._dir, "s")
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -340,6 +339,7 @@ class _Standby:
 
     def __init__(self, spec: WorkerSpec):
         self.spec, self.started = spec, time.monotonic()
+        self.start_s: float | None = None  # how long its start-up took, once it is ready
         self._worker: Worker | None = Worker(spec, connect=False)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._start, name="fuzzrunner-standby", daemon=True)
@@ -352,11 +352,6 @@ class _Standby:
             self.start_s = time.monotonic() - self.started
         except BaseException as e:  # noqa: B036 - handed to whoever takes the spare
             self._worker, self._error = None, e
-
-    start_s: float | None = None  # how long its start-up took, once it is ready
-
-    def ready(self) -> bool:
-        return not self._thread.is_alive()
 
     def take(self) -> Worker:
         self._thread.join()
@@ -388,6 +383,7 @@ class Hub:
         (a spare competes for the few cores with the worker, so it is paid for only once crashes come).
         ``max_spares``: at most this many (default: 4 on a GPU, 2 on the CPU)."""
         self.spec, self.oracles, self.timeout_s, self.max_restarts = spec, oracles, timeout_s, max_restarts
+        sweep_stale_dirs()  # what earlier hubs killed with -9 left behind
         self._auto_standby = standby is None
         self.standby = spec.device == "cuda" if standby is None else standby
         self.max_spares = max_spares if max_spares is not None else (4 if spec.device == "cuda" else 2)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from .. import names
 from ..case import Case
 from ..corpus import Corpus
 from ..errors import HarnessError, InvalidCase
@@ -97,7 +98,7 @@ class Shard:
         for finding, new in recorded:
             if new and not self._confirmed(finding, case):
                 continue
-            if new and finding.violation.kind in ("crash", "timeout", "sanitizer-error"):
+            if new and finding.violation.kind in (*names.CRASH_KINDS, "sanitizer-error"):
                 self._learn_crash(case)
             if new:
                 self.emit({"type": "finding", "finding": finding, "shard": self.index})
