@@ -238,6 +238,8 @@ class Worker:
                     self._settle()  # the sanitizer prints its last reports as the worker exits
                 elif fatal:
                     self.kill()  # its result is in; a lost CUDA context can take seconds to tear down
+                else:
+                    self._await_end_marker(start_log)
                 return RunResult(vs, time.monotonic() - t0, fatal, self.case_no, self._case_log(start_log))
 
     def _handle(self, msg: dict, seen: _Progress):
@@ -270,6 +272,24 @@ class Worker:
         self._settle(0.5)
         v = self._death(timed_out, seen, timeout_s)
         return RunResult(seen.partial + [v], time.monotonic() - t0, True, self.case_no, self._case_log(start_log))
+
+    def _await_end_marker(self, start: int) -> None:
+        """Under a wrapper, wait until the case's end marker is in the log.
+
+        The result comes over the socket, the reports through the wrapper's stdout: the
+        result can arrive first, and the case's reports must not be read before they are
+        written (they would go to no case, and the case would pass).
+        """
+        if not self.spec.sanitizer:
+            return
+        marker = f"@@fuzzrunner-case-end {self.case_no}@@".encode()
+        deadline = time.monotonic() + SETTLE_S
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            with open(self.log_path, "rb") as f:
+                f.seek(start)
+                if marker in f.read():
+                    return
+            time.sleep(0.002)
 
     def _settle(self, timeout: float = SETTLE_S) -> None:
         try:

@@ -366,6 +366,7 @@ marker = ("@@fuzzrunner-case-begin %s@@" % os.environ["FAKE_REPORT_CASE"]).encod
 for line in iter(child.stdout.readline, b""):
     out.write(line)
     if line.strip() == marker:
+        time.sleep(float(os.environ.get("FAKE_RELAY_DELAY_S", "0")))  # a tool slow to print
         out.write(REPORT * 2)
     out.flush()
 rc = child.wait()
@@ -405,16 +406,18 @@ def sanitized_hub(tmp_path):
     (tmp_path / "fake_sanitizer.py").write_text(FAKE_SANITIZER)
     (tmp_path / "fake_target.py").write_text(FAKE_TARGET)
 
-    def make(report_case: int) -> Hub:
+    def make(report_case: int, relay_delay_s: float = 0.0) -> Hub:
         spec = WorkerSpec(f"{tmp_path / 'fake_target.py'}:TARGET", device="cpu",
                           wrapper=[sys.executable, str(tmp_path / "fake_sanitizer.py"), "--tool", "initcheck", "--"],
-                          env={"FUZZRUNNER_SANITIZER": "initcheck", "FAKE_REPORT_CASE": str(report_case)})
+                          env={"FUZZRUNNER_SANITIZER": "initcheck", "FAKE_REPORT_CASE": str(report_case),
+                               "FAKE_RELAY_DELAY_S": str(relay_delay_s)})
         return Hub(spec, oracles=("invariants",), timeout_s=120)
     return make
 
 
-def test_hub_gives_the_report_to_the_case_that_caused_it(sanitized_hub, monkeypatch):
-    with sanitized_hub(report_case=2) as hub:
+@pytest.mark.parametrize("relay_delay_s", [0.0, 0.3])  # 0.3: the result comes well before the report
+def test_hub_gives_the_report_to_the_case_that_caused_it(sanitized_hub, monkeypatch, relay_delay_s):
+    with sanitized_hub(report_case=2, relay_delay_s=relay_delay_s) as hub:
         results = [hub.run(case("noop")) for _ in range(3)]
         assert [r.case_no for r in results] == [1, 2, 3]
         assert [len(r.violations) for r in results] == [0, 1, 0]
