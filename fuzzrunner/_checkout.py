@@ -30,4 +30,6 @@ def install() -> None:
     if os.path.isdir(os.path.join(_HERE, "targets")) or not os.path.isfile(os.path.join(_FOLDER, "__init__.py")):
         return
     if not any(isinstance(f, _TargetsFinder) for f in sys.meta_path):
-        sys.meta_path.append(_TargetsFinder())
+        # First: an editable install of another checkout maps the name to *its* folder; the
+        # folder beside the fuzzrunner actually imported is the one that belongs with it.
+        sys.meta_path.insert(0, _TargetsFinder())
