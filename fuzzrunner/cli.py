@@ -29,21 +29,39 @@ class _UsageError(Exception):
     pass
 
 
-class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Defaults shown once: only where the help does not already say it, and only real values."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, [], argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _by_profile(field: str) -> str:
+    from .settings import PROFILES
+    values = ", ".join(f"{name} {getattr(s, field) if getattr(s, field) is not None else 'none'}"
+                       for name, s in PROFILES.items())
+    return f" (default by profile: {values})"
 
 
 def _campaign_options(p: argparse.ArgumentParser, profile: str) -> None:
     p.add_argument("--profile", choices=names.PROFILES, default=None,
                    help=f"settings profile (default: {profile}, or ci when the CI environment variable is set)")
-    p.add_argument("--max-examples", type=int, metavar="N", help="cases to generate (per target), over the profile")
-    p.add_argument("--budget", type=float, metavar="SECONDS", help="time limit, over the profile")
-    p.add_argument("--seed", type=int, help="seed of the search (default: random, printed)")
-    p.add_argument("--workers", type=int, metavar="N", help="shards, each with its own worker (and GPU)")
+    p.add_argument("--max-examples", type=int, metavar="N",
+                   help="cases to generate (per target)" + _by_profile("max_examples"))
+    p.add_argument("--budget", type=float, metavar="SECONDS", help="time limit" + _by_profile("budget_s"))
+    p.add_argument("--seed", type=int, help="seed of the search (default: random and printed; the ci profile: 0)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="shards, each with its own worker (and GPU)" + _by_profile("workers"))
     p.add_argument("--device", choices=names.DEVICES, help="where workers run kernels (default: a GPU if present)")
-    p.add_argument("--sanitizer", choices=names.SANITIZERS, help="run workers under compute-sanitizer (GPU)")
-    p.add_argument("--case-timeout", type=float, metavar="SECONDS", help="a case running longer is a timeout finding")
-    p.add_argument("--max-ops", type=int, metavar="N", help="most ops in one generated case")
+    p.add_argument("--sanitizer", choices=names.SANITIZERS,
+                   help="run workers under compute-sanitizer (GPU) (default: none)")
+    p.add_argument("--case-timeout", type=float, metavar="SECONDS",
+                   help="a case running longer is a timeout finding" + _by_profile("case_timeout_s"))
+    p.add_argument("--max-ops", type=int, metavar="N",
+                   help="most ops in one generated case" + _by_profile("max_ops"))
     p.add_argument("--corpus", default="corpus", help="corpus directory (findings, seed cases, example database)")
 
 
@@ -110,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _verbosity(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress; findings and the summary only")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress, no finding as found: the summary only")
     p.add_argument("-v", "--verbose", action="store_true", help="also print each finding's case as found")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
@@ -397,6 +415,8 @@ def cmd_faults(args) -> int:
     target = load_target(args.target)
     if not target.faults:
         print(f"target {target.name} has no planted faults")
+    else:
+        print(f"planted faults of target {target.name} (turn one on with `fuzz --target {target.name} --fault NAME`):")
     for name in target.faults:
         doc = target.fault_descriptions.get(name, "")
         print(f"{name:28} {doc.split('. ')[0].rstrip('.')}." if doc else name)

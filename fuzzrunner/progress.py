@@ -1,74 +1,149 @@
-"""Campaign progress for a person: a live line on a terminal, plain heartbeat lines otherwise.
+"""Campaign progress for a person: a live bar on a terminal (rich), plain heartbeat lines otherwise.
 
-Fed with the campaign's events (``progress``, ``finding``, ``regression``, ``warning``).
+Fed with the campaign's events (``progress``, ``finding``, ``regression``, ``warning``). The
+numbers (generated of max, %, shrinking, findings, cases/s, ETA) are computed here, once, for
+both shapes; rich only draws them. Without rich (it is a dependency, but a bare GPU image may
+lack it) a terminal gets the plain line rewritten in place.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 HEARTBEAT_S = 10.0
+
+
+class _Numbers:
+    """Where a campaign stands, from its last progress event."""
+
+    def __init__(self, settings):
+        self.max_examples, self.budget = settings.max_examples, settings.budget_s
+        self.start = time.monotonic()
+        self.examples = self.generated = self.findings = 0
+
+    def update(self, event: dict) -> None:
+        self.examples, self.findings = event["examples"], event["findings"]
+        self.generated = event.get("generated", self.examples)
+
+    def fraction(self) -> float:
+        frac = self.generated / self.max_examples if self.max_examples else 0.0
+        if self.budget:
+            frac = max(frac, (time.monotonic() - self.start) / self.budget)
+        return min(frac, 1.0)
+
+    def text(self) -> str:
+        el = time.monotonic() - self.start
+        rate = self.examples / el if el > 0 else 0.0
+        frac = self.fraction()
+        eta = f", ETA {max(0.0, el / frac - el):.0f} s" if 0 < frac < 1 else ""
+        shrinking = self.examples - self.generated
+        return (f"{self.generated}/{self.max_examples} generated ({100 * frac:.0f}%)"
+                f"{f' + {shrinking} shrinking' if shrinking else ''}, {self.findings} "
+                f"finding{'s' * (self.findings != 1)}, {rate:.1f} cases/s, {el:.0f} s{eta}")
+
+
+class _Plain:
+    """Heartbeat lines (a log, CI), or one line rewritten in place on a terminal without rich."""
+
+    def __init__(self, stream, tty: bool, label: str):
+        self.stream, self.tty, self.label, self._last = stream, tty, label, 0.0
+
+    def show(self, line: str, frac: float) -> None:
+        line = self.label + line
+        if self.tty:
+            self.stream.write("\r\033[K" + line)
+            self.stream.flush()
+        elif time.monotonic() - self._last >= HEARTBEAT_S:
+            self._last = time.monotonic()
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def say(self, text: str) -> None:
+        if self.tty:
+            self.stream.write("\r\033[K")
+        self.stream.write(text)
+        self.stream.flush()
+
+    def stop(self) -> None:
+        if self.tty:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+class _Rich:
+    """A rich live bar; messages print above it."""
+
+    def __init__(self, stream, label: str):
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
+        self.console = Console(file=stream, force_terminal=True, highlight=False)
+        self.bar = Progress(SpinnerColumn(), TextColumn(label.rstrip(": ") or "fuzz", markup=False), BarColumn(),
+                            TextColumn("{task.fields[line]}", markup=False), console=self.console, transient=True)
+        self.task = self.bar.add_task("", total=1.0, line="starting")
+        self.bar.start()
+
+    def show(self, line: str, frac: float) -> None:
+        self.bar.update(self.task, completed=frac, line=line)
+
+    def say(self, text: str) -> None:
+        self.console.print(text, end="", markup=False, soft_wrap=True)
+
+    def stop(self) -> None:
+        self.bar.stop()
+
+
+def _view(stream, label: str, tty: bool) -> Any:
+    if tty:
+        try:
+            return _Rich(stream, label)
+        except ImportError:
+            pass
+    return _Plain(stream, tty, label)
 
 
 class Progress:
     def __init__(self, stream, settings, *, label: str = "", quiet: bool = False, verbose: bool = False):
         self.stream, self.label, self.quiet, self.verbose = stream, label, quiet, verbose
-        self.max_examples, self.budget = settings.max_examples, settings.budget_s
-        self.tty = stream.isatty()
-        self.start = time.monotonic()
-        self._last_plain = 0.0
-        self.examples = self.generated = self.findings = 0
+        self.numbers = _Numbers(settings)
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.view = None if quiet else _view(stream, label, self.tty)
 
     def __call__(self, event: dict) -> None:
         kind = event["type"]
         if kind == "progress":
-            self.examples, self.findings = event["examples"], event["findings"]
-            self.generated = event.get("generated", self.examples)
-            if not self.quiet:
-                self._line()
+            self.numbers.update(event)
+            if self.view is not None:
+                self.view.show(self.numbers.text(), self.numbers.fraction())
             return
-        self._clear()
+        if self.view is None:  # quiet: the final summary lists the findings
+            return
+        self.view.say(self._message(event))
+
+    def _message(self, event: dict) -> str:
+        kind = event["type"]
         if kind == "finding":
             from .finding import case_text
             f = event["finding"]
-            self.stream.write(f"  found: {f.signature.short()} after {f.first_found_after_examples} "
-                              f"examples ({f.found_after_s:.1f} s)\n")
+            text = (f"  found: {f.signature.short()} after {f.first_found_after_examples} "
+                    f"example{'s' * (f.first_found_after_examples != 1)} ({f.found_after_s:.1f} s)\n")
             if self.verbose:
-                self.stream.write("".join(f"    {line}\n" for line in case_text(f.case).splitlines()))
-        elif kind == "regression":
-            self.stream.write(f"  still failing from the corpus: {event['finding'].signature.short()}\n")
-        elif kind == "warning":
-            self.stream.write(f"  warning: {event['message']}\n")
-        self.stream.flush()
+                text += "".join(f"    {line}\n" for line in case_text(f.case).splitlines())
+            return text
+        if kind == "regression":
+            return f"  still failing from the corpus: {event['finding'].signature.short()}\n"
+        if kind == "warning":
+            return f"  warning: {event['message']}\n"
+        return ""
 
     def text(self) -> str:
-        el = time.monotonic() - self.start
-        rate = self.examples / el if el > 0 else 0.0
-        frac = self.generated / self.max_examples if self.max_examples else 0.0
-        if self.budget:
-            frac = max(frac, el / self.budget)
-        eta = f", ETA {max(0.0, el / frac - el):.0f} s" if 0 < frac < 1 else ""
-        shrinking = self.examples - self.generated
-        return (f"{self.label}{self.generated}/{self.max_examples} generated ({100 * min(frac, 1):.0f}%)"
-                f"{f' + {shrinking} shrinking' if shrinking else ''}, {self.findings} "
-                f"finding{'s' * (self.findings != 1)}, {rate:.1f} cases/s, {el:.0f} s{eta}")
-
-    def _line(self) -> None:
-        if self.tty:
-            self.stream.write("\r\033[K" + self.text())
-            self.stream.flush()
-        elif time.monotonic() - self._last_plain >= HEARTBEAT_S:
-            self._last_plain = time.monotonic()
-            self.stream.write(self.text() + "\n")
-            self.stream.flush()
-
-    def _clear(self) -> None:
-        if self.tty:
-            self.stream.write("\r\033[K")
+        return f"{self.label}{self.numbers.text()}"
 
     def done(self, result) -> None:
-        self._clear()
-        if result is not None and not self.quiet:
+        if self.view is None:
+            return
+        self.view.stop()
+        if result is not None:
             self.stream.write(f"{self.label}stopped: {result.stop_reason or 'unknown'} after {result.examples} "
-                              f"cases in {result.duration_s:.1f} s\n")
+                              f"case{'s' * (result.examples != 1)} in {result.duration_s:.1f} s\n")
         self.stream.flush()

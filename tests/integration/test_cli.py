@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,7 +106,9 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys):
 
 def test_listing_commands(capsys):
     assert main(["targets"]) == 0 and "lora_kernels" in capsys.readouterr().out
-    assert main(["faults"]) == 0 and "graph_freezes_active_loras" in capsys.readouterr().out
+    assert main(["faults"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("planted faults of target reference_runner") and "graph_freezes_active_loras" in out
     assert main(["doctor"]) == 0 and "triton mode" in capsys.readouterr().out
 
 
@@ -137,3 +140,23 @@ def test_a_users_own_targets_package_does_not_collide_with_the_built_in_targets(
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, (spec, run.stdout + run.stderr)
         assert "0 findings" in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("command", ["fuzz", "nightly", "replay", "export", "faults"])
+def test_every_option_has_help_and_says_its_default_once(command, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([command, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    options = re.split(r"\n  (?=-)", out.split("options:", 1)[1].split("\n\n")[0])[1:]
+    assert options
+    for text in options:
+        flat = " ".join(text.split())
+        assert len(flat.split()) > 2, f"no help: {flat}"
+        assert flat.count("default") <= 1 and "(default: None)" not in flat, flat
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and re.fullmatch(r"fuzzrunner \d+\.\d+\.\d+\S*\n", capsys.readouterr().out)

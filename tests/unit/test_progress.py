@@ -1,0 +1,98 @@
+"""The progress display: numbers, heartbeat lines off a terminal, a rich bar on one, quiet."""
+
+import io
+import re
+import types
+
+import pytest
+
+from fuzzrunner import progress as progress_module
+from fuzzrunner.progress import Progress
+
+
+class Stream(io.StringIO):
+    def __init__(self, tty: bool):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def settings(max_examples=100, budget_s=None):
+    return types.SimpleNamespace(max_examples=max_examples, budget_s=budget_s)
+
+
+def finding(after=1):
+    return types.SimpleNamespace(signature=types.SimpleNamespace(short=lambda: "uninitialized-read of x"),
+                                 first_found_after_examples=after, found_after_s=0.5, case=None)
+
+
+def result(examples=1):
+    return types.SimpleNamespace(stop_reason="max_examples", examples=examples, duration_s=2.0)
+
+
+def test_the_line_splits_generated_from_shrinking_and_counts_findings():
+    p = Progress(Stream(False), settings(max_examples=200), label="ref: ")
+    p({"type": "progress", "examples": 60, "generated": 50, "findings": 1})
+    text = p.text()
+    assert text.startswith("ref: 50/200 generated (25%) + 10 shrinking, 1 finding, ")
+    assert re.search(r"cases/s, \d+ s, ETA \d+ s$", text)
+
+
+def test_a_budget_moves_the_fraction_even_when_few_cases_ran(monkeypatch):
+    p = Progress(Stream(False), settings(max_examples=10_000, budget_s=10.0))
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: p.numbers.start + 5.0)
+    p({"type": "progress", "examples": 3, "findings": 0})
+    assert "(50%)" in p.text() and "ETA 5 s" in p.text()
+
+
+def test_off_a_terminal_heartbeat_lines_are_spaced_and_messages_are_plain(monkeypatch):
+    s = Stream(False)
+    p = Progress(s, settings())
+    clock = [p.numbers.start]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+    for i in range(5):  # within one heartbeat: one line
+        clock[0] += 1.0
+        p({"type": "progress", "examples": i, "findings": 0})
+    clock[0] += progress_module.HEARTBEAT_S
+    p({"type": "progress", "examples": 9, "findings": 0})
+    p({"type": "finding", "finding": finding(after=1)})
+    p.done(result(examples=1))
+    lines = s.getvalue().splitlines()
+    assert [ln.split(" generated")[0] for ln in lines[:2]] == ["0/100", "9/100"]
+    assert lines[2] == "  found: uninitialized-read of x after 1 example (0.5 s)"
+    assert lines[3] == "stopped: max_examples after 1 case in 2.0 s"
+    assert "\033" not in s.getvalue() and len(lines) == 4
+
+
+def test_on_a_terminal_rich_draws_a_bar_and_messages_stay_above_it():
+    pytest.importorskip("rich")
+    s = Stream(True)
+    p = Progress(s, settings(max_examples=10), label="ref: ")
+    p({"type": "progress", "examples": 5, "findings": 0})
+    p({"type": "warning", "message": "a slow case"})
+    p.done(result(examples=5))
+    out = s.getvalue()
+    assert "  warning: a slow case" in out
+    assert out.rstrip().endswith("ref: stopped: max_examples after 5 cases in 2.0 s")
+    assert "\033[" in out  # drawn live, and cleared (transient) before the summary
+
+
+def test_quiet_prints_nothing_not_even_findings():
+    for tty in (False, True):
+        s = Stream(tty)
+        p = Progress(s, settings(), quiet=True)
+        p({"type": "progress", "examples": 5, "findings": 1})
+        p({"type": "finding", "finding": finding()})
+        p.done(result())
+        assert s.getvalue() == ""
+
+
+def test_without_rich_a_terminal_gets_the_plain_line_in_place(monkeypatch):
+    monkeypatch.setattr(progress_module, "_Rich", lambda *a: (_ for _ in ()).throw(ImportError("no rich")))
+    s = Stream(True)
+    p = Progress(s, settings(max_examples=4))
+    p({"type": "progress", "examples": 2, "findings": 0})
+    p.done(None)
+    assert s.getvalue().startswith("\r\033[K2/4 generated (50%)") and s.getvalue().endswith("\r\033[K")
