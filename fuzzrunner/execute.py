@@ -43,9 +43,9 @@ class RunContext:
     carry_over = staticmethod(tracking.carry_over)
 
     def __init__(self, case: Case, device: str, oracles: list[Oracle],
-                 on_op: Callable[[int, dict], None] | None = None):
+                 on_op: Callable[[int, dict], None] | None = None, stop_early: bool = False):
         self.case, self.device, self.faults = case, device, tuple(case.faults)
-        self._oracles, self._on_op = oracles, on_op
+        self._oracles, self._on_op, self._stop_early = oracles, on_op, stop_early
         self.outputs: dict = {}
         self._record: OpRecord | None = None
         self.op_index: int | None = None
@@ -66,6 +66,8 @@ class RunContext:
             self.outputs[(index, op.get("op", ""), label)] = t
         for o in self._oracles:
             o.end_op()
+        if self._stop_early and any(o.seen() for o in self._oracles):
+            raise _StopCase(index)
 
     def _current(self) -> OpRecord:
         if self._record is None:
@@ -80,6 +82,10 @@ class RunContext:
     def output(self, label: str, tensor: torch.Tensor) -> None:
         with tracking.quiet():
             self._current().outputs[label] = tensor.detach().clone().cpu()
+
+
+class _StopCase(Exception):
+    """Raised after the first op that showed a violation, when the run was asked to stop there."""
 
 
 _OWN = os.path.dirname(os.path.abspath(__file__))
@@ -99,8 +105,8 @@ def crash_violation(exc: BaseException, op_index: int | None) -> Violation:
                      {"op_index": op_index, "traceback": "".join(traceback.format_exception(exc))[-4000:]})
 
 
-def _one_run(case: Case, target, device: str, oracles: list[Oracle], on_op) -> RunRecord:
-    ctx = RunContext(case, device, oracles, on_op)
+def _one_run(case: Case, target, device: str, oracles: list[Oracle], on_op, stop_early: bool = False) -> RunRecord:
+    ctx = RunContext(case, device, oracles, on_op, stop_early)
     started: list[Oracle] = []
     record = RunRecord()
     try:
@@ -110,6 +116,8 @@ def _one_run(case: Case, target, device: str, oracles: list[Oracle], on_op) -> R
         target.run(case, ctx)
     except InvalidCase:
         raise
+    except _StopCase:
+        pass
     except SystemExit as exc:  # a target must not end the worker: that would read as a crash of the runner
         record.error = f"SystemExit: {exc.code}"
         record.violations.append(crash_violation(exc, ctx.op_index))
@@ -125,17 +133,18 @@ def _one_run(case: Case, target, device: str, oracles: list[Oracle], on_op) -> R
 
 def run_case(case: Case, target, *, oracles: Iterable[str] | None = None, device: str | None = None,
              sanitizer: str | None = None, on_op: Callable[[int, dict], None] | None = None,
-             on_partial: Callable[[list], None] | None = None) -> list[Violation]:
+             on_partial: Callable[[list], None] | None = None, stop_early: bool = False) -> list[Violation]:
     """Run ``case`` under the oracles (the device's defaults unless named); return every violation.
 
     ``on_partial`` gets the first run's violations before a second run (poison) starts, so a
-    crash there loses nothing already found.
+    crash there loses nothing already found. ``stop_early``: end each run after the first op
+    that showed a violation (what a GPU would crash on first; the CPU pre-check needs no more).
     """
     device = device or _env.device_type()
     chosen = names.effective_oracles(oracles, device, sanitizer)
     specs = sorted((names.ORACLES[n] for n in chosen), key=lambda s: not s.needs_second_run)
     made = [s.make() for s in specs]  # two-pass oracles first: their dispatch modes sit outermost
-    first = _one_run(case, target, device, made, on_op)
+    first = _one_run(case, target, device, made, on_op, stop_early)
     twice = [o for o in made if o.passes > 1]
     if not twice:
         return first.violations
@@ -144,5 +153,6 @@ def run_case(case: Case, target, *, oracles: Iterable[str] | None = None, device
     guards = {g for s in specs if s.needs_second_run for g in s.guard if g in chosen}
     for o in twice:
         o.begin_pass(1)
-    second = _one_run(case, target, device, twice + [names.ORACLES[g].make() for g in sorted(guards)], on_op)
+    second = _one_run(case, target, device, twice + [names.ORACLES[g].make() for g in sorted(guards)], on_op,
+                      stop_early)
     return first.violations + [v for o in twice for v in o.verdict([first, second])]

@@ -78,8 +78,9 @@ class _Rich:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
         self.console = Console(file=stream, force_terminal=True, highlight=False)
-        self.bar = Progress(SpinnerColumn(), TextColumn(label.rstrip(": ") or "fuzz", markup=False), BarColumn(bar_width=24),
-                            TextColumn("{task.fields[line]}", markup=False), console=self.console, transient=True)
+        self.bar = Progress(SpinnerColumn(), TextColumn(label.rstrip(": ") or "fuzz", markup=False),
+                            BarColumn(bar_width=24), TextColumn("{task.fields[line]}", markup=False),
+                            console=self.console, transient=True)
         self.task = self.bar.add_task("", total=1.0, line="starting")
         self.bar.start()
 

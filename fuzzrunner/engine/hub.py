@@ -214,13 +214,14 @@ class Worker:
         except (ConnectionError, OSError, ValueError):
             return None
 
-    def run(self, case: Case, oracles, timeout_s: float) -> RunResult:
+    def run(self, case: Case, oracles, timeout_s: float, stop_early: bool = False) -> RunResult:
         """Run one case; a death or a hang comes back as a crash/timeout violation."""
         start_log, t0 = self.log_size(), time.monotonic()
         self.case_no += 1
         self.busy = True  # until the case's end is read: an interrupted wait leaves the worker mid-case
         protocol.send(self.sock, {"type": "run", "case": case.to_dict(),  # type: ignore[arg-type]
-                                  "oracles": list(oracles) if oracles is not None else None})
+                                  "oracles": list(oracles) if oracles is not None else None,
+                                  "stop_early": stop_early})
         seen, deadline = _Progress(), t0 + timeout_s
         while True:
             msg = self._recv(self.sock, min(1.0, deadline - time.monotonic()))
@@ -397,12 +398,14 @@ class Hub:
     between recent deaths. A crash then costs a hand-over (tens of ms), not a start-up (seconds)."""
 
     def __init__(self, spec: WorkerSpec, *, oracles=None, timeout_s: float = 60.0, max_restarts: int = 1000,
-                 standby: bool | None = None, max_spares: int | None = None):
+                 standby: bool | None = None, max_spares: int | None = None, stop_early: bool = False):
         """``standby``: keep warm spare workers. None (the default): on a GPU from the start (a CUDA
         start-up costs seconds, and the host has cores to spare); on the CPU from the first death on
         (a spare competes for the few cores with the worker, so it is paid for only once crashes come).
-        ``max_spares``: at most this many (default: 4 on a GPU, 2 on the CPU)."""
+        ``max_spares``: at most this many (default: 4 on a GPU, 2 on the CPU).
+        ``stop_early``: each case ends after its first op with a violation (a pre-check's need)."""
         self.spec, self.oracles, self.timeout_s, self.max_restarts = spec, oracles, timeout_s, max_restarts
+        self.stop_early = stop_early
         sweep_stale_dirs()  # what earlier hubs killed with -9 left behind
         self._auto_standby = standby is None
         self.standby = spec.device == "cuda" if standby is None else standby
@@ -456,7 +459,7 @@ class Hub:
     def run(self, case: Case) -> RunResult:
         w = self._ensure()
         try:
-            result = w.run(case, self.oracles, self.timeout_s)
+            result = w.run(case, self.oracles, self.timeout_s, self.stop_early)
         except (InvalidCase, HarnessError):
             if w.proc.poll() is not None:
                 self._replace()

@@ -75,8 +75,9 @@ class Shard:
         self.start = time.monotonic()
         self._failing: set[str] = set()  # findings raised to Hypothesis in the current batch
         # Crash-aware search on a GPU: once a crash is known, each new case runs first on a CPU
-        # worker under the shadow oracle; one whose first bad read is the known crash's is not
-        # sent to the GPU (it would only kill a worker again: ~10 s each). Shrinking runs on the GPU.
+        # worker under the shadow oracle, up to its first op with a violation; one whose first bad
+        # op shows the known crash's root cause is not sent to the GPU (it would only kill a worker
+        # again: ~10 s each). Shrinking runs on the GPU.
         self._precheck: Hub | None = None
         self._crash_heads: set[str] = set()
 
@@ -133,7 +134,8 @@ class Shard:
         """The ids of the root causes the CPU shadow oracle sees in ``case`` (empty if it cannot run)."""
         if self._precheck is None:
             spec = replace(self.hub.spec, device="cpu", gpu=None, wrapper=[], env={}, log_path=None)
-            self._precheck = Hub(spec, oracles=("shadow",), timeout_s=self.settings.case_timeout_s, standby=False)
+            self._precheck = Hub(spec, oracles=("shadow",), timeout_s=self.settings.case_timeout_s, standby=False,
+                                 stop_early=True)  # a GPU dies at its first bad read: later ops never run
         try:
             violations = self._precheck.run(case).violations
         except InvalidCase:

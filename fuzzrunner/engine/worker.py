@@ -107,7 +107,8 @@ class _Session:
                     stack.enter_context(tracking.watch(w))
                 violations = run_case(case, self.target, oracles=msg.get("oracles"), device=self.device,
                                       sanitizer=os.environ.get("FUZZRUNNER_SANITIZER"),
-                                      on_op=self._op, on_partial=self._partial)
+                                      on_op=self._op, on_partial=self._partial,
+                                      stop_early=bool(msg.get("stop_early")))
             lost = _context_lost(self.reporter.last) if self.device == "cuda" else None
         except InvalidCase as e:
             _marker("case-end", self.case_no)

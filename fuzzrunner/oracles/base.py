@@ -47,6 +47,11 @@ class Oracle:
     def finish(self) -> list[Violation]:
         return []
 
+    def seen(self) -> int:
+        """How many violations this run has shown so far (a pre-check stops at the first op with one)."""
+        log = getattr(self, "log", None)
+        return len(log) if log is not None else 0
+
     def begin_pass(self, n: int) -> None:
         pass
 
