@@ -128,7 +128,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _verbosity(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress, no finding as found: the summary only")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress, no finding as found: warnings and the summary only")
     p.add_argument("-v", "--verbose", action="store_true", help="also print each finding's case as found")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 

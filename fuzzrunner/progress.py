@@ -117,9 +117,11 @@ class Progress:
             if self.view is not None:
                 self.view.show(self.numbers.text(), self.numbers.fraction())
             return
-        if self.view is None:  # quiet: the final summary lists the findings
-            return
-        self.view.say(self._message(event))
+        if self.view is not None:
+            self.view.say(self._message(event))
+        elif kind == "warning":  # quiet: warnings still, on their own line; the summary lists findings
+            self.stream.write(self._message(event))
+            self.stream.flush()
 
     def _message(self, event: dict) -> str:
         kind = event["type"]

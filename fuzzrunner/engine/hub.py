@@ -27,6 +27,7 @@ from ..case import Case
 from ..errors import HarnessError, InvalidCase
 from ..violation import Violation
 from . import protocol
+from .forking import ForkedProcess, Zygote
 from .lifeline import ENV as PARENT_ENV
 from .lifeline import alive
 
@@ -100,6 +101,19 @@ def _signal_name(returncode: int | None) -> str:
     return f"exit status {returncode}"
 
 
+def worker_environment(spec: WorkerSpec, socket_path: str) -> dict:
+    """A worker's (or its zygote's) environment: ours, the spec's, and where to find the hub."""
+    env = dict(os.environ, **spec.env, FUZZRUNNER_HUB_SOCKET=socket_path, FUZZRUNNER_TARGET=spec.target,
+               FUZZRUNNER_DEVICE=spec.device, PYTHONUNBUFFERED="1", **{PARENT_ENV: str(os.getpid())})
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    if spec.device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif spec.gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)
+    return env
+
+
 class _Progress:
     """What the worker said during one case: the op and the last kernel launch."""
 
@@ -112,9 +126,10 @@ class _Progress:
 class Worker:
     """One live worker process."""
 
-    def __init__(self, spec: WorkerSpec, *, connect: bool = True):
-        """Start the process; with ``connect`` also wait for its hand-shake (else call ``connect``)."""
-        self.spec = spec
+    def __init__(self, spec: WorkerSpec, *, connect: bool = True, zygote: Zygote | None = None):
+        """Start the process (forked by ``zygote`` if given); with ``connect`` also wait for its
+        hand-shake (else call ``connect``)."""
+        self.spec, self.forked = spec, zygote is not None
         self.sock: socket.socket | None = None
         self._dir = _hub_dir()
         self.path = os.path.join(self._dir, "s")
@@ -126,9 +141,20 @@ class Worker:
         self.killed = False          # we sent the kill (timeout, shutdown): not an outside signal
         self.busy = False            # a case was sent and its result not read (e.g. interrupted mid-case)
         self.case_no = 0
-        self.proc = subprocess.Popen([*spec.wrapper, sys.executable, "-m", "fuzzrunner.engine.worker"],
-                                     env=self._environment(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc: subprocess.Popen | ForkedProcess
+        try:
+            if zygote is not None:
+                self.proc = zygote.fork(self.path, self.log_path)
+            else:
+                self.proc = subprocess.Popen([*spec.wrapper, sys.executable, "-m", "fuzzrunner.engine.worker"],
+                                             env=worker_environment(spec, self.path), stdout=self._log,
+                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             start_new_session=True)
+        except BaseException:
+            self._log.close()
+            self.server.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
         if connect:
             self.connect()
 
@@ -139,18 +165,6 @@ class Worker:
         except BaseException:
             self.close()
             raise
-
-    def _environment(self) -> dict:
-        spec = self.spec
-        env = dict(os.environ, **spec.env, FUZZRUNNER_HUB_SOCKET=self.path, FUZZRUNNER_TARGET=spec.target,
-                   FUZZRUNNER_DEVICE=spec.device, PYTHONUNBUFFERED="1", **{PARENT_ENV: str(os.getpid())})
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-        if spec.device == "cpu":
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        elif spec.gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)
-        return env
 
     def _accept(self) -> socket.socket:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -219,10 +233,13 @@ class Worker:
         start_log, t0 = self.log_size(), time.monotonic()
         self.case_no += 1
         self.busy = True  # until the case's end is read: an interrupted wait leaves the worker mid-case
-        protocol.send(self.sock, {"type": "run", "case": case.to_dict(),  # type: ignore[arg-type]
-                                  "oracles": list(oracles) if oracles is not None else None,
-                                  "stop_early": stop_early})
         seen, deadline = _Progress(), t0 + timeout_s
+        try:
+            protocol.send(self.sock, {"type": "run", "case": case.to_dict(),  # type: ignore[arg-type]
+                                      "oracles": list(oracles) if oracles is not None else None,
+                                      "stop_early": stop_early})
+        except OSError:  # it died just now; a fresh worker reruns the case before it counts
+            return self._died(seen, False, timeout_s, start_log, t0)
         while True:
             msg = self._recv(self.sock, min(1.0, deadline - time.monotonic()))
             if msg is None:
@@ -358,10 +375,10 @@ class _Standby:
     short-lived thread would be killed as soon as that thread finished. Only the wait for its
     hand-shake runs in the background thread."""
 
-    def __init__(self, spec: WorkerSpec):
+    def __init__(self, spec: WorkerSpec, zygote: Zygote | None = None):
         self.spec, self.started = spec, time.monotonic()
         self.start_s: float | None = None  # how long its start-up took, once it is ready
-        self._worker: Worker | None = Worker(spec, connect=False)
+        self._worker: Worker | None = Worker(spec, connect=False, zygote=zygote)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._start, name="fuzzrunner-standby", daemon=True)
         self._thread.start()
@@ -398,14 +415,22 @@ class Hub:
     between recent deaths. A crash then costs a hand-over (tens of ms), not a start-up (seconds)."""
 
     def __init__(self, spec: WorkerSpec, *, oracles=None, timeout_s: float = 60.0, max_restarts: int = 1000,
-                 standby: bool | None = None, max_spares: int | None = None, stop_early: bool = False):
+                 standby: bool | None = None, max_spares: int | None = None, stop_early: bool = False,
+                 zygote: bool | None = None):
         """``standby``: keep warm spare workers. None (the default): on a GPU from the start (a CUDA
         start-up costs seconds, and the host has cores to spare); on the CPU from the first death on
         (a spare competes for the few cores with the worker, so it is paid for only once crashes come).
         ``max_spares``: at most this many (default: 4 on a GPU, 2 on the CPU).
-        ``stop_early``: each case ends after its first op with a violation (a pre-check's need)."""
+        ``stop_early``: each case ends after its first op with a violation (a pre-check's need).
+        ``zygote``: fork workers from a process that did the imports once (engine/zygote.py), so
+        that a new worker skips them. None (the default): whenever workers are not wrapped (a
+        sanitizer must start its own process) and the platform has pidfds. If the zygote cannot
+        serve (e.g. an import initialized CUDA), workers are started directly."""
         self.spec, self.oracles, self.timeout_s, self.max_restarts = spec, oracles, timeout_s, max_restarts
         self.stop_early = stop_early
+        self._use_zygote = (not spec.wrapper and hasattr(os, "pidfd_open")) if zygote is None else zygote
+        self._zygote: Zygote | None = None
+        self.zygote_error: str | None = None  # why workers are started directly after all
         sweep_stale_dirs()  # what earlier hubs killed with -9 left behind
         self._auto_standby = standby is None
         self.standby = spec.device == "cuda" if standby is None else standby
@@ -422,14 +447,41 @@ class Hub:
         while True:
             try:
                 spare, t0 = self._take_spare(), time.monotonic()
-                worker = spare.take() if spare is not None else Worker(self.spec)
+                worker = spare.take() if spare is not None else Worker(self.spec, zygote=self._forker())
                 self._measured(spare.start_s if spare is not None else time.monotonic() - t0)
                 self.starts += 1
                 return worker
-            except HarnessError:
+            except HarnessError as e:
+                if self._zygote is not None:  # a forked worker failed: try once more, started directly
+                    self._drop_zygote(f"a forked worker failed: {e}")
+                    continue
                 failures += 1
                 if failures >= MAX_FAILED_STARTS:
                     raise
+
+    def _forker(self) -> Zygote | None:
+        """The zygote to fork the next worker from (started now if needed), or None."""
+        if not self._use_zygote:
+            return None
+        if self._zygote is not None and not self._zygote.alive():
+            self._drop_zygote("the zygote died")
+            return None
+        if self._zygote is None:
+            try:
+                self._zygote = Zygote(worker_environment(self.spec, ""), _hub_dir(), STARTUP_TIMEOUT_S)
+            except HarnessError as e:
+                self._drop_zygote(str(e))
+        return self._zygote
+
+    def _drop_zygote(self, why: str) -> None:
+        """From now on this hub starts its workers directly."""
+        self._use_zygote, self.zygote_error = False, why
+        for spare in self._spares:
+            spare.discard()
+        self._spares = []
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
 
     def _take_spare(self) -> _Standby | None:
         """The spare closest to ready (the oldest), if any."""
@@ -453,11 +505,14 @@ class Hub:
         if self.worker is None:
             self.worker = self._new_worker()
         while len(self._spares) < self.wanted_spares():
-            self._spares.append(_Standby(self.spec))
+            self._spares.append(_Standby(self.spec, self._forker()))
         return self.worker
 
     def run(self, case: Case) -> RunResult:
         w = self._ensure()
+        if w.proc.poll() is not None:  # it died between cases (killed from outside): no case to blame
+            self._replace()
+            w = self._ensure()
         try:
             result = w.run(case, self.oracles, self.timeout_s, self.stop_early)
         except (InvalidCase, HarnessError):
@@ -492,6 +547,9 @@ class Hub:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
 
     def __enter__(self) -> Hub:
         return self

@@ -25,9 +25,10 @@ def _case(*actions):
     return Case("crashy", {}, tuple({"op": a} for a in actions))
 
 
-@pytest.fixture(scope="module")
-def hub():
-    with Hub(WorkerSpec(CRASHY), timeout_s=3.0) as h:
+@pytest.fixture(scope="module", params=[True, False], ids=["forked", "started"])
+def hub(request):
+    """Workers forked by the zygote (the default), and started directly (under a sanitizer)."""
+    with Hub(WorkerSpec(CRASHY), timeout_s=3.0, zygote=request.param) as h:
         yield h
 
 

@@ -79,14 +79,15 @@ def test_on_a_terminal_rich_draws_a_bar_and_messages_stay_above_it():
     assert "\033[" in out  # drawn live, and cleared (transient) before the summary
 
 
-def test_quiet_prints_nothing_not_even_findings():
+def test_quiet_prints_only_warnings():
     for tty in (False, True):
         s = Stream(tty)
         p = Progress(s, settings(), quiet=True)
         p({"type": "progress", "examples": 5, "findings": 1})
         p({"type": "finding", "finding": finding()})
+        p({"type": "warning", "message": "quarantined a.json"})
         p.done(result())
-        assert s.getvalue() == ""
+        assert s.getvalue() == "  warning: quarantined a.json\n"
 
 
 def test_without_rich_a_terminal_gets_the_plain_line_in_place(monkeypatch):

@@ -1,0 +1,176 @@
+"""The hub's side of the zygote (engine/zygote.py): ask for a worker, learn how it ended.
+
+``Zygote.fork`` gives a ``ForkedProcess``: what the hub needs of a ``subprocess.Popen``
+(``pid``, ``poll``, ``wait``, ``returncode``, ``kill``) for a worker that is the zygote's child,
+not ours. Its exit status comes from the zygote; a pidfd tells at once that it has ended.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from ..errors import HarnessError
+from . import protocol
+
+REPLY_TIMEOUT_S = 30.0  # a fork, or the status of a child known to be gone
+
+
+class Zygote:
+    """One zygote process started with a worker's ``env``, its socket and log in ``directory``
+    (removed at ``close``), shared by one hub's workers."""
+
+    def __init__(self, env: dict, directory: str, startup_timeout_s: float):
+        self.directory, self.path = directory, os.path.join(directory, "z")
+        self.sock: socket.socket | None = None
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(self.path)
+        self.server.listen(1)
+        self._lock = threading.Lock()      # spares wait for their hand-shake in threads and poll
+        self._exits: dict[int, int] = {}   # pid -> returncode, as the zygote reported them
+        self.log_path = os.path.join(directory, "zygote.log")
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "fuzzrunner.engine.zygote"],
+                                         env=dict(env, FUZZRUNNER_ZYGOTE_SOCKET=self.path), stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            self.sock = self._hand_shake(startup_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _hand_shake(self, timeout_s: float) -> socket.socket:
+        deadline = time.monotonic() + timeout_s
+        self.server.settimeout(1.0)
+        while True:
+            try:
+                conn, _ = self.server.accept()
+                break
+            except TimeoutError:
+                if self.proc.poll() is not None or time.monotonic() >= deadline:
+                    raise HarnessError("the zygote did not start") from None
+        conn.settimeout(max(deadline - time.monotonic(), 1.0))
+        try:
+            msg = protocol.recv(conn)
+        except (ConnectionError, OSError, ValueError):
+            msg = {"type": "harness", "message": "it died during start-up"}
+        conn.settimeout(None)
+        if msg.get("type") != "ready":
+            conn.close()
+            raise HarnessError(f"the zygote cannot fork workers: {msg.get('message')}")
+        return conn
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def fork(self, socket_path: str, log_path: str) -> ForkedProcess:
+        with self._lock:
+            if self.sock is None:
+                raise HarnessError("the zygote is closed")
+            try:
+                protocol.send(self.sock, {"type": "fork", "socket": socket_path, "log": log_path})
+                while True:
+                    msg = self._next(REPLY_TIMEOUT_S)
+                    if msg["type"] == "forked":
+                        return ForkedProcess(msg["pid"], self)
+            except (ConnectionError, OSError, ValueError, TimeoutError) as e:
+                raise HarnessError(f"the zygote did not fork a worker ({type(e).__name__}: {e})") from None
+
+    def _next(self, timeout: float) -> dict:
+        """The next message, with ``exited`` ones recorded (and returned too). Under the lock."""
+        assert self.sock is not None
+        r, _, _ = select.select([self.sock], [], [], timeout)
+        if not r:
+            raise TimeoutError(f"no word from the zygote in {timeout:g} s")
+        msg = protocol.recv(self.sock)
+        if msg["type"] == "exited":
+            self._exits[msg["pid"]] = msg["returncode"]
+        return msg
+
+    def returncode(self, pid: int, wait_s: float) -> int | None:
+        """The child's exit status once the zygote has said it (waiting up to ``wait_s`` for the word)."""
+        deadline = time.monotonic() + wait_s
+        with self._lock:
+            while pid not in self._exits:
+                if self.sock is None:
+                    return None
+                try:
+                    self._next(max(deadline - time.monotonic(), 0))
+                except (ConnectionError, OSError, ValueError, TimeoutError):
+                    return None
+            return self._exits.pop(pid)
+
+    def close(self) -> None:
+        """End the zygote (its children die with it: close the hub's workers first)."""
+        with self._lock:
+            sock, self.sock = self.sock, None
+            if sock is not None and self.proc.poll() is None:
+                try:
+                    protocol.send(sock, {"type": "exit"})
+                    self.proc.wait(timeout=5)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            for s in (sock, self.server):
+                if s is not None:
+                    s.close()
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class ForkedProcess:
+    """A worker forked by the zygote, seen as a ``subprocess.Popen``."""
+
+    def __init__(self, pid: int, zygote: Zygote):
+        self.pid, self.zygote = pid, zygote
+        self.returncode: int | None = None
+        try:
+            self._fd: int | None = os.pidfd_open(pid)
+        except ProcessLookupError:  # already gone: its status is on its way from the zygote
+            self._fd = None
+
+    def _ended(self, timeout: float) -> bool:
+        if self._fd is None:
+            return True
+        r, _, _ = select.select([self._fd], [], [], timeout)
+        return bool(r)
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._ended(0):
+            self._collect()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if not self._ended(timeout if timeout is not None else 1e9):
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0)
+            self._collect()
+        assert self.returncode is not None
+        return self.returncode
+
+    def _collect(self) -> None:
+        code = self.zygote.returncode(self.pid, REPLY_TIMEOUT_S)
+        # No word (the zygote itself is gone): the child died with it, by the parent-death signal.
+        self.returncode = code if code is not None else -signal.SIGKILL
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def kill(self) -> None:
+        if self.returncode is None and self._fd is not None:
+            try:
+                signal.pidfd_send_signal(self._fd, signal.SIGKILL)  # never a reused pid
+            except ProcessLookupError:
+                pass
+
+    def __del__(self):
+        if getattr(self, "_fd", None) is not None:
+            os.close(self._fd)  # type: ignore[arg-type]
