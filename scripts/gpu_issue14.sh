@@ -3,6 +3,7 @@
 #   bash scripts/gpu_issue14.sh faults      # the four faults on cuda, seed 3, 200 examples, no shrink; a clean run
 #   bash scripts/gpu_issue14.sh crashing    # the two crashing faults again (crash-aware search), within a budget
 #   bash scripts/gpu_issue14.sh sanitizer   # faults under initcheck; crash_throughput on cuda and cpu
+#   bash scripts/gpu_issue14.sh zygote      # crash_throughput's zygote rows on cuda; the crashing faults
 # Prints each campaign's summary (findings with their CPU triage) and its wall time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,5 +40,12 @@ case "${1:-faults}" in
     timeout 150 python3 benchmarks/crash_throughput.py --device cuda --cases 60 --work-ms 50
     timeout 120 python3 benchmarks/crash_throughput.py --device cpu --cases 40 --work-ms 200
     ;;
-  *) echo "usage: scripts/gpu_issue14.sh faults|crashing|sanitizer" >&2; exit 2 ;;
+  zygote)
+    nvidia-smi -L; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+    timeout 80 python3 benchmarks/crash_throughput.py --device cuda --cases 40 --work-ms 50 --zygote-only
+    for f in ${CRASHING_FAULTS:-dummy_run_skips_mapping padding_not_mapped}; do
+      run "crashing_$f" "${CRASHING_LIMIT:-75}" --fault "$f" --seed 3 --max-examples 200 --no-shrink -q
+    done
+    ;;
+  *) echo "usage: scripts/gpu_issue14.sh faults|crashing|sanitizer|zygote" >&2; exit 2 ;;
 esac
