@@ -18,6 +18,7 @@ class FindingBook:
         self.corpus, self.target, self.target_spec = corpus, target, target_spec
         self.by_id: dict[str, Finding] = {}
         self._last: dict[str, Finding] = {}  # id -> the latest failing call's sighting
+        self.settled: set[str] = set()       # ids Hypothesis is done with (shrunk, or not to be shrunk)
         self.write_errors: list[str] = []
 
     def record(self, violations: list[Violation], case: Case, examples: int,
@@ -39,10 +40,12 @@ class FindingBook:
                 out.append((known, False))
         return out
 
-    def mark_minimized(self, finding_id: str) -> None:
-        """Hypothesis ends a search by replaying each bug's minimal example: that last call's case wins."""
+    def mark_minimized(self, finding_id: str, shrunk: bool = True) -> None:
+        """Hypothesis ends a search by replaying each bug's minimal example: that last call's case wins.
+        Without shrinking (``shrunk=False``) the bug is settled as first found, and not called minimized."""
+        self.settled.add(finding_id)
         f = self.by_id.get(finding_id)
-        if f is None or f.minimized:
+        if f is None or f.minimized or not shrunk:
             return
         last = self._last.get(finding_id)
         if last is not None:

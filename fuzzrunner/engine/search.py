@@ -170,7 +170,8 @@ class Shard:
                 r.invalid += 1
             reject()
         self._tick()
-        live = [f for f, _ in self.record(violations, case) if not f.minimized] if violations else []
+        live = [f for f, _ in self.record(violations, case) if f.id not in self.book.settled and not f.minimized] \
+            if violations else []
         if live:
             self._failing.update(f.id for f in live)
             raise _found_class(live[0].id)(live[0].id, live[0].violation.message)
@@ -237,7 +238,7 @@ class Shard:
                                    f"{' '.join(str(exc).split())[:600]}") from None
             raise exc
         for fid in ids:
-            self.book.mark_minimized(fid)
+            self.book.mark_minimized(fid, shrunk=self.settings.shrink)
 
     def close(self) -> R.CampaignResult:
         self.hub.close()

@@ -374,3 +374,11 @@ def test_export_of_a_user_target_finding_reproduces_from_another_directory(plant
                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "ValueError" in run.stdout
+
+
+def test_without_shrinking_a_finding_is_found_once_and_not_called_minimized(tmp_path):
+    assert fuzz(tmp_path, "BUGGY", "--fault", "boom", "--no-shrink", examples="40", seed="7") == 1
+    data = report(tmp_path)
+    [finding] = data["findings"]
+    assert finding["minimized"] is False and finding["case"]["ops"][0]["n"] >= 500
+    assert data["generated"] == 40  # the search went on past the first failure
