@@ -32,7 +32,7 @@ def fuzz(tmp_path, *extra, examples="60", seed="1"):
 def test_each_fault_is_found_exported_and_reproduced(tmp_path, fault, capsys):
     assert fuzz(tmp_path, "--fault", fault, seed=SEEDS.get(fault, "1")) == 1
     report = json.loads((tmp_path / "r.json").read_text())
-    [finding] = report["findings"]
+    [finding] = report["runs"][0]["findings"]
     kinds, tensor = EXPECTED[fault]
     sig = finding["signature"]
     assert sig["kind"] in kinds and tensor in sig["tensor"]
@@ -54,7 +54,7 @@ def test_each_fault_is_found_exported_and_reproduced(tmp_path, fault, capsys):
 
 def test_no_fault_no_finding(tmp_path):
     assert fuzz(tmp_path) == 0
-    assert json.loads((tmp_path / "r.json").read_text())["findings"] == []
+    assert json.loads((tmp_path / "r.json").read_text())["runs"][0]["findings"] == []
 
 
 @pytest.mark.slow

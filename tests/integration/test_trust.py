@@ -46,7 +46,9 @@ def fuzz(tmp_path, target, *extra, examples="3", seed="1"):
 
 
 def report(tmp_path) -> dict:
-    return load_report(tmp_path / "r.json")  # checks its shape too
+    """The one run of the JSON report ``fuzz`` wrote."""
+    [run] = load_report(tmp_path / "r.json")["runs"]  # checks its shape too
+    return run
 
 
 def misbehave(op: str, **fields) -> Case:

@@ -55,8 +55,10 @@ def _plain(data):
 
 def test_json_report_holds_the_campaign_and_its_finding(tmp_path, finding):
     path = write_json(campaign(finding), tmp_path / "report.json")
-    data = json.loads(path.read_text())
-    assert data["schema"] == 1 and data["target"] == "reference_runner" and data["seed"] == 0
+    report = json.loads(path.read_text())
+    assert report["schema"] == 2 and set(report) == {"schema", "provenance", "summary", "runs"}
+    [data] = report["runs"]
+    assert data["target"] == "reference_runner" and data["seed"] == 0
     assert data["faults"] == ["dummy_run_skips_mapping"] and data["settings"]["max_examples"] == 60
     assert (data["examples"], data["invalid"], data["worker_restarts"], data["duration_s"]) == (12, 1, 2, 3.5)
     assert data["timeline"][0] == [0.3, 1, 0] and data["timeline"][-1][1:] == [12, 1]
@@ -69,15 +71,36 @@ def test_json_report_holds_the_campaign_and_its_finding(tmp_path, finding):
     assert Case.from_dict(f["case"]) == CASE and f["case"]["ops"] == [dict(CASE.ops[0])]
     assert (f["first_found_after_examples"], f["found_after_s"], f["minimized"]) == (7, 1.5, True)
     assert f["repro"] == finding.repro and f["others"] == _plain([v.to_dict() for v in finding.others])
-    assert load_report(path) == data
+    assert report["summary"] == {"targets": ["reference_runner"], "examples": 12, "findings": 1, "duration_s": 3.5,
+                                 "stop_reasons": ["unknown"], "errors": 0}
+    assert load_report(path) == report
 
 
 def test_json_report_of_several_targets_has_one_run_each(tmp_path, finding):
     path = write_json([campaign(finding), clean_campaign()], tmp_path / "nightly.json")
     data = load_report(path)
-    assert data["schema"] == 1 and set(data) == {"schema", "provenance", "runs"}
+    assert data["schema"] == 2 and set(data) == {"schema", "provenance", "summary", "runs"}  # as fuzz's
     assert [r["target"] for r in data["runs"]] == ["reference_runner", "lora_kernels"]
     assert [len(r["findings"]) for r in data["runs"]] == [1, 0]
+    assert (data["summary"]["examples"], data["summary"]["findings"], data["summary"]["duration_s"]) == (17, 1, 4.5)
+
+
+def _schema_1(report: dict, flat: bool) -> dict:
+    """What fuzzrunner wrote before the one shape: fuzz the run's fields at the top, no summary."""
+    old = {"schema": 1, "provenance": report["provenance"]}
+    return {**old, **report["runs"][0]} if flat else {**old, "runs": report["runs"]}
+
+
+@pytest.mark.parametrize("flat", [True, False], ids=["fuzz", "nightly"])
+def test_a_schema_1_report_is_read_back_in_the_current_shape_and_renders(tmp_path, finding, flat):
+    now = json.loads(json.dumps(report_dict([campaign(finding)])))
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(_schema_1(now, flat)))
+    old = load_report(path)
+    assert old["schema"] == 2 and old["upgraded_from"] == 1 and old["runs"] == now["runs"]
+    assert old["summary"] == now["summary"]
+    assert finding.violation.message in write_html(old, tmp_path / "old.html").read_text()
+    assert ET.parse(write_junit(old, tmp_path / "old.xml")).getroot().find("testsuite").get("failures") == "1"
 
 
 def _bad(tmp_path, text: str) -> str:
@@ -93,17 +116,19 @@ def _bad(tmp_path, text: str) -> str:
 def test_load_report_refuses_corrupt_newer_and_foreign_files(tmp_path, finding):
     good = json.loads(json.dumps(report_dict(campaign(finding))))
     assert "not valid JSON" in _bad(tmp_path, json.dumps(good)[:200])
-    assert "newer than this fuzzrunner" in _bad(tmp_path, json.dumps({**good, "schema": 2}))
+    assert "newer than this fuzzrunner" in _bad(tmp_path, json.dumps({**good, "schema": 3}))
     assert "'schema'" in _bad(tmp_path, json.dumps({"runs": []}))
+    assert "missing field 'runs'" in _bad(tmp_path, json.dumps(good["runs"][0] | {"schema": 2}))  # flat is schema 1 only
     assert "a report must be a JSON object" in _bad(tmp_path, "[1, 2]")
     assert "missing field 'settings'" in _bad(tmp_path, CASE.to_json())  # a case file is not a report
     wrong = json.loads(json.dumps(good))
-    wrong["findings"][0]["minimized"] = "yes"
+    wrong["runs"][0]["findings"][0]["minimized"] = "yes"
     assert "finding 0" in _bad(tmp_path, json.dumps(wrong)) and "'minimized'" in _bad(tmp_path, json.dumps(wrong))
     broken_case = json.loads(json.dumps(good))
-    broken_case["findings"][0]["case"]["ops"] = "dummy_run"
+    broken_case["runs"][0]["findings"][0]["case"]["ops"] = "dummy_run"
     assert "'ops' must be a list" in _bad(tmp_path, json.dumps(broken_case))
-    runs = {"schema": 1, "runs": [good, {**good, "timeline": [[1, 2]]}]}
+    run = good["runs"][0]
+    runs = {"schema": 2, "runs": [run, {**run, "timeline": [[1, 2]]}]}
     assert "run 1: timeline point 0" in _bad(tmp_path, json.dumps(runs))
     with pytest.raises(InvalidCase, match="cannot read"):
         load_report(tmp_path / "missing.json")
@@ -266,6 +291,6 @@ def test_every_written_report_validates_against_the_published_schema(tmp_path, f
         jsonschema.validate(data, schema)
         assert data["provenance"]["versions"]["fuzzrunner"] and data["provenance"]["written_at"].endswith("Z")
     broken = json.loads(write_json(campaign(finding), tmp_path / "r.json").read_text())
-    del broken["findings"][0]["signature"]["site"]
+    del broken["runs"][0]["findings"][0]["signature"]["site"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, schema)
