@@ -13,7 +13,8 @@ from fuzzrunner import Case, _env, replay
 from fuzzrunner.engine.result import CampaignResult
 from fuzzrunner.errors import InvalidArgument, InvalidCase
 from fuzzrunner.finding import Finding, primary
-from fuzzrunner.report import load_report, report_dict, write_html, write_json, write_junit
+from fuzzrunner.report import build_report, load_report, report_dict, write_html, write_json, write_junit
+from fuzzrunner.report.trend import trend_text
 from fuzzrunner.settings import profile
 from fuzzrunner.violation import Violation
 
@@ -294,3 +295,104 @@ def test_every_written_report_validates_against_the_published_schema(tmp_path, f
     del broken["runs"][0]["findings"][0]["signature"]["site"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, schema)
+
+
+# -- trend against a previous report -------------------------------------------------------------
+
+def _moved(finding, *, line_shift=0, site=None, tensor=None) -> Finding:
+    """The same finding after an edit: its line shifted, or moved to another function/tensor."""
+    v = finding.violation
+    path, _, line = v.location.rpartition(":")
+    moved = replace(v, location=f"{path}:{int(line) + line_shift}", site=site or v.site,
+                    tensor=tensor or v.tensor)
+    return replace(finding, violation=moved, signature=moved.signature)
+
+
+def _trend(tmp_path, before: list, after: list, clean_before=True):
+    prev_runs = [campaign(finding, findings=before)] + ([clean_campaign()] if clean_before else [])
+    prev = load_report(write_json(prev_runs, tmp_path / "prev.json"))
+    return build_report([campaign(finding, findings=after)], previous=prev, previous_source="prev.json"), prev
+
+
+def test_trend_marks_findings_by_stable_id_so_a_line_shift_is_still_open(tmp_path, finding):
+    shifted = _moved(finding, line_shift=7)
+    gone = _moved(finding, tensor="lora_a_stacked")  # a bug the previous report had, fixed since
+    fresh = _moved(finding, site="fuzzrunner/runner/punica.py::elsewhere")  # same line, other function: new
+    assert shifted.violation.location != finding.violation.location and shifted.id == finding.id
+    assert len({finding.id, gone.id, fresh.id}) == 3
+    report, prev = _trend(tmp_path, [finding, gone], [shifted, fresh])
+    [run] = report["runs"]
+    assert [(f["id"], f["trend"]) for f in run["findings"]] == [(finding.id, "still-open"), (fresh.id, "new")]
+    assert [(f["id"], f["trend"]) for f in run["fixed"]] == [(gone.id, "fixed")]
+    assert run["fixed"][0]["message"] == gone.violation.message  # listed in full though not found this time
+    assert report["summary"]["trend"] == {"new": 1, "still_open": 1, "fixed": 1}
+    assert report["previous"] == {"path": "prev.json", "written_at": prev["provenance"]["written_at"],
+                                  "git": prev["provenance"]["git"], "targets": ["lora_kernels", "reference_runner"]}
+    assert trend_text(run).splitlines() == [
+        "reference_runner: against the previous report: 1 new, 1 still open, 1 fixed",
+        f"  new: {fresh.signature.kind} of {fresh.signature.tensor} in {fresh.signature.kernel} at "
+        f"{fresh.signature.site} ({fresh.id})",
+        f"  fixed: {gone.signature.kind} of lora_a_stacked in {gone.signature.kernel} at {gone.signature.site} "
+        f"({gone.id})"]
+
+
+def test_a_target_missing_from_either_report_is_not_called_fixed(tmp_path, finding):
+    report, _ = _trend(tmp_path, [], [finding])
+    assert [f["trend"] for f in report["runs"][0]["findings"]] == ["new"] and report["runs"][0]["fixed"] == []
+    prev = load_report(write_json([campaign(finding), clean_campaign()], tmp_path / "p.json"))
+    only_kernels = build_report([clean_campaign()], previous=prev)
+    assert only_kernels["runs"][0]["fixed"] == []  # reference_runner did not run: its finding is not "fixed"
+    assert only_kernels["summary"]["trend"] == {"new": 0, "still_open": 0, "fixed": 0}
+
+
+def test_junit_turns_a_fixed_finding_into_the_same_test_passing(tmp_path, finding):
+    gone = _moved(finding, tensor="lora_a_stacked")
+    prev_xml = ET.parse(write_junit(campaign(finding, findings=[finding, gone]), tmp_path / "prev.xml")).getroot()
+    failing = {tc.get("name") for tc in prev_xml.iter("testcase") if tc.find("failure") is not None}
+    report, _ = _trend(tmp_path, [finding, gone], [finding])
+    root = ET.parse(write_junit(report, tmp_path / "junit.xml")).getroot()
+    suite = root.find("testsuite")
+    assert (suite.get("tests"), suite.get("failures")) == ("3", "1")
+    cases = {tc.get("name"): tc for tc in suite.iter("testcase")}
+    assert failing <= set(cases)  # both tests of the previous run are there, by the same name
+    [passing] = [n for n in failing if cases[n].find("failure") is None]
+    assert gone.id in passing and "fixed" in cases[passing].find("system-out").text
+    [still] = [n for n in failing if cases[n].find("failure") is not None]
+    assert "still open" in cases[still].find("failure").text
+
+
+def test_html_shows_the_trend_table_and_the_findings_over_time(tmp_path, finding):
+    gone = _moved(finding, tensor="lora_a_stacked")
+    first = write_json(campaign(finding, findings=[finding, gone]), tmp_path / "1.json")
+    second = write_json(build_report(campaign(finding), previous=load_report(first)), tmp_path / "2.json")
+    third = build_report(campaign(finding, findings=[]), previous=load_report(second))
+    assert [sum(r["findings"] for r in h["runs"].values()) for h in third["history"]] == [2, 1]
+    tree = Tree(write_html(third, tmp_path / "r.html").read_text())
+    assert not tree.errors
+    [table] = [t for t in tree.root.all("table") if t.attrs.get("class") == "trend-table"]
+    rows = [[td.text() for td in tr.all("td")] for tr in next(table.all("tbody")).all("tr")]
+    assert [r[0] for r in rows] == ["fixed"] and rows[0][3] == finding.id
+    [history] = [s for s in tree.root.all("svg") if s.attrs.get("class") == "history"]
+    assert len(list(history.all("circle"))) == 3  # two earlier reports and this one
+    assert "this report" in history.text()
+    assert "0 new, 0 still open, 1 fixed" in tree.root.text()
+
+
+def test_history_is_kept_across_reports_and_capped(tmp_path, finding, monkeypatch):
+    import fuzzrunner.report.trend as trend
+    monkeypatch.setattr(trend, "HISTORY", 3)
+    report = report_dict(campaign(finding, examples=1))
+    for n in range(2, 7):
+        report = build_report(campaign(finding, examples=n), previous=report)
+    assert [h["runs"]["reference_runner"]["examples"] for h in report["history"]] == [3, 4, 5]
+
+
+def test_reports_with_a_trend_validate_against_the_published_schema(tmp_path, finding):
+    import jsonschema
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "report.schema.json").read_text())
+    report, _ = _trend(tmp_path, [finding, _moved(finding, tensor="x")], [finding])
+    data = json.loads(write_json(report, tmp_path / "t.json").read_text())
+    jsonschema.validate(data, schema)
+    data["runs"][0]["findings"][0]["trend"] = "reopened"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, schema)
