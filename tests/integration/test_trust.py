@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -376,3 +377,39 @@ def test_export_of_a_user_target_finding_reproduces_from_another_directory(plant
                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "ValueError" in run.stdout
+
+
+# -- --previous: trend across runs (docs/report.md) ------------------------------------------------
+
+def test_a_fix_shows_as_fixed_in_the_text_json_and_a_passing_junit_test(planted, tmp_path, capsys):
+    src, fid = planted
+    capsys.readouterr()
+    assert fuzz(tmp_path, "BUGGY", "--previous", str(src / "r.json"), "--junit", str(tmp_path / "j.xml"),
+                "--html", str(tmp_path / "r.html"), examples="1", seed="7") == 0  # the fault is off: fixed
+    out = capsys.readouterr().out
+    assert "buggy: against the previous report (written " in out and "0 new, 0 still open, 1 fixed" in out
+    assert f"  fixed: crash of ? in ValueError at " in out and f"({fid})" in out
+    run = report(tmp_path)
+    assert run["findings"] == [] and [(f["id"], f["trend"]) for f in run["fixed"]] == [(fid, "fixed")]
+    [case] = [tc for tc in ET.parse(tmp_path / "j.xml").getroot().iter("testcase") if fid in tc.get("name")]
+    assert case.find("failure") is None and "fixed" in case.find("system-out").text
+    assert 'class="trend-table"' in (tmp_path / "r.html").read_text()
+
+
+@pytest.mark.parametrize("command", ["fuzz", "nightly"])
+def test_a_missing_or_malformed_previous_report_is_one_line_exit_2_and_nothing_is_lost(tmp_path, capsys, command):
+    kept = tmp_path / "r.json"
+    kept.write_text("the last good report\n")
+    bad = {"missing.json": None, "truncated.json": '{"schema": 2, "runs": [', "case.json": json.dumps(
+        {"schema": 1, "target": "ok", "config": {}, "ops": []}), "newer.json": json.dumps({"schema": 9, "runs": []})}
+    for name, text in bad.items():
+        if text is not None:
+            (tmp_path / name).write_text(text)
+        out = ["--report", str(kept)] if command == "fuzz" else ["--report-dir", str(tmp_path / "reports")]
+        argv = [command, *(["--target", spec("OK")] if command == "fuzz" else []), "--max-examples", "1",
+                "--corpus", str(tmp_path / "corpus"), "--previous", str(tmp_path / name), *out]
+        assert main(argv) == 2, name
+        line = one_error_line(capsys)
+        assert line.startswith(f"fuzzrunner: error: --previous: {tmp_path / name}") and "drop --previous" in line
+    assert kept.read_text() == "the last good report\n"  # refused before any case ran or any report was written
+    assert not (tmp_path / "reports" / "report.json").exists()
