@@ -61,7 +61,7 @@ def test_text_junit_html_and_repro_show_expected_and_actual(numeric, tmp_path):
     assert f"[{w['actual'][k]:.6g}]" in junit_text(result)
     assert 'class="window"' in html_text(result) and f"[{w['actual'][k]:.6g}]" in html_text(result)
     script = repro_script(f)
-    assert f"#     expected: " in script and "around the worst element" in script
+    assert "#     expected: " in script and "around the worst element" in script
     ns: dict = {}
     body = script.split("for v in found:\n", 1)[1].split("if found:", 1)[0]  # the printing loop, run here
     import contextlib
