@@ -89,8 +89,9 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
 # from the details the replay gives back (plain code: the script must run with any fuzzrunner).
 _WINDOW = ['    w = v.details.get("window") or {}',
            '    if w.get("expected"):',
-           '        print(f"    around the worst element {w.get(\'at\', []) + [w.get(\'worst\')]}, '
-           'columns {w.get(\'start\')}..{w.get(\'stop\', 1) - 1}:")',
+           '        where = w.get("at", []) + [w.get("worst")]',
+           '        cols = f"{w.get(\'start\')}..{w.get(\'stop\', 1) - 1}"',
+           '        print(f"    around the worst element {where}, columns {cols}:")',
            '        for name in ("expected", "actual"):',
            '            values = (f"{x:.6g}" if isinstance(x, float) else str(x) for x in w[name])',
            '            print(f"      {name + \':\':10}", " ".join(values))']

@@ -48,6 +48,9 @@ def test_each_fault_is_found_exported_and_reproduced(tmp_path, fault, capsys):
                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=600)
     assert run.returncode == 1, run.stdout + run.stderr
     assert sig["kind"] in run.stdout
+    if sig["kind"] == "numeric-mismatch":  # expected and actual values around the worst element
+        window = finding["violation"]["details"]["window"]
+        assert "around the worst element" in run.stdout and f"{window['actual'][0]:.6g}" in run.stdout
     assert main(["replay", str(finding_file)]) == 1
     assert "REPRODUCED" in capsys.readouterr().out
 
