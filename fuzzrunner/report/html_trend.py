@@ -4,6 +4,7 @@ report a chart of findings per target over the earlier reports kept in ``history
 from __future__ import annotations
 
 import html
+import re
 
 from .junit import plural, xml_safe
 from .trend import FIXED, NEW, OPEN, history_entry
@@ -16,6 +17,9 @@ CSS = """
 
 _LABEL = {NEW: "new", OPEN: "still open", FIXED: "fixed"}
 _LINES = ("#0969da", "#d1242f", "#1a7f37", "#8250df", "#e07b00", "#bf3989", "#57606a")
+
+
+_BREAK = re.compile(r"([./_:])")  # a site may break after these rather than mid-word
 
 
 def _e(x) -> str:
@@ -48,10 +52,11 @@ def trend_section(run: dict, previous: dict | None) -> str:
 def _trend_row(f: dict, status: str) -> str:
     s = f["signature"]
     what = f'{_e(s["kind"])} of {_e(s["tensor"] or "?")} in {_e(s["kernel"] or "?")}'
+    site = _BREAK.sub(r"\1<wbr>", _e(s.get("site") or s["location"]))
     ident = (f'<a href="#f-{_e(f["id"])}">{_e(f["id"])}</a>' if status != FIXED else _e(f["id"]))
     return (f'<tr class="trend-{_e(status)}"><td><span class="trend {_e(status)}">{_LABEL.get(status, "?")}</span>'
-            f'</td><td>{what}</td><td class="mono">{_e(s.get("site") or s["location"])}</td>'
-            f'<td class="mono">{ident}</td></tr>')
+            f'</td><td>{what}</td><td class="mono">{site}</td>'
+            f'<td class="mono nw">{ident}</td></tr>')
 
 
 _W, _H, _L, _R, _T, _B = 1000, 220, 62, 18, 14, 52
@@ -78,9 +83,10 @@ def history_section(report: dict) -> str:
         out.append(f'<line x1="{_L}" x2="{_W - _R}" y1="{y(n):.1f}" y2="{y(n):.1f}" stroke="#eaeef2"/>'
                    f'<text x="{_L - 8}" y="{y(n) + 4:.1f}" text-anchor="end">{n}</text>')
     step = max(1, len(points) // 8)
-    for i in range(0, len(points), step):
-        label = (points[i].get("written_at") or "?")[:10] if i < len(points) - 1 else "this report"
-        out.append(f'<text x="{x(i):.1f}" y="{_T + ph + 18}" text-anchor="middle">{_e(label)}</text>')
+    for i in sorted(set(range(0, len(points) - 1, step)) | {len(points) - 1}):
+        label = (points[i].get("written_at") or "?")[:16].replace("T", " ") if i < len(points) - 1 else "this report"
+        anchor = "start" if i == 0 else "end" if i == len(points) - 1 else "middle"
+        out.append(f'<text x="{x(i):.1f}" y="{_T + ph + 18}" text-anchor="{anchor}">{_e(label)}</text>')
     for k, t in enumerate(targets):
         color = _LINES[k % len(_LINES)]
         seq = [(i, p["runs"][t]["findings"]) for i, p in enumerate(points) if t in p["runs"]]
