@@ -394,6 +394,35 @@ def test_a_fix_shows_as_fixed_in_the_text_json_and_a_passing_junit_test(planted,
     [case] = [tc for tc in ET.parse(tmp_path / "j.xml").getroot().iter("testcase") if fid in tc.get("name")]
     assert case.find("failure") is None and "fixed" in case.find("system-out").text
     assert 'class="trend-table"' in (tmp_path / "r.html").read_text()
+    validate_against_published_schema(tmp_path / "r.json")
+
+
+def validate_against_published_schema(path) -> None:
+    import jsonschema
+    schema = json.loads((ROOT / "docs" / "report.schema.json").read_text())
+    jsonschema.validate(json.loads(Path(path).read_text()), schema)
+
+
+def test_nightly_marks_the_trend_in_each_targets_report_and_the_combined_one(planted, tmp_path, capsys,
+                                                                             monkeypatch):
+    import fuzzrunner.api
+    import fuzzrunner.target
+    src, fid = planted
+    monkeypatch.setattr(fuzzrunner.target, "BUILTIN", {"buggy": spec("BUGGY")})
+    real_fuzz = fuzzrunner.api.fuzz
+    monkeypatch.setattr(fuzzrunner.api, "fuzz", lambda name, **kw: real_fuzz(spec("BUGGY"), **kw))  # as workers load it
+    reports = tmp_path / "reports"
+    assert main(["nightly", "--max-examples", "1", "--seed", "7", "-q", "--corpus", str(tmp_path / "corpus"),
+                 "--report-dir", str(reports), "--previous", str(src / "r.json")]) == 0
+    assert "0 new, 0 still open, 1 fixed" in capsys.readouterr().out
+    combined = load_report(reports / "report.json")
+    assert combined["summary"]["trend"] == {"new": 0, "still_open": 0, "fixed": 1}
+    assert [f["id"] for f in combined["runs"][0]["fixed"]] == [fid] and len(combined["history"]) == 1
+    own = reports / "buggy.json"
+    assert [f["id"] for f in load_report(own)["runs"][0]["fixed"]] == [fid]
+    for path in (reports / "report.json", own):
+        validate_against_published_schema(path)
+    assert "Findings over time" in (reports / "report.html").read_text()
 
 
 @pytest.mark.parametrize("command", ["fuzz", "nightly"])
