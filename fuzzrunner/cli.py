@@ -63,6 +63,9 @@ def _campaign_options(p: argparse.ArgumentParser, profile: str) -> None:
     p.add_argument("--max-ops", type=int, metavar="N",
                    help="most ops in one generated case" + _by_profile("max_ops"))
     p.add_argument("--corpus", default="corpus", help="corpus directory (findings, seed cases, example database)")
+    p.add_argument("--previous", metavar="REPORT.json",
+                   help="an earlier JSON report: mark each finding new / still open / fixed against it "
+                        "(docs/report.md)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -254,10 +257,32 @@ def _exit_code(results) -> int:
     return EXIT_FINDINGS if any(r.findings for r in results) else EXIT_OK
 
 
-def _write_reports(results, json_path=None, junit_path=None, html_path=None) -> list:
+def _load_previous(path: str | None) -> dict | None:
+    """The --previous report, read before any case runs: a bad one costs nothing."""
+    from .errors import InvalidArgument, InvalidCase
+    from .report import load_report
+    if not path:
+        return None
+    try:
+        return load_report(path)
+    except InvalidCase as e:
+        raise InvalidArgument(f"--previous: {e} Pass the JSON report of an earlier run, or drop --previous.") from None
+
+
+def _report(results, previous: dict | None, previous_path: str | None) -> dict:
+    from .report import build_report
+    return build_report(results, previous=previous, previous_source=previous_path or "")
+
+
+def _print_trend(report: dict) -> None:
+    from .report.trend import trend_text
+    for run in report["runs"]:
+        sys.stdout.write(trend_text(run, report.get("previous")))
+
+
+def _write_reports(report: dict, json_path=None, junit_path=None, html_path=None) -> list:
     from .report import write_reports
-    return write_reports(results if len(results) > 1 else results[0], json_path=json_path,
-                         junit_path=junit_path, html_path=html_path)
+    return write_reports(report, json_path=json_path, junit_path=junit_path, html_path=html_path)
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -271,13 +296,16 @@ def cmd_fuzz(args) -> int:
     settings = _settings(args)
     spec = _absolute_spec(resolve_spec(args.target)) if ":" in args.target else args.target
     load_target(spec).check_faults(args.fault)
+    previous = _load_previous(args.previous)
     progress = Progress(sys.stderr, settings, quiet=args.quiet, verbose=args.verbose)
     result = fuzz(spec, faults=args.fault, profile=_profile_name(args), corpus=args.corpus, on_event=progress,
                   **{k: v for k, v in settings.to_dict().items() if k != "oracles" or v is not None})
     progress.done(result)
     _export_all(result, args.corpus)
     _summary(result, sys.stdout)
-    for p in _write_reports([result], args.report, args.junit, args.html):
+    report = _report([result], previous, args.previous)
+    _print_trend(report)
+    for p in _write_reports(report, args.report, args.junit, args.html):
         print(f"wrote {p}")
     return _exit_code([result])
 
@@ -344,7 +372,7 @@ def cmd_export(args) -> int:
     return EXIT_OK
 
 
-def _nightly_target(name, args, settings, per_budget, report_dir: Path):
+def _nightly_target(name, args, settings, per_budget, report_dir: Path, previous: dict | None):
     """One target of the nightly: fuzz it, write its own reports at once; (result or None, error)."""
     from .api import fuzz
     from .errors import FuzzrunnerError
@@ -359,7 +387,9 @@ def _nightly_target(name, args, settings, per_budget, report_dir: Path):
     progress.done(r)
     _export_all(r, args.corpus)
     _summary(r, sys.stdout)
-    _write_reports([r], str(report_dir / f"{name}.json"), str(report_dir / f"{name}.xml"))
+    report = _report([r], previous, args.previous)
+    _print_trend(report)
+    _write_reports(report, str(report_dir / f"{name}.json"), str(report_dir / f"{name}.xml"))
     return r, None
 
 
@@ -375,20 +405,21 @@ def cmd_nightly(args) -> int:
         _check_writable_file(report_dir / name)
     _check_corpus(args.corpus)
     settings = _settings(args)
+    previous = _load_previous(args.previous)
     names_ = [n for n in BUILTIN if not _skipped(n, unavailable(n))]
     per = (settings.budget_s / len(names_)) if settings.budget_s else None
     results, errors = [], []
     try:
         for name in names_:
-            r, error = _nightly_target(name, args, settings, per, report_dir)
+            r, error = _nightly_target(name, args, settings, per, report_dir, previous)
             results += [r] if r is not None else []
             errors += [error] if error else []
             if r is not None and r.stop_reason == "interrupted":
                 break
     finally:  # the combined report, also after a failure or an interruption
         if results:
-            for p in _write_reports(results, str(report_dir / "report.json"), str(report_dir / "junit.xml"),
-                                    str(report_dir / "report.html")):
+            for p in _write_reports(_report(results, previous, args.previous), str(report_dir / "report.json"),
+                                    str(report_dir / "junit.xml"), str(report_dir / "report.html")):
                 print(f"wrote {p}")
     for message in errors:
         print(f"fuzzrunner: error: {message}", file=sys.stderr)

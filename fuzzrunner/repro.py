@@ -25,6 +25,7 @@ from .corpus import atomic_write
 from .errors import InvalidArgument
 from .finding import Finding
 from .target import BUILTIN
+from .violation import window_lines
 
 _BY_SANITIZER = names.SANITIZER_TOOLS + ("compute-sanitizer",)  # the tool of a violation parsed from its report
 
@@ -79,9 +80,21 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
               "except Exception as e:  # noqa: BLE001 - anything that stops the replay is 'could not run'",
               '    print(f"could not run: {type(e).__name__}: {e}", file=sys.stderr)', "    sys.exit(2)",
               f"found = [v for v in violations if {match}]", "for v in found:",
-              '    print(f"{v.signature.short()}\\n    {v.message}")', "if found:", "    sys.exit(1)",
+              '    print(f"{v.signature.short()}\\n    {v.message}")', *_WINDOW, "if found:", "    sys.exit(1)",
               'print("not reproduced")', "sys.exit(0)"]
     return "\n".join(lines) + "\n"
+
+
+# A numeric finding's expected and actual values around the worst element, printed by the script
+# from the details the replay gives back (plain code: the script must run with any fuzzrunner).
+_WINDOW = ['    w = v.details.get("window") or {}',
+           '    if w.get("expected"):',
+           '        where = w.get("at", []) + [w.get("worst")]',
+           '        cols = f"{w.get(\'start\')}..{w.get(\'stop\', 1) - 1}"',
+           '        print(f"    around the worst element {where}, columns {cols}:")',
+           '        for name in ("expected", "actual"):',
+           '            values = (f"{x:.6g}" if isinstance(x, float) else str(x) for x in w[name])',
+           '            print(f"      {name + \':\':10}", " ".join(values))']
 
 
 def _header(f: Finding, name: str) -> list[str]:
@@ -92,6 +105,7 @@ def _header(f: Finding, name: str) -> list[str]:
              f"# finding {f.id}: tool={sig.tool} kind={sig.kind} kernel={sig.kernel or '-'}",
              f"#   location={sig.location or '-'} site={sig.site or '-'} tensor={sig.tensor or '-'}",
              f"# message: {_first_line(f.violation.message)}",
+             *(f"#   {line}" for line in window_lines(f.violation.details)),
              f"# found by fuzzing target {f.case.target} after {f.first_found_after_examples} "
              f"example{'' if f.first_found_after_examples == 1 else 's'} "
              f"({f.found_after_s:.1f} s); case {how}",

@@ -37,3 +37,25 @@ class Violation:
     def from_dict(cls, d: dict) -> Violation:
         return cls(d["tool"], d["kind"], d.get("kernel", ""), d.get("location", ""), d.get("tensor", ""),
                    d.get("message", ""), dict(d.get("details", {})), d.get("site", ""))
+
+
+def _num(v) -> str:
+    return f"{v:.6g}" if isinstance(v, (int, float)) else str(v)
+
+
+def window_lines(details: dict) -> list[str]:
+    """A numeric violation's expected and actual values around its worst element, as three
+    aligned lines (the worst one in brackets); none for any other violation."""
+    w = details.get("window") if isinstance(details, dict) else None
+    if not isinstance(w, dict) or not w.get("expected"):
+        return []
+    lead = "".join(f"{i}, " for i in w.get("at", []))
+    cells = [(_num(x), _num(y)) for x, y in zip(w["expected"], w["actual"])]
+    width = max(len(s) for pair in cells for s in pair) + 2
+    mark = w.get("worst", 0) - w.get("start", 0)
+
+    def row(values) -> str:
+        return " ".join((f"[{v}]" if i == mark else f" {v} ").rjust(width) for i, v in enumerate(values))
+    head = f"around the worst element [{lead}{w.get('worst')}] (columns {w.get('start')}..{w.get('stop', 1) - 1}):"
+    return [line.rstrip() for line in (head,
+            f"  expected: {row([x for x, _ in cells])}", f"  actual:   {row([y for _, y in cells])}")]

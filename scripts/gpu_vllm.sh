@@ -59,6 +59,7 @@ python3 - "$out" <<'PY'
 import json, pathlib, sys
 for p in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
     r = json.loads(p.read_text())
+    r = r["runs"][0] if "runs" in r else r  # schema 2: one run per target; schema 1: flat
     print(f"  {p.stem}: {r['examples']} cases in {r['duration_s']:.0f} s, {len(r['findings'])} finding(s)")
     for f in r["findings"]:
         s = f["signature"]

@@ -22,3 +22,14 @@ if [ -z "${FUZZRUNNER_SKIP_VLLM:-}" ]; then
   pinned=$(.venv/bin/python -c 'import sys; sys.path.insert(0, "."); from targets.vllm_lora.site import PINNED; print(PINNED)')
   bash scripts/vllm_setup.sh "$pinned" >&2 || echo "vllm_setup $pinned failed (above): the vllm_lora tests will skip" >&2
 fi
+# Opt-in (FUZZRUNNER_BROWSER_TESTS=1): the browser test of the HTML report needs playwright (~13 s
+# from the registry) and a chromium. Debian's chromium took 86 s to apt-get install here, more than
+# CI's spare minute, so CI leaves both out and the test skips with the reason (docs/report.md).
+if [ -n "${FUZZRUNNER_BROWSER_TESTS:-}" ]; then
+  .venv/bin/python -c "import playwright" 2>/dev/null || .venv/bin/python -m pip install -q "playwright>=1.40" >&2 \
+    || echo "could not install playwright: the browser test will skip" >&2
+  if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; } \
+      || echo "could not apt-get install chromium: the browser test will skip" >&2
+  fi
+fi

@@ -37,6 +37,28 @@ def mismatch(c: Comparison) -> tuple[list[int], float, tuple] | None:
     return rows, float(err[worst]), worst
 
 
+WINDOW = 3  # elements either side of the worst one, along its last dimension
+
+
+def _value(x: float) -> float | str:
+    """A JSON-safe value: NaN and infinities as text (strict JSON has no NaN)."""
+    return x if x == x and abs(x) != float("inf") else str(x)
+
+
+def window(c: Comparison, worst: tuple, width: int = WINDOW) -> dict:
+    """Expected and actual values at and around the worst element: the slice of its last
+    dimension ``width`` either side, the leading indices fixed (for a 2-D output, its row)."""
+    a, e = c.actual.detach().double().cpu(), c.expected.detach().double().cpu()
+    if a.dim() == 0:
+        return {"at": [], "start": 0, "stop": 1, "worst": 0, "expected": [_value(float(e))],
+                "actual": [_value(float(a))]}
+    lead, col = tuple(worst[:-1]), worst[-1]
+    start, stop = max(0, col - width), min(a.shape[-1], col + width + 1)
+    return {"at": list(lead), "start": start, "stop": stop, "worst": col,
+            "expected": [_value(float(v)) for v in e[lead][start:stop]],
+            "actual": [_value(float(v)) for v in a[lead][start:stop]]}
+
+
 class NumericOracle(Oracle):
     name = "numeric"
 
@@ -56,7 +78,7 @@ class NumericOracle(Oracle):
                    f"(tolerance {tolerance(c.dtype)} for {str(c.dtype).replace('torch.', '')}) {shape}")
             self.log.add(Violation("numeric", "numeric-mismatch", opname, "float64 reference", c.label, msg.strip(),
                                    {"op_index": index, "op": opname, "rows": rows, "worst_error": worst,
-                                    "worst_index": list(where)}))
+                                    "worst_index": list(where), **({"window": window(c, where)} if where else {})}))
 
     def finish(self) -> list[Violation]:
         return self.log.violations()

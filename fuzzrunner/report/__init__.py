@@ -13,13 +13,21 @@ from pathlib import Path
 from .html import html_text, write_html
 from .json_report import SCHEMA, json_text, load_report, report_dict, runs, write_json
 from .junit import failure_text, junit_text, write_junit
+from .trend import mark
 
-__all__ = ["SCHEMA", "failure_text", "html_text", "json_text", "junit_text", "load_report", "report_dict",
-           "runs", "write_html", "write_json", "write_junit", "write_reports"]
+__all__ = ["SCHEMA", "build_report", "failure_text", "html_text", "json_text", "junit_text", "load_report",
+           "report_dict", "runs", "write_html", "write_json", "write_junit", "write_reports"]
 
 
-def write_reports(results, *, json_path=None, junit_path=None, html_path=None) -> list[Path]:
-    """Write whichever of the three reports have a path; the report dict is built once."""
+def build_report(results, *, previous: dict | None = None, previous_source: str = "") -> dict:
+    """The report dict; with ``previous`` (a loaded earlier report) each finding carries its trend."""
     report = report_dict(results)
+    return mark(report, report_dict(previous), source=previous_source) if previous is not None else report
+
+
+def write_reports(results, *, json_path=None, junit_path=None, html_path=None,
+                  previous: dict | None = None) -> list[Path]:
+    """Write whichever of the three reports have a path; the report dict is built once."""
+    report = build_report(results, previous=previous)
     pairs = ((json_path, write_json), (junit_path, write_junit), (html_path, write_html))
     return [write(report, p) for p, write in pairs if p is not None]

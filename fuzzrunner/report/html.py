@@ -11,7 +11,10 @@ import urllib.parse
 from pathlib import Path
 
 from ..finding import case_text
-from .json_report import SCHEMA, report_dict, runs, write_text
+from ..violation import window_lines
+from .html_trend import CSS as _TREND_CSS
+from .html_trend import badge, history_section, trend_section
+from .json_report import SCHEMA, report_dict, write_text
 from .junit import plural, short, xml_safe
 
 _KIND_COLORS = {"uninitialized-read": "#d1242f", "stale-read": "#e07b00", "out-of-bounds": "#8250df",
@@ -120,15 +123,21 @@ def _findings(run: dict, base: Path | None) -> str:
         repro = (f'<a href="{_e(_href(f["repro"], base))}" title="{_e(f["repro"])}">script</a>'
                  if f.get("repro") else '<span class="meta">&mdash;</span>')
         rows.append(
-            f'<tr id="f-{_e(f["id"])}"><td>{_kind(s["kind"])}</td>{_mono(s["tensor"])}{_mono(s["kernel"])}'
+            f'<tr id="f-{_e(f["id"])}"><td>{_kind(s["kind"])}{badge(f)}</td>{_mono(s["tensor"])}{_mono(s["kernel"])}'
             f'{_mono(s["location"])}'
             f'<td>{when}</td><td>{"yes" if f["minimized"] else "no"}</td><td>{repro}</td></tr>'
             f'<tr class="detail"><td colspan="7"><div class="msg">{_e(f["message"])} '
-            f'<span class="meta">[{_e(s["tool"])}, {_e(f["id"])}]</span></div><details><summary>case '
+            f'<span class="meta">[{_e(s["tool"])}, {_e(f["id"])}]</span></div>{_window(f)}<details><summary>case '
             f'({plural(len(f["case"].get("ops", [])), "op")})</summary><pre>{_e(case_text(f["case"]))}</pre>'
             f'</details></td></tr>')
     return ('<table><thead><tr><th>Kind</th><th>Tensor</th><th>Kernel</th><th>Location</th><th>Found after</th>'
             f'<th>Minimized</th><th>Repro</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+
+
+def _window(f: dict) -> str:
+    """A numeric finding's expected and actual values around the worst element."""
+    lines = window_lines(f["violation"].get("details", {}))
+    return f'<pre class="window">{_e(chr(10).join(lines))}</pre>' if lines else ""
 
 
 def _ticks(vmax: float, n: int = 6) -> list[float]:
@@ -198,7 +207,7 @@ def _plot(run: dict) -> str:
     return f'<figure>{"".join(out)}</figure><div class="legend">{legend}{note}</div>'
 
 
-def _run_section(run: dict, index: int, base: Path | None) -> str:
+def _run_section(run: dict, index: int, base: Path | None, previous: dict | None = None) -> str:
     replayed = run["replayed"]
     again = sum(1 for r in replayed if isinstance(r, dict) and r.get("still_failing"))
     corpus = f" &middot; corpus: {len(replayed)} replayed, {again} still failing" if replayed else ""
@@ -207,24 +216,26 @@ def _run_section(run: dict, index: int, base: Path | None) -> str:
             f'{run["examples"]:,} examples ({run["invalid"]:,} invalid) in {_duration(run["duration_s"])} '
             f'&middot; {run["worker_restarts"]} worker restart(s){corpus}')
     return (f'<section id="run-{index}"><h2>{_e(run["target"])}{_pill(len(run["findings"]))}</h2>'
-            f'<p class="meta">{meta}</p>{_plot(run)}<h3>Findings</h3>{_findings(run, base)}</section>')
+            f'<p class="meta">{meta}</p>{_plot(run)}<h3>Findings</h3>{_findings(run, base)}'
+            f'{trend_section(run, previous)}</section>')
 
 
 def html_text(results, *, base: Path | None = None) -> str:
     """The page; ``base`` is the folder it will live in, so repro links can be relative."""
     from .._version import __version__
-    report_runs = runs(report_dict(results))
+    report = report_dict(results)
+    report_runs = report["runs"]
     total = sum(len(r["findings"]) for r in report_runs)
     title = f"fuzzrunner: {plural(total, 'finding')} in {plural(len(report_runs), 'target')}"
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    body = "".join(_run_section(r, i, base) for i, r in enumerate(report_runs))
+    body = "".join(_run_section(r, i, base, report.get("previous")) for i, r in enumerate(report_runs))
     page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_e(title)}</title>'
-            f'<style>{_CSS}</style></head><body><main><header><h1>fuzzrunner report</h1>'
+            f'<style>{_CSS}{_TREND_CSS}</style></head><body><main><header><h1>fuzzrunner report</h1>'
             f'<p class="sub">{plural(total, "finding")} across {plural(len(report_runs), "target")} '
             f'&middot; generated {stamp}</p></header>'
-            f'{_summary(report_runs)}{body}<footer>fuzzrunner {_e(__version__)} &middot; report schema '
-            f'{SCHEMA}</footer></main></body></html>\n')
+            f'{_summary(report_runs)}{history_section(report)}{body}<footer>fuzzrunner {_e(__version__)} '
+            f'&middot; report schema {SCHEMA}</footer></main></body></html>\n')
     return page.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 

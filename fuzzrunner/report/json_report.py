@@ -1,4 +1,13 @@
-"""The JSON report: the one plain dict every renderer works from, versioned, checked on reading."""
+"""The JSON report: the one plain dict every renderer works from, versioned, checked on reading.
+
+One shape for ``fuzz`` (one run) and ``nightly`` (one run per target), schema 2::
+
+    {"schema": 2, "provenance": {...}, "summary": {...}, "runs": [run, ...]}
+
+plus ``previous`` and ``history`` when written with a previous report (``trend.py``). A schema-1
+report (``fuzz`` wrote the run's fields at the top level, ``nightly`` had no summary) is read
+back upgraded to this shape, so renderers and ``--previous`` keep accepting it.
+"""
 
 from __future__ import annotations
 
@@ -15,19 +24,45 @@ from ..corpus import atomic_write
 from ..errors import InvalidArgument, InvalidCase
 from ..finding import Finding
 
-SCHEMA = 1
+SCHEMA = 2  # 2: one shape for fuzz and nightly (runs + summary); trend fields
 
 
 # -- the JSON report -------------------------------------------------------------------------
 
 def report_dict(results) -> dict:
-    """A CampaignResult -> a one-target report; a list of them -> ``{"schema", "runs"}``; a dict -> itself."""
+    """A CampaignResult or a list of them -> a report (one run per result); a dict -> itself
+    (checked, and upgraded if it has an older schema)."""
     if isinstance(results, dict):
         _check_report(results, "report")
-        return results
-    if isinstance(results, (list, tuple)):
-        return {"schema": SCHEMA, "provenance": provenance(), "runs": [_run_dict(r) for r in results]}
-    return {"schema": SCHEMA, "provenance": provenance(), **_run_dict(results)}
+        return upgrade(results)
+    listed = list(results) if isinstance(results, (list, tuple)) else [results]
+    report_runs = [_run_dict(r) for r in listed]
+    return {"schema": SCHEMA, "provenance": provenance(), "summary": summary(report_runs), "runs": report_runs}
+
+
+def summary(report_runs: list[dict]) -> dict:
+    """What a consumer reads first: totals over the runs, and whether any run stopped early."""
+    return {"targets": [r["target"] for r in report_runs],
+            "examples": sum(r["examples"] for r in report_runs),
+            "findings": sum(len(r["findings"]) for r in report_runs),
+            "duration_s": round(sum(r["duration_s"] for r in report_runs), 3),
+            "stop_reasons": sorted({r.get("stop_reason") or "unknown" for r in report_runs}),
+            "errors": sum(len(r.get("errors", ())) for r in report_runs)}
+
+
+def upgrade(report: dict) -> dict:
+    """A checked report in the current shape: a schema-1 one-target report becomes one run."""
+    if report.get("schema") == SCHEMA:
+        return report
+    if "runs" in report:
+        report_runs = report["runs"]
+        rest = {k: v for k, v in report.items() if k != "runs"}
+    else:
+        top = ("schema", "provenance")
+        report_runs = [{k: v for k, v in report.items() if k not in top}]
+        rest = {k: v for k, v in report.items() if k in top}
+    return {**rest, "schema": SCHEMA, "provenance": rest.get("provenance") or {},
+            "summary": summary(report_runs), "runs": report_runs, "upgraded_from": report["schema"]}
 
 
 def provenance() -> dict:
@@ -53,7 +88,7 @@ def _git_commit() -> str | None:
 
 
 def runs(report: dict) -> list[dict]:
-    """The per-target runs of a report, one-target or many."""
+    """The per-target runs of a report (of any schema)."""
     return report["runs"] if "runs" in report else [report]
 
 
@@ -90,11 +125,12 @@ def write_json(results, path) -> Path:
 
 
 def load_report(path) -> dict:
-    """Read a JSON report back, checking its shape; ``InvalidCase`` (one line) if it is not one."""
+    """Read a JSON report back, checking its shape, in the current shape (an older schema is
+    upgraded); ``InvalidCase`` (one line) if it is not a report."""
     source = str(path)
     data = parse_json(read_text(path), source)
     _check_report(data, source)
-    return data
+    return upgrade(data)
 
 
 _RUN_FIELDS = {"target": str, "settings": dict, "faults": list, "examples": int, "invalid": int,
@@ -114,6 +150,8 @@ def _check_report(data, source: str) -> None:
         raise InvalidCase(f"{source}: report schema {schema} is newer than this fuzzrunner understands "
                           f"({SCHEMA}); upgrade fuzzrunner to read it.")
     if "runs" not in data:
+        if schema >= 2:
+            raise InvalidCase(f"{source}: missing field 'runs'; is this a fuzzrunner report?")
         return _check_run(data, source)
     if not isinstance(data["runs"], list):
         raise InvalidCase(f"{source}: 'runs' must be a list of per-target runs.")

@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ..finding import case_text
+from ..violation import window_lines
 from .json_report import report_dict, runs, write_text
 
 # XML 1.0 cannot hold these even escaped; a stray terminal escape in a message would break CI's parser.
@@ -34,20 +35,25 @@ def test_name(f: dict) -> str:
     return f"{s['kind']} of {s['tensor'] or '?'} in {s['kernel'] or '?'} at {where} [{s['tool']}] ({f['id']})"
 
 
+_TREND = {"new": "new since the previous report", "still-open": "still open: also in the previous report"}
+
+
 def failure_text(f: dict) -> str:
     """What CI shows under a failing test: the message, the case to paste, the repro."""
     case = case_text(f["case"])
     state = "minimized case" if f["minimized"] else "case (not minimized)"
     repro = f"python {f['repro']}" if f.get("repro") else "not exported"
-    return (f"{f['message']}\n\nfound after {plural(f['first_found_after_examples'], 'example')} "
-            f"({f['found_after_s']:.1f} s); finding {f['id']}\n\n{state}:\n{case}\n\nrepro: {repro}\n")
+    trend = f"; {_TREND[f['trend']]}" if f.get("trend") in _TREND else ""
+    window = "".join(f"\n{line}" for line in window_lines(f["violation"].get("details", {})))
+    return (f"{f['message']}{window}\n\nfound after {plural(f['first_found_after_examples'], 'example')} "
+            f"({f['found_after_s']:.1f} s); finding {f['id']}{trend}\n\n{state}:\n{case}\n\nrepro: {repro}\n")
 
 
 def junit_text(results) -> str:
     root = ET.Element("testsuites", name="fuzzrunner")
     for run in runs(report_dict(results)):
-        found = run["findings"]
-        suite = ET.SubElement(root, "testsuite", name=xml_safe(run["target"]), tests=str(1 + len(found)),
+        found, fixed = run["findings"], run.get("fixed", [])
+        suite = ET.SubElement(root, "testsuite", name=xml_safe(run["target"]), tests=str(1 + len(found) + len(fixed)),
                               failures=str(len(found)), errors="0", skipped="0", time=f"{run['duration_s']:.3f}")
         props = ET.SubElement(suite, "properties")
         for key in ("seed", "faults", "examples", "invalid", "worker_restarts"):
@@ -63,6 +69,11 @@ def junit_text(results) -> str:
             tc = ET.SubElement(suite, "testcase", classname=cls, name=xml_safe(test_name(f)), time="0")
             fail = ET.SubElement(tc, "failure", message=xml_safe(f["message"]), type=xml_safe(f["signature"]["kind"]))
             fail.text = xml_safe(failure_text(f))
+        for f in fixed:  # the same name as when it failed: CI shows the test turn green
+            tc = ET.SubElement(suite, "testcase", classname=cls, name=xml_safe(test_name(f)), time="0")
+            ET.SubElement(tc, "system-out").text = xml_safe(
+                f"fixed: in the previous report, not found by this run\n"
+                f"was: {f['message']}")
     ET.indent(root)
     return ET.tostring(root, encoding="us-ascii", xml_declaration=True).decode("ascii") + "\n"
 

@@ -39,6 +39,7 @@ def rows(out: Path, version: str) -> list[str]:
     if not path.exists():
         return [f"| {version} | – | no report (set-up or campaign failed: see {out}/{version}.log) | | |"]
     r = json.loads(path.read_text())
+    r = r["runs"][0] if "runs" in r else r  # schema 2: one run per target; schema 1: flat
     head = f"{version} | {r['examples']} in {r['duration_s']:.0f} s"
     if not r["findings"]:
         return [f"| {head} | none | | |"]

@@ -33,7 +33,7 @@ def fuzz(tmp_path, *extra, examples="60", seed="1"):
 def test_each_fault_is_found_exported_and_reproduced(tmp_path, fault, capsys):
     assert fuzz(tmp_path, "--fault", fault, seed=SEEDS.get(fault, "1")) == 1
     report = json.loads((tmp_path / "r.json").read_text())
-    [finding] = report["findings"]
+    [finding] = report["runs"][0]["findings"]
     kinds, tensor = EXPECTED[fault]
     sig = finding["signature"]
     assert sig["kind"] in kinds and tensor in sig["tensor"]
@@ -49,13 +49,16 @@ def test_each_fault_is_found_exported_and_reproduced(tmp_path, fault, capsys):
                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=600)
     assert run.returncode == 1, run.stdout + run.stderr
     assert sig["kind"] in run.stdout
+    if sig["kind"] == "numeric-mismatch":  # expected and actual values around the worst element
+        window = finding["violation"]["details"]["window"]
+        assert "around the worst element" in run.stdout and f"{window['actual'][0]:.6g}" in run.stdout
     assert main(["replay", str(finding_file)]) == 1
     assert "REPRODUCED" in capsys.readouterr().out
 
 
 def test_no_fault_no_finding(tmp_path):
     assert fuzz(tmp_path) == 0
-    assert json.loads((tmp_path / "r.json").read_text())["findings"] == []
+    assert json.loads((tmp_path / "r.json").read_text())["runs"][0]["findings"] == []
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,9 @@ def fuzz(tmp_path, target, *extra, examples="3", seed="1"):
 
 
 def report(tmp_path) -> dict:
-    return load_report(tmp_path / "r.json")  # checks its shape too
+    """The one run of the JSON report ``fuzz`` wrote."""
+    [run] = load_report(tmp_path / "r.json")["runs"]  # checks its shape too
+    return run
 
 
 def misbehave(op: str, **fields) -> Case:
@@ -382,3 +385,68 @@ def test_without_shrinking_a_finding_is_found_once_and_not_called_minimized(tmp_
     [finding] = data["findings"]
     assert finding["minimized"] is False and finding["case"]["ops"][0]["n"] >= 500
     assert data["generated"] == 40  # the search went on past the first failure
+
+
+# -- --previous: trend across runs (docs/report.md) ------------------------------------------------
+
+def test_a_fix_shows_as_fixed_in_the_text_json_and_a_passing_junit_test(planted, tmp_path, capsys):
+    src, fid = planted
+    capsys.readouterr()
+    assert fuzz(tmp_path, "BUGGY", "--previous", str(src / "r.json"), "--junit", str(tmp_path / "j.xml"),
+                "--html", str(tmp_path / "r.html"), examples="1", seed="7") == 0  # the fault is off: fixed
+    out = capsys.readouterr().out
+    assert "buggy: against the previous report (written " in out and "0 new, 0 still open, 1 fixed" in out
+    assert "  fixed: crash of ? in ValueError at " in out and f"({fid})" in out
+    run = report(tmp_path)
+    assert run["findings"] == [] and [(f["id"], f["trend"]) for f in run["fixed"]] == [(fid, "fixed")]
+    [case] = [tc for tc in ET.parse(tmp_path / "j.xml").getroot().iter("testcase") if fid in tc.get("name")]
+    assert case.find("failure") is None and "fixed" in case.find("system-out").text
+    assert 'class="trend-table"' in (tmp_path / "r.html").read_text()
+    validate_against_published_schema(tmp_path / "r.json")
+
+
+def validate_against_published_schema(path) -> None:
+    import jsonschema
+    schema = json.loads((ROOT / "docs" / "report.schema.json").read_text())
+    jsonschema.validate(json.loads(Path(path).read_text()), schema)
+
+
+def test_nightly_marks_the_trend_in_each_targets_report_and_the_combined_one(planted, tmp_path, capsys,
+                                                                             monkeypatch):
+    import fuzzrunner.api
+    import fuzzrunner.target
+    src, fid = planted
+    monkeypatch.setattr(fuzzrunner.target, "BUILTIN", {"buggy": spec("BUGGY")})
+    real_fuzz = fuzzrunner.api.fuzz
+    monkeypatch.setattr(fuzzrunner.api, "fuzz", lambda name, **kw: real_fuzz(spec("BUGGY"), **kw))  # as workers load it
+    reports = tmp_path / "reports"
+    assert main(["nightly", "--max-examples", "1", "--seed", "7", "-q", "--corpus", str(tmp_path / "corpus"),
+                 "--report-dir", str(reports), "--previous", str(src / "r.json")]) == 0
+    assert "0 new, 0 still open, 1 fixed" in capsys.readouterr().out
+    combined = load_report(reports / "report.json")
+    assert combined["summary"]["trend"] == {"new": 0, "still_open": 0, "fixed": 1}
+    assert [f["id"] for f in combined["runs"][0]["fixed"]] == [fid] and len(combined["history"]) == 1
+    own = reports / "buggy.json"
+    assert [f["id"] for f in load_report(own)["runs"][0]["fixed"]] == [fid]
+    for path in (reports / "report.json", own):
+        validate_against_published_schema(path)
+    assert "Findings over time" in (reports / "report.html").read_text()
+
+
+@pytest.mark.parametrize("command", ["fuzz", "nightly"])
+def test_a_missing_or_malformed_previous_report_is_one_line_exit_2_and_nothing_is_lost(tmp_path, capsys, command):
+    kept = tmp_path / "r.json"
+    kept.write_text("the last good report\n")
+    bad = {"missing.json": None, "truncated.json": '{"schema": 2, "runs": [', "case.json": json.dumps(
+        {"schema": 1, "target": "ok", "config": {}, "ops": []}), "newer.json": json.dumps({"schema": 9, "runs": []})}
+    for name, text in bad.items():
+        if text is not None:
+            (tmp_path / name).write_text(text)
+        out = ["--report", str(kept)] if command == "fuzz" else ["--report-dir", str(tmp_path / "reports")]
+        argv = [command, *(["--target", spec("OK")] if command == "fuzz" else []), "--max-examples", "1",
+                "--corpus", str(tmp_path / "corpus"), "--previous", str(tmp_path / name), *out]
+        assert main(argv) == 2, name
+        line = one_error_line(capsys)
+        assert line.startswith(f"fuzzrunner: error: --previous: {tmp_path / name}") and "drop --previous" in line
+    assert kept.read_text() == "the last good report\n"  # refused before any case ran or any report was written
+    assert not (tmp_path / "reports" / "report.json").exists()

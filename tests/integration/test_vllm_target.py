@@ -94,7 +94,7 @@ def test_cli_short_campaign_finds_the_planted_dummy_run_fault(tmp_path):
     r = _cli("fuzz", "--target", "vllm_lora", "--fault", "dummy_run_skips_prepare", "--max-examples", "8",
              "--seed", "0", "--no-shrink", "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"))
     assert r.returncode == 1, r.stdout + r.stderr
-    found = json.loads((tmp_path / "r.json").read_text())["findings"]
+    found = json.loads((tmp_path / "r.json").read_text())["runs"][0]["findings"]
     assert any(f["signature"]["tensor"] == "token_mapping_meta.active_lora_ids" for f in found), found
 
 
@@ -111,7 +111,7 @@ def test_cli_short_fault_free_campaign_finds_nothing_untriaged(tmp_path):
     r = _cli("fuzz", "--target", "vllm_lora", "--max-examples", "25", "--seed", "1", "--no-shrink",
              "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"))
     assert r.returncode in (0, 1), r.stdout + r.stderr
-    found = json.loads((tmp_path / "r.json").read_text())["findings"]
+    found = json.loads((tmp_path / "r.json").read_text())["runs"][0]["findings"]
     assert [f["signature"] for f in found if not _triaged(f)] == []
 
 

@@ -13,7 +13,8 @@ from fuzzrunner import Case, _env, replay
 from fuzzrunner.engine.result import CampaignResult
 from fuzzrunner.errors import InvalidArgument, InvalidCase
 from fuzzrunner.finding import Finding, primary
-from fuzzrunner.report import load_report, report_dict, write_html, write_json, write_junit
+from fuzzrunner.report import build_report, load_report, report_dict, write_html, write_json, write_junit
+from fuzzrunner.report.trend import trend_text
 from fuzzrunner.settings import profile
 from fuzzrunner.violation import Violation
 
@@ -55,8 +56,10 @@ def _plain(data):
 
 def test_json_report_holds_the_campaign_and_its_finding(tmp_path, finding):
     path = write_json(campaign(finding), tmp_path / "report.json")
-    data = json.loads(path.read_text())
-    assert data["schema"] == 1 and data["target"] == "reference_runner" and data["seed"] == 0
+    report = json.loads(path.read_text())
+    assert report["schema"] == 2 and set(report) == {"schema", "provenance", "summary", "runs"}
+    [data] = report["runs"]
+    assert data["target"] == "reference_runner" and data["seed"] == 0
     assert data["faults"] == ["dummy_run_skips_mapping"] and data["settings"]["max_examples"] == 60
     assert (data["examples"], data["invalid"], data["worker_restarts"], data["duration_s"]) == (12, 1, 2, 3.5)
     assert data["timeline"][0] == [0.3, 1, 0] and data["timeline"][-1][1:] == [12, 1]
@@ -69,15 +72,36 @@ def test_json_report_holds_the_campaign_and_its_finding(tmp_path, finding):
     assert Case.from_dict(f["case"]) == CASE and f["case"]["ops"] == [dict(CASE.ops[0])]
     assert (f["first_found_after_examples"], f["found_after_s"], f["minimized"]) == (7, 1.5, True)
     assert f["repro"] == finding.repro and f["others"] == _plain([v.to_dict() for v in finding.others])
-    assert load_report(path) == data
+    assert report["summary"] == {"targets": ["reference_runner"], "examples": 12, "findings": 1, "duration_s": 3.5,
+                                 "stop_reasons": ["unknown"], "errors": 0}
+    assert load_report(path) == report
 
 
 def test_json_report_of_several_targets_has_one_run_each(tmp_path, finding):
     path = write_json([campaign(finding), clean_campaign()], tmp_path / "nightly.json")
     data = load_report(path)
-    assert data["schema"] == 1 and set(data) == {"schema", "provenance", "runs"}
+    assert data["schema"] == 2 and set(data) == {"schema", "provenance", "summary", "runs"}  # as fuzz's
     assert [r["target"] for r in data["runs"]] == ["reference_runner", "lora_kernels"]
     assert [len(r["findings"]) for r in data["runs"]] == [1, 0]
+    assert (data["summary"]["examples"], data["summary"]["findings"], data["summary"]["duration_s"]) == (17, 1, 4.5)
+
+
+def _schema_1(report: dict, flat: bool) -> dict:
+    """What fuzzrunner wrote before the one shape: fuzz the run's fields at the top, no summary."""
+    old = {"schema": 1, "provenance": report["provenance"]}
+    return {**old, **report["runs"][0]} if flat else {**old, "runs": report["runs"]}
+
+
+@pytest.mark.parametrize("flat", [True, False], ids=["fuzz", "nightly"])
+def test_a_schema_1_report_is_read_back_in_the_current_shape_and_renders(tmp_path, finding, flat):
+    now = json.loads(json.dumps(report_dict([campaign(finding)])))
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(_schema_1(now, flat)))
+    old = load_report(path)
+    assert old["schema"] == 2 and old["upgraded_from"] == 1 and old["runs"] == now["runs"]
+    assert old["summary"] == now["summary"]
+    assert finding.violation.message in write_html(old, tmp_path / "old.html").read_text()
+    assert ET.parse(write_junit(old, tmp_path / "old.xml")).getroot().find("testsuite").get("failures") == "1"
 
 
 def _bad(tmp_path, text: str) -> str:
@@ -93,17 +117,19 @@ def _bad(tmp_path, text: str) -> str:
 def test_load_report_refuses_corrupt_newer_and_foreign_files(tmp_path, finding):
     good = json.loads(json.dumps(report_dict(campaign(finding))))
     assert "not valid JSON" in _bad(tmp_path, json.dumps(good)[:200])
-    assert "newer than this fuzzrunner" in _bad(tmp_path, json.dumps({**good, "schema": 2}))
+    assert "newer than this fuzzrunner" in _bad(tmp_path, json.dumps({**good, "schema": 3}))
     assert "'schema'" in _bad(tmp_path, json.dumps({"runs": []}))
+    assert "missing field 'runs'" in _bad(tmp_path, json.dumps(good["runs"][0] | {"schema": 2}))  # flat is schema 1 only
     assert "a report must be a JSON object" in _bad(tmp_path, "[1, 2]")
     assert "missing field 'settings'" in _bad(tmp_path, CASE.to_json())  # a case file is not a report
     wrong = json.loads(json.dumps(good))
-    wrong["findings"][0]["minimized"] = "yes"
+    wrong["runs"][0]["findings"][0]["minimized"] = "yes"
     assert "finding 0" in _bad(tmp_path, json.dumps(wrong)) and "'minimized'" in _bad(tmp_path, json.dumps(wrong))
     broken_case = json.loads(json.dumps(good))
-    broken_case["findings"][0]["case"]["ops"] = "dummy_run"
+    broken_case["runs"][0]["findings"][0]["case"]["ops"] = "dummy_run"
     assert "'ops' must be a list" in _bad(tmp_path, json.dumps(broken_case))
-    runs = {"schema": 1, "runs": [good, {**good, "timeline": [[1, 2]]}]}
+    run = good["runs"][0]
+    runs = {"schema": 2, "runs": [run, {**run, "timeline": [[1, 2]]}]}
     assert "run 1: timeline point 0" in _bad(tmp_path, json.dumps(runs))
     with pytest.raises(InvalidCase, match="cannot read"):
         load_report(tmp_path / "missing.json")
@@ -266,6 +292,107 @@ def test_every_written_report_validates_against_the_published_schema(tmp_path, f
         jsonschema.validate(data, schema)
         assert data["provenance"]["versions"]["fuzzrunner"] and data["provenance"]["written_at"].endswith("Z")
     broken = json.loads(write_json(campaign(finding), tmp_path / "r.json").read_text())
-    del broken["findings"][0]["signature"]["site"]
+    del broken["runs"][0]["findings"][0]["signature"]["site"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, schema)
+
+
+# -- trend against a previous report -------------------------------------------------------------
+
+def _moved(finding, *, line_shift=0, site=None, tensor=None) -> Finding:
+    """The same finding after an edit: its line shifted, or moved to another function/tensor."""
+    v = finding.violation
+    path, _, line = v.location.rpartition(":")
+    moved = replace(v, location=f"{path}:{int(line) + line_shift}", site=site or v.site,
+                    tensor=tensor or v.tensor)
+    return replace(finding, violation=moved, signature=moved.signature)
+
+
+def _trend(tmp_path, before: list, after: list, clean_before=True):
+    prev_runs = [campaign(finding, findings=before)] + ([clean_campaign()] if clean_before else [])
+    prev = load_report(write_json(prev_runs, tmp_path / "prev.json"))
+    return build_report([campaign(finding, findings=after)], previous=prev, previous_source="prev.json"), prev
+
+
+def test_trend_marks_findings_by_stable_id_so_a_line_shift_is_still_open(tmp_path, finding):
+    shifted = _moved(finding, line_shift=7)
+    gone = _moved(finding, tensor="lora_a_stacked")  # a bug the previous report had, fixed since
+    fresh = _moved(finding, site="fuzzrunner/runner/punica.py::elsewhere")  # same line, other function: new
+    assert shifted.violation.location != finding.violation.location and shifted.id == finding.id
+    assert len({finding.id, gone.id, fresh.id}) == 3
+    report, prev = _trend(tmp_path, [finding, gone], [shifted, fresh])
+    [run] = report["runs"]
+    assert [(f["id"], f["trend"]) for f in run["findings"]] == [(finding.id, "still-open"), (fresh.id, "new")]
+    assert [(f["id"], f["trend"]) for f in run["fixed"]] == [(gone.id, "fixed")]
+    assert run["fixed"][0]["message"] == gone.violation.message  # listed in full though not found this time
+    assert report["summary"]["trend"] == {"new": 1, "still_open": 1, "fixed": 1}
+    assert report["previous"] == {"path": "prev.json", "written_at": prev["provenance"]["written_at"],
+                                  "git": prev["provenance"]["git"], "targets": ["lora_kernels", "reference_runner"]}
+    assert trend_text(run).splitlines() == [
+        "reference_runner: against the previous report: 1 new, 1 still open, 1 fixed",
+        f"  new: {fresh.signature.kind} of {fresh.signature.tensor} in {fresh.signature.kernel} at "
+        f"{fresh.signature.site} ({fresh.id})",
+        f"  fixed: {gone.signature.kind} of lora_a_stacked in {gone.signature.kernel} at {gone.signature.site} "
+        f"({gone.id})"]
+
+
+def test_a_target_missing_from_either_report_is_not_called_fixed(tmp_path, finding):
+    report, _ = _trend(tmp_path, [], [finding])
+    assert [f["trend"] for f in report["runs"][0]["findings"]] == ["new"] and report["runs"][0]["fixed"] == []
+    prev = load_report(write_json([campaign(finding), clean_campaign()], tmp_path / "p.json"))
+    only_kernels = build_report([clean_campaign()], previous=prev)
+    assert only_kernels["runs"][0]["fixed"] == []  # reference_runner did not run: its finding is not "fixed"
+    assert only_kernels["summary"]["trend"] == {"new": 0, "still_open": 0, "fixed": 0}
+
+
+def test_junit_turns_a_fixed_finding_into_the_same_test_passing(tmp_path, finding):
+    gone = _moved(finding, tensor="lora_a_stacked")
+    prev_xml = ET.parse(write_junit(campaign(finding, findings=[finding, gone]), tmp_path / "prev.xml")).getroot()
+    failing = {tc.get("name") for tc in prev_xml.iter("testcase") if tc.find("failure") is not None}
+    report, _ = _trend(tmp_path, [finding, gone], [finding])
+    root = ET.parse(write_junit(report, tmp_path / "junit.xml")).getroot()
+    suite = root.find("testsuite")
+    assert (suite.get("tests"), suite.get("failures")) == ("3", "1")
+    cases = {tc.get("name"): tc for tc in suite.iter("testcase")}
+    assert failing <= set(cases)  # both tests of the previous run are there, by the same name
+    [passing] = [n for n in failing if cases[n].find("failure") is None]
+    assert gone.id in passing and "fixed" in cases[passing].find("system-out").text
+    [still] = [n for n in failing if cases[n].find("failure") is not None]
+    assert "still open" in cases[still].find("failure").text
+
+
+def test_html_shows_the_trend_table_and_the_findings_over_time(tmp_path, finding):
+    gone = _moved(finding, tensor="lora_a_stacked")
+    first = write_json(campaign(finding, findings=[finding, gone]), tmp_path / "1.json")
+    second = write_json(build_report(campaign(finding), previous=load_report(first)), tmp_path / "2.json")
+    third = build_report(campaign(finding, findings=[]), previous=load_report(second))
+    assert [sum(r["findings"] for r in h["runs"].values()) for h in third["history"]] == [2, 1]
+    tree = Tree(write_html(third, tmp_path / "r.html").read_text())
+    assert not tree.errors
+    [table] = [t for t in tree.root.all("table") if t.attrs.get("class") == "trend-table"]
+    rows = [[td.text() for td in tr.all("td")] for tr in next(table.all("tbody")).all("tr")]
+    assert [r[0] for r in rows] == ["fixed"] and rows[0][3] == finding.id
+    [history] = [s for s in tree.root.all("svg") if s.attrs.get("class") == "history"]
+    assert len(list(history.all("circle"))) == 3  # two earlier reports and this one
+    assert "this report" in history.text()
+    assert "0 new, 0 still open, 1 fixed" in tree.root.text()
+
+
+def test_history_is_kept_across_reports_and_capped(tmp_path, finding, monkeypatch):
+    import fuzzrunner.report.trend as trend
+    monkeypatch.setattr(trend, "HISTORY", 3)
+    report = report_dict(campaign(finding, examples=1))
+    for n in range(2, 7):
+        report = build_report(campaign(finding, examples=n), previous=report)
+    assert [h["runs"]["reference_runner"]["examples"] for h in report["history"]] == [3, 4, 5]
+
+
+def test_reports_with_a_trend_validate_against_the_published_schema(tmp_path, finding):
+    import jsonschema
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "report.schema.json").read_text())
+    report, _ = _trend(tmp_path, [finding, _moved(finding, tensor="x")], [finding])
+    data = json.loads(write_json(report, tmp_path / "t.json").read_text())
+    jsonschema.validate(data, schema)
+    data["runs"][0]["findings"][0]["trend"] = "reopened"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, schema)

@@ -1,0 +1,77 @@
+"""Trend across reports: each finding marked new / still-open / fixed against a previous report.
+
+Findings are matched by their stable id (``signature.py``: tool, kind family, kernel, tensor and
+the *function* holding the bad access, never the line), per target. A finding of the previous
+report that this run of the same target did not find is listed in the run's ``fixed`` (the
+corpus replays every known finding first, so a bug still there is found again). A target the
+previous report did not run has no fixed findings, and its findings are new; a target this
+report did not run is not compared at all (a skipped target is not a fix).
+
+``history`` keeps a few counts of each earlier report (oldest first), so a chart can show
+findings over time without keeping old reports around.
+"""
+
+from __future__ import annotations
+
+from .json_report import summary
+
+NEW, OPEN, FIXED = "new", "still-open", "fixed"
+HISTORY = 60  # earlier reports kept in ``history``: two months of nightlies
+
+
+def mark(report: dict, previous: dict, *, source: str = "") -> dict:
+    """``report`` (current shape) with each finding's ``trend``, each run's ``fixed``, a
+    ``previous`` reference, the ``history`` and the summary's trend counts; a new dict."""
+    before = {r["target"]: r for r in previous["runs"]}
+    report_runs = [_mark_run(r, before.get(r["target"])) for r in report["runs"]]
+    out = {**report, "runs": report_runs, "summary": {**summary(report_runs), "trend": counts(report_runs)}}
+    prov = previous.get("provenance") or {}
+    out["previous"] = {"path": source, "written_at": prov.get("written_at"), "git": prov.get("git"),
+                       "targets": sorted(before)}
+    out["history"] = (list(previous.get("history") or []) + [history_entry(previous)])[-HISTORY:]
+    return out
+
+
+def _mark_run(run: dict, before: dict | None) -> dict:
+    seen = {f["id"] for f in before["findings"]} if before else set()
+    now = {f["id"] for f in run["findings"]}
+    findings = [{**f, "trend": OPEN if f["id"] in seen else NEW} for f in run["findings"]]
+    fixed = [{**f, "trend": FIXED} for f in (before["findings"] if before else ()) if f["id"] not in now]
+    return {**run, "findings": findings, "fixed": fixed}
+
+
+def counts(report_runs: list[dict]) -> dict:
+    """new / still_open / fixed over the runs (zero each where no run carries a trend)."""
+    found = [f.get("trend") for r in report_runs for f in r["findings"]]
+    return {"new": found.count(NEW), "still_open": found.count(OPEN),
+            "fixed": sum(len(r.get("fixed", ())) for r in report_runs)}
+
+
+def history_entry(report: dict) -> dict:
+    """One point of the history: when, which code, and per target how many findings."""
+    prov = report.get("provenance") or {}
+    per = {r["target"]: {"findings": len(r["findings"]), "examples": r["examples"],
+                         **({"fixed": len(r["fixed"])} if "fixed" in r else {})} for r in report["runs"]}
+    return {"written_at": prov.get("written_at"), "git": prov.get("git"), "runs": per}
+
+
+def has_trend(report: dict) -> bool:
+    return "previous" in report
+
+
+def trend_text(run: dict, previous: dict | None = None) -> str:
+    """A few lines for the terminal: the run's counts, then each new and fixed finding."""
+    if "fixed" not in run:
+        return ""
+    marks = [f.get("trend") for f in run["findings"]]
+    when = f" (written {previous['written_at']})" if previous and previous.get("written_at") else ""
+    lines = [f"{run['target']}: against the previous report{when}: {marks.count(NEW)} new, "
+             f"{marks.count(OPEN)} still open, {len(run['fixed'])} fixed"]
+    lines += [f"  new: {_short(f)} ({f['id']})" for f in run["findings"] if f.get("trend") == NEW]
+    lines += [f"  fixed: {_short(f)} ({f['id']})" for f in run["fixed"]]
+    return "\n".join(lines) + "\n"
+
+
+def _short(f: dict) -> str:
+    s = f["signature"]
+    return f"{s['kind']} of {s['tensor'] or '?'} in {s['kernel'] or '?'} at {s.get('site') or s['location']}"
