@@ -32,8 +32,13 @@ class Signature:
                         source.without_lines(self.tensor)))
         return hashlib.sha1(key.encode()).hexdigest()[:12]
 
-    def short(self) -> str:
-        return f"{self.kind} of {self.tensor or '?'} in {self.kernel or '?'} at {self.location or '?'} [{self.tool}]"
+    def short(self, where: str | None = None, *, tool: bool = True) -> str:
+        """``kind of tensor in kernel at location [tool]``, leaving out what the tool could not name;
+        ``where`` replaces the location (a report's site; "" for none), ``tool=False`` drops the tool."""
+        at = self.location if where is None else where
+        parts = [self.kind] + [f"{word} {value}" for word, value in
+                               (("of", self.tensor), ("in", self.kernel), ("at", at)) if value]
+        return " ".join(parts) + (f" [{self.tool}]" if tool else "")
 
     def to_dict(self) -> dict:
         return {"tool": self.tool, "kind": self.kind, "kernel": self.kernel, "location": self.location,

@@ -119,11 +119,20 @@ class _Session:
                                       "traceback": traceback.format_exc()[-4000:]})
             return protocol.EXIT_HARNESS
         _marker("case-end", self.case_no)
-        violations += [lost] if lost else []
+        violations = [self._with_last_launch(v) for v in violations] + ([lost] if lost else [])
         protocol.send(self.sock, {"type": "result", "violations": [v.to_dict() for v in violations],
                                   "seconds": time.perf_counter() - t0, "case_no": self.case_no,
                                   "fatal": lost is not None})
         return protocol.EXIT_CONTEXT_LOST if lost is not None else None
+
+    def _with_last_launch(self, v):
+        """A CUDA error raised in Python names the last kernel launched before it (crash triage)."""
+        if self.device != "cuda" or not self.reporter.last or v.tool != "python" or v.kind != "crash" \
+                or "CUDA" not in v.message:
+            return v
+        from dataclasses import replace
+        return replace(v, message=f"{v.message}; last kernel launch: {self.reporter.last}",
+                       details={**v.details, "last_kernel": self.reporter.last})
 
     def _op(self, index: int, op: dict) -> None:
         protocol.send(self.sock, {"type": "op", "index": index, "op": op.get("op", "")})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import re
 
+from ..signature import Signature
 from .junit import plural, xml_safe
 from .trend import FIXED, NEW, OPEN, history_entry
 
@@ -51,7 +52,7 @@ def trend_section(run: dict, previous: dict | None) -> str:
 
 def _trend_row(f: dict, status: str) -> str:
     s = f["signature"]
-    what = f'{_e(s["kind"])} of {_e(s["tensor"] or "?")} in {_e(s["kernel"] or "?")}'
+    what = _e(Signature.from_dict(s).short(where="", tool=False))
     site = _BREAK.sub(r"\1<wbr>", _e(s.get("site") or s["location"]))
     ident = (f'<a href="#f-{_e(f["id"])}">{_e(f["id"])}</a>' if status != FIXED else _e(f["id"]))
     return (f'<tr class="trend-{_e(status)}"><td><span class="trend {_e(status)}">{_LABEL.get(status, "?")}</span>'

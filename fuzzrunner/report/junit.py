@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ..finding import case_text
+from ..signature import Signature
 from ..violation import window_lines
 from .json_report import report_dict, runs, write_text
 
@@ -23,16 +24,14 @@ def plural(count: int, word: str) -> str:
 
 
 def short(f: dict) -> str:
-    s = f["signature"]
-    return f"{s['kind']} of {s['tensor'] or '?'} in {s['kernel'] or '?'} at {s['location'] or '?'} [{s['tool']}]"
+    return Signature.from_dict(f["signature"]).short()
 
 
 def test_name(f: dict) -> str:
     """A JUnit test's name: the finding's stable identity (its function, not its line), so the
     same test turns green once the bug is fixed, and a line shift does not rename it."""
     s = f["signature"]
-    where = s.get("site") or s["location"] or "?"
-    return f"{s['kind']} of {s['tensor'] or '?'} in {s['kernel'] or '?'} at {where} [{s['tool']}] ({f['id']})"
+    return f"{Signature.from_dict(s).short(where=s.get('site') or s['location'])} ({f['id']})"
 
 
 _TREND = {"new": "new since the previous report", "still-open": "still open: also in the previous report"}

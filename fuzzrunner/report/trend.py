@@ -13,6 +13,7 @@ findings over time without keeping old reports around.
 
 from __future__ import annotations
 
+from ..signature import Signature
 from .json_report import summary
 
 NEW, OPEN, FIXED = "new", "still-open", "fixed"
@@ -74,4 +75,4 @@ def trend_text(run: dict, previous: dict | None = None) -> str:
 
 def _short(f: dict) -> str:
     s = f["signature"]
-    return f"{s['kind']} of {s['tensor'] or '?'} in {s['kernel'] or '?'} at {s.get('site') or s['location']}"
+    return Signature.from_dict(s).short(where=s.get("site") or s["location"], tool=False)

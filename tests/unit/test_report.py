@@ -170,7 +170,7 @@ def test_junit_escapes_markup_and_control_characters(tmp_path, finding):
     failure = root.find("testsuite").findall("testcase")[1].find("failure")
     assert failure.get("message") == 'read <x> & "y" \\x1b[31m \u00e9\\x00'
     assert "repro: not exported" in failure.text
-    assert root.find("testsuite").findall("testcase")[1].get("name") == f"crash of ? in k<&> at SIGSEGV [worker] ({v.signature.id})"
+    assert root.find("testsuite").findall("testcase")[1].get("name") == f"crash in k<&> at SIGSEGV [worker] ({v.signature.id})"
 
 
 # -- HTML ------------------------------------------------------------------------------------
