@@ -131,7 +131,10 @@ def main() -> int:
         protocol.send(control, {"type": "harness", "message": reason})
         return protocol.EXIT_HARNESS
     protocol.send(control, {"type": "ready", "pid": os.getpid()})
-    return serve(control)
+    code = serve(control)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # nothing to clean up: skip seconds of interpreter and library tear-down
 
 
 if __name__ == "__main__":

@@ -64,3 +64,24 @@ def test_the_id_ignores_the_line_and_the_stale_or_uninitialized_distinction():
     b = _v("stale-read", "ids", 3, 7, location="nowhere.py:12")
     assert a.signature.id == b.signature.id
     assert a.signature.id != _v("out-of-bounds", "ids", 0, 1, location="nowhere.py:10").signature.id
+
+
+def _finding(n_ops: int, minimized: bool):
+    from fuzzrunner.case import Case
+    from fuzzrunner.finding import Finding
+    case = Case("t", {}, tuple({"op": "x", "n": i} for i in range(n_ops)))
+    return Finding.of(_v("uninitialized-read", "buf", 0, 0), [], case, minimized=minimized)
+
+
+def test_a_smaller_case_seen_after_the_shrink_keeps_the_finding_minimized():
+    from fuzzrunner.finding import merge
+    shrunk = _finding(2, minimized=True)
+    assert merge(shrunk, _finding(1, minimized=False)) and len(shrunk.case.ops) == 1 and shrunk.minimized
+
+
+def test_a_larger_case_never_replaces_and_an_unshrunk_smaller_one_is_not_called_minimized():
+    from fuzzrunner.finding import merge
+    shrunk = _finding(1, minimized=True)
+    assert not merge(shrunk, _finding(3, minimized=False)) and len(shrunk.case.ops) == 1 and shrunk.minimized
+    raw = _finding(3, minimized=False)
+    assert merge(raw, _finding(2, minimized=False)) and not raw.minimized
