@@ -277,8 +277,9 @@ def cmd_fuzz(args) -> int:
     spec = _absolute_spec(resolve_spec(args.target)) if ":" in args.target else args.target
     load_target(spec).check_faults(args.fault)
     progress = Progress(sys.stderr, settings, quiet=args.quiet, verbose=args.verbose)
+    overrides = {k: v for k, v in settings.to_dict().items() if k != "oracles" or v is not None}
     result = fuzz(spec, faults=args.fault, profile=_profile_name(args), corpus=args.corpus, on_event=progress,
-                  ray=args.ray, db=args.db, **{k: v for k, v in settings.to_dict().items() if k != "oracles" or v is not None})
+                  ray=args.ray, db=args.db, **overrides)
     progress.done(result)
     _export_all(result, args.corpus)
     _summary(result, sys.stdout)

@@ -30,6 +30,7 @@ RAY_MISSING = ("--ray needs Ray, an optional extra: pip install 'fuzzrunner[ray]
                "(on the driver and on every node of the cluster).")
 MAX_RESTARTS = 3          # deaths a shard survives; each resumes it with a new seed
 POLL_S = 0.2
+RESUME_WAIT_S = 600.0     # longest wait for Ray to bring a dead shard's actor back (no free node meanwhile)
 RESEED = 104_729          # a resumed shard's seed: seed + RESEED * run
 
 
@@ -113,6 +114,9 @@ class ShardActor:
     """One shard on the cluster (wrapped by ``ray.remote`` in ``_campaign``). It takes no constructor
     arguments: Ray restarts it from nothing, and each run's job says all (the inbox too)."""
 
+    def ping(self) -> bool:
+        return True
+
     def _send(self, job: ShardJob, message: dict, wait: bool) -> None:
         import ray
         ref = job.inbox.put.remote((job.index, job.run, message))  # type: ignore[attr-defined]
@@ -142,25 +146,33 @@ class ShardActor:
 class _Driver:
     """The driver's loop: messages to the merger and the writer; dead shards resumed."""
 
-    def __init__(self, ray, merger: Merger, writer: CorpusWriter, jobs: list, settings, start: float):
+    def __init__(self, ray, merger: Merger, writer: CorpusWriter, settings, start: float):
         self.ray, self.merger, self.writer, self.settings, self.start = ray, merger, writer, settings, start
-        self.jobs = {job.index: job for job in jobs}
         self.counts: dict[tuple, tuple] = {}       # (shard, run) -> (examples, generated) so far
         self.deaths: list[tuple] = []              # (shard, run, message)
         self.finished: set[tuple] = set()          # (shard, run) that sent done or error
-        self.running: dict = {}                    # object ref -> (actor, job)
+        self.running: dict = {}                    # run's object ref -> (actor, job)
+        self.restarting: dict = {}                 # ping's object ref -> (actor, job to resume)
+        self.later: list = []                      # (when, actor, job): ping again, Ray is still restarting it
+        self.give_up_at: dict[int, float] = {}     # shard -> when to stop waiting for its restart
 
     def submit(self, actor, job: ShardJob) -> None:
         self.running[actor.run.remote(job)] = (actor, job)
 
     def loop(self, inbox) -> None:
-        while self.running:
+        while self.running or self.restarting or self.later:
             self.drain(inbox)
-            ready, _ = self.ray.wait(list(self.running), num_returns=len(self.running), timeout=POLL_S)
-            ended = [(ref, *self.running.pop(ref)) for ref in ready]
+            refs = [*self.running, *self.restarting]
+            ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=POLL_S) if refs else ([], [])
+            if not refs:
+                time.sleep(POLL_S)
             self.drain(inbox)  # a shard's last messages were delivered before its run returned
-            for ref, actor, job in ended:
-                self._ended(ref, actor, job)
+            for ref in ready:
+                if ref in self.running:
+                    self._ended(ref, *self.running.pop(ref))
+                else:
+                    self._pinged(ref, *self.restarting.pop(ref))
+            self._ping_due()
 
     def drain(self, inbox) -> None:
         for index, run, message in self.ray.get(inbox.take.remote()):
@@ -192,23 +204,59 @@ class _Driver:
         except self.ray.exceptions.RayError as e:
             if (job.index, job.run) not in self.finished:
                 self.merger.result.errors.append(f"shard {job.index} failed: {' '.join(str(e).split())[:300]}")
+        if (job.index, job.run) in self.finished:
+            self.ray.kill(actor, no_restart=True)  # its CPU or GPU is free for a shard Ray restarts
 
     def _died(self, actor, job: ShardJob, error) -> None:
         examples, generated = self.counts.get((job.index, job.run), (0, 0))
-        why = type(error).__name__
         resumed = self._resumed(job, generated)
         tail = (f"resumed with seed {resumed.seed}" if resumed is not None else
                 "not resumed (its quota or the budget is spent)" if job.run < MAX_RESTARTS else
                 f"not resumed: it died {job.run + 1} times")
-        message = (f"shard {job.index}'s Ray actor died ({why}: its process or node was lost) after "
-                   f"{examples} cases; its findings were already with the driver; {tail}")
+        message = (f"shard {job.index}'s Ray actor died ({type(error).__name__}: its process or node was lost) "
+                   f"after {examples} cases; its findings were already with the driver; {tail}")
         self.deaths.append((job.index, job.run, message))
         self.merger.event({"type": "warning", "message": message})
         if resumed is not None:
-            self.submit(actor, resumed)
+            self.restarting[actor.ping.remote()] = (actor, resumed)
+            self.give_up_at[job.index] = time.monotonic() + self._wait_s()
         elif job.run >= MAX_RESTARTS:
-            self.merger.result.errors.append(f"shard {job.index} died {job.run + 1} times; the campaign went on "
-                                             f"without it")
+            self._gave_up(job)
+
+    def _pinged(self, ref, actor, job: ShardJob) -> None:
+        """Ray restarts a dead actor (elsewhere, once resources free up); the shard resumes when it answers."""
+        try:
+            self.ray.get(ref)
+        except self.ray.exceptions.ActorUnavailableError:
+            if time.monotonic() > self.give_up_at.get(job.index, 0.0):
+                self._gave_up(job)
+            else:
+                self.later.append((time.monotonic() + 1.0, actor, job))
+        except self.ray.exceptions.RayActorError:
+            self._gave_up(job)
+        else:
+            self.submit(actor, job)
+
+    def _ping_due(self) -> None:
+        now = time.monotonic()
+        due = [x for x in self.later if x[0] <= now]
+        self.later = [x for x in self.later if x[0] > now]
+        for _, actor, job in due:
+            self.restarting[actor.ping.remote()] = (actor, job)
+        for ref, (actor, job) in list(self.restarting.items()):
+            if now > self.give_up_at.get(job.index, now):  # no node has room for it: stop waiting
+                del self.restarting[ref]
+                self.ray.kill(actor, no_restart=True)
+                self._gave_up(job)
+
+    def _wait_s(self) -> float:
+        budget = self.settings.budget_s
+        return RESUME_WAIT_S if budget is None else min(RESUME_WAIT_S, budget - (time.monotonic() - self.start))
+
+    def _gave_up(self, job: ShardJob) -> None:
+        self.merger.result.errors.append(f"shard {job.index} died and Ray could not bring it back (no node had "
+                                         f"room, or it died {MAX_RESTARTS + 1} times); the campaign went on "
+                                         f"without it")
 
     def _resumed(self, job: ShardJob, generated: int) -> ShardJob | None:
         if job.run >= MAX_RESTARTS:
@@ -285,7 +333,7 @@ def _campaign(ray, target_spec, shard_spec, settings, faults, corpus_dir, seed, 
             for i in range(n)]
     actor_class = ray.remote(ShardActor).options(**shard_options(device))
     actors = [actor_class.remote() for _ in range(n)]
-    driver = _Driver(ray, merger, writer, jobs, settings, start)
+    driver = _Driver(ray, merger, writer, settings, start)
     try:
         for actor, job in zip(actors, jobs):
             driver.submit(actor, job)

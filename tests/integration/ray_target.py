@@ -1,6 +1,6 @@
 """A tiny, fast target for the Ray cluster tests: no torch, planted faults.
 
-``planted``: an op of value 7 raises ``ValueError``. With ``by_node`` too, it raises ``KeyError``
+``planted``: an op of value 10 or more raises ``ValueError``. With ``by_node`` too, it raises ``KeyError``
 instead on a node whose raylet was started with ``FUZZ_NODE=b``: that finding can only come
 from a shard on that node. ``slow``: each case takes 50 ms (a campaign to lose a node in).
 """
@@ -25,7 +25,7 @@ def run(case, ctx):
     on_b = "by_node" in case.faults and os.environ.get("FUZZ_NODE") == "b"
     for i, op in enumerate(case.ops):
         with ctx.op(i, op):
-            if "planted" in case.faults and op["n"] == 7:
+            if "planted" in case.faults and op["n"] >= 10:
                 raise (KeyError if on_b else ValueError)("planted fault")
 
 
