@@ -192,12 +192,12 @@ def _check_cluster(args) -> None:
     if args.db and not args.ray:
         raise InvalidArgument(f"--db {args.db} is the example database of Ray shards: add --ray ADDRESS (a local "
                               f"campaign keeps its database in the corpus).")
-    if args.ray:
-        from .engine.ray_shards import import_ray
-        import_ray()
     if args.db:
         from .engine.shared_db import check_url
         check_url(args.db)
+    if args.ray:
+        from .engine.ray_shards import import_ray
+        import_ray()
 
 
 def _check_corpus(corpus: str) -> None:

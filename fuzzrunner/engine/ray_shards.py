@@ -124,6 +124,7 @@ class ShardActor:
             ray.get(ref)
 
     def run(self, job: ShardJob) -> None:
+        os.environ["FUZZRUNNER_DEVICE"] = job.device  # the worker gets it from its spec; this is for the rest
         from .campaign import run_shard
         from .shared_db import ServedDatabase, close_database, database_from_url
 
@@ -294,11 +295,10 @@ def _this_node(ray):
 
 
 def shard_options(device: str) -> dict:
-    """Ray resources of one shard: one GPU under cuda (Ray sets its CUDA_VISIBLE_DEVICES), else one CPU."""
-    env = {"env_vars": {"FUZZRUNNER_DEVICE": device}}
+    """Ray resources of one shard: one GPU under cuda (Ray sets its CUDA_VISIBLE_DEVICES), else one CPU.
+    No runtime environment of its own: Ray can then hand it an idle worker process it started already."""
     gpus = {"num_gpus": 1} if device == "cuda" else {}
-    return {"num_cpus": 1, **gpus, "max_restarts": MAX_RESTARTS, "max_task_retries": 0,
-            "scheduling_strategy": "SPREAD", "runtime_env": env}
+    return {"num_cpus": 1, **gpus, "max_restarts": MAX_RESTARTS, "max_task_retries": 0, "scheduling_strategy": "SPREAD"}
 
 
 def run_on_ray(address: str, target_spec: str, settings, faults: tuple, corpus_dir, seed: int, device: str,

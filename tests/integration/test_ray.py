@@ -23,8 +23,10 @@ from fuzzrunner.finding import Finding  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = str(Path(__file__).with_name("ray_target.py")) + ":TARGET"
 FAST = ["--device", "cpu", "--case-timeout", "30", "--seed", "1", "--max-ops", "4"]
+# One xdist worker runs them all, on one cluster (scripts/test.sh: --dist loadgroup).
 # Ray's own modules warn about APIs they use; only theirs are let through, never ours.
-pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*"),
+pytestmark = [pytest.mark.xdist_group("ray_cluster"),
+              pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning:google.*"),
               pytest.mark.filterwarnings("ignore::ResourceWarning:ray.*")]
 
@@ -108,32 +110,14 @@ def test_the_driver_serves_one_example_database_to_shards_on_both_nodes(cluster,
     assert list(DirectoryBasedExampleDatabase(str(tmp_path / "db")).fetch(b"k")) == [b"from-b"]
 
 
-def test_the_redis_database_of_db_is_one_store_for_every_shard_under_the_campaign_prefix():
-    fakeredis = pytest.importorskip("fakeredis")
-    from fuzzrunner.engine.database import campaign_database
-    from fuzzrunner.engine.shared_db import close_database, database_from_url
-    url = "redis://fuzz-db:6379/0"
-    # each shard opens its own client from the URL, as ShardActor.run does
-    a, b = (database_from_url(url, client_class=fakeredis.FakeRedis) for _ in range(2))
-    other = database_from_url("redis://fuzz-db:6379/1", client_class=fakeredis.FakeRedis)
-    try:
-        shard_a, shard_b = (campaign_database(db, None, "ray_toy", ("planted",), 1) for db in (a, b))
-        elsewhere = campaign_database(b, None, "ray_toy", (), 1)  # another campaign, same store
-        shard_a.save(b"test", b"example")
-        assert list(shard_b.fetch(b"test")) == [b"example"]
-        assert list(elsewhere.fetch(b"test")) == []
-        assert list(campaign_database(other, None, "ray_toy", ("planted",), 1).fetch(b"test")) == []
-    finally:
-        for db in (a, b, other):
-            close_database(db)
-
-
-def test_db_without_ray_or_not_redis_is_a_usage_error(tmp_path, capsys):
-    assert cli.main(["fuzz", "--target", TARGET, "--db", "redis://h:1/0", "--corpus", str(tmp_path)]) == 2
-    assert "add --ray ADDRESS" in capsys.readouterr().err
-    assert cli.main(["fuzz", "--target", TARGET, "--ray", "local", "--db", "http://h/", "--corpus",
-                     str(tmp_path)]) == 2
-    assert "not a Redis URL" in capsys.readouterr().err
+def test_db_reaches_every_shard_which_opens_the_redis_database_itself(cluster, tmp_path, capsys):
+    # Nothing listens on port 1: shards that open the --db URL fail to connect, and say so (exit 2).
+    code = cli.main(["fuzz", "--target", TARGET, "--ray", cluster.address, "--workers", "2", "--db",
+                     "redis://127.0.0.1:1/0", "--max-examples", "4", "--corpus", str(tmp_path), *FAST])
+    out = capsys.readouterr().out
+    assert code == 2
+    assert out.count("ConnectionError") >= 2 and "shard 0 failed" in out and "shard 1 failed" in out, out
+    assert not (tmp_path / "hypothesis").exists()  # nothing went to the corpus' own database
 
 
 def test_losing_a_node_mid_campaign_loses_no_finding_and_the_campaign_ends_normally(cluster, tmp_path):

@@ -39,7 +39,6 @@ def test_without_ray_the_ray_option_says_how_to_install_it_and_exits_2(tmp_path,
 def test_under_cuda_each_shard_asks_ray_for_one_gpu_and_on_the_cpu_for_none():
     gpu, cpu = shard_options("cuda"), shard_options("cpu")
     assert gpu["num_gpus"] == 1 and gpu["num_cpus"] == 1 and "num_gpus" not in cpu and cpu["num_cpus"] == 1
-    assert gpu["runtime_env"]["env_vars"] == {"FUZZRUNNER_DEVICE": "cuda"}
     assert gpu["max_restarts"] >= 1  # Ray brings a dead shard back
 
 
@@ -88,3 +87,31 @@ def test_a_resumed_shard_adds_its_cases_to_those_of_its_dead_run():
     d.handle(1, 1, {"type": "progress", "examples": 4, "generated": 4, "shard": 1})
     d.handle(0, 0, {"type": "progress", "examples": 3, "generated": 3, "shard": 0})
     assert (events[-1]["examples"], events[-1]["generated"]) == (17, 15)
+
+
+def test_the_redis_database_of_db_is_one_store_for_every_shard_under_the_campaign_prefix():
+    fakeredis = pytest.importorskip("fakeredis")
+    from fuzzrunner.engine.database import campaign_database
+    from fuzzrunner.engine.shared_db import close_database, database_from_url
+    url = "redis://fuzz-db:6379/0"
+    # each shard opens its own client from the URL, as ShardActor.run does
+    a, b = (database_from_url(url, client_class=fakeredis.FakeRedis) for _ in range(2))
+    other = database_from_url("redis://fuzz-db:6379/1", client_class=fakeredis.FakeRedis)
+    try:
+        shard_a, shard_b = (campaign_database(db, None, "ray_toy", ("planted",), 1) for db in (a, b))
+        elsewhere = campaign_database(b, None, "ray_toy", (), 1)  # another campaign, same store
+        shard_a.save(b"test", b"example")
+        assert list(shard_b.fetch(b"test")) == [b"example"]
+        assert list(elsewhere.fetch(b"test")) == []
+        assert list(campaign_database(other, None, "ray_toy", ("planted",), 1).fetch(b"test")) == []
+    finally:
+        for db in (a, b, other):
+            close_database(db)
+
+
+def test_db_without_ray_or_not_redis_is_a_usage_error(tmp_path, capsys):
+    assert cli.main(["fuzz", "--target", TARGET, "--db", "redis://h:1/0", "--corpus", str(tmp_path)]) == 2
+    assert "add --ray ADDRESS" in capsys.readouterr().err
+    assert cli.main(["fuzz", "--target", TARGET, "--ray", "local", "--db", "http://h/", "--corpus",
+                     str(tmp_path)]) == 2
+    assert "not a Redis URL" in capsys.readouterr().err
