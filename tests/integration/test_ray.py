@@ -24,11 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TARGET = str(Path(__file__).with_name("ray_target.py")) + ":TARGET"
 FAST = ["--device", "cpu", "--case-timeout", "30", "--seed", "1", "--max-ops", "4"]
 # One xdist worker runs them all, on one cluster (scripts/test.sh: --dist loadgroup).
-# Ray's own modules warn about APIs they use; only theirs are let through, never ours.
-pytestmark = [pytest.mark.xdist_group("ray_cluster"),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*"),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning:google.*"),
-              pytest.mark.filterwarnings("ignore::ResourceWarning:ray.*")]
+pytestmark = pytest.mark.xdist_group("ray_cluster")
 
 
 @pytest.fixture(scope="module")
