@@ -141,3 +141,16 @@ def test_losing_a_node_mid_campaign_loses_no_finding_and_the_campaign_ends_norma
     assert r.errors == [] and r.stop_reason == "max-examples"
     assert r.generated >= 30  # the resumed shard ran what its dead run had left
     assert Corpus(tmp_path, faults=r.faults).findings_dir.name == "expected"
+
+
+@pytest.mark.slow  # ~20 s more; the tests above are the CI set
+def test_an_interrupted_campaign_stops_its_shards_and_keeps_what_they_sent(cluster, tmp_path):
+    def on_event(e):
+        if e["type"] == "finding":
+            raise KeyboardInterrupt  # as SIGINT/SIGTERM reach the driver (cli: sigterm_as_interrupt)
+
+    r = fuzz(TARGET, faults=("planted", "slow"), corpus=tmp_path, ray=cluster.address, workers=2,
+             max_examples=2000, seed=3, device="cpu", case_timeout_s=30, on_event=on_event)
+    assert r.stop_reason == "interrupted" and r.examples < 2000
+    [f] = r.findings
+    assert [Finding.load(p).id for p in _files(tmp_path)] == [f.id]
