@@ -10,6 +10,10 @@ one process each); ``ray`` runs them as Ray actors on a Ray instance started onc
 (what a nightly gets: start-up included), ``steady`` is from the first case to the last. The ratio
 is Ray against local for the same shard count, measured in this run (modes alternate, so load
 from other processes hits both). Issue 17's bar: Ray costs <= 10% of the local rate on one host.
+
+On a GPU machine: ``--device cuda --shards 1`` with one GPU (a Ray shard takes a whole GPU, so a
+second one waits for the first, while local shards share GPUs round robin), ``--shards 1,2`` with two.
+Ray must be installed there (``pip install 'fuzzrunner[ray]'``).
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ def main() -> int:
     os.environ["FUZZRUNNER_DEVICE"] = a.device
     _env.configure()
     import ray
-    ray.init(address="local", num_cpus=max(counts) + 1, num_gpus=max(counts) if a.device == "cuda" else 0,
+    # GPUs: the ones Ray finds (a shard count above them waits for a free one); CPUs: one per shard + the driver.
+    ray.init(address="local", num_cpus=max(counts) + 1, num_gpus=None if a.device == "cuda" else 0,
              include_dashboard=False, configure_logging=False)
     try:
         rows = []

@@ -13,6 +13,7 @@ from fuzzrunner.engine.corpus_stream import CorpusWriter, StreamedCorpus
 from fuzzrunner.engine.ray_shards import _Driver, packaged, shard_options
 from fuzzrunner.engine.result import CampaignResult
 from fuzzrunner.engine.sharding import Merger
+from fuzzrunner.errors import InvalidArgument
 from fuzzrunner.finding import Finding
 from fuzzrunner.settings import Settings
 from fuzzrunner.violation import Violation
@@ -47,7 +48,7 @@ def test_on_a_cluster_the_driver_needs_no_gpu_of_its_own_for_device_cuda():
     assert s.device == "cuda"
     from fuzzrunner import _env
     if not _env.cuda_present():
-        with pytest.raises(Exception, match="needs a CUDA GPU"):
+        with pytest.raises(InvalidArgument, match="needs a CUDA GPU"):
             cli._check_device(Settings(device="cuda"))
 
 
