@@ -279,10 +279,12 @@ class _Driver:
                                   generated=generated, warnings=[message])
             self.merger.done(part)
         by_id = {f.id: f for f in merged.findings}
-        for f in self.writer.findings.values():
+        # the writer's latest state of each finding; without a corpus, what the finding events showed
+        for f in [*self.writer.findings.values(), *self.merger.seen.values()]:
             if f.id in by_id:
                 merge(by_id[f.id], f)
             else:
+                by_id[f.id] = f
                 merged.findings.append(f)
         for f in merged.findings:
             f.target_spec = self.writer.target_spec

@@ -116,3 +116,15 @@ def test_db_without_ray_or_not_redis_is_a_usage_error(tmp_path, capsys):
     assert cli.main(["fuzz", "--target", TARGET, "--ray", "local", "--db", "http://h/", "--corpus",
                      str(tmp_path)]) == 2
     assert "not a Redis URL" in capsys.readouterr().err
+
+
+def test_what_a_shard_found_before_it_died_is_in_the_result_also_without_a_corpus():
+    merged = CampaignResult("ray_toy", Settings(), 1, ("planted",))
+    d = _Driver(None, Merger(2, None, merged), CorpusWriter(None, "/abs/t.py:TARGET"), Settings(), 0.0)
+    d.handle(1, 0, {"type": "finding", "finding": _finding(12).to_dict(), "shard": 1})
+    d.handle(1, 0, {"type": "progress", "examples": 5, "generated": 5, "shard": 1})
+    d.deaths.append((1, 0, "shard 1's Ray actor died"))  # and no done from it
+    d.finish(merged)
+    [f] = merged.findings
+    assert f.id == _finding(12).id and f.target_spec == "/abs/t.py:TARGET"
+    assert merged.examples == 5 and merged.warnings == ["shard 1's Ray actor died"]
