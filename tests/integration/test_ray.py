@@ -59,7 +59,7 @@ def _files(corpus: Path) -> list[Path]:
 def test_a_planted_fault_is_found_once_by_two_shards_on_two_nodes_and_exits_1(cluster, tmp_path, capsys):
     report = tmp_path / "r.json"
     code = cli.main(["fuzz", "--target", TARGET, "--fault", "planted", "--ray", cluster.address, "--workers", "2",
-                     "--max-examples", "40", "--corpus", str(tmp_path / "c"), "--report", str(report), *FAST])
+                     "--max-examples", "20", "--corpus", str(tmp_path / "c"), "--report", str(report), *FAST])
     assert code == 1, capsys.readouterr()
     data = json.loads(report.read_text())
     [finding] = data["findings"]
@@ -74,10 +74,10 @@ def test_a_planted_fault_is_found_once_by_two_shards_on_two_nodes_and_exits_1(cl
 
 def test_no_fault_exits_0_and_writes_no_finding(cluster, tmp_path, capsys):
     code = cli.main(["fuzz", "--target", TARGET, "--ray", cluster.address, "--workers", "2",
-                     "--max-examples", "20", "--corpus", str(tmp_path), *FAST])
+                     "--max-examples", "10", "--corpus", str(tmp_path), *FAST])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "0 findings" in out and "20 generated" in out  # both shards' cases counted once
+    assert "0 findings" in out and "10 generated" in out  # both shards' cases counted once
     assert _files(tmp_path) == []
 
 
@@ -126,7 +126,7 @@ def test_losing_a_node_mid_campaign_loses_no_finding_and_the_campaign_ends_norma
 
     try:
         r = fuzz(TARGET, faults=("planted", "by_node", "slow"), corpus=tmp_path, ray=cluster.address, workers=2,
-                 max_examples=30, seed=2, device="cpu", case_timeout_s=30, budget_s=240, on_event=on_event)
+                 max_examples=16, seed=2, device="cpu", case_timeout_s=30, budget_s=240, on_event=on_event)
     finally:
         if node_b not in cluster.worker_nodes:
             cluster.add_node(num_cpus=1, env_vars={"FUZZ_NODE": "b"})
@@ -139,7 +139,7 @@ def test_losing_a_node_mid_campaign_loses_no_finding_and_the_campaign_ends_norma
     death = deaths[0]
     assert "resumed with seed" in death
     assert r.errors == [] and r.stop_reason == "max-examples"
-    assert r.generated >= 30  # the resumed shard ran what its dead run had left
+    assert r.generated >= 16  # the resumed shard ran what its dead run had left
     assert Corpus(tmp_path, faults=r.faults).findings_dir.name == "expected"
 
 
