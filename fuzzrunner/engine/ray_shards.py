@@ -341,16 +341,25 @@ def _campaign(ray, target_spec, shard_spec, settings, faults, corpus_dir, seed, 
             driver.submit(actor, job)
         driver.loop(inbox)
     except KeyboardInterrupt:
-        for actor in actors:
-            ray.kill(actor, no_restart=True)  # what they found is with the driver already
+        _kill(ray, actors)  # what they found is with the driver already
         driver.drain(inbox)
         merged.stop_reason = R.STOP_INTERRUPTED
+    except ray.exceptions.RayError as e:  # the driver's own actors or the cluster went away
+        merged.errors.append(f"the Ray cluster failed under the campaign ({type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:200]}); what the shards sent before is in the corpus")
     finally:
-        for handle in [*actors, inbox, *([server] if server is not None else [])]:
-            ray.kill(handle, no_restart=True)
+        _kill(ray, [*actors, inbox, *([server] if server is not None else [])])
     driver.finish(merged)
     merged.duration_s = time.monotonic() - start
     return merged
+
+
+def _kill(ray, handles: list) -> None:
+    for handle in handles:
+        try:
+            ray.kill(handle, no_restart=True)
+        except ray.exceptions.RayError:
+            pass  # gone already
 
 
 def _on_bad(result: CampaignResult, merger: Merger):
