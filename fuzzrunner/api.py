@@ -16,12 +16,16 @@ from .violation import Violation
 
 
 def fuzz(target: str | Target = "reference_runner", *, faults: Iterable[str] = (), profile: str = "dev",
-         corpus: str | os.PathLike | None = None, database=None, on_event=None, **overrides) -> CampaignResult:
-    """Run a campaign. ``overrides`` are ``Settings`` fields (max_examples=, budget_s=, seed=, ...)."""
+         corpus: str | os.PathLike | None = None, database=None, on_event=None, ray: str | None = None,
+         db: str | None = None, **overrides) -> CampaignResult:
+    """Run a campaign. ``overrides`` are ``Settings`` fields (max_examples=, budget_s=, seed=, ...).
+
+    ``ray="local"|"auto"|"ray://host:port"`` runs its ``workers`` shards as Ray actors, sharing the
+    example database at ``db="redis://..."`` or, without it, the one the driver serves."""
     spec = target if isinstance(target, str) else spec_of(target)
     settings = _profile(profile).override(**overrides)
     return run_campaign(spec, settings, faults=tuple(faults), corpus_dir=corpus, database=database,
-                        on_event=on_event)
+                        on_event=on_event, ray=ray, db=db)
 
 
 def replay(case: Case | str | os.PathLike, *, target: str | Target | None = None,

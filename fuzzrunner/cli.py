@@ -66,6 +66,12 @@ def _campaign_options(p: argparse.ArgumentParser, profile: str) -> None:
     p.add_argument("--previous", metavar="REPORT.json",
                    help="an earlier JSON report: mark each finding new / still open / fixed against it "
                         "(docs/report.md)")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="run the --workers shards as Ray actors: auto (the running cluster, RAY_ADDRESS), local "
+                        "(start Ray here) or ray://HOST:PORT; needs pip install 'fuzzrunner[ray]' (docs/cluster.md)")
+    p.add_argument("--db", metavar="redis://HOST:PORT/N",
+                   help="with --ray: the Hypothesis example database all shards share (default: the corpus' "
+                        "database, served by this process)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -159,13 +165,16 @@ def _settings(args):
         changes["shrink"] = False
     if getattr(args, "no_cpu_triage", False):
         changes["cpu_triage"] = False
-    return _check_device(s.override(**changes))
+    return _check_device(s.override(**changes), on_cluster=bool(getattr(args, "ray", None)))
 
 
-def _check_device(s):
-    """A sanitizer needs a GPU and the executable; say so before any worker starts."""
+def _check_device(s, on_cluster: bool = False):
+    """A sanitizer needs a GPU and the executable; say so before any worker starts. On a Ray
+    cluster the GPUs (and compute-sanitizer) are the nodes' business, not this process's."""
     from . import _env
     from .errors import InvalidArgument
+    if on_cluster and (s.device is not None or s.sanitizer != "none"):
+        return s if s.device is not None else s.override(device="cuda")
     if s.device == "cuda" or s.sanitizer != "none":
         if not _env.cuda_present():
             need = f"--sanitizer {s.sanitizer}" if s.sanitizer != "none" else "--device cuda"
@@ -197,6 +206,20 @@ def _check_writable_file(p) -> None:
         raise InvalidArgument(f"cannot write {p!r}: {str(parent)!r} is not a directory.")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise InvalidArgument(f"cannot write {p!r}: permission denied.")
+
+
+def _check_cluster(args) -> None:
+    """``--ray`` needs Ray here (the one install line if not); ``--db`` needs ``--ray`` and a Redis URL."""
+    from .errors import InvalidArgument
+    if args.db and not args.ray:
+        raise InvalidArgument(f"--db {args.db} is the example database of Ray shards: add --ray ADDRESS (a local "
+                              f"campaign keeps its database in the corpus).")
+    if args.db:
+        from .engine.shared_db import check_url
+        check_url(args.db)
+    if args.ray:
+        from .engine.ray_shards import import_ray
+        import_ray()
 
 
 def _check_corpus(corpus: str) -> None:
@@ -293,13 +316,15 @@ def cmd_fuzz(args) -> int:
     for p in (args.report, args.junit, args.html):
         _check_writable_file(p)
     _check_corpus(args.corpus)
+    _check_cluster(args)
     settings = _settings(args)
     spec = _absolute_spec(resolve_spec(args.target)) if ":" in args.target else args.target
     load_target(spec).check_faults(args.fault)
     previous = _load_previous(args.previous)
     progress = Progress(sys.stderr, settings, quiet=args.quiet, verbose=args.verbose)
+    overrides = {k: v for k, v in settings.to_dict().items() if k != "oracles" or v is not None}
     result = fuzz(spec, faults=args.fault, profile=_profile_name(args), corpus=args.corpus, on_event=progress,
-                  **{k: v for k, v in settings.to_dict().items() if k != "oracles" or v is not None})
+                  ray=args.ray, db=args.db, **overrides)
     progress.done(result)
     _export_all(result, args.corpus)
     _summary(result, sys.stdout)
@@ -380,7 +405,8 @@ def _nightly_target(name, args, settings, per_budget, report_dir: Path, previous
     overrides = {k: v for k, v in settings.to_dict().items() if k != "oracles" or v is not None}
     overrides["budget_s"] = per_budget
     try:
-        r = fuzz(name, profile=_profile_name(args), corpus=args.corpus, on_event=progress, **overrides)
+        r = fuzz(name, profile=_profile_name(args), corpus=args.corpus, on_event=progress, ray=args.ray, db=args.db,
+                 **overrides)
     except FuzzrunnerError as e:
         progress.done(None)
         return None, f"{name}: {e}"
@@ -404,11 +430,31 @@ def cmd_nightly(args) -> int:
     for name in ("report.json", "junit.xml", "report.html"):
         _check_writable_file(report_dir / name)
     _check_corpus(args.corpus)
+    _check_cluster(args)
     settings = _settings(args)
     previous = _load_previous(args.previous)
     names_ = [n for n in BUILTIN if not _skipped(n, unavailable(n))]
     per = (settings.budget_s / len(names_)) if settings.budget_s else None
-    results, errors = [], []
+    results: list = []
+    errors: list = []
+    with _cluster(args):
+        _nightly_targets(names_, args, settings, per, report_dir, previous, results, errors)
+    for message in errors:
+        print(f"fuzzrunner: error: {message}", file=sys.stderr)
+    code = _exit_code(results)
+    return code if code in (EXIT_INTERRUPTED, EXIT_ERROR) or not errors else EXIT_ERROR
+
+
+def _cluster(args):
+    """One Ray session for all the nightly's targets (started once), or nothing without --ray."""
+    if not args.ray:
+        from contextlib import nullcontext
+        return nullcontext()
+    from .engine.ray_shards import ray_session
+    return ray_session(args.ray)
+
+
+def _nightly_targets(names_, args, settings, per, report_dir: Path, previous, results: list, errors: list) -> None:
     try:
         for name in names_:
             r, error = _nightly_target(name, args, settings, per, report_dir, previous)
@@ -421,10 +467,6 @@ def cmd_nightly(args) -> int:
             for p in _write_reports(_report(results, previous, args.previous), str(report_dir / "report.json"),
                                     str(report_dir / "junit.xml"), str(report_dir / "report.html")):
                 print(f"wrote {p}")
-    for message in errors:
-        print(f"fuzzrunner: error: {message}", file=sys.stderr)
-    code = _exit_code(results)
-    return code if code in (EXIT_INTERRUPTED, EXIT_ERROR) or not errors else EXIT_ERROR
 
 
 def _skipped(name: str, reason: str | None) -> bool:

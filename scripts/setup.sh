@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Create .venv with the CPU build of torch (it lies on disk here: no download) and fuzzrunner
-# (editable, with Triton, Hypothesis, pytest, pytest-xdist, jsonschema, and the dev tools: ruff, mypy,
-# import-linter, fakeredis, from the registry). Idempotent.
+# (editable, with Triton, Hypothesis, pytest, pytest-xdist, jsonschema, the dev tools: ruff, mypy,
+# import-linter, fakeredis, and the ray extra for the cluster tests, from the registry). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! { .venv/bin/python -c "import fuzzrunner.cli, torch, triton, hypothesis, xdist, jsonschema, mypy, importlinter, fakeredis" \
+if ! { .venv/bin/python -c "import fuzzrunner.cli, torch, triton, hypothesis, xdist, jsonschema, mypy, importlinter, fakeredis, ray" \
        && [ -x .venv/bin/ruff ]; } 2>/dev/null; then
   echo "setting up .venv (once) ..." >&2
   python3 -m venv .venv
   log=$(mktemp)
-  if ! { .venv/bin/python -m pip install -q "torch==2.13.0" && .venv/bin/python -m pip install -q -e ".[dev]"; } >"$log" 2>&1; then
+  if ! { .venv/bin/python -m pip install -q "torch==2.13.0" && .venv/bin/python -m pip install -q -e ".[dev,ray]"; } >"$log" 2>&1; then
     grep -v "^WARNING: Location" "$log" >&2 || true
     echo "setup failed: pip could not install the packages above" >&2
     exit 1

@@ -7,4 +7,5 @@ bash scripts/setup.sh
 .venv/bin/ruff check fuzzrunner targets tests scripts benchmarks
 .venv/bin/mypy
 .venv/bin/lint-imports
-exec .venv/bin/python -m pytest -n 2 -m "not slow" "$@"
+# loadgroup: the Ray tests (one xdist_group) share one local cluster in one worker.
+exec .venv/bin/python -m pytest -n 2 --dist loadgroup -m "not slow" "$@"

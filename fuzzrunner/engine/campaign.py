@@ -46,9 +46,11 @@ def resolve_device(settings: Settings) -> str:
 
 def run_shard(target_spec: str, settings: Settings, faults: tuple, corpus_dir, index: int, seed: int, quota: int,
               device: str, on_event: Callable | None, database=None) -> CampaignResult:
-    """One shard, start to end: corpus replay, then the search; interrupted or not, a result."""
+    """One shard, start to end: corpus replay, then the search; interrupted or not, a result.
+
+    ``corpus_dir`` is a directory, or a ``Corpus`` (a Ray shard's ``StreamedCorpus``)."""
     target = load_target(target_spec)
-    corpus = Corpus(corpus_dir, faults=faults) if corpus_dir else None
+    corpus = corpus_dir if isinstance(corpus_dir, Corpus) else Corpus(corpus_dir, faults=faults) if corpus_dir else None
     shard = Shard(target_spec, target, settings, faults, corpus, database, index, seed,
                   worker_spec(target_spec, settings, index, device), on_event)
     try:
@@ -62,13 +64,24 @@ def run_shard(target_spec: str, settings: Settings, faults: tuple, corpus_dir, i
 
 
 def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=None, database=None,
-                 on_event: Callable | None = None) -> CampaignResult:
-    """Fuzz ``target_spec`` under ``settings``; findings are on disk as soon as they are found."""
+                 on_event: Callable | None = None, ray: str | None = None, db: str | None = None) -> CampaignResult:
+    """Fuzz ``target_spec`` under ``settings``; findings are on disk as soon as they are found.
+
+    ``ray`` (an address: ``local``, ``auto``, ``ray://host:port``) runs the shards as Ray actors;
+    ``db`` (``redis://...``, with ``ray``) is the example database they share."""
     target = load_target(target_spec)  # a target that cannot even load is a harness error, here
     faults = target.check_faults(faults)
     seed = settings.seed if settings.seed is not None else random.randrange(1 << 30)
     device = resolve_device(settings)
-    if settings.workers == 1:
+    if ray is not None:
+        from .ray_shards import run_on_ray
+        result = run_on_ray(ray, target_spec, settings, faults, corpus_dir, seed, device, on_event, target.name,
+                            db_url=db, database=database)
+    elif db is not None:
+        from ..errors import InvalidArgument
+        raise InvalidArgument(f"db={db!r} shares the example database between Ray shards: it needs ray=ADDRESS "
+                              f"(a local campaign keeps its database in the corpus).")
+    elif settings.workers == 1:
         result = run_shard(target_spec, settings, faults, corpus_dir, 0, seed, settings.max_examples, device,
                            on_event, database)
     else:

@@ -26,25 +26,31 @@ def _shard_process(queue, parent: int, *args) -> None:
     sigterm_as_interrupt()
 
     def emit(e):
-        queue.put(("event", _portable(e)))
+        queue.put(("event", portable(e)))
     try:
         res = run_shard(*args, on_event=emit)  # type: ignore[misc]
-        res.findings = [f.to_dict() for f in res.findings]
-        res.flaky = [f.to_dict() for f in res.flaky]
-        queue.put(("done", res))
+        queue.put(("done", portable_result(res)))
     except BaseException as e:  # noqa: B036 - report, never hang the parent
         queue.put(("error", f"{type(e).__name__}: {e}"))
 
 
-def _portable(e: dict) -> dict:
+def portable(e: dict) -> dict:
+    """An event that can travel between processes (a finding as its dict)."""
     e = dict(e)
     if "finding" in e:
         e["finding"] = e["finding"].to_dict()
     return e
 
 
-class _Merger:
-    """Events and results of all shards, as one campaign's."""
+def portable_result(res: CampaignResult) -> CampaignResult:
+    """A shard's result that can travel between processes (findings as dicts, as ``Merger.done`` takes them)."""
+    res.findings = [f.to_dict() for f in res.findings]
+    res.flaky = [f.to_dict() for f in res.flaky]
+    return res
+
+
+class Merger:
+    """Events and results of all shards, as one campaign's (local shard processes or Ray actors)."""
 
     def __init__(self, n: int, on_event, result: CampaignResult):
         self.totals, self.generated = [0] * n, [0] * n
@@ -99,7 +105,7 @@ def run_sharded(target_spec, settings, faults, corpus_dir, seed, device, on_even
     for p in procs:
         p.start()
     merged = CampaignResult(target_name, settings, seed, faults)
-    merger, start = _Merger(n, on_event, merged), time.monotonic()
+    merger, start = Merger(n, on_event, merged), time.monotonic()
     try:
         _collect(queue, procs, merger)
     except KeyboardInterrupt:
@@ -117,7 +123,7 @@ def run_sharded(target_spec, settings, faults, corpus_dir, seed, device, on_even
     return merged
 
 
-def _collect(queue, procs, merger: _Merger, deadline: float | None = None) -> None:
+def _collect(queue, procs, merger: Merger, deadline: float | None = None) -> None:
     finished, n = 0, len(procs)
     while finished < n and (deadline is None or time.monotonic() < deadline):
         try:

@@ -1,0 +1,98 @@
+"""One corpus, one writer: shards elsewhere send their corpus writes to the campaign's driver.
+
+A shard on another machine cannot write the driver's corpus directory. It gets a
+``StreamedCorpus``: the corpus entries the driver read before the campaign (for the replay),
+and writes that become messages. The driver's ``CorpusWriter`` applies them to the real
+corpus, folding every save into what it wrote before (the smaller case wins, as when local
+shards meet in one directory), and keeps each finding's latest state: a shard that dies
+has lost nothing it sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ..corpus import Corpus
+from ..errors import InvalidCase
+from ..finding import Finding, merge
+
+SAVE, SET_ASIDE, QUARANTINE = "corpus-save", "corpus-set-aside", "corpus-quarantine"
+
+
+class StreamedCorpus(Corpus):
+    """The driver's corpus as a shard elsewhere sees it: a snapshot to read, writes sent away."""
+
+    def __init__(self, root: str, faults: tuple, entries: list, send: Callable[[dict], None] | None = None):
+        super().__init__(root, faults=faults)
+        self._entries, self.send = entries, send or (lambda message: None)
+
+    def entries(self, target: str | None = None, *, on_bad=None) -> list:
+        return [(p, c, f) for p, c, f in self._entries if target is None or c.target == target]
+
+    def load_finding(self, target: str, finding_id: str) -> Finding | None:
+        return None  # the driver folds each save into what it holds
+
+    def save_finding(self, target: str, finding: Finding) -> Path:
+        self.send({"type": SAVE, "target": target, "finding": finding.to_dict()})
+        return self.finding_path(target, finding.id)
+
+    def set_aside(self, target: str, finding: Finding) -> Path:
+        self.send({"type": SET_ASIDE, "target": target, "finding": finding.to_dict()})
+        return self.root / "flaky" / target / self.finding_path(target, finding.id).name
+
+    def quarantine(self, path: Path) -> Path | None:
+        self.send({"type": QUARANTINE, "path": str(path)})
+        return None
+
+
+def snapshot(corpus_dir, faults: tuple, target: str, on_bad) -> list:
+    """The entries a ``StreamedCorpus`` carries: read (and unreadable files quarantined) by the driver."""
+    return Corpus(corpus_dir, faults=faults).entries(target, on_bad=on_bad) if corpus_dir else []
+
+
+class CorpusWriter:
+    """The driver's side: applies the shards' corpus messages; ``findings`` is every finding's latest state."""
+
+    def __init__(self, corpus: Corpus | None, target_spec: str):
+        self.corpus, self.target_spec = corpus, target_spec
+        self.findings: dict[str, Finding] = {}
+        self.errors: list[str] = []
+
+    def handles(self, message: dict) -> bool:
+        return message.get("type") in (SAVE, SET_ASIDE, QUARANTINE)
+
+    def apply(self, message: dict) -> None:
+        kind = message["type"]
+        if kind == QUARANTINE:
+            if self.corpus is not None:
+                self.corpus.quarantine(Path(message["path"]))
+            return
+        finding = Finding.from_dict(message["finding"])
+        finding.target_spec = self.target_spec  # a shard may load the target under another name
+        if kind == SET_ASIDE:
+            self.findings.pop(finding.id, None)
+            self._write(lambda c: c.set_aside(message["target"], finding), finding)
+            return
+        known = self.findings.get(finding.id) or self._on_disk(message["target"], finding.id)
+        if known is not None:
+            merge(finding, known)
+        self.findings[finding.id] = finding
+        self._write(lambda c: c.save_finding(message["target"], finding), finding)
+
+    def _on_disk(self, target: str, finding_id: str) -> Finding | None:
+        if self.corpus is None:
+            return None
+        try:
+            return self.corpus.load_finding(target, finding_id)
+        except InvalidCase:
+            return None  # an unreadable old file is simply replaced
+
+    def _write(self, write, finding: Finding) -> None:
+        if self.corpus is None:
+            return
+        try:
+            write(self.corpus)
+        except OSError as e:
+            self.errors.append(f"cannot write finding {finding.id} to the corpus ({self.corpus.root}): "
+                               f"{e.strerror or e}")

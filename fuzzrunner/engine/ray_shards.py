@@ -1,0 +1,370 @@
+"""Shards of a campaign as Ray actors: one campaign, one corpus, one report across many machines.
+
+Each shard is an actor (one GPU under ``device="cuda"``, else one CPU) that runs ``run_shard``
+with its own crash-isolated worker, exactly as a local shard process does. What it finds
+streams to the driver through an inbox actor on the driver's node, and feeds the same
+``sharding.Merger`` as local shards; its corpus writes are messages that the driver's
+``CorpusWriter`` applies (one writer). A shard whose actor or node dies has lost nothing it
+sent: Ray restarts the actor (``max_restarts``) and the driver resumes the shard with a new
+seed and what is left of its quota and budget, and reports the death as a warning.
+Ray is imported lazily: without it, only ``TargetUnavailable`` with the install line.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+from ..corpus import Corpus
+from ..errors import HarnessError, InvalidArgument, TargetUnavailable
+from ..finding import merge
+from . import result as R
+from .corpus_stream import CorpusWriter, StreamedCorpus, snapshot
+from .result import CampaignResult
+from .sharding import Merger, portable, portable_result
+
+RAY_MISSING = ("--ray needs Ray, an optional extra: pip install 'fuzzrunner[ray]' "
+               "(on the driver and on every node of the cluster).")
+MAX_RESTARTS = 3          # deaths a shard survives; each resumes it with a new seed
+POLL_S = 0.2
+RESUME_WAIT_S = 600.0     # longest wait for Ray to bring a dead shard's actor back (no free node meanwhile)
+RESEED = 104_729          # a resumed shard's seed: seed + RESEED * run
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise TargetUnavailable(RAY_MISSING) from None
+    return ray
+
+
+@contextmanager
+def ray_session(address: str, runtime_env: dict | None = None):
+    """Connected to Ray at ``address`` (``local``, ``auto``, ``ray://host:port``) for the block, with
+    the job's ``runtime_env`` (Ray uploads a local ``working_dir`` only for a whole job). A session
+    the caller opened already is used as it is and left open: then a ``FILE.py`` target must be
+    at the same path on every node."""
+    ray = import_ray()
+    if ray.is_initialized():
+        yield ray
+        return
+    options = {"runtime_env": runtime_env} if runtime_env else {}
+    try:
+        if address == "local":
+            ray.init(address="local", include_dashboard=False, configure_logging=False, **options)
+        else:
+            ray.init(address=address, configure_logging=False, **options)
+    except (ConnectionError, ValueError, RuntimeError) as e:
+        raise HarnessError(f"--ray {address}: cannot connect ({' '.join(str(e).split())[:300]}); start a cluster "
+                           f"with `ray start --head`, set RAY_ADDRESS for auto, or use --ray local.") from None
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def packaged(spec: str) -> tuple[str, dict]:
+    """A ``FILE.py:OBJ`` target travels as its folder (Ray's ``working_dir``): the spec the
+    shards load and the runtime environment that ships it; a module spec travels as it is."""
+    module, _, obj = spec.rpartition(":")
+    if not module.endswith(".py"):
+        return spec, {}
+    path = os.path.abspath(module)
+    return f"{os.path.basename(path)}:{obj}", {"working_dir": os.path.dirname(path)}
+
+
+@dataclass
+class ShardJob:
+    """One run of one shard: what its actor needs (the driver makes a new one on each resume)."""
+    target_spec: str
+    settings: object
+    faults: tuple
+    index: int
+    run: int
+    seed: int
+    quota: int
+    device: str
+    corpus_root: str | None
+    entries: list
+    db_url: str | None
+    db_server: object
+    inbox: object
+
+
+class Inbox:
+    """What shards send, kept on the driver's node until the driver takes it (in order per sender)."""
+
+    def __init__(self):
+        self.items: deque = deque()
+
+    def put(self, item) -> None:
+        self.items.append(item)
+
+    def take(self) -> list:
+        out = list(self.items)
+        self.items.clear()
+        return out
+
+
+class ShardActor:
+    """One shard on the cluster (wrapped by ``ray.remote`` in ``_campaign``). It takes no constructor
+    arguments: Ray restarts it from nothing, and each run's job says all (the inbox too)."""
+
+    def ping(self) -> bool:
+        return True
+
+    def _send(self, job: ShardJob, message: dict, wait: bool) -> None:
+        import ray
+        ref = job.inbox.put.remote((job.index, job.run, message))  # type: ignore[attr-defined]
+        if wait:  # findings, corpus writes, the result: on the driver's node before the shard goes on
+            ray.get(ref)
+
+    def run(self, job: ShardJob) -> None:
+        os.environ["FUZZRUNNER_DEVICE"] = job.device  # the worker gets it from its spec; this is for the rest
+        from .campaign import run_shard
+        from .shared_db import ServedDatabase, close_database, database_from_url
+
+        def send(message: dict) -> None:
+            self._send(job, message, wait=True)
+        corpus = StreamedCorpus(job.corpus_root, job.faults, job.entries, send) if job.corpus_root else None
+        db = (database_from_url(job.db_url) if job.db_url else
+              ServedDatabase(job.db_server) if job.db_server is not None else None)
+        try:
+            res = run_shard(job.target_spec, job.settings, job.faults, corpus, job.index, job.seed,  # type: ignore[arg-type]
+                            job.quota, job.device, lambda e: self._send(job, portable(e), e["type"] != "progress"),
+                            db)
+            send({"type": "done", "result": portable_result(res)})
+        except BaseException as e:  # noqa: B036 - report, never leave the driver waiting
+            send({"type": "error", "message": f"{type(e).__name__}: {e}"})
+        finally:
+            close_database(db)
+
+
+class _Driver:
+    """The driver's loop: messages to the merger and the writer; dead shards resumed."""
+
+    def __init__(self, ray, merger: Merger, writer: CorpusWriter, settings, start: float):
+        self.ray, self.merger, self.writer, self.settings, self.start = ray, merger, writer, settings, start
+        self.counts: dict[tuple, tuple] = {}       # (shard, run) -> (examples, generated) so far
+        self.deaths: list[tuple] = []              # (shard, run, message)
+        self.finished: set[tuple] = set()          # (shard, run) that sent done or error
+        self.running: dict = {}                    # run's object ref -> (actor, job)
+        self.restarting: dict = {}                 # ping's object ref -> (actor, job to resume)
+        self.later: list = []                      # (when, actor, job): ping again, Ray is still restarting it
+        self.give_up_at: dict[int, float] = {}     # shard -> when to stop waiting for its restart
+
+    def submit(self, actor, job: ShardJob) -> None:
+        self.running[actor.run.remote(job)] = (actor, job)
+
+    def loop(self, inbox) -> None:
+        while self.running or self.restarting or self.later:
+            self.drain(inbox)
+            refs = [*self.running, *self.restarting]
+            ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=POLL_S) if refs else ([], [])
+            if not refs:
+                time.sleep(POLL_S)
+            self.drain(inbox)  # a shard's last messages were delivered before its run returned
+            for ref in ready:
+                if ref in self.running:
+                    self._ended(ref, *self.running.pop(ref))
+                else:
+                    self._pinged(ref, *self.restarting.pop(ref))
+            self._ping_due()
+
+    def drain(self, inbox) -> None:
+        for index, run, message in self.ray.get(inbox.take.remote()):
+            self.handle(index, run, message)
+
+    def handle(self, index: int, run: int, m: dict) -> None:
+        kind = m["type"]
+        if self.writer.handles(m):
+            self.writer.apply(m)
+        elif kind == "progress":
+            self.counts[(index, run)] = (m["examples"], m.get("generated", 0))
+            mine = [c for (i, _), c in self.counts.items() if i == index]
+            self.merger.event({**m, "examples": sum(c[0] for c in mine), "generated": sum(c[1] for c in mine)})
+        elif kind == "done":
+            self.finished.add((index, run))
+            self.merger.done(m["result"])
+        elif kind == "error":
+            self.finished.add((index, run))
+            self.merger.result.errors.append(f"shard {index} failed: {m['message']}")
+        else:
+            self.merger.event(m)
+
+    def _ended(self, ref, actor, job: ShardJob) -> None:
+        try:
+            self.ray.get(ref)
+        except self.ray.exceptions.RayActorError as e:
+            if (job.index, job.run) not in self.finished:
+                self._died(actor, job, e)
+        except self.ray.exceptions.RayError as e:
+            if (job.index, job.run) not in self.finished:
+                self.merger.result.errors.append(f"shard {job.index} failed: {' '.join(str(e).split())[:300]}")
+        if (job.index, job.run) in self.finished:
+            self.ray.kill(actor, no_restart=True)  # its CPU or GPU is free for a shard Ray restarts
+
+    def _died(self, actor, job: ShardJob, error) -> None:
+        examples, generated = self.counts.get((job.index, job.run), (0, 0))
+        resumed = self._resumed(job, generated)
+        tail = (f"resumed with seed {resumed.seed}" if resumed is not None else
+                "not resumed (its quota or the budget is spent)" if job.run < MAX_RESTARTS else
+                f"not resumed: it died {job.run + 1} times")
+        message = (f"shard {job.index}'s Ray actor died ({type(error).__name__}: its process or node was lost) "
+                   f"after {examples} cases; its findings were already with the driver; {tail}")
+        self.deaths.append((job.index, job.run, message))
+        self.merger.event({"type": "warning", "message": message})
+        if resumed is not None:
+            self.restarting[actor.ping.remote()] = (actor, resumed)
+            self.give_up_at[job.index] = time.monotonic() + self._wait_s()
+        elif job.run >= MAX_RESTARTS:
+            self._gave_up(job)
+
+    def _pinged(self, ref, actor, job: ShardJob) -> None:
+        """Ray restarts a dead actor (elsewhere, once resources free up); the shard resumes when it answers."""
+        try:
+            self.ray.get(ref)
+        except self.ray.exceptions.ActorUnavailableError:
+            if time.monotonic() > self.give_up_at.get(job.index, 0.0):
+                self._gave_up(job)
+            else:
+                self.later.append((time.monotonic() + 1.0, actor, job))
+        except self.ray.exceptions.RayActorError:
+            self._gave_up(job)
+        else:
+            self.submit(actor, job)
+
+    def _ping_due(self) -> None:
+        now = time.monotonic()
+        due = [x for x in self.later if x[0] <= now]
+        self.later = [x for x in self.later if x[0] > now]
+        for _, actor, job in due:
+            self.restarting[actor.ping.remote()] = (actor, job)
+        for ref, (actor, job) in list(self.restarting.items()):
+            if now > self.give_up_at.get(job.index, now):  # no node has room for it: stop waiting
+                del self.restarting[ref]
+                self.ray.kill(actor, no_restart=True)
+                self._gave_up(job)
+
+    def _wait_s(self) -> float:
+        budget = self.settings.budget_s
+        return RESUME_WAIT_S if budget is None else min(RESUME_WAIT_S, budget - (time.monotonic() - self.start))
+
+    def _gave_up(self, job: ShardJob) -> None:
+        self.merger.result.errors.append(f"shard {job.index} died and Ray could not bring it back (no node had "
+                                         f"room, or it died {MAX_RESTARTS + 1} times); the campaign went on "
+                                         f"without it")
+
+    def _resumed(self, job: ShardJob, generated: int) -> ShardJob | None:
+        if job.run >= MAX_RESTARTS:
+            return None
+        quota = job.quota - generated
+        budget = self.settings.budget_s
+        left = None if budget is None else budget - (time.monotonic() - self.start)
+        if quota <= 0 or (left is not None and left < 1.0):
+            return None
+        settings = self.settings.override(budget_s=left) if left is not None else self.settings
+        return replace(job, run=job.run + 1, seed=job.seed + RESEED * (job.run + 1), quota=quota,
+                       settings=settings)
+
+    def finish(self, merged: CampaignResult) -> None:
+        """Dead runs' counts and warnings into the result; every finding the writer holds, merged in."""
+        for index, run, message in self.deaths:
+            examples, generated = self.counts.get((index, run), (0, 0))
+            part = CampaignResult(merged.target, merged.settings, merged.seed, merged.faults, examples=examples,
+                                  generated=generated, warnings=[message])
+            self.merger.done(part)
+        by_id = {f.id: f for f in merged.findings}
+        # the writer's latest state of each finding; without a corpus, what the finding events showed
+        for f in [*self.writer.findings.values(), *self.merger.seen.values()]:
+            if f.id in by_id:
+                merge(by_id[f.id], f)
+            else:
+                by_id[f.id] = f
+                merged.findings.append(f)
+        for f in merged.findings:
+            f.target_spec = self.writer.target_spec
+        merged.errors += self.writer.errors
+
+
+def _this_node(ray):
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    return NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+
+
+def shard_options(device: str) -> dict:
+    """Ray resources of one shard: one GPU under cuda (Ray sets its CUDA_VISIBLE_DEVICES), else one CPU.
+    No runtime environment of its own: Ray can then hand it an idle worker process it started already."""
+    gpus = {"num_gpus": 1} if device == "cuda" else {}
+    return {"num_cpus": 1, **gpus, "max_restarts": MAX_RESTARTS, "max_task_retries": 0, "scheduling_strategy": "SPREAD"}
+
+
+def run_on_ray(address: str, target_spec: str, settings, faults: tuple, corpus_dir, seed: int, device: str,
+               on_event, target_name: str, *, db_url: str | None = None, database=None) -> CampaignResult:
+    if database is not None:
+        raise InvalidArgument("a plugged-in Hypothesis database object cannot travel to Ray shards; pass "
+                              "db='redis://...' (or nothing: the driver serves the corpus' database).")
+    import_ray()
+    shard_spec, runtime_env = packaged(target_spec)
+    with ray_session(address, runtime_env) as ray:
+        if not runtime_env.get("working_dir") or ray.get_runtime_context().runtime_env.get("working_dir") is None:
+            shard_spec = target_spec  # a session opened by the caller: the file is where it is
+        return _campaign(ray, target_spec, shard_spec, settings, faults, corpus_dir, seed, device, on_event,
+                         target_name, db_url)
+
+
+def _campaign(ray, target_spec, shard_spec, settings, faults, corpus_dir, seed, device, on_event, target_name,
+              db_url) -> CampaignResult:
+    from .shared_db import serve
+    n, start = settings.workers, time.monotonic()
+    merged = CampaignResult(target_name, settings, seed, faults)
+    merger = Merger(n, on_event, merged)
+    corpus = Corpus(corpus_dir, faults=faults) if corpus_dir else None
+    writer = CorpusWriter(corpus, target_spec)
+    entries = snapshot(corpus_dir, faults, target_name, _on_bad(merged, merger))
+    node = _this_node(ray)
+    inbox = ray.remote(Inbox).options(num_cpus=0, scheduling_strategy=node).remote()
+    server = (serve(str(corpus.database_path(target_name)), node) if corpus is not None and not db_url else None)
+    quotas = [settings.max_examples // n + (1 if i < settings.max_examples % n else 0) for i in range(n)]
+    jobs = [ShardJob(shard_spec, settings, faults, i, 0, seed, quotas[i], device,
+                     str(corpus.root) if corpus else None, entries if i == 0 else [], db_url, server, inbox)
+            for i in range(n)]
+    actor_class = ray.remote(ShardActor).options(**shard_options(device))
+    actors = [actor_class.remote() for _ in range(n)]
+    driver = _Driver(ray, merger, writer, settings, start)
+    try:
+        for actor, job in zip(actors, jobs):
+            driver.submit(actor, job)
+        driver.loop(inbox)
+    except KeyboardInterrupt:
+        _kill(ray, actors)  # what they found is with the driver already
+        driver.drain(inbox)
+        merged.stop_reason = R.STOP_INTERRUPTED
+    except ray.exceptions.RayError as e:  # the driver's own actors or the cluster went away
+        merged.errors.append(f"the Ray cluster failed under the campaign ({type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:200]}); what the shards sent before is in the corpus")
+    finally:
+        _kill(ray, [*actors, inbox, *([server] if server is not None else [])])
+    driver.finish(merged)
+    merged.duration_s = time.monotonic() - start
+    return merged
+
+
+def _kill(ray, handles: list) -> None:
+    for handle in handles:
+        try:
+            ray.kill(handle, no_restart=True)
+        except ray.exceptions.RayError:
+            pass  # gone already
+
+
+def _on_bad(result: CampaignResult, merger: Merger):
+    def bad(path, moved, error) -> None:
+        result.quarantined.append((str(path), str(moved) if moved else None, str(error)))
+        where = f"moved to {moved}" if moved else "could not be moved"
+        merger.event({"type": "warning", "message": f"unreadable corpus file {path} ({where}): {error}"})
+    return bad

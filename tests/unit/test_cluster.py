@@ -1,0 +1,130 @@
+"""The parts of campaigns on a Ray cluster that need no Ray: one writer of the corpus, the install
+line without Ray, a GPU per shard, the target's packaging. (The cluster itself: integration/test_ray.py.)"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from fuzzrunner import cli
+from fuzzrunner.case import Case
+from fuzzrunner.corpus import Corpus
+from fuzzrunner.engine.corpus_stream import CorpusWriter, StreamedCorpus
+from fuzzrunner.engine.ray_shards import _Driver, packaged, shard_options
+from fuzzrunner.engine.result import CampaignResult
+from fuzzrunner.engine.sharding import Merger
+from fuzzrunner.errors import InvalidArgument
+from fuzzrunner.finding import Finding
+from fuzzrunner.settings import Settings
+from fuzzrunner.violation import Violation
+
+TARGET = str(Path(__file__).resolve().parents[1] / "integration" / "ray_target.py") + ":TARGET"
+
+
+def _finding(*values, minimized=False, spec="ray_target.py:TARGET") -> Finding:
+    case = Case("ray_toy", {}, tuple({"op": "step", "n": v} for v in values), ("planted",))
+    v = Violation("python", "crash", "ValueError", "ray_target.py:29", "", "planted fault", {"op_index": 0},
+                  site="ray_target.py::run")
+    return Finding.of(v, [], case, minimized=minimized, target_spec=spec)
+
+
+def test_without_ray_the_ray_option_says_how_to_install_it_and_exits_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as on the GPU image: import ray fails
+    assert cli.main(["fuzz", "--target", TARGET, "--ray", "local", "--corpus", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'fuzzrunner[ray]'" in err and err.count("\n") == 1
+    assert cli.main(["nightly", "--ray", "auto", "--corpus", str(tmp_path), "--report-dir", str(tmp_path / "r")]) == 2
+    assert "fuzzrunner[ray]" in capsys.readouterr().err
+
+
+def test_under_cuda_each_shard_asks_ray_for_one_gpu_and_on_the_cpu_for_none():
+    gpu, cpu = shard_options("cuda"), shard_options("cpu")
+    assert gpu["num_gpus"] == 1 and gpu["num_cpus"] == 1 and "num_gpus" not in cpu and cpu["num_cpus"] == 1
+    assert gpu["max_restarts"] >= 1  # Ray brings a dead shard back
+
+
+def test_on_a_cluster_the_driver_needs_no_gpu_of_its_own_for_device_cuda():
+    s = cli._check_device(Settings(device="cuda"), on_cluster=True)
+    assert s.device == "cuda"
+    from fuzzrunner import _env
+    if not _env.cuda_present():
+        with pytest.raises(InvalidArgument, match="needs a CUDA GPU"):
+            cli._check_device(Settings(device="cuda"))
+
+
+def test_a_file_target_travels_as_its_folder_and_a_module_target_as_it_is(tmp_path):
+    assert packaged(f"{tmp_path}/my_target.py:TARGET") == ("my_target.py:TARGET", {"working_dir": str(tmp_path)})
+    assert packaged("fuzzrunner.targets.reference_runner:TARGET") == ("fuzzrunner.targets.reference_runner:TARGET", {})
+
+
+def test_a_streamed_corpus_writes_nothing_itself_and_replays_the_drivers_snapshot(tmp_path):
+    sent = []
+    entries = [(tmp_path / "a.json", _finding(3).case, None)]
+    c = StreamedCorpus(str(tmp_path), ("planted",), entries, sent.append)
+    c.save_finding("ray_toy", _finding(12))
+    assert list(tmp_path.iterdir()) == [] and [m["type"] for m in sent] == ["corpus-save"]
+    assert c.entries("ray_toy") == entries and c.entries("other") == [] and c.load_finding("ray_toy", "x") is None
+
+
+def test_the_driver_writes_each_bug_once_the_smaller_case_winning_under_the_users_spec(tmp_path):
+    corpus = Corpus(tmp_path, faults=("planted",))
+    w = CorpusWriter(corpus, "/abs/ray_target.py:TARGET")
+    big, small = _finding(12, 13, 14), _finding(10, minimized=True)
+    for f in (big, small, big):  # shard A, shard B, then A again with its bigger case
+        w.apply({"type": "corpus-save", "target": "ray_toy", "finding": f.to_dict()})
+    [path] = list((tmp_path / "expected" / "ray_toy").iterdir())
+    on_disk = Finding.load(path)
+    assert [op["n"] for op in on_disk.case.ops] == [10] and on_disk.minimized
+    assert on_disk.target_spec == "/abs/ray_target.py:TARGET" == w.findings[big.id].target_spec
+    w.apply({"type": "corpus-set-aside", "target": "ray_toy", "finding": big.to_dict()})
+    assert not path.exists() and w.findings == {} and list((tmp_path / "flaky" / "ray_toy").iterdir())
+
+
+def test_a_resumed_shard_adds_its_cases_to_those_of_its_dead_run():
+    events = []
+    merged = CampaignResult("ray_toy", Settings(), 1, ())
+    d = _Driver(None, Merger(2, events.append, merged), CorpusWriter(None, "t"), Settings(), 0.0)
+    d.handle(1, 0, {"type": "progress", "examples": 10, "generated": 8, "shard": 1})
+    d.handle(1, 1, {"type": "progress", "examples": 4, "generated": 4, "shard": 1})
+    d.handle(0, 0, {"type": "progress", "examples": 3, "generated": 3, "shard": 0})
+    assert (events[-1]["examples"], events[-1]["generated"]) == (17, 15)
+
+
+def test_the_redis_database_of_db_is_one_store_for_every_shard_under_the_campaign_prefix():
+    fakeredis = pytest.importorskip("fakeredis")
+    from fuzzrunner.engine.database import campaign_database
+    from fuzzrunner.engine.shared_db import close_database, database_from_url
+    url = "redis://fuzz-db:6379/0"
+    # each shard opens its own client from the URL, as ShardActor.run does
+    a, b = (database_from_url(url, client_class=fakeredis.FakeRedis) for _ in range(2))
+    other = database_from_url("redis://fuzz-db:6379/1", client_class=fakeredis.FakeRedis)
+    try:
+        shard_a, shard_b = (campaign_database(db, None, "ray_toy", ("planted",), 1) for db in (a, b))
+        elsewhere = campaign_database(b, None, "ray_toy", (), 1)  # another campaign, same store
+        shard_a.save(b"test", b"example")
+        assert list(shard_b.fetch(b"test")) == [b"example"]
+        assert list(elsewhere.fetch(b"test")) == []
+        assert list(campaign_database(other, None, "ray_toy", ("planted",), 1).fetch(b"test")) == []
+    finally:
+        for db in (a, b, other):
+            close_database(db)
+
+
+def test_db_without_ray_or_not_redis_is_a_usage_error(tmp_path, capsys):
+    assert cli.main(["fuzz", "--target", TARGET, "--db", "redis://h:1/0", "--corpus", str(tmp_path)]) == 2
+    assert "add --ray ADDRESS" in capsys.readouterr().err
+    assert cli.main(["fuzz", "--target", TARGET, "--ray", "local", "--db", "http://h/", "--corpus",
+                     str(tmp_path)]) == 2
+    assert "not a Redis URL" in capsys.readouterr().err
+
+
+def test_what_a_shard_found_before_it_died_is_in_the_result_also_without_a_corpus():
+    merged = CampaignResult("ray_toy", Settings(), 1, ("planted",))
+    d = _Driver(None, Merger(2, None, merged), CorpusWriter(None, "/abs/t.py:TARGET"), Settings(), 0.0)
+    d.handle(1, 0, {"type": "finding", "finding": _finding(12).to_dict(), "shard": 1})
+    d.handle(1, 0, {"type": "progress", "examples": 5, "generated": 5, "shard": 1})
+    d.deaths.append((1, 0, "shard 1's Ray actor died"))  # and no done from it
+    d.finish(merged)
+    [f] = merged.findings
+    assert f.id == _finding(12).id and f.target_spec == "/abs/t.py:TARGET"
+    assert merged.examples == 5 and merged.warnings == ["shard 1's Ray actor died"]
