@@ -61,7 +61,7 @@ def test_a_planted_fault_is_found_once_by_two_shards_on_two_nodes_and_exits_1(cl
     code = cli.main(["fuzz", "--target", TARGET, "--fault", "planted", "--ray", cluster.address, "--workers", "2",
                      "--max-examples", "20", "--corpus", str(tmp_path / "c"), "--report", str(report), *FAST])
     assert code == 1, capsys.readouterr()
-    data = json.loads(report.read_text())
+    [data] = json.loads(report.read_text())["runs"]  # the one run of the report (schema 2)
     [finding] = data["findings"]
     assert finding["violation"]["kernel"] == "ValueError"
     [path] = _files(tmp_path / "c")  # one file: the driver wrote it once, not once per shard
