@@ -45,6 +45,8 @@ def _campaign_options(p: argparse.ArgumentParser, profile: str) -> None:
     p.add_argument("--case-timeout", type=float, metavar="SECONDS", help="a case running longer is a timeout finding")
     p.add_argument("--max-ops", type=int, metavar="N", help="most ops in one generated case")
     p.add_argument("--corpus", default="corpus", help="corpus directory (findings, seed cases, example database)")
+    p.add_argument("--steer", action=argparse.BooleanOptionalAction, default=None,
+                   help="steer the search towards rarely reached features of the cases (Hypothesis target())")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -130,7 +132,7 @@ def _settings(args):
     s = profile(_profile_name(args))
     changes = dict(max_examples=args.max_examples, budget_s=args.budget, seed=args.seed, workers=args.workers,
                    device=args.device, sanitizer=args.sanitizer, case_timeout_s=args.case_timeout,
-                   max_ops=args.max_ops)
+                   max_ops=args.max_ops, steer=args.steer)
     if getattr(args, "oracle", None):
         changes["oracles"] = tuple(args.oracle)
     if getattr(args, "no_shrink", False):
@@ -221,10 +223,19 @@ def _summary(result, out) -> None:
         out.write("\n  " + render(f, indent="    ") + "\n")
     for f in result.flaky:
         out.write(f"\n  flaky (kept apart): {f.signature.short()}\n")
+    _coverage_line(result, out)
     for w in result.warnings:
         out.write(f"  warning: {w}\n")
     for e in result.errors:
         out.write(f"  ERROR: {e}\n")
+
+
+def _coverage_line(result, out) -> None:
+    """'N declared features never reached': a clean pass says nothing about states never reached."""
+    from .coverage import summary_line
+    coverage = getattr(result, "coverage", None)
+    if coverage is not None and (coverage.declared or coverage.features):
+        out.write(f"  {summary_line(coverage.to_dict())}\n")
 
 
 def _exit_code(results) -> int:

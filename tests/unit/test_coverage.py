@@ -115,3 +115,41 @@ def test_vllm_lora_features_see_no_lora_after_lora_and_a_replay_wider_than_its_k
     f = set(vllm_features.features(case))
     assert {"step=padded", "step=no-lora-after-lora", "capture=lora-key", "replay=more-slots-than-key"} <= f
     assert f <= set(vllm_features.FEATURE_SPACE)
+
+
+def _result_with_coverage(declared=("op=a", "op=b", "op=never")):
+    from fuzzrunner.engine.result import CampaignResult
+    from fuzzrunner.settings import Settings
+    r = CampaignResult("counted", Settings(), 0, ())
+    r.coverage = Coverage(declared, steering=True)
+    for fs in (("op=a", "op=b"), ("op=a",), ("op=a", "op=extra")):
+        r.coverage.add(fs)
+    return r
+
+
+def test_the_html_report_shows_counts_combinations_and_highlights_features_never_reached():
+    from fuzzrunner.report import html_text
+    page = html_text(_result_with_coverage())
+    cov = page[page.index("<h3>Coverage</h3>"):]
+    assert "3 valid generated cases, 3 features reached; steered towards rare features" in cov
+    assert '<b>1 declared feature never reached:</b> <code>op=never</code>' in cov
+    assert '<tr class=never><td class="mono">op=never</td><td class="num">0</td>' in cov
+    assert '<td class="mono">op=a</td><td class="num">3</td><td class="num">100.0%</td>' in cov
+    assert 'title="op=a &amp; op=b: 1 case(s)"' in cov and 'title="op=b &amp; op=extra: 0 case(s)"' in cov
+    assert '<th class="v never">op=never</th>' in cov
+    clean = html_text(_result_with_coverage(declared=("op=a",)))
+    assert "All 1 declared features reached." in clean and "cov-never\"" not in clean
+
+
+def test_the_cli_summary_says_how_many_declared_features_were_never_reached_and_steer_is_a_flag():
+    import io
+
+    from fuzzrunner import cli
+    out = io.StringIO()
+    cli._summary(_result_with_coverage(), out)
+    assert "coverage: 3 feature(s) reached over 3 valid case(s); 1 declared feature(s) never reached: op=never" \
+        in out.getvalue()
+    parse = cli._parser().parse_args
+    assert cli._settings(parse(["fuzz", "--target", "t", "--steer", "--device", "cpu"])).steer is True
+    assert cli._settings(parse(["fuzz", "--target", "t", "--no-steer", "--profile", "dev"])).steer is False
+    assert cli._settings(parse(["nightly", "--steer", "--device", "cpu"])).steer is True
