@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from .errors import HarnessError
 
 PAIR_SEP = " & "
+PYTEST_PROPERTY = "fuzzrunner_coverage"  # the user property a fuzz test's report carries its coverage in
 
 
 def features_of(features: Callable | None, case, target_name: str = "target") -> tuple[str, ...]:
