@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from fuzzrunner.targets.reference_runner import TARGET as REFERENCE
 from hypothesis import strategies as st
 
 from fuzzrunner.case import Case
-from fuzzrunner.targets.reference_runner import TARGET as REFERENCE
 from fuzzrunner.runner.config import RunnerConfig
 from fuzzrunner.runner.model_runner import DUMMY_KINDS
 

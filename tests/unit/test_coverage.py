@@ -5,13 +5,13 @@ from collections import Counter
 from importlib import import_module
 
 import pytest
+from fuzzrunner.targets.reference_runner import TARGET as REFERENCE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuzzrunner.case import Case
 from fuzzrunner.coverage import Coverage, features_of, summary_line, table
 from fuzzrunner.errors import HarnessError
-from fuzzrunner.targets.reference_runner import TARGET as REFERENCE
 
 kernel_cases = import_module("fuzzrunner.targets.lora_kernels.cases")
 kernel_features = import_module("fuzzrunner.targets.lora_kernels.features")

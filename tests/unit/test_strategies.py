@@ -4,6 +4,7 @@ and rules that reach the deep slot states."""
 from importlib import import_module
 
 import pytest
+from fuzzrunner.targets.reference_runner import TARGET
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +14,6 @@ from fuzzrunner.errors import InvalidArgument
 from fuzzrunner.runner.adapters import AdapterManager
 from fuzzrunner.runner.config import RunnerConfig
 from fuzzrunner.strategies import AdapterSlots, OpSequence
-from fuzzrunner.targets.reference_runner import TARGET
 
 cases_module = import_module("fuzzrunner.targets.reference_runner.cases")
 FAST = settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
