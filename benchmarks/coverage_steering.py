@@ -13,7 +13,7 @@ Examples count generated cases up to and including the first that shows the faul
 from the campaign's start, the worker's start-up included. A run that never found it counts as
 ``>N`` (the table's medians take it as N, so they are lower bounds). Usage:
     PYTHONPATH=. python benchmarks/coverage_steering.py [--seeds 1 2] [--faults ...] [--max-examples 150]
-        [--deep-max-examples 300] [--jobs 1] [--part steering|strategy|both]
+        [--deep-max-examples 300] [--deep-max-ops 8] [--jobs 1] [--part steering|strategy|both]
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ class _First(BaseException):
     """The first finding: end the campaign (Hypothesis lets a BaseException through)."""
 
 
-def campaign(spec: str, fault: str, seed: int, steer: bool, max_examples: int, device: str) -> dict:
+def campaign(spec: str, fault: str, seed: int, steer: bool, max_examples: int, device: str, max_ops: int = 8) -> dict:
     """One campaign to the first finding of ``fault``: {"n": examples, "s": seconds} or {} (not found)."""
     from fuzzrunner.engine import run_campaign
     from fuzzrunner.settings import Settings
     settings = Settings(max_examples=max_examples, seed=seed, shrink=False, device=device, steer=steer,
-                        cpu_triage=False)
+                        cpu_triage=False, max_ops=max_ops)
     first: dict = {}
 
     def note(e):
@@ -95,11 +95,12 @@ def strategy(args) -> list[str]:
     rows = []
     for label, spec, steer in (("flat strategy", FLAT, False), ("stateful builder", "reference_runner", False),
                                ("stateful builder + steering", "reference_runner", True)):
-        tasks = [(spec, DEEP, seed, steer, args.deep_max_examples, args.device) for seed in args.seeds]
+        tasks = [(spec, DEEP, seed, steer, args.deep_max_examples, args.device, args.deep_max_ops)
+                 for seed in args.seeds]
         runs = _runs(args.jobs, tasks)
         _detail(label, args.seeds, runs, args.deep_max_examples)
         rows.append(f"{label:36} | {_cell(runs, args.deep_max_examples)}")
-    return [f"{DEEP + ' (deep state)':36} | time to find", "-" * 90, *rows]
+    return [f"{DEEP + ' (deep state)':36} | time to find (max_ops {args.deep_max_ops})", "-" * 90, *rows]
 
 
 def main(argv=None) -> int:
@@ -109,6 +110,8 @@ def main(argv=None) -> int:
     p.add_argument("--faults", nargs="+", default=[f for f in Faults.names() if f != DEEP], choices=Faults.names())
     p.add_argument("--max-examples", type=int, default=150, help="cap per steering campaign")
     p.add_argument("--deep-max-examples", type=int, default=300, help="cap per deep-state campaign")
+    p.add_argument("--deep-max-ops", type=int, default=8, help="max_ops of the deep-state campaigns (the shortest "
+                                                                "path to the fault is 7 ops)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--jobs", type=int, default=1, help="campaigns at once (each is 2 processes)")
     p.add_argument("--part", choices=("steering", "strategy", "both"), default="both")

@@ -212,7 +212,7 @@ class AdapterSlots:
             options.append((2, st.sampled_from(live).map(lambda a: [a])))
         idle = [a for a in live if a not in self.table]
         if idle and not self.full():  # one that takes the next free slot: the slots fill up
-            options.append((4, st.sampled_from(idle).map(lambda a: [a])))
+            options.append((8, st.sampled_from(idle).map(lambda a: [a])))
         if len(live) > 1:
             options.append((2, st.permutations(live).map(lambda ids: self._fit(ids[:max_requests]))))
         if self.full() and idle:  # one that must evict

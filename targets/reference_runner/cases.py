@@ -47,6 +47,7 @@ class RunnerState(AdapterSlots):
         self.cfg = cfg
         self.captured: list[int] = []
         self.last_requests: list[dict] | None = None
+        self.dummy_mapped = False  # a dummy run or capture programmed its own mapping since the last batch
 
 
 @st.composite
@@ -72,13 +73,14 @@ def requests(draw, s: RunnerState, limit: int) -> list[dict]:
 
 def _batch_op(draw, s: RunnerState, kind: str, limit: int) -> dict:
     reqs = draw(requests(s, limit))
-    s.last_requests = reqs
+    s.last_requests, s.dummy_mapped = reqs, False
     return {"op": kind, "requests": reqs}
 
 
 def _capture(draw, s: RunnerState) -> dict:
     size = draw(st.sampled_from(s.cfg.capture_sizes[::-1]))  # largest first: room for mixed batches
     s.captured.append(size)
+    s.dummy_mapped = True  # a capture programs a dummy mapping
     return {"op": "capture", "size": size}
 
 
@@ -95,11 +97,13 @@ def load_adapters(draw, s: RunnerState) -> list[dict]:
 @OPS.rule()
 def warmup_1(draw, s: RunnerState) -> dict:
     """The simplest op of all: a 1-token warm-up dummy run."""
+    s.dummy_mapped = True  # it programs a mapping of its own
     return {"op": "dummy_run", "num_tokens": 1, "kind": "warmup"}
 
 
 @OPS.rule()
 def dummy_run(draw, s: RunnerState) -> dict:
+    s.dummy_mapped = True
     v = draw(st.integers(0, s.cfg.max_num_tokens * len(DUMMY_KINDS) - 1))
     return {"op": "dummy_run", "num_tokens": v // len(DUMMY_KINDS) + 1, "kind": DUMMY_KINDS[v % len(DUMMY_KINDS)]}
 
@@ -134,15 +138,19 @@ def remove_adapter(draw, s: RunnerState) -> dict:
     return {"op": "remove_adapter", "adapter_id": aid}
 
 
-@OPS.rule(weight=8, precondition=lambda s: s.movable())
+@OPS.rule(weight=8, precondition=lambda s: s.movable() and not s.dummy_mapped)
 def move_adapter(draw, s: RunnerState) -> list[dict]:
-    """Remove an adapter outside the last batch and reload one of the batch's: the next identical
-    mapping finds the reloaded adapter in another slot (the ``_last_mapping`` shortcut's trap)."""
+    """Remove an adapter outside the last batch, reload one of the batch's, and run the same batch
+    again: the reloaded adapter is in another slot under an identical mapping (the trap of the
+    ``_last_mapping`` shortcut, docs/background.md)."""
     x, y = draw(st.sampled_from(s.movable()))
     s.remove(y)
     s.add(x)
+    again = s.last_requests
+    s.activate([r["adapter_id"] for r in again])  # type: ignore[union-attr]
     return [{"op": "remove_adapter", "adapter_id": y},
-            {"op": "add_adapter", "adapter_id": x, "rank": draw(st.integers(1, s.cfg.max_lora_rank))}]
+            {"op": "add_adapter", "adapter_id": x, "rank": draw(st.integers(1, s.cfg.max_lora_rank))},
+            {"op": "step", "requests": again}]
 
 
 @OPS.rule()
