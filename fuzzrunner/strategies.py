@@ -105,7 +105,8 @@ class OpSequence:
 
         @st.composite
         def draw_ops(draw) -> list:
-            state, out = make_state(), []
+            state = make_state()
+            out: list[dict] = []
             for r in self.initializers:
                 add(out, r.body(draw, state))
             while len(out) < max_ops:
