@@ -20,7 +20,7 @@ TARGET = Target(
     schema=SCHEMA,
     features=features,
     feature_space=FEATURE_SPACE,
-    # the minimal cases of the four planted faults, with the faults off: the paths where vLLM's
+    # the minimal cases of the five planted faults, with the faults off: the paths where vLLM's
     # LoRA dummy-run bugs lived (shipped as package data)
     seeds=os.path.join(os.path.dirname(__file__), "seeds"),
 )

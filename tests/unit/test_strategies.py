@@ -60,7 +60,7 @@ def test_every_generated_case_is_valid_and_the_slot_model_matches_the_adapter_ma
 
 def test_the_seed_cases_still_fit_the_schema():
     from fuzzrunner.corpus import load_any
-    assert len(TARGET.seed_files()) == 4
+    assert len(TARGET.seed_files()) == 5
     for path in TARGET.seed_files():
         TARGET.check_case(load_any(path)[0])
 
