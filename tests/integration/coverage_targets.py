@@ -1,4 +1,4 @@
-"""A user-style target for test_coverage.py: cheap cases, declared features, a log of the valid cases run.
+"""A user-style target for test_coverage_campaign.py: cheap cases, declared features, a log of the valid cases run.
 
 COVERAGE_LOG (the workers inherit it): each case that runs appends its JSON as one line.
 """
