@@ -72,6 +72,8 @@ def _campaign_options(p: argparse.ArgumentParser, profile: str) -> None:
     p.add_argument("--db", metavar="redis://HOST:PORT/N",
                    help="with --ray: the Hypothesis example database all shards share (default: the corpus' "
                         "database, served by this process)")
+    p.add_argument("--steer", action=argparse.BooleanOptionalAction, default=None,
+                   help="steer the search towards rarely reached features of the cases (Hypothesis target())")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -158,7 +160,7 @@ def _settings(args):
     s = profile(_profile_name(args))
     changes = dict(max_examples=args.max_examples, budget_s=args.budget, seed=args.seed, workers=args.workers,
                    device=args.device, sanitizer=args.sanitizer, case_timeout_s=args.case_timeout,
-                   max_ops=args.max_ops)
+                   max_ops=args.max_ops, steer=args.steer)
     if getattr(args, "oracle", None):
         changes["oracles"] = tuple(args.oracle)
     if getattr(args, "no_shrink", False):
@@ -266,10 +268,19 @@ def _summary(result, out) -> None:
         out.write("\n  " + render(f, indent="    ") + "\n")
     for f in result.flaky:
         out.write(f"\n  flaky (kept apart): {f.signature.short()}\n")
+    _coverage_line(result, out)
     for w in result.warnings:
         out.write(f"  warning: {w}\n")
     for e in result.errors:
         out.write(f"  ERROR: {e}\n")
+
+
+def _coverage_line(result, out) -> None:
+    """'N declared features never reached': a clean pass says nothing about states never reached."""
+    from .coverage import summary_line
+    coverage = getattr(result, "coverage", None)
+    if coverage is not None and (coverage.declared or coverage.features):
+        out.write(f"  {summary_line(coverage.to_dict())}\n")
 
 
 def _exit_code(results) -> int:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from .coverage import PYTEST_PROPERTY
 from .gpus import gpu_for_index, visible_gpus
 from .names import DEVICES, PROFILES, SANITIZERS
 
@@ -49,6 +50,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   type="linelist", default=[])
     parser.addini("fuzzrunner_pin_gpus", "pin each pytest-xdist worker to one GPU (default true)",
                   type="bool", default=True)
+    group.addoption("--fuzzrunner-show-coverage", dest="fuzzrunner_show_coverage", action="store_true",
+                    default=False, help="print each fuzz test's coverage table (features of its cases, and the "
+                                        "declared ones never reached) in the terminal summary")
+    parser.addini("fuzzrunner_show_coverage", "default for --fuzzrunner-show-coverage", type="bool", default=False)
 
 
 # -- one GPU per xdist worker -----------------------------------------------------------------
@@ -102,6 +107,9 @@ class _State:
         self.candidates: list[str] = []      # specs named by fuzz tests, loaded only if a name is missing
         self.replayer = None                 # one Replayer (a hub per target) shared by corpus items
         self.old_device: str | None = None   # FUZZRUNNER_DEVICE before --fuzzrunner-device set it
+        self.show_coverage = bool(config.getoption("fuzzrunner_show_coverage")
+                                  or config.getini("fuzzrunner_show_coverage"))
+        self.coverage: dict[str, dict] = {}  # test node id -> its campaign's coverage (from reports: xdist too)
         for line in config.getini("fuzzrunner_targets"):
             name, sep, spec = line.partition("=")
             if not sep or not name.strip() or not spec.strip():
@@ -171,6 +179,8 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "oracles, ...) over the --fuzzrunner-profile.")
     _pin_once(config)
     state = config.stash[_STATE] = _State(config)
+    if state.show_coverage:
+        config.pluginmanager.register(_CoverageCollector(state), "fuzzrunner-coverage")
     if state.device:
         state.old_device = os.environ.get("FUZZRUNNER_DEVICE")
         os.environ["FUZZRUNNER_DEVICE"] = state.device  # this process's replays and its workers alike
@@ -227,6 +237,36 @@ def pytest_runtest_call(item: pytest.Item):
     if campaign is not None and not campaign.checked:  # type: ignore[attr-defined]
         campaign.assert_no_findings()  # type: ignore[attr-defined]  # findings the test body never looked at still fail it
     return result
+
+
+# -- coverage in the terminal summary ---------------------------------------------------------
+
+class _CoverageCollector:
+    """Registered with --fuzzrunner-show-coverage: each fuzz test's coverage, from its reports (so from
+    xdist workers too)."""
+
+    def __init__(self, state: _State):
+        self.state = state
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, value in report.user_properties:
+            if name == PYTEST_PROPERTY and isinstance(value, dict):
+                self.state.coverage.setdefault(report.nodeid, value)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    state = config.stash.get(_STATE, None)
+    if state is None or not state.show_coverage:
+        return
+    terminalreporter.section("fuzzrunner coverage")
+    if not state.coverage:
+        terminalreporter.write_line("no fuzz test ran a campaign in this session")
+        return
+    from .coverage import table  # the standard library only: the plugin stays light
+    for nodeid, cov in state.coverage.items():
+        terminalreporter.write_line(f"{nodeid}:")
+        for line in table(cov):
+            terminalreporter.write_line("  " + line)
 
 
 # -- the corpus as regression tests -----------------------------------------------------------

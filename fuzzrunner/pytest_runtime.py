@@ -17,6 +17,7 @@ import pytest
 
 from . import names
 from .corpus import atomic_write, load_any, safe_name
+from .coverage import PYTEST_PROPERTY
 from .errors import HarnessError, InvalidArgument, InvalidCase
 from .finding import Finding, case_text, render
 
@@ -137,6 +138,10 @@ def run_marked_campaign(item: pytest.Item, marker, state) -> FuzzCampaign:
     except HarnessError as e:
         pytest.fail(f"the harness broke (this is not a finding): {e}", pytrace=False)
     item.user_properties.append(("fuzzrunner_cases", result.examples))
+    if state.show_coverage:  # only then: user properties also go into JUnit XML
+        cov = result.coverage.to_dict()
+        del cov["pairs"]  # the terminal table needs the counts only
+        item.user_properties.append((PYTEST_PROPERTY, cov))
     return FuzzCampaign(result, spec, state.profile, state.repro_dir, state.config.invocation_params.dir)
 
 

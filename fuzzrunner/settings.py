@@ -74,6 +74,12 @@ def _validate_max_ops(v):
         raise InvalidArgument(f"max_ops={v!r} must be an integer from 1 to 64.")
 
 
+def _validate_steer(v):
+    if not isinstance(v, bool):
+        raise InvalidArgument(f"steer={v!r} must be True or False (steer the search towards rarely reached "
+                              f"features of the target's cases).")
+
+
 @dataclass(frozen=True)
 class Settings:
     max_examples: int = 200
@@ -88,6 +94,7 @@ class Settings:
     max_ops: int = 8
     min_valid: int = 1             # fewer valid cases than this: the campaign tested nothing (exit 2)
     cpu_triage: bool = True        # replay each GPU finding on the CPU under the shadow oracle
+    steer: bool = False            # Hypothesis target() towards cases with rarely reached features (coverage.py)
 
     def __post_init__(self):
         if self.oracles is not None:

@@ -5,7 +5,8 @@ Built-in targets live in the repository's top-level ``targets/`` folder and impo
 ``package.module:OBJ``, where OBJ is a ``Target`` (or a callable returning one).
 
 The contract: ``cases(faults, *, max_ops)`` returns a Hypothesis strategy of ``Case``;
-``run(case, ctx)`` runs one; ``schema`` (a JSON Schema of ``{"config": ..., "ops": [...]}``)
+``run(case, ctx)`` runs one; ``features(case)`` names what a case exercises (coverage.py);
+``schema`` (a JSON Schema of ``{"config": ..., "ops": [...]}``)
 rejects malformed cases before any worker sees them, so bad input is never a finding.
 """
 
@@ -39,6 +40,8 @@ class Target:
     fault_descriptions: dict = field(default_factory=dict)  # {fault name: one line}
     schema: dict | None = None         # JSON Schema of {"config": {...}, "ops": [...]}
     seeds: str | None = None           # a folder of seed case files shipped with the target
+    features: Callable[..., Any] | None = None  # features(case) -> iterable of "name" or "name=value"
+    feature_space: tuple = ()          # every feature ``features`` can give: those never reached are reported
 
     def seed_files(self) -> list:
         """The target's own seed cases (replayed first by every campaign, after the corpus's)."""

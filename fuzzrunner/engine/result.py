@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..coverage import Coverage
 from ..settings import Settings
 
 # Why a campaign stopped.
@@ -34,6 +35,7 @@ class CampaignResult:
     stop_reason: str = ""
     warnings: list = field(default_factory=list)
     errors: list = field(default_factory=list)       # why the campaign could not finish cleanly
+    coverage: Coverage = field(default_factory=Coverage)  # features of the valid generated cases
 
     @property
     def valid(self) -> int:

@@ -18,6 +18,7 @@ from dataclasses import replace
 from .. import names
 from ..case import Case
 from ..corpus import Corpus
+from ..coverage import Coverage, features_of
 from ..errors import HarnessError, InvalidCase
 from ..finding import Finding, group
 from ..settings import Settings
@@ -72,6 +73,7 @@ class Shard:
                        timeout_s=settings.case_timeout_s)
         self.database = campaign_database(database, corpus, target.name, faults, settings.seed)
         self.result = R.CampaignResult(target.name, settings, seed, faults)
+        self.result.coverage = Coverage(tuple(target.feature_space), steering=settings.steer)
         self.start = time.monotonic()
         self._failing: set[str] = set()  # findings raised to Hypothesis in the current batch
         # Crash-aware search on a GPU: once a crash is known, each new case runs first on a CPU
@@ -156,25 +158,45 @@ class Shard:
             raise _Stop()
         r = self.result
         r.examples += 1
-        if not self._failing:
+        generating = not self._failing
+        if generating:
             r.generated += 1
+        features = self._observe(case)
         try:
             if self._known_crash(case):
                 r.known_crash_skips += 1
-                self._tick()
+                self._count(features, generating)
                 return
             violations = self.execute(case)
         except InvalidCase:
             from hypothesis import reject
-            if not self._failing:
+            if generating:
                 r.invalid += 1
             reject()
-        self._tick()
+        self._count(features, generating)
         live = [f for f, _ in self.record(violations, case) if f.id not in self.book.settled and not f.minimized] \
             if violations else []
         if live:
             self._failing.update(f.id for f in live)
             raise _found_class(live[0].id)(live[0].id, live[0].violation.message)
+
+    def _observe(self, case: Case) -> tuple:
+        """The case's features, as Hypothesis events; with ``steer``, its rarity as Hypothesis' target."""
+        if self.target.features is None:
+            return ()
+        from hypothesis import event, target
+        features = features_of(self.target.features, case, self.target.name)
+        for f in features:
+            event(f)
+        if self.settings.steer:
+            target(self.result.coverage.rarity(features), label="rarity of the case's rarest feature")
+        return features
+
+    def _count(self, features: tuple, generating: bool) -> None:
+        """A valid generated case counts towards coverage (shrinking revisits, it does not explore)."""
+        if generating:
+            self.result.coverage.add(features)
+        self._tick()
 
     def _tick(self) -> None:
         r = self.result
@@ -182,13 +204,17 @@ class Shard:
         self.emit({"type": "progress", "examples": r.examples, "generated": r.generated,
                    "findings": len(self.book.by_id), "elapsed": self.elapsed(), "shard": self.index})
 
+    def phases(self, *, first_batch: bool) -> list:
+        """Hypothesis phases of a batch: reuse (the database) first; target when steering; shrink if on."""
+        from hypothesis import Phase
+        return [Phase.reuse] * first_batch + [Phase.generate] + [Phase.target] * self.settings.steer \
+            + [Phase.shrink] * self.settings.shrink
+
     def _batch(self, batch: int, n: int, strategy) -> None:
-        from hypothesis import HealthCheck, Phase, Verbosity, given
+        from hypothesis import HealthCheck, Verbosity, given
         from hypothesis import seed as hseed
         from hypothesis import settings as hsettings
-        phases = [Phase.generate] + ([Phase.shrink] if self.settings.shrink else [])
-        if batch == 0:
-            phases = [Phase.reuse] + phases
+        phases = self.phases(first_batch=batch == 0)
         hs = hsettings(max_examples=n, deadline=None, database=self.database, phases=phases,
                        suppress_health_check=[HealthCheck.differing_executors],
                        verbosity=Verbosity.quiet, report_multiple_bugs=True, print_blob=False)

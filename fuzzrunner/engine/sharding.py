@@ -77,6 +77,7 @@ class Merger:
         for name in ("replayed", "quarantined", "warnings", "errors"):
             getattr(into, name).extend(getattr(r, name))
         into.timeline = _merge_timelines(into.timeline, r.timeline)
+        into.coverage.merge(r.coverage)
         into.flaky += [Finding.from_dict(d) for d in r.flaky]
         by_id = {f.id: f for f in into.findings}
         for d in r.findings:

@@ -217,7 +217,7 @@ def _run_section(run: dict, index: int, base: Path | None, previous: dict | None
             f'&middot; {run["worker_restarts"]} worker restart(s){corpus}')
     return (f'<section id="run-{index}"><h2>{_e(run["target"])}{_pill(len(run["findings"]))}</h2>'
             f'<p class="meta">{meta}</p>{_plot(run)}<h3>Findings</h3>{_findings(run, base)}'
-            f'{trend_section(run, previous)}</section>')
+            f'{trend_section(run, previous)}{_coverage(run)}</section>')
 
 
 def html_text(results, *, base: Path | None = None) -> str:
@@ -242,3 +242,84 @@ def html_text(results, *, base: Path | None = None) -> str:
 def write_html(results, path) -> Path:
     path = Path(path)
     return write_text(path, html_text(results, base=path.absolute().parent))
+
+
+# -- coverage of the case space (coverage.py) --------------------------------------------------
+
+_COVERAGE_CSS = (".cov-never{background:#ffebe9;border:1px solid #ff8182;border-radius:8px;padding:8px 12px;"
+                 "margin:0 0 12px}.cov-never b{color:#a40e26}.cov-bar{display:inline-block;height:9px;"
+                 "background:#0969da;border-radius:2px;vertical-align:0}tr.never td{background:#fff5f5;color:#a40e26}"
+                 ".heat{border-collapse:collapse;width:auto;font-size:10px}.heat td{width:15px;height:15px;padding:0;"
+                 "border:1px solid #eef1f4}.heat td.zero{background:#fff5f5}.heat th{font-size:10px;padding:0 4px;"
+                 "text-transform:none;letter-spacing:0;white-space:nowrap}.heat th.v{writing-mode:vertical-rl;"
+                 "transform:rotate(180deg);vertical-align:bottom;padding:4px 0}.heat th.never{color:#a40e26}")
+_HEAT_MAX = 60  # features in the heat map; more would make an unreadable page
+
+
+def _coverage_names(cov: dict) -> list:
+    return sorted(set(cov.get("declared", [])) | set(cov.get("features", {})))
+
+
+def _coverage_table(cov: dict) -> str:
+    cases, counts, never = cov["cases"], cov["features"], set(cov["never_reached"])
+    rows = []
+    for n in _coverage_names(cov):
+        c = counts.get(n, 0)
+        share = c / cases if cases else 0.0
+        rows.append(f'<tr{" class=never" if n in never else ""}>{_mono(n)}<td class="num">{c:,}</td>'
+                    f'<td class="num">{100 * share:.1f}%</td><td><span class="cov-bar" '
+                    f'style="width:{max(1, round(160 * share)) if c else 0}px"></span>'
+                    f'{" never reached" if n in never else ""}</td></tr>')
+    return ('<table><thead><tr><th>Feature</th><th class="num">Cases</th><th class="num">Share</th><th></th>'
+            f'</tr></thead><tbody>{"".join(rows)}</tbody></table>')
+
+
+def _heat_color(n: int, cases: int) -> str:
+    """White to the accent blue, on a log scale of the share of cases (rare pairs stay visible)."""
+    t = math.log1p(n) / math.log1p(max(cases, 1))
+    r, g, b = (round(255 + (c - 255) * t) for c in (9, 105, 218))
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def _heat_map(cov: dict) -> str:
+    """Feature x feature: how many cases had both (the diagonal: the feature); never together in pink."""
+    names = _coverage_names(cov)[:_HEAT_MAX]
+    counts, never, cases = cov["features"], set(cov["never_reached"]), cov["cases"]
+    pairs = {(a, b): n for a, b, n in cov["pairs"]}
+    head = "".join(f'<th class="v{" never" if n in never else ""}">{_e(n)}</th>' for n in names)
+    rows = []
+    for a in names:
+        cells = []
+        for b in names:
+            n = counts.get(a, 0) if a == b else pairs.get((min(a, b), max(a, b)), 0)
+            title = _e(a if a == b else f"{a} & {b}") + f": {n:,} case(s)"
+            style = f' style="background:{_heat_color(n, cases)}"' if n else ""
+            cells.append(f'<td{style if n else " class=zero"} title="{title}"></td>')
+        rows.append(f'<tr><th{" class=never" if a in never else ""}>{_e(a)}</th>{"".join(cells)}</tr>')
+    more = (f'<p class="meta">The first {_HEAT_MAX} of {len(_coverage_names(cov))} features.</p>'
+            if len(_coverage_names(cov)) > _HEAT_MAX else "")
+    return (f'<details open><summary>combinations reached (hover a cell; pink: never together)</summary>'
+            f'<div style="overflow:auto"><table class="heat"><thead><tr><th></th>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>{more}</details>')
+
+
+def _coverage(run: dict) -> str:
+    """The run's coverage: declared features never reached first (a clean pass on an unreached state
+    proves nothing about it), then each feature's count and the feature x feature heat map."""
+    cov = run.get("coverage")
+    if not cov:
+        return ""
+    never = cov["never_reached"]
+    steer = "steered towards rare features" if cov["steering"] else "not steered"
+    meta = (f'<p class="meta">{plural(cov["cases"], "valid generated case")}, '
+            f'{plural(len(cov["features"]), "feature")} reached; {steer}.</p>')
+    if not cov["declared"]:
+        warn = '<p class="meta">The target declares no feature space: unreached features cannot be named.</p>'
+    elif never:
+        warn = (f'<div class="cov-never"><b>{plural(len(never), "declared feature")} never reached:</b> '
+                f'{", ".join(f"<code>{_e(n)}</code>" for n in never)}. Findings say nothing about these '
+                f'states.</div>')
+    else:
+        warn = f'<p class="meta">All {len(cov["declared"])} declared features reached.</p>'
+    body = _coverage_table(cov) + (_heat_map(cov) if _coverage_names(cov) else "")
+    return f'<style>{_COVERAGE_CSS}</style><h3>Coverage</h3>{meta}{warn}{body}'

@@ -104,7 +104,14 @@ def _run_dict(r) -> dict:
             "stop_reason": r.stop_reason or "unknown", "generated": r.generated,
             "flaky": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.flaky],
             "quarantined": [{"path": p, "moved_to": m, "why": w} for p, m, w in r.quarantined],
-            "warnings": list(r.warnings), "errors": list(r.errors)}
+            "warnings": list(r.warnings), "errors": list(r.errors),
+            **_coverage_dict(r)}
+
+
+def _coverage_dict(r) -> dict:
+    """Which features of the case space the run reached (coverage.py); none from an old result."""
+    coverage = getattr(r, "coverage", None)
+    return {"coverage": coverage.to_dict()} if coverage is not None else {}
 
 
 def _finding_dict(f: Finding) -> dict:

@@ -31,6 +31,12 @@ class Faults:
     graph_freezes_active_loras: bool = _fault(
         """Capture freezes the active-LoRA grid width at 1, as #43139 forced `num_active_loras_cpu[0] = 1`;
         a replay with more distinct slots silently skips some adapters: wrong output, no crash.""")
+    mapping_cache_ignores_slot_changes: bool = _fault(
+        """The same-mapping shortcut of `set_mapping` compares only the adapter ids per token, not
+        whether slots were reassigned since (vLLM keeps `_last_mapping` across slot changes): an
+        adapter removed and re-added between two identical mappings lands in another slot, and the
+        kernels read the old one. A deep state: add two adapters, map both, map one, remove the
+        other, re-add the one, map it again.""")
 
     @classmethod
     def names(cls) -> list[str]:

@@ -74,7 +74,9 @@ class ModelRunner:
         self.adapters.activate(list(token_ids) + list(prompt_ids))
         mapping = LoRAMapping(tuple(token_ids), tuple(prompt_ids), is_prefill=True)
         p = self.punica
-        if mapping == self._last_mapping and self.adapters.slots_changed == self._last_slots_version:
+        same_slots = self.adapters.slots_changed == self._last_slots_version \
+            or self.faults.mapping_cache_ignores_slot_changes
+        if mapping == self._last_mapping and same_slots:
             p.token_meta.carry_over()
             p.prompt_meta.carry_over()
             tracking.carry_over(p.embeddings_indices)

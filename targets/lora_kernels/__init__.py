@@ -3,6 +3,7 @@
 from fuzzrunner.target import Target
 
 from .cases import cases
+from .features import FEATURE_SPACE, features
 from .run import run
 from .schema import SCHEMA
 
@@ -12,4 +13,6 @@ TARGET = Target(
     cases=cases,
     run=run,
     schema=SCHEMA,
+    features=features,
+    feature_space=FEATURE_SPACE,
 )

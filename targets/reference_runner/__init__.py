@@ -6,6 +6,7 @@ from fuzzrunner.runner import Faults
 from fuzzrunner.target import Target
 
 from .cases import cases
+from .features import FEATURE_SPACE, features
 from .run import run
 from .schema import SCHEMA
 
@@ -17,7 +18,9 @@ TARGET = Target(
     faults=tuple(Faults.names()),
     fault_descriptions=Faults.describe(),
     schema=SCHEMA,
-    # the minimal cases of the four planted faults, with the faults off: the paths where vLLM's
+    features=features,
+    feature_space=FEATURE_SPACE,
+    # the minimal cases of the five planted faults, with the faults off: the paths where vLLM's
     # LoRA dummy-run bugs lived (shipped as package data)
     seeds=os.path.join(os.path.dirname(__file__), "seeds"),
 )

@@ -1,8 +1,12 @@
-"""Hypothesis strategies for reference_runner cases.
+"""Hypothesis strategies for reference_runner cases: op sequences from the stateful builder.
 
-Draws are ordered so that shrinking reaches the minimal case: the op count first,
-then each op's kind (``dummy_run`` first, so a bug a dummy run shows shrinks to
-one), then small sizes; adapter id 0 ("no adapter") is everyone's simplest choice.
+Each op is drawn from the rules (``fuzzrunner.strategies.OpSequence``) that make sense in the
+state the earlier ops left: a replay once a graph is captured, a removal once an adapter is
+live. The adapter model (``AdapterSlots``) follows which slot each adapter holds, so batches
+often repeat the last mapping (or a part of it), re-add a live adapter, remove a resident one,
+or bring in one that must evict: the deep slot states where the ``_last_mapping`` shortcut and
+eviction bugs live. Rule order puts the simplest first (a 1-token warm-up dummy run), so a bug
+a dummy run shows shrinks to one; adapter id 0 ("no adapter") is everyone's simplest choice.
 """
 
 from __future__ import annotations
@@ -12,12 +16,10 @@ from hypothesis import strategies as st
 from fuzzrunner.case import Case
 from fuzzrunner.runner.config import RunnerConfig
 from fuzzrunner.runner.model_runner import DUMMY_KINDS
+from fuzzrunner.strategies import AdapterSlots, OpSequence
 
-# "warmup_1" is a 1-token warm-up dummy run with no further choices: the simplest op of all.
-# Later entries repeat kinds to weight them: adapters, steps and replays are what bugs need.
-OP_KINDS = ("warmup_1", "dummy_run", "step", "add_adapter", "capture", "replay", "remove_adapter",
-            "capture_replay", "add_adapter", "replay", "step", "capture_replay")
 MAX_ADAPTER_ID = 6
+GO_ON_ODDS = 11  # going on after an op is 11 times as likely as stopping: deep states need ~7 ops
 
 
 @st.composite
@@ -37,100 +39,129 @@ def runner_configs(draw, *, hidden_size: int = 32, vocab_size: int = 64) -> Runn
         seed=draw(st.integers(0, 3)))
 
 
+class RunnerState(AdapterSlots):
+    """The adapter slots, plus what else earlier ops left behind: captured sizes, the last batch."""
+
+    def __init__(self, cfg: RunnerConfig):
+        super().__init__(cfg.max_loras, range(1, MAX_ADAPTER_ID + 1))
+        self.cfg = cfg
+        self.captured: list[int] = []
+        self.last_requests: list[dict] | None = None
+        self.dummy_mapped = False  # a dummy run or capture programmed its own mapping since the last batch
+
+
 @st.composite
-def requests(draw, cfg: RunnerConfig, adapters: list[int], max_tokens: int) -> list[dict]:
-    """A batch: each request an adapter id (0 = none) and token ids; <= max_loras distinct adapters."""
-    n = draw(st.integers(1, max(1, min(4, cfg.max_num_reqs, max_tokens))))
-    budget, used, out = max_tokens, set(), []
-    for i in range(n):
-        if budget - (n - i - 1) < 1:
-            break
+def requests(draw, s: RunnerState, limit: int) -> list[dict]:
+    """A batch of at most ``limit`` tokens: the adapters from the model (the last batch again keeps its
+    tokens: the same mapping), each request 1..8 tokens."""
+    adapters = draw(s.batch(max_requests=max(1, min(4, s.cfg.max_num_reqs, limit))))
+    last = s.last_requests
+    if last is not None and adapters == [r["adapter_id"] for r in last] \
+            and sum(len(r["tokens"]) for r in last) <= limit:
+        s.activate(adapters)
+        return last
+    n = min(len(adapters), s.cfg.max_num_reqs, limit)
+    budget, out = limit, []
+    for i, a in enumerate(adapters[:n]):
         k = draw(st.integers(1, max(1, min(8, budget - (n - i - 1)))))
         budget -= k
-        a = draw(st.sampled_from(adapters + [0])) if adapters else 0  # registered adapters first
-        if a and a not in used and len(used) >= cfg.max_loras:
-            a = 0
-        if a:
-            used.add(a)
-        t0 = draw(st.integers(0, cfg.vocab_size - 1))
-        out.append({"adapter_id": a, "tokens": [(t0 + 7 * j) % cfg.vocab_size for j in range(k)]})
+        t0 = draw(st.integers(0, s.cfg.vocab_size - 1))
+        out.append({"adapter_id": a, "tokens": [(t0 + 7 * j) % s.cfg.vocab_size for j in range(k)]})
+    s.activate([r["adapter_id"] for r in out])
     return out
 
 
-class _OpState:
-    """What earlier ops of the case left behind: registered adapters, captured sizes, last batch."""
-
-    def __init__(self):
-        self.registered: dict[int, int] = {}
-        self.captured: list[int] = []
-        self.last_requests = None
+def _batch_op(draw, s: RunnerState, kind: str, limit: int) -> dict:
+    reqs = draw(requests(s, limit))
+    s.last_requests, s.dummy_mapped = reqs, False
+    return {"op": kind, "requests": reqs}
 
 
-@st.composite
-def runner_op(draw, cfg: RunnerConfig, state: _OpState) -> list[dict]:
-    """Usually one op; ``capture_replay`` is a capture and a replay that fits it, back to back."""
-    kind = draw(st.sampled_from(OP_KINDS))
-    if kind == "capture_replay":
-        capture = draw(_one_op(cfg, state, "capture"))
-        return [capture, draw(_one_op(cfg, state, "replay", limit=capture["size"]))]
-    return [draw(_one_op(cfg, state, kind))]
+def _capture(draw, s: RunnerState) -> dict:
+    size = draw(st.sampled_from(s.cfg.capture_sizes[::-1]))  # largest first: room for mixed batches
+    s.captured.append(size)
+    s.dummy_mapped = True  # a capture programs a dummy mapping
+    return {"op": "capture", "size": size}
 
 
-@st.composite
-def _one_op(draw, cfg: RunnerConfig, state: _OpState, kind: str, limit: int | None = None) -> dict:
-    if kind == "warmup_1":
-        return {"op": "dummy_run", "num_tokens": 1, "kind": "warmup"}
-    if kind == "dummy_run":
-        v = draw(st.integers(0, cfg.max_num_tokens * len(DUMMY_KINDS) - 1))
-        return {"op": "dummy_run", "num_tokens": v // len(DUMMY_KINDS) + 1, "kind": DUMMY_KINDS[v % len(DUMMY_KINDS)]}
-    if kind == "add_adapter" or (kind == "remove_adapter" and not state.registered):
-        aid = draw(st.integers(1, MAX_ADAPTER_ID))
-        rank = draw(st.integers(1, cfg.max_lora_rank))
-        state.registered[aid] = rank
-        return {"op": "add_adapter", "adapter_id": aid, "rank": rank}
-    if kind == "remove_adapter":
-        aid = draw(st.sampled_from(sorted(state.registered)))
-        del state.registered[aid]
-        return {"op": "remove_adapter", "adapter_id": aid}
-    if kind == "capture" or (kind == "replay" and not state.captured):  # a replay needs a graph first
-        size = draw(st.sampled_from(cfg.capture_sizes[::-1]))  # largest first: room for mixed batches
-        state.captured.append(size)
-        return {"op": "capture", "size": size}
-    return {"op": kind, "requests": draw(_batch(cfg, state, kind, limit))}
+OPS = OpSequence()
 
 
-@st.composite
-def _batch(draw, cfg: RunnerConfig, state: _OpState, kind: str, limit: int | None) -> list[dict]:
-    """A step's or a replay's requests; often the last batch again (the "same mapping" shortcut)."""
-    last = state.last_requests
-    if limit is None:
-        limit = max(state.captured) if kind == "replay" else cfg.max_num_tokens
-    if last is not None and draw(st.booleans()) \
-            and all(r["adapter_id"] in state.registered or r["adapter_id"] == 0 for r in last) \
-            and sum(len(r["tokens"]) for r in last) <= limit:
-        reqs = last
-    else:
-        reqs = draw(requests(cfg, sorted(state.registered), limit))
-    state.last_requests = reqs
-    return reqs
+@OPS.initialize
+def load_adapters(draw, s: RunnerState) -> list[dict]:
+    """The adapters a server starts with: none (the simplest) to 3, at most one more than there are slots."""
+    return [add_adapter(draw, s) for _ in range(draw(st.integers(0, s.slots + 1)))]
 
 
-@st.composite
-def runner_ops(draw, cfg: RunnerConfig, max_ops: int = 8) -> list[dict]:
-    """Ops drawn like a list (a continue choice before each further op) so shrinking can delete any op.
 
-    Going on is 3 times as likely as stopping (mean ~4 ops): bugs that need add, capture
-    and replay in order are reached, and 0 (stop) is still what shrinking goes to.
-    """
-    state, ops = _OpState(), []
-    while True:
-        ops += draw(runner_op(cfg, state))
-        if len(ops) >= max_ops or draw(st.integers(0, 3)) == 0:
-            return ops[:max_ops]
+@OPS.rule()
+def warmup_1(draw, s: RunnerState) -> dict:
+    """The simplest op of all: a 1-token warm-up dummy run."""
+    s.dummy_mapped = True  # it programs a mapping of its own
+    return {"op": "dummy_run", "num_tokens": 1, "kind": "warmup"}
+
+
+@OPS.rule()
+def dummy_run(draw, s: RunnerState) -> dict:
+    s.dummy_mapped = True
+    v = draw(st.integers(0, s.cfg.max_num_tokens * len(DUMMY_KINDS) - 1))
+    return {"op": "dummy_run", "num_tokens": v // len(DUMMY_KINDS) + 1, "kind": DUMMY_KINDS[v % len(DUMMY_KINDS)]}
+
+
+@OPS.rule(weight=lambda s: 12 if s.churned else 4)  # after a slot changed, most often a batch next
+def step(draw, s: RunnerState) -> dict:
+    return _batch_op(draw, s, "step", s.cfg.max_num_tokens)
+
+
+@OPS.rule(weight=3)
+def add_adapter(draw, s: RunnerState) -> dict:
+    aid = draw(s.adapter_to_add())
+    s.add(aid)
+    return {"op": "add_adapter", "adapter_id": aid, "rank": draw(st.integers(1, s.cfg.max_lora_rank))}
+
+
+@OPS.rule()
+def capture(draw, s: RunnerState) -> dict:
+    return _capture(draw, s)
+
+
+@OPS.rule(weight=2, precondition=lambda s: s.captured)
+def replay(draw, s: RunnerState) -> dict:
+    """Through the largest captured graph, or now and then wider than any (the runner falls back to eager)."""
+    return _batch_op(draw, s, "replay", draw(st.sampled_from([max(s.captured), s.cfg.max_num_tokens])))
+
+
+@OPS.rule(precondition=lambda s: s.live)
+def remove_adapter(draw, s: RunnerState) -> dict:
+    aid = draw(s.live_adapter())
+    s.remove(aid)
+    return {"op": "remove_adapter", "adapter_id": aid}
+
+
+@OPS.rule(weight=8, precondition=lambda s: s.movable() and not s.dummy_mapped)
+def move_adapter(draw, s: RunnerState) -> list[dict]:
+    """Remove an adapter outside the last batch, reload one of the batch's, and run the same batch
+    again: the reloaded adapter is in another slot under an identical mapping (the trap of the
+    ``_last_mapping`` shortcut, docs/background.md)."""
+    x, y = draw(st.sampled_from(s.movable()))
+    s.remove(y)
+    s.add(x)
+    again = s.last_requests
+    s.activate([r["adapter_id"] for r in again])  # type: ignore[union-attr]
+    return [{"op": "remove_adapter", "adapter_id": y},
+            {"op": "add_adapter", "adapter_id": x, "rank": draw(st.integers(1, s.cfg.max_lora_rank))},
+            {"op": "step", "requests": again}]
+
+
+@OPS.rule()
+def capture_replay(draw, s: RunnerState) -> list[dict]:
+    """A capture and a replay that fits it, back to back."""
+    op = _capture(draw, s)
+    return [op, _batch_op(draw, s, "replay", op["size"])]
 
 
 @st.composite
 def cases(draw, faults: tuple = (), *, max_ops: int = 8) -> Case:
     cfg = draw(runner_configs())
-    ops = draw(runner_ops(cfg, max_ops))
+    ops = draw(OPS.ops(lambda: RunnerState(cfg), max_ops=max_ops, go_on_odds=GO_ON_ODDS))
     return Case("reference_runner", cfg.to_dict(), tuple(ops), tuple(faults))

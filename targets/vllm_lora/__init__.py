@@ -73,7 +73,7 @@ def make_target():
     """The ``vllm_lora`` Target, adapted to the installed vLLM; HarnessError (one line) without one."""
     from fuzzrunner.target import Target
 
-    from . import cases, runner
+    from . import cases, features, runner
     a = load_api()
     entries = cases.ENTRIES if a.punica_cls else tuple(e for e in cases.ENTRIES if e != "punica")
     return Target(
@@ -85,6 +85,8 @@ def make_target():
         run=functools.partial(runner.run, api=a),
         faults=tuple(runner.FAULTS),
         fault_descriptions=dict(runner.FAULTS),
+        features=features.features,
+        feature_space=features.FEATURE_SPACE,
     )
 
 

@@ -20,6 +20,9 @@ EXPECTED = {  # fault -> (allowed kinds, tensor fragment)
 }
 REPRO_SCRIPT = {"dummy_run_skips_mapping", "graph_freezes_active_loras"}  # exported and run; the rest replayed
 SEEDS = {"graph_freezes_active_loras": "4"}  # seed 1 happens not to reach a capture-then-replay in 60 cases
+# From generated case 37 on (seed 1), the stateful strategy also shows this fault as numeric mismatches
+# (bgmv ignoring the no-LoRA flag in later steps): more findings, each shrunk, past the ci budget.
+EXAMPLES = {"stale_after_all_no_lora": "30"}
 MAPPING_BUFFERS = ("embeddings_indices", "token_lora_mapping", "active_lora_ids", "token_indices_sorted_by_lora_ids",
                    "num_tokens_per_lora", "lora_token_start_loc")
 
@@ -32,7 +35,7 @@ def fuzz(tmp_path, *extra, examples="60", seed="1"):
 
 @pytest.mark.parametrize("fault", sorted(EXPECTED))
 def test_each_fault_is_found_exported_and_reproduced(tmp_path, fault, capsys):
-    assert fuzz(tmp_path, "--fault", fault, seed=SEEDS.get(fault, "1")) == 1
+    assert fuzz(tmp_path, "--fault", fault, seed=SEEDS.get(fault, "1"), examples=EXAMPLES.get(fault, "60")) == 1
     report = json.loads((tmp_path / "r.json").read_text())
     [finding] = report["runs"][0]["findings"]
     kinds, tensor = EXPECTED[fault]

@@ -437,3 +437,24 @@ def test_xdist_on_the_cpu_runs_fuzz_tests_and_corpus_items_and_blames_a_crash_on
     result = run("-n", "2", "--fuzzrunner-profile", "ci", "--fuzzrunner-corpus", "corpus", subprocess=True)
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running*test_kills_its_worker*"])
+
+
+# -- coverage -------------------------------------------------------------------------------
+
+def test_show_coverage_prints_each_fuzz_tests_table_with_the_features_never_reached(run, pytester, monkeypatch):
+    counted = ROOT / "tests" / "integration" / "coverage_targets.py"
+    pytester.makepyfile(test_cov=f"""
+        import pytest
+
+        @pytest.mark.fuzzrunner(target={str(counted) + ':COUNTED'!r}, max_examples=6, shrink=False, seed=1)
+        def test_counted(fuzzrunner_campaign):
+            fuzzrunner_campaign.assert_no_findings()
+    """)
+    monkeypatch.setenv("COVERAGE_LOG", os.devnull)
+    result = run("test_cov.py", "--fuzzrunner-show-coverage", "--fuzzrunner-device", "cpu")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "fuzzrunner coverage" in out and "test_cov.py::test_counted:" in out
+    assert re.search(r"op=never +0 +0\.0%  NEVER REACHED", out)
+    assert re.search(r"op=a +[1-9]\d* ", out) and "declared feature(s) never reached: op=never" in out
+    assert "fuzzrunner coverage" not in run("test_cov.py", "--collect-only").stdout.str()

@@ -29,6 +29,9 @@ CASES = {
     "graph_freezes_active_loras": (
         [ADD, ADD2, {"op": "capture", "size": 8}, step((0, 2), (1, 2), (2, 2), op="replay")], "numeric",
         ("numeric-mismatch", "hidden", "replay"), "float64 reference"),
+    "mapping_cache_ignores_slot_changes": (  # 2 moves from slot 1 to slot 0 between two same mappings
+        [ADD, ADD2, step((1, 1), (2, 1)), step((2, 2)), {"op": "remove_adapter", "adapter_id": 1}, ADD2,
+         step((2, 2))], "numeric", ("numeric-mismatch", "hidden", "step"), "float64 reference"),
 }
 
 

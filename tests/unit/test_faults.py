@@ -183,7 +183,18 @@ def test_graph_freezes_active_loras_skips_adapters_on_replay(device, faulty):
     assert out.graph_size == 8 and matches_reference(runner, ref, out)
 
 
+@pytest.mark.parametrize("faulty", [False, True])
+def test_mapping_cache_ignores_slot_changes_reads_the_old_slot(device, faulty):
+    runner, ref = make(device, "mapping_cache_ignores_slot_changes", faulty)  # 1 in slot 0, 2 in slot 1
+    assert matches_reference(runner, ref, runner.execute_model([req(2, 1, 2)]))
+    runner.remove_adapter(1)            # slot 0 free
+    runner.add_adapter(2, 4)            # re-added (new weights): slot 1 freed too
+    out = runner.execute_model([req(2, 1, 2)])  # the same mapping; 2 now lands in slot 0
+    assert runner.adapters.lora_index_to_id[0] == 2
+    assert matches_reference(runner, ref, out) != faulty
+
+
 def test_faults_are_off_by_default():
     assert Faults().enabled() == []
-    assert Faults.names() == ["dummy_run_skips_mapping", "padding_not_mapped",
-                              "stale_after_all_no_lora", "graph_freezes_active_loras"]
+    assert Faults.names() == ["dummy_run_skips_mapping", "padding_not_mapped", "stale_after_all_no_lora",
+                              "graph_freezes_active_loras", "mapping_cache_ignores_slot_changes"]
