@@ -31,7 +31,8 @@ def test_the_report_coverage_counts_the_features_of_the_valid_cases_run(tmp_path
     ran = [Case.from_dict(json.loads(line)) for line in log.read_text().splitlines()]
     assert r.invalid > 0 and r.coverage.cases == r.valid == len(ran) > 0  # invalid cases never ran nor count
     features = [features_of(load_target(SPEC).features, c) for c in ran]
-    cov = report_dict(r)["coverage"]
+    [run] = report_dict(r)["runs"]  # schema 2: a campaign's report holds one run
+    cov = run["coverage"]
     assert cov["cases"] == len(ran) and cov["steering"] is True
     assert cov["features"] == dict(Counter(f for fs in features for f in fs))
     assert {(a, b): n for a, b, n in cov["pairs"]} == dict(Counter(p for fs in features for p in _pairs(fs)))
@@ -45,7 +46,7 @@ def _valid_against_the_published_schema(report: dict) -> None:
     schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "report.schema.json").read_text())
     jsonschema.validate(report, schema)
     broken = json.loads(json.dumps(report))
-    broken["coverage"]["pairs"][0][2] = "many"
+    broken["runs"][0]["coverage"]["pairs"][0][2] = "many"
     try:
         jsonschema.validate(broken, schema)
     except jsonschema.ValidationError:

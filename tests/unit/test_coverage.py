@@ -157,10 +157,10 @@ def test_the_cli_summary_says_how_many_declared_features_were_never_reached_and_
 
 def test_shards_coverage_adds_up_in_the_merged_campaign():
     from fuzzrunner.engine.result import CampaignResult
-    from fuzzrunner.engine.sharding import _Merger
+    from fuzzrunner.engine.sharding import Merger
     from fuzzrunner.settings import Settings
     merged = CampaignResult("counted", Settings(), 0, ())
-    merger = _Merger(2, None, merged)
+    merger = Merger(2, None, merged)
     for _ in range(2):
         merger.done(_result_with_coverage())
     assert merged.coverage.cases == 6 and merged.coverage.features["op=a"] == 6
