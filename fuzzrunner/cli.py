@@ -208,6 +208,13 @@ def _check_writable_file(p) -> None:
         raise InvalidArgument(f"cannot write {p!r}: {str(parent)!r} is not a directory.")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise InvalidArgument(f"cannot write {p!r}: permission denied.")
+    import tempfile
+    try:  # a real write: root passes every access check, and some file systems refuse new files
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".fuzzrunner-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise InvalidArgument(f"cannot write {p!r}: {e.strerror or e}.") from None
 
 
 def _check_cluster(args) -> None:
@@ -412,9 +419,10 @@ def _nightly_target(name, args, settings, per_budget, report_dir: Path, previous
     """One target of the nightly: fuzz it, write its own reports at once; (result or None, error)."""
     from .api import fuzz
     from .errors import FuzzrunnerError
-    progress = Progress(sys.stderr, settings, label=f"{name}: ", quiet=args.quiet, verbose=args.verbose)
     overrides = {k: v for k, v in settings.to_dict().items() if k != "oracles" or v is not None}
     overrides["budget_s"] = per_budget
+    progress = Progress(sys.stderr, settings.override(budget_s=per_budget), label=f"{name}: ", quiet=args.quiet,
+                        verbose=args.verbose)  # this target's share of the budget, for its ETA
     try:
         r = fuzz(name, profile=_profile_name(args), corpus=args.corpus, on_event=progress, ray=args.ray, db=args.db,
                  **overrides)
@@ -501,7 +509,7 @@ def cmd_faults(args) -> int:
     if not target.faults:
         print(f"target {target.name} has no planted faults")
     else:
-        print(f"planted faults of target {target.name} (turn one on with `fuzz --target {target.name} --fault NAME`):")
+        print(f"planted faults of target {target.name} (turn one on with `fuzz --target {args.target} --fault NAME`):")
     for name in target.faults:
         doc = target.fault_descriptions.get(name, "")
         print(f"{name:28} {doc.split('. ')[0].rstrip('.')}." if doc else name)

@@ -162,6 +162,12 @@ class Finding:
     def from_dict(cls, d: dict, *, source: str = "finding") -> Finding:
         if not isinstance(d, dict):
             raise InvalidCase(f"{source}: a finding must be a JSON object.")
+        if "violation" not in d:
+            what = ("a JSON report (its findings are files under the corpus: corpus/findings/ or "
+                    "corpus/expected/)" if "runs" in d or "provenance" in d
+                    else "a case file, not a finding (replay runs it)" if "ops" in d
+                    else "not a fuzzrunner finding (no \"violation\")")
+            raise InvalidCase(f"{source}: {what}.")
         if not isinstance(d.get("schema", 0), int) or d.get("schema", 0) > FINDING_SCHEMA:
             raise InvalidCase(f"{source}: finding schema {d.get('schema')!r} is newer than this fuzzrunner "
                               f"understands ({FINDING_SCHEMA}); upgrade fuzzrunner.")

@@ -101,8 +101,10 @@ def _summary(report_runs: list) -> str:
 
 
 def _href(repro: str, base: Path | None) -> str:
+    """The repro script's link, relative to the HTML file (a relative path is from the working directory)."""
     p = Path(repro)
-    if base is not None and p.is_absolute():
+    if base is not None:
+        p = Path(os.path.abspath(p))
         try:
             p = Path(os.path.relpath(p, base))
         except ValueError:  # another drive on Windows: keep it absolute

@@ -5,7 +5,8 @@ the *function* holding the bad access, never the line), per target. A finding of
 report that this run of the same target did not find is listed in the run's ``fixed`` (the
 corpus replays every known finding first, so a bug still there is found again). A target the
 previous report did not run has no fixed findings, and its findings are new; a target this
-report did not run is not compared at all (a skipped target is not a fix).
+report did not run is not compared at all (a skipped target is not a fix), nor is a run whose
+planted faults differ from the previous run's (a fault turned off is not a fix: a warning says so).
 
 ``history`` keeps a few counts of each earlier report (oldest first), so a chart can show
 findings over time without keeping old reports around.
@@ -24,13 +25,27 @@ def mark(report: dict, previous: dict, *, source: str = "") -> dict:
     """``report`` (current shape) with each finding's ``trend``, each run's ``fixed``, a
     ``previous`` reference, the ``history`` and the summary's trend counts; a new dict."""
     before = {r["target"]: r for r in previous["runs"]}
-    report_runs = [_mark_run(r, before.get(r["target"])) for r in report["runs"]]
+    report_runs = [_mark_run(r, before.get(r["target"])) if _comparable(r, before.get(r["target"]))
+                   else _not_compared(r, before[r["target"]]) for r in report["runs"]]
     out = {**report, "runs": report_runs, "summary": {**summary(report_runs), "trend": counts(report_runs)}}
     prov = previous.get("provenance") or {}
     out["previous"] = {"path": source, "written_at": prov.get("written_at"), "git": prov.get("git"),
                        "targets": sorted(before)}
     out["history"] = (list(previous.get("history") or []) + [history_entry(previous)])[-HISTORY:]
     return out
+
+
+def _comparable(run: dict, before: dict | None) -> bool:
+    """Runs of one target with different planted faults are not compared: a finding of a fault
+    turned off is not a fix."""
+    return before is None or sorted(before.get("faults") or []) == sorted(run.get("faults") or [])
+
+
+def _not_compared(run: dict, before: dict) -> dict:
+    note = (f"not compared with the previous report: its run of {run['target']} had planted faults "
+            f"[{', '.join(before.get('faults') or []) or 'none'}], this one "
+            f"[{', '.join(run.get('faults') or []) or 'none'}]")
+    return {**run, "warnings": [*run.get("warnings", []), note]}
 
 
 def _mark_run(run: dict, before: dict | None) -> dict:
@@ -63,7 +78,7 @@ def has_trend(report: dict) -> bool:
 def trend_text(run: dict, previous: dict | None = None) -> str:
     """A few lines for the terminal: the run's counts, then each new and fixed finding."""
     if "fixed" not in run:
-        return ""
+        return "".join(f"{run['target']}: {w}\n" for w in run.get("warnings", []) if w.startswith("not compared"))
     marks = [f.get("trend") for f in run["findings"]]
     when = f" (written {previous['written_at']})" if previous and previous.get("written_at") else ""
     lines = [f"{run['target']}: against the previous report{when}: {marks.count(NEW)} new, "

@@ -396,3 +396,22 @@ def test_reports_with_a_trend_validate_against_the_published_schema(tmp_path, fi
     data["runs"][0]["findings"][0]["trend"] = "reopened"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(data, schema)
+
+
+def test_a_repro_path_relative_to_the_working_directory_links_from_wherever_the_html_is(tmp_path, monkeypatch):
+    from fuzzrunner.report.html import _href
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out" / "deep").mkdir(parents=True)
+    assert _href("corpus/repro/t/a.py", tmp_path / "out" / "deep") == "../../corpus/repro/t/a.py"
+    assert _href("corpus/repro/t/a.py", tmp_path) == "corpus/repro/t/a.py"
+
+
+def test_runs_with_other_planted_faults_are_not_compared_and_a_warning_says_why(tmp_path, finding):
+    prev = load_report(write_json([campaign(finding)], tmp_path / "prev.json"))  # dummy_run_skips_mapping on
+    fault_off = CampaignResult("reference_runner", profile("ci"), 0, (), examples=5, duration_s=1.0)
+    [run] = build_report([fault_off], previous=prev)["runs"]
+    assert "fixed" not in run and run["findings"] == []  # turning a fault off is not a fix
+    [note] = run["warnings"]
+    assert note == ("not compared with the previous report: its run of reference_runner had planted faults "
+                    "[dummy_run_skips_mapping], this one [none]")
+    assert trend_text(run) == f"reference_runner: {note}\n"
