@@ -272,11 +272,15 @@ class _Driver:
                        settings=settings)
 
     def finish(self, merged: CampaignResult) -> None:
-        """Dead runs' counts and warnings into the result; every finding the writer holds, merged in."""
-        for index, run, message in self.deaths:
-            examples, generated = self.counts.get((index, run), (0, 0))
+        """The counts of runs that sent no result (dead, or cut short by an interrupt), and the dead
+        ones' warnings, into the result; every finding the writer holds, merged in."""
+        dead = {(index, run): message for index, run, message in self.deaths}
+        for key in sorted(set(self.counts) | set(dead)):
+            if key in self.finished:
+                continue
+            examples, generated = self.counts.get(key, (0, 0))
             part = CampaignResult(merged.target, merged.settings, merged.seed, merged.faults, examples=examples,
-                                  generated=generated, warnings=[message])
+                                  generated=generated, warnings=[dead[key]] if key in dead else [])
             self.merger.done(part)
         by_id = {f.id: f for f in merged.findings}
         # the writer's latest state of each finding; without a corpus, what the finding events showed

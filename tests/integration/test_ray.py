@@ -151,6 +151,6 @@ def test_an_interrupted_campaign_stops_its_shards_and_keeps_what_they_sent(clust
 
     r = fuzz(TARGET, faults=("planted", "slow"), corpus=tmp_path, ray=cluster.address, workers=2,
              max_examples=2000, seed=3, device="cpu", case_timeout_s=30, on_event=on_event)
-    assert r.stop_reason == "interrupted" and r.examples < 2000
+    assert r.stop_reason == "interrupted" and 0 < r.generated <= r.examples < 2000  # counted though cut short
     [f] = r.findings
     assert [Finding.load(p).id for p in _files(tmp_path)] == [f.id]
