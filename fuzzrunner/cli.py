@@ -310,9 +310,9 @@ def _load_previous(path: str | None) -> dict | None:
         raise InvalidArgument(f"--previous: {e} Pass the JSON report of an earlier run, or drop --previous.") from None
 
 
-def _report(results, previous: dict | None, previous_path: str | None) -> dict:
+def _report(results, previous: dict | None, previous_path: str | None, skipped: dict | None = None) -> dict:
     from .report import build_report
-    return build_report(results, previous=previous, previous_source=previous_path or "")
+    return build_report(results, previous=previous, previous_source=previous_path or "", skipped=skipped)
 
 
 def _print_trend(report: dict) -> None:
@@ -452,12 +452,13 @@ def cmd_nightly(args) -> int:
     _check_cluster(args)
     settings = _settings(args)
     previous = _load_previous(args.previous)
-    names_ = [n for n in BUILTIN if not _skipped(n, unavailable(n))]
+    skipped = {n: reason for n in BUILTIN if (reason := unavailable(n))}
+    names_ = [n for n in BUILTIN if not _skipped(n, skipped.get(n))]
     per = (settings.budget_s / len(names_)) if settings.budget_s else None
     results: list = []
     errors: list = []
     with _cluster(args):
-        _nightly_targets(names_, args, settings, per, report_dir, previous, results, errors)
+        _nightly_targets(names_, args, settings, per, report_dir, (previous, skipped), results, errors)
     for message in errors:
         print(f"fuzzrunner: error: {message}", file=sys.stderr)
     code = _exit_code(results)
@@ -473,7 +474,9 @@ def _cluster(args):
     return ray_session(args.ray)
 
 
-def _nightly_targets(names_, args, settings, per, report_dir: Path, previous, results: list, errors: list) -> None:
+def _nightly_targets(names_, args, settings, per, report_dir: Path, previous_and_skipped: tuple, results: list,
+                     errors: list) -> None:
+    previous, skipped = previous_and_skipped
     try:
         for name in names_:
             r, error = _nightly_target(name, args, settings, per, report_dir, previous)
@@ -483,7 +486,7 @@ def _nightly_targets(names_, args, settings, per, report_dir: Path, previous, re
                 break
     finally:  # the combined report, also after a failure or an interruption
         if results:
-            for p in _write_reports(_report(results, previous, args.previous), str(report_dir / "report.json"),
+            for p in _write_reports(_report(results, previous, args.previous, skipped), str(report_dir / "report.json"),
                                     str(report_dir / "junit.xml"), str(report_dir / "report.html")):
                 print(f"wrote {p}")
 

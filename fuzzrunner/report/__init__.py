@@ -19,9 +19,13 @@ __all__ = ["SCHEMA", "build_report", "failure_text", "html_text", "json_text", "
            "report_dict", "runs", "write_html", "write_json", "write_junit", "write_reports"]
 
 
-def build_report(results, *, previous: dict | None = None, previous_source: str = "") -> dict:
-    """The report dict; with ``previous`` (a loaded earlier report) each finding carries its trend."""
+def build_report(results, *, previous: dict | None = None, previous_source: str = "",
+                 skipped: dict[str, str] | None = None) -> dict:
+    """The report dict; with ``previous`` (a loaded earlier report) each finding carries its trend;
+    ``skipped``: targets that did not run, with why (a nightly's unavailable targets)."""
     report = report_dict(results)
+    if skipped:
+        report["skipped"] = [{"target": name, "reason": reason} for name, reason in sorted(skipped.items())]
     return mark(report, report_dict(previous), source=previous_source) if previous is not None else report
 
 

@@ -236,9 +236,18 @@ def html_text(results, *, base: Path | None = None) -> str:
             f'<style>{_CSS}{_TREND_CSS}</style></head><body><main><header><h1>fuzzrunner report</h1>'
             f'<p class="sub">{plural(total, "finding")} across {plural(len(report_runs), "target")} '
             f'&middot; generated {stamp}</p></header>'
-            f'{_summary(report_runs)}{history_section(report)}{body}<footer>fuzzrunner {_e(__version__)} '
+            f'{_summary(report_runs)}{_skipped(report)}{history_section(report)}{body}'
+            f'<footer>fuzzrunner {_e(__version__)} '
             f'&middot; report schema {SCHEMA}</footer></main></body></html>\n')
     return page.encode("ascii", "xmlcharrefreplace").decode("ascii")
+
+
+def _skipped(report: dict) -> str:
+    items = report.get("skipped") or []
+    if not items:
+        return ""
+    rows = "".join(f'<li><b>{_e(i["target"])}</b>: {_e(i["reason"])}</li>' for i in items)
+    return f'<section class="skipped"><h2>Not run</h2><ul>{rows}</ul></section>'
 
 
 def write_html(results, path) -> Path:

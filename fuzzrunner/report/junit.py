@@ -73,6 +73,12 @@ def junit_text(results) -> str:
             ET.SubElement(tc, "system-out").text = xml_safe(
                 f"fixed: in the previous report, not found by this run\n"
                 f"was: {f['message']}")
+    for item in (results.get("skipped", []) if isinstance(results, dict) else []):
+        suite = ET.SubElement(root, "testsuite", name=xml_safe(item["target"]), tests="1", failures="0",
+                              errors="0", skipped="1", time="0")
+        tc = ET.SubElement(suite, "testcase", classname=xml_safe(f"fuzzrunner.{item['target']}"),
+                           name=xml_safe(f"{item['target']}: fuzz campaign"), time="0")
+        ET.SubElement(tc, "skipped", message=xml_safe(item["reason"]))
     ET.indent(root)
     return ET.tostring(root, encoding="us-ascii", xml_declaration=True).decode("ascii") + "\n"
 

@@ -146,6 +146,26 @@ def test_nightly_writes_each_targets_report_as_it_ends_and_the_combined_one_afte
     assert "broken: worker could not set up" in one_error_line(capsys)
 
 
+def test_a_nightly_target_that_cannot_run_here_is_in_every_report_not_only_on_stderr(tmp_path, capsys, monkeypatch):
+    import xml.etree.ElementTree as ET
+
+    import fuzzrunner.api
+    import fuzzrunner.target
+    targets, real_fuzz = {"ok": spec("OK"), "gone": spec("OK")}, fuzzrunner.api.fuzz
+    monkeypatch.setattr(fuzzrunner.target, "BUILTIN", targets)
+    monkeypatch.setattr(fuzzrunner.target, "unavailable", lambda n: "vllm is not installed" if n == "gone" else None)
+    monkeypatch.setattr(fuzzrunner.api, "fuzz", lambda name, **kw: real_fuzz(targets[name], **kw))
+    reports = tmp_path / "reports"
+    assert main(["nightly", "--max-examples", "2", "--seed", "1", "-q", "--corpus", str(tmp_path / "corpus"),
+                 "--report-dir", str(reports)]) == 0
+    assert "skipping target gone: vllm is not installed" in capsys.readouterr().err
+    report = load_report(reports / "report.json")
+    assert report["skipped"] == [{"target": "gone", "reason": "vllm is not installed"}]
+    [case] = [s for s in ET.parse(reports / "junit.xml").getroot() if s.get("name") == "gone"][0].iter("testcase")
+    assert case.find("skipped").get("message") == "vllm is not installed"
+    assert "Not run" in (reports / "report.html").read_text()
+
+
 # -- 6. pre-flight ------------------------------------------------------------------------------
 
 def test_an_unwritable_corpus_or_report_path_exits_2_before_any_case_runs(tmp_path, capsys, monkeypatch):
