@@ -22,7 +22,7 @@ REPRO_SCRIPT = {"dummy_run_skips_mapping", "graph_freezes_active_loras"}  # expo
 SEEDS = {"graph_freezes_active_loras": "4"}  # seed 1 happens not to reach a capture-then-replay in 60 cases
 # From generated case 37 on (seed 1), the stateful strategy also shows this fault as numeric mismatches
 # (bgmv ignoring the no-LoRA flag in later steps): more findings, each shrunk, past the ci budget.
-EXAMPLES = {"stale_after_all_no_lora": "30"}
+EXAMPLES = {"stale_after_all_no_lora": "30", "dummy_run_skips_mapping": "20", "padding_not_mapped": "20"}  # found in 1-3
 MAPPING_BUFFERS = ("embeddings_indices", "token_lora_mapping", "active_lora_ids", "token_indices_sorted_by_lora_ids",
                    "num_tokens_per_lora", "lora_token_start_loc")
 
