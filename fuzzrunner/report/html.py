@@ -132,8 +132,8 @@ def _findings(run: dict, base: Path | None) -> str:
             f'<span class="meta">[{_e(s["tool"])}, {_e(f["id"])}]</span></div>{_window(f)}<details><summary>case '
             f'({plural(len(f["case"].get("ops", [])), "op")})</summary><pre>{_e(case_text(f["case"]))}</pre>'
             f'</details></td></tr>')
-    return ('<table><thead><tr><th>Kind</th><th>Tensor</th><th>Kernel</th><th>Location</th><th>Found after</th>'
-            f'<th>Minimized</th><th>Repro</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+    return ('<table class="findings"><thead><tr><th>Kind</th><th>Tensor</th><th>Kernel</th><th>Location</th>'
+            f'<th>Found after</th><th>Minimized</th><th>Repro</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
 def _window(f: dict) -> str:

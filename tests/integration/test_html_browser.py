@@ -61,9 +61,13 @@ def _finding(tensor: str, kind: str = "uninitialized-read", line: int = 103, **d
 
 
 def _campaign(findings, examples=40) -> CampaignResult:
-    return CampaignResult("reference_runner", profile("ci"), 3, (), examples=examples, generated=examples,
-                          duration_s=8.0, findings=findings, stop_reason="max-examples",
-                          timeline=[(0.2 * i, i, int(i >= 4) * len(findings)) for i in range(1, examples + 1)])
+    r = CampaignResult("reference_runner", profile("ci"), 3, (), examples=examples, generated=examples,
+                       duration_s=8.0, findings=findings, stop_reason="max-examples",
+                       timeline=[(0.2 * i, i, int(i >= 4) * len(findings)) for i in range(1, examples + 1)])
+    r.coverage.declared = ("op=step", "op=dummy_run", "op=capture")
+    for i in range(examples):  # every case steps, every other one has a dummy run; none captures
+        r.coverage.add(("op=step",) + (("op=dummy_run",) if i % 2 else ()))
+    return r
 
 
 WINDOW = {"at": [0], "start": 15, "stop": 22, "worst": 18, "expected": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],
@@ -89,7 +93,7 @@ def test_the_report_renders_in_chromium_without_errors_and_its_parts_work(page, 
     page.goto(report_file.as_uri())
     assert page.title() == "fuzzrunner: 2 findings in 1 target"
 
-    rows = page.locator("section#run-0 table:not(.trend-table) > tbody > tr:not(.detail)")
+    rows = page.locator("section#run-0 table.findings > tbody > tr:not(.detail)")
     assert rows.count() == 2
     assert rows.nth(0).locator(".kind").is_visible() and rows.nth(0).locator(".trend").inner_text() == "still open"
     assert rows.nth(1).locator(".trend").inner_text() == "new"
@@ -115,6 +119,11 @@ def test_the_report_renders_in_chromium_without_errors_and_its_parts_work(page, 
     assert chart.is_visible() and box and box["width"] > 300 and box["height"] > 60
     assert len(chart.locator("polyline").get_attribute("points").split()) > 10
     assert chart.locator("circle").count() == 2  # a marker per finding
+
+    coverage = page.locator("section#run-0 .cov-never")  # the declared feature no case reached
+    assert coverage.is_visible() and "op=capture" in coverage.inner_text()
+    assert page.locator("section#run-0 tr.never").first.is_visible()
+    assert page.locator("section#run-0 table.heat").is_visible()
 
     history = page.locator("svg.history")
     assert history.is_visible() and history.locator("circle").count() == 3 and history.locator("polyline").count() == 1
