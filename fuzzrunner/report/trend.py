@@ -5,8 +5,8 @@ the *function* holding the bad access, never the line), per target. A finding of
 report that this run of the same target did not find is listed in the run's ``fixed`` (the
 corpus replays every known finding first, so a bug still there is found again). A target the
 previous report did not run has no fixed findings, and its findings are new; a target this
-report did not run is not compared at all (a skipped target is not a fix), nor is a run whose
-planted faults differ from the previous run's (a fault turned off is not a fix: a warning says so).
+report did not run is not compared at all (a skipped target is not a fix). A run whose planted
+faults differ from the previous run's is compared with a warning (turning a fault off rehearses a fix).
 
 ``history`` keeps a few counts of each earlier report (oldest first), so a chart can show
 findings over time without keeping old reports around.
@@ -26,7 +26,8 @@ def mark(report: dict, previous: dict, *, source: str = "") -> dict:
     ``previous`` reference, the ``history`` and the summary's trend counts; a new dict."""
     before = {r["target"]: r for r in previous["runs"]}
     report_runs = [_mark_run(r, before.get(r["target"])) if _comparable(r, before.get(r["target"]))
-                   else _not_compared(r, before[r["target"]]) for r in report["runs"]]
+                   else _faults_differ(_mark_run(r, before[r["target"]]), before[r["target"]])
+                   for r in report["runs"]]
     out = {**report, "runs": report_runs, "summary": {**summary(report_runs), "trend": counts(report_runs)}}
     prov = previous.get("provenance") or {}
     out["previous"] = {"path": source, "written_at": prov.get("written_at"), "git": prov.get("git"),
@@ -36,15 +37,15 @@ def mark(report: dict, previous: dict, *, source: str = "") -> dict:
 
 
 def _comparable(run: dict, before: dict | None) -> bool:
-    """Runs of one target with different planted faults are not compared: a finding of a fault
-    turned off is not a fix."""
     return before is None or sorted(before.get("faults") or []) == sorted(run.get("faults") or [])
 
 
-def _not_compared(run: dict, before: dict) -> dict:
-    note = (f"not compared with the previous report: its run of {run['target']} had planted faults "
+def _faults_differ(run: dict, before: dict) -> dict:
+    """Runs of one target with different planted faults are compared (turning a planted fault off
+    is how a fix is rehearsed), with a warning that says so."""
+    note = (f"the previous report's run of {run['target']} had planted faults "
             f"[{', '.join(before.get('faults') or []) or 'none'}], this one "
-            f"[{', '.join(run.get('faults') or []) or 'none'}]")
+            f"[{', '.join(run.get('faults') or []) or 'none'}]: fixed and new follow the faults switched")
     return {**run, "warnings": [*run.get("warnings", []), note]}
 
 
@@ -78,13 +79,14 @@ def has_trend(report: dict) -> bool:
 def trend_text(run: dict, previous: dict | None = None) -> str:
     """A few lines for the terminal: the run's counts, then each new and fixed finding."""
     if "fixed" not in run:
-        return "".join(f"{run['target']}: {w}\n" for w in run.get("warnings", []) if w.startswith("not compared"))
+        return ""
     marks = [f.get("trend") for f in run["findings"]]
     when = f" (written {previous['written_at']})" if previous and previous.get("written_at") else ""
     lines = [f"{run['target']}: against the previous report{when}: {marks.count(NEW)} new, "
              f"{marks.count(OPEN)} still open, {len(run['fixed'])} fixed"]
     lines += [f"  new: {_short(f)} ({f['id']})" for f in run["findings"] if f.get("trend") == NEW]
     lines += [f"  fixed: {_short(f)} ({f['id']})" for f in run["fixed"]]
+    lines += [f"  note: {w}" for w in run.get("warnings", []) if "planted faults" in w and "switched" in w]
     return "\n".join(lines) + "\n"
 
 

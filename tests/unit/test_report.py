@@ -406,12 +406,14 @@ def test_a_repro_path_relative_to_the_working_directory_links_from_wherever_the_
     assert _href("corpus/repro/t/a.py", tmp_path) == "corpus/repro/t/a.py"
 
 
-def test_runs_with_other_planted_faults_are_not_compared_and_a_warning_says_why(tmp_path, finding):
+def test_runs_with_other_planted_faults_are_compared_with_a_warning_that_says_so(tmp_path, finding):
     prev = load_report(write_json([campaign(finding)], tmp_path / "prev.json"))  # dummy_run_skips_mapping on
     fault_off = CampaignResult("reference_runner", profile("ci"), 0, (), examples=5, duration_s=1.0)
     [run] = build_report([fault_off], previous=prev)["runs"]
-    assert "fixed" not in run and run["findings"] == []  # turning a fault off is not a fix
+    assert [f["id"] for f in run["fixed"]] == [finding.id]  # turning the fault off rehearses the fix
     [note] = run["warnings"]
-    assert note == ("not compared with the previous report: its run of reference_runner had planted faults "
-                    "[dummy_run_skips_mapping], this one [none]")
-    assert trend_text(run) == f"reference_runner: {note}\n"
+    assert note == ("the previous report's run of reference_runner had planted faults [dummy_run_skips_mapping], "
+                    "this one [none]: fixed and new follow the faults switched")
+    assert trend_text(run).splitlines()[-1] == f"  note: {note}"
+    same = build_report([campaign(finding)], previous=prev)["runs"][0]
+    assert not any("planted faults" in w for w in same["warnings"])
