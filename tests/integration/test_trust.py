@@ -213,11 +213,22 @@ def _end(mark: str) -> None:
             pass
 
 
-def _start_slow_campaign(tmp_path, *extra):
-    """``python -m fuzzrunner fuzz`` on a target whose cases sleep 60 s; returns once a case runs."""
+@pytest.fixture
+def short_tmp():
+    """A TMPDIR short enough that the hub's AF_UNIX socket paths fit in it (under pytest's deep
+    tmp_path, a long pid sends them to /tmp instead, and the test would look in the wrong place)."""
+    import shutil
+    import tempfile
+    d = Path(tempfile.mkdtemp(prefix="fzr-t", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _start_slow_campaign(tmp_path, tmp: Path, *extra):
+    """``python -m fuzzrunner fuzz`` on a target whose cases sleep 60 s (TMPDIR ``tmp``); returns
+    once a case runs."""
     mark, started = uuid.uuid4().hex, tmp_path / "started"
-    (tmp_path / "tmp").mkdir()
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path / "tmp"), FUZZRUNNER_TEST_MARK=mark,
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp), FUZZRUNNER_TEST_MARK=mark,
                TRUST_MARK_FILE=str(started), TRUST_SLEEP_S="60")
     with open(tmp_path / "out.txt", "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "fuzzrunner", "fuzz", "--target", spec("OK"),
@@ -233,8 +244,8 @@ def _start_slow_campaign(tmp_path, *extra):
     return proc, mark
 
 
-def test_sigterm_stops_the_campaign_with_a_partial_report_and_nothing_left(tmp_path):
-    proc, mark = _start_slow_campaign(tmp_path, "--report", str(tmp_path / "r.json"))
+def test_sigterm_stops_the_campaign_with_a_partial_report_and_nothing_left(tmp_path, short_tmp):
+    proc, mark = _start_slow_campaign(tmp_path, short_tmp, "--report", str(tmp_path / "r.json"))
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     try:
@@ -249,11 +260,12 @@ def test_sigterm_stops_the_campaign_with_a_partial_report_and_nothing_left(tmp_p
     assert took < 30, f"took {took:.1f} s to stop"  # not waiting for the 60 s case to end
     assert report(tmp_path)["stop_reason"] == "interrupted" and "stopped: interrupted" in out
     assert left == []
-    assert not list((tmp_path / "tmp").glob("fzr-hub-*"))
+    assert not list(short_tmp.glob("fzr-hub-*"))
 
 
-def test_kill_9_of_the_campaign_takes_its_workers_with_it_and_the_next_hub_sweeps_its_dir(tmp_path, monkeypatch):
-    proc, mark = _start_slow_campaign(tmp_path)
+def test_kill_9_of_the_campaign_takes_its_workers_with_it_and_the_next_hub_sweeps_its_dir(tmp_path, monkeypatch,
+                                                                                           short_tmp):
+    proc, mark = _start_slow_campaign(tmp_path, short_tmp)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + 10
@@ -262,7 +274,7 @@ def test_kill_9_of_the_campaign_takes_its_workers_with_it_and_the_next_hub_sweep
     left = _marked(mark)
     _end(mark)
     assert left == []
-    tmp = tmp_path / "tmp"
+    tmp = short_tmp
     assert list(tmp.glob("fzr-hub-*")), "the killed campaign's hub dir (nothing could remove it)"
     import tempfile
 
