@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from fuzzrunner.targets.reference_runner import TARGET as REFERENCE
+from fuzzrunner.targets.reference_runner.cases import runner_configs  # the configs are not what differs
 from hypothesis import strategies as st
 
 from fuzzrunner.case import Case
@@ -25,23 +26,6 @@ from fuzzrunner.runner.model_runner import DUMMY_KINDS
 OP_KINDS = ("warmup_1", "dummy_run", "step", "add_adapter", "capture", "replay", "remove_adapter",
             "capture_replay", "add_adapter", "replay", "step", "capture_replay")
 MAX_ADAPTER_ID = 6
-
-
-@st.composite
-def runner_configs(draw, *, hidden_size: int = 32, vocab_size: int = 64) -> RunnerConfig:
-    max_loras = draw(st.integers(1, 4))
-    max_num_tokens = draw(st.sampled_from([8, 16, 32]))
-    sizes = [s for s in (1, 2, 4, 8, 16, 32) if s <= max_num_tokens]
-    capture_sizes = draw(st.lists(st.sampled_from(sizes), min_size=1, max_size=len(sizes), unique=True))
-    return RunnerConfig(
-        max_loras=max_loras,
-        max_lora_rank=draw(st.sampled_from([8, 16, 4, 1])),
-        max_num_tokens=max_num_tokens,
-        max_num_reqs=draw(st.integers(1, min(8, max_num_tokens))),
-        capture_sizes=tuple(sorted(capture_sizes)),
-        vocab_size=vocab_size, hidden_size=hidden_size,
-        specialize_active_lora=draw(st.booleans()),
-        seed=draw(st.integers(0, 3)))
 
 
 @st.composite

@@ -458,7 +458,10 @@ def cmd_nightly(args) -> int:
     results: list = []
     errors: list = []
     with _cluster(args):
-        _nightly_targets(names_, args, settings, per, report_dir, (previous, skipped), results, errors)
+        try:
+            _nightly_targets(names_, args, settings, per, report_dir, previous, results, errors)
+        finally:  # the combined report, also after a failure or an interruption
+            _write_combined(results, previous, args, skipped, report_dir)
     for message in errors:
         print(f"fuzzrunner: error: {message}", file=sys.stderr)
     code = _exit_code(results)
@@ -474,21 +477,20 @@ def _cluster(args):
     return ray_session(args.ray)
 
 
-def _nightly_targets(names_, args, settings, per, report_dir: Path, previous_and_skipped: tuple, results: list,
-                     errors: list) -> None:
-    previous, skipped = previous_and_skipped
-    try:
-        for name in names_:
-            r, error = _nightly_target(name, args, settings, per, report_dir, previous)
-            results += [r] if r is not None else []
-            errors += [error] if error else []
-            if r is not None and r.stop_reason == "interrupted":
-                break
-    finally:  # the combined report, also after a failure or an interruption
-        if results:
-            for p in _write_reports(_report(results, previous, args.previous, skipped), str(report_dir / "report.json"),
-                                    str(report_dir / "junit.xml"), str(report_dir / "report.html")):
-                print(f"wrote {p}")
+def _nightly_targets(names_, args, settings, per, report_dir: Path, previous, results: list, errors: list) -> None:
+    for name in names_:
+        r, error = _nightly_target(name, args, settings, per, report_dir, previous)
+        results += [r] if r is not None else []
+        errors += [error] if error else []
+        if r is not None and r.stop_reason == "interrupted":
+            break
+
+
+def _write_combined(results: list, previous, args, skipped: dict, report_dir: Path) -> None:
+    if results:
+        for p in _write_reports(_report(results, previous, args.previous, skipped), str(report_dir / "report.json"),
+                                str(report_dir / "junit.xml"), str(report_dir / "report.html")):
+            print(f"wrote {p}")
 
 
 def _skipped(name: str, reason: str | None) -> bool:

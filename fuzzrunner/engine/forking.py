@@ -48,14 +48,9 @@ class Zygote:
 
     def _hand_shake(self, timeout_s: float) -> socket.socket:
         deadline = time.monotonic() + timeout_s
-        self.server.settimeout(1.0)
-        while True:
-            try:
-                conn, _ = self.server.accept()
-                break
-            except TimeoutError:
-                if self.proc.poll() is not None or time.monotonic() >= deadline:
-                    raise HarnessError("the zygote did not start") from None
+        conn = protocol.accept(self.server, self.proc, deadline)
+        if conn is None:
+            raise HarnessError("the zygote did not start")
         conn.settimeout(max(deadline - time.monotonic(), 1.0))
         try:
             msg = protocol.recv(conn)

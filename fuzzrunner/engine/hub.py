@@ -129,7 +129,7 @@ class Worker:
     def __init__(self, spec: WorkerSpec, *, connect: bool = True, zygote: Zygote | None = None):
         """Start the process (forked by ``zygote`` if given); with ``connect`` also wait for its
         hand-shake (else call ``connect``)."""
-        self.spec, self.forked = spec, zygote is not None
+        self.spec = spec
         self.sock: socket.socket | None = None
         self._dir = _hub_dir()
         self.path = os.path.join(self._dir, "s")
@@ -168,19 +168,12 @@ class Worker:
 
     def _accept(self) -> socket.socket:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        self.server.settimeout(1.0)
-        while True:
-            try:
-                conn, _ = self.server.accept()
-                break
-            except TimeoutError:
-                if self.proc.poll() is not None:
-                    raise HarnessError(f"worker exited during start-up ({_signal_name(self.proc.returncode)}); "
-                                       f"its output: {self.tail()}") from None
-                if time.monotonic() >= deadline:
-                    raise HarnessError(f"worker did not start within {STARTUP_TIMEOUT_S:.0f} s; "
-                                       f"its output: {self.tail()}") from None
-        conn.settimeout(None)
+        conn = protocol.accept(self.server, self.proc, deadline)
+        if conn is None and self.proc.poll() is not None:
+            raise HarnessError(f"worker exited during start-up ({_signal_name(self.proc.returncode)}); "
+                               f"its output: {self.tail()}")
+        if conn is None:
+            raise HarnessError(f"worker did not start within {STARTUP_TIMEOUT_S:.0f} s; its output: {self.tail()}")
         msg = self._recv(conn, deadline - time.monotonic())
         if msg is None or msg.get("type") != "ready":
             conn.close()
@@ -476,9 +469,16 @@ class Hub:
     def _drop_zygote(self, why: str) -> None:
         """From now on this hub starts its workers directly."""
         self._use_zygote, self.zygote_error = False, why
+        self._discard_spares()
+        self._close_zygote()
+
+    def _discard_spares(self) -> None:
         for spare in self._spares:
             spare.discard()
         self._spares = []
+
+    def _close_zygote(self) -> None:
+        """Its forked workers die with it: close or drop them first."""
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
@@ -541,15 +541,11 @@ class Hub:
                                f"the target crashes on nearly every case: fix it or raise the limit.")
 
     def close(self) -> None:
-        for spare in self._spares:
-            spare.discard()
-        self._spares = []
+        self._discard_spares()
         if self.worker is not None:
             self.worker.close()
             self.worker = None
-        if self._zygote is not None:
-            self._zygote.close()
-            self._zygote = None
+        self._close_zygote()
 
     def __enter__(self) -> Hub:
         return self

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 from typing import Any, Literal, TypedDict
 
 _HEADER = struct.Struct("!I")
@@ -97,3 +98,18 @@ def recv(sock: socket.socket) -> dict:
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
         raise ValueError(f"malformed message: {str(msg)[:200]}")
     return msg
+
+
+def accept(server: socket.socket, proc, deadline: float) -> socket.socket | None:
+    """The first connection to ``server`` from the starting process ``proc`` (a blocking socket);
+    None once ``proc`` has exited or ``deadline`` (monotonic) has passed."""
+    server.settimeout(1.0)
+    while True:
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            if proc.poll() is not None or time.monotonic() >= deadline:
+                return None
+            continue
+        conn.settimeout(None)
+        return conn
