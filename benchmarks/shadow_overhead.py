@@ -21,11 +21,15 @@ import time
 os.environ.setdefault("FUZZRUNNER_DEVICE", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from fuzzrunner import _env  # noqa: E402
+
+_env.configure()  # TRITON_INTERPRET must be set before Triton is imported (triton.language's own jit helpers)
+
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from fuzzrunner import _env, tracking  # noqa: E402  (sets TRITON_INTERPRET before Triton loads)
+from fuzzrunner import tracking  # noqa: E402
 from fuzzrunner.kernels import KernelConfig, lora_bgmv, lora_expand, lora_shrink  # noqa: E402
 from fuzzrunner.oracles.shadow import ShadowOracle  # noqa: E402
 from fuzzrunner.runner.kernel_meta import LoRAKernelMeta  # noqa: E402
