@@ -8,6 +8,8 @@ cannot be read is quarantined and the campaign goes on.
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..errors import InvalidCase
 
 
@@ -44,7 +46,9 @@ def _in(corpus, path) -> bool:
 
 
 def _seed_entries(shard, bad) -> list:
-    """The target's own seed cases: a bad one is reported, never moved (it is not the user's file)."""
+    """The target's own seed cases: a bad one is reported, never moved (it is not the user's file).
+    A seed case that plants no fault of its own runs with the campaign's planted faults: it is a
+    starting shape for this campaign, like a generated case."""
     from ..corpus import load_any
     out = []
     for path in shard.target.seed_files():
@@ -53,5 +57,7 @@ def _seed_entries(shard, bad) -> list:
         except InvalidCase as e:
             bad(path, None, e)
             continue
+        if finding is None and not case.faults:
+            case = dataclasses.replace(case, faults=tuple(shard.faults))
         out.append((path, case, finding))
     return out

@@ -135,3 +135,13 @@ def test_a_deep_tmpdir_still_gives_a_socket_path_short_enough_for_af_unix(tmp_pa
     finally:
         import shutil
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_the_targets_seed_cases_run_with_the_campaigns_planted_faults(tmp_path):
+    """A seed case is a starting shape for this campaign: under --fault it runs with that fault,
+    so the seed that is the bug's shape finds it before any generated case."""
+    settings = Settings(max_examples=1, seed=3, device="cpu", shrink=False)
+    r = run_campaign("reference_runner", settings, faults=("dummy_run_skips_mapping",), corpus_dir=tmp_path)
+    hits = [p for p, _, hit in r.replayed if hit]
+    assert any(p.endswith("dummy_run_first.json") for p in hits), r.replayed
+    assert [f.case.faults for f in r.findings] == [("dummy_run_skips_mapping",)]
