@@ -2,7 +2,8 @@
 # Issue 14's GPU checks, one mode per 10-minute device call:
 #   bash scripts/gpu_issue14.sh faults      # the four faults on cuda, seed 3, 200 examples, no shrink; a clean run
 #   bash scripts/gpu_issue14.sh crashing    # the two crashing faults again (crash-aware search), within a budget
-#   bash scripts/gpu_issue14.sh sanitizer   # faults under initcheck; crash_throughput on cuda and cpu
+#   bash scripts/gpu_issue14.sh sanitizer   # faults under initcheck (SANITIZER_FAULTS); crash_throughput on cuda and cpu
+#                                           # (NO_BENCH=1 leaves the benchmark out)
 #   bash scripts/gpu_issue14.sh zygote      # crash_throughput's zygote rows on cuda; the crashing faults
 # Prints each campaign's summary (findings with their CPU triage) and its wall time.
 set -uo pipefail
@@ -34,9 +35,10 @@ case "${1:-faults}" in
     timeout 100 python3 benchmarks/crash_throughput.py --device cuda --cases 40 --work-ms 50
     ;;
   sanitizer)
-    for f in dummy_run_skips_mapping stale_after_all_no_lora; do
+    for f in ${SANITIZER_FAULTS:-$FAULTS}; do
       run "initcheck_$f" 110 --sanitizer initcheck --fault "$f" --seed 3 --max-examples 40 --no-shrink -q --budget 90
     done
+    [ -n "${NO_BENCH:-}" ] && exit 0
     timeout 150 python3 benchmarks/crash_throughput.py --device cuda --cases 60 --work-ms 50
     timeout 120 python3 benchmarks/crash_throughput.py --device cpu --cases 40 --work-ms 200
     ;;
