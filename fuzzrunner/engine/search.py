@@ -120,8 +120,15 @@ class Shard:
         again = self.hub.run(case).violations
         if any(a.kind in ("crash", "timeout") for a in again):
             return True
-        finding.flaky = True
         self.book.drop(finding.id)
+        if any(names.KINDS[a.kind].memory and a.kind != "sanitizer-error" for a in again):
+            # the rerun shows the case's memory error without the death (a garbage index need not
+            # kill every run): that error is the finding, the death one of its sites
+            self.record([*again, v], case)
+            return False
+        if again:
+            self.record(again, case)
+        finding.flaky = True
         self.result.flaky.append(finding)
         self.emit({"type": "warning", "message": f"flaky: {finding.signature.short()} did not happen again "
                                                  f"in a fresh worker; kept apart, not a finding"})

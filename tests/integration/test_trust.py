@@ -343,6 +343,19 @@ def test_a_crash_a_fresh_worker_does_not_reproduce_is_flaky_not_a_finding(tmp_pa
     assert (tmp_path / "corpus" / "flaky" / "flaky" / f"{flaky['id']}.json").exists()  # kept, apart
 
 
+def test_a_crash_whose_rerun_shows_a_memory_error_is_that_finding_not_flaky(tmp_path, monkeypatch):
+    """A garbage index need not kill every run (a sanitized GPU worker died on one run of a
+    padding_not_mapped case; its rerun only showed the uninitialized reads): the memory error
+    is the finding and the death is kept as one of its sites, never set apart as flaky."""
+    monkeypatch.setenv("TRUST_ONCE_FILE", str(tmp_path / "crashed_once"))
+    assert fuzz(tmp_path, "DIES_ONCE_READS", "--no-shrink", examples="1") == 1
+    r = report(tmp_path)
+    [finding] = r["findings"]
+    assert finding["violation"]["kind"] == "uninitialized-read"
+    assert "crash" in [o["kind"] for o in finding["others"]]
+    assert r["flaky"] == []
+
+
 # -- 12. a signal from outside -------------------------------------------------------------------
 
 def test_a_worker_killed_by_a_signal_fuzzrunner_did_not_send_says_so(hub):

@@ -60,6 +60,19 @@ def run_flaky(case, ctx):
                 os._exit(3)  # the worker dies, this first time only
 
 
+def run_dies_once_then_reads_unwritten(case, ctx):
+    """A garbage-index bug that kills the first run only: every run reads never-written memory."""
+    import torch
+    once = os.environ["TRUST_ONCE_FILE"]
+    for i, op in enumerate(case.ops):
+        with ctx.op(i, op):
+            index = torch.empty(4, dtype=torch.int64)
+            if not os.path.exists(once):
+                open(once, "w").close()
+                os._exit(3)
+            _ = index + 1
+
+
 def run_misbehave(case, ctx):
     for i, op in enumerate(case.ops):
         with ctx.op(i, op):
@@ -87,4 +100,6 @@ BUGGY = Target("buggy", "a bug behind a planted fault", _cases("buggy", st.integ
 TYPED = Target("typed", "a schema; half its cases break it", _cases("typed", st.one_of(
     st.integers(0, 9), st.just("three"))), run_typed, schema=TYPED_SCHEMA)
 FLAKY = Target("flaky", "the worker dies once", _cases("flaky"), run_flaky)
+DIES_ONCE_READS = Target("dies_once_reads", "dies once; every run reads unwritten memory",
+                         _cases("dies_once_reads"), run_dies_once_then_reads_unwritten)
 MISBEHAVE = Target("misbehave", "exits, signals itself, floods its output", _cases("misbehave"), run_misbehave)
