@@ -105,9 +105,8 @@ def build(version: str, out: Path) -> None:  # noqa: C901 - one linear recipe
             for f in tmp.glob(name + "*"):
                 if f.is_file():
                     _copy(f, out / "deps" / f.name)
-    for libs in tmp.glob("*.libs"):  # vendored shared libraries of binary wheels (pyzmq.libs, ...)
-        if libs.name.split(".")[0] in {u.split(".")[0] for u in used}:
-            shutil.copytree(libs, out / "deps" / libs.name, dirs_exist_ok=True)
+    for libs in _vendored_libs(tmp, {u.split(".")[0] for u in used}):
+        shutil.copytree(libs, out / "deps" / libs.name, dirs_exist_ok=True)
     for di in tmp.glob("*.dist-info"):  # metadata: packages check each other's versions at import
         shutil.copytree(di, out / "deps" / di.name, dirs_exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -121,6 +120,20 @@ def build(version: str, out: Path) -> None:  # noqa: C901 - one linear recipe
     subprocess.run(["tar", "-cJf", str(archive), "-C", str(out.parent), out.name], check=True)
     print(f"vllm {version}: GPU tree {out} ({size:.1f} MiB, Python 3.12), archived as {archive} "
           f"({archive.stat().st_size / 2**20:.1f} MiB): carry the archive (scripts/gpu_vllm.sh {archive})")
+
+
+def _vendored_libs(tmp: Path, used: set[str]) -> list[Path]:
+    """The ``*.libs`` folders (shared libraries a binary wheel vendors) of the distributions that
+    install a used package. The folder is named for the distribution, not the package it installs
+    (``pyzmq.libs`` holds ``zmq``'s libzmq), so the owner is read from each dist-info's RECORD."""
+    out = []
+    for libs in tmp.glob("*.libs"):
+        for record in tmp.glob("*.dist-info/RECORD"):
+            tops = {line.split("/", 1)[0] for line in record.read_text().splitlines() if "/" in line}
+            if libs.name in tops and tops & used:
+                out.append(libs)
+                break
+    return out
 
 
 def _version(deps: Path, dist: str) -> str:

@@ -6,7 +6,9 @@ files; they would not match the machine's torch anyway). vLLM's own extension po
 the ``vllm.platform_plugins`` entry-point group (out-of-tree platforms win over built-in ones), takes
 this class instead. The LoRA ops ask the platform only whether PDL may be used (CUDA, capability >= 9.0)
 and, for MoE, the SM count: all answered from torch. Registered by the GPU tree's
-``deps/fuzzrunner_vllm_platform-0.dist-info/entry_points.txt`` (gpu_tree.py); never used on the CPU.
+``deps/fuzzrunner_vllm_platform-0.dist-info/entry_points.txt`` (gpu_tree.py). When the GPU is hidden
+(a CPU triage worker on that machine), it answers ``UnspecifiedPlatform``, what vLLM resolves on a
+machine with no GPU; vLLM's own probe would count the GPU through NVML and import the absent CUDA platform.
 """
 
 from __future__ import annotations
@@ -16,8 +18,13 @@ import importlib.util
 
 def plugin() -> str | None:
     import torch
-    if importlib.util.find_spec("vllm._C") is not None or not torch.cuda.is_available():
+    if importlib.util.find_spec("vllm._C") is not None:
         return None
+    if not torch.cuda.is_available():
+        # The target runs on the CPU here (the CPU triage of a GPU finding hides the GPU), but vLLM
+        # would still count the GPU through NVML and pick its CUDA platform, absent from the tree:
+        # take the platform a machine with no GPU gets.
+        return "vllm.platforms.interface.UnspecifiedPlatform"
     return "targets.vllm_lora.platform.CudaFromTorch"
 
 

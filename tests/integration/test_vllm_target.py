@@ -123,3 +123,22 @@ def test_a_capture_that_skips_the_dummy_mapping_freezes_no_lora_and_replays_with
     assert _run(ops) == []
     v = _run(ops, faults=["capture_skips_mapping"])
     assert [(x.kind, x.tensor) for x in v] == [("numeric-mismatch", "replay.y")]
+
+
+@needs_vllm
+def test_the_gpu_trees_platform_plugin_answers_the_no_gpu_platform_when_the_gpu_is_hidden():
+    """A CPU triage worker on the GPU machine hides the GPU, but vLLM's own probe still counts it
+    through NVML and would import its CUDA platform (not in the carried tree): the plugin answers
+    the platform vLLM picks on a machine with no GPU (seen on the H200: every CPU triage of a
+    vllm_lora finding failed with "No module named 'vllm.platforms.cuda'")."""
+    code = ("import importlib, os\n"
+            "from targets.vllm_lora import site, platform\n"
+            "site.prepare_environment('cpu'); site.activate(site.candidate_paths())\n"
+            "name = platform.plugin()\n"
+            "module, cls = name.rsplit('.', 1)\n"
+            "from vllm.platforms import current_platform\n"
+            "print(name, getattr(importlib.import_module(module), cls) is type(current_platform))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES=""))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split()[-2:] == ["vllm.platforms.interface.UnspecifiedPlatform", "True"]
