@@ -76,12 +76,15 @@ def _campaign_options(p: argparse.ArgumentParser, profile: str) -> None:
                    help="steer the search towards rarely reached features of the cases (Hypothesis target())")
 
 
+DEBUG_HELP = "on an internal error, print the traceback as well as the one-line message"
+
+
 def _parser() -> argparse.ArgumentParser:
     from ._version import __version__
     p = _Parser(prog="fuzzrunner", description="Fuzz GPU model runners for reads of uninitialized or stale "
                                                "LoRA metadata.", formatter_class=_Help)
     p.add_argument("--version", action="version", version=f"fuzzrunner {__version__}")
-    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     f = sub.add_parser("fuzz", help="fuzz one target", formatter_class=_Help,
@@ -113,7 +116,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="run only these oracles (repeatable)")
     r.add_argument("--device", choices=names.DEVICES, help="where the worker runs kernels")
     r.add_argument("--sanitizer", choices=names.SANITIZERS, default="none", help="run under compute-sanitizer")
-    r.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    r.add_argument("--debug", action="store_true", help=DEBUG_HELP)
 
     e = sub.add_parser("export", help="write a standalone repro script for a finding", formatter_class=_Help,
                        epilog="example:\n  fuzzrunner export corpus/findings/reference_runner/3c46bb51a214.json "
@@ -121,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("finding", metavar="FINDING.json")
     e.add_argument("-o", "--output", default="repro.py", help="the script to write (or a folder)")
     e.add_argument("--target", help="the target spec the script loads (default: what the finding recorded)")
-    e.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    e.add_argument("--debug", action="store_true", help=DEBUG_HELP)
 
     n = sub.add_parser("nightly", help="replay the corpus, fuzz every built-in target, write all reports",
                        formatter_class=_Help,
@@ -134,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     fl = sub.add_parser("faults", help="list the planted-bug switches of a target", formatter_class=_Help)
     fl.add_argument("--target", default="reference_runner", help="the target whose faults to list")
     d = sub.add_parser("doctor", help="versions, device, interpreter mode, compute-sanitizer")
-    d.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    d.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     return p
 
 
@@ -142,7 +145,7 @@ def _verbosity(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no progress, no finding as found: warnings and the summary only")
     p.add_argument("-v", "--verbose", action="store_true", help="also print each finding's case as found")
-    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
 
 
 # -- settings and checks ----------------------------------------------------------------------

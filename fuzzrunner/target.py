@@ -65,11 +65,19 @@ class Target:
         if self.schema is None or not schema_checks_available():
             return
         import jsonschema
-        error = jsonschema.exceptions.best_match(_validator(self.schema).iter_errors(
-            {"config": case.config, "ops": list(case.ops)}))
-        if error is not None:
-            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
-            raise InvalidCase(f"{self.name} case: {where or 'case'}: {error.message[:300]}")
+        errors = list(_validator(self.schema).iter_errors({"config": case.config, "ops": list(case.ops)}))
+        if errors:
+            best = jsonschema.exceptions.best_match(errors)
+            rest = [e for e in errors if e is not best and list(e.absolute_path) != list(best.absolute_path)]
+            more = "; ".join(f"{_where(e)}: {e.message[:120]}" for e in rest[:3])
+            more += f"; and {len(rest) - 3} more" if len(rest) > 3 else ""
+            raise InvalidCase(f"{self.name} case: {_where(best)}: {best.message[:300]}"
+                              + (f" (also {more})" if more else ""))
+
+
+def _where(error) -> str:
+    """A schema error's place in the case, as ``ops[2].tokens``."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".") or "case"
 
 
 _VALIDATORS: dict[int, Any] = {}

@@ -352,3 +352,19 @@ def test_faults_from_names_suggests_the_closest_name():
     assert Faults.from_names(["padding_not_mapped"]).enabled() == ["padding_not_mapped"]
     assert Faults.from_names(None) == Faults()
     assert set(Faults.describe()) == set(Faults.names())
+
+
+def test_a_case_breaking_the_schema_in_several_places_names_each_place_on_one_line():
+    import json
+    from pathlib import Path
+
+    from fuzzrunner.case import Case
+    from fuzzrunner.target import load_target
+    seed = json.loads((Path(__file__).resolve().parents[2] / "targets/reference_runner/seeds/dummy_run_first.json")
+                      .read_text())
+    ops = [{"op": "dummy_run", "num_tokens": "one", "kind": "warmup"},
+           {"op": "dummy_run", "num_tokens": 1, "kind": "sideways"}]
+    with pytest.raises(InvalidCase) as e:
+        load_target("reference_runner").check_case(Case("reference_runner", seed["config"], tuple(ops)))
+    message = str(e.value)
+    assert "\n" not in message and "ops[0]" in message and "ops[1]" in message, message
