@@ -468,7 +468,18 @@ def cmd_nightly(args) -> int:
     for message in errors:
         print(f"fuzzrunner: error: {message}", file=sys.stderr)
     code = _exit_code(results)
-    return code if code in (EXIT_INTERRUPTED, EXIT_ERROR) or not errors else EXIT_ERROR
+    code = code if code in (EXIT_INTERRUPTED, EXIT_ERROR) or not errors else EXIT_ERROR
+    print(_nightly_line(results, skipped, errors, code))
+    return code
+
+
+def _nightly_line(results: list, skipped: dict, errors: list, code: int) -> str:
+    """The nightly's last line: every target at once, and what the exit code says."""
+    ran = ", ".join(f"{r.target} {r.examples} cases {len(r.findings)} finding{'s' * (len(r.findings) != 1)}"
+                    for r in results) or "no target ran"
+    notes = [f"{len(skipped)} skipped" if skipped else "", f"{len(errors)} failed" if errors else ""]
+    meaning = {0: "no finding", 1: "findings", EXIT_INTERRUPTED: "interrupted"}.get(code, "error")
+    return f"nightly: {ran}{''.join(f'; {n}' for n in notes if n)}: exit {code} ({meaning})"
 
 
 def _cluster(args):
