@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..corpus import Corpus
-from ..errors import InvalidCase
 from ..finding import Finding, merge
+from .findings import stored_finding, write_finding
 
 SAVE, SET_ASIDE, QUARANTINE = "corpus-save", "corpus-set-aside", "corpus-quarantine"
 
@@ -72,27 +72,19 @@ class CorpusWriter:
         finding.target_spec = self.target_spec  # a shard may load the target under another name
         if kind == SET_ASIDE:
             self.findings.pop(finding.id, None)
-            self._write(lambda c: c.set_aside(message["target"], finding), finding)
+            self._write(message["target"], finding, "set_aside")
             return
-        known = self.findings.get(finding.id) or self._on_disk(message["target"], finding.id)
+        known = self.findings.get(finding.id)
+        if known is None and self.corpus is not None:
+            known = stored_finding(self.corpus, message["target"], finding.id)
         if known is not None:
             merge(finding, known)
         self.findings[finding.id] = finding
-        self._write(lambda c: c.save_finding(message["target"], finding), finding)
+        self._write(message["target"], finding, "save_finding")
 
-    def _on_disk(self, target: str, finding_id: str) -> Finding | None:
-        if self.corpus is None:
-            return None
-        try:
-            return self.corpus.load_finding(target, finding_id)
-        except InvalidCase:
-            return None  # an unreadable old file is simply replaced
-
-    def _write(self, write, finding: Finding) -> None:
+    def _write(self, target: str, finding: Finding, how: str) -> None:
         if self.corpus is None:
             return
-        try:
-            write(self.corpus)
-        except OSError as e:
-            self.errors.append(f"cannot write finding {finding.id} to the corpus ({self.corpus.root}): "
-                               f"{e.strerror or e}")
+        error = write_finding(self.corpus, target, finding, getattr(self.corpus, how))
+        if error:
+            self.errors.append(error)

@@ -80,14 +80,27 @@ class FindingBook:
         if self.corpus is None:
             return
         if not prefer_own:  # another shard (or run) may hold a smaller case of the same bug
-            try:
-                other = self.corpus.load_finding(self.target, finding.id)
-            except InvalidCase:
-                other = None  # an unreadable old file is simply replaced
+            other = stored_finding(self.corpus, self.target, finding.id)
             if other is not None:
                 merge(finding, other)
-        try:
-            self.corpus.save_finding(self.target, finding)
-        except OSError as e:
-            self.write_errors.append(f"cannot write finding {finding.id} to the corpus "
-                                     f"({self.corpus.finding_path(self.target, finding.id)}): {e.strerror or e}")
+        error = write_finding(self.corpus, self.target, finding, self.corpus.save_finding)
+        if error:
+            self.write_errors.append(error)
+
+
+def stored_finding(corpus: Corpus, target: str, finding_id: str) -> Finding | None:
+    """The corpus' finding of that id, if any; an unreadable old file counts as none (it is replaced)."""
+    try:
+        return corpus.load_finding(target, finding_id)
+    except InvalidCase:
+        return None
+
+
+def write_finding(corpus: Corpus, target: str, finding: Finding, write) -> str | None:
+    """``write(target, finding)`` (save or set aside); the one-line error when the disk refuses."""
+    try:
+        write(target, finding)
+    except OSError as e:
+        return (f"cannot write finding {finding.id} to the corpus ({corpus.finding_path(target, finding.id)}): "
+                f"{e.strerror or e}")
+    return None
