@@ -7,7 +7,7 @@ all measured in this one run, interleaved. Two load-heavy rows follow: a
 gather kernel (an index load and a row load per token, almost no arithmetic), with its
 table and index persistent (``gather``) or per-step buffers rewritten each step
 (``gather/per_step``: every load's epochs are checked, the slow path). CPU only (the hook lives in the
-interpreter). Usage: PYTHONPATH=. python benchmarks/shadow_overhead.py [--reps 7]
+interpreter). Usage: PYTHONPATH=. python benchmarks/shadow_overhead.py [--reps 7] [--sizes small,gather]
 """
 
 from __future__ import annotations
@@ -116,11 +116,17 @@ def timed(fn, shadow: bool, size) -> float:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--sizes", default=",".join([*SIZES, *GATHER]),
+                   help="rows to run, comma-separated (default: all): " + ", ".join([*SIZES, *GATHER]))
     args = p.parse_args(argv)
+    rows = args.sizes.split(",")
+    unknown = [r for r in rows if r not in SIZES and r not in GATHER]
+    if unknown:
+        p.error(f"unknown size {unknown[0]!r}")
     assert _env.interpreted(), "run on the CPU (TRITON_INTERPRET=1)"
     print(f"shadow-oracle overhead, Triton interpreter, torch {torch.__version__}, {args.reps} reps, median")
     print(f"{'size':8} {'M,K,R,L,slices':22} {'plain s':>9} {'shadow s':>9} {'ratio':>6} {'min ratio':>9}")
-    for name, size in SIZES.items():
+    for name, size in [(n, s) for n, s in SIZES.items() if n in rows]:
         timed(None, False, size), timed(None, True, size)  # warm-up
         plain, shadow = [], []
         for _ in range(args.reps):
@@ -129,7 +135,7 @@ def main(argv=None) -> int:
         p_, s_ = statistics.median(plain), statistics.median(shadow)
         desc = f"{size[0]},{size[1]},{size[2]},{size[3]},{len(size[4])}"
         print(f"{name:8} {desc:22} {p_:9.4f} {s_:9.4f} {s_ / p_:6.2f} {min(shadow) / min(plain):9.2f}")
-    for name in GATHER:
+    for name in [n for n in GATHER if n in rows]:
         timed(None, False, name), timed(None, True, name)
         plain, shadow = [], []
         for _ in range(args.reps):  # interleaved, as above: a load spike hits both
