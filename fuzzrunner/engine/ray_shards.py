@@ -317,8 +317,22 @@ def run_on_ray(address: str, target_spec: str, settings, faults: tuple, corpus_d
     with ray_session(address, runtime_env) as ray:
         if not runtime_env.get("working_dir") or ray.get_runtime_context().runtime_env.get("working_dir") is None:
             shard_spec = target_spec  # a session opened by the caller: the file is where it is
-        return _campaign(ray, target_spec, shard_spec, settings, faults, corpus_dir, seed, device, on_event,
-                         target_name, db_url)
+        result = _campaign(ray, target_spec, shard_spec, settings, faults, corpus_dir, seed, device, on_event,
+                           target_name, db_url)
+        result.cluster = describe_cluster(ray, address, db_url)
+        return result
+
+
+def describe_cluster(ray, address: str, db_url: str | None) -> dict:
+    """What the report records of the cluster a campaign ran on."""
+    try:
+        nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+        resources = ray.cluster_resources()
+    except Exception:  # noqa: BLE001 - a cluster gone at the end leaves only what is known here
+        nodes, resources = 0, {}
+    return {"ray": address, "ray_version": getattr(ray, "__version__", ""), "nodes": nodes,
+            "cpus": int(resources.get("CPU", 0)), "gpus": int(resources.get("GPU", 0)),
+            "example_database": "redis" if db_url else "driver"}
 
 
 def _campaign(ray, target_spec, shard_spec, settings, faults, corpus_dir, seed, device, on_event, target_name,

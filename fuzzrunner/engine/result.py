@@ -36,6 +36,7 @@ class CampaignResult:
     warnings: list = field(default_factory=list)
     errors: list = field(default_factory=list)       # why the campaign could not finish cleanly
     coverage: Coverage = field(default_factory=Coverage)  # features of the valid generated cases
+    cluster: dict | None = None        # on Ray: the address, Ray's version, the nodes, CPUs and GPUs it had
 
     @property
     def valid(self) -> int:

@@ -14,7 +14,7 @@ from ..finding import case_text
 from ..violation import window_lines
 from .html_trend import CSS as _TREND_CSS
 from .html_trend import badge, history_section, trend_section
-from .json_report import SCHEMA, report_dict, write_text
+from .json_report import SCHEMA, cluster_text, report_dict, write_text
 from .junit import plural, short, xml_safe
 
 _KIND_COLORS = {"uninitialized-read": "#d1242f", "stale-read": "#e07b00", "out-of-bounds": "#8250df",
@@ -216,7 +216,8 @@ def _run_section(run: dict, index: int, base: Path | None, previous: dict | None
     meta = (f'seed <span class="mono">{_e(run["seed"])}</span> &middot; faults on: '
             f'<span class="mono">{_e(", ".join(run["faults"]) or "none")}</span> &middot; '
             f'{run["examples"]:,} examples ({run["invalid"]:,} invalid) in {_duration(run["duration_s"])} '
-            f'&middot; {run["worker_restarts"]} worker restart(s){corpus}')
+            f'&middot; {run["worker_restarts"]} worker restart(s){corpus}'
+            + (f' &middot; {_e(cluster_text(run["cluster"]))}' if run.get("cluster") else ""))
     return (f'<section id="run-{index}"><h2>{_e(run["target"])}{_pill(len(run["findings"]))}</h2>'
             f'<p class="meta">{meta}</p>{_plot(run)}<h3>Findings</h3>{_findings(run, base)}'
             f'{trend_section(run, previous)}{_coverage(run)}</section>')

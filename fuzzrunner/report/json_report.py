@@ -105,7 +105,14 @@ def _run_dict(r) -> dict:
             "flaky": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.flaky],
             "quarantined": [{"path": p, "moved_to": m, "why": w} for p, m, w in r.quarantined],
             "warnings": list(r.warnings), "errors": list(r.errors),
-            **_coverage_dict(r)}
+            **_coverage_dict(r), **({"cluster": r.cluster} if getattr(r, "cluster", None) else {})}
+
+
+def cluster_text(c: dict) -> str:
+    """One line on the Ray cluster a run used (the text summary and the HTML say it the same way)."""
+    shared = "a Redis example database" if c["example_database"] == "redis" else "the driver's example database"
+    return (f"on Ray {c['ray_version']} ({c['ray']}): {c['nodes']} node(s), {c['cpus']} CPUs, {c['gpus']} GPUs; "
+            f"shards shared {shared}")
 
 
 def _coverage_dict(r) -> dict:

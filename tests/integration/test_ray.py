@@ -7,7 +7,6 @@ head's shard cannot. Campaigns go through the same entry points as a user's (``c
 ``fuzzrunner.fuzz``), so each connects to the cluster and disconnects at its end.
 """
 
-import json
 import os
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from fuzzrunner import cli  # noqa: E402
 from fuzzrunner.api import fuzz  # noqa: E402
 from fuzzrunner.corpus import Corpus  # noqa: E402
 from fuzzrunner.finding import Finding  # noqa: E402
+from fuzzrunner.report.json_report import load_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = str(Path(__file__).with_name("ray_target.py")) + ":TARGET"
@@ -61,7 +61,9 @@ def test_a_planted_fault_is_found_once_by_two_shards_on_two_nodes_and_exits_1(cl
     code = cli.main(["fuzz", "--target", TARGET, "--fault", "planted", "--ray", cluster.address, "--workers", "2",
                      "--max-examples", "20", "--corpus", str(tmp_path / "c"), "--report", str(report), *FAST])
     assert code == 1, capsys.readouterr()
-    [data] = json.loads(report.read_text())["runs"]  # the one run of the report (schema 2)
+    [data] = load_report(report)["runs"]  # the one run of the report (schema 2), its shape checked
+    assert data["cluster"]["nodes"] == 2 and data["cluster"]["ray"] == cluster.address
+    assert data["cluster"]["example_database"] == "driver" and data["cluster"]["ray_version"] == ray.__version__
     [finding] = data["findings"]
     assert finding["violation"]["kernel"] == "ValueError"
     [path] = _files(tmp_path / "c")  # one file: the driver wrote it once, not once per shard
@@ -78,6 +80,7 @@ def test_no_fault_exits_0_and_writes_no_finding(cluster, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "0 findings" in out and "10 generated" in out  # both shards' cases counted once
+    assert f"on Ray {ray.__version__} ({cluster.address}): 2 node(s)" in out
     assert _files(tmp_path) == []
 
 
