@@ -78,10 +78,10 @@ def make_target():
     entries = cases.ENTRIES if a.punica_cls else tuple(e for e in cases.ENTRIES if e != "punica")
     return Target(
         name="vllm_lora",
-        description=f"vLLM {a.version}'s LoRAKernelMeta, lora_shrink/expand and punica wrapper, "
-                    f"driven through dummy runs, padding, captures and stale states",
+        description=f"vLLM {a.version}'s LoRAKernelMeta, lora_shrink/expand, fused_moe_lora and punica wrapper "
+                    f"(update_metadata, embedding), driven through dummy runs, padding, captures and stale states",
         cases=functools.partial(cases.vllm_lora_cases, entries=entries, grid_control=a.has_grid_control,
-                                dtypes=cases.DTYPES[_device()]),
+                                dtypes=cases.DTYPES[_device()], moe=a.has_moe, embedding=a.has_embedding),
         run=functools.partial(runner.run, api=a),
         faults=tuple(runner.FAULTS),
         fault_descriptions=dict(runner.FAULTS),
