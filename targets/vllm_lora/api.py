@@ -254,7 +254,9 @@ class _CpuPlatform:
 def _shared_memory_from_torch(gpu: int = 0) -> int:
     """vLLM asks ``vllm._C`` (not carried to the GPU machine); torch knows the same attribute."""
     import torch
-    return int(torch.cuda.get_device_properties(gpu or 0).shared_memory_per_block_optin)
+    props = torch.cuda.get_device_properties(gpu or 0)
+    return int(getattr(props, "shared_memory_per_block_optin", 0) or getattr(props, "shared_memory_per_block", 0)
+               or 48 * 1024)
 
 
 def runner_protocol() -> str:

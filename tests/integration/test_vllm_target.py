@@ -199,6 +199,22 @@ def test_fused_moe_without_the_no_lora_check_applies_the_previous_batchs_adapter
 
 
 @needs_vllm
+@pytest.mark.parametrize("mul_routed_weight", [False, True])
+def test_the_one_shot_moe_kernel_is_driven_past_1024_pair_ranks(mul_routed_weight):
+    """vLLM 0.33 leaves its small-batch kernel once pairs x rank > 1024: 9 tokens x top_k 4 x rank 64."""
+    moe = {**MOE, "top_k": 4, "rank": 64, "mul_routed_weight": mul_routed_weight}
+    ops = [{"op": "step", "slots": [0, 1, 1, -1, 0, 0, 1, 1, 0], "pad": 0, "sampled": [], "seed": 0},
+           {"op": "step", "slots": [-1] * 9, "pad": 0, "sampled": [], "seed": 1}]
+    config = {"max_num_tokens": 16, "moe": moe}
+    assert _run(ops, **config) == []
+    v = _run(ops, faults=["fused_moe_ignores_no_lora_flag"], **config)
+    assert ("numeric-mismatch", "step.moe") in {(x.kind, x.tensor) for x in v}, v
+    if _env.device_type() == "cpu":
+        assert ("stale-read", "token_mapping_meta.token_lora_mapping", "_fused_moe_lora_one_shot_kernel") \
+            in _sigs(v), _sigs(v)
+
+
+@needs_vllm
 def test_cli_short_campaign_finds_the_planted_fused_moe_fault(tmp_path):
     r = _cli("fuzz", "--target", "vllm_lora", "--fault", "fused_moe_ignores_no_lora_flag", "--max-examples", "40",
              "--seed", "0", "--no-shrink", "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"))
