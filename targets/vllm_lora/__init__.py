@@ -17,6 +17,7 @@ from . import site
 
 INSTALL_HINT = "run scripts/vllm_setup.sh {v} (or pip install vllm, or set FUZZRUNNER_VLLM_SITE)"
 _API = {}
+_FROM: dict = {}  # device -> where the loaded vLLM came from (said before importing it: after, it reads as installed)
 
 
 def _device() -> str:
@@ -43,6 +44,7 @@ def load_api():
     ok, why = vllm_available()
     if not ok:
         raise TargetUnavailable(why)
+    _FROM[device] = why
     site.prepare_environment(device)
     site.activate(site.candidate_paths())
     from . import api
@@ -65,7 +67,7 @@ def describe_vllm() -> list[str]:
         a = load_api()
     except HarnessError as e:
         return [f"vllm         broken: {e}"]
-    return [f"vllm         {a.version} (API {a.generation}, from {why})",
+    return [f"vllm         {a.version} (API {a.generation}, from {_FROM.get(_device(), why)})",
             f"vllm found   {', '.join(a.found)}"]
 
 
@@ -87,6 +89,7 @@ def make_target():
         fault_descriptions=dict(runner.FAULTS),
         features=features.features,
         feature_space=features.FEATURE_SPACE,
+        details=tuple(describe_vllm()),
     )
 
 

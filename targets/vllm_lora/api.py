@@ -59,6 +59,7 @@ class VllmApi:
     fused_moe_private: Any = None  # _fused_moe_lora
     moe_mod: Any = None          # fused_moe_lora_op (its pointer cache)
     mapping_cls: Any = None      # LoRAMapping, where importable: the punica entry programs through update_metadata
+    embedding_cls: Any = None    # VocabParallelEmbeddingWithLoRA, where it builds around a stand-in base layer
     found: list = field(default_factory=list)
     protocol: str = "lora_warmup"  # how this release's V2 model runner programs LoRA for dummy runs
 
@@ -119,14 +120,35 @@ class VllmApi:
         ind = punica._embeddings_indices
         return ind[1][:n] if ind.dim() == 2 else ind[:n]
 
-    def embedding(self, punica, token_ids, lora_a_2d, lora_b, y) -> None:
-        """``VocabParallelEmbeddingWithLoRA.forward``'s LoRA part: gather each token's LoRA-A row at
-        ``token id + _embeddings_indices`` (an ordinary torch gather: the shadow oracle sees its reads),
-        then ``PunicaWrapperGPU.add_lora_embedding`` (an expand with the token metadata)."""
+    def embedding_layer(self, punica, lora_a, lora_b, base_weight):
+        """An embedding layer with LoRA over ``punica``: ``(forward(token_ids) -> output, load(slot), stacks)``.
+
+        vLLM's own ``VocabParallelEmbeddingWithLoRA`` (``create_lora_weights``, ``set_lora`` of each slot's
+        ``lora_a`` [max_loras, vocab, rank] / ``lora_b`` [max_loras, 1, dim, rank], ``set_mapping``,
+        ``forward``) around a stand-in base embedding (a real ``VocabParallelEmbedding`` needs vLLM's
+        tensor-parallel state); where that class cannot be built, its forward re-stated: the gather at
+        ``token id + _embeddings_indices`` (``embeddings_indices``), the base embedding, then
+        ``add_lora_embedding``. Either way the gather is an ordinary torch op the shadow oracle sees; the
+        wrapper's ``add_lora_embedding`` (a registered expand) runs quietly."""
+        _quiet_method(punica, "add_lora_embedding")
+        if self.embedding_cls is not None:
+            layer = _build_embedding(self.embedding_cls, base_weight, lora_a.size(0), lora_a.size(2), lora_a.dtype)
+            layer.set_mapping(punica)
+
+            def load(s: int) -> None:
+                layer.set_lora(s, lora_a[s].t(), lora_b[s, 0])
+            for s in range(lora_a.size(0)):
+                load(s)
+            return layer.forward, load, (layer.lora_a_stacked, layer.lora_b_stacked)
         import torch.nn.functional as F
-        rows = F.embedding(token_ids + self.embeddings_indices(punica, token_ids.size(0)), lora_a_2d)
-        with opaque_op():
-            punica.add_lora_embedding(y, rows, lora_b, add_inputs=True)
+        a_2d = lora_a.view(-1, lora_a.size(2))
+
+        def forward(token_ids):
+            rows = F.embedding(token_ids + self.embeddings_indices(punica, token_ids.size(0)), a_2d)
+            out = F.embedding(token_ids, base_weight)
+            punica.add_lora_embedding(out, rows, lora_b, add_inputs=True)
+            return out
+        return forward, (lambda s: None), (lora_a, lora_b)
 
     # -- fused MoE ----------------------------------------------------------------------------
     def fused_moe_call(self, entry: str, punica, meta, specialize: bool, *, out, x, lora_a: list, lora_b: list,
@@ -236,6 +258,39 @@ def _moe(ops, device: str) -> tuple[Any, Any, Any, str]:
     return ops.fused_moe_lora, private, mod, "fused_moe_lora (naive block assignment)"
 
 
+class _BaseEmbedding:
+    """Stands in for ``VocabParallelEmbedding`` (one rank: the whole vocabulary) under the LoRA layer."""
+
+    def __init__(self, weight):
+        self.weight = weight
+        self.org_vocab_size, self.embedding_dim = weight.shape
+        self.num_embeddings = self.num_embeddings_per_partition = self.org_vocab_size
+
+    def forward(self, x):
+        import torch.nn.functional as F
+        return F.embedding(x, self.weight)
+
+
+def _build_embedding(cls, base_weight, max_loras: int, rank: int, dtype):
+    layer = cls(_BaseEmbedding(base_weight))
+    cfg = SimpleNamespace(max_loras=max_loras, max_lora_rank=rank, lora_dtype=dtype, lora_extra_vocab_size=0)
+    layer.create_lora_weights(max_loras, cfg)
+    return layer
+
+
+def _quiet_method(obj, name: str) -> None:
+    """Run ``obj.name`` (a call of vLLM's registered ops) inside ``opaque_op()``, once per object."""
+    fn = getattr(obj, name)
+    if getattr(fn, "_fuzzrunner_quiet", False):
+        return
+
+    def quiet(*args, **kwargs):
+        with opaque_op():
+            return fn(*args, **kwargs)
+    quiet._fuzzrunner_quiet = True  # type: ignore[attr-defined]
+    setattr(obj, name, quiet)
+
+
 class _CpuPlatform:
     """On the CPU, for ``fused_moe_lora_op`` only: vLLM's platform, except the compute-unit count that
     sizes the MoE grids (the unspecified platform raises): 4, so the persistent small-batch kernel
@@ -286,8 +341,16 @@ def _mapping(api: VllmApi) -> list[str]:
             continue
     if api.mapping_cls is None:
         return ["update_metadata, add_lora_embedding: not driven (no LoRAMapping importable)"]
+    how = "its forward re-stated"
+    try:
+        import torch
+        from vllm.lora.layers import VocabParallelEmbeddingWithLoRA
+        _build_embedding(VocabParallelEmbeddingWithLoRA, torch.zeros(4, 2, dtype=torch.float16), 1, 1, torch.float16)
+        api.embedding_cls, how = VocabParallelEmbeddingWithLoRA, "vLLM's layer around a stand-in base embedding"
+    except Exception as e:  # noqa: BLE001 - any failure to build leaves the re-stated forward
+        how += f" (VocabParallelEmbeddingWithLoRA: {type(e).__name__}: {str(e)[:80]})"
     return ["PunicaWrapperGPU.update_metadata (convert_mapping)",
-            "PunicaWrapperGPU.add_lora_embedding (VocabParallelEmbeddingWithLoRA's _embeddings_indices gather)"]
+            f"PunicaWrapperGPU.add_lora_embedding through VocabParallelEmbeddingWithLoRA ({how})"]
 
 
 def load(device: str) -> VllmApi:

@@ -145,9 +145,12 @@ class Session:
         self.logits_b = self.ctx.track(w(L, 1, self.c["vocab"], R), "logits_lora_b")
         self.extra: list = []
         if self.emb:  # VocabParallelEmbeddingWithLoRA's stacks: A [max_loras, vocab, rank], B [max_loras, 1, dim, rank]
-            self.emb_a = self.ctx.track(w(L, self.c["vocab"], R), "embedding_lora_a")
-            self.emb_a_2d = self.emb_a.view(L * self.c["vocab"], R)
-            self.emb_b = self.ctx.track(w(L, 1, H, R), "embedding_lora_b")
+            self.emb_a, self.emb_b = w(L, self.c["vocab"], R), w(L, 1, H, R)  # each adapter's weights
+            self.emb_base = self.ctx.track(w(self.c["vocab"], H), "embedding.weight")
+            self.emb_forward, self.emb_load, stacks = self.api.embedding_layer(self.punica, self.emb_a, self.emb_b,
+                                                                               self.emb_base)
+            self.ctx.track(stacks[0], "embedding_lora_a")
+            self.ctx.track(stacks[1], "embedding_lora_b")
             self.extra += [self.emb_a, self.emb_b]
         if self.moe:  # FusedMoEWithLoRA's stacks per slice: A [max_loras, experts, rank, hidden], B [.., n, rank]
             m = self.moe
@@ -164,6 +167,8 @@ class Session:
         s = op["slot"]
         for t in self.lora_a + self.lora_b + [self.logits_a, self.logits_b] + self.extra:
             t[s].copy_((0.25 * torch.randn(t[s].shape, generator=g)).to(t.dtype))
+        if self.emb:
+            self.emb_load(s)  # vLLM's set_lora into the layer's stacks
 
     # -- launches ------------------------------------------------------------------------
     def _announce(self, kernel: str, meta, name: str, M: int) -> None:
@@ -217,20 +222,19 @@ class Session:
         return out
 
     def embedding_layer(self, slots: list[int], seed: int, label: str) -> None:
-        """VocabParallelEmbeddingWithLoRA over the mapped rows: y[m] += B[slot] @ A[slot, token id]."""
+        """VocabParallelEmbeddingWithLoRA over the mapped rows: out[m] = base[id] + B[slot] @ A[slot, id]."""
         n, V = len(slots), self.c["vocab"]
         if not n:
             return
         g = torch.Generator().manual_seed(seed + 101)
         ids = torch.randint(0, V, (n,), generator=g)
-        y = self.ctx.track(torch.randn(n, self.H, generator=g).to(self.device, self.dtype), "embedding.y")
-        expected = y.double().cpu().clone()
+        expected = self.emb_base.double().cpu()[ids]
         for m, s in enumerate(slots):
             if s >= 0:
                 expected[m] += self.emb_b[s, 0].double().cpu() @ self.emb_a[s, int(ids[m])].double().cpu()
         self._announce("lora_expand", self.token_meta, "token_mapping_meta", n)
-        self.api.embedding(self.punica, ids.to(self.device), self.emb_a_2d, self.emb_b, y)
-        self.ctx.compare(f"{label}.embedding", y, expected, self.dtype)
+        out = self.emb_forward(ids.to(self.device))
+        self.ctx.compare(f"{label}.embedding", out, expected, self.dtype)
 
     def moe_layer(self, slots: list[int], seed: int, label: str) -> None:
         """A fused-MoE LoRA layer over the mapped rows: out[t, k, slice] += B[slot, e] @ A[slot, e] @ x

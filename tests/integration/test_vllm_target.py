@@ -131,10 +131,11 @@ EMBEDDING = {"entry": "punica", "embedding": True, "lora_index_to_id": [3, 1]}
 
 
 @needs_vllm
-def test_doctor_lists_the_new_components_and_says_how_each_is_driven():
-    lines = _import_object("fuzzrunner.targets.vllm_lora:describe_vllm")()
-    found = next(ln for ln in lines if ln.startswith("vllm found"))
-    assert "fused_moe_lora" in found and "update_metadata" in found and "add_lora_embedding" in found, found
+def test_doctor_lists_the_components_found_and_says_how_each_is_driven():
+    r = _cli("doctor")
+    found = next((ln for ln in r.stdout.splitlines() if "vllm found" in ln), "")
+    assert "fused_moe_lora (naive block assignment)" in found, r.stdout + r.stderr
+    assert "update_metadata" in found and "add_lora_embedding" in found, found
 
 
 @needs_vllm
