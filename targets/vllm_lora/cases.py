@@ -91,8 +91,9 @@ def vllm_lora_op(draw, cfg: dict) -> list[dict]:
 
 @st.composite
 def _moe(draw, max_loras: int) -> dict:
-    experts = draw(st.sampled_from([2, 4]))
-    return {"experts": experts, "top_k": draw(st.integers(1, experts)), "n": draw(st.sampled_from([16, 32])),
+    # vLLM takes the naive path (the one driven) while tokens * top_k * 8 <= experts * max_loras
+    experts = draw(st.sampled_from([16, 64]))
+    return {"experts": experts, "top_k": draw(st.integers(1, 4)), "n": draw(st.sampled_from([16, 32])),
             "slices": draw(st.integers(1, 2)), "rank": draw(st.sampled_from([8, 16, 64])),
             "mul_routed_weight": draw(st.booleans()),
             "enabled": [not draw(st.booleans()) for _ in range(max_loras)]}

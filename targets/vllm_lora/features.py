@@ -10,11 +10,12 @@ FEATURE_SPACE = tuple(
        "specialize_active_lora=on", "specialize_active_lora=off", "dtype=float16", "dtype=bfloat16"]
     + [f"entry={e}" for e in ("public", "private", "punica")] + [f"max_loras={n}" for n in (1, 2, 3, 4)]
     + ["layer=embedding", "layer=moe", "moe=mul_routed_weight", "moe=adapter-without-moe", "moe=one-shot",
-       "moe=small-batch", "moe=no-lora-after-lora", "slot_ids=permuted"])
+       "moe=small-batch", "moe=sorted-path", "moe=no-lora-after-lora", "slot_ids=permuted"])
 
 
 def _moe(c: dict, ops, out: set) -> None:
-    """vLLM 0.33 picks its naive MoE kernel by size: small-batch while pairs * rank <= 1024, else one-shot."""
+    """vLLM 0.33 takes the naive path while tokens * top_k * 8 <= experts * max_loras (else the sorted path,
+    not driven), and then its small-batch kernel while pairs * rank <= 1024, else the one-shot kernel."""
     m = c["moe"]
     out.add("layer=moe")
     if m.get("mul_routed_weight"):
@@ -23,8 +24,11 @@ def _moe(c: dict, ops, out: set) -> None:
         out.add("moe=adapter-without-moe")
     for op in ops:
         if op.get("op") in ("step", "dummy_run"):
-            n = len(op.get("slots", [])) or op.get("num_tokens", 0)
-            out.add("moe=one-shot" if n * m.get("top_k", 1) * m.get("rank", 8) > 1024 else "moe=small-batch")
+            n, k = len(op.get("slots", [])) or op.get("num_tokens", 0), m.get("top_k", 1)
+            if n * k * 8 > m.get("experts", 1) * c.get("max_loras", 1):
+                out.add("moe=sorted-path")  # not driven: the layer is left out for that batch
+            else:
+                out.add("moe=one-shot" if n * k * m.get("rank", 8) > 1024 else "moe=small-batch")
 
 
 def _batch(slots: list, pad: int, lora_seen: bool, out: set) -> bool:

@@ -52,6 +52,12 @@ FAULTS = {
 }
 
 
+def naive_moe(tokens: int, top_k: int, experts: int, max_loras: int) -> bool:
+    """vLLM 0.33's ``add_lora_w13`` (no expert map, not fully sharded): naive block assignment while
+    ``tokens * top_k * SPARSITY_FACTOR(8) <= local_num_experts * max_loras``; else the sorted path."""
+    return tokens * top_k * 8 <= experts * max_loras
+
+
 def check(case) -> dict:
     c = case.config
     need = ("max_loras", "max_num_tokens", "hidden", "rank", "slices", "vocab", "dtype",
@@ -241,8 +247,8 @@ class Session:
         for e = topk_ids[t, k] where the slot's adapter has MoE weights (times topk_weights[t, k] with
         mul_routed_weight, whose input holds one row per (token, k) pair, as in vLLM's w2)."""
         m, n = self.moe, len(slots)
-        if not n:
-            return
+        if not n or not naive_moe(n, m["top_k"], m["experts"], self.L):
+            return  # vLLM would take the sorted path (moe_lora_align_block_size, a CUDA op of vllm._C)
         k, N, mul = m["top_k"], m["n"], bool(m["mul_routed_weight"])
         g = torch.Generator().manual_seed(seed + 202)
         x = self.ctx.track(torch.randn(n * k if mul else n, self.H, generator=g).to(self.device, self.dtype), "moe.x")

@@ -57,12 +57,14 @@ def test_without_the_components_no_case_asks_for_them(case):
 
 def test_features_name_the_moe_kernel_vllm_picks_and_the_embedding_layer():
     from fuzzrunner.case import Case
-    cfg = {"max_loras": 2, "entry": "punica", "embedding": True, "lora_index_to_id": [2, 1],
-           "moe": {"experts": 4, "top_k": 4, "n": 16, "slices": 1, "rank": 64, "mul_routed_weight": True,
-                   "enabled": [True, False]}}
-    ops = ({"op": "step", "slots": [0] * 5}, {"op": "step", "slots": [-1, -1]})
+    cfg = {"max_loras": 4, "entry": "punica", "embedding": True, "lora_index_to_id": [2, 1, 3, 4],
+           "moe": {"experts": 64, "top_k": 4, "n": 16, "slices": 1, "rank": 64, "mul_routed_weight": True,
+                   "enabled": [True, False, True, True]}}
+    ops = ({"op": "step", "slots": [0] * 5}, {"op": "step", "slots": [-1, -1]}, {"op": "step", "slots": [0] * 9})
     f = features.features(Case("vllm_lora", cfg, ops, ()))
-    assert {"layer=embedding", "layer=moe", "moe=one-shot", "moe=small-batch", "moe=mul_routed_weight",
+    assert runner.naive_moe(4, 4, 64, 2) and not runner.naive_moe(5, 4, 64, 2)  # 5 x 4 x 8 > 64 x 2
+    assert {"layer=embedding", "layer=moe", "moe=one-shot", "moe=small-batch", "moe=sorted-path",
+            "moe=mul_routed_weight",
             "moe=adapter-without-moe", "moe=no-lora-after-lora", "slot_ids=permuted"} <= f
 
 
