@@ -92,7 +92,7 @@ def vllm_lora_op(draw, cfg: dict) -> list[dict]:
 @st.composite
 def _moe(draw, max_loras: int) -> dict:
     # vLLM takes the naive path (the one driven) while tokens * top_k * 8 <= experts * max_loras
-    experts = draw(st.sampled_from([16, 64]))
+    experts = draw(st.sampled_from([64, 128]))
     return {"experts": experts, "top_k": draw(st.integers(1, 4)), "n": draw(st.sampled_from([16, 32])),
             "slices": draw(st.integers(1, 2)), "rank": draw(st.sampled_from([8, 16, 64])),
             "mul_routed_weight": draw(st.booleans()),
