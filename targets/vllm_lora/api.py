@@ -330,9 +330,13 @@ def runner_protocol() -> str:
     return "lora_warmup"
 
 
-def _mapping(api: VllmApi) -> list[str]:
+def _mapping(api: VllmApi, device: str) -> list[str]:
     """LoRAMapping (0.33: vllm.lora.layers; older: vllm.lora.layers.utils or vllm.lora.layers); with it the
-    punica entry programs through update_metadata and drives the embedding path."""
+    punica entry programs through update_metadata and drives the embedding path. On the CPU each is tried
+    once here, on a tiny wrapper (a zero mapping: no kernel launches), so that a release whose pieces do
+    not fit is told apart at load, not by a crash in every case. On a GPU only the layer is built (on the
+    CPU): a trial there would start CUDA in the process that forks the workers."""
+    import torch
     for where in ("vllm.lora.layers", "vllm.lora.layers.utils"):
         try:
             api.mapping_cls = importlib.import_module(where).LoRAMapping
@@ -341,13 +345,25 @@ def _mapping(api: VllmApi) -> list[str]:
             continue
     if api.mapping_cls is None:
         return ["update_metadata, add_lora_embedding: not driven (no LoRAMapping importable)"]
+    punica = None
+    if device == "cpu":
+        try:
+            punica = api.make_punica(1, 4, 4, torch.device("cpu"), False)
+            api.update_metadata(punica, [0] * 4, [0], [1], 4)
+        except Exception as e:  # noqa: BLE001 - the punica entry then prepares the metas directly
+            api.mapping_cls = None
+            return [f"update_metadata, add_lora_embedding: not driven (update_metadata: {type(e).__name__}: "
+                    f"{str(e)[:100]})"]
     how = "its forward re-stated"
     try:
-        import torch
         from vllm.lora.layers import VocabParallelEmbeddingWithLoRA
-        _build_embedding(VocabParallelEmbeddingWithLoRA, torch.zeros(4, 2, dtype=torch.float16), 1, 1, torch.float16)
+        layer = _build_embedding(VocabParallelEmbeddingWithLoRA, torch.zeros(4, 2, dtype=torch.float16), 1, 1,
+                                 torch.float16)
+        if punica is not None:
+            layer.set_mapping(punica)
+            layer.forward(torch.zeros(4, dtype=torch.long))
         api.embedding_cls, how = VocabParallelEmbeddingWithLoRA, "vLLM's layer around a stand-in base embedding"
-    except Exception as e:  # noqa: BLE001 - any failure to build leaves the re-stated forward
+    except Exception as e:  # noqa: BLE001 - any failure to build or run leaves the re-stated forward
         how += f" (VocabParallelEmbeddingWithLoRA: {type(e).__name__}: {str(e)[:80]})"
     return ["PunicaWrapperGPU.update_metadata (convert_mapping)",
             f"PunicaWrapperGPU.add_lora_embedding through VocabParallelEmbeddingWithLoRA ({how})"]
@@ -378,8 +394,6 @@ def load(device: str) -> VllmApi:
         api.found.append("PunicaWrapperGPU")
     except Exception as e:  # noqa: BLE001 - any import failure just leaves the wrapper out
         notes.append(f"PunicaWrapperGPU not importable: {type(e).__name__}: {str(e)[:120]}")
-    if api.punica_cls is not None:
-        api.found += _mapping(api)
     if device == "cpu":
         for mod in (lora_shrink_op, lora_expand_op):
             mod.get_lora_op_configs = _cpu_configs(utils, utils.get_lora_op_configs)
@@ -397,6 +411,8 @@ def load(device: str) -> VllmApi:
     if device == "cuda":
         from vllm.platforms import current_platform
         notes.append(f"platform {type(current_platform).__name__}")
+    if api.punica_cls is not None:  # after the CPU settings above: the trial programs a wrapper
+        api.found += _mapping(api, device)
     api.found += notes
     api.found.append(f"dummy-run protocol {api.protocol}: {PROTOCOLS[api.protocol]}")
     return api
