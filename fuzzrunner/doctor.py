@@ -26,8 +26,10 @@ def report() -> tuple[list[str], bool]:
                                   "missing: case files run unchecked (pip install jsonschema)"))
     for name in BUILTIN:
         reason = unavailable(name)
-        lines.append(f"target       {name}: " + (f"unavailable: {reason}" if reason else
-                                                 f"ok ({load_target(name).description})"))
+        target = None if reason else load_target(name)
+        lines.append(f"target       {name}: " + (f"unavailable: {reason}" if target is None else
+                                                 f"ok ({target.description})"))
+        lines += [f"               {d}" for d in (target.details if target is not None else ())]
     if not gpu:
         lines.append("sanitizer    not checked: compute-sanitizer needs a GPU (the shadow oracle covers the CPU)")
         return lines, True

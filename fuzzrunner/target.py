@@ -42,6 +42,7 @@ class Target:
     seeds: str | None = None           # a folder of seed case files shipped with the target
     features: Callable[..., Any] | None = None  # features(case) -> iterable of "name" or "name=value"
     feature_space: tuple = ()          # every feature ``features`` can give: those never reached are reported
+    details: tuple = ()                # more lines for ``doctor``: e.g. which parts of the code under test it drives
 
     def seed_files(self) -> list:
         """The target's own seed cases (replayed first by every campaign, after the corpus's)."""

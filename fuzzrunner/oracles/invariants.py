@@ -1,6 +1,7 @@
 """Metadata invariants, checked just before each LoRA launch (vLLM's kernel interface).
 
-For the launch's M rows and grid width z: every active slot id is -1 or in
+For the launch's M rows and grid width z (per-token kernels: each row's slot is -1 or in
+[0, max_loras)): every active slot id is -1 or in
 [0, max_loras); counts are non-negative and sum to at most M; start_loc is their
 exclusive prefix sum; the sorted indices they cover are row numbers < M; and every
 slot with tokens sits inside the grid (a graph captured narrower skips adapters).
@@ -16,6 +17,8 @@ from ..violation import Violation
 from .base import Oracle, ViolationLog
 
 _LORA_META = {"M", "grid_z", "max_loras", "token_lora_mapping"}
+# kernels that read the slot of each row from token_lora_mapping (vLLM's fused_moe_lora with naive block assignment)
+PER_TOKEN = ("lora_bgmv", "fused_moe_lora")
 
 
 def _capturing() -> bool:
@@ -26,7 +29,7 @@ def check_launch(kernel: str, meta: dict) -> list[tuple[str, str]]:
     """(tensor, message) for each broken invariant of one launch."""
     M, z, L = meta["M"], meta["grid_z"], meta["max_loras"]
     out = []
-    if kernel == "lora_bgmv":
+    if kernel in PER_TOKEN:
         slots = meta["token_lora_mapping"][:M].cpu()
         bad = (slots != -1) & ((slots < 0) | (slots >= L))
         if bad.any():

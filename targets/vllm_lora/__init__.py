@@ -17,6 +17,7 @@ from . import site
 
 INSTALL_HINT = "run scripts/vllm_setup.sh {v} (or pip install vllm, or set FUZZRUNNER_VLLM_SITE)"
 _API = {}
+_FROM: dict = {}  # device -> where the loaded vLLM came from (said before importing it: after, it reads as installed)
 
 
 def _device() -> str:
@@ -43,6 +44,7 @@ def load_api():
     ok, why = vllm_available()
     if not ok:
         raise TargetUnavailable(why)
+    _FROM[device] = why
     site.prepare_environment(device)
     site.activate(site.candidate_paths())
     from . import api
@@ -65,7 +67,7 @@ def describe_vllm() -> list[str]:
         a = load_api()
     except HarnessError as e:
         return [f"vllm         broken: {e}"]
-    return [f"vllm         {a.version} (API {a.generation}, from {why})",
+    return [f"vllm         {a.version} (API {a.generation}, from {_FROM.get(_device(), why)})",
             f"vllm found   {', '.join(a.found)}"]
 
 
@@ -78,15 +80,16 @@ def make_target():
     entries = cases.ENTRIES if a.punica_cls else tuple(e for e in cases.ENTRIES if e != "punica")
     return Target(
         name="vllm_lora",
-        description=f"vLLM {a.version}'s LoRAKernelMeta, lora_shrink/expand and punica wrapper, "
-                    f"driven through dummy runs, padding, captures and stale states",
+        description=f"vLLM {a.version}'s LoRAKernelMeta, lora_shrink/expand, fused_moe_lora and punica wrapper "
+                    f"(update_metadata, embedding), driven through dummy runs, padding, captures and stale states",
         cases=functools.partial(cases.vllm_lora_cases, entries=entries, grid_control=a.has_grid_control,
-                                dtypes=cases.DTYPES[_device()]),
+                                dtypes=cases.DTYPES[_device()], moe=a.has_moe, embedding=a.has_embedding),
         run=functools.partial(runner.run, api=a),
         faults=tuple(runner.FAULTS),
         fault_descriptions=dict(runner.FAULTS),
         features=features.features,
         feature_space=features.FEATURE_SPACE,
+        details=tuple(describe_vllm()),
     )
 
 

@@ -12,6 +12,11 @@ Ops (slots are LoRA slot indices, -1 = no adapter, as ``LoRAKernelMeta.prepare_t
 * ``capture``: a CUDA-graph capture for ``size`` rows and active-LoRA key ``key``; ``replay``: a real
   batch (``slots``) replayed through the captured graph that vLLM's dispatch would pick.
 
+The config may add (where the installed vLLM drives them, api.py): ``lora_index_to_id`` (the adapter id
+in each slot, for ``update_metadata``), ``embedding`` (the embedding layer; punica entry) and ``moe``
+(a fused-MoE LoRA layer: experts, top_k, per-slice width ``n``, slices, rank, mul_routed_weight, and
+which slots' adapters have MoE weights).
+
 Draw order puts the simple choices first so that shrinking reaches a minimal case.
 """
 
@@ -85,8 +90,18 @@ def vllm_lora_op(draw, cfg: dict) -> list[dict]:
 
 
 @st.composite
+def _moe(draw, max_loras: int) -> dict:
+    # vLLM takes the naive path (the one driven) while tokens * top_k * 8 <= experts * max_loras
+    experts = draw(st.sampled_from([64, 128]))
+    return {"experts": experts, "top_k": draw(st.integers(1, 4)), "n": draw(st.sampled_from([16, 32])),
+            "slices": draw(st.integers(1, 2)), "rank": draw(st.sampled_from([8, 16, 64])),
+            "mul_routed_weight": draw(st.booleans()),
+            "enabled": [not draw(st.booleans()) for _ in range(max_loras)]}
+
+
+@st.composite
 def vllm_lora_cases(draw, faults: tuple = (), max_ops: int = 8, *, entries=ENTRIES, grid_control=True,
-                    dtypes=("float16", "bfloat16")) -> Case:
+                    dtypes=("float16", "bfloat16"), moe=False, embedding=False) -> Case:
     L = draw(st.integers(1, 4))
     T = draw(st.sampled_from([4, 8, 16]))
     sizes = [s for s in (1, 2, 4, 8, 16) if s <= T]
@@ -101,6 +116,11 @@ def vllm_lora_cases(draw, faults: tuple = (), max_ops: int = 8, *, entries=ENTRI
         "entry": draw(st.sampled_from(list(entries))),
         "capture_sizes": sorted(draw(st.sets(st.sampled_from(sizes), min_size=1, max_size=3))),
     }
+    if cfg["entry"] == "punica" and embedding:
+        cfg["lora_index_to_id"] = draw(st.lists(st.integers(1, 2 * L), min_size=L, max_size=L, unique=True))
+        cfg["embedding"] = draw(st.booleans())
+    if moe and draw(st.booleans()):
+        cfg["moe"] = draw(_moe(L))
     ops = []
     while True:
         ops += draw(vllm_lora_op(cfg))

@@ -142,3 +142,167 @@ def test_the_gpu_trees_platform_plugin_answers_the_no_gpu_platform_when_the_gpu_
                        env=dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES=""))
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split()[-2:] == ["vllm.platforms.interface.UnspecifiedPlatform", "True"]
+
+
+MOE = {"experts": 64, "top_k": 2, "n": 16, "slices": 2, "rank": 16, "mul_routed_weight": False,
+       "enabled": [True, True]}
+EMBEDDING = {"entry": "punica", "embedding": True, "lora_index_to_id": [3, 1]}
+
+
+@needs_vllm
+def test_doctor_lists_the_components_found_and_says_how_each_is_driven():
+    r = _cli("doctor")
+    found = next((ln for ln in r.stdout.splitlines() if "vllm found" in ln), "")
+    assert "fused_moe_lora (naive block assignment)" in found, r.stdout + r.stderr
+    assert "update_metadata" in found and "add_lora_embedding" in found, found
+
+
+@needs_vllm
+def test_update_metadata_writes_the_embedding_offsets_of_each_tokens_slot():
+    session = _import_object("fuzzrunner.targets.vllm_lora.runner:Session")
+    api = _import_object("fuzzrunner.targets.vllm_lora:load_api")()
+    if not api.has_embedding:
+        pytest.skip("this vLLM has no importable LoRAMapping")
+
+    class Ctx:
+        device = _env.device_type()
+
+        def track(self, t, *a, **k):
+            return t
+    s = session(Case("vllm_lora", {**CONFIG, **EMBEDDING}, (), ()), Ctx(), api)
+    s.program([1, -1, 0, 1])  # slot 1 holds adapter 1, slot 0 adapter 3
+    assert api.embeddings_indices(s.punica, 4).tolist() == [32, 0, 0, 32]  # slot * vocab; no adapter: 0
+    assert s.token_meta.token_lora_mapping[:4].tolist() == [1, -1, 0, 1]
+
+
+@needs_vllm
+def test_fault_free_embedding_moe_and_permuted_adapter_ids_are_silent():
+    ops = [{"op": "dummy_run", "num_tokens": 3, "kind": "no_lora", "reqs": 1, "pad": 1},
+           {"op": "step", "slots": [1, 1, -1, 0, 0], "pad": 3, "sampled": [0, 2, 4], "seed": 1},
+           {"op": "set_adapter", "slot": 1, "seed": 2},
+           {"op": "step", "slots": [-1, 1], "pad": 0, "sampled": [1], "seed": 2},
+           {"op": "step", "slots": [-1, -1, -1], "pad": 1, "sampled": [0], "seed": 3},
+           {"op": "dummy_run", "num_tokens": 5, "kind": "warmup", "reqs": 2, "pad": 0, "k": 3},
+           {"op": "capture", "size": 4, "key": 3, "reqs": 2},
+           {"op": "replay", "slots": [0, -1, 1], "seed": 4}]
+    assert _run(ops, moe={**MOE, "enabled": [True, False], "mul_routed_weight": True}, **EMBEDDING) == []
+    assert _run(ops, moe=MOE, entry="public") == []
+
+
+@needs_vllm
+@cpu_only
+def test_a_dummy_run_that_skips_the_embedding_indices_gathers_with_uninitialized_then_stale_offsets():
+    first = [{"op": "dummy_run", "num_tokens": 2, "kind": "no_lora", "reqs": 1, "pad": 0}]
+    assert _run(first, **EMBEDDING) == []
+    v = _run(first, faults=["dummy_run_skips_embedding_indices"], **EMBEDDING)
+    assert ("uninitialized-read", "punica._embeddings_indices") in {(x.kind, x.tensor) for x in v}, v
+    later = [{"op": "step", "slots": [0, 0, 1], "pad": 0, "sampled": [], "seed": 0},
+             {"op": "dummy_run", "num_tokens": 3, "kind": "warmup", "reqs": 3, "pad": 0, "k": 2}]
+    assert _run(later, **EMBEDDING) == []
+    v = _run(later, faults=["dummy_run_skips_embedding_indices"], **EMBEDDING)
+    kinds = {(x.kind, x.tensor) for x in v}
+    assert ("stale-read", "punica._embeddings_indices") in kinds, kinds
+    assert ("numeric-mismatch", "dummy_run.embedding") in kinds, kinds
+
+
+@needs_vllm
+@pytest.mark.parametrize("entry", ["public", "private", "punica"])
+def test_fused_moe_without_the_no_lora_check_applies_the_previous_batchs_adapters(entry):
+    ops = [{"op": "step", "slots": [0, 1, 1], "pad": 0, "sampled": [], "seed": 0},
+           {"op": "step", "slots": [-1, -1, -1], "pad": 0, "sampled": [], "seed": 1}]
+    assert _run(ops, moe=MOE, entry=entry) == []
+    v = _run(ops, moe=MOE, entry=entry, faults=["fused_moe_ignores_no_lora_flag"])
+    assert ("numeric-mismatch", "step.moe") in {(x.kind, x.tensor) for x in v}, v
+    if _env.device_type() == "cpu":
+        assert ("stale-read", "token_mapping_meta.token_lora_mapping", "_fused_moe_lora_small_batch_kernel") \
+            in _sigs(v), _sigs(v)
+
+
+@needs_vllm
+@pytest.mark.parametrize("mul_routed_weight", [False, True])
+def test_the_one_shot_moe_kernel_is_driven_past_1024_pair_ranks(mul_routed_weight):
+    """vLLM 0.33 leaves its small-batch kernel once pairs x rank > 1024: 8 tokens x top_k 4 x rank 64 (and
+    stays on the naive path: 8 x 4 x 8 <= 64 experts x 4 slots)."""
+    moe = {**MOE, "top_k": 4, "rank": 64, "mul_routed_weight": mul_routed_weight, "enabled": [True] * 4}
+    ops = [{"op": "step", "slots": [0, 1, 1, -1, 3, 0, 2, 1], "pad": 0, "sampled": [], "seed": 0},
+           {"op": "step", "slots": [-1] * 8, "pad": 0, "sampled": [], "seed": 1}]
+    config = {"max_num_tokens": 16, "max_loras": 4, "moe": moe}
+    assert _run(ops, **config) == []
+    v = _run(ops, faults=["fused_moe_ignores_no_lora_flag"], **config)
+    assert ("numeric-mismatch", "step.moe") in {(x.kind, x.tensor) for x in v}, v
+    if _env.device_type() == "cpu":
+        assert ("stale-read", "token_mapping_meta.token_lora_mapping", "_fused_moe_lora_one_shot_kernel") \
+            in _sigs(v), _sigs(v)
+
+
+@needs_vllm
+def test_cli_short_campaign_finds_the_planted_fused_moe_fault(tmp_path):
+    r = _cli("fuzz", "--target", "vllm_lora", "--fault", "fused_moe_ignores_no_lora_flag", "--max-examples", "40",
+             "--seed", "0", "--no-shrink", "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    found = json.loads((tmp_path / "r.json").read_text())["runs"][0]["findings"]
+    assert any(f["signature"]["tensor"] in ("step.moe", "dummy_run.moe", "token_mapping_meta.token_lora_mapping")
+               for f in found), [f["signature"] for f in found]
+
+
+@needs_vllm
+def test_a_release_without_fused_moe_lora_keeps_the_rest(monkeypatch):
+    from types import SimpleNamespace
+    mod = _import_object("fuzzrunner.targets.vllm_lora:load_api").__module__
+    api = sys.modules[mod].load_api()
+    said = sys.modules[f"{mod}.api"]._moe(SimpleNamespace(), "cpu")
+    assert said[:3] == (None, None, None) and said[3] == "fused_moe_lora: not in this release"
+    for name in ("fused_moe", "fused_moe_private", "moe_mod"):
+        monkeypatch.setattr(api, name, None)
+    target = sys.modules[mod].make_target()
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(target.cases(()))
+    def no_moe_drawn(case):
+        assert "moe" not in case.config
+    no_moe_drawn()
+    ops = [{"op": "step", "slots": [0, 1, -1], "pad": 1, "sampled": [0], "seed": 0}]
+    assert _run(ops, moe=MOE) == []  # a stored case that asks for the MoE layer: the layer is left out
+
+
+@needs_vllm
+def test_many_generated_cases_with_the_moe_and_embedding_layers_are_silent():
+    """34 generated cases, each with the MoE layer (and the embedding layer where the entry is punica)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from fuzzrunner.execute import run_case
+    from fuzzrunner.target import load_target
+    target = load_target("vllm_lora")
+    cases = _import_object("fuzzrunner.targets.vllm_lora.cases:_moe").__module__
+    moe = sys.modules[cases]._moe
+    seen: list = []
+
+    @settings(max_examples=34, deadline=None, suppress_health_check=list(HealthCheck), database=None,
+              derandomize=True)
+    @given(st.data())
+    def silent(data):
+        case = data.draw(target.cases((), max_ops=5))
+        cfg = {**case.config, "moe": data.draw(moe(case.config["max_loras"]))}
+        if cfg["entry"] == "punica":
+            cfg["embedding"] = True
+        case = Case("vllm_lora", cfg, case.ops, ())
+        found = [(x.kind, x.tensor) for x in run_case(case, target)
+                 if not (cfg["specialize_active_lora"] and _is_triaged_replay(case, x))]
+        seen.append(case)
+        assert found == [], (case.to_dict() if hasattr(case, "to_dict") else case, found)
+    silent()
+    assert len(seen) >= 30
+    lora_steps = [c for c in seen if any(op["op"] == "step" and any(x >= 0 for x in op["slots"]) for op in c.ops)]
+    feats = _import_object("fuzzrunner.targets.vllm_lora.features:features")
+    naive = [c for c in lora_steps if {"moe=small-batch", "moe=one-shot"} & set(feats(c))]
+    print(f"{len(seen)} cases, {len(lora_steps)} with a LoRA step, {len(naive)} of them on vLLM's naive MoE path, "
+          f"{sum(c.config['entry'] == 'punica' for c in lora_steps)} punica (embedding)")
+    assert len(naive) >= 8 and any(c.config["entry"] == "punica" for c in lora_steps)
+
+
+def _is_triaged_replay(case, v) -> bool:
+    """docs/vllm.md V1: a replay (any of its layers) through a graph whose key misses the no-LoRA id."""
+    i = v.details.get("op_index")
+    return i is not None and case.ops[i]["op"] == "replay" and -1 in case.ops[i]["slots"]
