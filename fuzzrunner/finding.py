@@ -190,7 +190,7 @@ class Finding:
         """The violations of a replay that are this bug (matched by id: site, not line)."""
         if self.signature.kind in names.CRASH_KINDS:
             return [v for v in violations if v.kind in names.CRASH_KINDS]
-        return [v for v in violations if v.signature.id == self.id]
+        return [v for v in violations if v.signature.matches(self.id)]
 
 
 def is_finding_dict(data) -> bool:

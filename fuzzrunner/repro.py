@@ -73,7 +73,7 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
     if sig.kind in names.CRASH_KINDS:
         match = f"v.kind in {names.CRASH_KINDS!r}"
     else:  # the same bug: matched by id (site, not line); uninitialized and stale reads share it
-        match = f"v.signature.id == {_lit(finding.id)}"
+        match = f"v.signature.matches({_lit(finding.id)})"
     imports = ["import os", "import sys"] if "os.environ" in body[-1] else ["import sys"]
     lines = _header(finding, name) + imports + [""]
     lines += ["try:", "    from fuzzrunner import Case, replay", "", *("    " + b for b in body),

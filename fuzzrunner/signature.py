@@ -26,10 +26,22 @@ class Signature:
 
     @property
     def id(self) -> str:
+        return self._id(source.without_lines)
+
+    @property
+    def file_id(self) -> str:
+        """The id with the locations inside the tensor and kernel names cut to their files: what a
+        process that could not name their functions gave (findings written before sites travelled)."""
+        return self._id(source.files_only)
+
+    def matches(self, finding_id: str) -> bool:
+        """Whether this is the bug ``finding_id`` names (its id, or its file-level id)."""
+        return finding_id in (self.id, self.file_id)
+
+    def _id(self, names_in) -> str:
         kind = names.KINDS[self.kind].family if self.kind in names.KINDS else self.kind
         where = self.site or source.site(self.location)
-        key = "|".join((self.tool, kind, source.without_lines(self.kernel), where,
-                        source.without_lines(self.tensor)))
+        key = "|".join((self.tool, kind, names_in(self.kernel), where, names_in(self.tensor)))
         return hashlib.sha1(key.encode()).hexdigest()[:12]
 
     def short(self, where: str | None = None, *, tool: bool = True) -> str:

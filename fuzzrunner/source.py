@@ -75,18 +75,46 @@ def function_at(path: str, line: int) -> str:
     return max(spans, key=lambda s: s[0])[2] if spans else "<module>"
 
 
+# location text -> site, learned from violations made in another process (a worker: only it
+# could read the file); without them a process would name the same bug by its file alone
+_SITES: dict[str, str] = {}
+
+
 def site(loc: str) -> str:
-    """``file::function`` for a ``file:line`` location this process produced; else the location
-    without its line (a file we cannot read still gives a line-free identity)."""
+    """``file::function`` for a ``file:line`` location this process produced or learned; else the
+    location without its line (a file we cannot read still gives a line-free identity)."""
     m = _LOCATION.match(loc or "")
     if not m:
         return loc or ""
     path = _PATHS.get(loc)
     func = function_at(path, int(m.group("line"))) if path else ""
-    return f"{m.group('file')}::{func}" if func else m.group("file")
+    return f"{m.group('file')}::{func}" if func else _SITES.get(loc) or m.group("file")
 
 
 def without_lines(text: str) -> str:
     """``text`` with every embedded ``file.py:N`` replaced by its site (tensor names of
     automatically tracked allocations carry where they were made)."""
     return _EMBEDDED.sub(lambda m: site(m.group("loc")), text or "")
+
+
+def files_only(text: str) -> str:
+    """``text`` with every embedded ``file.py:N`` replaced by its file: the identity a process
+    that could not find the file gives (older findings were named so)."""
+    return _EMBEDDED.sub(lambda m: m.group("loc").rsplit(":", 1)[0], text or "")
+
+
+def known_sites(text: str) -> dict[str, str]:
+    """The sites of the locations embedded in ``text`` that this process can name by function."""
+    out = {}
+    for m in _EMBEDDED.finditer(text or ""):
+        named = site(m.group("loc"))
+        if "::" in named:
+            out[m.group("loc")] = named
+    return out
+
+
+def learn_sites(sites: dict) -> None:
+    """Remember sites another process named (carried in a violation's details)."""
+    for loc, named in (sites or {}).items():
+        if isinstance(loc, str) and isinstance(named, str) and "::" in named:
+            _SITES.setdefault(loc, named)

@@ -24,6 +24,13 @@ class Violation:
             raise ValueError(f"violation kind {self.kind!r} must be one of {tuple(names.KINDS)}")
         if not self.site and self.location:
             object.__setattr__(self, "site", source.site(self.location))
+        # The sites of locations inside the tensor and kernel names (an automatically tracked
+        # ``torch.empty@file.py:15``) travel with the violation, so that every process names the
+        # bug as the one that made it (the hub and a report reader cannot read a worker's files).
+        known = source.known_sites(f"{self.tensor} {self.kernel}")
+        if known:
+            self.details["sites"] = {**self.details.get("sites", {}), **known}
+        source.learn_sites(self.details.get("sites", {}))
 
     @property
     def signature(self) -> Signature:

@@ -85,3 +85,32 @@ def test_a_larger_case_never_replaces_and_an_unshrunk_smaller_one_is_not_called_
     assert not merge(shrunk, _finding(3, minimized=False)) and len(shrunk.case.ops) == 1 and shrunk.minimized
     raw = _finding(3, minimized=False)
     assert merge(raw, _finding(2, minimized=False)) and not raw.minimized
+
+
+def test_a_bug_has_one_id_in_the_process_that_saw_it_and_in_one_that_cannot_read_its_file(tmp_path):
+    """A worker names an automatically tracked ``torch.empty@my_runner.py:15`` by the function
+    holding line 15; the hub (and a report reader) cannot read that file. The id must be the same
+    in both, and a finding named by the file alone (older ids) is still matched: a repro script
+    printed "not reproduced" for a live bug when the two disagreed (new-user trial)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fuzzrunner import source
+    runner = tmp_path / "my_runner.py"
+    runner.write_text("class MyLoraRunner:\n    def __init__(self):\n        self.ids = None  # line 3\n")
+    code = ("import json, sys\nfrom fuzzrunner import source\nfrom fuzzrunner.violation import Violation\n"
+            f"loc = source.location({str(runner)!r}, 3)\n"
+            "v = Violation('shadow', 'uninitialized-read', 'aten.add.Tensor', 'other.py:9', f'torch.empty@{loc}', 'm')\n"
+            "print(json.dumps([v.to_dict(), v.signature.id]))\n")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}).stdout
+    made, worker_id = json.loads(out)
+    assert "my_runner.py:3" not in source._PATHS  # this process never read the file
+    seen_here = Violation.from_dict(made)
+    assert seen_here.signature.id == worker_id
+    assert made["details"]["sites"] == {"my_runner.py:3": "my_runner.py::MyLoraRunner.__init__"}
+    old = Violation.from_dict({**made, "details": {}}).signature  # named before sites travelled
+    assert seen_here.signature.matches(old.file_id)
