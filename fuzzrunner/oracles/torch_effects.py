@@ -159,6 +159,8 @@ _DIM_INDEXED = {"index_select": (0, 1, 2), "gather": (0, 1, 2), "scatter": (0, 1
                 "index_add": (0, 1, 2), "index_add_": (0, 1, 2), "index_fill": (0, 1, 2),
                 "index_fill_": (0, 1, 2), "index_reduce": (0, 1, 2), "index_reduce_": (0, 1, 2)}
 _LISTED = {"index", "_unsafe_index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index_put"}
+# Dim-indexed ops that wrap a negative index (``index_fill_(1, tensor([-1]), v)`` fills the last column).
+_WRAPS = {"index_fill", "index_fill_"}
 
 
 def index_slots(name: str, args) -> list:
@@ -171,7 +173,7 @@ def index_slots(name: str, args) -> list:
     if name in ("take", "put_", "put"):
         return [((1, None), args[1], args[0].reshape(-1), 0, True)]
     if name in _DIM_INDEXED and len(args) > 2 and isinstance(args[2], torch.Tensor):
-        return [((2, None), args[2], args[0], args[1], False)]
+        return [((2, None), args[2], args[0], args[1], name in _WRAPS)]
     if name in _LISTED:
         return [((1, k), ix, args[0], d, True) for k, ix, d in _list_slots(args[0], args[1])]
     return []
@@ -258,8 +260,14 @@ def _slice_args(args):
     return rest[:4]
 _SCATTERS.update({"_index_put_impl": _SCATTERS["index_put"], "_unsafe_index_put": _SCATTERS["index_put"],
                   "scatter_add": _SCATTERS["scatter"], "scatter_reduce": _SCATTERS["scatter"],
-                  "index_add": _SCATTERS["index_copy"], "index_fill": _SCATTERS["index_copy"],
+                  "index_add": _SCATTERS["index_copy"],
+                  "index_fill": lambda a, args, kw: a.index_select(args[1], _wrapped(args[2], a.size(args[1]))),
                   "index_reduce": _SCATTERS["index_copy"]})
+
+
+def _wrapped(ix: torch.Tensor, n: int) -> torch.Tensor:
+    """A negative index counted from the end, as the ops in ``_WRAPS`` count it."""
+    return torch.where(ix < 0, ix + n, ix) if ix.numel() else ix
 
 
 def _accumulates(base, func, args, kwargs) -> bool:
@@ -311,8 +319,25 @@ def _scatter(base, inplace, func, args, kwargs):
     return eff
 
 
+def _out_writes(func, args, kwargs) -> list:
+    """The ``out=`` arguments of an op, written whole (``torch.where(c, a, b, out=buf[:n])``)."""
+    out = []
+    for i, a in enumerate(func._schema.arguments):
+        if getattr(a, "is_out", False):
+            value = kwargs.get(a.name) if a.kwarg_only or i >= len(args) else args[i]
+            out += [(t, None) for t in _tensors(value)]
+    return out
+
+
 def exact_effects(func, args, kwargs) -> Effects | None:
     """Exact effects of an indexed op (index already in range), or None for ops read and written whole."""
+    eff = _exact(func, args, kwargs)
+    if eff is not None:
+        eff.writes += _out_writes(func, args, kwargs)
+    return eff
+
+
+def _exact(func, args, kwargs) -> Effects | None:
     name = func._schema.name.split("::")[-1]
     if name in _GATHERS:
         return Effects(reads=_gathers(name, args, kwargs))

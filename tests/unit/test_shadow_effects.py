@@ -173,3 +173,49 @@ def test_out_of_view_reports_can_be_turned_off(check_views):
     finally:
         vs = o.finish()
     assert [(v.kind, v.tensor) for v in vs] == ([("out-of-bounds", "stacked")] if check_views else [])
+
+
+def test_index_fill_wraps_negative_indices_like_torch():
+    t = torch.zeros(2, 4)
+    ix = torch.tensor([-1])
+    [(_, index, _, _, negatives)] = fx.index_slots("index_fill_", (t, 1, ix, 0.0))
+    assert negatives and fx.out_of_range(index, 4, negatives) is None
+    eff = fx.exact_effects(aten.index_fill_.int_Scalar, (t, 1, ix, 0.0), {})
+    assert _offsets(t, eff.writes[0][1]) == [3, 7]
+
+    def body(o):
+        m = torch.empty(2, 4)
+        m[:, :3] = 1.0
+        m.index_fill_(1, torch.tensor([-1]), 0.0)
+        _ = m.sum()
+    assert _watched(body) == []
+
+
+@pytest.mark.parametrize("op", ["where", "index_select", "gather", "take", "masked_select", "index"])
+def test_out_variants_of_indexed_ops_write_their_out_argument(op):
+    src, cond = torch.arange(4.0), torch.tensor([True, False, True, False])
+    calls = {"where": lambda out: torch.where(cond, src, torch.zeros(4), out=out),
+             "index_select": lambda out: torch.index_select(src, 0, torch.tensor([3, 0, 1, 2]), out=out),
+             "gather": lambda out: torch.gather(src, 0, torch.tensor([3, 0, 1, 2]), out=out),
+             "take": lambda out: torch.take(src, torch.tensor([3, 0, 1, 2]), out=out),
+             "masked_select": lambda out: torch.masked_select(src, torch.ones(4, dtype=torch.bool), out=out),
+             "index": lambda out: torch.ops.aten.index.Tensor_out(src, [torch.tensor([3, 0, 1, 2])], out=out)}
+
+    def body(o):
+        buf = torch.empty(6)
+        calls[op](buf[:4])
+        _ = buf[:4].sum()  # silent: the op wrote its out=
+        _ = buf[4].item()  # never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["element"] == [4]
+
+
+def test_dlpack_export_outside_torch_counts_as_written_and_torch_aliases_stay_checked():
+    def body(o):
+        t = torch.empty(6, dtype=torch.int64)
+        np.from_dlpack(t[:4])[:] = 1  # numpy's writes cannot be seen: the exported bytes count as written
+        _ = t[:4].sum()
+        alias = torch.from_dlpack(t)  # a torch alias: its accesses are seen, nothing is assumed
+        _ = alias[4].item()  # never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["element"] == [4]
