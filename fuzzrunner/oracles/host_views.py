@@ -14,9 +14,13 @@ reported only for tracked bytes; memory numpy allocated itself is not checked.
 ``Tensor.tolist()`` is a read of the view (``item()`` already is an aten op).
 ``np.asarray(t)`` goes through ``Tensor.__array__``, whose result numpy turns into a plain
 ndarray: its writes cannot be seen, so its bytes are taken as written (see ``_exported``).
+The same holds for ``Tensor.__dlpack__`` called from outside torch (``np.from_dlpack(t)``, another
+framework): ``torch.from_dlpack(t)`` makes a torch tensor whose accesses are seen, anything else not.
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import torch
@@ -146,6 +150,12 @@ class ShadowArray(np.ndarray):
         return bool(self.view(np.ndarray))
 
 
+def _from_torch(frame) -> bool:
+    """Whether ``__dlpack__`` was called by torch itself (``torch.from_dlpack``: the alias is seen)."""
+    path = frame.f_code.co_filename.replace("\\", "/") if frame is not None else ""
+    return "/torch/" in path
+
+
 class HostViews:
     """Patches ``Tensor.numpy`` / ``__array__`` / ``tolist`` while an oracle runs."""
 
@@ -154,7 +164,7 @@ class HostViews:
         self._saved: dict = {}
 
     def install(self) -> None:
-        self._saved = {n: getattr(torch.Tensor, n) for n in ("numpy", "__array__", "tolist")}
+        self._saved = {n: getattr(torch.Tensor, n) for n in ("numpy", "__array__", "tolist", "__dlpack__")}
         saved, host = self._saved, self
 
         def numpy(t, *a, **k):
@@ -167,7 +177,14 @@ class HostViews:
             host._tensor_read(t)
             return saved["tolist"](t)
 
+        def dlpack(t, *a, **k):
+            capsule = saved["__dlpack__"](t, *a, **k)
+            if not _from_torch(sys._getframe(1)):
+                host._exported(t, None)
+            return capsule
+
         torch.Tensor.numpy, torch.Tensor.__array__, torch.Tensor.tolist = numpy, array, tolist  # type: ignore[assignment,method-assign]
+        torch.Tensor.__dlpack__ = dlpack  # type: ignore[assignment,method-assign]
 
     def uninstall(self) -> None:
         for name, fn in self._saved.items():
@@ -186,9 +203,11 @@ class HostViews:
     def _exported(self, t, arr):
         """``np.asarray(t)``: numpy strips a subclass from what ``__array__`` returns, so writes
         through this view cannot be seen. Its bytes count as written from here on: a missed read
-        of them is possible, a false report on a correct program is not."""
-        if (not self.oracle.paused() and t.device.type == "cpu" and isinstance(arr, np.ndarray)
-                and arr.__array_interface__["data"][0] == t.data_ptr() and self.oracle.is_tracked(t)):
+        of them is possible, a false report on a correct program is not. ``arr`` None: the view
+        was exported through DLPack (the memory is shared whatever the device)."""
+        shared = arr is None or (isinstance(arr, np.ndarray) and t.device.type == "cpu"
+                                 and arr.__array_interface__["data"][0] == t.data_ptr())
+        if not self.oracle.paused() and shared and t.numel() and self.oracle.is_tracked(t):
             from .torch_effects import addresses
             self.write(addresses(t), t.element_size())
         return arr
