@@ -1,0 +1,850 @@
+"""Held-out style pairs, written as an outsider would: metadata building the way other engines'
+runners do it (cumsum / searchsorted / repeat_interleave / bincount / argsort), out= variants,
+views of every kind (expand, as_strided, dtype views, complex views, channels_last, transposes),
+numpy and DLPack round trips, custom ops, and Triton kernels with 2-D grids, masks with
+``other=``, atomics and offsets loaded from memory."""
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from fuzzrunner.tracking import carry_over, track
+
+from .harness import pair
+
+U, S, OOB = "uninitialized-read", "stale-read", "out-of-bounds"
+
+
+# -- indexed and in-place writes -----------------------------------------------------------------
+@pair("indexed-write", U, "{alloc}")
+def index_fill_negative_index_wraps(ctx, bug):
+    mask = torch.empty(3, 4, dtype=torch.int32)  # ALLOC
+    mask[:, :3] = 1
+    last = torch.tensor([-2 if bug else -1])  # index_fill_ wraps negative indices
+    mask.index_fill_(1, last, 0)
+    s = mask.sum(1)  # BAD
+
+
+@pair("indexed-write", U, "{alloc}")
+def index_reduce_without_self(ctx, bug):
+    per_lora = torch.empty(4, 2)  # ALLOC
+    ids = torch.tensor([0, 1, 3, 3]) if bug else torch.tensor([0, 1, 2, 3])
+    per_lora.index_reduce_(0, ids, torch.ones(4, 2), "amax", include_self=False)
+    top = per_lora.amax(0)  # BAD
+
+
+@pair("indexed-write", U, "{alloc}")
+def index_reduce_with_self_reads_target(ctx, bug):
+    acc = torch.empty(3)  # ALLOC
+    acc[:2] = 1.0
+    if not bug:
+        acc[2] = 1.0
+    acc.index_reduce_(0, torch.tensor([0, 2]), torch.tensor([2.0, 3.0]), "prod")  # BAD
+
+
+@pair("indexed-write", U, "{alloc}")
+def scatter_scalar_value_2d(ctx, bug):
+    onehot = torch.empty(3, 4)  # ALLOC
+    (onehot[:2] if bug else onehot).zero_()
+    onehot.scatter_(1, torch.tensor([[1], [0], [3]]), 1.0)
+    cls = onehot.argmax(1)  # BAD
+
+
+@pair("indexed-write", U, "{alloc}")
+def index_put_accumulate_pairs(ctx, bug):
+    counts = torch.empty(2, 3, dtype=torch.int64)  # ALLOC
+    counts[0] = 0
+    if not bug:
+        counts[1] = 0
+    r, c = torch.tensor([0, 1, 1]), torch.tensor([2, 0, 0])
+    counts.index_put_((r, c), torch.ones(3, dtype=torch.int64), accumulate=True)  # BAD
+
+
+@pair("indexed-write", U, "{alloc}")
+def masked_fill_broadcast_mask(ctx, bug):
+    hidden = torch.empty(4, 3)  # ALLOC
+    hidden[:2] = 1.0
+    pad_rows = torch.tensor([[False], [False], [True], [not bug]])
+    hidden.masked_fill_(pad_rows, 0.0)  # a (4, 1) mask over (4, 3)
+    out = hidden.sum()  # BAD
+
+
+@pair("indexed-write", U, "{alloc}")
+def index_copy_dim1_of_3d(ctx, bug):
+    kv = torch.empty(2, 5, 3)  # ALLOC
+    slots = torch.tensor([0, 1, 2, 4] if bug else [0, 1, 2, 3])
+    kv.index_copy_(1, slots, torch.ones(2, 4, 3))
+    page = kv[:, :4]
+    v = page.sum()  # BAD
+
+
+@pair("indexed-write", U, "{alloc}")
+def copy_broadcast_row_into_slice(ctx, bug):
+    bias = torch.empty(4, 6)  # ALLOC
+    row = torch.arange(5.0)
+    bias[:, :5].copy_(row[None])  # broadcast one row to four
+    if not bug:
+        bias[:, 5:].copy_(torch.zeros(1, 1))
+    out = bias.mean(1)  # BAD
+
+
+@pair("indexed-write", U, "{alloc}")
+def index_add_counts_from_zero(ctx, bug):
+    ntok = torch.empty(4, dtype=torch.int32)  # ALLOC
+    ntok[:3] = 0
+    if not bug:
+        ntok[3] = 0
+    lora_of_token = torch.tensor([0, 0, 3, 1])
+    ntok.index_add_(0, lora_of_token, torch.ones(4, dtype=torch.int32))  # BAD
+
+
+@pair("indexed-write", U, "{alloc}")
+def put_accumulate_flat(ctx, bug):
+    hist = torch.empty(2, 2, dtype=torch.int64)  # ALLOC
+    hist.view(-1)[:3] = 0
+    if not bug:
+        hist[1, 1] = 0
+    hist.put_(torch.tensor([0, 3]), torch.ones(2, dtype=torch.int64), accumulate=True)  # BAD
+
+
+@pair("indexed-write", U, "{alloc}")
+def select_fill_column(ctx, bug):
+    table = torch.empty(3, 3, dtype=torch.int64)  # ALLOC
+    for c in range(3 if not bug else 2):
+        table.select(1, c).fill_(c)
+    flat = table.flatten().tolist()  # BAD
+
+
+@pair("indexed-write", U, "{alloc}")
+def split_parts_written_separately(ctx, bug):
+    meta = torch.empty(9, dtype=torch.int32)  # ALLOC
+    starts, lens, ids = torch.split(meta, [4, 4, 1])
+    starts.copy_(torch.tensor([0, 2, 5, 6], dtype=torch.int32))
+    lens.fill_(1)
+    if not bug:
+        ids.zero_()
+    packed = meta.clone()  # BAD
+
+
+@pair("indexed-write", U, "{alloc}")
+def unbind_rows_written(ctx, bug):
+    tab = torch.empty(3, 2)  # ALLOC
+    rows = tab.unbind(0)
+    for r in rows[: 3 if not bug else 2]:
+        r.fill_(1.0)
+    s = torch.stack(rows).sum()  # BAD
+
+
+# -- reads through views and indexing ------------------------------------------------------------
+@pair("indexed-read", U, "{alloc}")
+def take_along_dim_picks(ctx, bug):
+    logprobs = torch.empty(2, 6)  # ALLOC
+    logprobs[:, :3] = -1.0
+    tok = torch.tensor([[0], [4 if bug else 2]])
+    picked = torch.take_along_dim(logprobs, tok, dim=1)  # BAD
+
+
+@pair("indexed-read", U, "{alloc}")
+def negative_advanced_index(ctx, bug):
+    hidden = torch.empty(5, 2)  # ALLOC
+    hidden[:4] = 1.0
+    last = torch.tensor([0, -2 if not bug else -1])
+    h = hidden[last]  # BAD
+
+
+@pair("indexed-read", U, "{alloc}")
+def bool_mask_2d_rows(ctx, bug):
+    x = torch.empty(3, 4)  # ALLOC
+    x[0] = 1.0
+    x[2] = 2.0
+    keep = torch.tensor([True, bug, True])
+    y = x[keep]  # BAD
+
+
+@pair("indexed-read", U, "{alloc}")
+def index_two_dims_broadcast(ctx, bug):
+    grid = torch.empty(4, 4)  # ALLOC
+    grid[:2, :2] = 1.0
+    r = torch.tensor([[0], [1]])
+    c = torch.tensor([[0, 1 if not bug else 2]])
+    block = grid[r, c]  # BAD
+
+
+@pair("indexed-read", U, "{alloc}")
+def expand_view_read(ctx, bug):
+    scale = torch.empty(4)  # ALLOC
+    scale[:3] = 0.5
+    if not bug:
+        scale[3] = 0.5
+    y = torch.ones(3, 4) * scale.expand(3, 4)  # BAD
+
+
+@pair("indexed-read", U, "{alloc}")
+def as_strided_windows(ctx, bug):
+    tokens = torch.empty(8, dtype=torch.int64)  # ALLOC
+    tokens[:5] = torch.arange(5)
+    n_windows = 4 if bug else 3
+    win = tokens.as_strided((n_windows, 3), (1, 1))  # sliding windows of three
+    ngram = win.sum(1)  # BAD
+
+
+@pair("indexed-read", U, "{alloc}")
+def narrow_past_written(ctx, bug):
+    pos = torch.empty(10, dtype=torch.int64)  # ALLOC
+    pos[2:7] = torch.arange(5)
+    seg = pos.narrow(0, 2, 6 if bug else 5)
+    rope = seg.float().cos()  # BAD
+
+
+@pair("indexed-read", U, "{alloc}")
+def transposed_write_then_row_read(ctx, bug):
+    w = torch.empty(4, 3)  # ALLOC
+    wt = w.t()  # (3, 4), non-contiguous
+    wt[:, : 3 if bug else 4] = 1.0
+    row = w[3].clone()  # BAD
+
+
+@pair("indexed-read", U, "{alloc}")
+def channels_last_partial_channels(ctx, bug):
+    img = torch.empty(1, 3, 2, 2, memory_format=torch.channels_last)  # ALLOC
+    img[:, :2] = 0.0
+    if not bug:
+        img[:, 2] = 0.0
+    pooled = img.mean((2, 3))  # BAD
+
+
+@pair("indexed-read", U, "{alloc}")
+def complex_view_as_real_half_written(ctx, bug):
+    freqs = torch.empty(4, dtype=torch.complex64)  # ALLOC
+    parts = torch.view_as_real(freqs)
+    parts[..., 0] = 1.0
+    if not bug:
+        parts[..., 1] = 0.0
+    mag = freqs.abs()  # BAD
+
+
+@pair("indexed-read", U, "{alloc}")
+def int32_pairs_read_as_int64(ctx, bug):
+    raw = torch.empty(8, dtype=torch.int32)  # ALLOC
+    raw[:6 if bug else 8] = 0
+    wide = raw.view(torch.int64)
+    v = wide[:4].sum()  # BAD
+
+
+@pair("indexed-read", U, "{alloc}")
+def byte_view_partial_write(ctx, bug):
+    f = torch.empty(2, dtype=torch.float32)  # ALLOC
+    f.view(torch.uint8)[: 7 if bug else 8] = 0
+    g = f * 2  # BAD
+
+
+# -- out= variants -------------------------------------------------------------------------------
+@pair("out-variants", U, "{alloc}")
+def where_with_out(ctx, bug):
+    res = torch.empty(6)  # ALLOC
+    n = 4
+    cond = torch.tensor([True, False, True, False])
+    torch.where(cond, torch.ones(n), torch.zeros(n), out=res[:n])
+    if not bug:
+        res[n:] = 0.0
+    s = res.sum()  # BAD
+
+
+@pair("out-variants", U, "{alloc}")
+def index_select_with_out(ctx, bug):
+    table = torch.randn(5, 2)
+    rows = torch.empty(4, 2)  # ALLOC
+    torch.index_select(table, 0, torch.tensor([1, 3, 0]), out=rows[:3])
+    if not bug:
+        rows[3] = 0.0
+    h = rows @ torch.ones(2)  # BAD
+
+
+@pair("out-variants", U, "{alloc}")
+def gather_with_out(ctx, bug):
+    probs = torch.randn(2, 5)
+    chosen = torch.empty(2, 2)  # ALLOC
+    torch.gather(probs, 1, torch.tensor([[0], [3]]), out=chosen[:, :1])
+    if not bug:
+        chosen[:, 1] = 0.0
+    s = chosen.sum(1)  # BAD
+
+
+@pair("out-variants", U, "{alloc}")
+def cat_into_out(ctx, bug):
+    ids = torch.empty(7, dtype=torch.int64)  # ALLOC
+    parts = [torch.tensor([1, 2]), torch.tensor([3, 4, 5])]
+    torch.cat(parts, out=ids[:5])
+    n = 6 if bug else 5
+    dev = ids[:n].clone()  # BAD
+
+
+@pair("out-variants", U, "{alloc}")
+def stack_into_out(ctx, bug):
+    qk = torch.empty(3, 4)  # ALLOC
+    torch.stack([torch.ones(4), torch.zeros(4)], out=qk[:2])
+    if not bug:
+        qk[2] = 0.0
+    m = qk.max()  # BAD
+
+
+@pair("out-variants", U, "{alloc}")
+def cumsum_out_then_searchsorted(ctx, bug):
+    cu = torch.empty(5, dtype=torch.int64)  # ALLOC
+    cu[0] = 0
+    lens = torch.tensor([2, 3, 1])
+    torch.cumsum(lens, 0, out=cu[1:4])
+    nreq = 4 if bug else 3
+    token_req = torch.searchsorted(cu[1:nreq + 1], torch.arange(6), right=True)  # BAD
+
+
+# -- metadata built the way runners build it ----------------------------------------------------
+class SegmentMeta:
+    """A runner's per-step LoRA metadata: sorted tokens, per-adapter counts and start offsets."""
+
+    def __init__(self, max_tokens=8, max_loras=4):
+        self.token_lora = track(torch.empty(max_tokens, dtype=torch.int64), "token_lora", per_step=True,
+                                initialized=False)
+        self.num_tokens_per_lora = track(torch.empty(max_loras + 1, dtype=torch.int64), "num_tokens_per_lora",
+                                         per_step=True, initialized=False)
+        self.lora_start_loc = track(torch.empty(max_loras + 2, dtype=torch.int64), "lora_start_loc",
+                                    per_step=True, initialized=False)
+        self.max_loras = max_loras
+
+
+@pair("style-metadata", U, "token_lora")
+def repeat_interleave_token_mapping(ctx, bug):
+    m = SegmentMeta()
+    req_lora = torch.tensor([2, 0, 1])
+    seq_lens = torch.tensor([3, 1, 2])
+    ctx.step()
+    n = int(seq_lens.sum())
+    m.token_lora[:n] = torch.repeat_interleave(req_lora, seq_lens)
+    padded = 8 if bug else n
+    ids, counts = torch.unique(m.token_lora[:padded], return_counts=True)  # BAD
+
+
+@pair("style-metadata", U, "token_lora")
+def argsort_tokens_by_lora(ctx, bug):
+    m = SegmentMeta()
+    ctx.step()
+    m.token_lora[:5] = torch.tensor([1, 0, 1, 2, 0])
+    n = 6 if bug else 5
+    order = torch.argsort(m.token_lora[:n], stable=True)  # BAD
+
+
+@pair("style-metadata", U, "num_tokens_per_lora")
+def bincount_then_cumsum_start_loc(ctx, bug):
+    m = SegmentMeta()
+    ctx.step()
+    m.token_lora[:4] = torch.tensor([0, 2, 2, 1])
+    counts = torch.bincount(m.token_lora[:4], minlength=3)
+    m.num_tokens_per_lora[:3] = counts
+    k = 4 if bug else 3
+    m.lora_start_loc[0] = 0
+    m.lora_start_loc[1:k + 1] = torch.cumsum(m.num_tokens_per_lora[:k], 0)  # BAD
+
+
+@pair("style-metadata", S, "lora_start_loc")
+def start_loc_from_last_step(ctx, bug):
+    m = SegmentMeta()
+    ctx.step()
+    m.lora_start_loc[:4] = torch.tensor([0, 2, 5, 6])
+    ctx.step()  # this step has one adapter fewer
+    m.lora_start_loc[:3] = torch.tensor([0, 3, 4])
+    k = 4 if bug else 3
+    seg = torch.diff(m.lora_start_loc[:k])  # BAD
+
+
+@pair("style-metadata", U, "token_lora")
+def bincount_reads_padding(ctx, bug):
+    m = SegmentMeta()
+    ctx.step()
+    n, padded = 3, 4
+    m.token_lora[:n] = torch.tensor([1, 1, 0])
+    if not bug:
+        m.token_lora[n:padded] = 0
+    per_lora = torch.bincount(m.token_lora[:padded].clamp(0, 3), minlength=4)  # BAD
+
+
+@pair("style-metadata", U, "{alloc}")
+def searchsorted_token_to_request(ctx, bug):
+    qsl = torch.empty(5, dtype=torch.int32)  # ALLOC
+    qsl[0] = 0
+    qsl[1:3] = torch.tensor([2, 5], dtype=torch.int32)
+    if not bug:
+        qsl[3] = 6
+    req_of_token = torch.searchsorted(qsl[1:4], torch.arange(6, dtype=torch.int32), right=True)  # BAD
+
+
+@pair("style-metadata", U, "{alloc}")
+def one_hot_from_mapping(ctx, bug):
+    mapping = torch.empty(6, dtype=torch.int64)  # ALLOC
+    mapping[:4] = torch.tensor([0, 1, 1, 2])
+    if not bug:
+        mapping[4:] = 0
+    oh = (mapping[:, None] == torch.arange(3)).int()  # BAD
+
+
+# -- host side: numpy and DLPack ------------------------------------------------------------------
+class HostBuf:
+    """A runner's host staging buffer: a tensor, its numpy view, the device-side copy."""
+
+    def __init__(self, n, dtype=torch.int64):
+        self.cpu = torch.empty(n, dtype=dtype)  # ALLOC:numpy_query_start_loc,numpy_positions_from_repeat,numpy_fancy_index_write,numpy_bool_mask_write,numpy_add_out_positions
+        self.np = self.cpu.numpy()
+        self.dev = torch.zeros(n, dtype=dtype)
+
+    def copy_to_dev(self, n):
+        self.dev[:n].copy_(self.cpu[:n], non_blocking=True)  # BAD:numpy_query_start_loc,numpy_positions_from_repeat,numpy_bool_mask_write,numpy_add_out_positions
+        return self.dev[:n]
+
+
+@pair("host", U, "{alloc}")
+def numpy_query_start_loc(ctx, bug):
+    qsl = HostBuf(6, torch.int32)
+    num_sched = np.array([3, 1, 2], dtype=np.int32)
+    if not bug:
+        qsl.np[0] = 0
+    np.cumsum(num_sched, out=qsl.np[1:4])
+    qsl.copy_to_dev(4)
+
+
+@pair("host", U, "{alloc}")
+def numpy_positions_from_repeat(ctx, bug):
+    positions = HostBuf(8)
+    num_computed = np.array([4, 0])
+    num_sched = np.array([2, 3])
+    req_idx = np.repeat(np.arange(2), num_sched)
+    cu = np.cumsum(num_sched)
+    arange = np.arange(cu[-1]) - np.repeat(cu - num_sched, num_sched)
+    total = int(cu[-1])
+    np.add(num_computed[req_idx], arange, out=positions.np[:total])
+    padded = 6
+    if not bug:
+        positions.np[total:padded] = 0
+    positions.copy_to_dev(padded)
+
+
+@pair("host", U, "{alloc}")
+def numpy_fancy_index_write(ctx, bug):
+    block = HostBuf(6)
+    block.np[[0, 2, 4]] = 7
+    block.np[[1, 3] if bug else [1, 3, 5]] = 0
+    v = block.cpu.max()  # BAD
+
+
+@pair("host", U, "{alloc}")
+def numpy_bool_mask_write(ctx, bug):
+    temps = HostBuf(5, torch.float32)
+    greedy = np.array([True, False, True, False, False])
+    temps.np[greedy] = 0.0
+    temps.np[~greedy if not bug else np.array([False, True, False, True, False])] = 0.8
+    temps.copy_to_dev(5)
+
+
+@pair("host", U, "{alloc}")
+def numpy_add_out_positions(ctx, bug):
+    pos = HostBuf(4)
+    np.add(np.arange(3), 10, out=pos.np[:3])
+    if not bug:
+        pos.np[3:] = 0
+    pos.copy_to_dev(4)
+
+
+@pair("host", U, "{alloc}")
+def numpy_item_of_never_written(ctx, bug):
+    num_tokens = torch.empty(3, dtype=torch.int64)  # ALLOC
+    nt = num_tokens.numpy()
+    nt[:2] = (5, 6)
+    total = nt.item(2 if bug else 1)  # BAD
+
+
+@pair("host", U, "{alloc}")
+def from_numpy_program_owned_into_tracked(ctx, bug):
+    host = np.array([4, 5, 6], dtype=np.int64)  # memory the program owns, not a torch tensor
+    ids = torch.empty(4, dtype=torch.int64)  # ALLOC
+    ids[:3].copy_(torch.from_numpy(host))
+    if not bug:
+        ids[3] = 0
+    e = torch.nn.functional.embedding(ids, torch.randn(8, 2))  # BAD
+
+
+@pair("host", U, "{alloc}")
+def numpy_from_dlpack_written(ctx, bug):
+    slots = torch.empty(6, dtype=torch.int64)  # ALLOC
+    view = np.from_dlpack(slots[:4])  # numpy sees the first four through DLPack
+    view[:] = np.arange(4)
+    n = 5 if bug else 4
+    s = slots[:n].sum()  # BAD
+
+
+@pair("host", U, "{alloc}")
+def torch_from_dlpack_of_numpy_then_tracked_copy(ctx, bug):
+    arr = np.arange(4, dtype=np.float32)
+    t = torch.from_dlpack(arr)  # program-owned numpy memory seen by torch
+    dst = torch.empty(5)  # ALLOC
+    dst[:4] = t
+    k = 5 if bug else 4
+    y = dst[:k].sum()  # BAD
+
+
+@pair("host", S, "seq_lens")
+def numpy_per_step_tolist(ctx, bug):
+    seq_lens = track(torch.zeros(4, dtype=torch.int32), "seq_lens", per_step=True)
+    sl = seq_lens.numpy()
+    ctx.step()
+    sl[:3] = (5, 6, 7)
+    ctx.step()
+    sl[:2] = (8, 9)
+    k = 3 if bug else 2
+    host = sl[:k].tolist()  # BAD
+
+
+# -- storage and allocation paths -----------------------------------------------------------------
+@pair("allocation", U, "{alloc}")
+def new_empty_strided_gap(ctx, bug):
+    ref = torch.zeros(2)
+    kv = ref.new_empty_strided((2, 3), (4, 1))  # ALLOC
+    kv.fill_(1.0)
+    row0 = kv.as_strided((1, 4), (4, 1))  # the first row with its padding element
+    v = row0[:, : 4 if bug else 3].sum()  # BAD
+
+
+@pair("allocation", U, "resize_@{at}")
+def resize_as_grow(ctx, bug):
+    buf = torch.zeros(2, 2)
+    buf.resize_as_(torch.zeros(3, 2))  # ALLOC
+    if not bug:
+        buf[2] = 0.0
+    t = buf.sum()  # BAD
+
+
+@pair("allocation", U, "{alloc}")
+def set_source_tensor_alias(ctx, bug):
+    backing = torch.empty(6)  # ALLOC
+    backing[:5] = 1.0
+    if not bug:
+        backing[5] = 1.0
+    alias = torch.empty(0).set_(backing)
+    s = alias.sum()  # BAD
+
+
+@pair("allocation", U, "{alloc}")
+def to_dtype_of_partly_written(ctx, bug):
+    seq = torch.empty(4, dtype=torch.int32)  # ALLOC
+    seq[: 3 if bug else 4] = 1
+    seq64 = seq.to(torch.int64)  # BAD
+
+
+@pair("allocation", U, "{alloc}")
+def empty_like_channels_last(ctx, bug):
+    x = torch.randn(1, 2, 2, 2).contiguous(memory_format=torch.channels_last)
+    y = torch.empty_like(x)  # ALLOC
+    y[:, 0] = 1.0
+    if not bug:
+        y[:, 1] = 1.0
+    z = y.contiguous()  # BAD
+
+
+# -- custom ops -----------------------------------------------------------------------------------
+@torch.library.custom_op("heldout::scatter_rows_", mutates_args=("dst",))
+def scatter_rows_(dst: torch.Tensor, rows: torch.Tensor, src: torch.Tensor) -> None:
+    dst.index_copy_(0, rows, src)
+
+
+@pair("custom-op", U, "{alloc}")
+def custom_op_index_copy_mutates(ctx, bug):
+    kv = torch.empty(4, 2)  # ALLOC
+    rows = torch.tensor([0, 1, 3] if bug else [0, 1, 2, 3])
+    scatter_rows_(kv, rows, torch.ones(len(rows), 2))
+    out = kv.sum()  # BAD
+
+
+@torch.library.custom_op("heldout::masked_rows", mutates_args=())
+def masked_rows(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    return x[keep].clone()  # BAD:custom_op_bool_mask_read
+
+
+@pair("custom-op", U, "{alloc}")
+def custom_op_bool_mask_read(ctx, bug):
+    x = torch.empty(4, 2)  # ALLOC
+    x[:3] = 1.0
+    keep = torch.tensor([True, False, True, bug])
+    y = masked_rows(x, keep)
+
+
+_lib = torch.library.Library("heldout_lib", "DEF")
+_lib.define("head_sum(Tensor x, int n) -> Tensor")
+_lib.impl("head_sum", lambda x, n: x[:n].sum(0, keepdim=True), "CPU")
+
+
+@pair("custom-op", U, "{alloc}")
+def library_op_reads_a_prefix(ctx, bug):
+    x = torch.empty(6)  # ALLOC
+    x[:3] = 2.0
+    y = torch.ops.heldout_lib.head_sum(x, 4 if bug else 3)  # BAD
+
+
+# -- out-of-bounds indices --------------------------------------------------------------------------
+@pair("oob-index", OOB, "lora_scaling")
+def gather_past_tracked_table(ctx, bug):
+    scaling = track(torch.ones(3, 1), "lora_scaling")
+    ids = torch.tensor([[0], [2], [3 if bug else 1]])
+    s = scaling.expand(3, 4).gather(0, ids.expand(3, 4))  # BAD
+
+
+@pair("oob-index", OOB, "adapter_ranks")
+def take_past_tracked_ranks(ctx, bug):
+    ranks = track(torch.tensor([8, 16, 4]), "adapter_ranks")
+    slot = torch.tensor([0, 2, 5 if bug else 1])
+    r = torch.take(ranks, slot)  # BAD
+
+
+# -- tracking API ----------------------------------------------------------------------------------
+@pair("tracking-api", S, "block_table")
+def carry_over_a_column(ctx, bug):
+    table = track(torch.zeros(3, 4, dtype=torch.int32), "block_table", per_step=True)
+    ctx.step()
+    table[:, :2] = 1
+    ctx.step()
+    carry_over(table[:, 0])  # only the first block of each request is still valid
+    cols = 2 if bug else 1
+    blocks = table[:, :cols].clone()  # BAD
+
+
+@pair("tracking-api", S, "mapping")
+def retrack_uninitialized_each_step(ctx, bug):
+    buf = torch.empty(6, dtype=torch.int64)
+    for step in range(2):
+        ctx.step()
+        mapping = track(buf, "mapping", per_step=True, initialized=False)  # every step, as runners do
+        mapping[: 4 if step == 0 else 3] = 0
+    n = 4 if bug else 3
+    s = buf[:n].sum()  # BAD
+
+
+# -- Triton ---------------------------------------------------------------------------------------
+@triton.jit
+def _tile_kernel(src, dst, M, N, stride, BM: tl.constexpr, BN: tl.constexpr):
+    pm, pn = tl.program_id(0), tl.program_id(1)
+    r = pm * BM + tl.arange(0, BM)
+    c = pn * BN + tl.arange(0, BN)
+    m = (r < M)[:, None] & (c < N)[None, :]
+    x = tl.load(src + r[:, None] * stride + c[None, :], mask=m, other=0.0)  # BAD:triton_2d_grid_tiles
+    tl.store(dst + r[:, None] * N + c[None, :], x, mask=m)
+
+
+@pair("triton", U, "{alloc}")
+def triton_2d_grid_tiles(ctx, bug):
+    src = torch.empty(4, 4)  # ALLOC
+    src[:, :2] = 1.0
+    if not bug:
+        src[:, 2:] = 2.0
+    dst = torch.zeros(4, 4)
+    _tile_kernel[(2, 2)](src, dst, 4, 4, src.stride(0), BM=2, BN=2)
+
+
+@triton.jit
+def _masked_other_kernel(x, out, n, B: tl.constexpr):
+    i = tl.arange(0, B)
+    v = tl.load(x + i, mask=i < n, other=-1)  # BAD:triton_load_with_other
+    tl.store(out + i, v)
+
+
+@pair("triton", U, "{alloc}")
+def triton_load_with_other(ctx, bug):
+    ids = torch.empty(8, dtype=torch.int32)  # ALLOC
+    ids[:5] = 3
+    out = torch.empty(8, dtype=torch.int32)
+    _masked_other_kernel[(1,)](ids, out, 6 if bug else 5, B=8)
+
+
+@triton.jit
+def _masked_store_kernel(out, n, B: tl.constexpr):
+    i = tl.arange(0, B)
+    tl.store(out + i, i * 2, mask=i < n)
+
+
+@pair("triton", U, "{alloc}")
+def triton_masked_store_then_torch(ctx, bug):
+    out = torch.empty(8, dtype=torch.int32)  # ALLOC
+    _masked_store_kernel[(1,)](out, 6, B=8)
+    m = out[: 7 if bug else 6].max()  # BAD
+
+
+@triton.jit
+def _atomic_max_kernel(x, vals, n, B: tl.constexpr):
+    i = tl.arange(0, B)
+    v = tl.load(vals + i, mask=i < n, other=0)
+    tl.atomic_max(x + (i % 2), v, mask=i < n)  # BAD:triton_atomic_max_stale
+
+
+@pair("triton", S, "max_seq_len")
+def triton_atomic_max_stale(ctx, bug):
+    mx = track(torch.zeros(2, dtype=torch.int32), "max_seq_len", per_step=True)
+    vals = torch.tensor([3, 9, 4, 1], dtype=torch.int32)
+    ctx.step()
+    if not bug:
+        mx.zero_()
+    _atomic_max_kernel[(1,)](mx, vals, 4, B=4)
+
+
+@triton.jit
+def _offsets_kernel(offs, data, out, B: tl.constexpr):
+    pid = tl.program_id(0)
+    start = tl.load(offs + pid).to(tl.int64)  # BAD:triton_int64_offsets_from_memory
+    start = tl.minimum(tl.maximum(start, 0), 8)  # the kernel clamps its offsets
+    i = tl.arange(0, B)
+    v = tl.load(data + start + i)
+    tl.store(out + pid * B + i, v)
+
+
+@pair("triton", U, "{alloc}")
+def triton_int64_offsets_from_memory(ctx, bug):
+    offs = torch.empty(3, dtype=torch.int64)  # ALLOC
+    offs[:2] = torch.tensor([0, 4])
+    if not bug:
+        offs[2] = 8
+    data = torch.arange(12, dtype=torch.float32)
+    out = torch.zeros(12)
+    _offsets_kernel[(3,)](offs, data, out, B=4)
+
+
+@triton.jit
+def _segment_sum_kernel(starts, vals, out, B: tl.constexpr):
+    pid = tl.program_id(0)
+    lo = tl.load(starts + pid)
+    hi = tl.load(starts + pid + 1)
+    i = tl.arange(0, B)
+    v = tl.load(vals + lo + i, mask=lo + i < hi, other=0.0)  # BAD:triton_segments_read_unwritten_values
+    tl.store(out + pid, tl.sum(v, 0))
+
+
+@pair("triton", U, "{alloc}")
+def triton_segments_read_unwritten_values(ctx, bug):
+    vals = torch.empty(8)  # ALLOC
+    vals[:5] = 1.0
+    starts = torch.tensor([0, 2, 6 if bug else 5], dtype=torch.int32)
+    out = torch.zeros(2)
+    _segment_sum_kernel[(2,)](starts, vals, out, B=4)
+
+
+@triton.jit
+def _lookup_rows_kernel(ids, table, out, n, W: tl.constexpr, B: tl.constexpr):
+    i = tl.arange(0, B)
+    s = tl.load(ids + i, mask=i < n, other=0)
+    w = tl.arange(0, W)
+    row = tl.load(table + s[:, None] * W + w[None, :], mask=(i < n)[:, None])  # BAD:triton_oob_row_of_tracked_table
+    tl.store(out + i[:, None] * W + w[None, :], row, mask=(i < n)[:, None])
+
+
+@pair("triton", OOB, "lora_table")
+def triton_oob_row_of_tracked_table(ctx, bug):
+    table = track(torch.randn(3, 4), "lora_table")
+    ids = torch.tensor([0, 2, 3 if bug else 1, 1], dtype=torch.int32)
+    out = torch.zeros(4, 4)
+    _lookup_rows_kernel[(1,)](ids, table, out, 4, W=4, B=4)
+
+
+@triton.jit
+def _desc_tile_kernel(src, dst, M: tl.constexpr, N: tl.constexpr):
+    pid = tl.program_id(0)
+    d = tl.make_tensor_descriptor(src, shape=[M, N], strides=[N, 1], block_shape=[2, N])
+    x = d.load([pid * 2, 0])  # BAD:triton_descriptor_per_program_tile
+    tl.store(dst + (pid * 2 + tl.arange(0, 2))[:, None] * N + tl.arange(0, N)[None, :], x)
+
+
+@pair("triton", U, "{alloc}")
+def triton_descriptor_per_program_tile(ctx, bug):
+    src = torch.empty(4, 4)  # ALLOC
+    src[:3] = 1.0
+    if not bug:
+        src[3] = 1.0
+    dst = torch.zeros(4, 4)
+    _desc_tile_kernel[(2,)](src, dst, M=4, N=4)
+
+
+@triton.jit
+def _fill_kernel(out, n, val, B: tl.constexpr):
+    i = tl.arange(0, B)
+    tl.store(out + i, tl.full((B,), val, tl.int32), mask=i < n)
+
+
+@triton.jit
+def _read_kernel(x, out, n, B: tl.constexpr):
+    i = tl.arange(0, B)
+    v = tl.load(x + i, mask=i < n)  # BAD:triton_two_kernels_one_step
+    tl.store(out + i, v + 1, mask=i < n)
+
+
+@pair("triton", S, "slot_mapping")
+def triton_two_kernels_one_step(ctx, bug):
+    slots = track(torch.empty(8, dtype=torch.int32), "slot_mapping", per_step=True, initialized=False)
+    out = torch.zeros(8, dtype=torch.int32)
+    _fill_kernel[(1,)](slots, 8, 1, B=8)
+    ctx.step()
+    _fill_kernel[(1,)](slots, 4, 2, B=8)
+    _read_kernel[(1,)](slots, out, 5 if bug else 4, B=8)
+
+
+# -- runner styles ----------------------------------------------------------------------------------
+class V2IdxMapping:
+    """vLLM V2: per-request state lives in persistent rows; a step gathers through idx_mapping."""
+
+    def __init__(self, max_reqs=4):
+        self.lora_of_row = track(torch.empty(max_reqs, dtype=torch.int32), "lora_of_row", initialized=False)
+        self.idx_mapping = track(torch.empty(max_reqs, dtype=torch.int64), "idx_mapping", per_step=True,
+                                 initialized=False)
+
+    def add(self, row, lora):
+        self.lora_of_row[row] = lora
+
+
+@pair("style-vllm-v2", U, "lora_of_row")
+def v2_gather_row_never_added(ctx, bug):
+    st = V2IdxMapping()
+    st.add(0, 1)
+    st.add(2, 0)
+    if not bug:
+        st.add(1, 2)
+    ctx.step()
+    st.idx_mapping[:3] = torch.tensor([2, 0, 1])
+    lora_per_req = st.lora_of_row[st.idx_mapping[:3]]  # BAD
+
+
+@pair("style-dp-idle", U, "num_tokens_across_dp")
+def dp_num_tokens_across_ranks(ctx, bug):
+    across = track(torch.empty(4, dtype=torch.int32), "num_tokens_across_dp", per_step=True,
+                   initialized=False)
+    ctx.step("dp_idle")
+    rank = 1
+    across[rank] = 0
+    if not bug:
+        across[:rank] = 3
+        across[rank + 1:] = 3
+    max_tokens = int(across.max())  # BAD
+
+
+@pair("style-graphs", U, "query_start_loc")
+def graph_padding_repeats_last_start(ctx, bug):
+    qsl = track(torch.empty(6, dtype=torch.int32), "query_start_loc", per_step=True, initialized=False)
+    ctx.step()
+    num_reqs, padded_reqs = 2, 4
+    qsl[: num_reqs + 1] = torch.tensor([0, 3, 5], dtype=torch.int32)
+    if not bug:
+        qsl[num_reqs + 1: padded_reqs + 1].fill_(5)  # padded requests are empty
+    lens = qsl[1: padded_reqs + 1] - qsl[:padded_reqs]  # BAD
+
+
+@pair("style-sglang", S, "seg_lens")
+def sglang_seg_lens_kept_from_previous_batch(ctx, bug):
+    seg_lens = track(torch.zeros(4, dtype=torch.int32), "seg_lens", per_step=True)
+    ctx.step()
+    seg_lens[:3] = torch.tensor([1, 2, 3], dtype=torch.int32)
+    ctx.step()
+    bs = 2
+    seg_lens[: bs - int(bug)] = torch.tensor([4, 4], dtype=torch.int32)[: bs - int(bug)]
+    indptr = torch.zeros(bs + 1, dtype=torch.int32)
+    indptr[1:] = torch.cumsum(seg_lens[:bs], 0)  # BAD
