@@ -44,6 +44,37 @@ def _shadows(value):
             yield from _shadows(v)
 
 
+def _addrs(x):
+    return x.addresses() if isinstance(x, ShadowArray) and x._host is not None else None
+
+
+def _take_reads(a, indices, axis=None, out=None, mode="raise"):
+    """``np.take`` reads only the taken elements of ``a`` (vLLM gathers token ids this way)."""
+    addrs = _addrs(a)
+    if addrs is None:
+        return {}
+    return {id(a): np.take(addrs, _plain(indices), axis=axis, mode=mode)}
+
+
+def _where_reads(cond, *xy):
+    """``np.where(c, x, y)`` reads each side only where ``c`` picks it, as ``torch.where`` does."""
+    if len(xy) != 2:
+        return {}
+    c = np.asarray(_plain(cond), dtype=bool)
+    shape = np.broadcast_shapes(c.shape, np.shape(_plain(xy[0])), np.shape(_plain(xy[1])))
+    c = np.broadcast_to(c, shape)
+    out = {}
+    for x, pick in ((xy[0], c), (xy[1], ~c)):
+        addrs = _addrs(x)
+        if addrs is not None:
+            out[id(x)] = np.broadcast_to(addrs, shape)[pick]
+    return out
+
+
+# numpy functions that read part of an argument: name -> (args, kwargs) -> {id(array): addresses read}
+_EXACT_READS = {"take": _take_reads, "where": _where_reads}
+
+
 class ShadowArray(np.ndarray):
     _host: HostViews | None = None
 
@@ -87,6 +118,13 @@ class ShadowArray(np.ndarray):
         out = super().__getitem__(key)
         if not isinstance(out, np.ndarray):  # a scalar: its element was read
             self._read(self.addresses()[key])
+        elif self._host is not None and out.size and not np.may_share_memory(out.view(np.ndarray),
+                                                                             self.view(np.ndarray)):
+            # advanced indexing (``a[idx]``, ``a[mask]``) copies: the picked elements are read now
+            for s in _shadows(key if isinstance(key, tuple) else (key,)):
+                s._read()
+            self._read(self.addresses()[_plain(key)])
+            return out.view(np.ndarray)
         return out
 
     def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
@@ -103,8 +141,13 @@ class ShadowArray(np.ndarray):
         written = [args[0]] if func.__name__ in _WRITES_FIRST and args else []
         written += [v for k, v in kwargs.items() if k == "out"]
         reads = list(args[1:] if func.__name__ in _WRITES_FIRST else args)
+        exact = _EXACT_READS.get(func.__name__)
+        try:
+            picked = exact(*args, **kwargs) if exact is not None else {}
+        except (TypeError, ValueError, IndexError):
+            picked = {}  # a malformed call: numpy raises the program's own error below
         for s in _shadows(reads + [v for k, v in kwargs.items() if k != "out"]):
-            s._read()
+            s._read(picked.get(id(s)))
         result = func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
         for s in _shadows(written):
             s._wrote()

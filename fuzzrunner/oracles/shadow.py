@@ -22,7 +22,7 @@ from .host_views import HostViews
 from .launch_views import LaunchViews
 from .shadow_memory import BadAccess, ShadowMemory
 from .storage_hook import StorageHook
-from .torch_effects import addresses
+from .torch_effects import addresses, has_memory
 from .torch_hook import TorchShadowMode
 from .triton_hook import TritonHook, grid_idx, kernel_source_line, live_storages
 
@@ -66,6 +66,8 @@ class ShadowOracle(Oracle, tracking.Watcher):
 
     def _register(self, tensor: torch.Tensor, name: str, **kw):
         """Track ``tensor``'s storage until the storage dies (its memory may then be reused)."""
+        if not has_memory(tensor):
+            return None
         st = tensor.untyped_storage()
         if st.nbytes() == 0:
             return None
@@ -96,7 +98,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
             self._hook = TritonHook(self._kernel_read, self._kernel_write, self._launch, self._launch_end)
             self._hook.install()
         self.host.install()
-        self._storages = StorageHook(self._new_storage)
+        self._storages = StorageHook(self._new_storage, self.storage_resized)
         self._storages.install()
         self._mode = TorchShadowMode(self)
         self._mode.__enter__()
@@ -127,7 +129,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
     # -- tracking.Watcher ---------------------------------------------------------------
     def on_track(self, tensor, name: str, per_step: bool, initialized: bool) -> None:
         """Track the bytes the view ``tensor`` spans; re-tracking keeps what is known (see retrack)."""
-        if tensor.numel() == 0 or tensor.untyped_storage().nbytes() == 0:
+        if tensor.numel() == 0 or not has_memory(tensor) or tensor.untyped_storage().nbytes() == 0:
             return
         self._purge()
         addrs = addresses(tensor)
@@ -138,7 +140,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
 
     def on_carry_over(self, tensor) -> None:
         """Carry over exactly the view given (vLLM carries a mapping's active prefix)."""
-        if tensor.numel() == 0:
+        if tensor.numel() == 0 or not has_memory(tensor):
             return
         addrs = addresses(tensor)
         for a in self.memory.overlapping(int(addrs.min()), int(addrs.max()) - int(addrs.min()) + 1):
@@ -219,6 +221,8 @@ class ShadowOracle(Oracle, tracking.Watcher):
             {"index": index, "rows": size, "op_index": self.op_index, "op": self.op_name}), count)
 
     def torch_alloc(self, func, t: torch.Tensor, uninitialized: bool) -> None:
+        if not has_memory(t):
+            return
         st = t.untyped_storage()
         ptr, nbytes = st.data_ptr(), st.nbytes()
         if nbytes == 0:
@@ -243,8 +247,15 @@ class ShadowOracle(Oracle, tracking.Watcher):
 
     def torch_storage_changed(self, t: torch.Tensor, before: tuple, resized: bool) -> None:
         """``resize_`` moved or grew a storage: the old bytes keep their state, the new ones are unwritten."""
-        if not resized:
-            return
+        if resized:
+            self._resized(t.untyped_storage(), before, t.element_size(), tuple(t.shape))
+
+    def storage_resized(self, st, before: tuple) -> None:
+        """``UntypedStorage.resize_`` (no aten op sees it): as a tensor's ``resize_``."""
+        if not self.paused():
+            self._resized(st, before, 1, (st.nbytes(),))
+
+    def _resized(self, st, before: tuple, itemsize: int, shape: tuple) -> None:
         self._purge()
         olds = self.memory.overlapping(*before)
         if not olds and not self.auto_track_empty:
@@ -256,13 +267,14 @@ class ShadowOracle(Oracle, tracking.Watcher):
             lo, hi = max(o.start, before[0]), min(o.end, sum(before))
             epochs[lo - before[0]:hi - before[0]] = o.epochs[lo - o.start:hi - o.start]
             self.memory.remove(o)
-        st = t.untyped_storage()
-        alloc = self._register(t, name, initialized=False, auto=not olds,
-                               per_step=any(o.per_step for o in olds))
-        if alloc is not None:
-            n = min(before[1], st.nbytes())
-            alloc.epochs[:n] = epochs[:n]
-            alloc.fully_written = bool(alloc.epochs.min() != -1)
+        if not st.nbytes() or not st.data_ptr():
+            return
+        alloc = self.memory.add(st.data_ptr(), st.nbytes(), name, per_step=any(o.per_step for o in olds),
+                                initialized=False, itemsize=itemsize, shape=shape, auto=not olds)
+        self._on_death(st)
+        n = min(before[1], st.nbytes())
+        alloc.epochs[:n] = epochs[:n]
+        alloc.fully_written = bool(alloc.epochs.min() != -1)
 
     # -- Triton side --------------------------------------------------------------------
     def _launch(self, launch):

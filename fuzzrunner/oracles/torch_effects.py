@@ -42,6 +42,17 @@ NO_READ = EMPTY_OPS | STORAGE_OPS | {
 }
 
 
+def has_memory(t: torch.Tensor) -> bool:
+    """Whether ``t`` has a storage of real bytes: not a meta tensor (shapes only, address 0),
+    not a sparse or other layout with no single storage."""
+    if t.layout != torch.strided or t.device.type == "meta":
+        return False
+    try:
+        return t.untyped_storage().data_ptr() != 0
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
 def element_offsets(t: torch.Tensor) -> np.ndarray:
     """Byte offsets, from the storage base, of every element of the view ``t`` (row-major)."""
     item = t.element_size()
@@ -168,7 +179,7 @@ def index_slots(name: str, args) -> list:
 
     ``where`` is (argument position, list position or None), to put a corrected index back.
     Negative indices are legal only where torch wraps them (advanced indexing, ``take``)."""
-    if name == "embedding":
+    if name in _EMBEDDINGS:
         return [((1, None), args[1], args[0], 0, False)]
     if name in ("take", "put_", "put"):
         return [((1, None), args[1], args[0].reshape(-1), 0, True)]
@@ -228,6 +239,8 @@ def _gathers(name, args, kwargs):
     s = args[0]
     if name == "embedding":
         return [(s, rows_addresses(s, 0, args[1])), (args[1], None)]
+    if name in _BAGS:
+        return _bag_reads(args, kwargs)
     if name == "index_select":
         return [(s, rows_addresses(s, args[1], args[2])), (args[2], None)]
     if name == "gather":
@@ -240,7 +253,21 @@ def _gathers(name, args, kwargs):
     return [(s, _flat(aten.index.Tensor(addr_tensor(s), list(args[1]))))] + [(i, None) for i in ixs]
 
 
-_GATHERS = {"embedding", "index_select", "gather", "take", "masked_select", "index", "_unsafe_index"}
+def _bag_reads(func_args, kwargs) -> list:
+    """``embedding_bag``: the rows its indices name (but ``padding_idx``, which is skipped), the
+    indices, offsets and per-sample weights whole."""
+    a = list(func_args) + [None] * (9 - len(func_args))
+    weight, indices, pad = a[0], a[1], kwargs.get("padding_idx", a[8])
+    rows = indices.reshape(-1)
+    if pad is not None and pad >= 0:
+        rows = rows[rows != pad]
+    whole = [indices, kwargs.get("offsets", a[2]), kwargs.get("per_sample_weights", a[6])]
+    return [(weight, rows_addresses(weight, 0, rows))] + [(x, None) for x in whole if isinstance(x, torch.Tensor)]
+
+
+_BAGS = {"embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"}
+_EMBEDDINGS = {"embedding"} | _BAGS
+_GATHERS = {"embedding", "index_select", "gather", "take", "masked_select", "index", "_unsafe_index"} | _BAGS
 # Indexed writes: name -> (reads what it overwrites, written set of self from (A(self), args))
 _SCATTERS = {
     "index_put": lambda a, args, kw: aten.index.Tensor(a, list(args[1])),

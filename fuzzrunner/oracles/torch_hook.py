@@ -124,9 +124,9 @@ class TorchShadowMode(TorchDispatchMode):
         """Results in fresh storage: tracked if uninitialized (``torch.empty``), else their memory is new."""
         if getattr(func, "is_view", False):
             return
-        inputs = {t.untyped_storage().data_ptr() for t in _all_tensors((args, kwargs))}
+        inputs = {t.untyped_storage().data_ptr() for t in _all_tensors((args, kwargs)) if fx.has_memory(t)}
         for t in fx._tensors(out):
-            if t.untyped_storage().data_ptr() not in inputs:
+            if fx.has_memory(t) and t.untyped_storage().data_ptr() not in inputs:
                 self.checker.torch_alloc(func, t, uninitialized=func in EMPTY_OPS)
 
     def _storage_change(self, func, args, kwargs):

@@ -219,3 +219,61 @@ def test_dlpack_export_outside_torch_counts_as_written_and_torch_aliases_stay_ch
         _ = alias[4].item()  # never written
     [v] = _watched(body)
     assert v.kind == "uninitialized-read" and v.details["element"] == [4]
+
+
+def test_meta_and_sparse_tensors_have_no_memory_to_track():
+    def body(o):
+        x, w = torch.empty(4, 8, device="meta"), torch.empty(8, 2, device="meta")
+        _ = (x @ w).sum()  # shapes only: nothing is read
+        s = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0]), (2, 2),
+                                    check_invariants=True)
+        _ = s.to_dense() @ torch.ones(2)
+    assert _watched(body) == []
+    assert not fx.has_memory(torch.empty(2, device="meta")) and fx.has_memory(torch.empty(2))
+
+
+def test_numpy_advanced_indexing_reads_the_picked_elements():
+    def body(o):
+        t = torch.empty(6, dtype=torch.int64)
+        a = t.numpy()
+        a[:4] = 1
+        assert type(a[[0, 1]]) is np.ndarray  # a copy: plain numpy memory
+        _ = a[np.array([True, False, True, False, False, False])].sum()  # silent: written elements
+        _ = a[[0, 5]]  # element 5 never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["element"] == [5]
+
+
+def test_np_take_and_np_where_read_only_what_they_pick():
+    def body(o):
+        t = torch.empty(6)
+        a = t.numpy()
+        a[:3] = 1.0
+        _ = np.take(a, np.array([0, 2]))
+        _ = np.where(np.array([True, True, False, False, False, False]), a, 0.0)
+        _ = np.take(a, [4])  # never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["element"] == [4]
+
+
+def test_embedding_bag_reads_the_named_rows_but_the_padding_row():
+    def body(o):
+        w = torch.empty(6, 2)
+        w[:4] = 1.0
+        _ = torch.nn.functional.embedding_bag(torch.tensor([0, 1, 5]), w, torch.tensor([0, 2]), padding_idx=5)
+        _ = torch.nn.functional.embedding_bag(torch.tensor([0, 4]), w, torch.tensor([0]))  # row 4 never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["element"] == [4, 0]
+
+
+def test_untyped_storage_resize_grows_unwritten_bytes():
+    def body(o):
+        t = torch.zeros(4)
+        st = t.untyped_storage()
+        st.resize_(32)
+        t.set_(st, 0, (8,), (1,))
+        _ = t[:4].sum()  # the old bytes keep their state
+        _ = t[4:].sum()  # grown: never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["byte_offset"] == 16
+    assert torch.UntypedStorage.resize_ is torch._C.StorageBase.resize_  # uninstalled
