@@ -60,6 +60,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self._finalized: set = set()
         self._probing = 0
         self._adopted: list = []
+        self._garbage_read = False  # this launch has read never-written memory
         self._storages: StorageHook | None = None
         self.host = HostViews(self)
         self.op_index, self.op_name = -1, ""
@@ -205,6 +206,22 @@ class ShadowOracle(Oracle, tracking.Watcher):
             path, line = _caller_line()
             for b in bad:
                 self._report(b, str(func), source_location(path, line), {"torch_op": str(func)})
+            if any(b.kind == "uninitialized-read" for b in bad):
+                self._zero_never_written(t, addrs)
+
+    def _zero_never_written(self, t: torch.Tensor, addrs: np.ndarray) -> None:
+        """Fill the never-written bytes this read is about to see with zeros (they stay never
+        written to the shadow). The read is reported; what follows it is then the same on every
+        run: a garbage index becomes row 0 instead of a wild access reported a second time
+        (``table[mapping.long()]``), or a crash. A correct program never gets here."""
+        _, never = self.memory.never_written(addrs, t.element_size())
+        st = t.untyped_storage()
+        offs = never.astype(np.int64) - st.data_ptr()
+        offs = offs[(offs >= 0) & (offs < st.nbytes())]
+        if offs.size and not (t.is_cuda and torch.cuda.is_current_stream_capturing()):
+            with self.probing(), torch.no_grad():
+                raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(st, 0, (st.nbytes(),), (1,))
+                raw[torch.from_numpy(offs).to(t.device)] = 0
 
     def torch_write(self, func, t: torch.Tensor, addrs: np.ndarray) -> None:
         if addrs.size:
@@ -287,10 +304,12 @@ class ShadowOracle(Oracle, tracking.Watcher):
         views = LaunchViews(launch.args) if self.check_views else None
         self._views = views if views is not None and views.storages else None
         self._pause += 1  # the interpreter's own copy-back of arguments is not a write
+        self._garbage_read = False
         return added
 
     def _launch_end(self, added) -> None:
         self._pause -= 1
+        self._garbage_read = False
         self._views = None
         for a in added + self._adopted:
             self.memory.remove(a)
@@ -318,7 +337,9 @@ class ShadowOracle(Oracle, tracking.Watcher):
                 found = True
         return found
 
-    def _kernel_read(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
+    def _kernel_read(self, addrs: np.ndarray, itemsize: int, load: bool = True) -> np.ndarray:
+        """Lanes to switch off: out of bounds, and (for a load) never written, so that the load gives
+        ``other`` (0 by default) there instead of garbage; the read is reported either way."""
         if self._probing:
             return np.zeros(addrs.shape, dtype=bool)
         self._purge()
@@ -329,6 +350,9 @@ class ShadowOracle(Oracle, tracking.Watcher):
             bad += self._out_of_view(addrs, itemsize)
         if bad:
             self._report_kernel(bad, "read")
+        if load and any(b.kind == "uninitialized-read" for b in bad):
+            self._garbage_read = True
+            oob = oob | self.memory.never_written(addrs, itemsize)[0]
         return oob
 
     def _kernel_write(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
@@ -346,6 +370,8 @@ class ShadowOracle(Oracle, tracking.Watcher):
         return oob
 
     def _report_kernel(self, bad: list[BadAccess], access: str) -> None:
+        if self._garbage_read:  # a wild access after a garbage read in this launch is its consequence
+            bad = [b for b in bad if b.kind != "out-of-bounds"]
         path, line = kernel_source_line()
         kernel = self._hook.launch.name if self._hook and self._hook.launch else "?"
         for b in bad:

@@ -240,6 +240,21 @@ class ShadowMemory:
         ep = alloc.epochs[offs]
         alloc.epochs[offs[ep != NEVER]] = self.epoch
 
+    def never_written(self, addrs: np.ndarray, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
+        """(per lane: does it read a never-written byte?, the addresses of those bytes)."""
+        where = self._locate(addrs, itemsize)
+        lanes_out = np.zeros(addrs.shape, dtype=bool)
+        byte_addrs = []
+        for i, lanes in self._groups(where, where < 0):
+            alloc = self._allocs[i]
+            if alloc.fully_written:
+                continue
+            offs = (addrs[lanes] - np.uint64(alloc.start)).astype(np.int64)[:, None] + np.arange(itemsize)
+            never = alloc.epochs[offs] == NEVER
+            lanes_out[lanes] = never.any(axis=1)
+            byte_addrs.append((offs[never] + alloc.start).astype(np.uint64))
+        return lanes_out, (np.concatenate(byte_addrs) if byte_addrs else np.zeros(0, dtype=np.uint64))
+
     def unwritten(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
         """Per lane: would a read of it be reported (never written, or stale in a per-step buffer)?"""
         where = self._locate(addrs, itemsize)

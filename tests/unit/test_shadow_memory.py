@@ -140,3 +140,51 @@ def test_an_out_of_bounds_load_that_segfaults_the_interpreter_becomes_a_report(t
     assert watched.returncode == 0, watched.stderr
     assert "out-of-bounds gather" in watched.stdout and "oob.py:12 [0, 0, 0]" in watched.stdout
     assert "alive [0.0, 1.0, 2.0, 0.0]" in watched.stdout
+
+
+def test_never_written_gives_the_lanes_and_the_exact_bytes():
+    m = ShadowMemory()
+    a = m.add(1000, 16, "buf", initialized=False, itemsize=4)
+    m.mark_write(addrs(1000, 1004), 4)
+    m.mark_write(addrs(1008), 2)  # half of element 2
+    lanes, byte_addrs = m.never_written(addrs(1000, 1008, 1012, 5000), 4)
+    assert lanes.tolist() == [False, True, True, False]  # 5000 is outside: not this method's business
+    assert byte_addrs.tolist() == [1010, 1011, 1012, 1013, 1014, 1015]
+    assert a.epochs[8:10].tolist() == [0, 0]
+
+
+def test_a_garbage_index_read_by_torch_reads_zeros_after_its_report():
+    """The never-written bytes a reported read sees are zeroed: ``table[mapping.long()]`` then
+    indexes row 0, not a wild row reported a second time (or a crash); the shadow keeps them
+    never written."""
+    def body(o):
+        mapping = torch.empty(4096, dtype=torch.int64)
+        mapping[:3] = 1
+        table = tracking.track(torch.randn(3, 2), "table")
+        _ = table[mapping[:4].long() + 0]
+        assert mapping[3].item() == 0
+    vs = _watched(body)
+    assert [v.kind for v in vs] == ["uninitialized-read", "uninitialized-read"]  # the long(), then item()
+    assert all(v.tensor.startswith("torch.empty@") for v in vs)
+
+
+def test_a_garbage_pointer_read_by_a_kernel_is_one_report():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def gather_adapters(ptrs, dst, B: tl.constexpr):
+        slot = tl.program_id(0)
+        base = tl.load(ptrs + slot).to(tl.pointer_type(tl.float32))
+        i = tl.arange(0, B)
+        tl.store(dst + slot * B + i, tl.load(base + i))
+
+    def body(o):
+        w0 = torch.ones(4)
+        ptrs = torch.empty(2, dtype=torch.int64)
+        ptrs[0] = w0.data_ptr()  # slot 1 never programmed: a garbage pointer
+        dst = torch.zeros(8)
+        gather_adapters[(2,)](ptrs, dst, B=4)
+        assert dst[4:].tolist() == [0.0] * 4  # the wild lanes were switched off
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["program_id"][0] == 1
