@@ -4,6 +4,8 @@ views of every kind (expand, as_strided, dtype views, complex views, channels_la
 numpy and DLPack round trips, custom ops, and Triton kernels with 2-D grids, masks with
 ``other=``, atomics and offsets loaded from memory."""
 
+import warnings
+
 import numpy as np
 import torch
 import triton
@@ -30,7 +32,9 @@ def index_fill_negative_index_wraps(ctx, bug):
 def index_reduce_without_self(ctx, bug):
     per_lora = torch.empty(4, 2)  # ALLOC
     ids = torch.tensor([0, 1, 3, 3]) if bug else torch.tensor([0, 1, 2, 3])
-    per_lora.index_reduce_(0, ids, torch.ones(4, 2), "amax", include_self=False)
+    with warnings.catch_warnings():  # index_reduce is "in beta"
+        warnings.simplefilter("ignore")
+        per_lora.index_reduce_(0, ids, torch.ones(4, 2), "amax", include_self=False)
     top = per_lora.amax(0)  # BAD
 
 
@@ -40,7 +44,9 @@ def index_reduce_with_self_reads_target(ctx, bug):
     acc[:2] = 1.0
     if not bug:
         acc[2] = 1.0
-    acc.index_reduce_(0, torch.tensor([0, 2]), torch.tensor([2.0, 3.0]), "prod")  # BAD
+    with warnings.catch_warnings():  # index_reduce is "in beta"
+        warnings.simplefilter("ignore")
+        acc.index_reduce_(0, torch.tensor([0, 2]), torch.tensor([2.0, 3.0]), "prod")  # BAD
 
 
 @pair("indexed-write", U, "{alloc}")
@@ -734,7 +740,7 @@ def triton_segments_read_unwritten_values(ctx, bug):
 @triton.jit
 def _lookup_rows_kernel(ids, table, out, n, W: tl.constexpr, B: tl.constexpr):
     i = tl.arange(0, B)
-    s = tl.load(ids + i, mask=i < n, other=0)
+    s = tl.load(ids + i, mask=i < n, other=0)  # BAD:triton_garbage_index_into_table
     w = tl.arange(0, W)
     row = tl.load(table + s[:, None] * W + w[None, :], mask=(i < n)[:, None])  # BAD:triton_oob_row_of_tracked_table
     tl.store(out + i[:, None] * W + w[None, :], row, mask=(i < n)[:, None])
@@ -848,3 +854,355 @@ def sglang_seg_lens_kept_from_previous_batch(ctx, bug):
     seg_lens[: bs - int(bug)] = torch.tensor([4, 4], dtype=torch.int32)[: bs - int(bug)]
     indptr = torch.zeros(bs + 1, dtype=torch.int32)
     indptr[1:] = torch.cumsum(seg_lens[:bs], 0)  # BAD
+
+
+# -- second round: host gathers, shapes-only tensors, garbage cascades, more runner idioms ----------
+@pair("host", U, "{alloc}")
+def numpy_fancy_read_num_computed(ctx, bug):
+    num_computed = torch.empty(4, dtype=torch.int32)  # ALLOC
+    nc = num_computed.numpy()
+    nc[[0, 2]] = (7, 3)
+    if not bug:
+        nc[1] = 0
+    req_indices = np.array([0, 0, 1, 2])
+    start = nc[req_indices]  # BAD
+    positions = start + np.arange(4)
+
+
+@pair("host", U, "{alloc}")
+def numpy_bool_mask_read(ctx, bug):
+    temps = torch.empty(4)  # ALLOC
+    t = temps.numpy()
+    t[:3] = (0.5, 0.7, 0.9)
+    sampled = np.array([True, False, True, bug])
+    used = t[sampled]  # BAD
+    mean = used.mean()
+
+
+@pair("host", U, "{alloc}")
+def np_take_token_ids(ctx, bug):
+    token_ids = torch.empty(3, 8, dtype=torch.int32)  # ALLOC
+    tok = token_ids.numpy()
+    tok[0, :4] = (1, 2, 3, 4)
+    tok[1, :2] = (5, 6)
+    input_ids = torch.zeros(8, dtype=torch.int32)
+    ids_np = input_ids.numpy()
+    req_indices = np.array([0, 0, 1, 1])
+    positions = np.array([2, 3, 0, 2 if bug else 1])
+    flat_index = positions + req_indices * tok.shape[1]
+    np.take(tok.reshape(-1), flat_index, out=ids_np[:4])  # BAD
+
+
+@pair("host", U, "{alloc}")
+def np_where_picks_written_side(ctx, bug):
+    logit_bias = torch.empty(5, dtype=torch.float32)  # ALLOC
+    lb = logit_bias.numpy()
+    lb[:3] = 1.0
+    has_bias = np.array([True, True, True, bug, False])
+    bias = np.where(has_bias, lb, 0.0)  # BAD
+
+
+@pair("allocation", U, "{alloc}")
+def meta_profile_run_then_real_buffer(ctx, bug):
+    hidden = torch.empty(16, 32, device="meta")  # memory profiling on shapes only
+    w = torch.empty(32, 8, device="meta")
+    peak = (hidden @ w).numel() * 4
+    mapping = torch.empty(16, dtype=torch.int64)  # ALLOC
+    mapping[:12] = 0
+    if not bug:
+        mapping[12:] = 0
+    active = mapping.unique()  # BAD
+
+
+@pair("indexed-read", U, "{alloc}")
+def sparse_adapter_mask_beside_a_bug(ctx, bug):
+    mask = torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.tensor([1.0, 1.0]), (4,), check_invariants=True)
+    dense_mask = mask.to_dense()
+    scale = torch.empty(4)  # ALLOC
+    scale[:3] = 2.0
+    if not bug:
+        scale[3] = 2.0
+    out = dense_mask * scale  # BAD
+
+
+@pair("allocation", U, "resize_@{at}")
+def untyped_storage_resize_grow(ctx, bug):
+    t = torch.zeros(4, dtype=torch.int32)
+    st = t.untyped_storage()
+    st.resize_(8 * 4)  # ALLOC
+    t.set_(st, 0, (8,), (1,))
+    t[4:7] = 1
+    if not bug:
+        t[7] = 1
+    total = t.sum()  # BAD
+
+
+@pair("indexed-read", U, "{alloc}")
+def embedding_bag_padding_row(ctx, bug):
+    table = torch.empty(6, 3)  # ALLOC
+    table[:4] = 1.0
+    pad = 5
+    ids = torch.tensor([0, 3, 5, 1, 4 if bug else 5])
+    bags = torch.nn.functional.embedding_bag(ids, table, torch.tensor([0, 3]), padding_idx=pad)  # BAD
+
+
+@pair("triton", U, "lora_ptr_table")
+def triton_garbage_pointer_slot(ctx, bug):
+    w = [torch.ones(4), torch.full((4,), 2.0)]
+    ptrs = track(torch.empty(3, dtype=torch.int64), "lora_ptr_table", per_step=True, initialized=False)
+    ctx.step()
+    ptrs[0], ptrs[1] = w[0].data_ptr(), w[1].data_ptr()
+    if not bug:
+        ptrs[2] = w[0].data_ptr()  # an empty slot points at the no-op adapter
+    dst = torch.zeros(12)
+    _ptr_slots_kernel[(3,)](ptrs, dst, B=4)
+
+
+@triton.jit
+def _ptr_slots_kernel(ptrs, dst, B: tl.constexpr):
+    slot = tl.program_id(0)
+    base = tl.load(ptrs + slot).to(tl.pointer_type(tl.float32))  # BAD:triton_garbage_pointer_slot
+    i = tl.arange(0, B)
+    tl.store(dst + slot * B + i, tl.load(base + i))
+
+
+@pair("style-vllm-v2", U, "token_lora_mapping")
+def torch_garbage_index_after_long(ctx, bug):
+    mapping = track(torch.empty(4096, dtype=torch.int32), "token_lora_mapping", per_step=True,
+                    initialized=False)
+    lora_a = track(torch.randn(3, 4), "lora_a")
+    ctx.step()
+    n, padded = 3, 4
+    mapping[:n] = torch.tensor([1, 2, 1], dtype=torch.int32)
+    if not bug:
+        mapping[n:padded] = 0
+    rows = lora_a[mapping[:padded].long()]  # BAD
+
+
+@pair("triton", U, "{alloc}")
+def triton_garbage_index_into_table(ctx, bug):
+    ids = torch.empty(2048, dtype=torch.int32)  # ALLOC
+    ids[:3] = torch.tensor([0, 2, 1], dtype=torch.int32)
+    if not bug:
+        ids[3] = 0
+    table = track(torch.randn(3, 4), "table")
+    out = torch.zeros(4, 4)
+    _lookup_rows_kernel[(1,)](ids, table, out, 4, W=4, B=4)
+
+
+@pair("indexed-write", U, "{alloc}")
+def index_put_int32_indices(ctx, bug):
+    slot_mapping = torch.empty(6, dtype=torch.int64)  # ALLOC
+    idx = torch.tensor([0, 1, 2, 3, 4] + ([] if bug else [5]), dtype=torch.int32)
+    slot_mapping[idx] = torch.arange(len(idx))
+    blocks = slot_mapping // 2  # BAD
+
+
+@pair("indexed-write", U, "{alloc}")
+def scatter_add_2d_counts(ctx, bug):
+    counts = torch.empty(3, 2, dtype=torch.int64)  # ALLOC
+    counts[: 3 if not bug else 2] = 0
+    lora = torch.tensor([[0, 1], [2, 2], [1, 0]])
+    counts.scatter_add_(0, lora, torch.ones(3, 2, dtype=torch.int64))  # BAD
+
+
+@pair("indexed-write", U, "{alloc}")
+def index_add_dim1_alpha(ctx, bug):
+    acc = torch.empty(2, 4)  # ALLOC
+    acc[:, :3] = 0.0
+    if not bug:
+        acc[:, 3] = 0.0
+    acc.index_add_(1, torch.tensor([0, 3]), torch.ones(2, 2), alpha=0.5)  # BAD
+
+
+@pair("indexed-write", U, "{alloc}")
+def masked_scatter_broadcast_rows(ctx, bug):
+    x = torch.empty(3, 2)  # ALLOC
+    rows = torch.tensor([[True], [False], [True]])
+    x.masked_scatter_(rows, torch.arange(4.0))
+    if not bug:
+        x[1] = 0.0
+    y = x.sum(0)  # BAD
+
+
+@pair("indexed-read", U, "{alloc}")
+def transposed_reshape_copy(ctx, bug):
+    buf = torch.empty(8)  # ALLOC
+    buf[: 7 if bug else 8] = 1.0
+    flat = buf.view(2, 4).t().reshape(-1)  # BAD
+
+
+@pair("tracking-api", U, "block_ids")
+def retrack_with_default_initialized_keeps_never_written(ctx, bug):
+    buf = track(torch.empty(6, dtype=torch.int32), "block_ids", per_step=True, initialized=False)
+    ctx.step()
+    track(buf, "block_ids", per_step=True)  # re-tracked each step, initialized left at its default
+    buf[: 5 if bug else 6] = 1
+    s = buf.sum()  # BAD
+
+
+@pair("tracking-api", S, "mapping")
+def carry_over_rows_of_2d(ctx, bug):
+    mapping = track(torch.zeros(4, 3, dtype=torch.int64), "mapping", per_step=True)
+    ctx.step()
+    mapping[:3] = 1
+    ctx.step()
+    carry_over(mapping[:2])
+    m = mapping[: 3 if bug else 2].sum()  # BAD
+
+
+@pair("tracking-api", S, "meta.positions")
+def two_views_different_lifetimes(ctx, bug):
+    meta = torch.empty(16, dtype=torch.int64)
+    pos = track(meta[:8], "meta.positions", per_step=True, initialized=False)
+    cfg = track(meta[8:], "meta.config", initialized=False)  # persistent: written once
+    cfg.fill_(3)
+    ctx.step()
+    pos[:4] = torch.arange(4)
+    ctx.step()
+    _ = cfg.sum()  # persistent: fine in any step
+    pos[: 4 if not bug else 3] = torch.arange(4)[: 4 if not bug else 3]
+    rope = pos[:4] * 2  # BAD
+
+
+@pair("style-dp-idle", U, "{alloc}")
+def dp_idle_zero_length_writes_then_pad(ctx, bug):
+    ids = torch.empty(4, dtype=torch.int64)  # ALLOC
+    table = torch.randn(5, 2)
+    none = torch.empty(0, dtype=torch.int64)
+    ids[none] = torch.empty(0, dtype=torch.int64)  # an idle rank writes nothing
+    ids.index_copy_(0, none, torch.empty(0, dtype=torch.int64))
+    _ = table.index_select(0, ids[:0])
+    ids[:1] = 0 if not bug else ids[:1]  # BAD
+    e = table[ids[:1]]
+
+
+@pair("style-graphs", U, "token_lora")
+def pad_to_graph_size_with_f_pad(ctx, bug):
+    token_lora = track(torch.empty(8, dtype=torch.int64), "token_lora", per_step=True, initialized=False)
+    ctx.step()
+    n, padded = 3, 4
+    token_lora[:n] = torch.tensor([1, 0, 2])
+    if bug:
+        graph_in = token_lora[:padded].clone()  # BAD
+    else:
+        graph_in = torch.nn.functional.pad(token_lora[:n], (0, padded - n), value=0)
+
+
+@torch.library.custom_op("heldout::new_partial", mutates_args=())
+def new_partial(n: int, fill: int) -> torch.Tensor:
+    out = torch.empty(6, dtype=torch.int64)  # ALLOC:custom_op_returns_partially_written
+    out[:fill] = n
+    return out
+
+
+@pair("custom-op", U, "{alloc}")
+def custom_op_returns_partially_written(ctx, bug):
+    lens = new_partial(3, 5 if bug else 6)
+    total = lens.sum()  # BAD
+
+
+@torch.library.custom_op("heldout::fill_each_", mutates_args=("outs",))
+def fill_each_(outs: list[torch.Tensor], n: int) -> None:
+    for o in outs:
+        o[:n] = 1
+
+
+@pair("custom-op", U, "{alloc}")
+def custom_op_list_of_mutated(ctx, bug):
+    a = torch.zeros(4)
+    b = torch.empty(4)  # ALLOC
+    fill_each_([a, b], 3 if bug else 4)
+    s = b.sum()  # BAD
+
+
+@triton.jit
+def _num_tokens_kernel(n_ptr, x, out, B: tl.constexpr):
+    n = tl.load(n_ptr)  # BAD:triton_scalar_count_from_device
+    i = tl.arange(0, B)
+    v = tl.load(x + i, mask=i < n, other=0)
+    tl.store(out + i, v)
+
+
+@pair("triton", U, "{alloc}")
+def triton_scalar_count_from_device(ctx, bug):
+    num_tokens = torch.empty(1, dtype=torch.int32)  # ALLOC
+    if not bug:
+        num_tokens.fill_(3)
+    x = torch.ones(8, dtype=torch.int32)
+    out = torch.zeros(8, dtype=torch.int32)
+    _num_tokens_kernel[(1,)](num_tokens, x, out, B=8)
+
+
+@triton.jit
+def _claim_slots_kernel(counter, slots, B: tl.constexpr):
+    i = tl.arange(0, B)
+    old = tl.atomic_add(counter + i * 0, 1)  # BAD:triton_atomic_counter_not_reset
+    tl.store(slots + i, old)
+
+
+@pair("triton", S, "alloc_counter")
+def triton_atomic_counter_not_reset(ctx, bug):
+    counter = track(torch.zeros(1, dtype=torch.int32), "alloc_counter", per_step=True)
+    slots = torch.zeros(4, dtype=torch.int32)
+    _claim_slots_kernel[(1,)](counter, slots, B=4)
+    ctx.step()
+    if not bug:
+        counter.zero_()
+    _claim_slots_kernel[(1,)](counter, slots, B=4)
+
+
+@triton.jit
+def _where_store_kernel(x, out, n, B: tl.constexpr):
+    i = tl.arange(0, B)
+    v = tl.load(x + i, mask=i < n, other=0)
+    tl.store(out + i, tl.where(v > 0, v, 0), mask=i < n)
+
+
+@pair("triton", U, "{alloc}")
+def triton_masked_where_store_then_gather(ctx, bug):
+    lens = torch.tensor([3, 0, 2, 5, 1], dtype=torch.int32)
+    clipped = torch.empty(8, dtype=torch.int32)  # ALLOC
+    _where_store_kernel[(1,)](lens, clipped, 5, B=8)
+    picked = clipped[torch.tensor([0, 4, 5 if bug else 3])]  # BAD
+
+
+@triton.jit
+def _overlap_kernel(win, out, stride, W: tl.constexpr, N: tl.constexpr):
+    r = tl.arange(0, N)
+    c = tl.arange(0, W)
+    v = tl.load(win + r[:, None] * stride + c[None, :])  # BAD:triton_overlapping_window_view
+    tl.store(out + r[:, None] * W + c[None, :], v)
+
+
+@pair("triton", U, "{alloc}")
+def triton_overlapping_window_view(ctx, bug):
+    toks = torch.empty(8, dtype=torch.float32)  # ALLOC
+    toks[: 6 if bug else 7] = 1.0
+    windows = toks.as_strided((4, 4), (1, 1))  # overlapping windows, reads toks[0:7]
+    out = torch.zeros(4, 4)
+    _overlap_kernel[(1,)](windows, out, windows.stride(0), W=4, N=4)
+
+
+@triton.jit
+def _seg_kernel(indptr, vals, out, B: tl.constexpr):
+    pid = tl.program_id(0)
+    lo = tl.load(indptr + pid)  # BAD:sglang_indptr_cumsum_out_then_kernel
+    hi = tl.load(indptr + pid + 1)
+    i = tl.arange(0, B)
+    v = tl.load(vals + lo + i, mask=lo + i < hi, other=0.0)
+    tl.store(out + pid, tl.sum(v, 0))
+
+
+@pair("style-sglang", U, "seg_indptr")
+def sglang_indptr_cumsum_out_then_kernel(ctx, bug):
+    seg_indptr = track(torch.empty(5, dtype=torch.int64), "seg_indptr", per_step=True, initialized=False)
+    ctx.step()
+    bs = 3
+    seg_lens = torch.tensor([2, 1, 3])
+    if not bug:
+        seg_indptr[0] = 0
+    torch.cumsum(seg_lens, 0, out=seg_indptr[1:bs + 1])
+    vals = torch.ones(6)
+    out = torch.zeros(bs)
+    _seg_kernel[(bs,)](seg_indptr, vals, out, B=4)
