@@ -100,6 +100,17 @@ class ShadowMemory:
             out.append(self._allocs[i])
         return out[::-1]
 
+    def gaps(self, start: int, nbytes: int) -> list[tuple[int, int]]:
+        """The sub-ranges [lo, hi) of [start, start+nbytes) that no allocation covers."""
+        out, at = [], start
+        for a in self.overlapping(start, nbytes):
+            if a.start > at:
+                out.append((at, a.start))
+            at = max(at, a.end)
+        if at < start + nbytes:
+            out.append((at, start + nbytes))
+        return out
+
     def containing(self, address: int) -> Allocation | None:
         i = bisect.bisect_right(self._starts, address) - 1
         return self._allocs[i] if i >= 0 and address < self._allocs[i].end else None

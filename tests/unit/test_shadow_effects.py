@@ -277,3 +277,15 @@ def test_untyped_storage_resize_grows_unwritten_bytes():
     [v] = _watched(body)
     assert v.kind == "uninitialized-read" and v.details["byte_offset"] == 16
     assert torch.UntypedStorage.resize_ is torch._C.StorageBase.resize_  # uninstalled
+
+
+def test_a_view_with_gaps_is_tracked_run_by_run():
+    def body(o):
+        table = torch.zeros(4, 8, dtype=torch.int64)
+        mapping = tracking.track(table[:, :4], "mapping", per_step=True)
+        o.begin_op(1, {"op": "next"})
+        mapping[:3] = 1
+        _ = table[:, 4:].sum()  # the other columns are not part of the per-step view
+        _ = mapping.sum()  # row 3 of the view: last written before this op
+    [v] = _watched(body)
+    assert (v.kind, v.tensor) == ("stale-read", "mapping")

@@ -188,3 +188,32 @@ def test_a_garbage_pointer_read_by_a_kernel_is_one_report():
         assert dst[4:].tolist() == [0.0] * 4  # the wild lanes were switched off
     [v] = _watched(body)
     assert v.kind == "uninitialized-read" and v.details["program_id"][0] == 1
+
+
+def test_gaps_are_the_uncovered_parts_of_a_range():
+    m = ShadowMemory()
+    m.add(1008, 8, "a")
+    m.add(1020, 4, "b")
+    assert m.gaps(1000, 32) == [(1000, 1008), (1016, 1020), (1024, 1032)]
+    assert m.gaps(1008, 8) == []
+
+
+def test_a_storage_tracked_in_part_is_read_whole_by_torch_and_kernels_without_reports():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def total(x, out, B: tl.constexpr):
+        tl.store(out, tl.sum(tl.load(x + tl.arange(0, B)), 0))
+
+    def body(o):
+        pool = torch.zeros(32, dtype=torch.int32)
+        slots = tracking.track(pool[8:16], "slots", per_step=True)
+        o.begin_op(1, {"op": "next"})
+        slots.fill_(1)
+        _ = pool.sum()  # the untracked rest of the pool is not out of bounds
+        out = torch.zeros(1, dtype=torch.int32)
+        total[(1,)](pool, out, B=32)
+        assert out.item() == 8  # no lane was switched off
+        _ = slots[:4].sum()
+    assert _watched(body) == []
