@@ -251,7 +251,9 @@ class ShadowOracle(Oracle, tracking.Watcher):
             self.memory.mark_write(addrs, t.element_size())
 
     def torch_oob(self, func, src: torch.Tensor, index: int, count: int, size: int) -> None:
-        alloc = self.memory.at(src.untyped_storage().data_ptr())
+        self._purge()  # the record holding the table's first element: the table may be a tracked view
+        alloc = self.memory.containing(src.data_ptr()) if src.numel() else None
+        alloc = alloc or self.memory.at(src.untyped_storage().data_ptr())
         name = alloc.name if alloc else f"<{tuple(src.shape)} tensor>"
         path, line = _caller_line()
         self.log.add(Violation(

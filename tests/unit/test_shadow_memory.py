@@ -217,3 +217,12 @@ def test_a_storage_tracked_in_part_is_read_whole_by_torch_and_kernels_without_re
         assert out.item() == 8  # no lane was switched off
         _ = slots[:4].sum()
     assert _watched(body) == []
+
+
+def test_an_out_of_range_index_into_a_tracked_view_names_the_view():
+    def body(o):
+        stacked = torch.randn(3, 4, 2)
+        lora_1 = tracking.track(stacked[1], "lora_1")  # one adapter's slice, not at its storage's start
+        _ = torch.nn.functional.embedding(torch.tensor([0, 4]), lora_1)
+    [v] = _watched(body)
+    assert (v.kind, v.tensor, v.details["index"]) == ("out-of-bounds", "lora_1", 4)
