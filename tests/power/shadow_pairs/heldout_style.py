@@ -1206,3 +1206,105 @@ def sglang_indptr_cumsum_out_then_kernel(ctx, bug):
     vals = torch.ones(6)
     out = torch.zeros(bs)
     _seg_kernel[(bs,)](seg_indptr, vals, out, B=4)
+
+
+# -- third round: buffers tracked in part, views with gaps, a whole input-preparation path ----------
+@pair("tracking-api", S, "slots")
+def pool_slice_per_step_read_whole(ctx, bug):
+    pool = torch.zeros(32, dtype=torch.int32)
+    slots = track(pool[8:16], "slots", per_step=True)
+    ctx.step()
+    n = 5
+    slots[:n] = 1
+    if not bug:
+        slots[n:] = 0
+    snapshot = pool.clone()  # BAD
+
+
+@triton.jit
+def _pool_sum_kernel(x, out, B: tl.constexpr):
+    v = tl.load(x + tl.arange(0, B))  # BAD:kernel_reads_pool_with_tracked_slice
+    tl.store(out, tl.sum(v, 0))
+
+
+@pair("triton", S, "slots")
+def kernel_reads_pool_with_tracked_slice(ctx, bug):
+    pool = torch.zeros(32, dtype=torch.int32)
+    slots = track(pool[8:16], "slots", per_step=True)
+    out = torch.zeros(1, dtype=torch.int32)
+    ctx.step()
+    slots[: 7 if bug else 8] = 1
+    _pool_sum_kernel[(1,)](pool, out, B=32)
+
+
+@pair("tracking-api", S, "mapping")
+def strided_track_columns(ctx, bug):
+    table = torch.zeros(4, 8, dtype=torch.int64)  # columns 0-3: per-step mapping; 4-7: persistent config
+    mapping = track(table[:, :4], "mapping", per_step=True)
+    table[:, 4:] = 7
+    ctx.step()
+    config = table[:, 4:].sum()  # persistent: fine in any step
+    mapping[: 3 if bug else 4] = 1
+    m = mapping.amax()  # BAD
+
+
+@pair("oob-index", OOB, "lora_a_1")
+def oob_into_tracked_adapter_slice(ctx, bug):
+    stacked = torch.randn(3, 4, 2)  # 3 adapters, 4 rows each
+    lora_1 = track(stacked[1], "lora_a_1")
+    ids = torch.tensor([0, 3, 4 if bug else 2])
+    rows = torch.nn.functional.embedding(ids, lora_1)  # BAD
+
+
+class V1PrepareInputs:
+    """vLLM V1's _prepare_inputs, condensed: numpy metadata, np.take of token ids, device copies."""
+
+    def __init__(self, max_reqs=4, max_tokens=16, max_model_len=8):
+        self.token_ids = torch.zeros(max_reqs, max_model_len, dtype=torch.int32)
+        self.num_computed = torch.zeros(max_reqs, dtype=torch.int32)
+        self.input_ids_cpu = torch.empty(max_tokens, dtype=torch.int32)
+        self.positions_cpu = torch.empty(max_tokens, dtype=torch.int64)
+        self.qsl_cpu = torch.empty(max_reqs + 1, dtype=torch.int32)  # ALLOC:v1_prepare_inputs_query_start_loc
+        self.qsl_gpu = torch.zeros(max_reqs + 1, dtype=torch.int32)
+        self.input_ids = track(torch.zeros(max_tokens, dtype=torch.int32), "input_ids", per_step=True)
+
+    def prepare(self, num_sched, num_reqs_padded, pad_qsl):
+        nreq = len(num_sched)
+        num_sched = np.asarray(num_sched, dtype=np.int32)
+        req_indices = np.repeat(np.arange(nreq), num_sched)
+        cu = np.cumsum(num_sched)
+        total = int(cu[-1])
+        arange = np.arange(total) - np.repeat(cu - num_sched, num_sched)
+        pos = self.positions_cpu.numpy()
+        np.add(self.num_computed.numpy()[req_indices], arange, out=pos[:total])
+        flat = pos[:total] + req_indices * self.token_ids.shape[1]
+        np.take(self.token_ids.numpy().reshape(-1), flat, out=self.input_ids_cpu.numpy()[:total])
+        self.input_ids[:total].copy_(self.input_ids_cpu[:total], non_blocking=True)
+        qsl = self.qsl_cpu.numpy()
+        qsl[0] = 0
+        qsl[1:nreq + 1] = cu
+        if pad_qsl:
+            qsl[nreq + 1:num_reqs_padded + 1] = total
+        self.qsl_gpu[:num_reqs_padded + 1].copy_(self.qsl_cpu[:num_reqs_padded + 1], non_blocking=True)  # BAD:v1_prepare_inputs_query_start_loc
+        return total
+
+
+@pair("style-vllm-v1", U, "{alloc}")
+def v1_prepare_inputs_query_start_loc(ctx, bug):
+    r = V1PrepareInputs()
+    r.token_ids[0, :3] = torch.tensor([5, 6, 7], dtype=torch.int32)
+    r.token_ids[1, :2] = torch.tensor([8, 9], dtype=torch.int32)
+    ctx.step()
+    r.prepare([3, 2], num_reqs_padded=3, pad_qsl=not bug)  # a CUDA-graph batch of 3 requests
+
+
+@pair("style-vllm-v1", S, "input_ids")
+def v1_prepare_inputs_stale_tokens(ctx, bug):
+    r = V1PrepareInputs()
+    r.token_ids[0, :4] = torch.tensor([5, 6, 7, 8], dtype=torch.int32)
+    ctx.step()
+    r.prepare([4], num_reqs_padded=1, pad_qsl=True)
+    ctx.step()
+    total = r.prepare([2], num_reqs_padded=1, pad_qsl=True)
+    n = 4 if bug else total
+    emb = torch.nn.functional.embedding(r.input_ids[:n].long(), torch.randn(16, 2))  # BAD
