@@ -77,6 +77,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self._probing = 0
         self._adopted: list = []
         self._garbage_read = False  # this launch has read never-written memory
+        self.reported = 0  # reports made so far (whether an op's inner checks found something)
         self._storages: StorageHook | None = None
         self.host = HostViews(self)
         self.op_index, self.op_name = -1, ""
@@ -218,19 +219,29 @@ class ShadowOracle(Oracle, tracking.Watcher):
     def host_write(self, addrs: np.ndarray, itemsize: int) -> None:
         self.memory.mark_write(addrs, itemsize)
 
-    def torch_read(self, func, t: torch.Tensor, addrs: np.ndarray) -> None:
+    def torch_read(self, func, t: torch.Tensor, addrs: np.ndarray, report: bool = True) -> list:
+        """Check a torch op's read; report it now, or (``report=False``) return the reports for
+        ``flush`` (an op with no model is blamed only if nothing inside it was: see torch_hook)."""
         if addrs.size == 0:
-            return
+            return []
         bad, _ = self.memory.check_read(addrs, t.element_size())
         # A torch view never leaves its storage (torch checks): a lane outside every tracked record is
         # in an untracked part of a storage tracked only in part (``track(pool[8:16])``, then ``pool``).
         bad = [b for b in bad if b.kind != "out-of-bounds"]
-        if bad:
-            path, line = _caller_line()
-            for b in bad:
-                self._report(b, str(func), source_location(path, line), {"torch_op": str(func)})
-            if any(b.kind == "uninitialized-read" for b in bad):
-                self._zero_never_written(t, addrs)
+        if not bad:
+            return []
+        path, line = _caller_line()
+        pending = [(b, str(func), source_location(path, line), {"torch_op": str(func)}) for b in bad]
+        if any(b.kind == "uninitialized-read" for b in bad):
+            self._zero_never_written(t, addrs)
+        if not report:
+            return pending
+        self.flush(pending)
+        return []
+
+    def flush(self, pending: list) -> None:
+        for b, kernel, location, extra in pending:
+            self._report(b, kernel, location, extra)
 
     def _zero_never_written(self, t: torch.Tensor, addrs: np.ndarray) -> None:
         """Fill the never-written bytes this read is about to see with zeros (they stay never
@@ -256,6 +267,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         alloc = alloc or self.memory.at(src.untyped_storage().data_ptr())
         name = alloc.name if alloc else f"<{tuple(src.shape)} tensor>"
         path, line = _caller_line()
+        self.reported += 1
         self.log.add(Violation(
             "shadow", "out-of-bounds", str(func), source_location(path, line), name,
             f"{func} indexed row {index} of {name} (size {size} along the indexed dim); "
@@ -415,6 +427,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
                          {"program_id": list(grid_idx()), "access": access})
 
     def _report(self, b: BadAccess, kernel: str, location: str, extra: dict) -> None:
+        self.reported += 1
         name = b.allocation.name if b.allocation else "<untracked>"
         details = {"address": hex(b.address), "op_index": self.op_index, "op": self.op_name, **extra}
         if b.kind == "out-of-bounds" and getattr(b, "view", None):

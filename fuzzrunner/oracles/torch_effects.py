@@ -100,6 +100,7 @@ class Effects:
     reads: list = field(default_factory=list)
     writes: list = field(default_factory=list)
     oob: list = field(default_factory=list)   # (tensor, index value, count, dim size, fix)
+    probed: bool = False  # found by the differential probe (an op with no model): see torch_hook
 
 
 def _tensors(value):

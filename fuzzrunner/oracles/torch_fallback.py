@@ -115,6 +115,12 @@ def _differs(a: _Run, b: _Run, mutated: list) -> bool:
 
 
 def probe_effects(func, args, kwargs, checker) -> Effects:
+    eff = _probe_effects(func, args, kwargs, checker)
+    eff.probed = True
+    return eff
+
+
+def _probe_effects(func, args, kwargs, checker) -> Effects:
     tensors = list(_schema_tensors(func, args, kwargs))
     mutated = {id(t): t for t, m in tensors if m and checker.is_tracked(t)}
     inputs = {id(t): t for t, m in tensors if not m}

@@ -10,7 +10,10 @@ garbage ``_embeddings_indices``).
 
 Ops with no model (custom ops, other namespaces): a ``torch.library.custom_op`` runs its
 own implementation under this mode, so its inner ops and allocations are seen one by
-one; any other op goes through the differential fallback of ``torch_fallback``.
+one; any other op goes through the differential fallback of ``torch_fallback``. Such an op
+(``Library.impl`` with a Python body, vLLM's ``direct_register_custom_op``) is blamed at its
+call only if nothing inside it reported first: a Triton kernel it launches is checked by the
+interpreter hook at its own line, the more precise report of the same read.
 """
 
 from __future__ import annotations
@@ -66,10 +69,14 @@ class TorchShadowMode(TorchDispatchMode):
             return out
         effects = self._effects(func, args, kwargs)
         effects.reads = [(swapped.get(id(t), t), a) for t, a in effects.reads]  # a redirected index is still read
+        pending = []
         for t, addrs in effects.reads:
             if c.is_tracked(t):
-                c.torch_read(func, t, addresses(t) if addrs is None else addrs)
+                pending += c.torch_read(func, t, addresses(t) if addrs is None else addrs, report=not effects.probed)
+        seen = c.reported
         out = func(*args, **kwargs)
+        if pending and c.reported == seen:  # the op's body (a Triton kernel it launched) said nothing more precise
+            c.flush(pending)
         for t, addrs in effects.writes:
             if c.is_tracked(t):
                 c.torch_write(func, t, addresses(t) if addrs is None else addrs)

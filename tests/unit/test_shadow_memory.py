@@ -226,3 +226,33 @@ def test_an_out_of_range_index_into_a_tracked_view_names_the_view():
         _ = torch.nn.functional.embedding(torch.tensor([0, 4]), lora_1)
     [v] = _watched(body)
     assert (v.kind, v.tensor, v.details["index"]) == ("out-of-bounds", "lora_1", 4)
+
+
+_vlib = torch.library.Library("fuzzunit_launch", "DEF")
+_vlib.define("shrink(Tensor x, Tensor(a!) y, int n) -> ()")
+
+
+def _shrink(x, y, n):
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def copy(x, y, n, B: tl.constexpr):
+        i = tl.arange(0, B)
+        tl.store(y + i, tl.load(x + i, mask=i < n, other=0.0), mask=i < n)
+
+    copy[(1,)](x, y, n, B=8)
+
+
+_vlib.impl("shrink", _shrink, "CPU")
+
+
+def test_a_library_op_launching_a_kernel_is_blamed_once_at_the_kernel_line():
+    """vLLM registers its LoRA ops with ``Library.impl`` (no ``custom_op`` to run op by op): the
+    probe finds the read too, but the kernel's own report is the one kept."""
+    def body(o):
+        x, y = torch.empty(8), torch.empty(8)
+        x[:4] = 1.0
+        torch.ops.fuzzunit_launch.shrink(x, y, 5)
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.kernel == "copy" and v.details["element"] == [4]
