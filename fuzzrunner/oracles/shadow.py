@@ -389,7 +389,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         """Lanes to switch off: out of bounds, and (for a load) never written, so that the load gives
         ``other`` (0 by default) there instead of garbage; the read is reported either way."""
         if self._probing:
-            return np.zeros(addrs.shape, dtype=bool)
+            return self._probe_access(addrs, itemsize)
         self._purge()
         bad, oob = self.memory.check_read(addrs, itemsize)
         if oob.any() and self._adopt(addrs[oob]):
@@ -403,9 +403,18 @@ class ShadowOracle(Oracle, tracking.Watcher):
             oob = oob | self.memory.never_written(addrs, itemsize)[0]
         return oob
 
+    def _probe_access(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
+        """A kernel run by the fallback's probe (on scratch copies, with filled bytes that may be wild
+        indices): neither checked nor marked, but a lane outside all memory is still switched off
+        (the interpreter would dereference it and segfault)."""
+        oob = self.memory.outside(addrs, itemsize)
+        if oob.any() and self._adopt(addrs[oob]):
+            oob = self.memory.outside(addrs, itemsize)
+        return oob
+
     def _kernel_write(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
         if self._probing:
-            return np.zeros(addrs.shape, dtype=bool)
+            return self._probe_access(addrs, itemsize)
         self._purge()
         oob = self.memory.mark_write(addrs, itemsize)
         if oob.any() and self._adopt(addrs[oob]):

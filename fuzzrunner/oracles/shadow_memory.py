@@ -190,6 +190,11 @@ class ShadowMemory:
         return offs, alloc.epochs[offs[:, None] + np.arange(itemsize)].min(axis=1)
 
     @staticmethod
+    def outside(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
+        """Per lane: is its access outside every allocation? (No check, no mark.)"""
+        return self._locate(addrs, itemsize) < 0
+
+    @staticmethod
     def _groups(where: np.ndarray, oob: np.ndarray):
         """(allocation index, lane indices) for each allocation the in-bounds lanes touch."""
         if where.size and not oob.any() and where[0] == where[-1] and (where == where[0]).all():

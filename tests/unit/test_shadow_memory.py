@@ -256,3 +256,42 @@ def test_a_library_op_launching_a_kernel_is_blamed_once_at_the_kernel_line():
         torch.ops.fuzzunit_launch.shrink(x, y, 5)
     [v] = _watched(body)
     assert v.kind == "uninitialized-read" and v.kernel == "copy" and v.details["element"] == [4]
+
+
+_PROBED_KERNEL = '''
+import sys
+sys.path.insert(0, {root!r})
+import fuzzrunner  # interpreter mode
+import torch, triton, triton.language as tl
+from fuzzrunner import tracking
+from fuzzrunner.oracles.shadow import ShadowOracle
+
+@triton.jit
+def rows(ids, w, out, n, K: tl.constexpr, B: tl.constexpr):
+    i = tl.arange(0, B)
+    s = tl.load(ids + i, mask=i < n, other=-1)
+    k = tl.arange(0, K)
+    m = (i < n) & (s >= 0)
+    r = tl.load(w + s[:, None] * K + k[None, :], mask=m[:, None], other=0.0)
+    tl.store(out + i[:, None] * K + k[None, :], r, mask=(i < n)[:, None])
+
+lib = torch.library.Library("fuzzunit_probed", "DEF")
+lib.define("rows(Tensor ids, Tensor w, Tensor(a!) out, int n) -> ()")
+lib.impl("rows", lambda ids, w, out, n: rows[(1,)](ids, w, out, n, K=4, B=8), "CPU")
+o = ShadowOracle(); o.start(); o.begin_op(0, {{"op": "t"}})
+ids = torch.empty(8, dtype=torch.int32); ids[:3] = 1
+w = tracking.track(torch.randn(3, 4), "w")
+torch.ops.fuzzunit_probed.rows(ids, w, torch.empty(8, 4), 4)
+print([(v.kind, v.kernel) for v in o.finish()])
+'''
+
+
+def test_the_probe_of_a_library_op_launching_a_kernel_never_segfaults(tmp_path):
+    """The probe runs the op on copies whose unwritten bytes are filled with 0xA5/0x5A: as indices
+    they are wild, and the kernel must not dereference them (lanes outside all memory are masked)."""
+    from pathlib import Path
+    script = tmp_path / "probed.py"
+    script.write_text(_PROBED_KERNEL.format(root=str(Path(__file__).resolve().parents[2])))
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "[('uninitialized-read', 'rows')]" in run.stdout
