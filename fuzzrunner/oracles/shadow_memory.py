@@ -189,7 +189,6 @@ class ShadowMemory:
             return offs, alloc.epochs[offs]
         return offs, alloc.epochs[offs[:, None] + np.arange(itemsize)].min(axis=1)
 
-    @staticmethod
     def outside(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
         """Per lane: is its access outside every allocation? (No check, no mark.)"""
         return self._locate(addrs, itemsize) < 0
