@@ -1308,3 +1308,68 @@ def v1_prepare_inputs_stale_tokens(ctx, bug):
     total = r.prepare([2], num_reqs_padded=1, pad_qsl=True)
     n = 4 if bug else total
     emb = torch.nn.functional.embedding(r.input_ids[:n].long(), torch.randn(16, 2))  # BAD
+
+
+# -- fourth round: ops registered the way vLLM registers its LoRA ops (Library.impl, no custom_op) -----
+@triton.jit
+def _lib_shrink_kernel(x, w, out, mapping, n, K: tl.constexpr, R: tl.constexpr, B: tl.constexpr):
+    t = tl.arange(0, B)
+    lora = tl.load(mapping + t, mask=t < n, other=-1)  # BAD:vllm_lib_shrink_dummy_run,vllm_lib_shrink_stale_mapping
+    k = tl.arange(0, K)
+    live = (t < n) & (lora >= 0)
+    xv = tl.load(x + t[:, None] * K + k[None, :], mask=live[:, None], other=0.0)  # BAD:vllm_lib_shrink_reads_unwritten_activations
+    for r in tl.static_range(R):
+        wr = tl.load(w + lora[:, None] * (R * K) + r * K + k[None, :], mask=live[:, None], other=0.0)
+        tl.store(out + t * R + r, tl.sum(xv * wr, 1), mask=t < n)
+
+
+def _lib_shrink(x, w, out, mapping, n):
+    _lib_shrink_kernel[(1,)](x, w, out, mapping, n, K=4, R=2, B=8)
+
+
+_vllm_lib = torch.library.Library("heldout_vllm", "FRAGMENT")
+_vllm_lib.define("lora_shrink(Tensor x, Tensor w, Tensor(a!) out, Tensor mapping, int n) -> ()")
+_vllm_lib.impl("lora_shrink", _lib_shrink, "CPU")
+
+
+class LibLoRARunner:
+    def __init__(self, max_tokens=8):
+        self.mapping = track(torch.empty(max_tokens, dtype=torch.int32), "token_lora_mapping", per_step=True,
+                             initialized=False)
+        self.w = track(torch.randn(2, 2, 4), "lora_a_stacked")  # 2 adapters, rank 2, hidden 4
+        self.out = torch.empty(max_tokens, 2)
+
+    def forward(self, x, n):
+        torch.ops.heldout_vllm.lora_shrink(x, self.w, self.out, self.mapping, n)
+        return self.out[:n]
+
+
+@pair("style-vllm-v2", U, "token_lora_mapping")
+def vllm_lib_shrink_dummy_run(ctx, bug):
+    r = LibLoRARunner()
+    ctx.step("dummy_run")
+    n = 4
+    if not bug:
+        r.mapping[:n].fill_(-1)  # "no adapter" for every dummy token
+    y = r.forward(torch.randn(8, 4), n)
+
+
+@pair("style-vllm-v2", S, "token_lora_mapping")
+def vllm_lib_shrink_stale_mapping(ctx, bug):
+    r = LibLoRARunner()
+    ctx.step()
+    r.mapping[:4] = torch.tensor([0, 1, 1, 0], dtype=torch.int32)
+    y = r.forward(torch.randn(8, 4), 4)
+    ctx.step()  # a smaller batch padded to the same graph size
+    r.mapping[: 2 if bug else 4] = torch.tensor([1, 0, -1, -1], dtype=torch.int32)[: 2 if bug else 4]
+    y = r.forward(torch.randn(8, 4), 4)
+
+
+@pair("style-vllm-v2", U, "{alloc}")
+def vllm_lib_shrink_reads_unwritten_activations(ctx, bug):
+    r = LibLoRARunner()
+    ctx.step()
+    r.mapping[:4] = torch.tensor([0, 1, 0, 1], dtype=torch.int32)
+    hidden = torch.empty(8, 4)  # ALLOC
+    hidden[: 3 if bug else 4] = 1.0
+    y = r.forward(hidden, 4)
