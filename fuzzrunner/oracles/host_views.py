@@ -75,6 +75,84 @@ def _where_reads(cond, *xy):
 _EXACT_READS = {"take": _take_reads, "where": _where_reads}
 
 
+def _tensors_read(arr, value):
+    """Torch tensors given to numpy beside a shadow array are read: check them, and hand numpy a
+    view made without the export rule of ``np.asarray(t)`` (which would count them as written)."""
+    host = arr._host
+    if host is None or not host._saved:
+        return value
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "cpu" or value.requires_grad:
+            return value
+        host._tensor_read(value, "numpy read")
+        return host._saved["numpy"](value)
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (torch.Tensor, list, tuple)) for v in value):
+        return type(value)(_tensors_read(arr, v) for v in value)
+    return value
+
+
+def _results(value):
+    if isinstance(value, np.ndarray):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _results(v)
+
+
+def _aliased(result, reads) -> dict:
+    """id -> shadow argument, for the shadow arguments some array of ``result`` is a view of."""
+    out = {}
+    for s in _shadows(reads):
+        plain = s.view(np.ndarray)
+        if any(np.may_share_memory(r.view(np.ndarray), plain) for r in _results(result)):
+            out[id(s)] = s
+    return out
+
+
+def _rewrap(result, aliased: dict):
+    """Views (in ``result``) of watched arrays, watched too."""
+    if isinstance(result, np.ndarray):
+        for s in aliased.values():
+            if np.may_share_memory(result.view(np.ndarray), s.view(np.ndarray)):
+                out = result.view(ShadowArray)
+                out._host = s._host
+                return out
+        return result
+    if isinstance(result, (list, tuple)):
+        return type(result)(_rewrap(r, aliased) for r in result)
+    return result
+
+
+class _Flat:
+    """``ShadowArray.flat``: numpy's flat iterator, with its element accesses seen."""
+
+    def __init__(self, arr):
+        self._arr, self._it = arr, arr.view(np.ndarray).flat
+
+    def __getitem__(self, key):
+        out = self._it[key]
+        self._arr._read(self._arr.addresses().flat[key])
+        return out
+
+    def __setitem__(self, key, value):
+        self._it[key] = _plain(value)
+        self._arr._wrote(self._arr.addresses().flat[key])
+
+    def __iter__(self):
+        self._arr._read()
+        return iter(self._it)
+
+    def __len__(self):
+        return len(self._it)
+
+    def __array__(self, *args, **kwargs):
+        self._arr._read()
+        return self._it.__array__(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._it, name)
+
+
 class ShadowArray(np.ndarray):
     _host: HostViews | None = None
 
@@ -108,6 +186,7 @@ class ShadowArray(np.ndarray):
             self._host.write(np.asarray(a).ravel().astype(np.uint64), self.itemsize)
 
     def __setitem__(self, key, value):
+        value = _tensors_read(self, value)
         for s in _shadows(value):
             s._read()
         addrs = self.addresses()[key] if self._host is not None else None
@@ -128,6 +207,7 @@ class ShadowArray(np.ndarray):
         return out
 
     def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
+        inputs = _tensors_read(self, inputs)
         for s in _shadows(inputs):
             s._read()
         if out is not None:
@@ -138,6 +218,7 @@ class ShadowArray(np.ndarray):
         return out[0] if out is not None and len(out) == 1 else result
 
     def __array_function__(self, func, types, args, kwargs):
+        args, kwargs = _tensors_read(self, args), {k: _tensors_read(self, v) for k, v in kwargs.items()}
         written = [args[0]] if func.__name__ in _WRITES_FIRST and args else []
         written += [v for k, v in kwargs.items() if k == "out"]
         reads = list(args[1:] if func.__name__ in _WRITES_FIRST else args)
@@ -146,12 +227,21 @@ class ShadowArray(np.ndarray):
             picked = exact(*args, **kwargs) if exact is not None else {}
         except (TypeError, ValueError, IndexError):
             picked = {}  # a malformed call: numpy raises the program's own error below
-        for s in _shadows(reads + [v for k, v in kwargs.items() if k != "out"]):
-            s._read(picked.get(id(s)))
         result = func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
+        # A function whose result is a view of an argument (ravel, split, squeeze...) reads nothing
+        # of it, and the view keeps being watched; with out=, the result is the written out.
+        aliased = {} if "out" in kwargs else _aliased(result, reads)
+        for s in _shadows(reads + [v for k, v in kwargs.items() if k != "out"]):
+            if id(s) not in aliased:
+                s._read(picked.get(id(s)))
         for s in _shadows(written):
             s._wrote()
-        return result
+        return _rewrap(result, aliased) if aliased else result
+
+    @property
+    def flat(self):
+        """``a.flat[k] = v`` writes (and ``a.flat[k]`` reads) the elements ``k`` names."""
+        return _Flat(self) if self._host is not None else self.view(np.ndarray).flat
 
     def __repr__(self):  # looks like the array it stands for; printing is not a checked read
         return repr(self.view(np.ndarray))
@@ -255,10 +345,10 @@ class HostViews:
             self.write(addresses(t), t.element_size())
         return arr
 
-    def _tensor_read(self, t) -> None:
+    def _tensor_read(self, t, what: str = "Tensor.tolist") -> None:
         if not self.oracle.paused() and t.device.type == "cpu" and self.oracle.is_tracked(t):
             from .torch_effects import addresses
-            self.read(addresses(t), t.element_size(), "Tensor.tolist")
+            self.read(addresses(t), t.element_size(), what)
 
     def read(self, addrs: np.ndarray, itemsize: int, what: str) -> None:
         if not self.oracle.paused() and addrs.size:

@@ -289,3 +289,32 @@ def test_a_view_with_gaps_is_tracked_run_by_run():
         _ = mapping.sum()  # row 3 of the view: last written before this op
     [v] = _watched(body)
     assert (v.kind, v.tensor) == ("stale-read", "mapping")
+
+
+def test_numpy_functions_returning_views_read_nothing_and_their_views_stay_watched():
+    def body(o):
+        t = torch.empty(2, 4)
+        a = t.numpy()
+        flat = np.ravel(a)  # a view: no read
+        first, second = np.split(flat, 2)
+        first[:] = 1.0
+        second[:3] = 2.0
+        a.flat[7] = 3.0
+        _ = t.sum()  # every element written through a view numpy made
+        u = torch.empty(4)
+        b = np.ravel(u.numpy())
+        b[:3] = 0.0
+        _ = u.sum()  # element 3 never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["element"] == [3]
+
+
+def test_torch_tensors_handed_to_numpy_beside_a_watched_array_are_read():
+    def body(o):
+        src = torch.empty(4, dtype=torch.int32)
+        src[:3] = 1
+        dst2 = torch.empty(4, dtype=torch.int32).numpy()
+        dst2[:3] = src[:3]  # written elements: silent
+        dst2[:] = src  # element 3 of src never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.kernel == "numpy read" and v.details["element"] == [3]
