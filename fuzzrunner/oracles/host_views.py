@@ -13,13 +13,16 @@ numpy functions on it, scalar indexing, ``tolist``, ``item``, ``int(a)``. A read
 reported only for tracked bytes; memory numpy allocated itself is not checked.
 ``Tensor.tolist()`` is a read of the view (``item()`` already is an aten op).
 ``np.asarray(t)`` goes through ``Tensor.__array__``, whose result numpy turns into a plain
-ndarray: its writes cannot be seen, so its bytes are taken as written (see ``_exported``).
+ndarray: its writes cannot be seen, so its bytes are taken as written (see ``_exported``) --
+unless numpy asks for a copy (``np.array(t)``) or converts the value of a subscript store
+(``h[k] = t``): those are reads of ``t``.
 The same holds for ``Tensor.__dlpack__`` called from outside torch (``np.from_dlpack(t)``, another
 framework): ``torch.from_dlpack(t)`` makes a torch tensor whose accesses are seen, anything else not.
 """
 
 from __future__ import annotations
 
+import dis
 import sys
 
 import numpy as np
@@ -283,6 +286,14 @@ class ShadowArray(np.ndarray):
         return bool(self.view(np.ndarray))
 
 
+def _storing(frame) -> bool:
+    """Whether ``frame`` is executing a subscript store (``h[k] = t``: numpy converts the value)."""
+    try:
+        return dis.opname[frame.f_code.co_code[frame.f_lasti]] == "STORE_SUBSCR"
+    except (AttributeError, IndexError, TypeError):
+        return False
+
+
 def _from_torch(frame) -> bool:
     """Whether ``__dlpack__`` was called by torch itself (``torch.from_dlpack``: the alias is seen)."""
     path = frame.f_code.co_filename.replace("\\", "/") if frame is not None else ""
@@ -304,6 +315,9 @@ class HostViews:
             return host._wrap(t, saved["numpy"](t, *a, **k))
 
         def array(t, *a, **k):
+            if k.get("copy") is True or (a and _storing(sys._getframe(1))):
+                host._tensor_read(t, "numpy read")  # a copy (np.array(t)), or the value of h[k] = t: a read
+                return saved["__array__"](t, *a, **k)
             return host._exported(t, saved["__array__"](t, *a, **k))
 
         def tolist(t):

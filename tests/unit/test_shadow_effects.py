@@ -1,6 +1,8 @@
 """The shadow oracle's precision mechanisms, one by one: exact effects of indexed torch ops,
 re-tracking, the probe fallback, numpy views, keyword-or-positional Triton operands, views."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -318,3 +320,21 @@ def test_torch_tensors_handed_to_numpy_beside_a_watched_array_are_read():
         dst2[:] = src  # element 3 of src never written
     [v] = _watched(body)
     assert v.kind == "uninitialized-read" and v.kernel == "numpy read" and v.details["element"] == [3]
+
+
+def test_numpy_copies_and_stored_values_of_a_tensor_are_reads_not_exports():
+    def body(o):
+        t = torch.empty(4)
+        t[:3] = 1.0
+        h = np.zeros(8, dtype=np.float32)  # numpy's own memory
+        h[:3] = t[:3]  # silent: written elements
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            _ = np.array(t[:3])
+        h[:4] = t  # element 3 never written: a read, and t is not counted as written by it
+        with warnings.catch_warnings():  # torch's __array__ takes no copy=: numpy warns, then retries
+            warnings.simplefilter("ignore", DeprecationWarning)
+            _ = np.array(t)
+    vs = _watched(body)  # the store and the copy: one report at each line
+    assert [(v.kind, v.details["element"]) for v in vs] == [("uninitialized-read", [3])] * 2
+    assert vs[0].location != vs[1].location

@@ -1373,3 +1373,38 @@ def vllm_lib_shrink_reads_unwritten_activations(ctx, bug):
     hidden = torch.empty(8, 4)  # ALLOC
     hidden[: 3 if bug else 4] = 1.0
     y = r.forward(hidden, 4)
+
+
+# -- fifth round: numpy views made by numpy functions, flat iterators, tensors handed to numpy ------
+@pair("host", U, "{alloc}")
+def numpy_ravel_view_written(ctx, bug):
+    block_table = torch.empty(2, 4, dtype=torch.int32)  # ALLOC
+    flat = np.ravel(block_table.numpy())  # a view of the table
+    flat[: 7 if bug else 8] = np.arange(7 if bug else 8)
+    dev = block_table.clone()  # BAD
+
+
+@pair("host", U, "{alloc}")
+def numpy_split_views_written(ctx, bug):
+    meta = torch.empty(6, dtype=torch.int64)  # ALLOC
+    starts, lens = np.split(meta.numpy(), 2)
+    starts[:] = (0, 3, 5)
+    lens[: 2 if bug else 3] = (3, 2, 1)[: 2 if bug else 3]
+    t = meta.sum()  # BAD
+
+
+@pair("host", U, "{alloc}")
+def numpy_flat_write(ctx, bug):
+    grid = torch.empty(2, 3)  # ALLOC
+    g = grid.numpy()
+    g.flat[: 5 if bug else 6] = 1.0
+    s = grid.mean()  # BAD
+
+
+@pair("host", U, "{alloc}")
+def numpy_setitem_from_partly_written_tensor(ctx, bug):
+    staged = torch.empty(4, dtype=torch.int32)  # ALLOC
+    staged[: 3 if bug else 4] = 9
+    host = torch.zeros(8, dtype=torch.int32)
+    h = host.numpy()
+    h[:4] = staged  # BAD
