@@ -27,7 +27,9 @@ EMPTY_OPS = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_li
 # Ops whose written argument is not also read.
 WRITE_ONLY = {aten.copy_.default, aten.fill_.Scalar, aten.fill_.Tensor, aten.zero_.default,
               aten.normal_.default, aten.uniform_.default, aten.random_.default,
-              getattr(aten.random_, "from"), aten.random_.to, aten.bernoulli_.float, aten.exponential_.default}
+              getattr(aten.random_, "from"), aten.random_.to, aten.bernoulli_.float, aten.bernoulli_.Tensor,
+              aten.exponential_.default, aten.cauchy_.default, aten.log_normal_.default, aten.geometric_.default,
+              aten._foreach_zero_.default, aten._foreach_copy_.default}
 # Storage swaps and resizes: no data read or written (the shadow hook handles them first).
 STORAGE_OPS = {aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor, aten.set_.source_Storage,
                aten.set_.default, aten.resize_.default, aten.resize_as_.default}

@@ -338,3 +338,19 @@ def test_numpy_copies_and_stored_values_of_a_tensor_are_reads_not_exports():
     vs = _watched(body)  # the store and the copy: one report at each line
     assert [(v.kind, v.details["element"]) for v in vs] == [("uninitialized-read", [3])] * 2
     assert vs[0].location != vs[1].location
+
+
+def test_random_fills_and_foreach_zero_and_copy_write_without_reading():
+    def body(o):
+        x = torch.empty(4)
+        x.bernoulli_(torch.full((4,), 0.5))
+        y = torch.empty(4)
+        y.cauchy_()
+        g = torch.empty(4)
+        g.geometric_(0.5)
+        a, b = torch.empty(4), torch.empty(3)
+        torch._foreach_zero_([a, b])
+        c = torch.empty(2)
+        torch._foreach_copy_([c], [torch.ones(2)])
+        _ = x.sum() + y.sum() + g.sum() + a.sum() + b.sum() + c.sum()
+    assert _watched(body) == []
