@@ -27,7 +27,8 @@ from .torch_hook import TorchShadowMode
 from .triton_hook import TritonHook, grid_idx, kernel_source_line, live_storages
 
 # Frames skipped when blaming a torch op on its caller: torch, Triton, and our own hooks.
-_NOT_CALLERS = ("/torch/", "/triton/", "/numpy/", "/fuzzrunner/oracles/", "/fuzzrunner/tracking.py", "/contextlib.py")
+_NOT_CALLERS = ("/torch/", "/triton/", "/numpy/", "/fuzzrunner/oracles/", "/fuzzrunner/tracking.py", "/contextlib.py",
+                "/typing_extensions.py")
 
 
 def _caller_line() -> tuple[str, int]:
@@ -437,6 +438,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
 
     def _report(self, b: BadAccess, kernel: str, location: str, extra: dict) -> None:
         self.reported += 1
+        self.memory.mark_reported(b)
         name = b.allocation.name if b.allocation else "<untracked>"
         details = {"address": hex(b.address), "op_index": self.op_index, "op": self.op_name, **extra}
         if b.kind == "out-of-bounds" and getattr(b, "view", None):

@@ -30,6 +30,7 @@ class Allocation:
     auto: bool = False            # tracked automatically (torch.empty in a watched region, kernel arg)
     epochs: np.ndarray = field(default=None, repr=False)  # type: ignore[arg-type]
     fully_written: bool = False   # every byte written at least once: a persistent read needs no gather
+    reported: np.ndarray | None = field(default=None, repr=False)  # per byte: epoch its bad read was reported
 
     def element_view(self, itemsize: int) -> np.ndarray | None:
         """Epochs viewed one row per element of ``itemsize`` bytes, when the size divides evenly."""
@@ -56,6 +57,7 @@ class BadAccess:
     lane: int          # index into the checked address array
     count: int         # how many lanes of this access were bad this way
     written_epoch: int = NEVER
+    offsets: np.ndarray | None = None  # byte offsets (into the allocation) of every bad lane's bytes
 
 
 class ShadowMemory:
@@ -216,18 +218,42 @@ class ShadowMemory:
             if alloc.fully_written and not alloc.per_step:
                 continue  # written once, never per step: nothing to find
             offs, ep = self._byte_epochs(alloc, addrs[lanes], itemsize)
-            never = ep == NEVER
+            fresh = self._not_reported(alloc, offs, itemsize)
+            never = (ep == NEVER) & fresh
             if never.any():
                 j = int(np.flatnonzero(never)[0])
                 bad.append(BadAccess("uninitialized-read", alloc, int(addrs[lanes[j]]), int(offs[j]),
-                                     int(lanes[j]), int(never.sum())))
+                                     int(lanes[j]), int(never.sum()), offsets=self._bytes(offs[never], itemsize)))
             if alloc.per_step:
-                stale = (ep != NEVER) & (ep < self.epoch)
+                stale = (ep != NEVER) & (ep < self.epoch) & fresh
                 if stale.any():
                     j = int(np.flatnonzero(stale)[0])
                     bad.append(BadAccess("stale-read", alloc, int(addrs[lanes[j]]), int(offs[j]),
-                                         int(lanes[j]), int(stale.sum()), int(ep[j])))
+                                         int(lanes[j]), int(stale.sum()), int(ep[j]),
+                                         offsets=self._bytes(offs[stale], itemsize)))
         return bad, oob
+
+    @staticmethod
+    def _bytes(offs: np.ndarray, itemsize: int) -> np.ndarray:
+        return (offs[:, None] + np.arange(itemsize)).ravel()
+
+    def _not_reported(self, alloc: Allocation, offs: np.ndarray, itemsize: int) -> np.ndarray | bool:
+        """Per lane: not already reported in this op (a second read of the same bad bytes, by the
+        next kernel or line, is the same root cause: one bad read, one report)."""
+        if alloc.reported is None:
+            return True
+        seen = alloc.reported[offs[:, None] + np.arange(itemsize)] == self.epoch
+        return ~seen.all(axis=1)
+
+    def mark_reported(self, bad: BadAccess) -> None:
+        """The bytes of a reported bad read: not reported again in this op."""
+        alloc = bad.allocation
+        if alloc is None or bad.offsets is None or bad.kind == "out-of-bounds":
+            return
+        if alloc.reported is None:
+            alloc.reported = np.full(alloc.nbytes, NEVER, dtype=np.int64)
+        ok = bad.offsets[(bad.offsets >= 0) & (bad.offsets < alloc.nbytes)]
+        alloc.reported[ok] = self.epoch
 
     def mark_write(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
         """Mark written bytes with the current epoch; returns the out-of-bounds lane mask."""

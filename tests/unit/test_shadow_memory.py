@@ -162,10 +162,10 @@ def test_a_garbage_index_read_by_torch_reads_zeros_after_its_report():
         mapping[:3] = 1
         table = tracking.track(torch.randn(3, 2), "table")
         _ = table[mapping[:4].long() + 0]
-        assert mapping[3].item() == 0
-    vs = _watched(body)
-    assert [v.kind for v in vs] == ["uninitialized-read", "uninitialized-read"]  # the long(), then item()
-    assert all(v.tensor.startswith("torch.empty@") for v in vs)
+        with tracking.quiet():
+            assert mapping[3].item() == 0
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.kernel == "aten.add.Tensor"  # long() of int64 is a no-op
 
 
 def test_a_garbage_pointer_read_by_a_kernel_is_one_report():
@@ -295,3 +295,22 @@ def test_the_probe_of_a_library_op_launching_a_kernel_never_segfaults(tmp_path):
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "[('uninitialized-read', 'rows')]" in run.stdout
+
+
+def test_the_same_bad_bytes_are_reported_once_per_op():
+    """vLLM's shrink and expand kernels both read an unprogrammed mapping: one bad read (the mapping
+    was not written this op), one report; the next op reports it again."""
+    def body(o):
+        mapping = tracking.track(torch.empty(8, dtype=torch.int64), "mapping", per_step=True, initialized=False)
+        mapping[:4] = 0
+        _ = mapping[:6].sum()  # elements 4 and 5: reported here
+        _ = mapping[:6].max()  # the same bytes again: not reported again
+        _ = mapping[:7].min()  # element 6 is new: reported
+        o.begin_op(1, {"op": "next"})
+        _ = mapping[:5].clone()  # a new op: stale 0-3, and 4 never written, reported afresh
+    vs = _watched(body)
+    assert [(v.kind, v.kernel, v.details["op_index"], v.details["element"]) for v in vs] == [
+        ("uninitialized-read", "aten.sum.default", 0, [4]),
+        ("uninitialized-read", "aten.min.default", 0, [6]),
+        ("uninitialized-read", "aten.clone.default", 1, [4]),
+        ("stale-read", "aten.clone.default", 1, [0])]
