@@ -226,6 +226,8 @@ class ShadowOracle(Oracle, tracking.Watcher):
         if addrs.size == 0:
             return []
         bad, _ = self.memory.check_read(addrs, t.element_size())
+        if self.memory.saw_never:  # reported now or earlier in this op: garbage either way
+            self._zero_never_written(t, addrs)
         # A torch view never leaves its storage (torch checks): a lane outside every tracked record is
         # in an untracked part of a storage tracked only in part (``track(pool[8:16])``, then ``pool``).
         bad = [b for b in bad if b.kind != "out-of-bounds"]
@@ -233,8 +235,6 @@ class ShadowOracle(Oracle, tracking.Watcher):
             return []
         path, line = _caller_line()
         pending = [(b, str(func), source_location(path, line), {"torch_op": str(func)}) for b in bad]
-        if any(b.kind == "uninitialized-read" for b in bad):
-            self._zero_never_written(t, addrs)
         if not report:
             return pending
         self.flush(pending)
@@ -399,7 +399,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
             bad += self._out_of_view(addrs, itemsize)
         if bad:
             self._report_kernel(bad, "read")
-        if load and any(b.kind == "uninitialized-read" for b in bad):
+        if load and self.memory.saw_never:  # reported now, or already in this op
             self._garbage_read = True
             oob = oob | self.memory.never_written(addrs, itemsize)[0]
         return oob

@@ -63,6 +63,7 @@ class BadAccess:
 class ShadowMemory:
     def __init__(self):
         self.epoch = 0
+        self.saw_never = False  # the last check_read met never-written bytes
         self._starts: list[int] = []
         self._allocs: list[Allocation] = []
         self._starts_np = np.zeros(0, dtype=np.uint64)
@@ -205,7 +206,9 @@ class ShadowMemory:
             yield int(i), np.flatnonzero(where == i)
 
     def check_read(self, addrs: np.ndarray, itemsize: int) -> tuple[list[BadAccess], np.ndarray]:
-        """Bad accesses among ``addrs`` (uint64), and the boolean mask of out-of-bounds lanes."""
+        """Bad accesses among ``addrs`` (uint64), and the boolean mask of out-of-bounds lanes.
+        ``saw_never`` tells whether a lane read never-written bytes (reported now or before)."""
+        self.saw_never = False
         where = self._locate(addrs, itemsize)
         oob = where < 0
         bad: list[BadAccess] = []
@@ -219,7 +222,9 @@ class ShadowMemory:
                 continue  # written once, never per step: nothing to find
             offs, ep = self._byte_epochs(alloc, addrs[lanes], itemsize)
             fresh = self._not_reported(alloc, offs, itemsize)
-            never = (ep == NEVER) & fresh
+            never = ep == NEVER
+            self.saw_never = self.saw_never or bool(never.any())
+            never &= fresh
             if never.any():
                 j = int(np.flatnonzero(never)[0])
                 bad.append(BadAccess("uninitialized-read", alloc, int(addrs[lanes[j]]), int(offs[j]),

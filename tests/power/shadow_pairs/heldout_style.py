@@ -1314,7 +1314,7 @@ def v1_prepare_inputs_stale_tokens(ctx, bug):
 @triton.jit
 def _lib_shrink_kernel(x, w, out, mapping, n, K: tl.constexpr, R: tl.constexpr, B: tl.constexpr):
     t = tl.arange(0, B)
-    lora = tl.load(mapping + t, mask=t < n, other=-1)  # BAD:vllm_lib_shrink_dummy_run,vllm_lib_shrink_stale_mapping
+    lora = tl.load(mapping + t, mask=t < n, other=-1)  # BAD:vllm_lib_shrink_dummy_run,vllm_lib_shrink_stale_mapping,dummy_run_shrink_then_expand
     k = tl.arange(0, K)
     live = (t < n) & (lora >= 0)
     xv = tl.load(x + t[:, None] * K + k[None, :], mask=live[:, None], other=0.0)  # BAD:vllm_lib_shrink_reads_unwritten_activations
@@ -1408,3 +1408,41 @@ def numpy_setitem_from_partly_written_tensor(ctx, bug):
     host = torch.zeros(8, dtype=torch.int32)
     h = host.numpy()
     h[:4] = staged  # BAD
+
+
+# -- sixth round: one bad buffer read by several consumers in one step ----------------------------
+@triton.jit
+def _expand_kernel(buf, w, out, mapping, n, R: tl.constexpr, N: tl.constexpr, B: tl.constexpr):
+    t = tl.arange(0, B)
+    lora = tl.load(mapping + t, mask=t < n, other=-1)
+    live = (t < n) & (lora >= 0)
+    c = tl.arange(0, N)
+    acc = tl.zeros((B, N), dtype=tl.float32)
+    for r in tl.static_range(R):
+        h = tl.load(buf + t * R + r, mask=live, other=0.0)
+        wr = tl.load(w + lora[:, None] * (R * N) + r * N + c[None, :], mask=live[:, None], other=0.0)
+        acc += h[:, None] * wr
+    tl.store(out + t[:, None] * N + c[None, :], acc, mask=(t < n)[:, None])
+
+
+@pair("style-vllm-v2", U, "token_lora_mapping")
+def dummy_run_shrink_then_expand(ctx, bug):
+    r = LibLoRARunner()
+    lora_b = track(torch.randn(2, 2, 4), "lora_b_stacked")
+    ctx.step("dummy_run")
+    n = 4
+    if not bug:
+        r.mapping[:n].fill_(-1)
+    y = r.forward(torch.randn(8, 4), n)  # shrink reads the mapping first
+    out = torch.zeros(8, 4)
+    _expand_kernel[(1,)](r.out, lora_b, out, r.mapping, n, R=2, N=4, B=8)  # expand reads it again
+
+
+@pair("style-dp-idle", U, "{alloc}")
+def dp_padding_read_by_two_ops(ctx, bug):
+    positions = torch.empty(8, dtype=torch.int64)  # ALLOC
+    positions[:3] = torch.arange(3)
+    if not bug:
+        positions[3:4] = 0
+    cos = positions[:4].float().cos()  # BAD
+    sin = positions[:4].float().sin()  # the same unwritten padding, read again in this step
