@@ -221,16 +221,20 @@ class ShadowMemory:
             if alloc.fully_written and not alloc.per_step:
                 continue  # written once, never per step: nothing to find
             offs, ep = self._byte_epochs(alloc, addrs[lanes], itemsize)
-            fresh = self._not_reported(alloc, offs, itemsize)
+            fresh = None if alloc.reported is None else self._not_reported(alloc, offs, itemsize)
             never = ep == NEVER
-            self.saw_never = self.saw_never or bool(never.any())
-            never &= fresh
+            if never.any():
+                self.saw_never = True
+                if fresh is not None:
+                    never &= fresh
             if never.any():
                 j = int(np.flatnonzero(never)[0])
                 bad.append(BadAccess("uninitialized-read", alloc, int(addrs[lanes[j]]), int(offs[j]),
                                      int(lanes[j]), int(never.sum()), offsets=self._bytes(offs[never], itemsize)))
             if alloc.per_step:
-                stale = (ep != NEVER) & (ep < self.epoch) & fresh
+                stale = (ep != NEVER) & (ep < self.epoch)
+                if fresh is not None:
+                    stale &= fresh
                 if stale.any():
                     j = int(np.flatnonzero(stale)[0])
                     bad.append(BadAccess("stale-read", alloc, int(addrs[lanes[j]]), int(offs[j]),
@@ -242,12 +246,10 @@ class ShadowMemory:
     def _bytes(offs: np.ndarray, itemsize: int) -> np.ndarray:
         return (offs[:, None] + np.arange(itemsize)).ravel()
 
-    def _not_reported(self, alloc: Allocation, offs: np.ndarray, itemsize: int) -> np.ndarray | bool:
+    def _not_reported(self, alloc: Allocation, offs: np.ndarray, itemsize: int) -> np.ndarray:
         """Per lane: not already reported in this op (a second read of the same bad bytes, by the
         next kernel or line, is the same root cause: one bad read, one report)."""
-        if alloc.reported is None:
-            return True
-        seen = alloc.reported[offs[:, None] + np.arange(itemsize)] == self.epoch
+        seen = alloc.reported[offs[:, None] + np.arange(itemsize)] == self.epoch  # type: ignore[index]
         return ~seen.all(axis=1)
 
     def mark_reported(self, bad: BadAccess) -> None:
