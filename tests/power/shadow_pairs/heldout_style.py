@@ -1446,3 +1446,54 @@ def dp_padding_read_by_two_ops(ctx, bug):
         positions[3:4] = 0
     cos = positions[:4].float().cos()  # BAD
     sin = positions[:4].float().sin()  # the same unwritten padding, read again in this step
+
+
+# -- seventh round: vLLM's LoRAKernelMeta, condensed ------------------------------------------------
+class KernelMeta:
+    """Per-step LoRA kernel metadata, rebuilt from the token->LoRA mapping (vLLM's prepare_tensors)."""
+
+    def __init__(self, max_tokens=8, max_loras=3):
+        mk = lambda n, name, dt=torch.int32: track(torch.empty(n, dtype=dt), name, per_step=True,  # noqa: E731
+                                                   initialized=False)
+        self.token_lora_mapping = mk(max_tokens, "meta.token_lora_mapping")
+        self.sorted_tokens = mk(max_tokens, "meta.token_indices_sorted_by_lora_ids", torch.int64)
+        self.active_lora_ids = mk(max_loras + 1, "meta.active_lora_ids")
+        self.num_tokens_per_lora = mk(max_loras + 1, "meta.num_tokens_per_lora", torch.int64)
+        self.lora_token_start_loc = mk(max_loras + 2, "meta.lora_token_start_loc", torch.int64)
+
+    def reset(self, ids=True):
+        if ids:  # the bug: a refactor moved this reset behind a flag nobody sets
+            self.active_lora_ids.fill_(-1)
+        self.num_tokens_per_lora.fill_(0)
+        self.lora_token_start_loc.fill_(0)
+
+    def prepare(self, mapping, reset_ids=True):
+        self.reset(reset_ids)
+        n = mapping.numel()
+        self.token_lora_mapping[:n].copy_(mapping, non_blocking=True)
+        _, order = torch.sort(mapping, stable=True)
+        self.sorted_tokens[:n].copy_(order, non_blocking=True)
+        ids, counts = torch.unique(mapping, sorted=True, return_counts=True)
+        self.active_lora_ids[: ids.numel()].copy_(ids, non_blocking=True)
+        self.num_tokens_per_lora[: counts.numel()].copy_(counts, non_blocking=True)
+        self.lora_token_start_loc[1: 1 + counts.numel()].copy_(torch.cumsum(counts, 0), non_blocking=True)
+
+
+@triton.jit
+def _per_lora_kernel(active, counts, out):
+    pid = tl.program_id(0)
+    lora = tl.load(active + pid)  # BAD:kernel_meta_without_reset
+    n = tl.load(counts + pid)
+    tl.store(out + pid, tl.where(lora >= 0, n, 0))
+
+
+@pair("style-vllm-v1", S, "meta.active_lora_ids")
+def kernel_meta_without_reset(ctx, bug):
+    meta = KernelMeta()
+    out = torch.zeros(4, dtype=torch.int64)
+    ctx.step()
+    meta.prepare(torch.tensor([0, 2, 1, 2], dtype=torch.int32))
+    _per_lora_kernel[(4,)](meta.active_lora_ids, meta.num_tokens_per_lora, out)
+    ctx.step()  # fewer adapters this step: the tail of the metadata must be reset
+    meta.prepare(torch.tensor([1, 1], dtype=torch.int32), reset_ids=not bug)
+    _per_lora_kernel[(4,)](meta.active_lora_ids, meta.num_tokens_per_lora, out)
