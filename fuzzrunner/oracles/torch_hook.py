@@ -80,6 +80,9 @@ class TorchShadowMode(TorchDispatchMode):
         for t, addrs in effects.writes:
             if c.is_tracked(t):
                 c.torch_write(func, t, addresses(t) if addrs is None else addrs)
+        if effects.probed:  # an operand returned as an output was written in place, unannotated (c10d)
+            for o in self._returned_operands(args, kwargs, out):
+                c.torch_write(func, o, addresses(o))
         self._allocations(func, args, kwargs, out)
         return out
 
@@ -93,6 +96,11 @@ class TorchShadowMode(TorchDispatchMode):
         if func.namespace not in ("aten", "prims") and func not in NO_READ:
             return probe_effects(func, args, kwargs, self.checker)
         return self._whole(func, args, kwargs)
+
+    def _returned_operands(self, args, kwargs, out) -> list:
+        ins = {t.untyped_storage().data_ptr() for t in _all_tensors((args, kwargs)) if fx.has_memory(t)}
+        return [o for o in _all_tensors(out) if fx.has_memory(o) and o.untyped_storage().data_ptr() in ins
+                and self.checker.is_tracked(o)]
 
     @staticmethod
     def _whole(func, args, kwargs) -> fx.Effects:

@@ -355,3 +355,25 @@ def test_random_fills_and_foreach_zero_and_copy_write_without_reading():
         torch._foreach_copy_([c], [torch.ones(2)])
         _ = x.sum() + y.sum() + g.sum() + a.sum() + b.sum() + c.sum()
     assert _watched(body) == []
+
+
+def test_collectives_without_alias_annotations_are_probed_once_their_work_is_done():
+    """c10d's ops mutate unannotated operands and return a Work: all_gather's output is written, not
+    read; all_reduce's tensor is read (and written)."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        def body(o):
+            out = torch.empty(2)
+            with warnings.catch_warnings():  # all_gather_into_tensor is deprecated in this torch
+                warnings.simplefilter("ignore", FutureWarning)
+                dist.all_gather_into_tensor(out, torch.ones(2))
+            _ = out.sum()  # written by the gather: silent
+            counts = torch.empty(2, dtype=torch.int32)
+            counts[0] = 3
+            dist.all_reduce(counts)  # counts[1] never written
+            _ = counts.max()
+        [v] = _watched(body)
+        assert (v.kind, v.kernel, v.details["element"]) == ("uninitialized-read", "c10d.allreduce_.default", [1])
+    finally:
+        dist.destroy_process_group()
