@@ -1497,3 +1497,41 @@ def kernel_meta_without_reset(ctx, bug):
     ctx.step()  # fewer adapters this step: the tail of the metadata must be reset
     meta.prepare(torch.tensor([1, 1], dtype=torch.int32), reset_ids=not bug)
     _per_lora_kernel[(4,)](meta.active_lora_ids, meta.num_tokens_per_lora, out)
+
+
+# -- eighth round: data-parallel collectives (a one-rank gloo group) ---------------------------------
+class _OneRankGroup:
+    def __enter__(self):
+        import torch.distributed as dist
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        return dist
+
+    def __exit__(self, *exc):
+        import torch.distributed as dist
+        dist.destroy_process_group()
+
+
+@pair("style-dp-idle", U, "{alloc}")
+def dp_idle_rank_gathers_unset_count(ctx, bug):
+    with _OneRankGroup() as dist:
+        ctx.step("dp_idle")
+        mine = torch.empty(1, dtype=torch.int32)  # ALLOC
+        if not bug:
+            mine.fill_(0)  # an idle rank still reports its (zero) token count
+        everyone = torch.empty(1, dtype=torch.int32)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            dist.all_gather_into_tensor(everyone, mine)  # BAD
+        padded = int(everyone.max())
+
+
+@pair("style-dp-idle", U, "{alloc}")
+def dp_all_reduce_of_partly_set_counts(ctx, bug):
+    with _OneRankGroup() as dist:
+        ctx.step()
+        counts = torch.empty(4, dtype=torch.int32)  # ALLOC
+        if not bug:
+            counts.zero_()
+        counts[0] = 5  # this rank's slot
+        dist.all_reduce(counts)  # BAD
+        max_tokens = int(counts.max())
