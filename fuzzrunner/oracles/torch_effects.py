@@ -269,7 +269,7 @@ def _bag_reads(func_args, kwargs) -> list:
 
 
 _BAGS = {"embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"}
-_EMBEDDINGS = {"embedding"} | _BAGS
+_EMBEDDINGS = {"embedding", "embedding_renorm_"} | _BAGS
 _GATHERS = {"embedding", "index_select", "gather", "take", "masked_select", "index", "_unsafe_index"} | _BAGS
 # Indexed writes: name -> (reads what it overwrites, written set of self from (A(self), args))
 _SCATTERS = {
@@ -373,6 +373,9 @@ def _exact(func, args, kwargs) -> Effects | None:
         return Effects(reads=_gathers(name, args, kwargs))
     if name == "where" and len(args) == 3:
         return _where(*args)
+    if name == "embedding_renorm_":  # F.embedding(max_norm=): rescales the rows it looks up, in place
+        rows = rows_addresses(args[0], 0, args[1])
+        return Effects(reads=[(args[0], rows), (args[1], None)], writes=[(args[0], rows)])
     base, inplace = (name[:-1], True) if name.endswith("_") and name != "_index_put_impl_" else (name, False)
     if name == "_index_put_impl_":
         base, inplace = "_index_put_impl", True
@@ -381,4 +384,4 @@ def _exact(func, args, kwargs) -> Effects | None:
     return None
 
 
-INDEXED = _GATHERS | {"where"} | set(_SCATTERS) | {n + "_" for n in _SCATTERS}
+INDEXED = _GATHERS | {"where", "embedding_renorm_"} | set(_SCATTERS) | {n + "_" for n in _SCATTERS}

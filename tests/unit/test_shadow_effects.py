@@ -377,3 +377,13 @@ def test_collectives_without_alias_annotations_are_probed_once_their_work_is_don
         assert (v.kind, v.kernel, v.details["element"]) == ("uninitialized-read", "c10d.allreduce_.default", [1])
     finally:
         dist.destroy_process_group()
+
+
+def test_embedding_with_max_norm_renormalizes_only_the_rows_it_looks_up():
+    def body(o):
+        w = torch.empty(6, 2)
+        w[:3] = 2.0
+        _ = torch.nn.functional.embedding(torch.tensor([0, 2]), w, max_norm=1.0)
+        _ = torch.nn.functional.embedding(torch.tensor([4]), w, max_norm=1.0)  # row 4 never written
+    [v] = _watched(body)
+    assert (v.kind, v.kernel, v.details["element"]) == ("uninitialized-read", "aten.embedding_renorm_.default", [4, 0])
