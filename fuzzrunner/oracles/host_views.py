@@ -286,6 +286,24 @@ class ShadowArray(np.ndarray):
         return bool(self.view(np.ndarray))
 
 
+# numpy functions that return a base-class view of an ndarray subclass (numpy strips it; no hook sees it)
+_KEEPS_VIEWS = ("asarray", "ascontiguousarray", "asfortranarray")
+
+
+def _keep_watching(fn):
+    """``np.asarray(a)`` of a watched array: the view it returns is watched too (else writes through
+    it are unseen and a later read of them is a false report)."""
+    def wrapper(a, *args, **kwargs):
+        out = fn(a, *args, **kwargs)
+        if (isinstance(a, ShadowArray) and a._host is not None and type(out) is np.ndarray
+                and np.may_share_memory(out, a.view(np.ndarray))):
+            out = out.view(ShadowArray)
+            out._host = a._host
+        return out
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+    return wrapper
+
+
 def _storing(frame) -> bool:
     """Whether ``frame`` is executing a subscript store (``h[k] = t``: numpy converts the value)."""
     try:
@@ -306,6 +324,7 @@ class HostViews:
     def __init__(self, oracle):
         self.oracle = oracle
         self._saved: dict = {}
+        self._numpy_saved: dict = {}
 
     def install(self) -> None:
         self._saved = {n: getattr(torch.Tensor, n) for n in ("numpy", "__array__", "tolist", "__dlpack__")}
@@ -333,10 +352,17 @@ class HostViews:
         torch.Tensor.numpy, torch.Tensor.__array__, torch.Tensor.tolist = numpy, array, tolist  # type: ignore[assignment,method-assign]
         torch.Tensor.__dlpack__ = dlpack  # type: ignore[assignment,method-assign]
 
+        self._numpy_saved = {n: getattr(np, n) for n in _KEEPS_VIEWS if hasattr(np, n)}
+        for name, fn in self._numpy_saved.items():
+            setattr(np, name, _keep_watching(fn))
+
     def uninstall(self) -> None:
         for name, fn in self._saved.items():
             setattr(torch.Tensor, name, fn)
         self._saved = {}
+        for name, fn in self._numpy_saved.items():
+            setattr(np, name, fn)
+        self._numpy_saved = {}
 
     def _wrap(self, t, arr):
         if self.oracle.paused() or t.device.type != "cpu" or not isinstance(arr, np.ndarray):

@@ -387,3 +387,18 @@ def test_embedding_with_max_norm_renormalizes_only_the_rows_it_looks_up():
         _ = torch.nn.functional.embedding(torch.tensor([4]), w, max_norm=1.0)  # row 4 never written
     [v] = _watched(body)
     assert (v.kind, v.kernel, v.details["element"]) == ("uninitialized-read", "aten.embedding_renorm_.default", [4, 0])
+
+
+def test_np_asarray_of_a_watched_array_stays_watched_and_numpy_is_restored():
+    def body(o):
+        t = torch.empty(4)
+        b = np.asarray(t.numpy())  # numpy strips the subclass: the view must still be watched
+        b[:3] = 1.0
+        np.ascontiguousarray(t.numpy())[3:] = 2.0
+        _ = t.sum()
+        u = torch.empty(2)
+        np.asarray(u.numpy())[:1] = 0.0
+        _ = u.sum()  # element 1 never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["element"] == [1]
+    assert not hasattr(np.asarray, "__wrapped__")
