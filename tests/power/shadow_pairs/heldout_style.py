@@ -1535,3 +1535,20 @@ def dp_all_reduce_of_partly_set_counts(ctx, bug):
         counts[0] = 5  # this rank's slot
         dist.all_reduce(counts)  # BAD
         max_tokens = int(counts.max())
+
+
+# -- ninth round: numpy aliases made by asarray, embedding with max_norm ------------------------------
+@pair("host", U, "{alloc}")
+def np_asarray_alias_written(ctx, bug):
+    slot_mapping = torch.empty(6, dtype=torch.int64)  # ALLOC
+    sm = np.asarray(slot_mapping.numpy())  # another alias of the same memory
+    sm[: 5 if bug else 6] = np.arange(5 if bug else 6) * 16
+    dev = slot_mapping.clone()  # BAD
+
+
+@pair("indexed-read", U, "{alloc}")
+def embedding_max_norm_rows(ctx, bug):
+    table = torch.empty(6, 4)  # ALLOC
+    table[:4] = 0.5
+    ids = torch.tensor([0, 3, 4 if bug else 2])
+    e = torch.nn.functional.embedding(ids, table, max_norm=1.0)  # BAD
