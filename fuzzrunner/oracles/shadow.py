@@ -22,12 +22,13 @@ from .host_views import HostViews
 from .launch_views import LaunchViews
 from .shadow_memory import BadAccess, ShadowMemory
 from .storage_hook import StorageHook
-from .torch_effects import addresses
+from .torch_effects import addresses, has_memory
 from .torch_hook import TorchShadowMode
 from .triton_hook import TritonHook, grid_idx, kernel_source_line, live_storages
 
 # Frames skipped when blaming a torch op on its caller: torch, Triton, and our own hooks.
-_NOT_CALLERS = ("/torch/", "/triton/", "/numpy/", "/fuzzrunner/oracles/", "/fuzzrunner/tracking.py", "/contextlib.py")
+_NOT_CALLERS = ("/torch/", "/triton/", "/numpy/", "/fuzzrunner/oracles/", "/fuzzrunner/tracking.py", "/contextlib.py",
+                "/typing_extensions.py")
 
 
 def _caller_line() -> tuple[str, int]:
@@ -39,6 +40,22 @@ def _caller_line() -> tuple[str, int]:
             return path, f.f_lineno
         f = f.f_back  # type: ignore[assignment]
     return "?", 0
+
+
+_MAX_RUNS = 256
+
+
+def _runs(addrs: np.ndarray, itemsize: int, contiguous: bool) -> list[tuple[int, int]]:
+    """The contiguous byte runs [lo, hi) that a view's elements cover (one for a contiguous view)."""
+    if contiguous:
+        return [(int(addrs[0]), int(addrs[-1]) + itemsize)]
+    a = np.unique(addrs)
+    breaks = np.flatnonzero(np.diff(a) > itemsize)
+    if len(breaks) >= _MAX_RUNS:
+        return [(int(a[0]), int(a[-1]) + itemsize)]
+    starts = a[np.r_[0, breaks + 1]]
+    ends = a[np.r_[breaks, len(a) - 1]] + np.uint64(itemsize)
+    return [(int(lo), int(hi)) for lo, hi in zip(starts, ends)]
 
 
 class ShadowOracle(Oracle, tracking.Watcher):
@@ -60,12 +77,16 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self._finalized: set = set()
         self._probing = 0
         self._adopted: list = []
+        self._garbage_read = False  # this launch has read never-written memory
+        self.reported = 0  # reports made so far (whether an op's inner checks found something)
         self._storages: StorageHook | None = None
         self.host = HostViews(self)
         self.op_index, self.op_name = -1, ""
 
     def _register(self, tensor: torch.Tensor, name: str, **kw):
         """Track ``tensor``'s storage until the storage dies (its memory may then be reused)."""
+        if not has_memory(tensor):
+            return None
         st = tensor.untyped_storage()
         if st.nbytes() == 0:
             return None
@@ -96,7 +117,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
             self._hook = TritonHook(self._kernel_read, self._kernel_write, self._launch, self._launch_end)
             self._hook.install()
         self.host.install()
-        self._storages = StorageHook(self._new_storage)
+        self._storages = StorageHook(self._new_storage, self.storage_resized)
         self._storages.install()
         self._mode = TorchShadowMode(self)
         self._mode.__enter__()
@@ -126,19 +147,23 @@ class ShadowOracle(Oracle, tracking.Watcher):
 
     # -- tracking.Watcher ---------------------------------------------------------------
     def on_track(self, tensor, name: str, per_step: bool, initialized: bool) -> None:
-        """Track the bytes the view ``tensor`` spans; re-tracking keeps what is known (see retrack)."""
-        if tensor.numel() == 0 or tensor.untyped_storage().nbytes() == 0:
+        """Track the bytes of the view ``tensor``; re-tracking keeps what is known (see retrack).
+
+        A view with gaps (``table[:, :4]``) is tracked run by run, so the bytes between its runs
+        (the other columns) keep their own record; past ``_MAX_RUNS`` runs, its whole span."""
+        if tensor.numel() == 0 or not has_memory(tensor) or tensor.untyped_storage().nbytes() == 0:
             return
         self._purge()
-        addrs = addresses(tensor)
-        lo, hi = int(addrs.min()), int(addrs.max()) + tensor.element_size()
-        self.memory.retrack(lo, hi - lo, name, per_step=per_step, initialized=initialized,
-                            itemsize=tensor.element_size(), shape=tuple(tensor.shape))
+        item = tensor.element_size()
+        runs = _runs(addresses(tensor), item, tensor.is_contiguous())
+        for lo, hi in runs:
+            self.memory.retrack(lo, hi - lo, name, per_step=per_step, initialized=initialized, itemsize=item,
+                                shape=tuple(tensor.shape) if len(runs) == 1 else ((hi - lo) // item,))
         self._on_death(tensor.untyped_storage())
 
     def on_carry_over(self, tensor) -> None:
         """Carry over exactly the view given (vLLM carries a mapping's active prefix)."""
-        if tensor.numel() == 0:
+        if tensor.numel() == 0 or not has_memory(tensor):
             return
         addrs = addresses(tensor)
         for a in self.memory.overlapping(int(addrs.min()), int(addrs.max()) - int(addrs.min()) + 1):
@@ -195,23 +220,55 @@ class ShadowOracle(Oracle, tracking.Watcher):
     def host_write(self, addrs: np.ndarray, itemsize: int) -> None:
         self.memory.mark_write(addrs, itemsize)
 
-    def torch_read(self, func, t: torch.Tensor, addrs: np.ndarray) -> None:
+    def torch_read(self, func, t: torch.Tensor, addrs: np.ndarray, report: bool = True) -> list:
+        """Check a torch op's read; report it now, or (``report=False``) return the reports for
+        ``flush`` (an op with no model is blamed only if nothing inside it was: see torch_hook)."""
         if addrs.size == 0:
-            return
+            return []
         bad, _ = self.memory.check_read(addrs, t.element_size())
-        if bad:
-            path, line = _caller_line()
-            for b in bad:
-                self._report(b, str(func), source_location(path, line), {"torch_op": str(func)})
+        if self.memory.saw_never:  # reported now or earlier in this op: garbage either way
+            self._zero_never_written(t, addrs)
+        # A torch view never leaves its storage (torch checks): a lane outside every tracked record is
+        # in an untracked part of a storage tracked only in part (``track(pool[8:16])``, then ``pool``).
+        bad = [b for b in bad if b.kind != "out-of-bounds"]
+        if not bad:
+            return []
+        path, line = _caller_line()
+        pending = [(b, str(func), source_location(path, line), {"torch_op": str(func)}) for b in bad]
+        if not report:
+            return pending
+        self.flush(pending)
+        return []
+
+    def flush(self, pending: list) -> None:
+        for b, kernel, location, extra in pending:
+            self._report(b, kernel, location, extra)
+
+    def _zero_never_written(self, t: torch.Tensor, addrs: np.ndarray) -> None:
+        """Fill the never-written bytes this read is about to see with zeros (they stay never
+        written to the shadow). The read is reported; what follows it is then the same on every
+        run: a garbage index becomes row 0 instead of a wild access reported a second time
+        (``table[mapping.long()]``), or a crash. A correct program never gets here."""
+        _, never = self.memory.never_written(addrs, t.element_size())
+        st = t.untyped_storage()
+        offs = never.astype(np.int64) - st.data_ptr()
+        offs = offs[(offs >= 0) & (offs < st.nbytes())]
+        if offs.size and not (t.is_cuda and torch.cuda.is_current_stream_capturing()):
+            with self.probing(), torch.no_grad():
+                raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(st, 0, (st.nbytes(),), (1,))
+                raw[torch.from_numpy(offs).to(t.device)] = 0
 
     def torch_write(self, func, t: torch.Tensor, addrs: np.ndarray) -> None:
         if addrs.size:
             self.memory.mark_write(addrs, t.element_size())
 
     def torch_oob(self, func, src: torch.Tensor, index: int, count: int, size: int) -> None:
-        alloc = self.memory.at(src.untyped_storage().data_ptr())
+        self._purge()  # the record holding the table's first element: the table may be a tracked view
+        alloc = self.memory.containing(src.data_ptr()) if src.numel() else None
+        alloc = alloc or self.memory.at(src.untyped_storage().data_ptr())
         name = alloc.name if alloc else f"<{tuple(src.shape)} tensor>"
         path, line = _caller_line()
+        self.reported += 1
         self.log.add(Violation(
             "shadow", "out-of-bounds", str(func), source_location(path, line), name,
             f"{func} indexed row {index} of {name} (size {size} along the indexed dim); "
@@ -219,6 +276,8 @@ class ShadowOracle(Oracle, tracking.Watcher):
             {"index": index, "rows": size, "op_index": self.op_index, "op": self.op_name}), count)
 
     def torch_alloc(self, func, t: torch.Tensor, uninitialized: bool) -> None:
+        if not has_memory(t):
+            return
         st = t.untyped_storage()
         ptr, nbytes = st.data_ptr(), st.nbytes()
         if nbytes == 0:
@@ -243,8 +302,15 @@ class ShadowOracle(Oracle, tracking.Watcher):
 
     def torch_storage_changed(self, t: torch.Tensor, before: tuple, resized: bool) -> None:
         """``resize_`` moved or grew a storage: the old bytes keep their state, the new ones are unwritten."""
-        if not resized:
-            return
+        if resized:
+            self._resized(t.untyped_storage(), before, t.element_size(), tuple(t.shape))
+
+    def storage_resized(self, st, before: tuple) -> None:
+        """``UntypedStorage.resize_`` (no aten op sees it): as a tensor's ``resize_``."""
+        if not self.paused():
+            self._resized(st, before, 1, (st.nbytes(),))
+
+    def _resized(self, st, before: tuple, itemsize: int, shape: tuple) -> None:
         self._purge()
         olds = self.memory.overlapping(*before)
         if not olds and not self.auto_track_empty:
@@ -256,13 +322,14 @@ class ShadowOracle(Oracle, tracking.Watcher):
             lo, hi = max(o.start, before[0]), min(o.end, sum(before))
             epochs[lo - before[0]:hi - before[0]] = o.epochs[lo - o.start:hi - o.start]
             self.memory.remove(o)
-        st = t.untyped_storage()
-        alloc = self._register(t, name, initialized=False, auto=not olds,
-                               per_step=any(o.per_step for o in olds))
-        if alloc is not None:
-            n = min(before[1], st.nbytes())
-            alloc.epochs[:n] = epochs[:n]
-            alloc.fully_written = bool(alloc.epochs.min() != -1)
+        if not st.nbytes() or not st.data_ptr():
+            return
+        alloc = self.memory.add(st.data_ptr(), st.nbytes(), name, per_step=any(o.per_step for o in olds),
+                                initialized=False, itemsize=itemsize, shape=shape, auto=not olds)
+        self._on_death(st)
+        n = min(before[1], st.nbytes())
+        alloc.epochs[:n] = epochs[:n]
+        alloc.fully_written = bool(alloc.epochs.min() != -1)
 
     # -- Triton side --------------------------------------------------------------------
     def _launch(self, launch):
@@ -272,13 +339,17 @@ class ShadowOracle(Oracle, tracking.Watcher):
             self._purge()
             if st.nbytes() and not self.memory.overlapping(st.data_ptr(), st.nbytes()):
                 added.append(self._register(t, f"{launch.name}:{name}", auto=True))
+            elif st.nbytes():  # tracked in part: the rest of an argument's storage is its memory too
+                added += self._fill_gaps(st, t, f"{launch.name}:{name}")
         views = LaunchViews(launch.args) if self.check_views else None
         self._views = views if views is not None and views.storages else None
         self._pause += 1  # the interpreter's own copy-back of arguments is not a write
+        self._garbage_read = False
         return added
 
     def _launch_end(self, added) -> None:
         self._pause -= 1
+        self._garbage_read = False
         self._views = None
         for a in added + self._adopted:
             self.memory.remove(a)
@@ -304,11 +375,22 @@ class ShadowOracle(Oracle, tracking.Watcher):
                 self._adopted.append(self.memory.add(st.data_ptr(), st.nbytes(), f"<{tuple(t.shape)} tensor>",
                                                      itemsize=t.element_size(), shape=tuple(t.shape), auto=True))
                 found = True
+            else:
+                gaps = self._fill_gaps(st, t, f"<{tuple(t.shape)} tensor>")
+                self._adopted += gaps
+                found = found or bool(gaps)
         return found
 
-    def _kernel_read(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
+    def _fill_gaps(self, st, t, name: str) -> list:
+        """Track the untracked parts of a storage tracked in part, as written (for one launch)."""
+        return [self.memory.add(lo, hi - lo, name, itemsize=t.element_size(), auto=True)
+                for lo, hi in self.memory.gaps(st.data_ptr(), st.nbytes())]
+
+    def _kernel_read(self, addrs: np.ndarray, itemsize: int, load: bool = True) -> np.ndarray:
+        """Lanes to switch off: out of bounds, and (for a load) never written, so that the load gives
+        ``other`` (0 by default) there instead of garbage; the read is reported either way."""
         if self._probing:
-            return np.zeros(addrs.shape, dtype=bool)
+            return self._probe_access(addrs, itemsize)
         self._purge()
         bad, oob = self.memory.check_read(addrs, itemsize)
         if oob.any() and self._adopt(addrs[oob]):
@@ -317,11 +399,23 @@ class ShadowOracle(Oracle, tracking.Watcher):
             bad += self._out_of_view(addrs, itemsize)
         if bad:
             self._report_kernel(bad, "read")
+        if load and self.memory.saw_never:  # reported now, or already in this op
+            self._garbage_read = True
+            oob = oob | self.memory.never_written(addrs, itemsize)[0]
+        return oob
+
+    def _probe_access(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
+        """A kernel run by the fallback's probe (on scratch copies, with filled bytes that may be wild
+        indices): neither checked nor marked, but a lane outside all memory is still switched off
+        (the interpreter would dereference it and segfault)."""
+        oob = self.memory.outside(addrs, itemsize)
+        if oob.any() and self._adopt(addrs[oob]):
+            oob = self.memory.outside(addrs, itemsize)
         return oob
 
     def _kernel_write(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
         if self._probing:
-            return np.zeros(addrs.shape, dtype=bool)
+            return self._probe_access(addrs, itemsize)
         self._purge()
         oob = self.memory.mark_write(addrs, itemsize)
         if oob.any() and self._adopt(addrs[oob]):
@@ -334,6 +428,8 @@ class ShadowOracle(Oracle, tracking.Watcher):
         return oob
 
     def _report_kernel(self, bad: list[BadAccess], access: str) -> None:
+        if self._garbage_read:  # a wild access after a garbage read in this launch is its consequence
+            bad = [b for b in bad if b.kind != "out-of-bounds"]
         path, line = kernel_source_line()
         kernel = self._hook.launch.name if self._hook and self._hook.launch else "?"
         for b in bad:
@@ -341,6 +437,8 @@ class ShadowOracle(Oracle, tracking.Watcher):
                          {"program_id": list(grid_idx()), "access": access})
 
     def _report(self, b: BadAccess, kernel: str, location: str, extra: dict) -> None:
+        self.reported += 1
+        self.memory.mark_reported(b)
         name = b.allocation.name if b.allocation else "<untracked>"
         details = {"address": hex(b.address), "op_index": self.op_index, "op": self.op_name, **extra}
         if b.kind == "out-of-bounds" and getattr(b, "view", None):

@@ -30,6 +30,7 @@ class Allocation:
     auto: bool = False            # tracked automatically (torch.empty in a watched region, kernel arg)
     epochs: np.ndarray = field(default=None, repr=False)  # type: ignore[arg-type]
     fully_written: bool = False   # every byte written at least once: a persistent read needs no gather
+    reported: np.ndarray | None = field(default=None, repr=False)  # per byte: epoch its bad read was reported
 
     def element_view(self, itemsize: int) -> np.ndarray | None:
         """Epochs viewed one row per element of ``itemsize`` bytes, when the size divides evenly."""
@@ -56,11 +57,13 @@ class BadAccess:
     lane: int          # index into the checked address array
     count: int         # how many lanes of this access were bad this way
     written_epoch: int = NEVER
+    offsets: np.ndarray | None = None  # byte offsets (into the allocation) of every bad lane's bytes
 
 
 class ShadowMemory:
     def __init__(self):
         self.epoch = 0
+        self.saw_never = False  # the last check_read met never-written bytes
         self._starts: list[int] = []
         self._allocs: list[Allocation] = []
         self._starts_np = np.zeros(0, dtype=np.uint64)
@@ -99,6 +102,17 @@ class ShadowMemory:
             i -= 1
             out.append(self._allocs[i])
         return out[::-1]
+
+    def gaps(self, start: int, nbytes: int) -> list[tuple[int, int]]:
+        """The sub-ranges [lo, hi) of [start, start+nbytes) that no allocation covers."""
+        out, at = [], start
+        for a in self.overlapping(start, nbytes):
+            if a.start > at:
+                out.append((at, a.start))
+            at = max(at, a.end)
+        if at < start + nbytes:
+            out.append((at, start + nbytes))
+        return out
 
     def containing(self, address: int) -> Allocation | None:
         i = bisect.bisect_right(self._starts, address) - 1
@@ -178,6 +192,10 @@ class ShadowMemory:
             return offs, alloc.epochs[offs]
         return offs, alloc.epochs[offs[:, None] + np.arange(itemsize)].min(axis=1)
 
+    def outside(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
+        """Per lane: is its access outside every allocation? (No check, no mark.)"""
+        return self._locate(addrs, itemsize) < 0
+
     @staticmethod
     def _groups(where: np.ndarray, oob: np.ndarray):
         """(allocation index, lane indices) for each allocation the in-bounds lanes touch."""
@@ -188,7 +206,9 @@ class ShadowMemory:
             yield int(i), np.flatnonzero(where == i)
 
     def check_read(self, addrs: np.ndarray, itemsize: int) -> tuple[list[BadAccess], np.ndarray]:
-        """Bad accesses among ``addrs`` (uint64), and the boolean mask of out-of-bounds lanes."""
+        """Bad accesses among ``addrs`` (uint64), and the boolean mask of out-of-bounds lanes.
+        ``saw_never`` tells whether a lane read never-written bytes (reported now or before)."""
+        self.saw_never = False
         where = self._locate(addrs, itemsize)
         oob = where < 0
         bad: list[BadAccess] = []
@@ -201,18 +221,46 @@ class ShadowMemory:
             if alloc.fully_written and not alloc.per_step:
                 continue  # written once, never per step: nothing to find
             offs, ep = self._byte_epochs(alloc, addrs[lanes], itemsize)
+            fresh = None if alloc.reported is None else self._not_reported(alloc, offs, itemsize)
             never = ep == NEVER
+            if never.any():
+                self.saw_never = True
+                if fresh is not None:
+                    never &= fresh
             if never.any():
                 j = int(np.flatnonzero(never)[0])
                 bad.append(BadAccess("uninitialized-read", alloc, int(addrs[lanes[j]]), int(offs[j]),
-                                     int(lanes[j]), int(never.sum())))
+                                     int(lanes[j]), int(never.sum()), offsets=self._bytes(offs[never], itemsize)))
             if alloc.per_step:
                 stale = (ep != NEVER) & (ep < self.epoch)
+                if fresh is not None:
+                    stale &= fresh
                 if stale.any():
                     j = int(np.flatnonzero(stale)[0])
                     bad.append(BadAccess("stale-read", alloc, int(addrs[lanes[j]]), int(offs[j]),
-                                         int(lanes[j]), int(stale.sum()), int(ep[j])))
+                                         int(lanes[j]), int(stale.sum()), int(ep[j]),
+                                         offsets=self._bytes(offs[stale], itemsize)))
         return bad, oob
+
+    @staticmethod
+    def _bytes(offs: np.ndarray, itemsize: int) -> np.ndarray:
+        return (offs[:, None] + np.arange(itemsize)).ravel()
+
+    def _not_reported(self, alloc: Allocation, offs: np.ndarray, itemsize: int) -> np.ndarray:
+        """Per lane: not already reported in this op (a second read of the same bad bytes, by the
+        next kernel or line, is the same root cause: one bad read, one report)."""
+        seen = alloc.reported[offs[:, None] + np.arange(itemsize)] == self.epoch  # type: ignore[index]
+        return ~seen.all(axis=1)
+
+    def mark_reported(self, bad: BadAccess) -> None:
+        """The bytes of a reported bad read: not reported again in this op."""
+        alloc = bad.allocation
+        if alloc is None or bad.offsets is None or bad.kind == "out-of-bounds":
+            return
+        if alloc.reported is None:
+            alloc.reported = np.full(alloc.nbytes, NEVER, dtype=np.int64)
+        ok = bad.offsets[(bad.offsets >= 0) & (bad.offsets < alloc.nbytes)]
+        alloc.reported[ok] = self.epoch
 
     def mark_write(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
         """Mark written bytes with the current epoch; returns the out-of-bounds lane mask."""
@@ -239,6 +287,21 @@ class ShadowMemory:
         offs = offs[(offs >= 0) & (offs < alloc.nbytes)]
         ep = alloc.epochs[offs]
         alloc.epochs[offs[ep != NEVER]] = self.epoch
+
+    def never_written(self, addrs: np.ndarray, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
+        """(per lane: does it read a never-written byte?, the addresses of those bytes)."""
+        where = self._locate(addrs, itemsize)
+        lanes_out = np.zeros(addrs.shape, dtype=bool)
+        byte_addrs = []
+        for i, lanes in self._groups(where, where < 0):
+            alloc = self._allocs[i]
+            if alloc.fully_written:
+                continue
+            offs = (addrs[lanes] - np.uint64(alloc.start)).astype(np.int64)[:, None] + np.arange(itemsize)
+            never = alloc.epochs[offs] == NEVER
+            lanes_out[lanes] = never.any(axis=1)
+            byte_addrs.append((offs[never] + alloc.start).astype(np.uint64))
+        return lanes_out, (np.concatenate(byte_addrs) if byte_addrs else np.zeros(0, dtype=np.uint64))
 
     def unwritten(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
         """Per lane: would a read of it be reported (never written, or stale in a per-step buffer)?"""

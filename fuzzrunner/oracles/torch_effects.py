@@ -27,7 +27,9 @@ EMPTY_OPS = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_li
 # Ops whose written argument is not also read.
 WRITE_ONLY = {aten.copy_.default, aten.fill_.Scalar, aten.fill_.Tensor, aten.zero_.default,
               aten.normal_.default, aten.uniform_.default, aten.random_.default,
-              getattr(aten.random_, "from"), aten.random_.to, aten.bernoulli_.float, aten.exponential_.default}
+              getattr(aten.random_, "from"), aten.random_.to, aten.bernoulli_.float, aten.bernoulli_.Tensor,
+              aten.exponential_.default, aten.cauchy_.default, aten.log_normal_.default, aten.geometric_.default,
+              aten._foreach_zero_.default, aten._foreach_copy_.default}
 # Storage swaps and resizes: no data read or written (the shadow hook handles them first).
 STORAGE_OPS = {aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor, aten.set_.source_Storage,
                aten.set_.default, aten.resize_.default, aten.resize_as_.default}
@@ -40,6 +42,17 @@ NO_READ = EMPTY_OPS | STORAGE_OPS | {
     aten.record_stream.default, aten.is_set_to.default, aten.rand_like.default, aten.randn_like.default,
     aten.randint_like.default, aten.is_coalesced.default, aten._nested_tensor_size.default,
 }
+
+
+def has_memory(t: torch.Tensor) -> bool:
+    """Whether ``t`` has a storage of real bytes: not a meta tensor (shapes only, address 0),
+    not a sparse or other layout with no single storage."""
+    if t.layout != torch.strided or t.device.type == "meta":
+        return False
+    try:
+        return t.untyped_storage().data_ptr() != 0
+    except (RuntimeError, NotImplementedError):
+        return False
 
 
 def element_offsets(t: torch.Tensor) -> np.ndarray:
@@ -89,6 +102,7 @@ class Effects:
     reads: list = field(default_factory=list)
     writes: list = field(default_factory=list)
     oob: list = field(default_factory=list)   # (tensor, index value, count, dim size, fix)
+    probed: bool = False  # found by the differential probe (an op with no model): see torch_hook
 
 
 def _tensors(value):
@@ -159,6 +173,8 @@ _DIM_INDEXED = {"index_select": (0, 1, 2), "gather": (0, 1, 2), "scatter": (0, 1
                 "index_add": (0, 1, 2), "index_add_": (0, 1, 2), "index_fill": (0, 1, 2),
                 "index_fill_": (0, 1, 2), "index_reduce": (0, 1, 2), "index_reduce_": (0, 1, 2)}
 _LISTED = {"index", "_unsafe_index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index_put"}
+# Dim-indexed ops that wrap a negative index (``index_fill_(1, tensor([-1]), v)`` fills the last column).
+_WRAPS = {"index_fill", "index_fill_"}
 
 
 def index_slots(name: str, args) -> list:
@@ -166,12 +182,12 @@ def index_slots(name: str, args) -> list:
 
     ``where`` is (argument position, list position or None), to put a corrected index back.
     Negative indices are legal only where torch wraps them (advanced indexing, ``take``)."""
-    if name == "embedding":
+    if name in _EMBEDDINGS:
         return [((1, None), args[1], args[0], 0, False)]
     if name in ("take", "put_", "put"):
         return [((1, None), args[1], args[0].reshape(-1), 0, True)]
     if name in _DIM_INDEXED and len(args) > 2 and isinstance(args[2], torch.Tensor):
-        return [((2, None), args[2], args[0], args[1], False)]
+        return [((2, None), args[2], args[0], args[1], name in _WRAPS)]
     if name in _LISTED:
         return [((1, k), ix, args[0], d, True) for k, ix, d in _list_slots(args[0], args[1])]
     return []
@@ -226,6 +242,8 @@ def _gathers(name, args, kwargs):
     s = args[0]
     if name == "embedding":
         return [(s, rows_addresses(s, 0, args[1])), (args[1], None)]
+    if name in _BAGS:
+        return _bag_reads(args, kwargs)
     if name == "index_select":
         return [(s, rows_addresses(s, args[1], args[2])), (args[2], None)]
     if name == "gather":
@@ -238,7 +256,21 @@ def _gathers(name, args, kwargs):
     return [(s, _flat(aten.index.Tensor(addr_tensor(s), list(args[1]))))] + [(i, None) for i in ixs]
 
 
-_GATHERS = {"embedding", "index_select", "gather", "take", "masked_select", "index", "_unsafe_index"}
+def _bag_reads(func_args, kwargs) -> list:
+    """``embedding_bag``: the rows its indices name (but ``padding_idx``, which is skipped), the
+    indices, offsets and per-sample weights whole."""
+    a = list(func_args) + [None] * (9 - len(func_args))
+    weight, indices, pad = a[0], a[1], kwargs.get("padding_idx", a[8])
+    rows = indices.reshape(-1)
+    if pad is not None and pad >= 0:
+        rows = rows[rows != pad]
+    whole = [indices, kwargs.get("offsets", a[2]), kwargs.get("per_sample_weights", a[6])]
+    return [(weight, rows_addresses(weight, 0, rows))] + [(x, None) for x in whole if isinstance(x, torch.Tensor)]
+
+
+_BAGS = {"embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"}
+_EMBEDDINGS = {"embedding", "embedding_renorm_"} | _BAGS
+_GATHERS = {"embedding", "index_select", "gather", "take", "masked_select", "index", "_unsafe_index"} | _BAGS
 # Indexed writes: name -> (reads what it overwrites, written set of self from (A(self), args))
 _SCATTERS = {
     "index_put": lambda a, args, kw: aten.index.Tensor(a, list(args[1])),
@@ -258,8 +290,14 @@ def _slice_args(args):
     return rest[:4]
 _SCATTERS.update({"_index_put_impl": _SCATTERS["index_put"], "_unsafe_index_put": _SCATTERS["index_put"],
                   "scatter_add": _SCATTERS["scatter"], "scatter_reduce": _SCATTERS["scatter"],
-                  "index_add": _SCATTERS["index_copy"], "index_fill": _SCATTERS["index_copy"],
+                  "index_add": _SCATTERS["index_copy"],
+                  "index_fill": lambda a, args, kw: a.index_select(args[1], _wrapped(args[2], a.size(args[1]))),
                   "index_reduce": _SCATTERS["index_copy"]})
+
+
+def _wrapped(ix: torch.Tensor, n: int) -> torch.Tensor:
+    """A negative index counted from the end, as the ops in ``_WRAPS`` count it."""
+    return torch.where(ix < 0, ix + n, ix) if ix.numel() else ix
 
 
 def _accumulates(base, func, args, kwargs) -> bool:
@@ -311,13 +349,33 @@ def _scatter(base, inplace, func, args, kwargs):
     return eff
 
 
+def _out_writes(func, args, kwargs) -> list:
+    """The ``out=`` arguments of an op, written whole (``torch.where(c, a, b, out=buf[:n])``)."""
+    out = []
+    for i, a in enumerate(func._schema.arguments):
+        if getattr(a, "is_out", False):
+            value = kwargs.get(a.name) if a.kwarg_only or i >= len(args) else args[i]
+            out += [(t, None) for t in _tensors(value)]
+    return out
+
+
 def exact_effects(func, args, kwargs) -> Effects | None:
     """Exact effects of an indexed op (index already in range), or None for ops read and written whole."""
+    eff = _exact(func, args, kwargs)
+    if eff is not None:
+        eff.writes += _out_writes(func, args, kwargs)
+    return eff
+
+
+def _exact(func, args, kwargs) -> Effects | None:
     name = func._schema.name.split("::")[-1]
     if name in _GATHERS:
         return Effects(reads=_gathers(name, args, kwargs))
     if name == "where" and len(args) == 3:
         return _where(*args)
+    if name == "embedding_renorm_":  # F.embedding(max_norm=): rescales the rows it looks up, in place
+        rows = rows_addresses(args[0], 0, args[1])
+        return Effects(reads=[(args[0], rows), (args[1], None)], writes=[(args[0], rows)])
     base, inplace = (name[:-1], True) if name.endswith("_") and name != "_index_put_impl_" else (name, False)
     if name == "_index_put_impl_":
         base, inplace = "_index_put_impl", True
@@ -326,4 +384,4 @@ def exact_effects(func, args, kwargs) -> Effects | None:
     return None
 
 
-INDEXED = _GATHERS | {"where"} | set(_SCATTERS) | {n + "_" for n in _SCATTERS}
+INDEXED = _GATHERS | {"where", "embedding_renorm_"} | set(_SCATTERS) | {n + "_" for n in _SCATTERS}

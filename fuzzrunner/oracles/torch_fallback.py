@@ -100,12 +100,22 @@ class _Run:
             self.copies[key] = (view, raw, b)
             table[key] = view
         out = func(*_swap(tuple(args), table), **{k: _swap(v, table) for k, v in kwargs.items()})
+        _wait(out)
         self.out = [o.detach().cpu().reshape(-1).view(torch.uint8).numpy().copy() if o.numel() else np.zeros(0)
                     for o in _flat_tensors(out)]
 
     def element_bytes(self, key) -> np.ndarray:
         view, raw, b = self.copies[key]
         return raw.cpu().numpy()[b]
+
+
+def _wait(out) -> None:
+    """Finish the asynchronous work an op returned (c10d collectives return a ``Work``): its outputs
+    are compared only once they are written."""
+    for o in out if isinstance(out, (list, tuple)) else (out,):
+        wait = getattr(o, "wait", None)
+        if callable(wait) and not isinstance(o, torch.Tensor):
+            wait()
 
 
 def _differs(a: _Run, b: _Run, mutated: list) -> bool:
@@ -115,6 +125,12 @@ def _differs(a: _Run, b: _Run, mutated: list) -> bool:
 
 
 def probe_effects(func, args, kwargs, checker) -> Effects:
+    eff = _probe_effects(func, args, kwargs, checker)
+    eff.probed = True
+    return eff
+
+
+def _probe_effects(func, args, kwargs, checker) -> Effects:
     tensors = list(_schema_tensors(func, args, kwargs))
     mutated = {id(t): t for t, m in tensors if m and checker.is_tracked(t)}
     inputs = {id(t): t for t, m in tensors if not m}

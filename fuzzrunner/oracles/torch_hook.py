@@ -10,7 +10,10 @@ garbage ``_embeddings_indices``).
 
 Ops with no model (custom ops, other namespaces): a ``torch.library.custom_op`` runs its
 own implementation under this mode, so its inner ops and allocations are seen one by
-one; any other op goes through the differential fallback of ``torch_fallback``.
+one; any other op goes through the differential fallback of ``torch_fallback``. Such an op
+(``Library.impl`` with a Python body, vLLM's ``direct_register_custom_op``) is blamed at its
+call only if nothing inside it reported first: a Triton kernel it launches is checked by the
+interpreter hook at its own line, the more precise report of the same read.
 """
 
 from __future__ import annotations
@@ -66,13 +69,20 @@ class TorchShadowMode(TorchDispatchMode):
             return out
         effects = self._effects(func, args, kwargs)
         effects.reads = [(swapped.get(id(t), t), a) for t, a in effects.reads]  # a redirected index is still read
+        pending = []
         for t, addrs in effects.reads:
             if c.is_tracked(t):
-                c.torch_read(func, t, addresses(t) if addrs is None else addrs)
+                pending += c.torch_read(func, t, addresses(t) if addrs is None else addrs, report=not effects.probed)
+        seen = c.reported
         out = func(*args, **kwargs)
+        if pending and c.reported == seen:  # the op's body (a Triton kernel it launched) said nothing more precise
+            c.flush(pending)
         for t, addrs in effects.writes:
             if c.is_tracked(t):
                 c.torch_write(func, t, addresses(t) if addrs is None else addrs)
+        if effects.probed:  # an operand returned as an output was written in place, unannotated (c10d)
+            for o in self._returned_operands(args, kwargs, out):
+                c.torch_write(func, o, addresses(o))
         self._allocations(func, args, kwargs, out)
         return out
 
@@ -86,6 +96,11 @@ class TorchShadowMode(TorchDispatchMode):
         if func.namespace not in ("aten", "prims") and func not in NO_READ:
             return probe_effects(func, args, kwargs, self.checker)
         return self._whole(func, args, kwargs)
+
+    def _returned_operands(self, args, kwargs, out) -> list:
+        ins = {t.untyped_storage().data_ptr() for t in _all_tensors((args, kwargs)) if fx.has_memory(t)}
+        return [o for o in _all_tensors(out) if fx.has_memory(o) and o.untyped_storage().data_ptr() in ins
+                and self.checker.is_tracked(o)]
 
     @staticmethod
     def _whole(func, args, kwargs) -> fx.Effects:
@@ -124,9 +139,9 @@ class TorchShadowMode(TorchDispatchMode):
         """Results in fresh storage: tracked if uninitialized (``torch.empty``), else their memory is new."""
         if getattr(func, "is_view", False):
             return
-        inputs = {t.untyped_storage().data_ptr() for t in _all_tensors((args, kwargs))}
+        inputs = {t.untyped_storage().data_ptr() for t in _all_tensors((args, kwargs)) if fx.has_memory(t)}
         for t in fx._tensors(out):
-            if t.untyped_storage().data_ptr() not in inputs:
+            if fx.has_memory(t) and t.untyped_storage().data_ptr() not in inputs:
                 self.checker.torch_alloc(func, t, uninitialized=func in EMPTY_OPS)
 
     def _storage_change(self, func, args, kwargs):

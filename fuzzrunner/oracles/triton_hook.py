@@ -35,7 +35,9 @@ class LaunchInfo:
 
 
 class TritonHook:
-    """Installs wrappers that call ``on_read(addrs, itemsize) -> oob mask`` and ``on_write``."""
+    """Installs wrappers that call ``on_read(addrs, itemsize[, load]) -> mask of lanes to switch off``
+    and ``on_write``; an atomic's read passes ``load=False`` (its lanes cannot be switched off for
+    being unwritten: the atomic writes them)."""
 
     def __init__(self, on_read: Callable, on_write: Callable, on_launch: Callable, on_launch_end: Callable):
         self.on_read, self.on_write = on_read, on_write
@@ -111,7 +113,7 @@ class TritonHook:
         if mask.any():
             size = self._itemsize(ptrs)
             if check is None:  # atomics read and write
-                oob = self.on_read(addrs[mask], size) | self.on_write(addrs[mask], size)
+                oob = self.on_read(addrs[mask], size, False) | self.on_write(addrs[mask], size)
             else:
                 oob = check(addrs[mask], size)
             if oob.any():

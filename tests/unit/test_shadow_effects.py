@@ -1,6 +1,8 @@
 """The shadow oracle's precision mechanisms, one by one: exact effects of indexed torch ops,
 re-tracking, the probe fallback, numpy views, keyword-or-positional Triton operands, views."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -173,3 +175,230 @@ def test_out_of_view_reports_can_be_turned_off(check_views):
     finally:
         vs = o.finish()
     assert [(v.kind, v.tensor) for v in vs] == ([("out-of-bounds", "stacked")] if check_views else [])
+
+
+def test_index_fill_wraps_negative_indices_like_torch():
+    t = torch.zeros(2, 4)
+    ix = torch.tensor([-1])
+    [(_, index, _, _, negatives)] = fx.index_slots("index_fill_", (t, 1, ix, 0.0))
+    assert negatives and fx.out_of_range(index, 4, negatives) is None
+    eff = fx.exact_effects(aten.index_fill_.int_Scalar, (t, 1, ix, 0.0), {})
+    assert _offsets(t, eff.writes[0][1]) == [3, 7]
+
+    def body(o):
+        m = torch.empty(2, 4)
+        m[:, :3] = 1.0
+        m.index_fill_(1, torch.tensor([-1]), 0.0)
+        _ = m.sum()
+    assert _watched(body) == []
+
+
+@pytest.mark.parametrize("op", ["where", "index_select", "gather", "take", "masked_select", "index"])
+def test_out_variants_of_indexed_ops_write_their_out_argument(op):
+    src, cond = torch.arange(4.0), torch.tensor([True, False, True, False])
+    calls = {"where": lambda out: torch.where(cond, src, torch.zeros(4), out=out),
+             "index_select": lambda out: torch.index_select(src, 0, torch.tensor([3, 0, 1, 2]), out=out),
+             "gather": lambda out: torch.gather(src, 0, torch.tensor([3, 0, 1, 2]), out=out),
+             "take": lambda out: torch.take(src, torch.tensor([3, 0, 1, 2]), out=out),
+             "masked_select": lambda out: torch.masked_select(src, torch.ones(4, dtype=torch.bool), out=out),
+             "index": lambda out: torch.ops.aten.index.Tensor_out(src, [torch.tensor([3, 0, 1, 2])], out=out)}
+
+    def body(o):
+        buf = torch.empty(6)
+        calls[op](buf[:4])
+        _ = buf[:4].sum()  # silent: the op wrote its out=
+        _ = buf[4].item()  # never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["element"] == [4]
+
+
+def test_dlpack_export_outside_torch_counts_as_written_and_torch_aliases_stay_checked():
+    def body(o):
+        t = torch.empty(6, dtype=torch.int64)
+        np.from_dlpack(t[:4])[:] = 1  # numpy's writes cannot be seen: the exported bytes count as written
+        _ = t[:4].sum()
+        alias = torch.from_dlpack(t)  # a torch alias: its accesses are seen, nothing is assumed
+        _ = alias[4].item()  # never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["element"] == [4]
+
+
+def test_meta_and_sparse_tensors_have_no_memory_to_track():
+    def body(o):
+        x, w = torch.empty(4, 8, device="meta"), torch.empty(8, 2, device="meta")
+        _ = (x @ w).sum()  # shapes only: nothing is read
+        s = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0]), (2, 2),
+                                    check_invariants=True)
+        _ = s.to_dense() @ torch.ones(2)
+    assert _watched(body) == []
+    assert not fx.has_memory(torch.empty(2, device="meta")) and fx.has_memory(torch.empty(2))
+
+
+def test_numpy_advanced_indexing_reads_the_picked_elements():
+    def body(o):
+        t = torch.empty(6, dtype=torch.int64)
+        a = t.numpy()
+        a[:4] = 1
+        assert type(a[[0, 1]]) is np.ndarray  # a copy: plain numpy memory
+        _ = a[np.array([True, False, True, False, False, False])].sum()  # silent: written elements
+        _ = a[[0, 5]]  # element 5 never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["element"] == [5]
+
+
+def test_np_take_and_np_where_read_only_what_they_pick():
+    def body(o):
+        t = torch.empty(6)
+        a = t.numpy()
+        a[:3] = 1.0
+        _ = np.take(a, np.array([0, 2]))
+        _ = np.where(np.array([True, True, False, False, False, False]), a, 0.0)
+        _ = np.take(a, [4])  # never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["element"] == [4]
+
+
+def test_embedding_bag_reads_the_named_rows_but_the_padding_row():
+    def body(o):
+        w = torch.empty(6, 2)
+        w[:4] = 1.0
+        _ = torch.nn.functional.embedding_bag(torch.tensor([0, 1, 5]), w, torch.tensor([0, 2]), padding_idx=5)
+        _ = torch.nn.functional.embedding_bag(torch.tensor([0, 4]), w, torch.tensor([0]))  # row 4 never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["element"] == [4, 0]
+
+
+def test_untyped_storage_resize_grows_unwritten_bytes():
+    def body(o):
+        t = torch.zeros(4)
+        st = t.untyped_storage()
+        st.resize_(32)
+        t.set_(st, 0, (8,), (1,))
+        _ = t[:4].sum()  # the old bytes keep their state
+        _ = t[4:].sum()  # grown: never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["byte_offset"] == 16
+    assert torch.UntypedStorage.resize_ is torch._C.StorageBase.resize_  # uninstalled
+
+
+def test_a_view_with_gaps_is_tracked_run_by_run():
+    def body(o):
+        table = torch.zeros(4, 8, dtype=torch.int64)
+        mapping = tracking.track(table[:, :4], "mapping", per_step=True)
+        o.begin_op(1, {"op": "next"})
+        mapping[:3] = 1
+        _ = table[:, 4:].sum()  # the other columns are not part of the per-step view
+        _ = mapping.sum()  # row 3 of the view: last written before this op
+    [v] = _watched(body)
+    assert (v.kind, v.tensor) == ("stale-read", "mapping")
+
+
+def test_numpy_functions_returning_views_read_nothing_and_their_views_stay_watched():
+    def body(o):
+        t = torch.empty(2, 4)
+        a = t.numpy()
+        flat = np.ravel(a)  # a view: no read
+        first, second = np.split(flat, 2)
+        first[:] = 1.0
+        second[:3] = 2.0
+        a.flat[7] = 3.0
+        _ = t.sum()  # every element written through a view numpy made
+        u = torch.empty(4)
+        b = np.ravel(u.numpy())
+        b[:3] = 0.0
+        _ = u.sum()  # element 3 never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["element"] == [3]
+
+
+def test_torch_tensors_handed_to_numpy_beside_a_watched_array_are_read():
+    def body(o):
+        src = torch.empty(4, dtype=torch.int32)
+        src[:3] = 1
+        dst2 = torch.empty(4, dtype=torch.int32).numpy()
+        dst2[:3] = src[:3]  # written elements: silent
+        dst2[:] = src  # element 3 of src never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.kernel == "numpy read" and v.details["element"] == [3]
+
+
+def test_numpy_copies_and_stored_values_of_a_tensor_are_reads_not_exports():
+    def body(o):
+        t = torch.empty(4)
+        t[:3] = 1.0
+        h = np.zeros(8, dtype=np.float32)  # numpy's own memory
+        h[:3] = t[:3]  # silent: written elements
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            _ = np.array(t[:3])
+        h[:4] = t  # element 3 never written: a read, and t is not counted as written by it
+        o.begin_op(1, {"op": "next"})
+        with warnings.catch_warnings():  # torch's __array__ takes no copy=: numpy warns, then retries
+            warnings.simplefilter("ignore", DeprecationWarning)
+            _ = np.array(t)
+    vs = _watched(body)  # the store, then (in the next op) the copy
+    assert [(v.kind, v.details["element"], v.details["op_index"]) for v in vs] == [
+        ("uninitialized-read", [3], 0), ("uninitialized-read", [3], 1)]
+
+
+def test_random_fills_and_foreach_zero_and_copy_write_without_reading():
+    def body(o):
+        x = torch.empty(4)
+        x.bernoulli_(torch.full((4,), 0.5))
+        y = torch.empty(4)
+        y.cauchy_()
+        g = torch.empty(4)
+        g.geometric_(0.5)
+        a, b = torch.empty(4), torch.empty(3)
+        torch._foreach_zero_([a, b])
+        c = torch.empty(2)
+        torch._foreach_copy_([c], [torch.ones(2)])
+        _ = x.sum() + y.sum() + g.sum() + a.sum() + b.sum() + c.sum()
+    assert _watched(body) == []
+
+
+def test_collectives_without_alias_annotations_are_probed_once_their_work_is_done():
+    """c10d's ops mutate unannotated operands and return a Work: all_gather's output is written, not
+    read; all_reduce's tensor is read (and written)."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        def body(o):
+            out = torch.empty(2)
+            with warnings.catch_warnings():  # all_gather_into_tensor is deprecated in this torch
+                warnings.simplefilter("ignore", FutureWarning)
+                dist.all_gather_into_tensor(out, torch.ones(2))
+            _ = out.sum()  # written by the gather: silent
+            counts = torch.empty(2, dtype=torch.int32)
+            counts[0] = 3
+            dist.all_reduce(counts)  # counts[1] never written
+            _ = counts.max()
+        [v] = _watched(body)
+        assert (v.kind, v.kernel, v.details["element"]) == ("uninitialized-read", "c10d.allreduce_.default", [1])
+    finally:
+        dist.destroy_process_group()
+
+
+def test_embedding_with_max_norm_renormalizes_only_the_rows_it_looks_up():
+    def body(o):
+        w = torch.empty(6, 2)
+        w[:3] = 2.0
+        _ = torch.nn.functional.embedding(torch.tensor([0, 2]), w, max_norm=1.0)
+        _ = torch.nn.functional.embedding(torch.tensor([4]), w, max_norm=1.0)  # row 4 never written
+    [v] = _watched(body)
+    assert (v.kind, v.kernel, v.details["element"]) == ("uninitialized-read", "aten.embedding_renorm_.default", [4, 0])
+
+
+def test_np_asarray_of_a_watched_array_stays_watched_and_numpy_is_restored():
+    def body(o):
+        t = torch.empty(4)
+        b = np.asarray(t.numpy())  # numpy strips the subclass: the view must still be watched
+        b[:3] = 1.0
+        np.ascontiguousarray(t.numpy())[3:] = 2.0
+        _ = t.sum()
+        u = torch.empty(2)
+        np.asarray(u.numpy())[:1] = 0.0
+        _ = u.sum()  # element 1 never written
+    [v] = _watched(body)
+    assert v.kind == "uninitialized-read" and v.details["element"] == [1]
+    assert not hasattr(np.asarray, "__wrapped__")
