@@ -26,7 +26,7 @@ out=out/gpu_vllm
 rm -rf "$out"; mkdir -p "$out"
 summary=()
 
-budget=${GPU_VLLM_BUDGET:-45}          # seconds per step: six steps stay inside a 10-minute command
+budget=${GPU_VLLM_BUDGET:-40}          # seconds per step: eight steps stay inside a 10-minute command (plus start-up); or pick some with GPU_VLLM_STEPS
 steps=${GPU_VLLM_STEPS:-all}           # or a subset, e.g. GPU_VLLM_STEPS="fault-initcheck fault-memcheck"
 
 step() {  # step LABEL EXPECTED ARGS...
@@ -48,6 +48,8 @@ python3 -m fuzzrunner doctor
 
 step fault-compiled        "1: the never-prepared read"  --fault dummy_run_skips_prepare --max-examples "$n"
 step clean-compiled        "0, or triaged findings"      --max-examples "$((n * 3))"
+step embedding-compiled    "1: the dummy run's unwritten _embeddings_indices" --fault dummy_run_skips_embedding_indices --max-examples "$n"
+step moe-compiled          "1: fused_moe_lora on the previous batch's mapping" --fault fused_moe_ignores_no_lora_flag --max-examples "$n"
 step fault-initcheck       "1: initcheck reads of active_lora_ids" --sanitizer initcheck --fault dummy_run_skips_prepare --max-examples 10
 step fault-memcheck        "1: memcheck out-of-bounds (stale metadata)" --sanitizer memcheck --fault dummy_run_skips_prepare --max-examples 10
 step clean-initcheck       "0, or triaged findings"      --sanitizer initcheck --max-examples 10
