@@ -43,6 +43,7 @@ class Target:
     features: Callable[..., Any] | None = None  # features(case) -> iterable of "name" or "name=value"
     feature_space: tuple = ()          # every feature ``features`` can give: those never reached are reported
     details: tuple = ()                # more lines for ``doctor``: e.g. which parts of the code under test it drives
+    faults_unavailable: dict = field(default_factory=dict)  # {fault: why it cannot run here (a part is missing)}
 
     def seed_files(self) -> list:
         """The target's own seed cases (replayed first by every campaign, after the corpus's)."""
@@ -53,6 +54,9 @@ class Target:
     def check_faults(self, names) -> tuple:
         names = tuple(names or ())
         for n in names:
+            if n in self.faults_unavailable:
+                raise InvalidArgument(f"fault {n!r} of target {self.name!r} cannot run here: "
+                                      f"{self.faults_unavailable[n]} (a campaign would pass without testing it).")
             if n not in self.faults:
                 hint = did_you_mean(n, self.faults)
                 known = ", ".join(self.faults) or "none"

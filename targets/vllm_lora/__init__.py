@@ -90,7 +90,21 @@ def make_target():
         features=features.features,
         feature_space=features.FEATURE_SPACE,
         details=tuple(describe_vllm()),
+        faults_unavailable=_faults_unavailable(a),
     )
+
+
+def _faults_unavailable(a) -> dict:
+    """Planted faults whose layer this vLLM (or this machine's copy of it) cannot run: asking for
+    one is an error, never a campaign that passes having tested nothing of it."""
+    out = {}
+    if not a.has_embedding:
+        out["dummy_run_skips_embedding_indices"] = (
+            "its embedding layer needs PunicaWrapperGPU and LoRAMapping, "
+            + ("not importable here (see fuzzrunner doctor)" if a.punica_cls is None else "LoRAMapping not found"))
+    if not a.has_moe:
+        out["fused_moe_ignores_no_lora_flag"] = "this vLLM has no fused_moe_lora that the target can drive"
+    return out
 
 
 TARGET = make_target  # a factory: fuzzrunner.target.load_target calls it, so loading is when vLLM is imported

@@ -264,6 +264,23 @@ def test_a_release_without_fused_moe_lora_keeps_the_rest(monkeypatch):
     no_moe_drawn()
     ops = [{"op": "step", "slots": [0, 1, -1], "pad": 1, "sampled": [0], "seed": 0}]
     assert _run(ops, moe=MOE) == []  # a stored case that asks for the MoE layer: the layer is left out
+    # its planted fault cannot run: asking for it is an error, not a campaign that passes untested
+    from fuzzrunner.errors import InvalidArgument
+    with pytest.raises(InvalidArgument, match="fused_moe_ignores_no_lora_flag.*cannot run here"):
+        target.check_faults(["fused_moe_ignores_no_lora_flag"])
+    assert target.check_faults(["dummy_run_skips_prepare"]) == ("dummy_run_skips_prepare",)
+
+
+@needs_vllm
+def test_without_the_punica_wrapper_the_embedding_fault_is_refused_not_run_untested(monkeypatch):
+    """On the GPU machine PunicaWrapperGPU did not import (it needs vllm._C); the embedding fault's
+    campaign then ran 38 cases with no embedding layer and exited 0."""
+    mod = _import_object("fuzzrunner.targets.vllm_lora:load_api").__module__
+    monkeypatch.setattr(sys.modules[mod].load_api(), "punica_cls", None)
+    target = sys.modules[mod].make_target()
+    from fuzzrunner.errors import InvalidArgument
+    with pytest.raises(InvalidArgument, match="dummy_run_skips_embedding_indices.*PunicaWrapperGPU"):
+        target.check_faults(["dummy_run_skips_embedding_indices"])
 
 
 @needs_vllm
