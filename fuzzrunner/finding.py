@@ -58,11 +58,17 @@ def _op_heads(violations: list[Violation]) -> dict:
 
 
 def _invariant_heads(violations: list[Violation], memory_heads: dict) -> dict:
-    """op index -> the first invariant violation of an op that has no memory error."""
+    """op index -> what heads an op that has no memory error: its first invariant violation, else
+    its first numeric (then poison) difference: wrong values of one op (``hidden``, then the
+    ``logits`` computed from it) are one bug."""
     out: dict = {}
     for v in sorted(violations, key=_seq):
         op = v.details.get("op_index")
         if v.kind == "invariant-violation" and op not in memory_heads:
+            out.setdefault(op, v)
+    for v in sorted(violations, key=_rank):
+        op = v.details.get("op_index")
+        if v.kind in ("numeric-mismatch", "poison-divergence") and op not in memory_heads:
             out.setdefault(op, v)
     return out
 
@@ -94,7 +100,8 @@ def group(violations: list[Violation]) -> list[tuple[Violation, list[Violation]]
     crash, hang or sanitizer error to the case's first memory error. In an op with no memory
     error, its first metadata-invariant violation heads the op's numeric and poison differences and
     its other invariant violations of the same tensor (a launch given inconsistent metadata computes
-    wrong rows; the check runs before the launch). What nothing explains heads its own group.
+    wrong rows; the check runs before the launch); in an op with neither, its first numeric (else
+    poison) difference heads the others of that op. What nothing explains heads its own group.
     Groups whose heads are one bug (same id) are one.
     """
     heads = _op_heads(violations)

@@ -53,6 +53,17 @@ def test_an_ops_first_invariant_violation_heads_its_numeric_differences():
         ("lora_expand", "meta.num_tokens", set())]
 
 
+def test_wrong_values_of_one_op_are_one_finding_headed_by_its_first_numeric_difference():
+    """hidden and the logits computed from it, wrong in one op with no memory error (a stale
+    mapping the shadow oracle reported in an earlier op): one bug, not two (new-user trial)."""
+    hidden = _v("numeric-mismatch", "hidden", 5, 4, tool="numeric", kernel="step", location="float64 reference")
+    logits = _v("numeric-mismatch", "logits", 5, 5, tool="numeric", kernel="step", location="float64 reference")
+    poison = _v("poison-divergence", "logits", 5, 3, tool="poison", kernel="step", location="")
+    other_op = _v("numeric-mismatch", "logits", 6, 6, tool="numeric", kernel="step", location="float64 reference")
+    assert _heads([logits, poison, hidden, other_op]) == [("numeric-mismatch", "hidden", 2),
+                                                          ("numeric-mismatch", "logits", 0)]
+
+
 def test_a_crash_follows_the_cases_first_memory_error_and_stands_alone_without_one():
     crash = _v("crash", "", 1, 9, tool="worker", kernel="step", location="SIGSEGV")
     assert _heads([_v("uninitialized-read", "ids", 0, 1), crash]) == [("uninitialized-read", "ids", 1)]
