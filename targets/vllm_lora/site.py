@@ -17,6 +17,7 @@ set them: that lookup calls ``torch.cuda.get_device_name()`` and cannot run on a
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import sys
 from pathlib import Path
@@ -51,6 +52,9 @@ def candidate_paths() -> list[Path] | None:
 
 def prepare_environment(device: str) -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM logs at import; our reports are the output
+    # ... and where vLLM has not configured its loggers yet (they fall back to the root's stderr),
+    # its "Failed to import from vllm._C" warning would open every command's output
+    logging.getLogger("vllm").setLevel(getattr(logging, os.environ["VLLM_LOGGING_LEVEL"].upper(), logging.ERROR))
     if device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
 

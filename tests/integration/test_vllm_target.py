@@ -323,3 +323,12 @@ def _is_triaged_replay(case, v) -> bool:
     """docs/vllm.md V1: a replay (any of its layers) through a graph whose key misses the no-LoRA id."""
     i = v.details.get("op_index")
     return i is not None and case.ops[i]["op"] == "replay" and -1 in case.ops[i]["slots"]
+
+
+@needs_vllm
+def test_listing_the_targets_prints_no_vllm_import_warnings():
+    """vLLM warns at import when its compiled extension is absent (always, on the CPU set-up); the
+    target quiets vLLM's loggers, so `targets` (and every command) starts with our output only."""
+    r = _cli("targets")
+    assert r.returncode == 0, r.stderr
+    assert "vllm._C" not in r.stderr and "vllm_lora" in r.stdout
