@@ -121,7 +121,8 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="write a standalone repro script for a finding", formatter_class=_Help,
                        epilog="example:\n  fuzzrunner export corpus/findings/reference_runner/3c46bb51a214.json "
                               "-o repro.py && python repro.py")
-    e.add_argument("finding", metavar="FINDING.json")
+    e.add_argument("finding", nargs="+", metavar="FINDING.json", help="one finding file (the corpus' findings/ or "
+                   "expected/)")
     e.add_argument("-o", "--output", default="repro.py", help="the script to write (or a folder)")
     e.add_argument("--target", help="the target spec the script loads (default: what the finding recorded)")
     e.add_argument("--debug", action="store_true", help=DEBUG_HELP)
@@ -412,8 +413,13 @@ def cmd_replay(args) -> int:
 
 def cmd_export(args) -> int:
     from .finding import Finding
+    from .errors import InvalidArgument
     from .repro import export_repro
-    finding = Finding.load(args.finding)
+    if len(args.finding) > 1:
+        shown = ", ".join(args.finding[:3]) + (", ..." if len(args.finding) > 3 else "")
+        raise InvalidArgument(f"export takes one finding file; {len(args.finding)} were given ({shown}): "
+                              f"export each, or pick one.")
+    finding = Finding.load(args.finding[0])
     if not Path(args.output).is_dir():
         _check_writable_file(args.output)
     path = export_repro(finding, args.output, target=_absolute_spec(args.target) if args.target else None)
