@@ -412,8 +412,8 @@ def cmd_replay(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .finding import Finding
     from .errors import InvalidArgument
+    from .finding import Finding
     from .repro import export_repro
     if len(args.finding) > 1:
         shown = ", ".join(args.finding[:3]) + (", ..." if len(args.finding) > 3 else "")
