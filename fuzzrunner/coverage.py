@@ -2,7 +2,8 @@
 
 A target declares ``features(case) -> iterable of "name" or "name=value"`` (computed from the
 case's JSON alone, so replays and remote workers see the same) and ``feature_space``: every
-feature it can report. A campaign counts, over the valid cases it generated, each feature and
+feature it can report. A campaign counts, over the valid cases it ran (the replayed corpus and seed
+cases, then the generated ones; shrinking excluded), each feature and
 each pair of features of one case; a declared feature never reached is shown, because a
 campaign that never reached a state otherwise looks like a clean pass. The counts also steer
 the search (``rarity``): Hypothesis ``target()`` climbs towards cases with rarely seen features.
@@ -44,7 +45,7 @@ def _pairs(names: tuple[str, ...]) -> Iterable[tuple[str, str]]:
 
 @dataclass
 class Coverage:
-    """Feature and feature-pair counts over the valid generated cases of a campaign."""
+    """Feature and feature-pair counts over the valid cases a campaign ran (replayed and generated)."""
     declared: tuple = ()                              # the target's feature_space
     steering: bool = False                            # whether the counts steered the search
     cases: int = 0

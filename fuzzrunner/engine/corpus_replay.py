@@ -32,6 +32,7 @@ def replay_corpus(shard) -> None:
         except InvalidCase as e:
             bad(path, corpus.quarantine(path) if _in(corpus, path) else None, e)
             continue
+        _count_features(shard, case)
         still = finding is not None and bool(finding.reproduced_by(violations))
         result.replayed.append((str(path), finding.id if finding else None, still if finding else bool(violations)))
         if still:
@@ -39,6 +40,14 @@ def replay_corpus(shard) -> None:
             shard.emit({"type": "regression", "finding": finding, "path": str(path)})
         elif violations:
             shard.record(violations, case)
+
+
+def _count_features(shard, case) -> None:
+    """A replayed case reaches its features as a generated one does (a finding found by a seed
+    must not sit beside "this state was never reached")."""
+    if shard.target.features is not None:
+        from ..coverage import features_of
+        shard.result.coverage.add(features_of(shard.target.features, case, shard.target.name))
 
 
 def _in(corpus, path) -> bool:

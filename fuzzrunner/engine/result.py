@@ -35,7 +35,7 @@ class CampaignResult:
     stop_reason: str = ""
     warnings: list = field(default_factory=list)
     errors: list = field(default_factory=list)       # why the campaign could not finish cleanly
-    coverage: Coverage = field(default_factory=Coverage)  # features of the valid generated cases
+    coverage: Coverage = field(default_factory=Coverage)  # features of the valid cases run (replayed, generated)
     cluster: dict | None = None        # on Ray: the address, Ray's version, the nodes, CPUs and GPUs it had
 
     @property

@@ -323,7 +323,7 @@ def _coverage(run: dict) -> str:
         return ""
     never = cov["never_reached"]
     steer = "steered towards rare features" if cov["steering"] else "not steered"
-    meta = (f'<p class="meta">{plural(cov["cases"], "valid generated case")}, '
+    meta = (f'<p class="meta">{plural(cov["cases"], "valid case")} run (replayed and generated), '
             f'{plural(len(cov["features"]), "feature")} reached; {steer}.</p>')
     if not cov["declared"]:
         warn = '<p class="meta">The target declares no feature space: unreached features cannot be named.</p>'

@@ -84,3 +84,14 @@ def test_the_steer_setting_adds_hypothesis_target_phase():
         return shard.phases(first_batch=False)
     assert phases(steer=True) == [Phase.generate, Phase.target, Phase.shrink]
     assert phases(steer=False, shrink=False) == [Phase.generate]
+
+
+def test_the_seed_cases_replayed_count_towards_coverage(tmp_path):
+    """The reference runner's seed slot_moved_same_mapping.json reaches a state generation rarely
+    does; a finding it found must not sit beside "never reached" (new-user trial)."""
+    from fuzzrunner.engine.campaign import run_campaign
+    from fuzzrunner.settings import Settings
+    r = run_campaign("reference_runner", Settings(max_examples=1, seed=3, device="cpu"), corpus_dir=tmp_path)
+    counts = r.coverage.to_dict()
+    assert counts["features"].get("slots=moved-between-same-mappings", 0) >= 1
+    assert counts["cases"] >= len(r.replayed) + 1

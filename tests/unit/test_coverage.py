@@ -131,7 +131,7 @@ def test_the_html_report_shows_counts_combinations_and_highlights_features_never
     from fuzzrunner.report import html_text
     page = html_text(_result_with_coverage())
     cov = page[page.index("<h3>Coverage</h3>"):]
-    assert "3 valid generated cases, 3 features reached; steered towards rare features" in cov
+    assert "3 valid cases run (replayed and generated), 3 features reached; steered towards rare features" in cov
     assert '<b>1 declared feature never reached:</b> <code>op=never</code>' in cov
     assert '<tr class=never><td class="mono">op=never</td><td class="num">0</td>' in cov
     assert '<td class="mono">op=a</td><td class="num">3</td><td class="num">100.0%</td>' in cov
