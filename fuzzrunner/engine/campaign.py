@@ -23,6 +23,7 @@ from .search import Shard
 __all__ = ["CampaignResult", "run_campaign", "worker_spec"]
 
 LOW_VALID_FRACTION = 0.10
+FEW_CASES = 10            # a budget-stopped run with fewer valid cases is warned about: it tested little
 
 
 def worker_spec(target_spec: str, settings: Settings, index: int, device: str) -> WorkerSpec:
@@ -126,6 +127,10 @@ def _check_floor(r: CampaignResult, settings: Settings) -> None:
                         f"the target; stop: {r.stop_reason or 'unknown'}), below the floor of "
                         f"{settings.min_valid}: this campaign tested (almost) nothing. Check the target's "
                         f"strategy, or raise the budget.")
+    elif r.stop_reason == R.STOP_BUDGET and r.valid < FEW_CASES and r.valid < settings.max_examples:
+        r.warnings.append(f"only {r.valid} valid case(s) ran before the {settings.budget_s:g} s budget ended "
+                          f"(of {settings.max_examples} asked): this run tested little of the case space; "
+                          f"give it more time (--budget).")
     elif r.generated and r.valid < LOW_VALID_FRACTION * r.generated:
         r.warnings.append(f"only {r.valid} of {r.generated} generated cases were valid "
                           f"({100 * r.valid / r.generated:.0f}%): the target rejects most of what its "

@@ -72,6 +72,14 @@ def test_a_strategy_that_makes_no_valid_case_exits_2_naming_why(tmp_path, capsys
     assert not (tmp_path / "r.json").exists()  # no report that could read as a pass
 
 
+def test_a_run_the_budget_cut_to_a_few_cases_passes_with_a_warning_that_it_tested_little(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRUST_SLEEP_S", "0.6")
+    assert fuzz(tmp_path, "OK", "--budget", "2", examples="50") == 0
+    r = report(tmp_path)
+    assert r["stop_reason"] == "budget" and r["examples"] < 10
+    assert any("tested little of the case space" in w for w in r["warnings"]), r["warnings"]
+
+
 # -- 2. a target that exits ---------------------------------------------------------------------
 
 def test_sys_exit_at_import_is_a_harness_error_and_in_run_a_crash_naming_systemexit(tmp_path, capsys, hub):
