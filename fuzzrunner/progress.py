@@ -26,11 +26,14 @@ class _Numbers:
         self.examples, self.findings = event["examples"], event["findings"]
         self.generated = event.get("generated", self.examples)
 
+    def _fractions(self) -> tuple[float, float]:
+        """(done by count, done by time): the campaign ends at whichever reaches 1 first."""
+        count = self.generated / self.max_examples if self.max_examples else 0.0
+        spent = (time.monotonic() - self.start) / self.budget if self.budget else 0.0
+        return count, spent
+
     def fraction(self) -> float:
-        frac = self.generated / self.max_examples if self.max_examples else 0.0
-        if self.budget:
-            frac = max(frac, (time.monotonic() - self.start) / self.budget)
-        return min(frac, 1.0)
+        return min(max(self._fractions()), 1.0)
 
     def text(self) -> str:
         el = time.monotonic() - self.start
@@ -38,7 +41,9 @@ class _Numbers:
         frac = self.fraction()
         eta = f", ETA {max(0.0, el / frac - el):.0f} s" if 0 < frac < 1 else ""
         shrinking = self.examples - self.generated
-        return (f"{self.generated}/{self.max_examples} generated ({100 * frac:.0f}%)"
+        count, spent = self._fractions()
+        done = f"{100 * frac:.0f}% of the {self.budget:g} s budget" if spent > count else f"{100 * frac:.0f}%"
+        return (f"{self.generated}/{self.max_examples} generated ({done})"
                 f"{f' + {shrinking} shrinking' if shrinking else ''}, {self.findings} "
                 f"finding{'s' * (self.findings != 1)}, {rate:.1f} cases/s, {el:.0f} s{eta}")
 

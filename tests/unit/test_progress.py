@@ -44,7 +44,7 @@ def test_a_budget_moves_the_fraction_even_when_few_cases_ran(monkeypatch):
     p = Progress(Stream(False), settings(max_examples=10_000, budget_s=10.0))
     monkeypatch.setattr(progress_module.time, "monotonic", lambda: p.numbers.start + 5.0)
     p({"type": "progress", "examples": 3, "findings": 0})
-    assert "(50%)" in p.text() and "ETA 5 s" in p.text()
+    assert "3/10000 generated (50% of the 10 s budget)" in p.text() and "ETA 5 s" in p.text()
 
 
 def test_off_a_terminal_heartbeat_lines_are_spaced_and_messages_are_plain(monkeypatch):
