@@ -30,7 +30,8 @@ def parse_json(text: str, source: str):
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise InvalidCase(f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}).") from None
+        what = e.msg.removesuffix(" at")  # json's "Invalid control character at" carries its own "at"
+        raise InvalidCase(f"{source}: not valid JSON ({what} at line {e.lineno} column {e.colno}).") from None
     except (ValueError, RecursionError) as e:  # e.g. an integer of thousands of digits, or nesting too deep
         raise InvalidCase(f"{source}: not valid JSON for fuzzrunner ({str(e)[:200]}).") from None
 

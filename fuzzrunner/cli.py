@@ -368,6 +368,11 @@ def _absolute_spec(spec: str) -> str:
     return spec
 
 
+def _builtin_names() -> tuple:
+    from .target import BUILTIN
+    return tuple(BUILTIN)
+
+
 def _replay_one(replayer, path, args) -> int:
     """1 reproduced, 0 not, 2 could not run; prints one verdict line (and what it saw)."""
     from .corpus import load_any
@@ -376,6 +381,10 @@ def _replay_one(replayer, path, args) -> int:
         case, finding = load_any(path)
         spec = _absolute_spec(args.target) if args.target else (finding.target_spec if finding and
                                                                  finding.target_spec else case.target)
+        if not args.target and ":" not in spec and spec not in _builtin_names():
+            print(f"fuzzrunner: error: could not run {path}: it is a case of target {spec!r}, which is not "
+                  f"built in: name yours with --target path/to/file.py:OBJ", file=sys.stderr)
+            return EXIT_ERROR
         violations = replayer.run(case, spec)
     except FuzzrunnerError as e:
         message = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"

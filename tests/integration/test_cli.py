@@ -99,6 +99,12 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys):
     newer.write_text(json.dumps({"schema": 99, "target": "reference_runner", "config": {}, "ops": []}))
     assert main(["replay", str(newer)]) == 2
     assert "schema 99 is newer" in _one_error_line(capsys)
+    theirs = tmp_path / "theirs.json"  # a case of the user's own target: no built-in name to guess at
+    theirs.write_text(json.dumps({"schema": 1, "target": "my_lora_runner", "config": {}, "ops": []}))
+    assert main(["replay", str(theirs)]) == 2
+    line = _one_error_line(capsys)
+    assert "target 'my_lora_runner', which is not built in" in line and "--target path/to/file.py:OBJ" in line
+    assert "Did you mean" not in line
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     assert main(["fuzz", "--target", "reference_runner", "--max-examples", "1", "--report", str(blocker / "dir" / "r.json")]) == 2

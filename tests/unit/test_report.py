@@ -417,3 +417,10 @@ def test_runs_with_other_planted_faults_are_compared_with_a_warning_that_says_so
     assert trend_text(run).splitlines()[-1] == f"  note: {note}"
     same = build_report([campaign(finding)], previous=prev)["runs"][0]
     assert not any("planted faults" in w for w in same["warnings"])
+
+
+def test_a_json_error_is_said_once_with_its_place():
+    from fuzzrunner.case import parse_json
+    with pytest.raises(InvalidCase) as e:
+        parse_json('{"a": "x\ty"}', source="f.json")
+    assert str(e.value) == "f.json: not valid JSON (Invalid control character at line 1 column 9)."
