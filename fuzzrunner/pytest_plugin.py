@@ -283,7 +283,8 @@ def corpus_item_name(path: Path) -> str:
     try:
         data = json.loads(path.read_text())
         sig = data["signature"]
-        parts = [sig.get("kind", ""), sig.get("tensor", ""), sig.get("kernel", ""), data["id"]]
+        from .source import files_only  # names never carry a line: a line shift must not rename the test
+        parts = [sig.get("kind", ""), files_only(sig.get("tensor", "")), files_only(sig.get("kernel", "")), data["id"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         # a case, or a file its item will say it cannot read
         parts = ["finding" if path.parent.parent.name == "findings" else "case", path.stem]

@@ -458,3 +458,15 @@ def test_show_coverage_prints_each_fuzz_tests_table_with_the_features_never_reac
     assert re.search(r"op=never +0 +0\.0%  NEVER REACHED", out)
     assert re.search(r"op=a +[1-9]\d* ", out) and "declared feature(s) never reached: op=never" in out
     assert "fuzzrunner coverage" not in run("test_cov.py", "--collect-only").stdout.str()
+
+
+def test_a_corpus_items_name_never_carries_a_line(tmp_path):
+    """A finding on an automatically tracked buffer names it ``torch.empty@my_runner.py:15``; the
+    test's name must not change when a line is added above it (new-user trial)."""
+    import json
+
+    from fuzzrunner.pytest_plugin import corpus_item_name
+    f = tmp_path / "abc.json"
+    f.write_text(json.dumps({"id": "0441097e7fb3", "signature": {
+        "kind": "uninitialized-read", "tensor": "torch.empty@my_runner.py:15", "kernel": "aten.clamp.default"}}))
+    assert corpus_item_name(f) == "uninitialized-read-torch.empty_my_runner.py-aten.clamp.default-0441097e7fb3"
