@@ -76,7 +76,16 @@ def provenance() -> dict:
             versions[name] = str(getattr(module, "__version__", "?"))
     return {"versions": versions, "device": os.environ.get("FUZZRUNNER_DEVICE"), "host": platform.node(),
             "platform": platform.platform(), "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": " ".join(sys.argv[:1] + sys.argv[1:])[:1000], "cwd": os.getcwd(), "git": _git_commit()}
+            "command": _command()[:1000], "cwd": os.getcwd(), "git": _git_commit()}
+
+
+def _command() -> str:
+    """The command line as it can be run again: ``python -m fuzzrunner ...`` when Python ran the
+    package's ``__main__.py`` (sys.argv[0] is then that file's path)."""
+    import shlex
+    first = sys.argv[0] if sys.argv else ""
+    head = ["python", "-m", "fuzzrunner"] if first.endswith(os.path.join("fuzzrunner", "__main__.py")) else [first]
+    return shlex.join(head + sys.argv[1:])
 
 
 def _git_commit() -> str | None:

@@ -424,3 +424,11 @@ def test_a_json_error_is_said_once_with_its_place():
     with pytest.raises(InvalidCase) as e:
         parse_json('{"a": "x\ty"}', source="f.json")
     assert str(e.value) == "f.json: not valid JSON (Invalid control character at line 1 column 9)."
+
+
+def test_the_recorded_command_runs_again(monkeypatch):
+    import sys
+
+    from fuzzrunner.report.json_report import _command
+    monkeypatch.setattr(sys, "argv", ["/tmp/x/fuzzrunner/__main__.py", "fuzz", "--target", "my runner.py:T"])
+    assert _command() == "python -m fuzzrunner fuzz --target 'my runner.py:T'"
