@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InvalidCase
+from .errors import InvalidCase, NewerSchema
 
 SCHEMA = 1
 
@@ -63,7 +63,7 @@ class Case:
         if not isinstance(schema, int):
             raise InvalidCase(f"{source}: missing integer 'schema' field; is this a fuzzrunner case file?")
         if schema > SCHEMA:
-            raise InvalidCase(f"{source}: schema {schema} is newer than this fuzzrunner understands "
+            raise NewerSchema(f"{source}: schema {schema} is newer than this fuzzrunner understands "
                               f"({SCHEMA}); upgrade fuzzrunner to read it.")
         missing = [k for k in ("target", "config", "ops") if k not in d]
         if missing:

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from .case import Case, parse_json, read_text
-from .errors import InvalidCase
+from .errors import InvalidCase, NewerSchema
 from .finding import Finding, is_finding_dict
 
 
@@ -98,14 +98,15 @@ class Corpus:
         """Every finding, then every case, of ``target``: (path, case, finding or None).
 
         A file that cannot be read or parsed is moved to ``quarantine/`` and reported through
-        ``on_bad(path, moved_to, error)``; the others load on.
+        ``on_bad(path, moved_to, error)``; one written by a newer fuzzrunner is reported and left in
+        place (moved_to None); the others load on.
         """
         out = []
         for path in self._files(self.findings_dir, target) + self._files(self.root / "cases", target):
             try:
                 case, finding = load_any(path)
-            except InvalidCase as e:
-                moved = self.quarantine(path)
+            except InvalidCase as e:  # a newer fuzzrunner's file is left where it is, for it
+                moved = None if isinstance(e, NewerSchema) else self.quarantine(path)
                 if on_bad is not None:
                     on_bad(path, moved, e)
                 continue

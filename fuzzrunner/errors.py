@@ -13,6 +13,10 @@ class InvalidCase(FuzzrunnerError):
     """A case that no target could run: malformed, newer schema, or inconsistent ops."""
 
 
+class NewerSchema(InvalidCase):
+    """A file written by a newer fuzzrunner: not broken, so never quarantined (a teammate's corpus)."""
+
+
 class HarnessError(FuzzrunnerError):
     """The harness broke (a target cannot be set up, every worker dies): not a finding."""
 

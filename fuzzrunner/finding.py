@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from . import names
 from .case import Case, parse_json, read_text
-from .errors import InvalidCase
+from .errors import InvalidCase, NewerSchema
 from .signature import Signature
 from .violation import Violation, window_lines
 
@@ -176,7 +176,7 @@ class Finding:
                     else "not a fuzzrunner finding (no \"violation\")")
             raise InvalidCase(f"{source}: {what}.")
         if not isinstance(d.get("schema", 0), int) or d.get("schema", 0) > FINDING_SCHEMA:
-            raise InvalidCase(f"{source}: finding schema {d.get('schema')!r} is newer than this fuzzrunner "
+            raise NewerSchema(f"{source}: finding schema {d.get('schema')!r} is newer than this fuzzrunner "
                               f"understands ({FINDING_SCHEMA}); upgrade fuzzrunner.")
         try:
             v = Violation.from_dict(d["violation"])

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from ..corpus import Corpus
-from ..errors import HarnessError, InvalidArgument, TargetUnavailable
+from ..errors import HarnessError, InvalidArgument, NewerSchema, TargetUnavailable
 from ..finding import merge
 from . import result as R
 from .corpus_stream import CorpusWriter, StreamedCorpus, snapshot
@@ -383,6 +383,7 @@ def _kill(ray, handles: list) -> None:
 def _on_bad(result: CampaignResult, merger: Merger):
     def bad(path, moved, error) -> None:
         result.quarantined.append((str(path), str(moved) if moved else None, str(error)))
-        where = f"moved to {moved}" if moved else "could not be moved"
+        where = f"moved to {moved}" if moved else "left in place" if isinstance(error, NewerSchema) else \
+            "could not be moved"
         merger.event({"type": "warning", "message": f"unreadable corpus file {path} ({where}): {error}"})
     return bad
