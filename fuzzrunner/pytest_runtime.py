@@ -130,13 +130,16 @@ def run_marked_campaign(item: pytest.Item, marker, state) -> FuzzCampaign:
     skip_without_gpu(changes.get("sanitizer"), changes.get("device"))
     spec = state.target_spec(target, item)
     import fuzzrunner
+    failure = ""
     try:
         with _importable(item.path.parent, state.config.rootpath):
             result = fuzzrunner.fuzz(spec, faults=faults, profile=state.profile, corpus=state.corpus, **changes)
     except InvalidArgument as e:
-        pytest.fail(f"@pytest.mark.fuzzrunner on {item.name}: {e}", pytrace=False)
+        failure = f"@pytest.mark.fuzzrunner on {item.name}: {e}"
     except HarnessError as e:
-        pytest.fail(f"the harness broke (this is not a finding): {e}", pytrace=False)
+        failure = f"the harness broke (this is not a finding): {e}"
+    if failure:  # outside the except: the one line, without "During handling of the above exception"
+        pytest.fail(failure, pytrace=False)
     item.user_properties.append(("fuzzrunner_cases", result.examples))
     if state.show_coverage:  # only then: user properties also go into JUnit XML
         cov = result.coverage.to_dict()

@@ -470,3 +470,17 @@ def test_a_corpus_items_name_never_carries_a_line(tmp_path):
     f.write_text(json.dumps({"id": "0441097e7fb3", "signature": {
         "kind": "uninitialized-read", "tensor": "torch.empty@my_runner.py:15", "kernel": "aten.clamp.default"}}))
     assert corpus_item_name(f) == "uninitialized-read-torch.empty_my_runner.py-aten.clamp.default-0441097e7fb3"
+
+
+def test_a_marker_naming_an_unknown_target_errors_in_one_message_without_a_chained_traceback(run, pytester):
+    pytester.makepyfile(test_fuzz="""
+        import pytest
+
+        @pytest.mark.fuzzrunner(target="refrence_runner", max_examples=1)
+        def test_fuzz(fuzzrunner_campaign):
+            fuzzrunner_campaign.assert_no_findings()
+    """)
+    result = run()
+    out = result.stdout.str()
+    assert "unknown target 'refrence_runner'" in out and "Did you mean 'reference_runner'" in out
+    assert "During handling of the above exception" not in out
