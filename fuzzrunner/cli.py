@@ -368,20 +368,16 @@ def _absolute_spec(spec: str) -> str:
     return spec
 
 
-def _builtin_names() -> tuple:
-    from .target import BUILTIN
-    return tuple(BUILTIN)
-
-
 def _replay_one(replayer, path, args) -> int:
     """1 reproduced, 0 not, 2 could not run; prints one verdict line (and what it saw)."""
     from .corpus import load_any
     from .errors import FuzzrunnerError
+    from .target import BUILTIN
     try:
         case, finding = load_any(path)
         spec = _absolute_spec(args.target) if args.target else (finding.target_spec if finding and
                                                                  finding.target_spec else case.target)
-        if not args.target and ":" not in spec and spec not in _builtin_names():
+        if not args.target and ":" not in spec and spec not in BUILTIN:
             print(f"fuzzrunner: error: could not run {path}: it is a case of target {spec!r}, which is not "
                   f"built in: name yours with --target path/to/file.py:OBJ", file=sys.stderr)
             return EXIT_ERROR

@@ -127,7 +127,7 @@ def _check_floor(r: CampaignResult, settings: Settings) -> None:
                         f"the target; stop: {r.stop_reason or 'unknown'}), below the floor of "
                         f"{settings.min_valid}: this campaign tested (almost) nothing. Check the target's "
                         f"strategy, or raise the budget.")
-    elif r.stop_reason == R.STOP_BUDGET and r.valid < FEW_CASES and r.valid < settings.max_examples:
+    elif r.stop_reason == R.STOP_BUDGET and r.valid < FEW_CASES:
         r.warnings.append(f"only {r.valid} valid case(s) ran before the {settings.budget_s:g} s budget ended "
                           f"(of {settings.max_examples} asked): this run tested little of the case space; "
                           f"give it more time (--budget).")

@@ -28,6 +28,8 @@ import sys
 import numpy as np
 import torch
 
+from .torch_effects import leaves
+
 _WRITES_FIRST = {"copyto", "put", "putmask", "place", "fill_diagonal"}  # first argument is written
 
 
@@ -94,12 +96,6 @@ def _tensors_read(arr, value):
     return value
 
 
-def _results(value):
-    if isinstance(value, np.ndarray):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _results(v)
 
 
 def _aliased(result, reads) -> dict:
@@ -107,7 +103,7 @@ def _aliased(result, reads) -> dict:
     out = {}
     for s in _shadows(reads):
         plain = s.view(np.ndarray)
-        if any(np.may_share_memory(r.view(np.ndarray), plain) for r in _results(result)):
+        if any(np.may_share_memory(r.view(np.ndarray), plain) for r in leaves(result, np.ndarray)):
             out[id(s)] = s
     return out
 

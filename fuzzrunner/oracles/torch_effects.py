@@ -105,6 +105,18 @@ class Effects:
     probed: bool = False  # found by the differential probe (an op with no model): see torch_hook
 
 
+def leaves(value, kind: type = torch.Tensor):
+    """Every ``kind`` object inside ``value``, through nested lists, tuples and dicts."""
+    if isinstance(value, kind):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from leaves(v, kind)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from leaves(v, kind)
+
+
 def _tensors(value):
     if isinstance(value, torch.Tensor):
         return [value]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .torch_effects import Effects, addresses, element_offsets
+from .torch_effects import Effects, addresses, element_offsets, leaves
 
 _FILLS = (0xA5, 0x5A)
 
@@ -43,16 +43,10 @@ def custom_op_impl(func, args):
     if opdef is None:
         return None
     fns = getattr(opdef, "_backend_fns", {}) or {}
-    dev = next((t.device.type for t in _flat_tensors(args)), None)
+    dev = next((t.device.type for t in leaves(args)), None)
     return fns.get(dev) or fns.get(None) or getattr(opdef, "_init_fn", None)
 
 
-def _flat_tensors(value):
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _flat_tensors(v)
 
 
 def _schema_tensors(func, args, kwargs):
@@ -60,7 +54,7 @@ def _schema_tensors(func, args, kwargs):
     for i, a in enumerate(func._schema.arguments):
         value = kwargs.get(a.name) if a.kwarg_only or i >= len(args) else args[i]
         mutated = a.alias_info is not None and a.alias_info.is_write
-        for t in _flat_tensors(value):
+        for t in leaves(value):
             yield t, mutated
 
 
@@ -102,7 +96,7 @@ class _Run:
         out = func(*_swap(tuple(args), table), **{k: _swap(v, table) for k, v in kwargs.items()})
         _wait(out)
         self.out = [o.detach().cpu().reshape(-1).view(torch.uint8).numpy().copy() if o.numel() else np.zeros(0)
-                    for o in _flat_tensors(out)]
+                    for o in leaves(out)]
 
     def element_bytes(self, key) -> np.ndarray:
         view, raw, b = self.copies[key]

@@ -29,15 +29,6 @@ aten = torch.ops.aten
 _RESIZE = fx.STORAGE_OPS
 
 
-def _all_tensors(value):
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _all_tensors(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _all_tensors(v)
 
 
 def _capturing(t: torch.Tensor) -> bool:
@@ -63,7 +54,7 @@ class TorchShadowMode(TorchDispatchMode):
             with TorchShadowMode(c):  # the op's own body, seen op by op
                 return impl(*args, **kwargs)
         args, swapped = self._bounds(func, args)
-        if not any(c.watched(t) for t in _all_tensors((args, kwargs, list(swapped.values())))):
+        if not any(c.watched(t) for t in fx.leaves((args, kwargs, list(swapped.values())))):
             out = func(*args, **kwargs)  # fast path: nothing here can be unwritten or stale
             self._allocations(func, args, kwargs, out)
             return out
@@ -98,8 +89,8 @@ class TorchShadowMode(TorchDispatchMode):
         return self._whole(func, args, kwargs)
 
     def _returned_operands(self, args, kwargs, out) -> list:
-        ins = {t.untyped_storage().data_ptr() for t in _all_tensors((args, kwargs)) if fx.has_memory(t)}
-        return [o for o in _all_tensors(out) if fx.has_memory(o) and o.untyped_storage().data_ptr() in ins
+        ins = {t.untyped_storage().data_ptr() for t in fx.leaves((args, kwargs)) if fx.has_memory(t)}
+        return [o for o in fx.leaves(out) if fx.has_memory(o) and o.untyped_storage().data_ptr() in ins
                 and self.checker.is_tracked(o)]
 
     @staticmethod
@@ -139,7 +130,7 @@ class TorchShadowMode(TorchDispatchMode):
         """Results in fresh storage: tracked if uninitialized (``torch.empty``), else their memory is new."""
         if getattr(func, "is_view", False):
             return
-        inputs = {t.untyped_storage().data_ptr() for t in _all_tensors((args, kwargs)) if fx.has_memory(t)}
+        inputs = {t.untyped_storage().data_ptr() for t in fx.leaves((args, kwargs)) if fx.has_memory(t)}
         for t in fx._tensors(out):
             if fx.has_memory(t) and t.untyped_storage().data_ptr() not in inputs:
                 self.checker.torch_alloc(func, t, uninitialized=func in EMPTY_OPS)

@@ -26,6 +26,17 @@ CONFIG = {"max_loras": 2, "max_num_tokens": 8, "hidden": 16, "rank": 8, "slices"
           "dtype": "float16", "specialize_active_lora": False, "entry": "private", "capture_sizes": [4, 8]}
 
 
+# every op kind once, fault-free: dummy runs, steps with -1 and repeated slots, churn, capture, replay
+FAULT_FREE_OPS = [{"op": "dummy_run", "num_tokens": 3, "kind": "no_lora", "reqs": 1, "pad": 1},
+                  {"op": "step", "slots": [1, 1, -1, 0, 0], "pad": 3, "sampled": [0, 2, 4], "seed": 1},
+                  {"op": "set_adapter", "slot": 1, "seed": 2},
+                  {"op": "step", "slots": [-1, 1], "pad": 0, "sampled": [1], "seed": 2},
+                  {"op": "step", "slots": [-1, -1, -1], "pad": 1, "sampled": [0], "seed": 3},
+                  {"op": "dummy_run", "num_tokens": 5, "kind": "warmup", "reqs": 2, "pad": 0, "k": 3},
+                  {"op": "capture", "size": 4, "key": 3, "reqs": 2},
+                  {"op": "replay", "slots": [0, -1, 1], "seed": 4}]
+
+
 def _cli(*args, env=None, timeout=900):
     e = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
     return subprocess.run([sys.executable, "-m", "fuzzrunner", *args], capture_output=True, text=True,
@@ -78,15 +89,7 @@ def test_a_stale_launch_prepared_for_more_tokens_reads_x_out_of_bounds():
 @needs_vllm
 @pytest.mark.parametrize("entry", ["public", "private", "punica"])
 def test_fault_free_ops_are_silent(entry):
-    ops = [{"op": "dummy_run", "num_tokens": 3, "kind": "no_lora", "reqs": 1, "pad": 1},
-           {"op": "step", "slots": [1, 1, -1, 0, 0], "pad": 3, "sampled": [0, 2, 4], "seed": 1},
-           {"op": "set_adapter", "slot": 1, "seed": 2},
-           {"op": "step", "slots": [-1, 1], "pad": 0, "sampled": [1], "seed": 2},
-           {"op": "step", "slots": [-1, -1, -1], "pad": 1, "sampled": [0], "seed": 3},
-           {"op": "dummy_run", "num_tokens": 5, "kind": "warmup", "reqs": 2, "pad": 0, "k": 3},
-           {"op": "capture", "size": 4, "key": 3, "reqs": 2},
-           {"op": "replay", "slots": [0, -1, 1], "seed": 4}]
-    assert _run(ops, entry=entry) == []
+    assert _run(FAULT_FREE_OPS, entry=entry) == []
 
 
 @needs_vllm
@@ -177,16 +180,8 @@ def test_update_metadata_writes_the_embedding_offsets_of_each_tokens_slot():
 
 @needs_vllm
 def test_fault_free_embedding_moe_and_permuted_adapter_ids_are_silent():
-    ops = [{"op": "dummy_run", "num_tokens": 3, "kind": "no_lora", "reqs": 1, "pad": 1},
-           {"op": "step", "slots": [1, 1, -1, 0, 0], "pad": 3, "sampled": [0, 2, 4], "seed": 1},
-           {"op": "set_adapter", "slot": 1, "seed": 2},
-           {"op": "step", "slots": [-1, 1], "pad": 0, "sampled": [1], "seed": 2},
-           {"op": "step", "slots": [-1, -1, -1], "pad": 1, "sampled": [0], "seed": 3},
-           {"op": "dummy_run", "num_tokens": 5, "kind": "warmup", "reqs": 2, "pad": 0, "k": 3},
-           {"op": "capture", "size": 4, "key": 3, "reqs": 2},
-           {"op": "replay", "slots": [0, -1, 1], "seed": 4}]
-    assert _run(ops, moe={**MOE, "enabled": [True, False], "mul_routed_weight": True}, **EMBEDDING) == []
-    assert _run(ops, moe=MOE, entry="public") == []
+    assert _run(FAULT_FREE_OPS, moe={**MOE, "enabled": [True, False], "mul_routed_weight": True}, **EMBEDDING) == []
+    assert _run(FAULT_FREE_OPS, moe=MOE, entry="public") == []
 
 
 @needs_vllm
