@@ -268,16 +268,18 @@ def _export_all(result, corpus: str) -> None:
 
 def _summary(result, out) -> None:
     from .finding import render
-    from .report.json_report import cluster_text
+    from .report.json_report import cluster_text, skip_lines
     n = len(result.findings)
     out.write(f"{result.target}: {result.examples} cases ({result.generated} generated, {result.invalid} invalid) "
               f"in {result.duration_s:.1f} s (seed {result.seed}), stopped: {result.stop_reason or 'unknown'}; "
               f"{n} finding{'s' * (n != 1)}\n")
     if getattr(result, "cluster", None):
         out.write(f"  {cluster_text(result.cluster)}\n")
-    if result.known_crash_skips:
-        out.write(f"  {result.known_crash_skips} case(s) not run on the GPU: a CPU pre-check showed they re-hit a "
-                  f"known crash\n")
+    causes = [{"id": i, **c} for i, c in result.known_crash_causes.items()]
+    for line in skip_lines(result.known_crash_skips, causes, result.generated):
+        out.write(f"  {line}\n")
+    for c in result.tool_limitations.values():
+        out.write(f"  tool limitation ({c['count']} case(s)): {c['message']}\n")
     for f in result.findings:
         out.write("\n  " + render(f, indent="    ") + "\n")
     for f in result.flaky:

@@ -9,6 +9,7 @@ makes the case run twice; the second run keeps only that oracle and its guards.
 from __future__ import annotations
 
 import os
+import re
 import traceback
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import _env, names, tracking
+from . import _env, names, tracking, triton_compat
 from .case import Case
 from .errors import InvalidCase
 from .oracles.base import Oracle, RunRecord, source_location
@@ -94,8 +95,57 @@ _NOT_BLAMED = (os.sep + "torch" + os.sep, os.sep + "triton" + os.sep, os.path.jo
                os.path.join(_OWN, "oracles") + os.sep, os.path.join(_OWN, "tracking.py"))
 
 
+_INTERPRETER = (os.sep + os.path.join("triton", "runtime", "interpreter.py"), os.sep + "numpy" + os.sep)
+_TOOL = (os.path.join(_OWN, "oracles") + os.sep, os.path.join(_OWN, "tracking.py"))
+# a hook's call of the op it wraps: what that op raises is the runner's (an index out of range), not ours
+_FORWARDS = re.compile(r"\b(func|orig|original)\(")
+
+
+def _versions() -> dict:
+    import numpy
+    try:
+        import triton
+        version = triton.__version__
+    except ImportError:
+        version = "absent"
+    return {"triton": version, "numpy": numpy.__version__, "torch": torch.__version__.split("+")[0]}
+
+
+def _limitation(exc: BaseException, op_index: int | None) -> Violation | None:
+    """The tool's own failure, if ``exc`` is one: an exception of Triton's interpreter machinery (not of
+    the kernel's semantics: an assert, or Triton's language checks, are the kernel's), or one
+    raised inside fuzzrunner's oracles. None for anything the runner or its kernels raised."""
+    cause = exc.__cause__ if type(exc).__name__ == "InterpreterError" and exc.__cause__ is not None else exc
+    frames = traceback.extract_tb(cause.__traceback__)
+    if not frames or isinstance(cause, AssertionError):
+        return None
+    inner = frames[-1].filename
+    if cause is not exc and any(s in inner for s in _INTERPRETER):
+        who = "Triton's interpreter"
+    elif any(s in inner for s in _TOOL) and not _FORWARDS.search(frames[-1].line or ""):
+        who = "fuzzrunner's oracle code"
+    else:
+        return None
+    # the kernel's own line: the innermost frame outside Triton, numpy and fuzzrunner
+    own = [f for f in frames if not any(s in f.filename for s in (*_NOT_BLAMED, os.sep + "numpy" + os.sep))]
+    at = source_location(own[-1].filename, own[-1].lineno or 0) if own else "?"
+    kernel = own[-1].name if own else ""
+    v = _versions()
+    text = f"{type(cause).__name__}: {cause}".strip().splitlines()[0][:300]
+    return Violation("fuzzrunner", "tool-limitation", kernel, at, "",
+                     f"{who} failed in {kernel or '?'} at {at} (Triton {v['triton']}, numpy {v['numpy']}, torch "
+                     f"{v['torch']}): {text}. This is a limit of the tool on this installation, not a bug of "
+                     f"the code under test; `fuzzrunner doctor` says what this interpreter can run.",
+                     {"op_index": op_index, "who": who, **v,
+                      "traceback": "".join(traceback.format_exception(exc))[-4000:]})
+
+
 def crash_violation(exc: BaseException, op_index: int | None) -> Violation:
-    """A Python exception escaping the target: blamed on the innermost frame of non-library code."""
+    """A Python exception escaping the target: blamed on the innermost frame of non-library code; a
+    failure of the tool itself (``_limitation``) is a ``tool-limitation``, never a crash finding."""
+    limit = _limitation(exc, op_index)
+    if limit is not None:
+        return limit
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in frames if not any(s in f.filename for s in _NOT_BLAMED)] or frames
     where = source_location(mine[-1].filename, mine[-1].lineno or 0) if mine else "?"
@@ -141,6 +191,7 @@ def run_case(case: Case, target, *, oracles: Iterable[str] | None = None, device
     that showed a violation (what a GPU would crash on first; the CPU pre-check needs no more).
     """
     device = device or _env.device_type()
+    triton_compat.apply()  # before the first interpreted kernel (Triton 3.6 + numpy >= 2.4)
     chosen = names.effective_oracles(oracles, device, sanitizer)
     specs = sorted((names.ORACLES[n] for n in chosen), key=lambda s: not s.needs_second_run)
     made = [s.make() for s in specs]  # two-pass oracles first: their dispatch modes sit outermost

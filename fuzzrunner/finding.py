@@ -20,7 +20,7 @@ from .errors import InvalidCase, NewerSchema
 from .signature import Signature
 from .violation import Violation, window_lines
 
-__all__ = ["FINDING_SCHEMA", "Finding", "Signature", "group", "merge", "primary"]
+__all__ = ["FINDING_SCHEMA", "Finding", "Signature", "group", "limitations", "merge", "primary"]
 
 FINDING_SCHEMA = 2  # 2: violations carry their site; findings their target spec and state
 
@@ -90,6 +90,17 @@ def _owner(v: Violation, heads: dict) -> Violation | None:
     return heads.get(v.details.get("op_index"))
 
 
+def _is_finding(v: Violation) -> bool:
+    kind = names.KINDS.get(v.kind)
+    return kind is None or kind.finding
+
+
+def limitations(violations: list[Violation]) -> list[Violation]:
+    """The violations that are the tool's own limits (``names.Kind.finding`` off): never a finding,
+    always said (a campaign counts and warns; replay and the plugin warn)."""
+    return [v for v in violations if not _is_finding(v)]
+
+
 def group(violations: list[Violation]) -> list[tuple[Violation, list[Violation]]]:
     """One (head, others) per root cause among one case's violations.
 
@@ -102,8 +113,10 @@ def group(violations: list[Violation]) -> list[tuple[Violation, list[Violation]]
     its other invariant violations of the same tensor (a launch given inconsistent metadata computes
     wrong rows; the check runs before the launch); in an op with neither, its first numeric (else
     poison) difference heads the others of that op. What nothing explains heads its own group.
-    Groups whose heads are one bug (same id) are one.
+    Groups whose heads are one bug (same id) are one. The tool's own limits (``limitations``)
+    head no group.
     """
+    violations = [v for v in violations if _is_finding(v)]
     heads = _op_heads(violations)
     explained = _invariant_heads(violations, heads)
     first = min(heads.values(), key=_seq) if heads else None
@@ -240,9 +253,9 @@ def triage_text(t: dict) -> str:
     status = t.get("status")
     if status == "reproduced":
         where = f" ({t['element']})" if t.get("element") else ""
-        return f"CPU triage: {t['short']}{where}: {t['message']}"
+        return f"CPU triage: reproduced on the CPU as {t['short']}{where}: {t['message']}"
     if status == "not-reproduced":
-        return "CPU triage: the CPU does not reproduce it (a GPU-only bug, or one the CPU oracles cannot see)"
+        return "CPU triage: not reproduced on the CPU (a GPU-only bug, or one the CPU oracles cannot see)"
     return f"CPU triage: could not run on the CPU: {t.get('reason', '?')}"
 
 

@@ -87,6 +87,7 @@ class Kind:
     priority: int      # which violation of a case names its finding: lowest first
     family: str        # kinds of one family are one bug when the rest of the identity agrees
     memory: bool = False
+    finding: bool = True   # False: the tool's own limit, counted and warned about, never a finding
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
@@ -99,5 +100,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("crash", 4, "crash"),
     Kind("timeout", 4, "timeout"),
     Kind("invariant-violation", 5, "invariant-violation"),
+    # Triton's interpreter or an oracle failed on its own (not the kernel's semantics, not the
+    # runner's): e.g. Triton 3.6's interpreter with numpy >= 2.4 on a runtime-bounded range().
+    Kind("tool-limitation", 9, "tool-limitation", finding=False),
 )}
 CRASH_KINDS = ("crash", "timeout")

@@ -32,6 +32,8 @@ class CampaignResult:
     quarantined: list = field(default_factory=list)  # (path, moved to, why)
     worker_restarts: int = 0
     known_crash_skips: int = 0         # cases a CPU pre-check showed would re-hit a known GPU crash
+    known_crash_causes: dict = field(default_factory=dict)  # root-cause id -> {"short", "count"} of those skips
+    tool_limitations: dict = field(default_factory=dict)    # signature id -> {"message", "count", ...}
     stop_reason: str = ""
     warnings: list = field(default_factory=list)
     errors: list = field(default_factory=list)       # why the campaign could not finish cleanly
@@ -41,3 +43,14 @@ class CampaignResult:
     @property
     def valid(self) -> int:
         return self.generated - self.invalid
+
+    def count_known_crash_skip(self, cause_id: str, short: str, n: int = 1) -> None:
+        self.known_crash_skips += n
+        entry = self.known_crash_causes.setdefault(cause_id, {"short": short, "count": 0})
+        entry["count"] += n
+
+    def count_limitation(self, sig_id: str, message: str, n: int = 1) -> bool:
+        """Count one sighting of a tool limitation; True the first time (say it once)."""
+        entry = self.tool_limitations.setdefault(sig_id, {"message": message, "count": 0})
+        entry["count"] += n
+        return entry["count"] == n

@@ -20,10 +20,11 @@ from ..case import Case
 from ..corpus import Corpus
 from ..coverage import Coverage, features_of
 from ..errors import HarnessError, InvalidCase
-from ..finding import Finding, group
+from ..finding import Finding, limitations
 from ..settings import Settings
 from ..target import Target
 from . import result as R
+from .cpu_check import CpuRun, classify, harness_reason
 from .database import campaign_database
 from .findings import FindingBook
 from .hub import Hub, WorkerSpec
@@ -79,9 +80,11 @@ class Shard:
         # Crash-aware search on a GPU: once a crash is known, each new case runs first on a CPU
         # worker under the shadow oracle, up to its first op with a violation; one whose first bad
         # op shows the known crash's root cause is not sent to the GPU (it would only kill a worker
-        # again: ~10 s each). Shrinking runs on the GPU.
+        # again: ~10 s each). Shrinking runs on the GPU. Only what the CPU proved is skipped: a
+        # CPU run that fails for reasons outside the case turns the pre-check off (cpu_check.py).
+        self.precheck_on = worker.device == "cuda" and settings.cpu_triage
         self._precheck: Hub | None = None
-        self._crash_heads: set[str] = set()
+        self._crash_heads: dict[str, str] = {}  # root-cause id -> its short name
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -97,12 +100,13 @@ class Shard:
         return self.hub.run(case).violations
 
     def record(self, violations, case: Case) -> list[tuple[Finding, bool]]:
+        self._note_limitations(violations)
         recorded = self.book.record(violations, case, self.result.examples, self.elapsed())
         for finding, new in recorded:
             if new and not self._confirmed(finding, case):
                 continue
             if new and finding.violation.kind in (*names.CRASH_KINDS, "sanitizer-error"):
-                self._learn_crash(case)
+                self._learn_crash(finding, case)
             if new:
                 self.emit({"type": "finding", "finding": finding, "shard": self.index})
         if self.book.write_errors:
@@ -111,6 +115,12 @@ class Shard:
             self.result.stop_reason = R.STOP_WRITE_ERROR
             raise _Stop()
         return [(f, n) for f, n in recorded if f.id in self.book.by_id]
+
+    def _note_limitations(self, violations) -> None:
+        """The tool's own limits: counted, said once each, never a finding (the campaign goes on)."""
+        for v in limitations(violations):
+            if self.result.count_limitation(v.signature.id, v.message):  # the summary and report count them
+                self.emit({"type": "warning", "message": f"tool limitation: {v.message}", "shard": self.index})
 
     def _confirmed(self, finding: Finding, case: Case) -> bool:
         """A dead worker is confirmed by a rerun in a fresh one; one that does not die again is flaky."""
@@ -135,28 +145,51 @@ class Shard:
         return False
 
     # -- crash-aware search (GPU) ---------------------------------------------------------
-    def _learn_crash(self, case: Case) -> None:
-        if self.hub.spec.device == "cuda" and self.settings.cpu_triage:
-            self._crash_heads |= self._cpu_heads(case)
+    def _learn_crash(self, finding: Finding, case: Case) -> None:
+        """The crash's root causes that its case's CPU run proves: a memory error, or the same crash."""
+        run = self._cpu_run(case) if self.precheck_on else None
+        if run is None:
+            return
+        for i, head in run.heads.items():
+            if names.KINDS[head.kind].memory or i == finding.id:
+                self._crash_heads[i] = head.signature.short()
 
-    def _cpu_heads(self, case: Case) -> set[str]:
-        """The ids of the root causes the CPU shadow oracle sees in ``case`` (empty if it cannot run)."""
+    def _cpu_run(self, case: Case) -> CpuRun | None:
+        """What the case's CPU run shows; None if the pre-check is (now) off."""
         if self._precheck is None:
             spec = replace(self.hub.spec, device="cpu", gpu=None, wrapper=[], env={}, log_path=None)
             self._precheck = Hub(spec, oracles=("shadow",), timeout_s=self.settings.case_timeout_s, standby=False,
                                  stop_early=True)  # a GPU dies at its first bad read: later ops never run
         try:
-            violations = self._precheck.run(case).violations
+            run = classify(self._precheck.run(case).violations)
         except InvalidCase:
-            return set()
-        except HarnessError as e:  # the target cannot run on the CPU: search without the pre-check
-            self._crash_heads = set()
-            self.emit({"type": "warning", "message": f"no CPU pre-check of cases ({e}); crashes cost restarts"})
-            return set()
-        return {head.signature.id for head, _ in group(violations)}
+            return CpuRun()
+        except HarnessError as e:
+            run = CpuRun({}, harness_reason(str(e)))
+        if run.outside:
+            self._precheck_off(run.outside)
+            return None
+        return run
+
+    def _precheck_off(self, why: str) -> None:
+        self.precheck_on, self._crash_heads = False, {}
+        if self._precheck is not None:
+            self._precheck.close()
+            self._precheck = None
+        message = (f"CPU pre-check of cases is off for this campaign: {why}. Every case now runs on the GPU, "
+                   f"and each one that re-hits a known crash costs a worker restart.")
+        self.result.warnings.append(message)
+        self.emit({"type": "warning", "message": message, "shard": self.index})
 
     def _known_crash(self, case: Case) -> bool:
-        return bool(self._crash_heads) and not self._failing and bool(self._cpu_heads(case) & self._crash_heads)
+        if not self._crash_heads or self._failing or not self.precheck_on:
+            return False
+        run = self._cpu_run(case)
+        hit = [i for i in (run.heads if run else ()) if i in self._crash_heads]
+        if not hit:
+            return False
+        self.result.count_known_crash_skip(hit[0], self._crash_heads[hit[0]])
+        return True
 
     # -- the search -----------------------------------------------------------------------
     def _test(self, case: Case) -> None:
@@ -171,7 +204,6 @@ class Shard:
         features = self._observe(case)
         try:
             if self._known_crash(case):
-                r.known_crash_skips += 1
                 self._count(features, generating)
                 return
             violations = self.execute(case)
@@ -223,7 +255,9 @@ class Shard:
         from hypothesis import settings as hsettings
         phases = self.phases(first_batch=batch == 0)
         hs = hsettings(max_examples=n, deadline=None, database=self.database, phases=phases,
-                       suppress_health_check=[HealthCheck.differing_executors],
+                       # too_slow: generation time on a loaded host is no fault of the target (a campaign
+                       # prints its rate); it stopped a Triton 3.6 campaign on a busy 2-core machine
+                       suppress_health_check=[HealthCheck.differing_executors, HealthCheck.too_slow],
                        verbosity=Verbosity.quiet, report_multiple_bugs=True, print_blob=False)
         # settings outside seed: seed() alone would switch the example database off
         hs(hseed(self.seed * 1_000_003 + self.index * 7919 + batch)(given(strategy)(self._test)))()

@@ -72,10 +72,17 @@ class Merger:
 
     def done(self, r: CampaignResult) -> None:
         into = self.result
-        for name in ("examples", "generated", "invalid", "worker_restarts", "known_crash_skips"):
+        for name in ("examples", "generated", "invalid", "worker_restarts"):
             setattr(into, name, getattr(into, name) + getattr(r, name))
-        for name in ("replayed", "quarantined", "warnings", "errors"):
+        causes = getattr(r, "known_crash_causes", {})
+        for cause, c in causes.items():
+            into.count_known_crash_skip(cause, c["short"], c["count"])
+        into.known_crash_skips += r.known_crash_skips - sum(c["count"] for c in causes.values())
+        for sig, c in getattr(r, "tool_limitations", {}).items():
+            into.count_limitation(sig, c["message"], c["count"])
+        for name in ("replayed", "quarantined", "errors"):
             getattr(into, name).extend(getattr(r, name))
+        into.warnings += [w for w in r.warnings if w not in into.warnings]  # each shard says it once
         into.timeline = _merge_timelines(into.timeline, r.timeline)
         into.coverage.merge(r.coverage)
         into.flaky += [Finding.from_dict(d) for d in r.flaky]

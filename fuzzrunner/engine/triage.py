@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..errors import FuzzrunnerError
 from ..finding import Finding, group
 from ..settings import Settings
+from .cpu_check import classify, harness_reason
 from .replay import Replayer
 
 CPU_ORACLES = ("shadow", "invariants", "numeric")
@@ -26,10 +27,15 @@ def triage_on_cpu(findings: list[Finding], target_spec: str, settings: Settings)
 
 
 def _triage_one(replayer: Replayer, f: Finding, target_spec: str) -> dict:
+    """``reproduced`` (with what the CPU named), ``not-reproduced``, or ``could-not-run`` (with the reason:
+    a CPU run that failed for reasons outside the case, cpu_check.py, is never shown as the triage)."""
     try:
         violations = replayer.run(f.case, f.target_spec or target_spec)
     except FuzzrunnerError as e:
-        return {"device": "cpu", "status": "could-not-run", "reason": str(e).splitlines()[0][:300]}
+        return {"device": "cpu", "status": "could-not-run", "reason": harness_reason(str(e))}
+    run = classify(violations)
+    if run.outside:
+        return {"device": "cpu", "status": "could-not-run", "reason": run.outside}
     groups = group(violations)
     if not groups:
         return {"device": "cpu", "status": "not-reproduced"}

@@ -10,11 +10,11 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from ..finding import case_text
+from ..finding import case_text, triage_text
 from ..violation import window_lines
 from .html_trend import CSS as _TREND_CSS
 from .html_trend import badge, history_section, trend_section
-from .json_report import SCHEMA, cluster_text, report_dict, write_text
+from .json_report import SCHEMA, cluster_text, report_dict, skip_lines, write_text
 from .junit import plural, short, xml_safe
 
 _KIND_COLORS = {"uninitialized-read": "#d1242f", "stale-read": "#e07b00", "out-of-bounds": "#8250df",
@@ -29,6 +29,7 @@ body{margin:0;background:var(--bg);color:var(--ink);
 main{max-width:1120px;margin:0 auto;padding:28px 24px 40px}
 h1{font-size:24px;margin:0 0 2px}h2{font-size:18px;margin:0 0 12px}h3{font-size:15px;margin:20px 0 8px}
 .sub,.meta,footer{color:var(--muted)}.meta{margin:-6px 0 12px}
+.note{margin:2px 0;font-size:13px;color:#9a6700}
 section{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:18px 20px;margin:18px 0;
  box-shadow:0 1px 2px rgba(31,35,40,.06)}
 table{border-collapse:collapse;width:100%}
@@ -129,11 +130,18 @@ def _findings(run: dict, base: Path | None) -> str:
             f'{_mono(s["location"])}'
             f'<td>{when}</td><td>{"yes" if f["minimized"] else "no"}</td><td>{repro}</td></tr>'
             f'<tr class="detail"><td colspan="7"><div class="msg">{_e(f["message"])} '
-            f'<span class="meta">[{_e(s["tool"])}, {_e(f["id"])}]</span></div>{_window(f)}<details><summary>case '
+            f'<span class="meta">[{_e(s["tool"])}, {_e(f["id"])}]</span></div>{_window(f)}{_triage(f)}'
+            f'<details><summary>case '
             f'({plural(len(f["case"].get("ops", [])), "op")})</summary><pre>{_e(case_text(f["case"]))}</pre>'
             f'</details></td></tr>')
     return ('<table class="findings"><thead><tr><th>Kind</th><th>Tensor</th><th>Kernel</th><th>Location</th>'
             f'<th>Found after</th><th>Minimized</th><th>Repro</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+
+
+def _triage(f: dict) -> str:
+    """What the CPU replay of a GPU finding showed: reproduced as, not reproduced, or could not run."""
+    t = f.get("triage")
+    return f'<div class="msg triage">{_e(triage_text(t))}</div>' if isinstance(t, dict) else ""
 
 
 def _window(f: dict) -> str:
@@ -219,8 +227,16 @@ def _run_section(run: dict, index: int, base: Path | None, previous: dict | None
             f'&middot; {run["worker_restarts"]} worker restart(s){corpus}'
             + (f' &middot; {_e(cluster_text(run["cluster"]))}' if run.get("cluster") else ""))
     return (f'<section id="run-{index}"><h2>{_e(run["target"])}{_pill(len(run["findings"]))}</h2>'
-            f'<p class="meta">{meta}</p>{_plot(run)}<h3>Findings</h3>{_findings(run, base)}'
+            f'<p class="meta">{meta}</p>{_notes(run)}{_plot(run)}<h3>Findings</h3>{_findings(run, base)}'
             f'{trend_section(run, previous)}{_coverage(run)}</section>')
+
+
+def _notes(run: dict) -> str:
+    """What the run could not do, said where it is read: cases kept off the GPU, tool limits, warnings, errors."""
+    lines = skip_lines(run.get("known_crash_skips", 0), run.get("known_crash_causes", []), run.get("generated", 0))
+    lines += [f"tool limitation ({c['count']} case(s)): {c['message']}" for c in run.get("tool_limitations", [])]
+    lines += [f"warning: {w}" for w in run.get("warnings", [])] + [f"ERROR: {e}" for e in run.get("errors", [])]
+    return "".join(f'<p class="note">{_e(line)}</p>' for line in lines)
 
 
 def html_text(results, *, base: Path | None = None) -> str:

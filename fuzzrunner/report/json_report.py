@@ -106,6 +106,8 @@ def _run_dict(r) -> dict:
     return {"target": r.target, "settings": settings, "seed": r.seed, "faults": list(r.faults),
             "examples": r.examples, "invalid": r.invalid, "duration_s": round(r.duration_s, 3),
             "worker_restarts": r.worker_restarts, "known_crash_skips": r.known_crash_skips,
+            "known_crash_causes": [{"id": i, **c} for i, c in getattr(r, "known_crash_causes", {}).items()],
+            "tool_limitations": [{"id": i, **c} for i, c in getattr(r, "tool_limitations", {}).items()],
             "replayed": [{"path": str(p), "id": i, "still_failing": bool(s)} for p, i, s in r.replayed],
             "findings": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.findings],
             "timeline": [[round(t, 3), n, k] for t, n, k in r.timeline],
@@ -115,6 +117,18 @@ def _run_dict(r) -> dict:
             "quarantined": [{"path": p, "moved_to": m, "why": w} for p, m, w in r.quarantined],
             "warnings": list(r.warnings), "errors": list(r.errors),
             **_coverage_dict(r), **({"cluster": r.cluster} if getattr(r, "cluster", None) else {})}
+
+
+def skip_lines(skips: int, causes: list, generated: int) -> list[str]:
+    """Cases the CPU pre-check kept off the GPU, per root cause; plainly said when they were most cases."""
+    if not skips:
+        return []
+    most = (f"MOST CASES WERE NOT RUN ON THE GPU: {skips} of {generated} generated. "
+            if generated and skips * 2 > generated else "")
+    lines = [f"{most}{skips} case(s) not run on the GPU: their CPU pre-check showed the root cause of a known "
+             f"crash, and they would only have re-hit it"]
+    lines += [f"  {c['count']} x {c['short']}" for c in causes]
+    return lines
 
 
 def cluster_text(c: dict) -> str:

@@ -35,7 +35,7 @@ def test_a_gpu_crash_is_named_exactly_by_its_cpu_replay_and_one_bug_is_one_findi
         assert t["status"] == "reproduced" and t["device"] == "cpu"
         assert t["signature"]["kind"] in ("uninitialized-read", "stale-read")
         assert t["signature"]["tensor"] and ".py:" in t["signature"]["location"]
-        assert "CPU triage: " in render(f) and t["signature"]["tensor"] in render(f)
+        assert "CPU triage: reproduced on the CPU as " in render(f) and t["signature"]["tensor"] in render(f)
     kept, absorbed = merge_by_triage([crash, report])
     assert kept == [crash] and absorbed == [report]
     assert report.violation in crash.others  # every site kept
@@ -46,7 +46,7 @@ def test_a_case_the_cpu_does_not_reproduce_says_so_and_stays_its_own_finding():
     gpu_only = _gpu_crash(CLEAN)
     triage_on_cpu([gpu_only], "reference_runner", Settings(case_timeout_s=120.0))
     assert gpu_only.triage == {"device": "cpu", "status": "not-reproduced"}
-    assert "does not reproduce" in render(gpu_only)
+    assert "CPU triage: not reproduced on the CPU" in render(gpu_only)
     assert merge_by_triage([gpu_only]) == ([gpu_only], [])
 
 
@@ -55,3 +55,18 @@ def test_a_target_that_cannot_run_on_the_cpu_gets_the_reason_not_a_lost_finding(
     f.target_spec = str(tmp_path / "missing.py") + ":TARGET"
     triage_on_cpu([f], f.target_spec, Settings(case_timeout_s=30.0))
     assert f.triage["status"] == "could-not-run" and "does not exist" in f.triage["reason"]
+
+
+def test_a_runner_that_builds_on_cuda_itself_could_not_run_on_the_cpu_and_says_how_to_fix_it():
+    """Its constructor's device error is no triage of the finding (it was shown as one: 'CPU triage:
+    crash in RuntimeError at user_runner.py:32: No CUDA GPUs are available')."""
+    import os
+    spec = os.path.join(os.path.dirname(__file__), "gpu_only_target.py") + ":TARGET"
+    case = Case("gpu_only", {}, ({"op": "dummy_run", "num_tokens": 3},), ("dummy_skips_slots",))
+    f = _gpu_crash(case)
+    f.target_spec = spec
+    triage_on_cpu([f], spec, Settings(case_timeout_s=60.0))
+    assert f.triage["status"] == "could-not-run"
+    assert "device error" in f.triage["reason"] and "ctx.device" in f.triage["reason"]
+    assert "CPU triage: could not run on the CPU: a device error" in render(f)
+    assert merge_by_triage([f]) == ([f], [])

@@ -432,3 +432,44 @@ def test_the_recorded_command_runs_again(monkeypatch):
     from fuzzrunner.report.json_report import _command
     monkeypatch.setattr(sys, "argv", ["/tmp/x/fuzzrunner/__main__.py", "fuzz", "--target", "my runner.py:T"])
     assert _command() == "python -m fuzzrunner fuzz --target 'my runner.py:T'"
+
+
+# -- what a run could not do (issue 22) ------------------------------------------------------------
+
+def _gpu_campaign(finding) -> CampaignResult:
+    r = campaign(finding, generated=12, known_crash_skips=0)
+    r.count_known_crash_skip("abc123", "uninitialized-read of slots in aten.index.Tensor at runner.py:9 [shadow]", 8)
+    r.count_limitation("def456", "Triton's interpreter failed in mm_k at kernel_utils.py:40 (Triton 3.6.0, numpy 2.5.0)", 3)
+    triaged = replace(finding, triage={"device": "cpu", "status": "could-not-run",
+                                       "reason": "a device error (RuntimeError at r.py:3: No CUDA GPUs are available)"})
+    r.findings = [triaged]
+    return r
+
+
+def test_skips_per_root_cause_tool_limitations_and_triage_reach_every_report(tmp_path, finding):
+    import jsonschema
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "report.schema.json").read_text())
+    r = _gpu_campaign(finding)
+    data = json.loads(write_json(r, tmp_path / "r.json").read_text())
+    jsonschema.validate(data, schema)
+    run = data["runs"][0]
+    assert run["known_crash_causes"] == [{"id": "abc123", "short": r.known_crash_causes["abc123"]["short"],
+                                          "count": 8}]
+    assert run["tool_limitations"][0]["count"] == 3
+    page = write_html(r, tmp_path / "r.html").read_text()
+    assert "MOST CASES WERE NOT RUN ON THE GPU: 8 of 12" in page and "8 x uninitialized-read of slots" in page
+    assert "tool limitation (3 case(s))" in page
+    assert "CPU triage: could not run on the CPU: a device error" in page
+    junit = write_junit(r, tmp_path / "j.xml").read_text()
+    assert "CPU triage: could not run on the CPU: a device error" in junit
+
+
+def test_the_text_summary_says_plainly_when_most_cases_were_skipped(finding):
+    import io
+
+    from fuzzrunner.cli import _summary
+    out = io.StringIO()
+    _summary(_gpu_campaign(finding), out)
+    text = out.getvalue()
+    assert "MOST CASES WERE NOT RUN ON THE GPU: 8 of 12 generated" in text
+    assert "8 x uninitialized-read of slots" in text and "tool limitation (3 case(s))" in text

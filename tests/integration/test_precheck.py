@@ -1,0 +1,83 @@
+"""The GPU campaign's CPU pre-check (engine/search.py, engine/cpu_check.py) skips only what it proved.
+
+No GPU here: the campaign's worker stands in for one (``GPU_ONLY_FAKE=1`` in its environment
+only, and no shadow oracle, as on a GPU), while the pre-check worker runs the case on the CPU
+under the shadow oracle, as beside a real GPU. The target (gpu_only_target.py) builds its
+tensors on cuda itself, as most engines do, and has two independent planted bugs.
+"""
+
+import os
+
+import pytest
+
+from fuzzrunner.engine.cpu_check import classify, outside_reason
+from fuzzrunner.engine.hub import WorkerSpec
+from fuzzrunner.engine.search import Shard
+from fuzzrunner.settings import Settings
+from fuzzrunner.target import load_target
+from fuzzrunner.violation import Violation
+
+SPEC = os.path.join(os.path.dirname(__file__), "gpu_only_target.py") + ":TARGET"
+FAULTS = ("dummy_skips_slots", "padding_overruns")
+
+
+def _campaign(seed: int, examples: int = 40):
+    settings = Settings(oracles=("numeric",), max_examples=examples, seed=seed, case_timeout_s=60)
+    worker = WorkerSpec(SPEC, device="cpu", env={"GPU_ONLY_FAKE": "1"})  # the "GPU" worker
+    events: list = []
+    shard = Shard(SPEC, load_target(SPEC), settings, FAULTS, None, None, 0, seed, worker, events.append)
+    shard.precheck_on = True  # as on a GPU
+    try:
+        shard.search(examples)
+    finally:
+        result = shard.close()
+    return result, events
+
+
+def test_a_target_that_cannot_run_on_the_cpu_turns_the_precheck_off_and_both_bugs_are_found():
+    result, events = _campaign(seed=1)
+    kinds = {(f.violation.kind, f.violation.kernel) for f in result.findings}
+    assert kinds == {("crash", "IndexError")} and len(result.findings) == 2, [f.signature.short() for f in
+                                                                              result.findings]
+    assert result.known_crash_skips == 0 and result.known_crash_causes == {}
+    off = [w for w in result.warnings if w.startswith("CPU pre-check of cases is off")]
+    assert len(off) == 1 and "device error" in off[0] and "ctx.device" in off[0]
+    assert any(e["type"] == "warning" and "pre-check" in e["message"] for e in events)
+
+
+def test_a_precheck_that_runs_skips_only_the_proven_root_causes_and_counts_each(monkeypatch):
+    monkeypatch.setenv("GPU_ONLY_FAKE", "1")  # the CPU workers can build the runner too
+    result, _ = _campaign(seed=1, examples=60)
+    assert len(result.findings) == 2
+    assert result.known_crash_skips > 0
+    assert sum(c["count"] for c in result.known_crash_causes.values()) == result.known_crash_skips
+    for c in result.known_crash_causes.values():  # each skip names the memory error the CPU proved
+        assert c["short"].startswith("out-of-bounds") and "[shadow]" in c["short"]
+    assert not [w for w in result.warnings if "pre-check" in w]
+
+
+def _crash(message: str, op_index=0, kind="RuntimeError") -> Violation:
+    return Violation("python", "crash", kind, "runner.py:3", "", f"op {op_index}: {kind}: {message}",
+                     {"op_index": op_index})
+
+
+@pytest.mark.parametrize("v, outside", [
+    (_crash("No CUDA GPUs are available"), "device error"),
+    (_crash("Torch not compiled with CUDA enabled", kind="AssertionError"), "device error"),
+    (_crash("Expected all tensors to be on the same device, but found cuda:0 and cpu"), "device error"),
+    (_crash("No module named 'flashinfer'", kind="ModuleNotFoundError"), "imports fail"),
+    (_crash("index 9 is out of bounds", op_index=None, kind="IndexError"), "before its first op"),
+    (_crash("index 9 is out of bounds", kind="IndexError"), None),
+    (Violation("shadow", "uninitialized-read", "k", "a.py:1", "t", "read", {"op_index": 0}), None),
+])
+def test_what_a_cpu_run_failing_outside_the_case_looks_like(v, outside):
+    why = outside_reason(v)
+    assert (why is None) if outside is None else (outside in why)
+
+
+def test_a_memory_error_is_proof_even_when_the_run_failed_later_for_an_outside_reason():
+    read = Violation("shadow", "uninitialized-read", "k", "a.py:1", "t", "read", {"op_index": 0, "seq": 1})
+    later = _crash("No CUDA GPUs are available", op_index=1)
+    run = classify([read, later])
+    assert run.outside is None and list(run.heads) == [read.signature.id]
+    assert classify([later]).outside and not classify([later]).heads

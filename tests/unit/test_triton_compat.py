@@ -1,0 +1,120 @@
+"""Triton's interpreter on every Triton the project accepts, and the tool's limits kept apart from bugs.
+
+The GPU image has Triton 3.6.0 with numpy 2.5: there the interpreter could not run a kernel with a
+runtime-bounded ``range()`` loop (vLLM's ``mm_k``), and that failure was reported as a crash of
+the user's correct runner. ``scripts/test.sh`` runs this file on Triton 3.6 too (the floor run).
+"""
+
+import os
+import textwrap
+import traceback
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from fuzzrunner import _env, triton_compat
+from fuzzrunner.execute import crash_violation
+
+pytestmark = pytest.mark.skipif(not _env.interpreted(), reason="the interpreter runs on the CPU only")
+
+
+@triton.jit
+def _sum_blocks(x_ptr, y_ptr, n_ptr, BLOCK: tl.constexpr):
+    K = tl.load(n_ptr)  # a bound known only when the kernel runs, as vLLM's mm_k has
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for i in range(0, tl.cdiv(K, BLOCK)):
+        offs = i * BLOCK + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + offs, mask=offs < K, other=0.0)
+    tl.store(y_ptr + tl.arange(0, BLOCK), acc)
+
+
+def _launch() -> torch.Tensor:
+    x, y = torch.arange(100, dtype=torch.float32), torch.zeros(16)
+    _sum_blocks[(1,)](x, y, torch.tensor([100], dtype=torch.int32), BLOCK=16)
+    return y
+
+
+def test_a_runtime_bounded_range_loop_runs_in_the_interpreter():
+    triton_compat.apply()
+    y = _launch()
+    expected = torch.stack([torch.arange(100, dtype=torch.float32)[j::16].sum() for j in range(16)])
+    assert torch.equal(y, expected)
+
+
+def test_without_the_repair_triton_3_6_fails_as_a_tool_limitation_never_a_crash():
+    from triton.runtime import interpreter
+    triton_compat.apply()
+    if "index-of-1-element-block" not in triton_compat.applied():
+        pytest.skip(f"Triton {triton.__version__}'s interpreter needs no repair here")
+    repaired = interpreter._patch_lang_tensor
+    interpreter._patch_lang_tensor = repaired.__wrapped__
+    try:
+        with pytest.raises(Exception) as raised:
+            _launch()
+    finally:
+        interpreter._patch_lang_tensor = repaired
+    v = crash_violation(raised.value, 0)
+    assert v.kind == "tool-limitation" and v.tool == "fuzzrunner"
+    assert f"Triton {triton.__version__}" in v.message and "test_triton_compat.py:" in v.location
+    assert v.kernel == "_sum_blocks"
+
+
+def _raise_through(tmp_path, inner: str, exc: str):
+    """An exception raised in a file at ``inner`` (a path under tmp_path), wrapped as Triton's
+    interpreter wraps what its machinery raises."""
+    path = tmp_path / inner
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"def machinery():\n    raise {exc}\n")
+    kernel = tmp_path / "my_kernel.py"
+    kernel.write_text(textwrap.dedent(f"""
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("m", {str(path)!r})
+        m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+        class InterpreterError(Exception):
+            pass
+        def my_kernel():
+            m.machinery()
+        def launch():
+            try:
+                my_kernel()
+            except Exception as e:
+                raise InterpreterError(repr(e)) from e
+    """))
+    ns: dict = {}
+    exec(compile(kernel.read_text(), str(kernel), "exec"), ns)
+    try:
+        ns["launch"]()
+    except Exception as e:
+        return e
+    raise AssertionError("nothing raised")
+
+
+def test_what_the_interpreter_machinery_raises_is_a_limitation_what_the_kernel_raises_is_a_crash(tmp_path):
+    limit = crash_violation(_raise_through(tmp_path, os.path.join("triton", "runtime", "interpreter.py"),
+                                           "TypeError('only 0-dimensional arrays')"), 2)
+    assert limit.kind == "tool-limitation" and limit.kernel == "my_kernel" and "my_kernel.py:" in limit.location
+    assert limit.details["op_index"] == 2 and "numpy" in limit.details
+    # an assert of the kernel (tl.device_assert) is its semantics, wherever the interpreter raises it
+    assert crash_violation(_raise_through(tmp_path, os.path.join("triton", "runtime", "interpreter.py"),
+                                          "AssertionError('device assert')"), 0).kind == "crash"
+    # the kernel's own code, and Triton's language checks, are the kernel's
+    assert crash_violation(_raise_through(tmp_path, "elsewhere.py", "TypeError('x')"), 0).kind == "crash"
+    assert crash_violation(_raise_through(tmp_path, os.path.join("triton", "language", "semantic.py"),
+                                          "ValueError('incompatible shapes')"), 0).kind == "crash"
+
+
+def test_an_op_error_raised_through_an_oracle_hook_stays_the_runners_crash():
+    from fuzzrunner.oracles.shadow import ShadowOracle
+    oracle = ShadowOracle()
+    oracle.start()
+    try:
+        try:
+            torch.ones(3) + torch.ones(4)  # the runner's bug: raised by the op the hook forwards to
+        except RuntimeError as e:
+            exc = e
+    finally:
+        oracle.finish()
+    assert any("oracles" in f.filename for f in traceback.extract_tb(exc.__traceback__))
+    assert crash_violation(exc, 0).kind == "crash"
