@@ -139,6 +139,11 @@ def _parser() -> argparse.ArgumentParser:
     fl.add_argument("--target", default="reference_runner", help="the target whose faults to list")
     d = sub.add_parser("doctor", help="versions, device, interpreter mode, compute-sanitizer")
     d.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    ct = sub.add_parser("check-target", help="can fuzzrunner test this target, and where (CPU, GPU)?",
+                        formatter_class=_Help,
+                        epilog="example:\n  fuzzrunner check-target examples/toy_runner_target.py:TARGET")
+    ct.add_argument("target", metavar="SPEC", help="a built-in name, FILE.py:OBJ or package.module:OBJ")
+    ct.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     return p
 
 
@@ -559,8 +564,16 @@ def cmd_doctor(args) -> int:
     return EXIT_OK if ok else EXIT_ERROR
 
 
-COMMANDS = {"fuzz": cmd_fuzz, "replay": cmd_replay, "export": cmd_export, "nightly": cmd_nightly,
-            "targets": cmd_targets, "faults": cmd_faults, "doctor": cmd_doctor}
+def cmd_check_target(args) -> int:
+    from .check_target import check_target
+    lines, code = check_target(args.target)
+    for line in lines:
+        print(line)
+    return code
+
+
+COMMANDS = {"check-target": cmd_check_target, "fuzz": cmd_fuzz, "replay": cmd_replay, "export": cmd_export,
+            "nightly": cmd_nightly, "targets": cmd_targets, "faults": cmd_faults, "doctor": cmd_doctor}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ def report() -> tuple[list[str], bool]:
     gpu = _env.cuda_present()
     lines.append(f"device       {'cuda: ' + torch.cuda.get_device_name(0) if gpu else 'cpu (no CUDA device)'}")
     lines.append(f"triton mode  {'interpreter (TRITON_INTERPRET=1)' if _env.interpreted() else 'compiled'}")
+    lines += interpreter_lines()
     lines.append("jsonschema   " + ("ok: case files are checked against each target's schema"
                                   if schema_checks_available() else
                                   "missing: case files run unchecked (pip install jsonschema)"))
@@ -47,3 +48,36 @@ def _sanitizer_lines() -> tuple[list[str], bool]:
         return [f"sanitizer    missing: {e}"], False
     ok, detail = self_test()
     return [f"sanitizer    {s.path} ({s.version})", f"self-test    {'ok' if ok else 'FAILED'}: {detail}"], ok
+
+
+def interpreter_probe() -> dict:
+    """What Triton's interpreter runs here, probed in a CPU process of its own (as the CPU pre-check,
+    triage and ``--device cpu`` campaigns run it); ``{"error": ...}`` if the probe itself failed."""
+    import json
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="",
+               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    try:
+        out = subprocess.run([sys.executable, "-m", "fuzzrunner.interpreter_probe"], env=env, capture_output=True,
+                             text=True, timeout=300)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
+        return {"error": f"the probe did not run: {type(e).__name__}: {e}"}
+
+
+def interpreter_lines() -> list[str]:
+    """The interpreter's verdicts: what it cannot run here is run only on a GPU (CPU pre-check, triage
+    and CPU campaigns see a ``tool-limitation`` instead)."""
+    p = interpreter_probe()
+    if "error" in p:
+        return [f"interpreter  unknown: {p['error']}"]
+    bad = [f for f in p["features"] if not f["ok"]]
+    repairs = f"; repaired here: {', '.join(p['repairs'])}" if p["repairs"] else ""
+    head = (f"interpreter  Triton {p['triton']} + numpy {p['numpy']}: runs "
+            + ("every probed feature" if not bad else f"{len(p['features']) - len(bad)} of {len(p['features'])} "
+               f"probed features") + repairs)
+    return [head] + [f"               cannot run {f['feature']}: {f['error']} (CPU runs report it as a "
+                     f"tool-limitation)" for f in bad]

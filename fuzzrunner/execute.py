@@ -115,8 +115,10 @@ def _limitation(exc: BaseException, op_index: int | None) -> Violation | None:
     """The tool's own failure, if ``exc`` is one: an exception of Triton's interpreter machinery (not of
     the kernel's semantics: an assert, or Triton's language checks, are the kernel's), or one
     raised inside fuzzrunner's oracles. None for anything the runner or its kernels raised."""
-    cause = exc.__cause__ if type(exc).__name__ == "InterpreterError" and exc.__cause__ is not None else exc
-    frames = traceback.extract_tb(cause.__traceback__)
+    cause, frames = exc, list(traceback.extract_tb(exc.__traceback__))
+    while type(cause).__name__ == "InterpreterError" and cause.__cause__ is not None:  # nested launches wrap twice
+        cause = cause.__cause__
+        frames += traceback.extract_tb(cause.__traceback__)
     if not frames or isinstance(cause, AssertionError):
         return None
     inner = frames[-1].filename

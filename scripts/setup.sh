@@ -16,6 +16,13 @@ if ! { .venv/bin/python -c "import fuzzrunner.cli, torch, triton, hypothesis, xd
   fi
   rm -f "$log"
 fi
+# The oldest Triton the project accepts (pyproject: triton>=3.6; the GPU image has 3.6.0), as an overlay
+# on .venv (PYTHONPATH=.cache/triton-floor): scripts/test.sh runs the interpreter's tests on it too.
+floor=.cache/triton-floor
+if [ ! -f "$floor/triton/__init__.py" ]; then
+  .venv/bin/python -m pip install -q --no-deps --target "$floor" "triton==3.6.0" >/dev/null 2>&1 \
+    || { rm -rf "$floor"; echo "could not install triton==3.6.0 for the floor run (above): it will be skipped" >&2; }
+fi
 # The pinned vLLM for the vllm_lora target's CI campaign, cached under .cache/vllm/ (docs/vllm.md).
 # A failure (no network, say) is printed, never fatal: the vllm_lora tests then skip with the reason.
 if [ -z "${FUZZRUNNER_SKIP_VLLM:-}" ]; then

@@ -118,3 +118,10 @@ def test_an_op_error_raised_through_an_oracle_hook_stays_the_runners_crash():
         oracle.finish()
     assert any("oracles" in f.filename for f in traceback.extract_tb(exc.__traceback__))
     assert crash_violation(exc, 0).kind == "crash"
+
+
+def test_doctor_says_what_this_interpreter_cannot_run():
+    from fuzzrunner.doctor import interpreter_lines
+    lines = interpreter_lines()
+    assert lines[0].startswith(f"interpreter  Triton {triton.__version__} + numpy ")
+    assert "runs every probed feature" in lines[0], lines  # with the repair where Triton 3.6 needs it
