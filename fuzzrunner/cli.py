@@ -101,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--no-shrink", action="store_true", help="report findings as first found, without shrinking")
     f.add_argument("--no-cpu-triage", action="store_true",
                    help="on a GPU: do not replay each finding on the CPU under the shadow oracle")
+    f.add_argument("--precheck-workers", type=int, metavar="N",
+                   help="on a GPU with --workers 1: search in N shards so that N CPU pre-checks run at once "
+                        "(default: a quarter of the CPUs, at most 8)")
     f.add_argument("--report", metavar="FILE.json", help="write the JSON report")
     f.add_argument("--junit", metavar="FILE.xml", help="write JUnit XML")
     f.add_argument("--html", metavar="FILE.html", help="write the HTML report")
@@ -176,6 +179,8 @@ def _settings(args):
         changes["shrink"] = False
     if getattr(args, "no_cpu_triage", False):
         changes["cpu_triage"] = False
+    if getattr(args, "precheck_workers", None) is not None:
+        changes["precheck_workers"] = args.precheck_workers
     return _check_device(s.override(**changes), on_cluster=bool(getattr(args, "ray", None)))
 
 

@@ -80,6 +80,12 @@ def _validate_steer(v):
                               f"features of the target's cases).")
 
 
+def _validate_precheck_workers(v):
+    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 64):
+        raise InvalidArgument(f"precheck_workers={v!r} must be an integer from 1 to 64, or None for a quarter of "
+                              f"the host's CPUs (at most 8).")
+
+
 @dataclass(frozen=True)
 class Settings:
     max_examples: int = 200
@@ -95,6 +101,7 @@ class Settings:
     min_valid: int = 1             # fewer valid cases than this: the campaign tested nothing (exit 2)
     cpu_triage: bool = True        # replay each GPU finding on the CPU under the shadow oracle
     steer: bool = False            # Hypothesis target() towards cases with rarely reached features (coverage.py)
+    precheck_workers: int | None = None  # GPU, one worker: CPU pre-checks in parallel (shards); None: CPUs // 4, <= 8
 
     def __post_init__(self):
         if self.oracles is not None:

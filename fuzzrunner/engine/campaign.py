@@ -7,6 +7,7 @@ when it could not write: ``stop_reason`` says why it ended and ``errors`` what w
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 
@@ -82,18 +83,39 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
         from ..errors import InvalidArgument
         raise InvalidArgument(f"db={db!r} shares the example database between Ray shards: it needs ray=ADDRESS "
                               f"(a local campaign keeps its database in the corpus).")
-    elif settings.workers == 1:
-        result = run_shard(target_spec, settings, faults, corpus_dir, 0, seed, settings.max_examples, device,
-                           on_event, database)
     else:
-        from .sharding import run_sharded
-        result = run_sharded(target_spec, settings, faults, corpus_dir, seed, device, on_event, target.name,
-                             database)
+        settings = _with_precheck_shards(settings, device, database)
+        if settings.workers == 1:
+            result = run_shard(target_spec, settings, faults, corpus_dir, 0, seed, settings.max_examples, device,
+                               on_event, database)
+        else:
+            from .sharding import run_sharded
+            result = run_sharded(target_spec, settings, faults, corpus_dir, seed, device, on_event, target.name,
+                                 database)
     result.seed = seed
     if device == "cuda" and settings.cpu_triage and result.findings:
         _triage(result, target_spec, settings, corpus_dir, faults, target.name)
     _check_floor(result, settings)
     return result
+
+
+def precheck_workers(settings: Settings) -> int:
+    """How many CPU pre-checks a one-worker GPU campaign runs at once: the setting, else a quarter of
+    the host's CPUs (at most 8): the rest stay for the GPU workers, their spares and generation."""
+    if settings.precheck_workers is not None:
+        return settings.precheck_workers
+    return max(1, min(8, (os.cpu_count() or 1) // 4))
+
+
+def _with_precheck_shards(settings: Settings, device: str, database) -> Settings:
+    """A one-worker GPU campaign searches in ``precheck_workers`` shards on its GPU(s): once a crash is
+    known every case is pre-checked on the CPU first (search.py), and one search waits for one
+    pre-check at a time; shards pre-check in parallel on the host's spare cores (and generate in
+    parallel). A plugged-in database object cannot travel to shard processes: then one shard."""
+    if device != "cuda" or not settings.cpu_triage or settings.workers != 1 or database is not None:
+        return settings
+    n = min(precheck_workers(settings), settings.max_examples)
+    return settings.override(workers=n) if n > 1 else settings
 
 
 def _triage(result: CampaignResult, target_spec: str, settings: Settings, corpus_dir, faults, name: str) -> None:

@@ -81,3 +81,18 @@ def test_a_memory_error_is_proof_even_when_the_run_failed_later_for_an_outside_r
     run = classify([read, later])
     assert run.outside is None and list(run.heads) == [read.signature.id]
     assert classify([later]).outside and not classify([later]).heads
+
+
+def test_a_one_worker_gpu_campaign_prechecks_in_parallel_shards_and_nothing_else_changes():
+    from fuzzrunner.engine.campaign import _with_precheck_shards
+    auto = _with_precheck_shards(Settings(), "cuda", None).workers
+    assert auto == max(1, min(8, (os.cpu_count() or 1) // 4))
+    assert _with_precheck_shards(Settings(precheck_workers=3), "cuda", None).workers == 3
+    assert _with_precheck_shards(Settings(precheck_workers=3, max_examples=2), "cuda", None).workers == 2
+    for unchanged in (_with_precheck_shards(Settings(precheck_workers=3), "cpu", None),      # no pre-check on the CPU
+                      _with_precheck_shards(Settings(precheck_workers=3, cpu_triage=False), "cuda", None),
+                      _with_precheck_shards(Settings(precheck_workers=3, workers=2), "cuda", None),
+                      _with_precheck_shards(Settings(precheck_workers=3), "cuda", object())):  # a database object
+        assert unchanged.workers in (1, 2) and unchanged.precheck_workers == 3
+    with pytest.raises(Exception, match="precheck_workers=0 must be"):
+        Settings(precheck_workers=0)
