@@ -384,6 +384,7 @@ def _replay_one(replayer, path, args) -> int:
     """1 reproduced, 0 not, 2 could not run; prints one verdict line (and what it saw)."""
     from .corpus import load_any
     from .errors import FuzzrunnerError
+    from .finding import limitations
     from .target import BUILTIN
     try:
         case, finding = load_any(path)
@@ -397,6 +398,13 @@ def _replay_one(replayer, path, args) -> int:
     except FuzzrunnerError as e:
         message = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
         print(f"fuzzrunner: error: could not run {message}", file=sys.stderr)
+        return EXIT_ERROR
+    limits = limitations(violations)
+    violations = [v for v in violations if not any(v is x for x in limits)]
+    for v in limits:
+        print(f"fuzzrunner: warning: {path}: tool limitation: {v.message}", file=sys.stderr)
+    if limits and not violations:  # the tool could not run the case here: that proves nothing
+        print(f"fuzzrunner: error: could not run {path}: a tool limitation (above)", file=sys.stderr)
         return EXIT_ERROR
     if finding is not None:
         same = finding.reproduced_by(violations)

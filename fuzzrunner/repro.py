@@ -81,8 +81,14 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
               '    print(f"could not run: {type(e).__name__}: {e}", file=sys.stderr)', "    sys.exit(2)",
               f"found = [v for v in violations if {match}]", "for v in found:",
               '    print(f"{v.signature.short()}\\n    {v.message}")', *_WINDOW, "if found:", "    sys.exit(1)",
-              'print("not reproduced")', "sys.exit(0)"]
+              *_LIMITS, 'print("not reproduced")', "sys.exit(0)"]
     return "\n".join(lines) + "\n"
+
+
+# A case the tool could not run here (a tool-limitation: Triton's interpreter, an oracle) proves
+# nothing: "could not run", never "not reproduced".
+_LIMITS = ['limits = [v for v in violations if v.kind == "tool-limitation"]', "if limits:",
+           '    print(f"could not run: {limits[0].message}", file=sys.stderr)', "    sys.exit(2)"]
 
 
 # A numeric finding's expected and actual values around the worst element, printed by the script
