@@ -128,6 +128,9 @@ def run_marked_campaign(item: pytest.Item, marker, state) -> FuzzCampaign:
         if value is not None and (name in state.from_command_line or name not in changes):
             changes[name] = value
     skip_without_gpu(changes.get("sanitizer"), changes.get("device"))
+    # one shard per test: shard processes would not see the test's import path (_importable below), and
+    # pytest-xdist already runs one test per GPU
+    changes.setdefault("precheck_workers", 1)
     spec = state.target_spec(target, item)
     import fuzzrunner
     failure = ""
