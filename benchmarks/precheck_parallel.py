@@ -26,7 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _campaign(fault: str, seed: int, examples: int, workers: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "r.json")
-        cmd = [sys.executable, "-m", "fuzzrunner", "fuzz", "--device", "cuda", "--fault", fault, "--seed", str(seed),
+        cmd = [sys.executable, "-m", "fuzzrunner", "fuzz", "--target", "reference_runner", "--device", "cuda",
+               "--fault", fault, "--seed", str(seed),
                "--max-examples", str(examples), "--budget", "600", "--corpus", os.path.join(tmp, "c"), "-q",
                "--report", report] + (["--precheck-workers", str(workers)] if workers else [])
         t0 = time.monotonic()

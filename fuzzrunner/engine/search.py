@@ -20,7 +20,7 @@ from ..case import Case
 from ..corpus import Corpus
 from ..coverage import Coverage, features_of
 from ..errors import HarnessError, InvalidCase
-from ..finding import Finding, limitations
+from ..finding import Finding, group, limitations
 from ..settings import Settings
 from ..target import Target
 from . import result as R
@@ -101,9 +101,11 @@ class Shard:
 
     def record(self, violations, case: Case) -> list[tuple[Finding, bool]]:
         self._note_limitations(violations)
+        siblings = self._found_by_siblings(violations)
         recorded = self.book.record(violations, case, self.result.examples, self.elapsed())
+        self.book.settled |= siblings
         for finding, new in recorded:
-            if new and not self._confirmed(finding, case):
+            if new and finding.id not in siblings and not self._confirmed(finding, case):  # siblings confirmed theirs
                 continue
             if new and finding.violation.kind in (*names.CRASH_KINDS, "sanitizer-error"):
                 self._learn_crash(finding, case)
@@ -115,6 +117,15 @@ class Shard:
             self.result.stop_reason = R.STOP_WRITE_ERROR
             raise _Stop()
         return [(f, n) for f, n in recorded if f.id in self.book.by_id]
+
+    def _found_by_siblings(self, violations) -> set[str]:
+        """Bugs new to this shard that another shard of the campaign already wrote to the shared corpus:
+        that shard shrinks them (on a GPU every shrink step that crashes costs a worker restart, and
+        shards that each shrank the same bug made a campaign slower, not faster)."""
+        if self.settings.workers == 1 or self.corpus is None:
+            return set()
+        ids = {head.signature.id for head, _ in group(violations)} - set(self.book.by_id)
+        return {i for i in ids if self.corpus.finding_path(self.target.name, i).exists()}
 
     def _note_limitations(self, violations) -> None:
         """The tool's own limits: counted, said once each, never a finding (the campaign goes on)."""

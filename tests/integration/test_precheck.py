@@ -96,3 +96,24 @@ def test_a_one_worker_gpu_campaign_prechecks_in_parallel_shards_and_nothing_else
         assert unchanged.workers in (1, 2) and unchanged.precheck_workers == 3
     with pytest.raises(Exception, match="precheck_workers=0 must be"):
         Settings(precheck_workers=0)
+
+
+def test_a_bug_another_shard_already_wrote_is_neither_confirmed_nor_shrunk_again(tmp_path):
+    """Shards of one campaign share its corpus: the first to find a bug shrinks it; the others take it
+    as found (on a GPU each of four shards shrinking the same crashing bug cost 127 worker restarts)."""
+    from fuzzrunner.corpus import Corpus
+    spec = os.path.join(os.path.dirname(__file__), "trust_targets.py") + ":BUGGY"
+    target = load_target(spec)
+    runs = []
+    for index in range(2):  # the first still shrinking (here: not shrinking) when the second meets the bug
+        settings = Settings(max_examples=30, seed=5, workers=2, shrink=index == 1)
+        shard = Shard(spec, target, settings, ("boom",), Corpus(tmp_path, faults=("boom",)), None, index, 5,
+                      WorkerSpec(spec, device="cpu"))
+        try:
+            shard.search(30)
+        finally:
+            runs.append(shard.close())
+    first, second = runs
+    assert len(first.findings) == len(second.findings) == 1
+    assert not second.findings[0].minimized
+    assert second.examples <= 30  # generation only: no shrink steps
