@@ -87,8 +87,8 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
 
 # A case the tool could not run here (a tool-limitation: Triton's interpreter, an oracle) proves
 # nothing: "could not run", never "not reproduced".
-_LIMITS = ['limits = [v for v in violations if v.kind == "tool-limitation"]', "if limits:",
-           '    print(f"could not run: {limits[0].message}", file=sys.stderr)', "    sys.exit(2)"]
+_LIMITS = ['for v in [v for v in violations if v.kind == "tool-limitation"][:1]:  # the tool could not run it',
+           '    print(f"could not run: {v.message}", file=sys.stderr) or sys.exit(2)']
 
 
 # A numeric finding's expected and actual values around the worst element, printed by the script

@@ -156,7 +156,7 @@ def test_a_script_that_cannot_run_exits_2_with_the_reason(tmp_path, finding, bre
 def test_the_script_is_short_plain_and_explains_itself(tmp_path, finding):
     text = export_repro(finding, tmp_path / "repro.py").read_text()
     lines = text.splitlines()
-    assert len(lines) <= 40 and text.isascii()
+    assert len(lines) <= 42 and text.isascii()  # 40, and the 2 lines of 'could not run' on a tool limitation
     compile(text, "repro.py", "exec")
     assert "hypothesis" not in text.lower()
     assert [line.strip() for line in lines if line.strip().startswith(("import", "from"))] == \
