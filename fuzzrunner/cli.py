@@ -600,6 +600,8 @@ def main(argv: list[str] | None = None) -> int:
         from . import _env
         from .engine.lifeline import sigterm_as_interrupt
         sigterm_as_interrupt()
+        if getattr(args, "device", None):  # the campaign's device is this process's too: a target's strategy
+            os.environ["FUZZRUNNER_DEVICE"] = args.device  # asks it (vllm_lora draws bf16 only where compiled)
         _env.configure()  # decide the device (TRITON_INTERPRET) before any command imports Triton
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:

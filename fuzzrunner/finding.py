@@ -101,6 +101,12 @@ def limitations(violations: list[Violation]) -> list[Violation]:
     return [v for v in violations if not _is_finding(v)]
 
 
+def _lost_after(v: Violation, raised: Violation | None) -> bool:
+    """``v`` is the lost CUDA context (found after the case) that the case's CUDA error raised in
+    Python (a device-side assert under blocking launches) left behind."""
+    return raised is not None and v is not raised and v.tool == "cuda" and v.kind == "crash"
+
+
 def group(violations: list[Violation]) -> list[tuple[Violation, list[Violation]]]:
     """One (head, others) per root cause among one case's violations.
 
@@ -108,7 +114,8 @@ def group(violations: list[Violation]) -> list[tuple[Violation, list[Violation]]
     not write what it read), headed by its first unwritten read; an op whose only memory errors are
     out-of-bounds accesses belongs to the case's first unwritten read, if any (a garbage index read
     earlier); a numeric, poison or invariant violation belongs to the memory error of its op; a
-    crash, hang or sanitizer error to the case's first memory error. In an op with no memory
+    crash, hang or sanitizer error to the case's first memory error; a lost CUDA context to the CUDA
+    error raised in Python that broke it. In an op with no memory
     error, its first metadata-invariant violation heads the op's numeric and poison differences and
     its other invariant violations of the same tensor (a launch given inconsistent metadata computes
     wrong rows; the check runs before the launch); in an op with neither, its first numeric (else
@@ -123,6 +130,8 @@ def group(violations: list[Violation]) -> list[tuple[Violation, list[Violation]]
     if first is not None and first.kind != "out-of-bounds":  # wild accesses follow the garbage read
         heads = {op: (first if h.kind == "out-of-bounds" else h) for op, h in heads.items()}
     groups: dict[str, tuple[Violation, list[Violation]]] = {}
+    raised = next((v for v in sorted(violations, key=_seq) if v.tool == "python" and v.kind == "crash"
+                   and "CUDA" in v.message), None)
     all_heads = sorted([*heads.values(), *explained.values()], key=_seq)
     for head in all_heads:
         groups.setdefault(head.signature.id, (head, []))
@@ -134,8 +143,11 @@ def group(violations: list[Violation]) -> list[tuple[Violation, list[Violation]]
         owner = _owner(v, heads) or _explained_by(v, explained)
         if owner is not None:
             groups[owner.signature.id][1].append(v)
+        elif _lost_after(v, raised):  # the context a CUDA error raised in Python broke: one bug, not two
+            groups.setdefault(raised.signature.id, (raised, []))[1].append(v)  # type: ignore[union-attr]
         elif v.signature.id in groups:
-            groups[v.signature.id][1].append(v)
+            if groups[v.signature.id][0] is not v:
+                groups[v.signature.id][1].append(v)
         else:
             groups[v.signature.id] = (v, [])
     return list(groups.values())

@@ -55,12 +55,17 @@ class Merger:
     def __init__(self, n: int, on_event, result: CampaignResult):
         self.totals, self.generated = [0] * n, [0] * n
         self.seen: dict[str, Finding] = {}
+        self.warned: set[str] = set()  # each shard says the same warning (e.g. the pre-check is off): say it once
         self.on_event, self.result = on_event, result
 
     def event(self, e: dict) -> None:
         if e["type"] == "progress":
             self.totals[e["shard"]], self.generated[e["shard"]] = e["examples"], e.get("generated", 0)
             e = {**e, "examples": sum(self.totals), "generated": sum(self.generated), "findings": len(self.seen)}
+        elif e["type"] == "warning":
+            if e["message"] in self.warned:
+                return
+            self.warned.add(e["message"])
         elif e["type"] in ("finding", "regression"):
             f = Finding.from_dict(e["finding"])
             if e["type"] == "finding" and f.id in self.seen:

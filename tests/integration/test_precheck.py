@@ -117,3 +117,14 @@ def test_a_bug_another_shard_already_wrote_is_neither_confirmed_nor_shrunk_again
     assert len(first.findings) == len(second.findings) == 1
     assert not second.findings[0].minimized
     assert second.examples <= 30  # generation only: no shrink steps
+
+
+def test_shards_saying_one_warning_say_it_once():
+    from fuzzrunner.engine.result import CampaignResult
+    from fuzzrunner.engine.sharding import Merger
+    heard: list = []
+    merger = Merger(3, heard.append, CampaignResult("t", Settings(), 0, ()))
+    for shard in range(3):
+        merger.event({"type": "warning", "message": "CPU pre-check of cases is off", "shard": shard})
+    merger.event({"type": "warning", "message": "another", "shard": 0})
+    assert [e["message"] for e in heard] == ["CPU pre-check of cases is off", "another"]

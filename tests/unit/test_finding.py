@@ -125,3 +125,18 @@ def test_a_bug_has_one_id_in_the_process_that_saw_it_and_in_one_that_cannot_read
     assert made["details"]["sites"] == {"my_runner.py:3": "my_runner.py::MyLoraRunner.__init__"}
     old = Violation.from_dict({**made, "details": {}}).signature  # named before sites travelled
     assert seen_here.signature.matches(old.file_id)
+
+
+def test_a_cuda_error_raised_in_python_and_the_context_it_lost_are_one_finding():
+    """On the H200 a device-side assert under blocking launches gave two findings: the AcceleratorError
+    at the user's line and 'crash at device-side assert triggered [cuda]' (the context lost after it)."""
+    from fuzzrunner.finding import group
+    raised = Violation("python", "crash", "AcceleratorError", "runner.py:55", "",
+                       "op 0: AcceleratorError: CUDA error: device-side assert triggered", {"op_index": 0})
+    lost = Violation("cuda", "crash", "", "device-side assert triggered", "",
+                     "the CUDA context was lost (CUDA error: device-side assert triggered)", {})
+    for order in ([raised, lost], [lost, raised]):
+        groups = group(order)
+        assert len(groups) == 1 and groups[0][0] is raised and groups[0][1] == [lost]
+    other = Violation("python", "crash", "ValueError", "runner.py:9", "", "op 0: ValueError: x", {"op_index": 0})
+    assert len(group([other, lost])) == 2  # no CUDA error raised: the lost context stays its own
