@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Fuzz vLLM's own LoRA code across releases, one after another, and write one table.
-#   scripts/vllm_sweep.sh [--budget SECONDS] [--seed N] [--out DIR] VERSION...
+#   scripts/vllm_sweep.sh [--budget SECONDS] [--seed N] [--out DIR] [--drop-wheels] VERSION...
 # Each VERSION is set up (scripts/vllm_setup.sh, cached), fuzzed fault-free for the budget on the CPU,
 # and reported in DIR/VERSION.json; the table (version, findings by signature, first found after,
 # minimal case) goes to DIR/table.md and stdout. Exit 0 when every campaign ran (findings or not).
+# --drop-wheels deletes each release's wheel once it is set up (~250-460 MB each; the tree is kept).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-budget=180 seed=0 out=out/vllm_sweep
+budget=180 seed=0 out=out/vllm_sweep drop=
 while [ $# -gt 0 ]; do
   case "$1" in
     --budget) budget=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --drop-wheels) drop=1; shift ;;
     -*) echo "vllm_sweep: unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -28,6 +30,7 @@ for v in "$@"; do
     echo "   set-up failed: $(tail -1 "$out/$v.log")" >&2
     continue
   fi
+  [ -z "$drop" ] || rm -f .cache/vllm/wheels/vllm-"$v"-*.whl
   echo "== vLLM $v: fuzzing for ${budget}s (seed $seed)" >&2
   rm -rf "$out/$v.corpus"
   rc=0

@@ -62,6 +62,7 @@ class VllmApi:
     embedding_cls: Any = None    # VocabParallelEmbeddingWithLoRA, where it builds around a stand-in base layer
     found: list = field(default_factory=list)
     protocol: str = "lora_warmup"  # how this release's V2 model runner programs LoRA for dummy runs
+    dummy_select: Any = None     # vLLM's maybe_select_dummy_loras (dummy.py), where it takes num_active_loras
 
     # -- metadata ---------------------------------------------------------------------
     def make_meta(self, max_loras: int, max_num_tokens: int, device, captured: list[int]):
@@ -385,6 +386,8 @@ def load(device: str) -> VllmApi:
     generation = "g2" if "specialize_active_lora" in params else "g1"
     api = VllmApi(version, generation, ops, lora_shrink_op, lora_expand_op, utils)
     api.protocol = runner_protocol()
+    from . import dummy
+    api.dummy_select, said_dummy = dummy.load()
     api.found = ["LoRAKernelMeta", "lora_shrink", "_lora_shrink", "lora_expand", "_lora_expand"]
     api.fused_moe, api.fused_moe_private, api.moe_mod, said = _moe(ops, device)
     api.found.append(said)
@@ -413,6 +416,6 @@ def load(device: str) -> VllmApi:
         notes.append(f"platform {type(current_platform).__name__}")
     if api.punica_cls is not None:  # after the CPU settings above: the trial programs a wrapper
         api.found += _mapping(api, device)
-    api.found += notes
+    api.found += notes + [said_dummy]
     api.found.append(f"dummy-run protocol {api.protocol}: {PROTOCOLS[api.protocol]}")
     return api

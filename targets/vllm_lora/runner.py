@@ -22,6 +22,7 @@ import torch
 from fuzzrunner import tracking
 from fuzzrunner.errors import InvalidCase
 
+from . import dummy
 from .api import opaque_op
 from .cases import captured_counts
 
@@ -313,16 +314,14 @@ class Session:
             self.prepare(self.prompt_meta, prompt_slots)
 
     def dummy_slots(self, num_tokens: int, reqs: int, k: int) -> list[int]:
-        """vLLM's ``maybe_select_dummy_loras``: adapter ids 1..k cycled over the requests (k > max_loras
-        caps at max_loras and, despite its comment, adds no no-LoRA request), tokens split evenly with
-        the remainder on the last request; id i sits in slot i-1."""
-        k = min(k, self.L)
+        """The dummy mapping for ``k`` adapters over ``num_tokens`` tokens split evenly over ``reqs`` requests
+        (the remainder on the last): vLLM's own ``maybe_select_dummy_loras`` where the release has it (dummy.py),
+        else its rule re-stated."""
         per = [num_tokens // reqs] * reqs
         per[-1] += num_tokens - sum(per)
-        out = []
-        for r, n in enumerate(per):
-            out += [(r % k) if k else -1] * n
-        return out
+        if self.api.dummy_select is not None and k:
+            return dummy.from_vllm(self.api.dummy_select, self.L, per, k)
+        return dummy.restated(self.L, per, k)
 
     def step(self, op) -> None:
         sampled = op.get("sampled", [])
