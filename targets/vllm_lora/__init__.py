@@ -10,6 +10,7 @@ See docs/vllm.md.
 from __future__ import annotations
 
 import functools
+import os
 
 from fuzzrunner.errors import HarnessError, TargetUnavailable
 
@@ -100,6 +101,7 @@ def make_target():
         feature_space=features.FEATURE_SPACE,
         details=tuple(describe_vllm()),
         faults_unavailable=_faults_unavailable(a),
+        own_code=(os.path.dirname(os.path.abspath(__file__)),),  # an exception raised here is ours, not vLLM's
     )
 
 

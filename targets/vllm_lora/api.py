@@ -24,6 +24,7 @@ The other components are adapted (or left out, saying why, in ``found``) one by 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.util
@@ -75,6 +76,46 @@ class VllmApi:
         if self.generation == "g1":
             return meta.meta_args(M)
         return meta.meta_args(M, specialize)
+
+    def grid_z(self, meta, M: int, specialize: bool) -> int | None:
+        """The grid z size the ops would launch with now; None on g1 (always max_loras + 1). The count is a
+        CPU tensor from 0.17 on (read with ``.item()`` inside the op) and a Python int in 0.16."""
+        if not self.has_grid_control:
+            return None
+        z = self.meta_args(meta, M, specialize)[-1]
+        return int(z.item()) if hasattr(z, "item") else int(z)
+
+    def set_grid_z(self, meta, z: int) -> None:
+        """Set the count ``meta_args(..., specialize_active_lora=True)`` hands the ops (0.16: an int attribute)."""
+        if hasattr(meta, "num_active_loras_cpu"):
+            meta.num_active_loras_cpu[0] = z
+        else:
+            meta.num_active_loras = z
+
+    @contextlib.contextmanager
+    def frozen(self, meta, flag: bool, z: int | None, specialize: bool):
+        """Launch with the host decisions a CUDA graph froze at capture (the no-LoRA flag; grid z), then
+        give the metadata its own values back."""
+        tensor = hasattr(meta, "num_active_loras_cpu")
+        saved = (meta.no_lora_flag_cpu.clone(),
+                 meta.num_active_loras_cpu.clone() if tensor else getattr(meta, "num_active_loras", None),
+                 meta.default_num_active_loras_cpu.clone() if hasattr(meta, "default_num_active_loras_cpu") else None)
+        meta.no_lora_flag_cpu[0] = flag
+        if z is not None and (specialize or tensor):
+            if not specialize:  # the constant max_loras + 1 (0.16 computes it in meta_args: nothing to freeze)
+                meta.default_num_active_loras_cpu[0] = z
+            else:
+                self.set_grid_z(meta, z)
+        try:
+            yield
+        finally:
+            meta.no_lora_flag_cpu.copy_(saved[0])
+            if tensor:
+                meta.num_active_loras_cpu.copy_(saved[1])
+            elif saved[1] is not None:
+                meta.num_active_loras = saved[1]
+            if saved[2] is not None:
+                meta.default_num_active_loras_cpu.copy_(saved[2])
 
     def make_punica(self, max_loras: int, max_tokens: int, max_batches: int, device, specialize: bool):
         cfg = SimpleNamespace(max_loras=max_loras, specialize_active_lora=specialize)

@@ -78,7 +78,7 @@ def parse(text: str, name: str) -> list[tuple[str, list[tuple[int, list[str], li
 
 
 def _apply_hunks(text: str, hunks, where: str, name: str) -> str:
-    trailing = text.endswith("\n")
+    trailing = text.endswith("\n") or not text  # a new file ends its last line too
     lines = text.splitlines()
     shift = 0
     for h, (start, old, new) in enumerate(hunks, 1):

@@ -181,8 +181,8 @@ class Session:
     def _announce(self, kernel: str, meta, name: str, M: int) -> None:
         if not tracking.watching() or bool(meta.no_lora_flag_cpu.item()):
             return
-        z = self.api.meta_args(meta, M, self.specialize)[-1] if self.api.has_grid_control else None
-        tracking.kernel_launch(kernel, meta_name=name, M=M, grid_z=int(z.item()) if z is not None else self.L + 1,
+        z = self.api.grid_z(meta, M, self.specialize)
+        tracking.kernel_launch(kernel, meta_name=name, M=M, grid_z=z if z is not None else self.L + 1,
                              max_loras=self.L, token_lora_mapping=meta.token_lora_mapping,
                              token_indices_sorted_by_lora_ids=meta.token_indices_sorted_by_lora_ids,
                              num_tokens_per_lora=meta.num_tokens_per_lora,
@@ -346,7 +346,7 @@ class Session:
             if protocol == "zero_mapping":  # #43139 then forces the flags so that the ops still launch
                 self.token_meta.no_lora_flag_cpu[0] = False
                 if self.api.has_grid_control:
-                    self.token_meta.num_active_loras_cpu[0] = 1
+                    self.api.set_grid_z(self.token_meta, 1)
         self.run_layers(slots, rows, 0, "dummy_run")
 
     def capture(self, op) -> None:
@@ -355,8 +355,7 @@ class Session:
             slots = self.dummy_slots(size, min(op.get("reqs", 1), size), key) if key else [-1] * size
             self.program(slots)
         meta = self.token_meta
-        z = self.api.meta_args(meta, size, self.specialize)[-1] if self.api.has_grid_control else None
-        self.graphs[(key, size)] = (bool(meta.no_lora_flag_cpu.item()), int(z.item()) if z is not None else None)
+        self.graphs[(key, size)] = (bool(meta.no_lora_flag_cpu.item()), self.api.grid_z(meta, size, self.specialize))
 
     def replay(self, op) -> None:
         slots = op["slots"]
@@ -367,22 +366,10 @@ class Session:
             raise InvalidCase("replay: no captured graph fits its batch; a fitting capture must come first.")
         size = fits[0][1]
         flag, z = self.graphs[fits[0]]
-        meta = self.token_meta
-        live = (meta.no_lora_flag_cpu.clone(), meta.num_active_loras_cpu.clone() if z is not None else None)
-        meta.no_lora_flag_cpu[0] = flag  # a graph replays the host decisions frozen at capture
-        if z is not None:
-            meta.num_active_loras_cpu[0] = z
-            if not self.specialize:
-                meta.default_num_active_loras_cpu[0] = z
-        try:
-            # no MoE layer: its no-LoRA check is a host decision too, and vLLM's dispatch would pick the key-0
-            # graph for a batch without adapters, which a case may not have captured
+        # no MoE layer: its no-LoRA check is a host decision too, and vLLM's dispatch would pick the key-0
+        # graph for a batch without adapters, which a case may not have captured
+        with self.api.frozen(self.token_meta, flag, z, self.specialize):  # a graph replays what it froze
             self.run_layers(slots, size, op.get("seed", 0), "replay", moe=False)
-        finally:
-            meta.no_lora_flag_cpu.copy_(live[0])
-            if z is not None:
-                meta.num_active_loras_cpu.copy_(live[1])
-                meta.default_num_active_loras_cpu[0] = self.L + 1
 
 
 def run(case, ctx, api) -> None:

@@ -34,6 +34,44 @@ def _ops(case: dict) -> str:
     return f"{head}: " + " → ".join(ops)
 
 
+def category(f: dict) -> str:
+    """Which known bug a finding shows, from where its violations happened (docs/findings/):
+    ``target`` (the target's own code raised: a target error, not vLLM's), ``V1`` (a graph replay whose
+    frozen grid misses an adapter), ``V0`` (a dummy run launching on unprogrammed metadata), else ``other``."""
+    vs = [f.get("violation") or {"tool": f["signature"]["tool"], "kind": f["signature"]["kind"],
+                                 "tensor": f["signature"]["tensor"], "message": f.get("message", ""), "details": {}}]
+    vs += f.get("others", [])
+    if f["signature"]["tool"] == "target":
+        return "target"
+    ops = f["case"]["ops"]
+
+    def op_of(v: dict) -> str:
+        i = (v.get("details") or {}).get("op_index")
+        return ops[i]["op"] if isinstance(i, int) and 0 <= i < len(ops) else ""
+    if any(op_of(v) == "replay" and ("too narrow" in v.get("message", "") or v.get("tensor", "").startswith("replay."))
+           for v in vs):
+        return "V1"
+    if any(op_of(v) == "dummy_run" for v in vs):
+        return "V0"
+    return "other"
+
+
+def verdicts(out: Path, version: str) -> str:
+    """One row of the verdict table: cases, then V0, V1, target errors, other findings."""
+    path = out / f"{version}.json"
+    if not path.exists():
+        return f"| {version} | no report | | | | |"
+    r = json.loads(path.read_text())
+    r = r["runs"][0] if "runs" in r else r
+    cells: dict[str, list[str]] = {"V0": [], "V1": [], "target": [], "other": []}
+    for f in r["findings"]:
+        cells[category(f)].append(f"{f['first_found_after_examples']} ex / {f['found_after_s']:.0f} s")
+    def cell(k: str) -> str:
+        return "found (" + ", ".join(cells[k]) + ")" if cells[k] else "–"
+    return (f"| {version} | {r['examples']} in {r['duration_s']:.0f} s | {cell('V0')} | {cell('V1')} | "
+            f"{len(cells['target']) or '–'} | {len(cells['other']) or '–'} |")
+
+
 def rows(out: Path, version: str) -> list[str]:
     path = out / f"{version}.json"
     if not path.exists():
@@ -47,6 +85,7 @@ def rows(out: Path, version: str) -> list[str]:
     for f in r["findings"]:
         s = f["signature"]
         sig = f"{s['kind']} of `{s['tensor']}` in {s['kernel']} at {_where(s['location'])} [{s['tool']}]"
+        sig = f"**{category(f)}**: " + ("TARGET ERROR (our code raised): " if s["tool"] == "target" else "") + sig
         found = f"{f['first_found_after_examples']} ex / {f['found_after_s']:.0f} s"
         out_rows.append(f"| {head} | {sig} | {found} | {_ops(f['case'])} |")
     return out_rows
@@ -58,6 +97,11 @@ def main(argv: list[str]) -> int:
     print("|---|---|---|---|---|")
     for v in versions:
         print("\n".join(rows(out, v)))
+    print()
+    print("| vLLM | cases | V0 (dummy run) | V1 (replay) | target errors | other findings |")
+    print("|---|---|---|---|---|---|")
+    for v in versions:
+        print(verdicts(out, v))
     return 0
 
 

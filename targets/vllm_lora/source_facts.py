@@ -1,0 +1,79 @@
+"""What a vLLM release's source says about V0 and V1 (docs/findings/), read from its files, never imported.
+
+    python -m targets.vllm_lora.source_facts VERSION...   (the trees scripts/vllm_setup.sh made; markdown)
+
+Per release, with ``file:line`` of each fact:
+
+* the option: ``LoRAKernelMeta.meta_args(token_nums, specialize_active_lora)``, and how the count travels
+  (a CPU tensor ``num_active_loras_cpu`` from 0.17; a Python int in 0.16, which torch.compile bakes at trace
+  time: vllm-project/vllm#34119);
+* V1's two halves: the dummy mapping for capture key k has no no-LoRA token (``maybe_select_dummy_loras``'s
+  cycle is ``range(1, ...)``) and the V1 runner dispatches on its count of LoRA requests
+  (``len(self.input_batch.lora_id_to_lora_request)``), the V2 runner on ``get_num_active_loras_for_dispatch``;
+* V0: the V2 model runner's dummy path programs no mapping (``# FIXME(woosuk): Fix warmup for LoRA.``), and
+  whether that runner is the default (``VLLM_USE_V2_MODEL_RUNNER``).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from .site import site_dirs
+
+
+def _find(root: Path, rel: str, pattern: str) -> str:
+    """``rel:line`` of the first line matching ``pattern`` (a regex), or ''."""
+    f = root / rel
+    if not f.is_file():
+        return ""
+    for i, line in enumerate(f.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if re.search(pattern, line):
+            return f"{rel.removeprefix('vllm/')}:{i}"
+    return ""
+
+
+def facts(version: str) -> dict:
+    root = site_dirs(version)[0]
+    meta = "vllm/lora/ops/triton_ops/lora_kernel_metadata.py"
+    mixin = "vllm/v1/worker/lora_model_runner_mixin.py"
+    v1 = "vllm/v1/worker/gpu_model_runner.py"
+    v2 = "vllm/v1/worker/gpu/model_runner.py"
+    option = _find(root, meta, r"specialize_active_lora: bool")
+    tensor = _find(root, meta, r"num_active_loras_cpu\[0\] = ")
+    as_int = _find(root, meta, r"self\.num_active_loras = lora_ids\.size\(0\)")
+    cycle = _find(root, mixin, r"range\(1, effective_num_loras \+ 1\)\)\s*,")
+    dispatch_v1 = _find(root, v1, r"len\(self\.input_batch\.lora_id_to_lora_request\)")
+    dispatch_v2 = _find(root, "vllm/v1/worker/gpu/lora_utils.py", r"return len\(lora_state\.get_activate_loras")
+    fixme = _find(root, v2, r"Fix warmup for LoRA")
+    v2_default = _find(root, "vllm/envs.py", r"VLLM_USE_V2_MODEL_RUNNER: bool")
+    default_line = ""
+    if v2_default:
+        text = (root / "vllm/envs.py").read_text(encoding="utf-8")
+        m = re.search(r"VLLM_USE_V2_MODEL_RUNNER: bool[^=\n]*= *([^\n]+)", text)
+        default_line = m.group(1).strip() if m else ""
+    return {"version": version, "option": option, "count": tensor or as_int,
+            "count_kind": "CPU tensor" if tensor else ("Python int (#34119)" if as_int else ""),
+            "dummy_without_no_lora": cycle, "dispatch_v1": dispatch_v1, "dispatch_v2": dispatch_v2,
+            "v2_dummy_maps_nothing": fixme, "v2_default": default_line,
+            "V1": bool(option and cycle and (dispatch_v1 or dispatch_v2)), "V0": bool(fixme)}
+
+
+def main(argv: list[str]) -> int:
+    print("| vLLM | specialize_active_lora | count | dummy mapping w/o no-LoRA | dispatch count (V1 / V2 runner) "
+          "| V2 dummy run maps nothing | V2 runner default | V1 by source | V0 by source |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for v in argv:
+        if not site_dirs(v)[0].is_dir():
+            print(f"| {v} | not set up | | | | | | | |")
+            continue
+        f = facts(v)
+        print(f"| {v} | {f['option'] or 'no'} | {f['count_kind']} {f['count']} | {f['dummy_without_no_lora'] or '–'} "
+              f"| {f['dispatch_v1'] or '–'} / {f['dispatch_v2'] or '–'} | {f['v2_dummy_maps_nothing'] or '–'} "
+              f"| {f['v2_default'] or '?'} | {'yes' if f['V1'] else 'no'} | {'yes (V2 runner)' if f['V0'] else 'no'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
