@@ -35,7 +35,10 @@ def code_under_test(tmp_path):
     sys.modules.pop("under_test_mod", None)
 
 
-def _target(run, own=(os.path.abspath(__file__),)) -> Target:
+THIS_FILE = (os.path.abspath(__file__),)
+
+
+def _target(run, own=THIS_FILE) -> Target:
     return Target(name="t", description="", cases=lambda *a, **k: None, run=run, own_code=own)
 
 
