@@ -152,11 +152,30 @@ def dispatch_key(slots: list[int], counts: list[int]) -> int:
     return next((c for c in counts if c >= n), n)
 
 
+def capture(meta, layer, dev: str):
+    """(graph or None on the CPU, the no-LoRA flag and the grid z the capture froze)."""
+    import torch
+    graph = None
+    if dev == "cuda":
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            layer()  # warm-up: JIT compile outside the capture, as vLLM warms up before capturing
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            layer()
+    return graph, bool(meta.no_lora_flag_cpu.item()), int(meta.num_active_loras_cpu.item())
+
+
 def run_row(row, env) -> tuple[str, str]:
     import torch
     label, L, size, key, slots, bug_expected = row
     dev, ops = env.device, env.ops
     counts = captured_counts(L)
+    for cache in ("_LORA_A_PTR_DICT", "_LORA_B_PTR_DICT"):  # keyed by data_ptr(): a reused address must not hit
+        getattr(env.utils, cache, {}).clear()               # another row's entry (vLLM's tests clear them too)
     meta = ops.LoRAKernelMeta.make(L, max(size, 16), device=dev, captured_lora_counts=counts)
     g = torch.Generator().manual_seed(len(label))
     a = (0.25 * torch.randn(L, RANK, HIDDEN, generator=g)).half().to(dev)
@@ -172,21 +191,7 @@ def run_row(row, env) -> tuple[str, str]:
 
     dummy = capture_slots(env.select, L, size, key)
     meta.prepare_tensors(torch.tensor(dummy, dtype=torch.int32, device=dev))
-    frozen_z = int(meta.num_active_loras_cpu.item())
-    graph = None
-    if dev == "cuda":
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            layer()  # warm-up: JIT compile outside the capture, as vLLM warms up before capturing
-        torch.cuda.current_stream().wait_stream(s)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            layer()
-        frozen_flag = bool(meta.no_lora_flag_cpu.item())
-    else:
-        frozen_flag = bool(meta.no_lora_flag_cpu.item())
+    graph, frozen_flag, frozen_z = capture(meta, layer, dev)
 
     used_key = dispatch_key(slots, counts)
     if used_key != key:
@@ -268,7 +273,7 @@ def main() -> int:
     if want == "cpu":
         cpu_tweaks(lora_shrink_op, lora_expand_op, utils)
     select, how = dummy_mapping_function()
-    env = SimpleNamespace(device=want, ops=ops, select=select)
+    env = SimpleNamespace(device=want, ops=ops, select=select, utils=utils)
     mode = "a real torch.cuda.CUDAGraph per row" if want == "cuda" else "Triton interpreter; grid frozen at capture"
     print(f"vLLM {vllm.__version__} from {os.path.dirname(vllm.__file__)}; torch {torch.__version__}; "
           f"device {want} ({mode})")

@@ -307,6 +307,8 @@ class _BaseEmbedding:
         self.weight = weight
         self.org_vocab_size, self.embedding_dim = weight.shape
         self.num_embeddings = self.num_embeddings_per_partition = self.org_vocab_size
+        # releases before 0.2x's removal of the extra vocabulary read these in create_lora_weights
+        self.num_org_embeddings_per_partition, self.num_added_embeddings_per_partition = self.org_vocab_size, 0
 
     def forward(self, x):
         import torch.nn.functional as F

@@ -351,21 +351,30 @@ class Session:
 
     def capture(self, op) -> None:
         size, key = op["size"], op["key"]
+        reqs = min(op.get("reqs", 1), size)
         if "capture_skips_mapping" not in self.faults:
-            slots = self.dummy_slots(size, min(op.get("reqs", 1), size), key) if key else [-1] * size
+            slots = self.dummy_slots(size, reqs, key) if key else [-1] * size
             self.program(slots)
         meta = self.token_meta
-        self.graphs[(key, size)] = (bool(meta.no_lora_flag_cpu.item()), self.api.grid_z(meta, size, self.specialize))
+        self.graphs[(key, size)] = (bool(meta.no_lora_flag_cpu.item()), self.api.grid_z(meta, size, self.specialize),
+                                    reqs)
 
     def replay(self, op) -> None:
         slots = op["slots"]
         self.program(slots)
         active = len({s for s in slots if s >= 0})  # vLLM dispatches on its count of LoRA requests
-        fits = [(k, n) for k, n in sorted(self.graphs) if k >= active and n >= len(slots)]
+        # A request has one slot, so the batch has at least one request per distinct slot (-1 included); vLLM
+        # captures a graph of n tokens with min(n, max_num_reqs) requests (mixed) or n // query_len (uniform
+        # decode, dispatched only to batches of at most that many), so it never replays a graph for a batch
+        # of more requests than its capture had.
+        reqs = len(set(slots))
+        fits = [(k, n) for k, n in sorted(self.graphs) if k >= active and n >= len(slots)
+                and self.graphs[(k, n)][2] >= reqs]
         if not fits:
-            raise InvalidCase("replay: no captured graph fits its batch; a fitting capture must come first.")
+            raise InvalidCase("replay: no captured graph fits its batch (key >= its adapters, size >= its tokens, "
+                              "captured requests >= its distinct slots); a fitting capture must come first.")
         size = fits[0][1]
-        flag, z = self.graphs[fits[0]]
+        flag, z, _ = self.graphs[fits[0]]
         # no MoE layer: its no-LoRA check is a host decision too, and vLLM's dispatch would pick the key-0
         # graph for a batch without adapters, which a case may not have captured
         with self.api.frozen(self.token_meta, flag, z, self.specialize):  # a graph replays what it froze

@@ -34,6 +34,22 @@ def _find(root: Path, rel: str, pattern: str) -> str:
     return ""
 
 
+def _moe_flag(root: Path) -> str:
+    """``punica_gpu.py:line`` of an ``add_lora_fused_moe`` that launches without checking ``no_lora_flag_cpu``
+    (after an all-no-LoRA batch ``prepare_tensors`` returns early and the naive kernel reads a stale
+    ``token_lora_mapping``), '' where it checks it or does not exist."""
+    f = root / "vllm/lora/punica_wrapper/punica_gpu.py"
+    if not f.is_file():
+        return ""
+    lines = f.read_text(encoding="utf-8").splitlines()
+    start = next((i for i, ln in enumerate(lines) if "def add_lora_fused_moe" in ln), None)
+    if start is None:
+        return ""
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("def ")), len(lines))
+    checks = any("no_lora_flag" in ln for ln in lines[start:end])
+    return "" if checks else f"lora/punica_wrapper/punica_gpu.py:{start + 1}"
+
+
 def facts(version: str) -> dict:
     root = site_dirs(version)[0]
     meta = "vllm/lora/ops/triton_ops/lora_kernel_metadata.py"
@@ -53,7 +69,8 @@ def facts(version: str) -> dict:
         text = (root / "vllm/envs.py").read_text(encoding="utf-8")
         m = re.search(r"VLLM_USE_V2_MODEL_RUNNER: bool[^=\n]*= *([^\n]+)", text)
         default_line = m.group(1).strip() if m else ""
-    return {"version": version, "option": option, "count": tensor or as_int,
+    moe = _moe_flag(root)
+    return {"version": version, "moe_no_flag_check": moe, "option": option, "count": tensor or as_int,
             "count_kind": "CPU tensor" if tensor else ("Python int (#34119)" if as_int else ""),
             "dummy_without_no_lora": cycle, "dispatch_v1": dispatch_v1, "dispatch_v2": dispatch_v2,
             "v2_dummy_maps_nothing": fixme, "v2_default": default_line,
@@ -62,16 +79,18 @@ def facts(version: str) -> dict:
 
 def main(argv: list[str]) -> int:
     print("| vLLM | specialize_active_lora | count | dummy mapping w/o no-LoRA | dispatch count (V1 / V2 runner) "
-          "| V2 dummy run maps nothing | V2 runner default | V1 by source | V0 by source |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| V2 dummy run maps nothing | V2 runner default | MoE launch w/o no-LoRA check | V1 by source "
+          "| V0 by source |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for v in argv:
         if not site_dirs(v)[0].is_dir():
-            print(f"| {v} | not set up | | | | | | | |")
+            print(f"| {v} | not set up | | | | | | | | |")
             continue
         f = facts(v)
         print(f"| {v} | {f['option'] or 'no'} | {f['count_kind']} {f['count']} | {f['dummy_without_no_lora'] or '–'} "
               f"| {f['dispatch_v1'] or '–'} / {f['dispatch_v2'] or '–'} | {f['v2_dummy_maps_nothing'] or '–'} "
-              f"| {f['v2_default'] or '?'} | {'yes' if f['V1'] else 'no'} | {'yes (V2 runner)' if f['V0'] else 'no'} |")
+              f"| {f['v2_default'] or '?'} | {f['moe_no_flag_check'] or '–'} | {'yes' if f['V1'] else 'no'} "
+              f"| {'yes (V2 runner)' if f['V0'] else 'no'} |")
     return 0
 
 

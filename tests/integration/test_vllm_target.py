@@ -33,7 +33,7 @@ FAULT_FREE_OPS = [{"op": "dummy_run", "num_tokens": 3, "kind": "no_lora", "reqs"
                   {"op": "step", "slots": [-1, 1], "pad": 0, "sampled": [1], "seed": 2},
                   {"op": "step", "slots": [-1, -1, -1], "pad": 1, "sampled": [0], "seed": 3},
                   {"op": "dummy_run", "num_tokens": 5, "kind": "warmup", "reqs": 2, "pad": 0, "k": 3},
-                  {"op": "capture", "size": 4, "key": 3, "reqs": 2},
+                  {"op": "capture", "size": 4, "key": 3, "reqs": 3},
                   {"op": "replay", "slots": [0, -1, 1], "seed": 4}]
 
 
@@ -121,7 +121,7 @@ def test_cli_short_fault_free_campaign_finds_nothing_untriaged(tmp_path):
 @needs_vllm
 def test_a_capture_that_skips_the_dummy_mapping_freezes_no_lora_and_replays_without_adapters():
     ops = [{"op": "step", "slots": [-1, -1], "pad": 0, "sampled": [], "seed": 0},
-           {"op": "capture", "size": 4, "key": 3, "reqs": 1},
+           {"op": "capture", "size": 4, "key": 3, "reqs": 2},
            {"op": "replay", "slots": [0, 1], "seed": 1}]
     assert _run(ops) == []
     v = _run(ops, faults=["capture_skips_mapping"])
