@@ -57,19 +57,31 @@ def category(f: dict) -> str:
 
 
 def verdicts(out: Path, version: str) -> str:
-    """One row of the verdict table: cases, then V0, V1, target errors, other findings."""
+    """One row of the verdict table: cases; the known bugs' minimal cases replayed first (``--seed-cases``:
+    "reproduced" or "no"); what the search itself found (V0, V1: first found after); target errors; others."""
     path = out / f"{version}.json"
     if not path.exists():
-        return f"| {version} | no report | | | | |"
+        return f"| {version} | no report | | | | | | |"
     r = json.loads(path.read_text())
     r = r["runs"][0] if "runs" in r else r
+    seeds = {Path(e["path"]).stem: e for e in r.get("replayed", [])}
+    seed_ops = []
+    for p in (out / f"{version}.corpus" / "cases" / "vllm_lora").glob("*.json"):
+        seed_ops.append(json.loads(p.read_text()).get("ops"))
     cells: dict[str, list[str]] = {"V0": [], "V1": [], "target": [], "other": []}
     for f in r["findings"]:
+        if f["case"].get("ops") in seed_ops:
+            continue  # the replayed seed itself: its column says it
         cells[category(f)].append(f"{f['first_found_after_examples']} ex / {f['found_after_s']:.0f} s")
+
     def cell(k: str) -> str:
         return "found (" + ", ".join(cells[k]) + ")" if cells[k] else "–"
-    return (f"| {version} | {r['examples']} in {r['duration_s']:.0f} s | {cell('V0')} | {cell('V1')} | "
-            f"{len(cells['target']) or '–'} | {len(cells['other']) or '–'} |")
+
+    def seed(stem: str) -> str:
+        e = next((e for name, e in seeds.items() if name.startswith(stem)), None)
+        return "–" if e is None else ("**reproduced**" if e["still_failing"] else "no")
+    return (f"| {version} | {r['examples']} in {r['duration_s']:.0f} s | {seed('v0_')} | {seed('v1_')} | "
+            f"{cell('V0')} | {cell('V1')} | {len(cells['target']) or '–'} | {len(cells['other']) or '–'} |")
 
 
 def rows(out: Path, version: str) -> list[str]:
@@ -98,8 +110,9 @@ def main(argv: list[str]) -> int:
     for v in versions:
         print("\n".join(rows(out, v)))
     print()
-    print("| vLLM | cases | V0 (dummy run) | V1 (replay) | target errors | other findings |")
-    print("|---|---|---|---|---|---|")
+    print("| vLLM | cases | V0 case replayed | V1 case replayed | V0 found by the search | V1 found by the search "
+          "| target errors | other findings |")
+    print("|---|---|---|---|---|---|---|---|")
     for v in versions:
         print(verdicts(out, v))
     return 0
