@@ -1,6 +1,7 @@
 """What a vLLM release's source says about V0 and V1 (docs/findings/), read from its files, never imported.
 
-    python -m targets.vllm_lora.source_facts VERSION...   (the trees scripts/vllm_setup.sh made; markdown)
+    python -m targets.vllm_lora.source_facts VERSION...   (markdown; reads the tree scripts/vllm_setup.sh made,
+                                                          else the release's wheel in .cache/vllm/wheels/)
 
 Per release, with ``file:line`` of each fact:
 
@@ -18,30 +19,51 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
+import zipfile
 
-from .site import site_dirs
+from .site import CACHE, site_dirs
 
 
-def _find(root: Path, rel: str, pattern: str) -> str:
+class _Tree:
+    """A release's files: its set-up tree, else its wheel under the cache (read in place, not extracted)."""
+
+    def __init__(self, version: str):
+        self.root = site_dirs(version)[0]
+        wheels = sorted((CACHE / "wheels").glob(f"vllm-{version}-*.whl"))
+        self.zip = zipfile.ZipFile(wheels[0]) if not self.root.is_dir() and wheels else None
+
+    def __bool__(self) -> bool:
+        return self.root.is_dir() or self.zip is not None
+
+    def text(self, rel: str) -> str | None:
+        if self.root.is_dir():
+            f = self.root / rel
+            return f.read_text(encoding="utf-8", errors="replace") if f.is_file() else None
+        try:
+            return self.zip.read(rel).decode("utf-8", errors="replace") if self.zip else None
+        except KeyError:
+            return None
+
+
+def _find(root: _Tree, rel: str, pattern: str) -> str:
     """``rel:line`` of the first line matching ``pattern`` (a regex), or ''."""
-    f = root / rel
-    if not f.is_file():
+    text = root.text(rel)
+    if text is None:
         return ""
-    for i, line in enumerate(f.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    for i, line in enumerate(text.splitlines(), 1):
         if re.search(pattern, line):
             return f"{rel.removeprefix('vllm/')}:{i}"
     return ""
 
 
-def _moe_flag(root: Path) -> str:
+def _moe_flag(root: _Tree) -> str:
     """``punica_gpu.py:line`` of an ``add_lora_fused_moe`` that launches without checking ``no_lora_flag_cpu``
     (after an all-no-LoRA batch ``prepare_tensors`` returns early and the naive kernel reads a stale
     ``token_lora_mapping``), '' where it checks it or does not exist."""
-    f = root / "vllm/lora/punica_wrapper/punica_gpu.py"
-    if not f.is_file():
+    text = root.text("vllm/lora/punica_wrapper/punica_gpu.py")
+    if text is None:
         return ""
-    lines = f.read_text(encoding="utf-8").splitlines()
+    lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if "def add_lora_fused_moe" in ln), None)
     if start is None:
         return ""
@@ -51,7 +73,7 @@ def _moe_flag(root: Path) -> str:
 
 
 def facts(version: str) -> dict:
-    root = site_dirs(version)[0]
+    root = _Tree(version)
     meta = "vllm/lora/ops/triton_ops/lora_kernel_metadata.py"
     mixin = "vllm/v1/worker/lora_model_runner_mixin.py"
     v1 = "vllm/v1/worker/gpu_model_runner.py"
@@ -66,7 +88,7 @@ def facts(version: str) -> dict:
     v2_default = _find(root, "vllm/envs.py", r"VLLM_USE_V2_MODEL_RUNNER: bool")
     default_line = ""
     if v2_default:
-        text = (root / "vllm/envs.py").read_text(encoding="utf-8")
+        text = root.text("vllm/envs.py") or ""
         m = re.search(r"VLLM_USE_V2_MODEL_RUNNER: bool[^=\n]*= *([^\n]+)", text)
         default_line = m.group(1).strip() if m else ""
     moe = _moe_flag(root)
@@ -83,7 +105,7 @@ def main(argv: list[str]) -> int:
           "| V0 by source |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for v in argv:
-        if not site_dirs(v)[0].is_dir():
+        if not _Tree(v):
             print(f"| {v} | not set up | | | | | | | | |")
             continue
         f = facts(v)
