@@ -61,7 +61,7 @@ def verdicts(out: Path, version: str) -> str:
     "reproduced" or "no"); what the search itself found (V0, V1: first found after); target errors; others."""
     path = out / f"{version}.json"
     if not path.exists():
-        return f"| {version} | no report | | | | | | |"
+        return f"| {version} | no report | | | | | | | |"
     r = json.loads(path.read_text())
     r = r["runs"][0] if "runs" in r else r
     seeds = {Path(e["path"]).stem: e for e in r.get("replayed", [])}
@@ -80,7 +80,8 @@ def verdicts(out: Path, version: str) -> str:
     def seed(stem: str) -> str:
         e = next((e for name, e in seeds.items() if name.startswith(stem)), None)
         return "–" if e is None else ("**reproduced**" if e["still_failing"] else "no")
-    return (f"| {version} | {r['examples']} in {r['duration_s']:.0f} s | {seed('v0_')} | {seed('v1_')} | "
+    return (f"| {version} | {r['examples']} in {r['duration_s']:.0f} s | {seed('v0_')} | {seed('v1_')} "
+            f"| {seed('m1_')} | "
             f"{cell('V0')} | {cell('V1')} | {len(cells['target']) or '–'} | {len(cells['other']) or '–'} |")
 
 
@@ -110,9 +111,9 @@ def main(argv: list[str]) -> int:
     for v in versions:
         print("\n".join(rows(out, v)))
     print()
-    print("| vLLM | cases | V0 case replayed | V1 case replayed | V0 found by the search | V1 found by the search "
-          "| target errors | other findings |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| vLLM | cases | V0 case replayed | V1 case replayed | M1 case replayed | V0 found by the search "
+          "| V1 found by the search | target errors | other findings |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for v in versions:
         print(verdicts(out, v))
     return 0

@@ -40,5 +40,5 @@ def test_verdicts_separate_the_replayed_seeds_from_what_the_search_found(tmp_pat
                      {"path": str(seeds / "v0_x.json"), "id": None, "still_failing": False}]}]}
     (tmp_path / "9.9.json").write_text(json.dumps(report))
     row = sweep.verdicts(tmp_path, "9.9")
-    assert row == "| 9.9 | 10 in 20 s | no | **reproduced** | – | – | 1 | – |"
+    assert row == "| 9.9 | 10 in 20 s | no | **reproduced** | – | – | – | 1 | – |"
     assert sweep.verdicts(tmp_path, "8.8").startswith("| 8.8 | no report")
