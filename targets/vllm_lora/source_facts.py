@@ -1,7 +1,8 @@
 """What a vLLM release's source says about V0 and V1 (docs/findings/), read from its files, never imported.
 
-    python -m targets.vllm_lora.source_facts VERSION...   (markdown; reads the tree scripts/vllm_setup.sh made,
-                                                          else the release's wheel in .cache/vllm/wheels/)
+    python -m targets.vllm_lora.source_facts [--wheels DIR] VERSION...
+        (markdown; reads the tree scripts/vllm_setup.sh made, else the release's wheel, read in place, from
+        .cache/vllm/wheels/ or DIR: ``pip download vllm==VERSION --no-deps -d DIR``)
 
 Per release, with ``file:line`` of each fact:
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import re
 import sys
 import zipfile
+from pathlib import Path
 
 from .site import CACHE, site_dirs
 
@@ -27,9 +29,9 @@ from .site import CACHE, site_dirs
 class _Tree:
     """A release's files: its set-up tree, else its wheel under the cache (read in place, not extracted)."""
 
-    def __init__(self, version: str):
+    def __init__(self, version: str, wheel_dirs: tuple = ()):
         self.root = site_dirs(version)[0]
-        wheels = sorted((CACHE / "wheels").glob(f"vllm-{version}-*.whl"))
+        wheels = sorted(w for d in (CACHE / "wheels", *wheel_dirs) for w in Path(d).glob(f"vllm-{version}-*.whl"))
         self.zip = zipfile.ZipFile(wheels[0]) if not self.root.is_dir() and wheels else None
 
     def __bool__(self) -> bool:
@@ -72,8 +74,8 @@ def _moe_flag(root: _Tree) -> str:
     return "" if checks else f"lora/punica_wrapper/punica_gpu.py:{start + 1}"
 
 
-def facts(version: str) -> dict:
-    root = _Tree(version)
+def facts(version: str, wheel_dirs: tuple = ()) -> dict:
+    root = _Tree(version, wheel_dirs)
     meta = "vllm/lora/ops/triton_ops/lora_kernel_metadata.py"
     mixin = "vllm/v1/worker/lora_model_runner_mixin.py"
     v1 = "vllm/v1/worker/gpu_model_runner.py"
@@ -100,15 +102,18 @@ def facts(version: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    wheel_dirs: tuple = ()
+    if argv[:1] == ["--wheels"]:  # more folders of downloaded wheels (pip download vllm==V --no-deps -d DIR)
+        wheel_dirs, argv = (argv[1],), argv[2:]
     print("| vLLM | specialize_active_lora | count | dummy mapping w/o no-LoRA | dispatch count (V1 / V2 runner) "
           "| V2 dummy run maps nothing | V2 runner default | MoE launch w/o no-LoRA check | V1 by source "
           "| V0 by source |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for v in argv:
-        if not _Tree(v):
+        if not _Tree(v, wheel_dirs):
             print(f"| {v} | not set up | | | | | | | | |")
             continue
-        f = facts(v)
+        f = facts(v, wheel_dirs)
         print(f"| {v} | {f['option'] or 'no'} | {f['count_kind']} {f['count']} | {f['dummy_without_no_lora'] or '–'} "
               f"| {f['dispatch_v1'] or '–'} / {f['dispatch_v2'] or '–'} | {f['v2_dummy_maps_nothing'] or '–'} "
               f"| {f['v2_default'] or '?'} | {f['moe_no_flag_check'] or '–'} | {'yes' if f['V1'] else 'no'} "
