@@ -94,7 +94,9 @@ def facts(version: str, wheel_dirs: tuple = ()) -> dict:
         m = re.search(r"VLLM_USE_V2_MODEL_RUNNER: bool[^=\n]*= *([^\n]+)", text)
         default_line = m.group(1).strip() if m else ""
     moe = _moe_flag(root)
-    return {"version": version, "moe_no_flag_check": moe, "option": option, "count": tensor or as_int,
+    naive = _find(root, "vllm/lora/layers/fused_moe.py", r"naive_block_assignment = \(")
+    return {"version": version, "moe_no_flag_check": moe, "moe_naive": naive,
+            "option": option, "count": tensor or as_int,
             "count_kind": "CPU tensor" if tensor else ("Python int (#34119)" if as_int else ""),
             "dummy_without_no_lora": cycle, "dispatch_v1": dispatch_v1, "dispatch_v2": dispatch_v2,
             "v2_dummy_maps_nothing": fixme, "v2_default": default_line,
@@ -106,18 +108,19 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--wheels"]:  # more folders of downloaded wheels (pip download vllm==V --no-deps -d DIR)
         wheel_dirs, argv = (argv[1],), argv[2:]
     print("| vLLM | specialize_active_lora | count | dummy mapping w/o no-LoRA | dispatch count (V1 / V2 runner) "
-          "| V2 dummy run maps nothing | V2 runner default | MoE launch w/o no-LoRA check | V1 by source "
-          "| V0 by source |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| V2 dummy run maps nothing | V2 runner default | MoE launch w/o no-LoRA check "
+          "| MoE naive block assignment | V1 by source | V0 by source | M1 by source |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for v in argv:
         if not _Tree(v, wheel_dirs):
-            print(f"| {v} | not set up | | | | | | | | |")
+            print(f"| {v} | not set up | | | | | | | | | | |")
             continue
         f = facts(v, wheel_dirs)
         print(f"| {v} | {f['option'] or 'no'} | {f['count_kind']} {f['count']} | {f['dummy_without_no_lora'] or '–'} "
               f"| {f['dispatch_v1'] or '–'} / {f['dispatch_v2'] or '–'} | {f['v2_dummy_maps_nothing'] or '–'} "
-              f"| {f['v2_default'] or '?'} | {f['moe_no_flag_check'] or '–'} | {'yes' if f['V1'] else 'no'} "
-              f"| {'yes (V2 runner)' if f['V0'] else 'no'} |")
+              f"| {f['v2_default'] or '?'} | {f['moe_no_flag_check'] or '–'} | {f['moe_naive'] or '–'} "
+              f"| {'yes' if f['V1'] else 'no'} | {'yes (V2 runner)' if f['V0'] else 'no'} "
+              f"| {'yes' if f['moe_no_flag_check'] and f['moe_naive'] else 'no'} |")
     return 0
 
 
