@@ -94,7 +94,7 @@ def facts(version: str, wheel_dirs: tuple = ()) -> dict:
         m = re.search(r"VLLM_USE_V2_MODEL_RUNNER: bool[^=\n]*= *([^\n]+)", text)
         default_line = m.group(1).strip() if m else ""
     moe = _moe_flag(root)
-    naive = _find(root, "vllm/lora/layers/fused_moe.py", r"naive_block_assignment = \(")
+    naive = _find(root, "vllm/lora/ops/triton_ops/fused_moe_lora_op.py", r"naive_block_assignment")
     return {"version": version, "moe_no_flag_check": moe, "moe_naive": naive,
             "option": option, "count": tensor or as_int,
             "count_kind": "CPU tensor" if tensor else ("Python int (#34119)" if as_int else ""),
