@@ -37,7 +37,8 @@ def _ops(case: dict) -> str:
 def category(f: dict) -> str:
     """Which known bug a finding shows, from where its violations happened (docs/findings/):
     ``target`` (the target's own code raised: a target error, not vLLM's), ``V1`` (a graph replay whose
-    frozen grid misses an adapter), ``V0`` (a dummy run launching on unprogrammed metadata), else ``other``."""
+    frozen grid misses an adapter), ``V0`` (a dummy run launching on unprogrammed metadata), ``M1`` (a step's
+    fused-MoE LoRA launch on a stale or unwritten mapping), else ``other``."""
     vs = [f.get("violation") or {"tool": f["signature"]["tool"], "kind": f["signature"]["kind"],
                                  "tensor": f["signature"]["tensor"], "message": f.get("message", ""), "details": {}}]
     vs += f.get("others", [])
@@ -53,6 +54,9 @@ def category(f: dict) -> str:
         return "V1"
     if any(op_of(v) == "dummy_run" for v in vs):
         return "V0"
+    if any(op_of(v) == "step" and (v.get("kernel", "").startswith("_fused_moe") or v.get("tensor", "").endswith(".moe"))
+           for v in vs):
+        return "M1"
     return "other"
 
 
@@ -68,7 +72,7 @@ def verdicts(out: Path, version: str) -> str:
     seed_ops = []
     for p in (out / f"{version}.corpus" / "cases" / "vllm_lora").glob("*.json"):
         seed_ops.append(json.loads(p.read_text()).get("ops"))
-    cells: dict[str, list[str]] = {"V0": [], "V1": [], "target": [], "other": []}
+    cells: dict[str, list[str]] = {"V0": [], "V1": [], "M1": [], "target": [], "other": []}
     for f in r["findings"]:
         if f["case"].get("ops") in seed_ops:
             continue  # the replayed seed itself: its column says it
@@ -88,7 +92,8 @@ def verdicts(out: Path, version: str) -> str:
 def rows(out: Path, version: str) -> list[str]:
     path = out / f"{version}.json"
     if not path.exists():
-        return [f"| {version} | – | no report (set-up or campaign failed: see {out}/{version}.log) | | |"]
+        return [f"| {version} | – | no report: not reached, or its set-up or campaign failed (see {out}/{version}.log) "
+                f"| | |"]
     r = json.loads(path.read_text())
     r = r["runs"][0] if "runs" in r else r  # schema 2: one run per target; schema 1: flat
     head = f"{version} | {r['examples']} in {r['duration_s']:.0f} s"

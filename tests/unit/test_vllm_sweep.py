@@ -25,6 +25,7 @@ def test_categories():
     assert sweep.category(_finding("invariants", "invariant-violation", "a", 1, V1_CASE["ops"],
                                    "grid z=1 is too narrow: ...")) == "V1"
     assert sweep.category(_finding("target", "crash", "", 1, V1_CASE["ops"])) == "target"
+    assert sweep.category(_finding("numeric", "numeric-mismatch", "step.moe", 0, [{"op": "step"}])) == "M1"
     assert sweep.category(_finding("numeric", "numeric-mismatch", "step.y", 0, [{"op": "step"}])) == "other"
 
 
