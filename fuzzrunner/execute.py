@@ -142,9 +142,11 @@ def _limitation(exc: BaseException, op_index: int | None) -> Violation | None:
                       "traceback": "".join(traceback.format_exception(exc))[-4000:]})
 
 
-def crash_violation(exc: BaseException, op_index: int | None) -> Violation:
-    """A Python exception escaping the target: blamed on the innermost frame of non-library code; a
-    failure of the tool itself (``_limitation``) is a ``tool-limitation``, never a crash finding."""
+def crash_violation(exc: BaseException, op_index: int | None, own_code: tuple = ()) -> Violation:
+    """A Python exception escaping the target: blamed on the innermost frame of non-library code. Raised
+    by a line of the target's own adapter code (``Target.own_code``), it is a target error (tool
+    ``target``): a bug of the harness around the code under test, not of that code. A failure of the
+    tool itself (``_limitation``) is a ``tool-limitation``, never a crash finding."""
     limit = _limitation(exc, op_index)
     if limit is not None:
         return limit
@@ -152,9 +154,23 @@ def crash_violation(exc: BaseException, op_index: int | None) -> Violation:
     mine = [f for f in frames if not any(s in f.filename for s in _NOT_BLAMED)] or frames
     where = source_location(mine[-1].filename, mine[-1].lineno or 0) if mine else "?"
     text = f"{type(exc).__name__}: {exc}".strip()
-    return Violation("python", "crash", type(exc).__name__, where, "",
-                     f"op {op_index}: {text.splitlines()[0][:300] if text else type(exc).__name__}",
+    own = _raised_by(exc, frames, own_code)
+    return Violation("target" if own else "python", "crash", type(exc).__name__, where, "",
+                     f"{'target error: ' if own else ''}op {op_index}: "
+                     f"{text.splitlines()[0][:300] if text else type(exc).__name__}",
                      {"op_index": op_index, "traceback": "".join(traceback.format_exception(exc))[-4000:]})
+
+
+def _raised_by(exc: BaseException, frames, own_code: tuple) -> bool:
+    """Whether the innermost frame, the line that raised, is in ``own_code`` (files or folders). A
+    device error surfacing there (CUDA reports a kernel's fault at the next synchronising call,
+    whoever makes it) is the code under test's, never the target's."""
+    if not own_code or not frames:
+        return False
+    if type(exc).__name__ == "AcceleratorError" or "CUDA" in str(exc) or "device-side" in str(exc):
+        return False
+    raised = os.path.abspath(frames[-1].filename)
+    return any(raised == p or raised.startswith(p.rstrip(os.sep) + os.sep) for p in map(os.path.abspath, own_code))
 
 
 def _one_run(case: Case, target, device: str, oracles: list[Oracle], on_op, stop_early: bool = False) -> RunRecord:
@@ -172,10 +188,10 @@ def _one_run(case: Case, target, device: str, oracles: list[Oracle], on_op, stop
         pass
     except SystemExit as exc:  # a target must not end the worker: that would read as a crash of the runner
         record.error = f"SystemExit: {exc.code}"
-        record.violations.append(crash_violation(exc, ctx.op_index))
+        record.violations.append(crash_violation(exc, ctx.op_index, getattr(target, "own_code", ())))
     except Exception as exc:  # the target (or the runner under test) failed: that is a finding
         record.error = f"{type(exc).__name__}: {exc}"
-        record.violations.append(crash_violation(exc, ctx.op_index))
+        record.violations.append(crash_violation(exc, ctx.op_index, getattr(target, "own_code", ())))
     finally:
         for o in reversed(started):
             record.violations[:0] = o.finish()

@@ -44,6 +44,8 @@ class Target:
     feature_space: tuple = ()          # every feature ``features`` can give: those never reached are reported
     details: tuple = ()                # more lines for ``doctor``: e.g. which parts of the code under test it drives
     faults_unavailable: dict = field(default_factory=dict)  # {fault: why it cannot run here (a part is missing)}
+    own_code: tuple = ()               # files/folders of the target's own adapter code around the code under test:
+    #                                    an exception raised there is a target error (tool "target"), not the code's
 
     def seed_files(self) -> list:
         """The target's own seed cases (replayed first by every campaign, after the corpus's)."""

@@ -266,8 +266,8 @@ class Shard:
         from hypothesis import settings as hsettings
         phases = self.phases(first_batch=batch == 0)
         hs = hsettings(max_examples=n, deadline=None, database=self.database, phases=phases,
-                       # too_slow: generation time on a loaded host is no fault of the target (a campaign
-                       # prints its rate); it stopped a Triton 3.6 campaign on a busy 2-core machine
+                       # too_slow: wall time of the first draws, which a busy machine (a niced sweep on 2
+                       # shared cores starved 81 s) inflates; it says nothing of the target, and ended campaigns
                        suppress_health_check=[HealthCheck.differing_executors, HealthCheck.too_slow],
                        verbosity=Verbosity.quiet, report_multiple_bugs=True, print_blob=False)
         # settings outside seed: seed() alone would switch the example database off

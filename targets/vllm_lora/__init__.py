@@ -10,10 +10,11 @@ See docs/vllm.md.
 from __future__ import annotations
 
 import functools
+import os
 
 from fuzzrunner.errors import HarnessError, TargetUnavailable
 
-from . import site
+from . import patching, site
 
 INSTALL_HINT = "run scripts/vllm_setup.sh {v} (or pip install vllm, or set FUZZRUNNER_VLLM_SITE)"
 _API = {}
@@ -32,8 +33,13 @@ def vllm_available() -> tuple[bool, str]:
         v = site.wanted_version()
         return False, (f"vLLM is not importable (no installed vllm, no FUZZRUNNER_VLLM_SITE, no set-up tree "
                        f".cache/vllm/{v}/); {INSTALL_HINT.format(v=v)}.")
-    return True, "FUZZRUNNER_VLLM_SITE" if site.os.environ.get("FUZZRUNNER_VLLM_SITE") else \
+    try:
+        patch = patching.requested()
+    except TargetUnavailable as e:
+        return False, str(e)
+    where = "FUZZRUNNER_VLLM_SITE" if site.os.environ.get("FUZZRUNNER_VLLM_SITE") else \
         ("installed vllm" if not paths else f"{paths[0].parent}")
+    return True, where + (f", patched with {patch.name} ({patching.ENV})" if patch else "")
 
 
 def load_api():
@@ -46,7 +52,11 @@ def load_api():
         raise TargetUnavailable(why)
     _FROM[device] = why
     site.prepare_environment(device)
-    site.activate(site.candidate_paths())
+    paths = site.candidate_paths() or []
+    patch = patching.requested()
+    if patch is not None:  # a patched copy of the same tree, imported first (patching.py)
+        site.activate_first(patching.apply(patch, site.tree_of(paths), site.CACHE))
+    site.activate(paths)
     from . import api
     try:
         _API[device] = api.load(device)
@@ -91,6 +101,7 @@ def make_target():
         feature_space=features.FEATURE_SPACE,
         details=tuple(describe_vllm()),
         faults_unavailable=_faults_unavailable(a),
+        own_code=(os.path.dirname(os.path.abspath(__file__)),),  # an exception raised here is ours, not vLLM's
     )
 
 

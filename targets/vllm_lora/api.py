@@ -24,6 +24,7 @@ The other components are adapted (or left out, saying why, in ``found``) one by 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.util
@@ -62,6 +63,7 @@ class VllmApi:
     embedding_cls: Any = None    # VocabParallelEmbeddingWithLoRA, where it builds around a stand-in base layer
     found: list = field(default_factory=list)
     protocol: str = "lora_warmup"  # how this release's V2 model runner programs LoRA for dummy runs
+    dummy_select: Any = None     # vLLM's maybe_select_dummy_loras (dummy.py), where it takes num_active_loras
 
     # -- metadata ---------------------------------------------------------------------
     def make_meta(self, max_loras: int, max_num_tokens: int, device, captured: list[int]):
@@ -74,6 +76,46 @@ class VllmApi:
         if self.generation == "g1":
             return meta.meta_args(M)
         return meta.meta_args(M, specialize)
+
+    def grid_z(self, meta, M: int, specialize: bool) -> int | None:
+        """The grid z size the ops would launch with now; None on g1 (always max_loras + 1). The count is a
+        CPU tensor from 0.17 on (read with ``.item()`` inside the op) and a Python int in 0.16."""
+        if not self.has_grid_control:
+            return None
+        z = self.meta_args(meta, M, specialize)[-1]
+        return int(z.item()) if hasattr(z, "item") else int(z)
+
+    def set_grid_z(self, meta, z: int) -> None:
+        """Set the count ``meta_args(..., specialize_active_lora=True)`` hands the ops (0.16: an int attribute)."""
+        if hasattr(meta, "num_active_loras_cpu"):
+            meta.num_active_loras_cpu[0] = z
+        else:
+            meta.num_active_loras = z
+
+    @contextlib.contextmanager
+    def frozen(self, meta, flag: bool, z: int | None, specialize: bool):
+        """Launch with the host decisions a CUDA graph froze at capture (the no-LoRA flag; grid z), then
+        give the metadata its own values back."""
+        tensor = hasattr(meta, "num_active_loras_cpu")
+        saved = (meta.no_lora_flag_cpu.clone(),
+                 meta.num_active_loras_cpu.clone() if tensor else getattr(meta, "num_active_loras", None),
+                 meta.default_num_active_loras_cpu.clone() if hasattr(meta, "default_num_active_loras_cpu") else None)
+        meta.no_lora_flag_cpu[0] = flag
+        if z is not None and (specialize or tensor):
+            if not specialize:  # the constant max_loras + 1 (0.16 computes it in meta_args: nothing to freeze)
+                meta.default_num_active_loras_cpu[0] = z
+            else:
+                self.set_grid_z(meta, z)
+        try:
+            yield
+        finally:
+            meta.no_lora_flag_cpu.copy_(saved[0])
+            if tensor:
+                meta.num_active_loras_cpu.copy_(saved[1])
+            elif saved[1] is not None:
+                meta.num_active_loras = saved[1]
+            if saved[2] is not None:
+                meta.default_num_active_loras_cpu.copy_(saved[2])
 
     def make_punica(self, max_loras: int, max_tokens: int, max_batches: int, device, specialize: bool):
         cfg = SimpleNamespace(max_loras=max_loras, specialize_active_lora=specialize)
@@ -265,6 +307,8 @@ class _BaseEmbedding:
         self.weight = weight
         self.org_vocab_size, self.embedding_dim = weight.shape
         self.num_embeddings = self.num_embeddings_per_partition = self.org_vocab_size
+        # releases before 0.2x's removal of the extra vocabulary read these in create_lora_weights
+        self.num_org_embeddings_per_partition, self.num_added_embeddings_per_partition = self.org_vocab_size, 0
 
     def forward(self, x):
         import torch.nn.functional as F
@@ -385,6 +429,8 @@ def load(device: str) -> VllmApi:
     generation = "g2" if "specialize_active_lora" in params else "g1"
     api = VllmApi(version, generation, ops, lora_shrink_op, lora_expand_op, utils)
     api.protocol = runner_protocol()
+    from . import dummy
+    api.dummy_select, said_dummy = dummy.load()
     api.found = ["LoRAKernelMeta", "lora_shrink", "_lora_shrink", "lora_expand", "_lora_expand"]
     api.fused_moe, api.fused_moe_private, api.moe_mod, said = _moe(ops, device)
     api.found.append(said)
@@ -413,6 +459,6 @@ def load(device: str) -> VllmApi:
         notes.append(f"platform {type(current_platform).__name__}")
     if api.punica_cls is not None:  # after the CPU settings above: the trial programs a wrapper
         api.found += _mapping(api, device)
-    api.found += notes
+    api.found += notes + [said_dummy]
     api.found.append(f"dummy-run protocol {api.protocol}: {PROTOCOLS[api.protocol]}")
     return api

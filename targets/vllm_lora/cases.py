@@ -80,7 +80,10 @@ def vllm_lora_op(draw, cfg: dict) -> list[dict]:
         slots = draw(_slots(L, draw(st.integers(0, size))))
         active = len({s for s in slots if s >= 0})
         key = draw(st.sampled_from([k for k in capture_keys(L, cfg["specialize_active_lora"]) if k >= active]))
-        return [{"op": "capture", "size": size, "key": key, "reqs": draw(st.integers(1, size))},
+        # at least one captured request per distinct slot of the batch (runner.replay: vLLM's graphs serve
+        # batches of at most as many requests as they were captured with)
+        reqs = draw(st.integers(max(1, len(set(slots))), size))
+        return [{"op": "capture", "size": size, "key": key, "reqs": reqs},
                 {"op": "replay", "slots": slots, "seed": draw(st.integers(0, 7))}]
     n = draw(st.integers(0, T))
     slots = draw(_slots(L, n))

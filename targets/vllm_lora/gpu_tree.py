@@ -31,6 +31,9 @@ def _py312() -> str:
     raise SystemExit("vllm_setup --for-gpu: no Python 3.12 here to install the dependencies for the GPU "
                      "machine's interpreter; set FUZZRUNNER_PY312=/path/to/python3.12.")
 WHOLE = ("vllm/lora", "vllm/triton_utils")
+# read as source where their import fails on the GPU machine (dummy.py; docs/findings/repro_v1_*.py), and what a
+# FUZZRUNNER_VLLM_PATCH fix of V1 changes
+FILES = ("vllm/v1/worker/lora_model_runner_mixin.py", "vllm/v1/worker/gpu/lora_utils.py", "vllm/lora/utils.py")
 
 _PROBE = r"""
 import json, sys
@@ -50,6 +53,7 @@ print(json.dumps(sorted({getattr(m, "__file__", None) or "" for m in list(sys.mo
 def imported_files(version: str) -> list[str]:
     env = dict(os.environ, FUZZRUNNER_VLLM_VERSION=version, PYTHONPATH=str(ROOT), FUZZRUNNER_DEVICE="cpu")
     env.pop("FUZZRUNNER_VLLM_SITE", None)
+    env.pop("FUZZRUNNER_VLLM_PATCH", None)  # the tree is the release itself; a patch is applied on the GPU machine
     r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env, cwd=ROOT)
     if r.returncode:
         raise SystemExit(f"vllm_setup --for-gpu: the probe run failed: {r.stderr.strip().splitlines()[-1:]}")
@@ -73,6 +77,9 @@ def build(version: str, out: Path) -> None:  # noqa: C901 - one linear recipe
     for d in WHOLE:
         for f in (site / d).rglob("*.py"):
             _copy(f, out / f.relative_to(site))
+    for rel in FILES:
+        if (site / rel).is_file():
+            _copy(site / rel, out / rel)
     for d in site.glob("vllm-*.dist-info"):
         shutil.copytree(d, out / d.name)
     # deps: the imported top-level packages, reinstalled for Python 3.12 from the same pins

@@ -114,6 +114,25 @@ def _missing_module(site: Path, deps: Path, env: dict) -> str | None:
     return None
 
 
+def _donor(version: str, reqs: dict) -> Path | None:
+    """The deps/ of the nearest release already set up whose vLLM pins transformers the same way (a sweep of
+    many releases: ~5 min and ~400 MB saved a release on a busy machine), or None: the first release, or
+    FUZZRUNNER_VLLM_OWN_DEPS=1 (every release gets its own pinned install; the other packages' pins may
+    differ a little between neighbouring releases, which the LoRA modules' imports have not shown)."""
+    if os.environ.get("FUZZRUNNER_VLLM_OWN_DEPS"):
+        return None
+
+    def key(v: str) -> tuple:
+        return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+    pin = reqs.get("transformers")
+    done = [d for d in CACHE.iterdir() if (d / "ok").exists() and (d / "deps").is_dir() and d.name != version
+            and requirements(d / "site").get("transformers") == pin] if CACHE.is_dir() else []
+    if not done:
+        return None
+    near = min(done, key=lambda d: tuple(abs(a - b) for a, b in zip(key(d.name), key(version))))
+    return near / "deps"
+
+
 def install(version: str) -> Path:
     t0 = time.time()
     root = CACHE / version
@@ -126,12 +145,19 @@ def install(version: str) -> Path:
     extract(whl, site)
     reqs = requirements(site)
     shutil.rmtree(deps, ignore_errors=True)
-    # transformers with its own dependencies resolved (it needs a matching huggingface-hub and tokenizers;
-    # none of them pulls torch), the rest --no-deps (several, e.g. xgrammar, would pull a second torch):
-    # all pinned as vLLM pins them.
-    _pip("install", "--target", str(deps), *_pinned(["transformers"], reqs))
-    have = {_norm(d.name.split("-")[0]) for d in deps.glob("*.dist-info")}
-    _pip("install", "--no-deps", "--target", str(deps), *_pinned([b for b in BASE if _norm(b) not in have], reqs))
+    donor = _donor(version, reqs)
+    if donor is not None:
+        # a release set up before with the same transformers pin: its packages, hard-linked (seconds, no
+        # disk), then the import loop below adds what this release imports beyond them
+        print(f"vllm {version}: dependencies from {donor.parent.name} (same transformers pin)")
+        shutil.copytree(donor, deps, copy_function=os.link, symlinks=True)
+    else:
+        # transformers with its own dependencies resolved (it needs a matching huggingface-hub and tokenizers;
+        # none of them pulls torch), the rest --no-deps (several, e.g. xgrammar, would pull a second torch):
+        # all pinned as vLLM pins them.
+        _pip("install", "--target", str(deps), *_pinned(["transformers"], reqs))
+        have = {_norm(d.name.split("-")[0]) for d in deps.glob("*.dist-info")}
+        _pip("install", "--no-deps", "--target", str(deps), *_pinned([b for b in BASE if _norm(b) not in have], reqs))
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1", VLLM_LOGGING_LEVEL="ERROR")
     for _ in range(30):
         mod = _missing_module(site, deps, env)

@@ -22,6 +22,7 @@ import torch
 from fuzzrunner import tracking
 from fuzzrunner.errors import InvalidCase
 
+from . import dummy
 from .api import opaque_op
 from .cases import captured_counts
 
@@ -180,8 +181,8 @@ class Session:
     def _announce(self, kernel: str, meta, name: str, M: int) -> None:
         if not tracking.watching() or bool(meta.no_lora_flag_cpu.item()):
             return
-        z = self.api.meta_args(meta, M, self.specialize)[-1] if self.api.has_grid_control else None
-        tracking.kernel_launch(kernel, meta_name=name, M=M, grid_z=int(z.item()) if z is not None else self.L + 1,
+        z = self.api.grid_z(meta, M, self.specialize)
+        tracking.kernel_launch(kernel, meta_name=name, M=M, grid_z=z if z is not None else self.L + 1,
                              max_loras=self.L, token_lora_mapping=meta.token_lora_mapping,
                              token_indices_sorted_by_lora_ids=meta.token_indices_sorted_by_lora_ids,
                              num_tokens_per_lora=meta.num_tokens_per_lora,
@@ -313,16 +314,14 @@ class Session:
             self.prepare(self.prompt_meta, prompt_slots)
 
     def dummy_slots(self, num_tokens: int, reqs: int, k: int) -> list[int]:
-        """vLLM's ``maybe_select_dummy_loras``: adapter ids 1..k cycled over the requests (k > max_loras
-        caps at max_loras and, despite its comment, adds no no-LoRA request), tokens split evenly with
-        the remainder on the last request; id i sits in slot i-1."""
-        k = min(k, self.L)
+        """The dummy mapping for ``k`` adapters over ``num_tokens`` tokens split evenly over ``reqs`` requests
+        (the remainder on the last): vLLM's own ``maybe_select_dummy_loras`` where the release has it (dummy.py),
+        else its rule re-stated."""
         per = [num_tokens // reqs] * reqs
         per[-1] += num_tokens - sum(per)
-        out = []
-        for r, n in enumerate(per):
-            out += [(r % k) if k else -1] * n
-        return out
+        if self.api.dummy_select is not None and k:
+            return dummy.from_vllm(self.api.dummy_select, self.L, per, k)
+        return dummy.restated(self.L, per, k)
 
     def step(self, op) -> None:
         sampled = op.get("sampled", [])
@@ -347,43 +346,39 @@ class Session:
             if protocol == "zero_mapping":  # #43139 then forces the flags so that the ops still launch
                 self.token_meta.no_lora_flag_cpu[0] = False
                 if self.api.has_grid_control:
-                    self.token_meta.num_active_loras_cpu[0] = 1
+                    self.api.set_grid_z(self.token_meta, 1)
         self.run_layers(slots, rows, 0, "dummy_run")
 
     def capture(self, op) -> None:
         size, key = op["size"], op["key"]
+        reqs = min(op.get("reqs", 1), size)
         if "capture_skips_mapping" not in self.faults:
-            slots = self.dummy_slots(size, min(op.get("reqs", 1), size), key) if key else [-1] * size
+            slots = self.dummy_slots(size, reqs, key) if key else [-1] * size
             self.program(slots)
         meta = self.token_meta
-        z = self.api.meta_args(meta, size, self.specialize)[-1] if self.api.has_grid_control else None
-        self.graphs[(key, size)] = (bool(meta.no_lora_flag_cpu.item()), int(z.item()) if z is not None else None)
+        self.graphs[(key, size)] = (bool(meta.no_lora_flag_cpu.item()), self.api.grid_z(meta, size, self.specialize),
+                                    reqs)
 
     def replay(self, op) -> None:
         slots = op["slots"]
         self.program(slots)
         active = len({s for s in slots if s >= 0})  # vLLM dispatches on its count of LoRA requests
-        fits = [(k, n) for k, n in sorted(self.graphs) if k >= active and n >= len(slots)]
+        # A request has one slot, so the batch has at least one request per distinct slot (-1 included); vLLM
+        # captures a graph of n tokens with min(n, max_num_reqs) requests (mixed) or n // query_len (uniform
+        # decode, dispatched only to batches of at most that many), so it never replays a graph for a batch
+        # of more requests than its capture had.
+        reqs = len(set(slots))
+        fits = [(k, n) for k, n in sorted(self.graphs) if k >= active and n >= len(slots)
+                and self.graphs[(k, n)][2] >= reqs]
         if not fits:
-            raise InvalidCase("replay: no captured graph fits its batch; a fitting capture must come first.")
+            raise InvalidCase("replay: no captured graph fits its batch (key >= its adapters, size >= its tokens, "
+                              "captured requests >= its distinct slots); a fitting capture must come first.")
         size = fits[0][1]
-        flag, z = self.graphs[fits[0]]
-        meta = self.token_meta
-        live = (meta.no_lora_flag_cpu.clone(), meta.num_active_loras_cpu.clone() if z is not None else None)
-        meta.no_lora_flag_cpu[0] = flag  # a graph replays the host decisions frozen at capture
-        if z is not None:
-            meta.num_active_loras_cpu[0] = z
-            if not self.specialize:
-                meta.default_num_active_loras_cpu[0] = z
-        try:
-            # no MoE layer: its no-LoRA check is a host decision too, and vLLM's dispatch would pick the key-0
-            # graph for a batch without adapters, which a case may not have captured
+        flag, z, _ = self.graphs[fits[0]]
+        # no MoE layer: its no-LoRA check is a host decision too, and vLLM's dispatch would pick the key-0
+        # graph for a batch without adapters, which a case may not have captured
+        with self.api.frozen(self.token_meta, flag, z, self.specialize):  # a graph replays what it froze
             self.run_layers(slots, size, op.get("seed", 0), "replay", moe=False)
-        finally:
-            meta.no_lora_flag_cpu.copy_(live[0])
-            if z is not None:
-                meta.num_active_loras_cpu.copy_(live[1])
-                meta.default_num_active_loras_cpu[0] = self.L + 1
 
 
 def run(case, ctx, api) -> None:

@@ -63,3 +63,20 @@ def activate(paths: list[Path]) -> None:
     for p in paths:
         if str(p) not in sys.path:
             sys.path.append(str(p))  # after the venv: its torch and Triton win over anything in deps
+
+
+def tree_of(paths: list[Path]) -> Path:
+    """The directory holding the ``vllm/`` package that ``paths`` (from ``candidate_paths``) would import."""
+    if paths:
+        return paths[0]
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("vllm")
+    return Path(list(spec.submodule_search_locations)[0]).parent
+
+
+def activate_first(path: Path) -> None:
+    """Put ``path`` before everything (a patched copy of vLLM must win over the tree it was copied from)."""
+    if "vllm" in sys.modules:
+        raise RuntimeError("vllm was imported before the patched copy could be put first on sys.path")
+    sys.path.insert(0, str(path))

@@ -33,7 +33,7 @@ FAULT_FREE_OPS = [{"op": "dummy_run", "num_tokens": 3, "kind": "no_lora", "reqs"
                   {"op": "step", "slots": [-1, 1], "pad": 0, "sampled": [1], "seed": 2},
                   {"op": "step", "slots": [-1, -1, -1], "pad": 1, "sampled": [0], "seed": 3},
                   {"op": "dummy_run", "num_tokens": 5, "kind": "warmup", "reqs": 2, "pad": 0, "k": 3},
-                  {"op": "capture", "size": 4, "key": 3, "reqs": 2},
+                  {"op": "capture", "size": 4, "key": 3, "reqs": 3},
                   {"op": "replay", "slots": [0, -1, 1], "seed": 4}]
 
 
@@ -121,7 +121,7 @@ def test_cli_short_fault_free_campaign_finds_nothing_untriaged(tmp_path):
 @needs_vllm
 def test_a_capture_that_skips_the_dummy_mapping_freezes_no_lora_and_replays_without_adapters():
     ops = [{"op": "step", "slots": [-1, -1], "pad": 0, "sampled": [], "seed": 0},
-           {"op": "capture", "size": 4, "key": 3, "reqs": 1},
+           {"op": "capture", "size": 4, "key": 3, "reqs": 2},
            {"op": "replay", "slots": [0, 1], "seed": 1}]
     assert _run(ops) == []
     v = _run(ops, faults=["capture_skips_mapping"])
@@ -327,3 +327,71 @@ def test_listing_the_targets_prints_no_vllm_import_warnings():
     r = _cli("targets")
     assert r.returncode == 0, r.stderr
     assert "vllm._C" not in r.stderr and "vllm_lora" in r.stdout
+
+
+# -- docs/findings: V1, its standalone repro, its fix, and fuzzing a patched vLLM --------------------------------
+
+FINDINGS = ROOT / "docs" / "findings"
+V1_OPS = [{"op": "capture", "size": 4, "key": 1, "reqs": 4}, {"op": "replay", "slots": [0, 0, -1], "seed": 0}]
+
+
+def _pinned_tree():
+    """[site, deps] of the pinned set-up tree (what CI's scripts/setup.sh makes), or None."""
+    from targets.vllm_lora import site
+    s, d = site.site_dirs(site.PINNED)
+    return [s, d] if (s.parent / "ok").exists() else None
+
+
+needs_pinned = pytest.mark.skipif(_pinned_tree() is None, reason="the pinned vLLM is not set up under .cache/vllm "
+                                                                  "(scripts/setup.sh sets it up)")
+
+
+@needs_vllm
+def test_v1_a_graph_captured_for_one_adapter_skips_it_beside_base_tokens():
+    """docs/findings/v1-specialize-active-lora.md, minimal case: the capture's dummy mapping (vLLM's own
+    maybe_select_dummy_loras) has no no-LoRA token, so the frozen grid z=1 launches only active_lora_ids[0] = -1."""
+    v = _run(V1_OPS, max_loras=1, max_num_tokens=4, slices=[16], capture_sizes=[4], specialize_active_lora=True)
+    assert ("numeric-mismatch", "replay.y") in {(x.kind, x.tensor) for x in v}
+    assert any("grid z=1 is too narrow" in x.message for x in v)
+    assert _run(V1_OPS, max_loras=1, max_num_tokens=4, slices=[16], capture_sizes=[4]) == []  # not specialized
+
+
+@needs_vllm
+def test_an_exception_raised_in_the_targets_own_code_is_a_target_error_not_a_vllm_finding():
+    v = _run([{"op": "set_adapter", "slot": 0}])  # no seed: runner.py's set_adapter raises KeyError itself
+    assert [(x.tool, x.kind, x.kernel) for x in v] == [("target", "crash", "KeyError")]
+    assert v[0].location.startswith("targets/vllm_lora/runner.py:") and v[0].message.startswith("target error")
+
+
+@needs_pinned
+def test_the_standalone_repro_exits_1_on_the_pinned_vllm_and_0_with_the_fix():
+    """The repro needs nothing of ours: only vLLM's tree on PYTHONPATH (CPU: Triton's interpreter)."""
+    from targets.vllm_lora import patching, site
+    tree = _pinned_tree()
+    repro = [sys.executable, str(FINDINGS / "repro_v1_specialize_active_lora.py"), "--device", "cpu"]
+
+    def run(paths):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("FUZZRUNNER_", "PYTHONPATH"))}
+        return subprocess.run(repro, capture_output=True, text=True, timeout=900, cwd=str(FINDINGS.parent),
+                              env=dict(env, PYTHONPATH=os.pathsep.join(map(str, paths))))
+    r = run(tree)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "REPLAY WRONG: no LoRA at row 0 (slot 0), row 1 (slot 0); eager is right" in r.stdout
+    assert "[OK   ] control: 1 adapter only" in r.stdout
+    fixed = patching.apply(FINDINGS / "v1_specialize_active_lora.patch", tree[0], site.CACHE)
+    r = run([fixed, *tree])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "RESULT: fixed (exit 0)" in r.stdout and str(fixed) in r.stdout
+
+
+@needs_pinned
+def test_fuzzrunner_vllm_patch_fuzzes_the_patched_copy(tmp_path):
+    case = FINDINGS / "cases" / "v1_specialize_active_lora.json"
+    env = {"FUZZRUNNER_VLLM_PATCH": str(FINDINGS / "v1_specialize_active_lora.patch"), "FUZZRUNNER_VLLM_SITE": "",
+           "FUZZRUNNER_VLLM_VERSION": _import_object("targets.vllm_lora.site:PINNED")}
+    r = _cli("replay", str(case), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr  # the unpatched pinned release reproduces it (test above)
+    r = _cli("doctor", env=env)
+    assert "patched with v1_specialize_active_lora.patch" in r.stdout, r.stdout
+    r = _cli("replay", str(case), env={**env, "FUZZRUNNER_VLLM_PATCH": str(tmp_path / "none.patch")})
+    assert r.returncode == 2 and "none.patch' is not a file" in r.stdout + r.stderr, r.stdout + r.stderr

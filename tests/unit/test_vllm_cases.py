@@ -22,6 +22,7 @@ def test_generated_cases_are_valid_and_every_replay_has_a_fitting_capture(case):
             cap = case.ops[i - 1]
             active = len({s for s in op["slots"] if s >= 0})
             assert cap["op"] == "capture" and cap["key"] >= active and cap["size"] >= len(op["slots"])
+            assert cap["reqs"] >= len(set(op["slots"]))  # a request per distinct slot, -1 included
 
 
 def test_capture_keys_are_vllms():
@@ -31,7 +32,7 @@ def test_capture_keys_are_vllms():
 
 
 def test_dummy_slots_follow_maybe_select_dummy_loras():
-    s = SimpleNamespace(L=2)
+    s = SimpleNamespace(L=2, api=SimpleNamespace(dummy_select=None))  # the re-statement (releases before 0.16)
     dummy = runner.Session.dummy_slots
     assert dummy(s, 5, 2, 2) == [0, 0, 1, 1, 1]       # ids 1, 2 cycled; remainder on the last request
     assert dummy(s, 4, 4, 3) == [0, 1, 0, 1]          # k > max_loras: capped, and no no-LoRA request
