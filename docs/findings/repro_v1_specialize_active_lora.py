@@ -94,7 +94,7 @@ def dummy_mapping_function():
         why = f"{type(e).__name__}: {str(e)[:80]}"
     spec = importlib.util.find_spec("vllm.v1.worker.lora_model_runner_mixin")
     if spec is None or not spec.origin:
-        raise SystemExit("vllm.v1.worker.lora_model_runner_mixin not found: is this vLLM 0.17 or later?")
+        raise RuntimeError("vllm.v1.worker.lora_model_runner_mixin not found: is this vLLM 0.17 or later?")
     with open(spec.origin, encoding="utf-8") as f:
         tree = ast.parse(f.read())
     fn = next(n for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body
@@ -105,11 +105,13 @@ def dummy_mapping_function():
     import numpy as np
     from vllm.lora.request import LoRARequest
     ns = {"np": np, "contextmanager": contextlib.contextmanager, "LoRARequest": LoRARequest, "torch": None}
-    try:
-        from vllm.lora.layers import LoRAMappingType
-        ns["LoRAMappingType"] = LoRAMappingType
-    except ImportError:
-        pass
+    for where in ("vllm.lora.layers.utils", "vllm.lora.layers"):  # a default value of the signature names it
+        try:
+            ns["LoRAMappingType"] = importlib.import_module(where).LoRAMappingType
+            break
+        except Exception:  # noqa: BLE001 - the next place, else a stand-in (only passed on to our recorder)
+            continue
+    ns.setdefault("LoRAMappingType", SimpleNamespace(LANGUAGE="language"))
     exec(compile(ast.Module([fn], []), spec.origin, "exec"), ns)  # noqa: S102 - vLLM's own code
     return ns["maybe_select_dummy_loras"], f"compiled from {spec.origin} (import failed: {why})"
 
@@ -272,7 +274,11 @@ def main() -> int:
         return 2
     if want == "cpu":
         cpu_tweaks(lora_shrink_op, lora_expand_op, utils)
-    select, how = dummy_mapping_function()
+    try:
+        select, how = dummy_mapping_function()
+    except Exception as e:  # noqa: BLE001 - never exit 1 (the bug's status) for a repro that could not run
+        print(f"cannot build vLLM's dummy mapping (maybe_select_dummy_loras): {type(e).__name__}: {e}")
+        return 2
     env = SimpleNamespace(device=want, ops=ops, select=select, utils=utils)
     mode = "a real torch.cuda.CUDAGraph per row" if want == "cuda" else "Triton interpreter; grid frozen at capture"
     print(f"vLLM {vllm.__version__} from {os.path.dirname(vllm.__file__)}; torch {torch.__version__}; "
@@ -295,4 +301,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Exception:  # noqa: BLE001 - an unexpected error is "could not run" (2), never "bug present" (1)
+        import traceback
+        traceback.print_exc()
+        sys.exit(2)
