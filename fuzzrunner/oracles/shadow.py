@@ -8,6 +8,7 @@ case is an epoch: per-step buffers must be written in the epoch that reads them.
 from __future__ import annotations
 
 import sys
+import threading
 import weakref
 from contextlib import contextmanager
 from typing import Any
@@ -21,6 +22,7 @@ from .base import Oracle, ViolationLog, source_location
 from .host_views import HostViews
 from .launch_views import LaunchViews
 from .shadow_memory import BadAccess, ShadowMemory
+from .shadow_threads import ACTIVE, PerThread, ThreadCoverage, locked, thread_name
 from .storage_hook import StorageHook
 from .torch_effects import addresses, has_memory
 from .torch_hook import TorchShadowMode
@@ -65,19 +67,19 @@ class ShadowOracle(Oracle, tracking.Watcher):
                  check_views: bool = False):
         self.auto_track_empty = auto_track_empty
         self.check_views = check_views  # out-of-view reads (launch_views.py)
-        self._views: LaunchViews | None = None
         self.check_triton = _env.interpreted() if check_triton is None else check_triton
         self.memory = ShadowMemory()
         self.log = ViolationLog()
         self._mode: TorchShadowMode | None = None
         self._hook: TritonHook | None = None
         self._watch = None
-        self._pause = 0
         self._dead: list = []
         self._finalized: set = set()
-        self._probing = 0
-        self._adopted: list = []
-        self._garbage_read = False  # this launch has read never-written memory
+        self._tls = PerThread()
+        self.lock = threading.RLock()
+        self._threads = ThreadCoverage(lambda: TorchShadowMode(self))
+        self._owner = threading.get_ident()
+        self.forked = False  # this process is a fork of the one the oracle started in
         self.reported = 0  # reports made so far (whether an op's inner checks found something)
         self._storages: StorageHook | None = None
         self.host = HostViews(self)
@@ -121,6 +123,9 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self._storages.install()
         self._mode = TorchShadowMode(self)
         self._mode.__enter__()
+        self._owner = threading.get_ident()
+        self._threads.install()
+        ACTIVE.add(self)
 
     def begin_op(self, index: int, op: dict) -> None:
         self.op_index, self.op_name = index, op.get("op", "")
@@ -130,6 +135,8 @@ class ShadowOracle(Oracle, tracking.Watcher):
         pass
 
     def finish(self) -> list[Violation]:
+        ACTIVE.discard(self)
+        self._threads.uninstall()
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._mode = None
@@ -146,6 +153,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         return self.log.violations()
 
     # -- tracking.Watcher ---------------------------------------------------------------
+    @locked
     def on_track(self, tensor, name: str, per_step: bool, initialized: bool) -> None:
         """Track the bytes of the view ``tensor``; re-tracking keeps what is known (see retrack).
 
@@ -161,6 +169,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
                                 shape=tuple(tensor.shape) if len(runs) == 1 else ((hi - lo) // item,))
         self._on_death(tensor.untyped_storage())
 
+    @locked
     def on_carry_over(self, tensor) -> None:
         """Carry over exactly the view given (vLLM carries a mapping's active prefix)."""
         if tensor.numel() == 0 or not has_memory(tensor):
@@ -174,17 +183,18 @@ class ShadowOracle(Oracle, tracking.Watcher):
 
     # -- torch side (TorchShadowMode's checker interface) -------------------------------
     def paused(self) -> bool:
-        return self._pause > 0 or self._probing > 0 or tracking.is_quiet()
+        return self._tls.pause > 0 or self._tls.probing > 0 or self.forked or tracking.is_quiet()
 
     @contextmanager
     def probing(self):
         """The fallback's scratch runs of an op: neither checked nor tracked."""
-        self._probing += 1
+        self._tls.probing += 1
         try:
             yield
         finally:
-            self._probing -= 1
+            self._tls.probing -= 1
 
+    @locked
     def is_tracked(self, t: torch.Tensor) -> bool:
         self._purge()
         try:
@@ -193,6 +203,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         except (RuntimeError, NotImplementedError):
             return False
 
+    @locked
     def watched(self, t: torch.Tensor) -> bool:
         """Tracked, and not a storage every byte of which is written and not per-step (no read of it
         can be reported, and writes to it change nothing)."""
@@ -204,10 +215,12 @@ class ShadowOracle(Oracle, tracking.Watcher):
             return False
         return any(a.per_step or not a.fully_written for a in allocs)
 
+    @locked
     def unwritten(self, t: torch.Tensor) -> np.ndarray:
         """Per element of ``t``: would reading it be reported?"""
         return self.memory.unwritten(addresses(t), t.element_size())
 
+    @locked
     def host_read(self, what: str, addrs: np.ndarray, itemsize: int) -> None:
         """A read through a numpy view or ``tolist``: checked only where the bytes are tracked."""
         inside = self.memory.unwritten(addrs, itemsize)
@@ -217,9 +230,11 @@ class ShadowOracle(Oracle, tracking.Watcher):
             for b in bad:
                 self._report(b, what, source_location(path, line), {"host": what})
 
+    @locked
     def host_write(self, addrs: np.ndarray, itemsize: int) -> None:
         self.memory.mark_write(addrs, itemsize)
 
+    @locked
     def torch_read(self, func, t: torch.Tensor, addrs: np.ndarray, report: bool = True) -> list:
         """Check a torch op's read; report it now, or (``report=False``) return the reports for
         ``flush`` (an op with no model is blamed only if nothing inside it was: see torch_hook)."""
@@ -240,6 +255,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self.flush(pending)
         return []
 
+    @locked
     def flush(self, pending: list) -> None:
         for b, kernel, location, extra in pending:
             self._report(b, kernel, location, extra)
@@ -258,10 +274,12 @@ class ShadowOracle(Oracle, tracking.Watcher):
                 raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(st, 0, (st.nbytes(),), (1,))
                 raw[torch.from_numpy(offs).to(t.device)] = 0
 
+    @locked
     def torch_write(self, func, t: torch.Tensor, addrs: np.ndarray) -> None:
         if addrs.size:
             self.memory.mark_write(addrs, t.element_size())
 
+    @locked
     def torch_oob(self, func, src: torch.Tensor, index: int, count: int, size: int) -> None:
         self._purge()  # the record holding the table's first element: the table may be a tracked view
         alloc = self.memory.containing(src.data_ptr()) if src.numel() else None
@@ -272,9 +290,11 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self.log.add(Violation(
             "shadow", "out-of-bounds", str(func), source_location(path, line), name,
             f"{func} indexed row {index} of {name} (size {size} along the indexed dim); "
-            f"{count} such index(es); redirected to row 0 so the case could go on",
-            {"index": index, "rows": size, "op_index": self.op_index, "op": self.op_name}), count)
+            f"{count} such index(es); redirected to row 0 so the case could go on{self._on_thread()}",
+            {"index": index, "rows": size, "op_index": self.op_index, "op": self.op_name,
+             "thread": thread_name()}), count)
 
+    @locked
     def torch_alloc(self, func, t: torch.Tensor, uninitialized: bool) -> None:
         if not has_memory(t):
             return
@@ -290,6 +310,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
             for a in self.memory.overlapping(ptr, nbytes):  # freed memory reused by a fresh tensor
                 self.memory.remove(a)
 
+    @locked
     def _new_storage(self, st) -> None:
         """``torch.UntypedStorage(n)``: n bytes never written."""
         if self.paused() or not self.auto_track_empty or st.nbytes() == 0:
@@ -300,11 +321,13 @@ class ShadowOracle(Oracle, tracking.Watcher):
                         initialized=False, itemsize=1, shape=(st.nbytes(),), auto=True)
         self._on_death(st)
 
+    @locked
     def torch_storage_changed(self, t: torch.Tensor, before: tuple, resized: bool) -> None:
         """``resize_`` moved or grew a storage: the old bytes keep their state, the new ones are unwritten."""
         if resized:
             self._resized(t.untyped_storage(), before, t.element_size(), tuple(t.shape))
 
+    @locked
     def storage_resized(self, st, before: tuple) -> None:
         """``UntypedStorage.resize_`` (no aten op sees it): as a tensor's ``resize_``."""
         if not self.paused():
@@ -332,6 +355,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         alloc.fully_written = bool(alloc.epochs.min() != -1)
 
     # -- Triton side --------------------------------------------------------------------
+    @locked
     def _launch(self, launch):
         added = []
         for name, t in launch.args.items():
@@ -342,21 +366,22 @@ class ShadowOracle(Oracle, tracking.Watcher):
             elif st.nbytes():  # tracked in part: the rest of an argument's storage is its memory too
                 added += self._fill_gaps(st, t, f"{launch.name}:{name}")
         views = LaunchViews(launch.args) if self.check_views else None
-        self._views = views if views is not None and views.storages else None
-        self._pause += 1  # the interpreter's own copy-back of arguments is not a write
-        self._garbage_read = False
+        self._tls.views = views if views is not None and views.storages else None
+        self._tls.pause += 1  # the interpreter's own copy-back of arguments is not a write
+        self._tls.garbage_read = False
         return added
 
+    @locked
     def _launch_end(self, added) -> None:
-        self._pause -= 1
-        self._garbage_read = False
-        self._views = None
-        for a in added + self._adopted:
+        self._tls.pause -= 1
+        self._tls.garbage_read = False
+        self._tls.views = None
+        for a in added + self._tls.adopted:
             self.memory.remove(a)
-        self._adopted = []
+        self._tls.adopted = []
 
     def _out_of_view(self, addrs: np.ndarray, itemsize: int) -> list[BadAccess]:
-        hit = self._views.outside(addrs, itemsize)  # type: ignore[union-attr]
+        hit = self._tls.views.outside(addrs, itemsize)  # type: ignore[union-attr]
         if hit is None:
             return []
         lanes, names = hit
@@ -372,12 +397,12 @@ class ShadowOracle(Oracle, tracking.Watcher):
         found = False
         for st, t in live_storages(addrs):
             if not self.memory.overlapping(st.data_ptr(), st.nbytes()):
-                self._adopted.append(self.memory.add(st.data_ptr(), st.nbytes(), f"<{tuple(t.shape)} tensor>",
+                self._tls.adopted.append(self.memory.add(st.data_ptr(), st.nbytes(), f"<{tuple(t.shape)} tensor>",
                                                      itemsize=t.element_size(), shape=tuple(t.shape), auto=True))
                 found = True
             else:
                 gaps = self._fill_gaps(st, t, f"<{tuple(t.shape)} tensor>")
-                self._adopted += gaps
+                self._tls.adopted += gaps
                 found = found or bool(gaps)
         return found
 
@@ -386,21 +411,22 @@ class ShadowOracle(Oracle, tracking.Watcher):
         return [self.memory.add(lo, hi - lo, name, itemsize=t.element_size(), auto=True)
                 for lo, hi in self.memory.gaps(st.data_ptr(), st.nbytes())]
 
+    @locked
     def _kernel_read(self, addrs: np.ndarray, itemsize: int, load: bool = True) -> np.ndarray:
         """Lanes to switch off: out of bounds, and (for a load) never written, so that the load gives
         ``other`` (0 by default) there instead of garbage; the read is reported either way."""
-        if self._probing:
+        if self._tls.probing:
             return self._probe_access(addrs, itemsize)
         self._purge()
         bad, oob = self.memory.check_read(addrs, itemsize)
         if oob.any() and self._adopt(addrs[oob]):
             bad, oob = self.memory.check_read(addrs, itemsize)
-        if self._views is not None:
+        if self._tls.views is not None:
             bad += self._out_of_view(addrs, itemsize)
         if bad:
             self._report_kernel(bad, "read")
         if load and self.memory.saw_never:  # reported now, or already in this op
-            self._garbage_read = True
+            self._tls.garbage_read = True
             oob = oob | self.memory.never_written(addrs, itemsize)[0]
         return oob
 
@@ -413,8 +439,9 @@ class ShadowOracle(Oracle, tracking.Watcher):
             oob = self.memory.outside(addrs, itemsize)
         return oob
 
+    @locked
     def _kernel_write(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
-        if self._probing:
+        if self._tls.probing:
             return self._probe_access(addrs, itemsize)
         self._purge()
         oob = self.memory.mark_write(addrs, itemsize)
@@ -428,7 +455,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         return oob
 
     def _report_kernel(self, bad: list[BadAccess], access: str) -> None:
-        if self._garbage_read:  # a wild access after a garbage read in this launch is its consequence
+        if self._tls.garbage_read:  # a wild access after a garbage read in this launch is its consequence
             bad = [b for b in bad if b.kind != "out-of-bounds"]
         path, line = kernel_source_line()
         kernel = self._hook.launch.name if self._hook and self._hook.launch else "?"
@@ -440,7 +467,8 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self.reported += 1
         self.memory.mark_reported(b)
         name = b.allocation.name if b.allocation else "<untracked>"
-        details = {"address": hex(b.address), "op_index": self.op_index, "op": self.op_name, **extra}
+        details = {"address": hex(b.address), "op_index": self.op_index, "op": self.op_name,
+                   "thread": thread_name(), **extra}
         if b.kind == "out-of-bounds" and getattr(b, "view", None):
             details["view"] = b.view  # type: ignore[attr-defined]
             msg = (f"{kernel} read {hex(b.address)}, inside {name}'s storage but outside the view(s) "
@@ -461,4 +489,8 @@ class ShadowOracle(Oracle, tracking.Watcher):
             pid = f" (program {tuple(extra['program_id'])})" if "program_id" in extra else ""
             msg = (f"{kernel}{pid} read {name}[{', '.join(map(str, element))}] "
                    f"(byte {b.byte_offset}): {why}")
-        self.log.add(Violation("shadow", b.kind, kernel, location, name, msg, details), b.count)
+        self.log.add(Violation("shadow", b.kind, kernel, location, name, msg + self._on_thread(), details), b.count)
+
+    def _on_thread(self) -> str:
+        """The thread of a report made off the thread that runs the case (a worker's op)."""
+        return "" if threading.get_ident() == self._owner else f" (on thread {thread_name()!r})"

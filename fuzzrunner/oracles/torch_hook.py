@@ -53,19 +53,34 @@ class TorchShadowMode(TorchDispatchMode):
         if impl is not None:
             with TorchShadowMode(c):  # the op's own body, seen op by op
                 return impl(*args, **kwargs)
-        args, swapped = self._bounds(func, args)
-        if not any(c.watched(t) for t in fx.leaves((args, kwargs, list(swapped.values())))):
+        with c.lock:  # other threads' ops wait for the bookkeeping, never for an op's run
+            args, swapped = self._bounds(func, args)
+            fast = not any(c.watched(t) for t in fx.leaves((args, kwargs, list(swapped.values()))))
+        if fast:
             out = func(*args, **kwargs)  # fast path: nothing here can be unwritten or stale
-            self._allocations(func, args, kwargs, out)
+            with c.lock:
+                self._allocations(func, args, kwargs, out)
             return out
-        effects = self._effects(func, args, kwargs)
+        effects = self._effects(func, args, kwargs)  # a probe runs the op: not under the lock
+        with c.lock:
+            pending = self._reads(func, effects, swapped)
+            seen = c.reported
+        out = func(*args, **kwargs)
+        with c.lock:
+            self._after(func, args, kwargs, out, effects, pending, seen)
+        return out
+
+    def _reads(self, func, effects: fx.Effects, swapped: dict) -> list:
+        c = self.checker
         effects.reads = [(swapped.get(id(t), t), a) for t, a in effects.reads]  # a redirected index is still read
         pending = []
         for t, addrs in effects.reads:
             if c.is_tracked(t):
                 pending += c.torch_read(func, t, addresses(t) if addrs is None else addrs, report=not effects.probed)
-        seen = c.reported
-        out = func(*args, **kwargs)
+        return pending
+
+    def _after(self, func, args, kwargs, out, effects: fx.Effects, pending: list, seen: int) -> None:
+        c = self.checker
         if pending and c.reported == seen:  # the op's body (a Triton kernel it launched) said nothing more precise
             c.flush(pending)
         for t, addrs in effects.writes:
@@ -75,7 +90,6 @@ class TorchShadowMode(TorchDispatchMode):
             for o in self._returned_operands(args, kwargs, out):
                 c.torch_write(func, o, addresses(o))
         self._allocations(func, args, kwargs, out)
-        return out
 
     def _effects(self, func, args, kwargs) -> fx.Effects:
         name = func._schema.name.split("::")[-1]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
 from contextlib import contextmanager
 
@@ -43,7 +44,15 @@ class TritonHook:
         self.on_read, self.on_write = on_read, on_write
         self.on_launch, self.on_launch_end = on_launch, on_launch_end
         self._saved: dict = {}
-        self.launch: LaunchInfo | None = None
+        self._tls = threading.local()  # the launch running on each thread
+
+    @property
+    def launch(self) -> LaunchInfo | None:
+        return getattr(self._tls, "launch", None)
+
+    @launch.setter
+    def launch(self, value: LaunchInfo | None) -> None:
+        self._tls.launch = value
 
     def install(self) -> None:
         from triton.runtime import interpreter as itp
