@@ -7,7 +7,6 @@ case is an epoch: per-step buffers must be written in the epoch that reads them.
 
 from __future__ import annotations
 
-import sys
 import threading
 import weakref
 from contextlib import contextmanager
@@ -21,28 +20,15 @@ from ..violation import Violation
 from .base import Oracle, ViolationLog, source_location
 from .host_views import HostViews
 from .launch_views import LaunchViews
+from .locations import caller_line
 from .shadow_memory import BadAccess, ShadowMemory
+from .shadow_report import describe, describe_sub_buffer
 from .shadow_threads import ACTIVE, PerThread, ThreadCoverage, locked, thread_name
 from .storage_hook import StorageHook
+from .sub_buffers import Provenance, SubBuffers
 from .torch_effects import addresses, has_memory
 from .torch_hook import TorchShadowMode
 from .triton_hook import TritonHook, grid_idx, kernel_source_line, live_storages
-
-# Frames skipped when blaming a torch op on its caller: torch, Triton, and our own hooks.
-_NOT_CALLERS = ("/torch/", "/triton/", "/numpy/", "/fuzzrunner/oracles/", "/fuzzrunner/tracking.py", "/contextlib.py",
-                "/typing_extensions.py")
-
-
-def _caller_line() -> tuple[str, int]:
-    """The innermost frame outside torch and the oracles: the code that called the torch op."""
-    f = sys._getframe(2)
-    while f is not None:
-        path = f.f_code.co_filename.replace("\\", "/")
-        if not any(s in path for s in _NOT_CALLERS):
-            return path, f.f_lineno
-        f = f.f_back  # type: ignore[assignment]
-    return "?", 0
-
 
 _MAX_RUNS = 256
 
@@ -75,6 +61,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self._watch = None
         self._dead: list = []
         self._finalized: set = set()
+        self.subs = SubBuffers()  # registered views with bounds of their own (sub_buffers.py)
         self._tls = PerThread()
         self.lock = threading.RLock()
         self._threads = ThreadCoverage(lambda: TorchShadowMode(self))
@@ -107,6 +94,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         while self._dead:
             ptr, nbytes = self._dead.pop()
             self._finalized.discard(ptr)
+            self.subs.drop_storage(ptr)
             for a in self.memory.overlapping(ptr, nbytes):
                 if ptr <= a.start and a.end <= ptr + nbytes:
                     self.memory.remove(a)
@@ -116,7 +104,8 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self._watch = tracking.watch(self)  # type: ignore[assignment]
         self._watch.__enter__()  # type: ignore[attr-defined]
         if self.check_triton:
-            self._hook = TritonHook(self._kernel_read, self._kernel_write, self._launch, self._launch_end)
+            self._hook = TritonHook(self._kernel_read, self._kernel_write, self._launch, self._launch_end,
+                                    self._sub_buffer_access)
             self._hook.install()
         self.host.install()
         self._storages = StorageHook(self._new_storage, self.storage_resized)
@@ -168,6 +157,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
             self.memory.retrack(lo, hi - lo, name, per_step=per_step, initialized=initialized, itemsize=item,
                                 shape=tuple(tensor.shape) if len(runs) == 1 else ((hi - lo) // item,))
         self._on_death(tensor.untyped_storage())
+        self.subs.add(tensor, name)
 
     @locked
     def on_carry_over(self, tensor) -> None:
@@ -226,7 +216,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         inside = self.memory.unwritten(addrs, itemsize)
         if inside.any():
             bad, _ = self.memory.check_read(addrs[inside], itemsize)
-            path, line = _caller_line()
+            path, line = caller_line()
             for b in bad:
                 self._report(b, what, source_location(path, line), {"host": what})
 
@@ -248,7 +238,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         bad = [b for b in bad if b.kind != "out-of-bounds"]
         if not bad:
             return []
-        path, line = _caller_line()
+        path, line = caller_line()
         pending = [(b, str(func), source_location(path, line), {"torch_op": str(func)}) for b in bad]
         if not report:
             return pending
@@ -285,7 +275,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         alloc = self.memory.containing(src.data_ptr()) if src.numel() else None
         alloc = alloc or self.memory.at(src.untyped_storage().data_ptr())
         name = alloc.name if alloc else f"<{tuple(src.shape)} tensor>"
-        path, line = _caller_line()
+        path, line = caller_line()
         self.reported += 1
         self.log.add(Violation(
             "shadow", "out-of-bounds", str(func), source_location(path, line), name,
@@ -303,7 +293,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         if nbytes == 0:
             return
         if uninitialized and self.auto_track_empty:
-            path, line = _caller_line()
+            path, line = caller_line()
             self._register(t, f"torch.empty@{source_location(path, line)}", initialized=False, auto=True)
         else:
             self._purge()
@@ -315,7 +305,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         """``torch.UntypedStorage(n)``: n bytes never written."""
         if self.paused() or not self.auto_track_empty or st.nbytes() == 0:
             return
-        path, line = _caller_line()
+        path, line = caller_line()
         self._purge()
         self.memory.add(st.data_ptr(), st.nbytes(), f"UntypedStorage@{source_location(path, line)}",
                         initialized=False, itemsize=1, shape=(st.nbytes(),), auto=True)
@@ -338,7 +328,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         olds = self.memory.overlapping(*before)
         if not olds and not self.auto_track_empty:
             return
-        path, line = _caller_line()
+        path, line = caller_line()
         name = olds[0].name if olds else f"resize_@{source_location(path, line)}"
         epochs = np.full(before[1], self.memory.epoch, dtype=np.int64)
         for o in olds:
@@ -369,16 +359,42 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self._tls.views = views if views is not None and views.storages else None
         self._tls.pause += 1  # the interpreter's own copy-back of arguments is not a write
         self._tls.garbage_read = False
-        return added
+        bases = self.subs.bases(launch.args)
+        provenance = Provenance(bases) if bases else None
+        if provenance is not None:
+            provenance.install()
+        return added, provenance
 
     @locked
-    def _launch_end(self, added) -> None:
+    def _launch_end(self, token) -> None:
+        added, provenance = token
+        if provenance is not None:
+            provenance.uninstall()
         self._tls.pause -= 1
         self._tls.garbage_read = False
         self._tls.views = None
         for a in added + self._tls.adopted:
             self.memory.remove(a)
         self._tls.adopted = []
+
+    @locked
+    def _sub_buffer_access(self, addrs: np.ndarray, itemsize: int, view: tuple, access: str) -> None:
+        """Lanes through a pointer derived from a registered view (sub_buffers.py) that left its span,
+        inside memory (a lane outside all memory is reported, and masked, as out-of-bounds already)."""
+        lo, hi, name = view
+        out = (addrs < np.uint64(lo)) | (addrs + np.uint64(itemsize) > np.uint64(hi))
+        if not out.any():
+            return
+        lane = int(np.flatnonzero(out)[0])
+        into = self.memory.containing(int(addrs[lane]))
+        path, line = kernel_source_line()
+        kernel = self._hook.launch.name if self._hook and self._hook.launch else "?"
+        details = {"op_index": self.op_index, "op": self.op_name, "thread": thread_name(),
+                   "program_id": list(grid_idx()), "access": access}
+        msg = describe_sub_buffer(int(addrs[lane]), itemsize, view, into.name if into else None, kernel, details)
+        self.reported += 1
+        self.log.add(Violation("shadow", "out-of-bounds", kernel, source_location(path, line), name,
+                               msg + self._on_thread(), details), int(out.sum()))
 
     def _out_of_view(self, addrs: np.ndarray, itemsize: int) -> list[BadAccess]:
         hit = self._tls.views.outside(addrs, itemsize)  # type: ignore[union-attr]
@@ -469,26 +485,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         name = b.allocation.name if b.allocation else "<untracked>"
         details = {"address": hex(b.address), "op_index": self.op_index, "op": self.op_name,
                    "thread": thread_name(), **extra}
-        if b.kind == "out-of-bounds" and getattr(b, "view", None):
-            details["view"] = b.view  # type: ignore[attr-defined]
-            msg = (f"{kernel} read {hex(b.address)}, inside {name}'s storage but outside the view(s) "
-                   f"{', '.join(b.view)} it was given (an adapter slice read past its end?)")  # type: ignore[attr-defined]
-        elif b.kind == "out-of-bounds":
-            where = (f"{b.byte_offset} byte(s) outside {name}" if b.allocation else "outside every tracked allocation")
-            msg = f"{kernel} accessed {hex(b.address)}, {where}; the lane was masked off"
-            details["distance_bytes"] = b.byte_offset
-        else:
-            element = b.allocation.element(b.byte_offset)  # type: ignore[union-attr]
-            details.update(element=list(element), byte_offset=b.byte_offset)
-            if b.kind == "stale-read":
-                details["written_in_op"] = b.written_epoch - 1
-                when = f"op {b.written_epoch - 1}" if b.written_epoch > 0 else "set-up, before op 0"
-                why = f"last written in {when}, not in this op {self.op_index}"
-            else:
-                why = "never written"
-            pid = f" (program {tuple(extra['program_id'])})" if "program_id" in extra else ""
-            msg = (f"{kernel}{pid} read {name}[{', '.join(map(str, element))}] "
-                   f"(byte {b.byte_offset}): {why}")
+        msg = describe(b, kernel, name, details, self.op_index)
         self.log.add(Violation("shadow", b.kind, kernel, location, name, msg + self._on_thread(), details), b.count)
 
     def _on_thread(self) -> str:

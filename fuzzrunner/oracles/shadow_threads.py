@@ -36,6 +36,8 @@ from contextlib import contextmanager
 
 from torch.utils._python_dispatch import _pop_mode, _push_mode
 
+from .locations import ORIGIN, caller_line
+
 
 class PerThread(threading.local):
     """What one thread is doing: a Triton launch pauses the torch hook on its own thread only."""
@@ -129,10 +131,16 @@ class ThreadCoverage:
             self._modes = []
 
     def wrap(self, fn: Callable) -> Callable:
+        site = caller_line(3)  # the line that submitted it or started the thread
+
         @functools.wraps(fn)
         def on_thread(*args, **kwargs):
             with self.entered():
-                return fn(*args, **kwargs)
+                ORIGIN.site = site
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    ORIGIN.site = None
         return on_thread
 
     @contextmanager

@@ -25,6 +25,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from .sub_buffers import tag_of
+
 _HOOKED = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
 
 
@@ -40,8 +42,10 @@ class TritonHook:
     and ``on_write``; an atomic's read passes ``load=False`` (its lanes cannot be switched off for
     being unwritten: the atomic writes them)."""
 
-    def __init__(self, on_read: Callable, on_write: Callable, on_launch: Callable, on_launch_end: Callable):
+    def __init__(self, on_read: Callable, on_write: Callable, on_launch: Callable, on_launch_end: Callable,
+                 on_view: Callable | None = None):
         self.on_read, self.on_write = on_read, on_write
+        self.on_view = on_view  # (addrs, itemsize, view tag, access): a pointer derived from a registered view
         self.on_launch, self.on_launch_end = on_launch, on_launch_end
         self._saved: dict = {}
         self._tls = threading.local()  # the launch running on each thread
@@ -125,6 +129,9 @@ class TritonHook:
                 oob = self.on_read(addrs[mask], size, False) | self.on_write(addrs[mask], size)
             else:
                 oob = check(addrs[mask], size)
+            tag = tag_of(ptrs) if self.on_view is not None else None
+            if tag is not None:
+                self.on_view(addrs[mask][~oob], size, tag, "read" if check is self.on_read else "write")
             if oob.any():
                 if names[1] is None:
                     raise MemoryError("out-of-bounds atomic_cas (no mask to switch the lane off)")

@@ -34,6 +34,7 @@ def test_a_workers_read_names_its_thread():
     assert v.kind == "uninitialized-read"
     assert v.details["thread"].startswith("prep")
     assert "(on thread 'prep" in v.message
+    assert v.location.startswith("test_shadow_threads.py:")  # a builtin submitted: blamed at its submit line
 
 
 def test_a_read_on_the_case_thread_names_no_other_thread():
