@@ -18,6 +18,7 @@ import torch
 from .. import _env, tracking
 from ..violation import Violation
 from .base import Oracle, ViolationLog, source_location
+from .compiled import CompiledRegions
 from .host_views import HostViews
 from .launch_views import LaunchViews
 from .locations import caller_line
@@ -61,6 +62,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self._watch = None
         self._dead: list = []
         self._finalized: set = set()
+        self._compiled = CompiledRegions()
         self.subs = SubBuffers()  # registered views with bounds of their own (sub_buffers.py)
         self._tls = PerThread()
         self.lock = threading.RLock()
@@ -110,6 +112,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self.host.install()
         self._storages = StorageHook(self._new_storage, self.storage_resized)
         self._storages.install()
+        self._compiled.install()  # before the mode enters: it reads whether Dynamo may compile
         self._mode = TorchShadowMode(self)
         self._mode.__enter__()
         self._owner = threading.get_ident()
@@ -129,6 +132,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._mode = None
+        self._compiled.uninstall()
         self.host.uninstall()
         if self._storages is not None:
             self._storages.uninstall()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import compiled
 from . import torch_effects as fx
 from .torch_effects import EMPTY_OPS, NO_READ, WRITE_ONLY, addresses, classify, element_offsets  # noqa: F401
 from .torch_fallback import custom_op_impl, probe_effects
@@ -41,6 +42,11 @@ class TorchShadowMode(TorchDispatchMode):
     def __init__(self, checker):
         super().__init__()
         self.checker = checker
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let Dynamo compile (and see the compiled graph's ops) while the eager stance holds."""
+        return compiled.visible()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -6,6 +6,7 @@ _env.configure()  # TRITON_INTERPRET before triton_pairs decorates its kernels
 
 from . import (  # noqa: F401  (they register)
     adversarial,
+    compiled_code,
     heldout_style,
     host,
     indexed,
