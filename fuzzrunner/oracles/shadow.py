@@ -289,7 +289,9 @@ class ShadowOracle(Oracle, tracking.Watcher):
              "thread": thread_name()}), count)
 
     @locked
-    def torch_alloc(self, func, t: torch.Tensor, uninitialized: bool) -> None:
+    def torch_alloc(self, func, t: torch.Tensor, uninitialized: bool, since: int | None = None) -> None:
+        """A result in fresh storage: tracked if uninitialized, else its memory is new (a record there is
+        of freed memory), except records made since ``since`` (by the op's own body, seen op by op)."""
         if not has_memory(t):
             return
         st = t.untyped_storage()
@@ -302,7 +304,8 @@ class ShadowOracle(Oracle, tracking.Watcher):
         else:
             self._purge()
             for a in self.memory.overlapping(ptr, nbytes):  # freed memory reused by a fresh tensor
-                self.memory.remove(a)
+                if since is None or a.serial <= since:
+                    self.memory.remove(a)
 
     @locked
     def _new_storage(self, st) -> None:

@@ -195,14 +195,17 @@ def live_storages(addrs: np.ndarray):
     import torch
     seen, out = set(), []
     lo, hi = int(addrs.min()), int(addrs.max())
+    fake_mod = sys.modules.get("torch._subclasses.fake_tensor")
+    fake = fake_mod.FakeTensor if fake_mod is not None else ()
     for obj in gc.get_objects():
-        if not issubclass(type(obj), torch.Tensor):  # type(), not isinstance: no proxy's __class__ runs
+        # type(), not isinstance: no proxy's __class__ runs; fake tensors (Dynamo's) have no memory
+        if not issubclass(type(obj), torch.Tensor) or issubclass(type(obj), fake):
             continue
         try:
             st = obj.untyped_storage()
-        except (RuntimeError, NotImplementedError):
+            ptr, n = st.data_ptr(), st.nbytes()
+        except (RuntimeError, NotImplementedError):  # no storage, or no real memory (Dynamo's fake tensors)
             continue
-        ptr, n = st.data_ptr(), st.nbytes()
         if n and ptr not in seen and ptr <= hi and lo < ptr + n:
             seen.add(ptr)
             if ((addrs >= ptr) & (addrs < ptr + n)).any():

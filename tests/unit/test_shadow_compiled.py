@@ -57,3 +57,15 @@ def test_a_users_own_stance_is_left_alone(monkeypatch):
             _run(lambda: torch.zeros(2).sum())
         assert eval_frame._stance is stance
     assert any("runs eagerly under the shadow oracle" in str(w.message) for w in seen)
+
+
+def test_the_walk_for_live_storages_passes_over_fake_tensors():
+    import numpy as np
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from fuzzrunner.oracles.triton_hook import live_storages
+    with FakeTensorMode():
+        fake = torch.empty(4)  # what Dynamo's tracing leaves behind: a tensor with no real memory
+    real = torch.zeros(4)
+    found = live_storages(np.array([real.data_ptr()], dtype=np.uint64))
+    assert fake is not None and any(st.data_ptr() == real.untyped_storage().data_ptr() for st, _ in found)

@@ -167,3 +167,50 @@ def fx_graph_module_with_stack_traces(ctx, bug):
     buf = torch.empty(6)  # ALLOC
     buf[:4] = 3.0
     gm(buf, n)
+
+
+# -- ops registered with Library.impl (vLLM's direct_register_custom_op): reads at their own lines --
+_impl_lib = torch.library.Library("shadow_pairs_impl", "FRAGMENT")
+_impl_lib.define("window_sum(Tensor x, int start, int n) -> Tensor")
+_impl_lib.define("fill_rows_(Tensor(a!) out, int n, float value) -> ()")
+_impl_lib.define("fresh_rows(int n, int k) -> Tensor")
+
+
+def _window_sum(x, start, n):
+    window = x[start:start + n]
+    return window.sum(0)  # BAD:library_impl_read_inside_body
+
+
+def _fill_rows(out, n, value):
+    out[:n] = value
+
+
+def _fresh_rows(n, k):
+    out = torch.empty(n, 2)  # ALLOC:library_impl_returns_partly_written
+    out[:k] = 1.0
+    return out
+
+
+_impl_lib.impl("window_sum", _window_sum, "CPU")
+_impl_lib.impl("fill_rows_", _fill_rows, "CPU")
+_impl_lib.impl("fresh_rows", _fresh_rows, "CompositeExplicitAutograd")
+
+
+@pair("custom-op", U, "{alloc}")
+def library_impl_read_inside_body(ctx, bug):
+    x = torch.empty(8, 2)  # ALLOC
+    x[:6] = 1.0
+    torch.ops.shadow_pairs_impl.window_sum(x, 3 if bug else 2, 4)
+
+
+@pair("custom-op", U, "{alloc}")
+def library_impl_partial_write_in_body(ctx, bug):
+    out = torch.empty(5, 3)  # ALLOC
+    torch.ops.shadow_pairs_impl.fill_rows_(out, 4 if bug else 5, 2.0)
+    m = out.max()  # BAD
+
+
+@pair("custom-op", U, "{alloc}")
+def library_impl_returns_partly_written(ctx, bug):
+    rows = torch.ops.shadow_pairs_impl.fresh_rows(4, 3 if bug else 4)
+    s = rows.sum(0)  # BAD
