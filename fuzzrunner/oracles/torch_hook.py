@@ -76,9 +76,10 @@ class TorchShadowMode(TorchDispatchMode):
         with c.lock:  # other threads' ops wait for the bookkeeping, never for an op's run
             args, swapped = self._bounds(func, args)
             fast = not any(c.watched(t) for t in fx.leaves((args, kwargs, list(swapped.values()))))
-        since = c.memory.added if python_kernel(func, args) else None  # a Python body's own allocations
+        body = python_kernel(func, args)
+        since = c.memory.added if body else None  # a Python body's own allocations are seen inside it
         if fast:
-            out = self._call(func, args, kwargs)  # fast path: nothing here can be unwritten or stale
+            out = self._call(func, args, kwargs, body)  # fast path: nothing here can be unwritten or stale
             with c.lock:
                 self._allocations(func, args, kwargs, out, since)
             return out
@@ -86,16 +87,16 @@ class TorchShadowMode(TorchDispatchMode):
         with c.lock:
             pending = self._reads(func, effects, swapped)
             seen = c.reported
-        out = self._call(func, args, kwargs)
+        out = self._call(func, args, kwargs, body)
         with c.lock:
             self._after(func, args, kwargs, out, effects, pending, seen, since)
         return out
 
-    def _call(self, func, args, kwargs):
+    def _call(self, func, args, kwargs, body: bool):
         """Run the op; one with a Python kernel (``Library.impl``, vLLM's ``direct_register_custom_op``)
         runs below the Python key with this mode pushed again, so the ops of its body are checked at
         their own lines (a read there is reported instead of the op's probed read at its call)."""
-        if not python_kernel(func, args):
+        if not body:
             return func(*args, **kwargs)
         _push_mode(TorchShadowMode(self.checker))
         try:
