@@ -19,6 +19,7 @@ the runner imports it, and it imports nothing of the package.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -76,22 +77,21 @@ def watching() -> bool:
     return bool(_watchers)
 
 
-_quiet = 0
+_quiet = threading.local()  # per thread: a worker thread's accesses are the case's own
 
 
 @contextmanager
 def quiet() -> Iterator[None]:
-    """Accesses made inside are the harness's own (poison fills, invariant reads): unseen."""
-    global _quiet
-    _quiet += 1
+    """Accesses made inside, on this thread, are the harness's own (poison fills, invariant reads): unseen."""
+    _quiet.depth = getattr(_quiet, "depth", 0) + 1
     try:
         yield
     finally:
-        _quiet -= 1
+        _quiet.depth -= 1
 
 
 def is_quiet() -> bool:
-    return _quiet > 0
+    return getattr(_quiet, "depth", 0) > 0
 
 
 @contextmanager

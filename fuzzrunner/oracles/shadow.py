@@ -7,7 +7,7 @@ case is an epoch: per-step buffers must be written in the epoch that reads them.
 
 from __future__ import annotations
 
-import sys
+import threading
 import weakref
 from contextlib import contextmanager
 from typing import Any
@@ -18,29 +18,18 @@ import torch
 from .. import _env, tracking
 from ..violation import Violation
 from .base import Oracle, ViolationLog, source_location
+from .compiled import CompiledRegions
 from .host_views import HostViews
 from .launch_views import LaunchViews
+from .locations import caller_line
 from .shadow_memory import BadAccess, ShadowMemory
+from .shadow_report import describe, describe_sub_buffer
+from .shadow_threads import ACTIVE, PerThread, ThreadCoverage, locked, thread_name
 from .storage_hook import StorageHook
+from .sub_buffers import Provenance, SubBuffers
 from .torch_effects import addresses, has_memory
 from .torch_hook import TorchShadowMode
 from .triton_hook import TritonHook, grid_idx, kernel_source_line, live_storages
-
-# Frames skipped when blaming a torch op on its caller: torch, Triton, and our own hooks.
-_NOT_CALLERS = ("/torch/", "/triton/", "/numpy/", "/fuzzrunner/oracles/", "/fuzzrunner/tracking.py", "/contextlib.py",
-                "/typing_extensions.py")
-
-
-def _caller_line() -> tuple[str, int]:
-    """The innermost frame outside torch and the oracles: the code that called the torch op."""
-    f = sys._getframe(2)
-    while f is not None:
-        path = f.f_code.co_filename.replace("\\", "/")
-        if not any(s in path for s in _NOT_CALLERS):
-            return path, f.f_lineno
-        f = f.f_back  # type: ignore[assignment]
-    return "?", 0
-
 
 _MAX_RUNS = 256
 
@@ -65,19 +54,21 @@ class ShadowOracle(Oracle, tracking.Watcher):
                  check_views: bool = False):
         self.auto_track_empty = auto_track_empty
         self.check_views = check_views  # out-of-view reads (launch_views.py)
-        self._views: LaunchViews | None = None
         self.check_triton = _env.interpreted() if check_triton is None else check_triton
         self.memory = ShadowMemory()
         self.log = ViolationLog()
         self._mode: TorchShadowMode | None = None
         self._hook: TritonHook | None = None
         self._watch = None
-        self._pause = 0
         self._dead: list = []
         self._finalized: set = set()
-        self._probing = 0
-        self._adopted: list = []
-        self._garbage_read = False  # this launch has read never-written memory
+        self._compiled = CompiledRegions()
+        self.subs = SubBuffers()  # registered views with bounds of their own (sub_buffers.py)
+        self._tls = PerThread()
+        self.lock = threading.RLock()
+        self._threads = ThreadCoverage(lambda: TorchShadowMode(self))
+        self._owner = threading.get_ident()
+        self.forked = False  # this process is a fork of the one the oracle started in
         self.reported = 0  # reports made so far (whether an op's inner checks found something)
         self._storages: StorageHook | None = None
         self.host = HostViews(self)
@@ -105,6 +96,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         while self._dead:
             ptr, nbytes = self._dead.pop()
             self._finalized.discard(ptr)
+            self.subs.drop_storage(ptr)
             for a in self.memory.overlapping(ptr, nbytes):
                 if ptr <= a.start and a.end <= ptr + nbytes:
                     self.memory.remove(a)
@@ -114,13 +106,18 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self._watch = tracking.watch(self)  # type: ignore[assignment]
         self._watch.__enter__()  # type: ignore[attr-defined]
         if self.check_triton:
-            self._hook = TritonHook(self._kernel_read, self._kernel_write, self._launch, self._launch_end)
+            self._hook = TritonHook(self._kernel_read, self._kernel_write, self._launch, self._launch_end,
+                                    self._sub_buffer_access)
             self._hook.install()
         self.host.install()
         self._storages = StorageHook(self._new_storage, self.storage_resized)
         self._storages.install()
+        self._compiled.install()  # before the mode enters: it reads whether Dynamo may compile
         self._mode = TorchShadowMode(self)
         self._mode.__enter__()
+        self._owner = threading.get_ident()
+        self._threads.install()
+        ACTIVE.add(self)
 
     def begin_op(self, index: int, op: dict) -> None:
         self.op_index, self.op_name = index, op.get("op", "")
@@ -130,9 +127,12 @@ class ShadowOracle(Oracle, tracking.Watcher):
         pass
 
     def finish(self) -> list[Violation]:
+        ACTIVE.discard(self)
+        self._threads.uninstall()
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._mode = None
+        self._compiled.uninstall()
         self.host.uninstall()
         if self._storages is not None:
             self._storages.uninstall()
@@ -146,6 +146,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         return self.log.violations()
 
     # -- tracking.Watcher ---------------------------------------------------------------
+    @locked
     def on_track(self, tensor, name: str, per_step: bool, initialized: bool) -> None:
         """Track the bytes of the view ``tensor``; re-tracking keeps what is known (see retrack).
 
@@ -160,7 +161,9 @@ class ShadowOracle(Oracle, tracking.Watcher):
             self.memory.retrack(lo, hi - lo, name, per_step=per_step, initialized=initialized, itemsize=item,
                                 shape=tuple(tensor.shape) if len(runs) == 1 else ((hi - lo) // item,))
         self._on_death(tensor.untyped_storage())
+        self.subs.add(tensor, name)
 
+    @locked
     def on_carry_over(self, tensor) -> None:
         """Carry over exactly the view given (vLLM carries a mapping's active prefix)."""
         if tensor.numel() == 0 or not has_memory(tensor):
@@ -174,17 +177,18 @@ class ShadowOracle(Oracle, tracking.Watcher):
 
     # -- torch side (TorchShadowMode's checker interface) -------------------------------
     def paused(self) -> bool:
-        return self._pause > 0 or self._probing > 0 or tracking.is_quiet()
+        return self._tls.pause > 0 or self._tls.probing > 0 or self.forked or tracking.is_quiet()
 
     @contextmanager
     def probing(self):
         """The fallback's scratch runs of an op: neither checked nor tracked."""
-        self._probing += 1
+        self._tls.probing += 1
         try:
             yield
         finally:
-            self._probing -= 1
+            self._tls.probing -= 1
 
+    @locked
     def is_tracked(self, t: torch.Tensor) -> bool:
         self._purge()
         try:
@@ -193,6 +197,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         except (RuntimeError, NotImplementedError):
             return False
 
+    @locked
     def watched(self, t: torch.Tensor) -> bool:
         """Tracked, and not a storage every byte of which is written and not per-step (no read of it
         can be reported, and writes to it change nothing)."""
@@ -204,22 +209,26 @@ class ShadowOracle(Oracle, tracking.Watcher):
             return False
         return any(a.per_step or not a.fully_written for a in allocs)
 
+    @locked
     def unwritten(self, t: torch.Tensor) -> np.ndarray:
         """Per element of ``t``: would reading it be reported?"""
         return self.memory.unwritten(addresses(t), t.element_size())
 
+    @locked
     def host_read(self, what: str, addrs: np.ndarray, itemsize: int) -> None:
         """A read through a numpy view or ``tolist``: checked only where the bytes are tracked."""
         inside = self.memory.unwritten(addrs, itemsize)
         if inside.any():
             bad, _ = self.memory.check_read(addrs[inside], itemsize)
-            path, line = _caller_line()
+            path, line = caller_line()
             for b in bad:
                 self._report(b, what, source_location(path, line), {"host": what})
 
+    @locked
     def host_write(self, addrs: np.ndarray, itemsize: int) -> None:
         self.memory.mark_write(addrs, itemsize)
 
+    @locked
     def torch_read(self, func, t: torch.Tensor, addrs: np.ndarray, report: bool = True) -> list:
         """Check a torch op's read; report it now, or (``report=False``) return the reports for
         ``flush`` (an op with no model is blamed only if nothing inside it was: see torch_hook)."""
@@ -233,13 +242,14 @@ class ShadowOracle(Oracle, tracking.Watcher):
         bad = [b for b in bad if b.kind != "out-of-bounds"]
         if not bad:
             return []
-        path, line = _caller_line()
+        path, line = caller_line()
         pending = [(b, str(func), source_location(path, line), {"torch_op": str(func)}) for b in bad]
         if not report:
             return pending
         self.flush(pending)
         return []
 
+    @locked
     def flush(self, pending: list) -> None:
         for b, kernel, location, extra in pending:
             self._report(b, kernel, location, extra)
@@ -258,24 +268,30 @@ class ShadowOracle(Oracle, tracking.Watcher):
                 raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(st, 0, (st.nbytes(),), (1,))
                 raw[torch.from_numpy(offs).to(t.device)] = 0
 
+    @locked
     def torch_write(self, func, t: torch.Tensor, addrs: np.ndarray) -> None:
         if addrs.size:
             self.memory.mark_write(addrs, t.element_size())
 
+    @locked
     def torch_oob(self, func, src: torch.Tensor, index: int, count: int, size: int) -> None:
         self._purge()  # the record holding the table's first element: the table may be a tracked view
         alloc = self.memory.containing(src.data_ptr()) if src.numel() else None
         alloc = alloc or self.memory.at(src.untyped_storage().data_ptr())
         name = alloc.name if alloc else f"<{tuple(src.shape)} tensor>"
-        path, line = _caller_line()
+        path, line = caller_line()
         self.reported += 1
         self.log.add(Violation(
             "shadow", "out-of-bounds", str(func), source_location(path, line), name,
             f"{func} indexed row {index} of {name} (size {size} along the indexed dim); "
-            f"{count} such index(es); redirected to row 0 so the case could go on",
-            {"index": index, "rows": size, "op_index": self.op_index, "op": self.op_name}), count)
+            f"{count} such index(es); redirected to row 0 so the case could go on{self._on_thread()}",
+            {"index": index, "rows": size, "op_index": self.op_index, "op": self.op_name,
+             "thread": thread_name()}), count)
 
-    def torch_alloc(self, func, t: torch.Tensor, uninitialized: bool) -> None:
+    @locked
+    def torch_alloc(self, func, t: torch.Tensor, uninitialized: bool, since: int | None = None) -> None:
+        """A result in fresh storage: tracked if uninitialized, else its memory is new (a record there is
+        of freed memory), except records made since ``since`` (by the op's own body, seen op by op)."""
         if not has_memory(t):
             return
         st = t.untyped_storage()
@@ -283,28 +299,32 @@ class ShadowOracle(Oracle, tracking.Watcher):
         if nbytes == 0:
             return
         if uninitialized and self.auto_track_empty:
-            path, line = _caller_line()
+            path, line = caller_line()
             self._register(t, f"torch.empty@{source_location(path, line)}", initialized=False, auto=True)
         else:
             self._purge()
             for a in self.memory.overlapping(ptr, nbytes):  # freed memory reused by a fresh tensor
-                self.memory.remove(a)
+                if since is None or a.serial <= since:
+                    self.memory.remove(a)
 
+    @locked
     def _new_storage(self, st) -> None:
         """``torch.UntypedStorage(n)``: n bytes never written."""
         if self.paused() or not self.auto_track_empty or st.nbytes() == 0:
             return
-        path, line = _caller_line()
+        path, line = caller_line()
         self._purge()
         self.memory.add(st.data_ptr(), st.nbytes(), f"UntypedStorage@{source_location(path, line)}",
                         initialized=False, itemsize=1, shape=(st.nbytes(),), auto=True)
         self._on_death(st)
 
+    @locked
     def torch_storage_changed(self, t: torch.Tensor, before: tuple, resized: bool) -> None:
         """``resize_`` moved or grew a storage: the old bytes keep their state, the new ones are unwritten."""
         if resized:
             self._resized(t.untyped_storage(), before, t.element_size(), tuple(t.shape))
 
+    @locked
     def storage_resized(self, st, before: tuple) -> None:
         """``UntypedStorage.resize_`` (no aten op sees it): as a tensor's ``resize_``."""
         if not self.paused():
@@ -315,7 +335,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         olds = self.memory.overlapping(*before)
         if not olds and not self.auto_track_empty:
             return
-        path, line = _caller_line()
+        path, line = caller_line()
         name = olds[0].name if olds else f"resize_@{source_location(path, line)}"
         epochs = np.full(before[1], self.memory.epoch, dtype=np.int64)
         for o in olds:
@@ -332,6 +352,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         alloc.fully_written = bool(alloc.epochs.min() != -1)
 
     # -- Triton side --------------------------------------------------------------------
+    @locked
     def _launch(self, launch):
         added = []
         for name, t in launch.args.items():
@@ -342,21 +363,48 @@ class ShadowOracle(Oracle, tracking.Watcher):
             elif st.nbytes():  # tracked in part: the rest of an argument's storage is its memory too
                 added += self._fill_gaps(st, t, f"{launch.name}:{name}")
         views = LaunchViews(launch.args) if self.check_views else None
-        self._views = views if views is not None and views.storages else None
-        self._pause += 1  # the interpreter's own copy-back of arguments is not a write
-        self._garbage_read = False
-        return added
+        self._tls.views = views if views is not None and views.storages else None
+        self._tls.pause += 1  # the interpreter's own copy-back of arguments is not a write
+        self._tls.garbage_read = False
+        bases = self.subs.bases(launch.args)
+        provenance = Provenance(bases) if bases else None
+        if provenance is not None:
+            provenance.install()
+        return added, provenance
 
-    def _launch_end(self, added) -> None:
-        self._pause -= 1
-        self._garbage_read = False
-        self._views = None
-        for a in added + self._adopted:
+    @locked
+    def _launch_end(self, token) -> None:
+        added, provenance = token
+        if provenance is not None:
+            provenance.uninstall()
+        self._tls.pause -= 1
+        self._tls.garbage_read = False
+        self._tls.views = None
+        for a in added + self._tls.adopted:
             self.memory.remove(a)
-        self._adopted = []
+        self._tls.adopted = []
+
+    @locked
+    def _sub_buffer_access(self, addrs: np.ndarray, itemsize: int, view: tuple, access: str) -> None:
+        """Lanes through a pointer derived from a registered view (sub_buffers.py) that left its span,
+        inside memory (a lane outside all memory is reported, and masked, as out-of-bounds already)."""
+        lo, hi, name = view
+        out = (addrs < np.uint64(lo)) | (addrs + np.uint64(itemsize) > np.uint64(hi))
+        if not out.any():
+            return
+        lane = int(np.flatnonzero(out)[0])
+        into = self.memory.containing(int(addrs[lane]))
+        path, line = kernel_source_line()
+        kernel = self._hook.launch.name if self._hook and self._hook.launch else "?"
+        details = {"op_index": self.op_index, "op": self.op_name, "thread": thread_name(),
+                   "program_id": list(grid_idx()), "access": access}
+        msg = describe_sub_buffer(int(addrs[lane]), itemsize, view, into.name if into else None, kernel, details)
+        self.reported += 1
+        self.log.add(Violation("shadow", "out-of-bounds", kernel, source_location(path, line), name,
+                               msg + self._on_thread(), details), int(out.sum()))
 
     def _out_of_view(self, addrs: np.ndarray, itemsize: int) -> list[BadAccess]:
-        hit = self._views.outside(addrs, itemsize)  # type: ignore[union-attr]
+        hit = self._tls.views.outside(addrs, itemsize)  # type: ignore[union-attr]
         if hit is None:
             return []
         lanes, names = hit
@@ -372,12 +420,12 @@ class ShadowOracle(Oracle, tracking.Watcher):
         found = False
         for st, t in live_storages(addrs):
             if not self.memory.overlapping(st.data_ptr(), st.nbytes()):
-                self._adopted.append(self.memory.add(st.data_ptr(), st.nbytes(), f"<{tuple(t.shape)} tensor>",
+                self._tls.adopted.append(self.memory.add(st.data_ptr(), st.nbytes(), f"<{tuple(t.shape)} tensor>",
                                                      itemsize=t.element_size(), shape=tuple(t.shape), auto=True))
                 found = True
             else:
                 gaps = self._fill_gaps(st, t, f"<{tuple(t.shape)} tensor>")
-                self._adopted += gaps
+                self._tls.adopted += gaps
                 found = found or bool(gaps)
         return found
 
@@ -386,21 +434,22 @@ class ShadowOracle(Oracle, tracking.Watcher):
         return [self.memory.add(lo, hi - lo, name, itemsize=t.element_size(), auto=True)
                 for lo, hi in self.memory.gaps(st.data_ptr(), st.nbytes())]
 
+    @locked
     def _kernel_read(self, addrs: np.ndarray, itemsize: int, load: bool = True) -> np.ndarray:
         """Lanes to switch off: out of bounds, and (for a load) never written, so that the load gives
         ``other`` (0 by default) there instead of garbage; the read is reported either way."""
-        if self._probing:
+        if self._tls.probing:
             return self._probe_access(addrs, itemsize)
         self._purge()
         bad, oob = self.memory.check_read(addrs, itemsize)
         if oob.any() and self._adopt(addrs[oob]):
             bad, oob = self.memory.check_read(addrs, itemsize)
-        if self._views is not None:
+        if self._tls.views is not None:
             bad += self._out_of_view(addrs, itemsize)
         if bad:
             self._report_kernel(bad, "read")
         if load and self.memory.saw_never:  # reported now, or already in this op
-            self._garbage_read = True
+            self._tls.garbage_read = True
             oob = oob | self.memory.never_written(addrs, itemsize)[0]
         return oob
 
@@ -413,8 +462,9 @@ class ShadowOracle(Oracle, tracking.Watcher):
             oob = self.memory.outside(addrs, itemsize)
         return oob
 
+    @locked
     def _kernel_write(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
-        if self._probing:
+        if self._tls.probing:
             return self._probe_access(addrs, itemsize)
         self._purge()
         oob = self.memory.mark_write(addrs, itemsize)
@@ -428,7 +478,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         return oob
 
     def _report_kernel(self, bad: list[BadAccess], access: str) -> None:
-        if self._garbage_read:  # a wild access after a garbage read in this launch is its consequence
+        if self._tls.garbage_read:  # a wild access after a garbage read in this launch is its consequence
             bad = [b for b in bad if b.kind != "out-of-bounds"]
         path, line = kernel_source_line()
         kernel = self._hook.launch.name if self._hook and self._hook.launch else "?"
@@ -440,25 +490,11 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self.reported += 1
         self.memory.mark_reported(b)
         name = b.allocation.name if b.allocation else "<untracked>"
-        details = {"address": hex(b.address), "op_index": self.op_index, "op": self.op_name, **extra}
-        if b.kind == "out-of-bounds" and getattr(b, "view", None):
-            details["view"] = b.view  # type: ignore[attr-defined]
-            msg = (f"{kernel} read {hex(b.address)}, inside {name}'s storage but outside the view(s) "
-                   f"{', '.join(b.view)} it was given (an adapter slice read past its end?)")  # type: ignore[attr-defined]
-        elif b.kind == "out-of-bounds":
-            where = (f"{b.byte_offset} byte(s) outside {name}" if b.allocation else "outside every tracked allocation")
-            msg = f"{kernel} accessed {hex(b.address)}, {where}; the lane was masked off"
-            details["distance_bytes"] = b.byte_offset
-        else:
-            element = b.allocation.element(b.byte_offset)  # type: ignore[union-attr]
-            details.update(element=list(element), byte_offset=b.byte_offset)
-            if b.kind == "stale-read":
-                details["written_in_op"] = b.written_epoch - 1
-                when = f"op {b.written_epoch - 1}" if b.written_epoch > 0 else "set-up, before op 0"
-                why = f"last written in {when}, not in this op {self.op_index}"
-            else:
-                why = "never written"
-            pid = f" (program {tuple(extra['program_id'])})" if "program_id" in extra else ""
-            msg = (f"{kernel}{pid} read {name}[{', '.join(map(str, element))}] "
-                   f"(byte {b.byte_offset}): {why}")
-        self.log.add(Violation("shadow", b.kind, kernel, location, name, msg, details), b.count)
+        details = {"address": hex(b.address), "op_index": self.op_index, "op": self.op_name,
+                   "thread": thread_name(), **extra}
+        msg = describe(b, kernel, name, details, self.op_index)
+        self.log.add(Violation("shadow", b.kind, kernel, location, name, msg + self._on_thread(), details), b.count)
+
+    def _on_thread(self) -> str:
+        """The thread of a report made off the thread that runs the case (a worker's op)."""
+        return "" if threading.get_ident() == self._owner else f" (on thread {thread_name()!r})"

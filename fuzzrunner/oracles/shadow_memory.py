@@ -31,6 +31,7 @@ class Allocation:
     epochs: np.ndarray = field(default=None, repr=False)  # type: ignore[arg-type]
     fully_written: bool = False   # every byte written at least once: a persistent read needs no gather
     reported: np.ndarray | None = field(default=None, repr=False)  # per byte: epoch its bad read was reported
+    serial: int = 0               # order of registration (ShadowMemory.added when it was made)
 
     def element_view(self, itemsize: int) -> np.ndarray | None:
         """Epochs viewed one row per element of ``itemsize`` bytes, when the size divides evenly."""
@@ -64,6 +65,7 @@ class ShadowMemory:
     def __init__(self):
         self.epoch = 0
         self.saw_never = False  # the last check_read met never-written bytes
+        self.added = 0  # registrations so far
         self._starts: list[int] = []
         self._allocs: list[Allocation] = []
         self._starts_np = np.zeros(0, dtype=np.uint64)
@@ -150,6 +152,8 @@ class ShadowMemory:
                                         fully_written=bool(part.min() != NEVER)))
 
     def _insert(self, alloc: Allocation) -> Allocation:
+        self.added += 1
+        alloc.serial = self.added
         i = bisect.bisect_left(self._starts, alloc.start)
         self._starts.insert(i, alloc.start)
         self._allocs.insert(i, alloc)

@@ -49,6 +49,23 @@ def custom_op_impl(func, args):
 
 
 
+def python_kernel(func, args) -> bool:
+    """Whether the op runs a Python function registered with ``Library.impl`` (vLLM's
+    ``direct_register_custom_op``) for these arguments' device: its body's ops can be followed.
+    A C++ kernel (c10d's collectives) is not: its helper threads and raw copies are not ops."""
+    if func.namespace in ("aten", "prims"):
+        return False
+    try:
+        from torch.library import _impls
+    except ImportError:
+        return False
+    ns, name = func._schema.name.split("::")
+    names = (name, f"{name}.{func._overloadname}")
+    dev = next((t.device.type.upper() for t in leaves(args)), "CPU")
+    keys = (dev, "CompositeExplicitAutograd", "CompositeImplicitAutograd")
+    return any(f"{ns}/{n}/{k}" in _impls for n in names for k in keys)
+
+
 def _schema_tensors(func, args, kwargs):
     """(tensor, mutated?) for each tensor argument."""
     for i, a in enumerate(func._schema.arguments):

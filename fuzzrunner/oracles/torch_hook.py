@@ -19,16 +19,31 @@ interpreter hook at its own line, the more precise report of the same read.
 from __future__ import annotations
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
+from . import compiled
 from . import torch_effects as fx
 from .torch_effects import EMPTY_OPS, NO_READ, WRITE_ONLY, addresses, classify, element_offsets  # noqa: F401
-from .torch_fallback import custom_op_impl, probe_effects
+from .torch_fallback import custom_op_impl, probe_effects, python_kernel
 
 aten = torch.ops.aten
 _RESIZE = fx.STORAGE_OPS
 
 
+
+
+_BELOW_PYTHON = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Python)
+
+
+def _keys_below_python(args, kwargs):
+    """The dispatch keys of the op's tensors below the Python key (where a mode's op goes next)."""
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)  # an op with no tensor argument (a factory)
+    tensors = list(fx.leaves((args, kwargs)))
+    if tensors:
+        keys = torch._C._dispatch_keys(tensors[0])
+        for t in tensors[1:]:
+            keys = keys | torch._C._dispatch_keys(t)
+    return keys & _BELOW_PYTHON
 
 
 def _capturing(t: torch.Tensor) -> bool:
@@ -42,6 +57,11 @@ class TorchShadowMode(TorchDispatchMode):
         super().__init__()
         self.checker = checker
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let Dynamo compile (and see the compiled graph's ops) while the eager stance holds."""
+        return compiled.visible()
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         c = self.checker
@@ -53,19 +73,51 @@ class TorchShadowMode(TorchDispatchMode):
         if impl is not None:
             with TorchShadowMode(c):  # the op's own body, seen op by op
                 return impl(*args, **kwargs)
-        args, swapped = self._bounds(func, args)
-        if not any(c.watched(t) for t in fx.leaves((args, kwargs, list(swapped.values())))):
-            out = func(*args, **kwargs)  # fast path: nothing here can be unwritten or stale
-            self._allocations(func, args, kwargs, out)
+        with c.lock:  # other threads' ops wait for the bookkeeping, never for an op's run
+            args, swapped = self._bounds(func, args)
+            fast = not any(c.watched(t) for t in fx.leaves((args, kwargs, list(swapped.values()))))
+        body = python_kernel(func, args)
+        since = c.memory.added if body else None  # a Python body's own allocations are seen inside it
+        if fast:
+            out = self._call(func, args, kwargs, body)  # fast path: nothing here can be unwritten or stale
+            with c.lock:
+                self._allocations(func, args, kwargs, out, since)
             return out
-        effects = self._effects(func, args, kwargs)
+        effects = self._effects(func, args, kwargs)  # a probe runs the op: not under the lock
+        with c.lock:
+            pending = self._reads(func, effects, swapped)
+            seen = c.reported
+        out = self._call(func, args, kwargs, body)
+        with c.lock:
+            self._after(func, args, kwargs, out, effects, pending, seen, since)
+        return out
+
+    def _call(self, func, args, kwargs, body: bool):
+        """Run the op; one with a Python kernel (``Library.impl``, vLLM's ``direct_register_custom_op``)
+        runs below the Python key with this mode pushed again, so the ops of its body are checked at
+        their own lines (a read there is reported instead of the op's probed read at its call)."""
+        if not body:
+            return func(*args, **kwargs)
+        _push_mode(TorchShadowMode(self.checker))
+        try:
+            return func.redispatch(_keys_below_python(args, kwargs), *args, **kwargs)
+        except NotImplementedError:  # no kernel for those keys: the dispatcher refused, nothing ran
+            pass
+        finally:
+            _pop_mode()
+        return func(*args, **kwargs)
+
+    def _reads(self, func, effects: fx.Effects, swapped: dict) -> list:
+        c = self.checker
         effects.reads = [(swapped.get(id(t), t), a) for t, a in effects.reads]  # a redirected index is still read
         pending = []
         for t, addrs in effects.reads:
             if c.is_tracked(t):
                 pending += c.torch_read(func, t, addresses(t) if addrs is None else addrs, report=not effects.probed)
-        seen = c.reported
-        out = func(*args, **kwargs)
+        return pending
+
+    def _after(self, func, args, kwargs, out, effects: fx.Effects, pending: list, seen: int, since) -> None:
+        c = self.checker
         if pending and c.reported == seen:  # the op's body (a Triton kernel it launched) said nothing more precise
             c.flush(pending)
         for t, addrs in effects.writes:
@@ -74,8 +126,7 @@ class TorchShadowMode(TorchDispatchMode):
         if effects.probed:  # an operand returned as an output was written in place, unannotated (c10d)
             for o in self._returned_operands(args, kwargs, out):
                 c.torch_write(func, o, addresses(o))
-        self._allocations(func, args, kwargs, out)
-        return out
+        self._allocations(func, args, kwargs, out, since)
 
     def _effects(self, func, args, kwargs) -> fx.Effects:
         name = func._schema.name.split("::")[-1]
@@ -126,14 +177,14 @@ class TorchShadowMode(TorchDispatchMode):
             return False
         return bool(self.checker.unwritten(ix)[bad.reshape(-1).numpy()].all())
 
-    def _allocations(self, func, args, kwargs, out) -> None:
+    def _allocations(self, func, args, kwargs, out, since=None) -> None:
         """Results in fresh storage: tracked if uninitialized (``torch.empty``), else their memory is new."""
         if getattr(func, "is_view", False):
             return
         inputs = {t.untyped_storage().data_ptr() for t in fx.leaves((args, kwargs)) if fx.has_memory(t)}
         for t in fx._tensors(out):
             if fx.has_memory(t) and t.untyped_storage().data_ptr() not in inputs:
-                self.checker.torch_alloc(func, t, uninitialized=func in EMPTY_OPS)
+                self.checker.torch_alloc(func, t, uninitialized=func in EMPTY_OPS, since=since)
 
     def _storage_change(self, func, args, kwargs):
         """``resize_`` may move and grow the storage (new bytes unwritten); ``set_`` swaps it."""

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
 from contextlib import contextmanager
 
 import numpy as np
+
+from .sub_buffers import tag_of
 
 _HOOKED = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
 
@@ -39,11 +42,21 @@ class TritonHook:
     and ``on_write``; an atomic's read passes ``load=False`` (its lanes cannot be switched off for
     being unwritten: the atomic writes them)."""
 
-    def __init__(self, on_read: Callable, on_write: Callable, on_launch: Callable, on_launch_end: Callable):
+    def __init__(self, on_read: Callable, on_write: Callable, on_launch: Callable, on_launch_end: Callable,
+                 on_view: Callable | None = None):
         self.on_read, self.on_write = on_read, on_write
+        self.on_view = on_view  # (addrs, itemsize, view tag, access): a pointer derived from a registered view
         self.on_launch, self.on_launch_end = on_launch, on_launch_end
         self._saved: dict = {}
-        self.launch: LaunchInfo | None = None
+        self._tls = threading.local()  # the launch running on each thread
+
+    @property
+    def launch(self) -> LaunchInfo | None:
+        return getattr(self._tls, "launch", None)
+
+    @launch.setter
+    def launch(self, value: LaunchInfo | None) -> None:
+        self._tls.launch = value
 
     def install(self) -> None:
         from triton.runtime import interpreter as itp
@@ -116,6 +129,9 @@ class TritonHook:
                 oob = self.on_read(addrs[mask], size, False) | self.on_write(addrs[mask], size)
             else:
                 oob = check(addrs[mask], size)
+            tag = tag_of(ptrs) if self.on_view is not None else None
+            if tag is not None:
+                self.on_view(addrs[mask][~oob], size, tag, "read" if check is self.on_read else "write")
             if oob.any():
                 if names[1] is None:
                     raise MemoryError("out-of-bounds atomic_cas (no mask to switch the lane off)")
@@ -179,14 +195,17 @@ def live_storages(addrs: np.ndarray):
     import torch
     seen, out = set(), []
     lo, hi = int(addrs.min()), int(addrs.max())
+    fake_mod = sys.modules.get("torch._subclasses.fake_tensor")
+    fake = fake_mod.FakeTensor if fake_mod is not None else ()
     for obj in gc.get_objects():
-        if not issubclass(type(obj), torch.Tensor):  # type(), not isinstance: no proxy's __class__ runs
+        # type(), not isinstance: no proxy's __class__ runs; fake tensors (Dynamo's) have no memory
+        if not issubclass(type(obj), torch.Tensor) or issubclass(type(obj), fake):
             continue
         try:
             st = obj.untyped_storage()
-        except (RuntimeError, NotImplementedError):
+            ptr, n = st.data_ptr(), st.nbytes()
+        except (RuntimeError, NotImplementedError):  # no storage, or no real memory (Dynamo's fake tensors)
             continue
-        ptr, n = st.data_ptr(), st.nbytes()
         if n and ptr not in seen and ptr <= hi and lo < ptr + n:
             seen.add(ptr)
             if ((addrs >= ptr) & (addrs < ptr + n)).any():

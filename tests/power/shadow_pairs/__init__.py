@@ -4,7 +4,19 @@ from fuzzrunner import _env
 
 _env.configure()  # TRITON_INTERPRET before triton_pairs decorates its kernels
 
-from . import adversarial, heldout_style, host, indexed, runners, storage, tracking_api, triton_pairs  # noqa: F401  (they register)
+from . import (  # noqa: F401  (they register)
+    adversarial,
+    compiled_code,
+    heldout_style,
+    host,
+    indexed,
+    runners,
+    storage,
+    sub_buffers,
+    threads,
+    tracking_api,
+    triton_pairs,
+)
 from .harness import PAIRS, Pair, run, verdict
 
 __all__ = ["PAIRS", "Pair", "run", "verdict"]

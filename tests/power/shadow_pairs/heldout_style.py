@@ -583,14 +583,14 @@ def custom_op_bool_mask_read(ctx, bug):
 
 _lib = torch.library.Library("heldout_lib", "DEF")
 _lib.define("head_sum(Tensor x, int n) -> Tensor")
-_lib.impl("head_sum", lambda x, n: x[:n].sum(0, keepdim=True), "CPU")
+_lib.impl("head_sum", lambda x, n: x[:n].sum(0, keepdim=True), "CPU")  # BAD:library_op_reads_a_prefix
 
 
 @pair("custom-op", U, "{alloc}")
 def library_op_reads_a_prefix(ctx, bug):
     x = torch.empty(6)  # ALLOC
     x[:3] = 2.0
-    y = torch.ops.heldout_lib.head_sum(x, 4 if bug else 3)  # BAD
+    y = torch.ops.heldout_lib.head_sum(x, 4 if bug else 3)  # blamed inside the op's Python body
 
 
 # -- out-of-bounds indices --------------------------------------------------------------------------

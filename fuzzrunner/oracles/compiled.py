@@ -1,0 +1,67 @@
+"""``torch.compile``'d code under the shadow oracle: the compiled graphs run, with their ops seen.
+
+Dynamo compiles nothing while a dispatch mode that does not declare ``ignore_compile_internals``
+is active: compiled regions would run eagerly, so the branch of ``torch.compiler.is_compiling()``
+code that a compiled run takes (vLLM's custom ops) would never be checked, and every code object
+entered under the mode would stay marked "skip" for the rest of the process.
+
+While the oracle is active, the compiler's stance forces the ``eager`` backend: Dynamo traces
+each region as it would for any backend (the compiled branch, graph breaks, guards), and the
+graph it produces runs as torch ops that the shadow mode, now declaring
+``ignore_compile_internals``, sees one by one at run time (Dynamo's tracing itself, on fake
+tensors, is not seen). A graph compiled under the oracle is guarded by its backend, so it is
+never used outside the case, and graphs the user's backend compiled (inductor's C++ or Triton
+code, which no hook could see) are not used inside it. The stance is restored at the end.
+
+Where torch has no ``force_backend`` stance, or the user set a stance of their own, compiled
+regions run eagerly (as before) and one warning says so.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+_visible = 0  # oracles active with the eager stance: the shadow mode may let Dynamo compile
+
+
+def visible() -> bool:
+    """Whether compiled regions are now compiled with the eager backend (ops visible to the mode)."""
+    return _visible > 0
+
+
+class CompiledRegions:
+    def __init__(self):
+        self._prior = None
+
+    def install(self) -> None:
+        global _visible
+        try:
+            from torch._dynamo import eval_frame as ef
+            prior = ef._stance
+            if prior.stance != "default":
+                raise RuntimeError(f"the compiler's stance is {prior.stance!r}")
+            self._prior = ef._set_stance(type(prior)("default", prior.skip_guard_eval_unsafe, "eager"))
+        except (ImportError, AttributeError, TypeError, RuntimeError) as exc:
+            _warn_once(exc)
+            return
+        _visible += 1
+
+    def uninstall(self) -> None:
+        global _visible
+        if self._prior is None:
+            return
+        from torch._dynamo import eval_frame as ef
+        ef._set_stance(self._prior)
+        self._prior = None
+        _visible -= 1
+
+
+_warned = False
+
+
+def _warn_once(why: BaseException) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(f"torch.compile'd code runs eagerly under the shadow oracle ({why}): the branch a "
+                      "compiled run takes (torch.compiler.is_compiling()) is not checked", stacklevel=3)

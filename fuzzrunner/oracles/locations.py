@@ -1,0 +1,60 @@
+"""Which line of the user's code made an access: the innermost frame outside torch, numpy,
+Triton and the oracles, with generated code mapped back to the code it was generated from.
+
+* ``torch.fx`` code (``<eval_with_key>.N``, a ``GraphModule``'s ``forward``): the generated line
+  is mapped to its graph node (``GraphModule._lineno_map``); a node with a recorded stack trace
+  (Dynamo's graphs, ``make_fx``, a tracer with ``record_stack_traces``) gives the user's line
+  that made it. A node without one gives nothing: the frame that called the ``GraphModule``
+  is blamed instead, never the generated file.
+* A worker thread running a builtin (``pool.submit(buf.sum)``) has no frame of its own: the line
+  that submitted it (or started the thread) is blamed.
+* Any other generated frame (a file name in angle brackets: ``<string>``, a ``functools`` or
+  Dynamo wrapper) is skipped the same way.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+
+# Frames skipped when blaming a torch op on its caller: torch, Triton, and our own hooks.
+NOT_CALLERS = ("/torch/", "/triton/", "/numpy/", "/fuzzrunner/oracles/", "/fuzzrunner/tracking.py", "/contextlib.py",
+               "/typing_extensions.py", "/concurrent/futures/", "/threading.py")
+ORIGIN = threading.local()  # per worker thread: where its work was handed over (shadow_threads)
+_TRACE_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def _fx_source(frame) -> tuple[str, int] | None:
+    """The user's line behind a line of a ``GraphModule``'s generated code, if its node recorded one."""
+    gm = frame.f_locals.get("self")
+    lines = getattr(gm, "_lineno_map", None)
+    graph = getattr(gm, "graph", None)
+    if not lines or graph is None:
+        return None
+    idx = lines.get(frame.f_lineno - frame.f_code.co_firstlineno)
+    if idx is None:
+        return None
+    nodes = list(graph.nodes)
+    trace = nodes[idx].meta.get("stack_trace") if idx < len(nodes) else None
+    for m in reversed(list(_TRACE_LINE.finditer(trace or ""))):
+        path = m["file"].replace("\\", "/")
+        if not any(s in path for s in NOT_CALLERS) and not path.startswith("<"):
+            return m["file"], int(m["line"])
+    return None
+
+
+def caller_line(depth: int = 2) -> tuple[str, int]:
+    """The innermost frame outside torch and the oracles: the code that called the torch op."""
+    f = sys._getframe(depth)
+    while f is not None:
+        path = f.f_code.co_filename.replace("\\", "/")
+        if path.startswith("<"):
+            if path.startswith("<eval_with_key>"):
+                found = _fx_source(f)
+                if found is not None:
+                    return found
+        elif not any(s in path for s in NOT_CALLERS):
+            return path, f.f_lineno
+        f = f.f_back  # type: ignore[assignment]
+    return getattr(ORIGIN, "site", None) or ("?", 0)  # a builtin handed to a pool: its submit line

@@ -1,0 +1,39 @@
+"""The words of the shadow oracle's reports: one message (and its details) per bad access."""
+
+from __future__ import annotations
+
+from .shadow_memory import BadAccess
+
+
+def describe(b: BadAccess, kernel: str, name: str, details: dict, op_index: int) -> str:
+    """The message of bad access ``b`` of ``name``; adds its facts to ``details``."""
+    if b.kind == "out-of-bounds" and getattr(b, "view", None):
+        details["view"] = b.view  # type: ignore[attr-defined]
+        return (f"{kernel} read {hex(b.address)}, inside {name}'s storage but outside the view(s) "
+                f"{', '.join(b.view)} it was given (an adapter slice read past its end?)")  # type: ignore[attr-defined]
+    if b.kind == "out-of-bounds":
+        where = (f"{b.byte_offset} byte(s) outside {name}" if b.allocation else "outside every tracked allocation")
+        details["distance_bytes"] = b.byte_offset
+        return f"{kernel} accessed {hex(b.address)}, {where}; the lane was masked off"
+    element = b.allocation.element(b.byte_offset)  # type: ignore[union-attr]
+    details.update(element=list(element), byte_offset=b.byte_offset)
+    if b.kind == "stale-read":
+        details["written_in_op"] = b.written_epoch - 1
+        when = f"op {b.written_epoch - 1}" if b.written_epoch > 0 else "set-up, before op 0"
+        why = f"last written in {when}, not in this op {op_index}"
+    else:
+        why = "never written"
+    pid = f" (program {tuple(details['program_id'])})" if "program_id" in details else ""
+    return f"{kernel}{pid} read {name}[{', '.join(map(str, element))}] (byte {b.byte_offset}): {why}"
+
+
+def describe_sub_buffer(addr: int, itemsize: int, view: tuple, into: str | None, kernel: str,
+                        details: dict) -> str:
+    """A lane through a pointer derived from registered view ``view`` = (lo, hi, name) that left it."""
+    lo, hi, name = view
+    into = into or "untracked memory"
+    dist = lo - addr if addr < lo else addr + itemsize - hi
+    side = "before the start" if addr < lo else "past the end"
+    details.update(address=hex(addr), view=[name], into=into, distance_bytes=dist)
+    verb = "read" if details.get("access") == "read" else "wrote"
+    return f"{kernel} {verb} {hex(addr)}, {dist} byte(s) {side} of the view {name} it was given, into {into}"
