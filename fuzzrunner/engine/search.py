@@ -22,7 +22,7 @@ from ..coverage import Coverage, features_of
 from ..errors import HarnessError, InvalidCase
 from ..finding import Finding, group
 from ..settings import Settings
-from ..target import Target
+from ..target import DrawError, Target, draw_error
 from . import result as R
 from .database import campaign_database
 from .findings import FindingBook
@@ -67,7 +67,7 @@ class Shard:
         self.target_spec, self.target, self.settings, self.faults = target_spec, target, settings, faults
         self.corpus, self.index, self.seed = corpus, index, seed
         self.emit = on_event or (lambda e: None)
-        self.book = FindingBook(corpus, target.name, target_spec)
+        self.book = FindingBook(corpus, target.name, target_spec, settings.case_timeout_s)
         from ..names import effective_oracles
         self.hub = Hub(worker, oracles=effective_oracles(settings.oracles, worker.device, settings.sanitizer),
                        timeout_s=settings.case_timeout_s)
@@ -97,7 +97,9 @@ class Shard:
         return self.hub.run(case).violations
 
     def record(self, violations, case: Case) -> list[tuple[Finding, bool]]:
-        recorded = self.book.record(violations, case, self.result.examples, self.elapsed())
+        # "found after N examples": N counts every case run so far, the replayed corpus and seed cases too
+        # (a seed case that shows the bug is found after 1, as the summary says, not after 0)
+        recorded = self.book.record(violations, case, self.result.examples + len(self.result.replayed), self.elapsed())
         for finding, new in recorded:
             if new and not self._confirmed(finding, case):
                 continue
@@ -226,14 +228,13 @@ class Shard:
                        suppress_health_check=[HealthCheck.differing_executors],
                        verbosity=Verbosity.quiet, report_multiple_bugs=True, print_blob=False)
         # settings outside seed: seed() alone would switch the example database off
-        hs(hseed(self.seed * 1_000_003 + self.index * 7919 + batch)(given(strategy)(self._test)))()
+        try:
+            hs(hseed(self.seed * 1_000_003 + self.index * 7919 + batch)(given(strategy)(self._test)))()
+        except DrawError as e:  # the target's strategy raised: the target's error, not ours, not a finding
+            raise draw_error(self.target.name, e) from e.error
 
     def search(self, quota: int) -> None:
-        try:
-            strategy = self.target.cases(self.faults, max_ops=self.settings.max_ops)
-        except TypeError as e:
-            raise HarnessError(f"target {self.target.name!r}: cases(faults, *, max_ops) failed ({e}); a target's "
-                               f"cases must accept the faults and the keyword max_ops.") from None
+        strategy = self.target.strategy(self.faults, self.settings.max_ops)  # TargetError if cases() fails
         batch, done = 0, 0
         while done < quota:
             self._failing = set()

@@ -109,7 +109,24 @@ def _href(repro: str, base: Path | None) -> str:
             p = Path(os.path.relpath(p, base))
         except ValueError:  # another drive on Windows: keep it absolute
             pass
-    return urllib.parse.quote(p.as_posix())
+    return urllib.parse.quote(_path_bytes(p.as_posix()))  # bytes: a non-UTF-8 folder links as %FF, not a crash
+
+
+def _path_bytes(path: str) -> bytes:
+    """The file system's bytes of a path that came from it (undecodable bytes as surrogates)."""
+    try:
+        return os.fsencode(path)
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogatepass")
+
+
+def _shown(page: str) -> str:
+    """Undecodable bytes of a path (``surrogateescape``) shown as ``\\xff``: a character reference
+    to a lone surrogate is not valid HTML."""
+    return _SURROGATE.sub(lambda m: f"\\x{ord(m.group()) & 0xff:02x}", page)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _findings(run: dict, base: Path | None) -> str:
@@ -240,7 +257,7 @@ def html_text(results, *, base: Path | None = None) -> str:
             f'{_summary(report_runs)}{_skipped(report)}{history_section(report)}{body}'
             f'<footer>fuzzrunner {_e(__version__)} '
             f'&middot; report schema {SCHEMA}</footer></main></body></html>\n')
-    return page.encode("ascii", "xmlcharrefreplace").decode("ascii")
+    return _shown(page).encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 
 def _skipped(report: dict) -> str:
