@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -20,6 +21,12 @@ EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # a value such as -inf or -1e3 is a (bad) number to validate, not an unknown option
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|nan)$",
+                                                   re.IGNORECASE)
+
     def error(self, message):  # one line and exit 2, as for every other error
         raise _UsageError(f"{message} (see `fuzzrunner {self.prog.split()[-1]} --help`)"
                           if " " in self.prog else message)
@@ -380,13 +387,13 @@ def cmd_fuzz(args) -> int:
     from .api import fuzz
     from .target import load_target, resolve_spec
     _check_distinct_files({"--report": args.report, "--junit": args.junit, "--html": args.html})
+    settings = _settings(args)  # bad flags and targets first: a refused command leaves no folder behind
+    spec = _absolute_spec(resolve_spec(args.target)) if ":" in args.target else args.target
+    load_target(spec).check_faults(args.fault)
     for p in (args.report, args.junit, args.html):
         _check_writable_file(p)
     _check_corpus(args.corpus)
     _check_cluster(args)
-    settings = _settings(args)
-    spec = _absolute_spec(resolve_spec(args.target)) if ":" in args.target else args.target
-    load_target(spec).check_faults(args.fault)
     previous = _load_previous(args.previous)
     progress = Progress(sys.stderr, settings, quiet=args.quiet, verbose=args.verbose)
     overrides = {k: v for k, v in settings.to_dict().items() if k != "oracles" or v is not None}
@@ -535,6 +542,7 @@ def _nightly_target(name, args, settings, per_budget, report_dir: Path, previous
 def cmd_nightly(args) -> int:
     from .errors import InvalidArgument
     from .target import BUILTIN, unavailable
+    settings = _settings(args)  # bad flags first: a refused command leaves no folder behind
     report_dir = Path(args.report_dir)
     try:
         report_dir.mkdir(parents=True, exist_ok=True)
@@ -544,7 +552,6 @@ def cmd_nightly(args) -> int:
         _check_writable_file(report_dir / name)
     _check_corpus(args.corpus)
     _check_cluster(args)
-    settings = _settings(args)
     previous = _load_previous(args.previous)
     skipped = {n: reason for n in BUILTIN if (reason := unavailable(n))}
     names_ = [n for n in BUILTIN if not _skipped(n, skipped.get(n))]
@@ -688,7 +695,6 @@ MAX_ECHO = 200  # characters of one user value (a path, a fault name) quoted bac
 def clip(message: str, limit: int = MAX_ECHO) -> str:
     """``message`` with each run of more than ``limit`` non-blank characters cut in its middle, and
     the whole kept under a few lines' length: a 100 KB ``--fault`` name is not echoed in full."""
-    import re
 
     def cut(m) -> str:
         word = m.group(0)

@@ -133,7 +133,7 @@ def group(violations: list[Violation]) -> list[tuple[Violation, list[Violation]]
 
 def _seconds(v) -> float | None:
     """A recorded timeout, if it is a real one (files are edited by hand; older ones have none)."""
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= names.MAX_CASE_TIMEOUT_S
     return float(v) if ok else None
 
 

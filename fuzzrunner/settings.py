@@ -20,7 +20,7 @@ def _validate_max_examples(v):
 
 
 MAX_BUDGET_S = 366 * 86400    # a year: past it a campaign's deadline means nothing (and sleeps overflow)
-MAX_CASE_TIMEOUT_S = 7 * 86400  # a week for one case
+MAX_CASE_TIMEOUT_S = names.MAX_CASE_TIMEOUT_S
 
 
 def _seconds(v) -> bool:
@@ -32,7 +32,7 @@ def _seconds(v) -> bool:
 def _validate_budget_s(v):
     if v is not None and not (_seconds(v) and 0 < v <= MAX_BUDGET_S):
         raise InvalidArgument(f"budget_s={v!r} (--budget) must be a number of seconds above 0 and at most "
-                              f"{MAX_BUDGET_S:,} (a year); for no time limit leave it out (None).")
+                              f"{MAX_BUDGET_S:,} (a year); budget_s=None means no time limit.")
 
 
 def _validate_seed(v):

@@ -120,15 +120,6 @@ def _path_bytes(path: str) -> bytes:
         return path.encode("utf-8", "surrogatepass")
 
 
-def _shown(page: str) -> str:
-    """Undecodable bytes of a path (``surrogateescape``) shown as ``\\xff``: a character reference
-    to a lone surrogate is not valid HTML."""
-    return _SURROGATE.sub(lambda m: f"\\x{ord(m.group()) & 0xff:02x}", page)
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def _findings(run: dict, base: Path | None) -> str:
     if not run["findings"]:
         return f'<p class="meta">No findings in {plural(run["examples"], "example")}.</p>'
@@ -257,7 +248,7 @@ def html_text(results, *, base: Path | None = None) -> str:
             f'{_summary(report_runs)}{_skipped(report)}{history_section(report)}{body}'
             f'<footer>fuzzrunner {_e(__version__)} '
             f'&middot; report schema {SCHEMA}</footer></main></body></html>\n')
-    return _shown(page).encode("ascii", "xmlcharrefreplace").decode("ascii")
+    return page.encode("ascii", "xmlcharrefreplace").decode("ascii")  # _e shows undecodable path bytes as \xNN
 
 
 def _skipped(report: dict) -> str:

@@ -107,7 +107,8 @@ def test_the_pytest_plugin_leaves_a_fifo_out_of_the_corpus_items_with_a_warning(
 
 @pytest.mark.parametrize("flag, value", [("--case-timeout", "nan"), ("--case-timeout", "inf"),
                                          ("--case-timeout", "-1"), ("--case-timeout", "0"),
-                                         ("--case-timeout", "1e999"), ("--budget", "nan"), ("--budget", "inf"),
+                                         ("--case-timeout", "1e999"), ("--case-timeout", "-inf"),
+                                         ("--budget", "nan"), ("--budget", "inf"), ("--budget", "-1e3"),
                                          ("--budget", "-5"), ("--budget", "0"), ("--max-examples", "-3"),
                                          ("--workers", "0"), ("--max-ops", "0")])
 def test_a_numeric_flag_that_is_not_finite_and_in_range_is_refused_before_any_case_runs(
@@ -115,7 +116,7 @@ def test_a_numeric_flag_that_is_not_finite_and_in_range_is_refused_before_any_ca
     assert fuzz(tmp_path, spec("OK"), flag, value, "--report", str(tmp_path / "r.json")) == 2
     line = one_error_line(capsys)
     assert flag in line and "must be" in line
-    assert not (tmp_path / "r.json").exists() and not (tmp_path / "corpus" / "findings").exists()
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "corpus").exists()  # nothing left behind
 
 
 def test_replay_validates_its_case_timeout_too(tmp_path, capsys):

@@ -182,3 +182,11 @@ def test_hypothesis_storage_goes_under_the_corpus_during_a_campaign_and_is_put_b
     assert configuration.storage_directory("x", intent_to_write=False).path == before
     with hypothesis_storage(None):
         assert not str(configuration.storage_directory("x", intent_to_write=False).path).startswith(os.getcwd())
+
+
+@pytest.mark.parametrize("recorded, read", [(5, 5.0), (0.5, 0.5), (None, None), (math.nan, None), (1e300, None),
+                                            (-1, None), ("5", None), (True, None)])
+def test_a_findings_recorded_timeout_is_read_only_if_it_is_a_real_one(recorded, read):
+    d = _finding("uninitialized-read", 1, after=1).to_dict()
+    d["case_timeout_s"] = recorded
+    assert Finding.from_dict(d).case_timeout_s == read
