@@ -259,13 +259,14 @@ def test_a_non_utf8_target_path_and_corpus_keep_the_finding_and_every_report(tmp
 # -- 8. what a new user sees ------------------------------------------------------------------------
 
 def test_a_campaign_leaves_no_hypothesis_folder_in_the_working_directory(tmp_path):
-    """Hypothesis caches the constants of local source files under its home, ./.hypothesis by default."""
+    """Hypothesis caches the constants of local source files under its home, ./.hypothesis by default
+    (the reference runner's strategies make it do so)."""
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "HYPOTHESIS_STORAGE_DIRECTORY"}
-    p = subprocess.run([sys.executable, "-m", "fuzzrunner", "fuzz", "--target", spec("OK"), "--max-examples", "3",
-                        "--seed", "1", "-q", "--corpus", str(tmp_path / "corpus")], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "fuzzrunner", "fuzz", "--target", "reference_runner", "--max-examples",
+                        "3", "--seed", "1", "-q", "--corpus", str(tmp_path / "corpus")], capture_output=True, text=True,
                        cwd=cwd, env={**env, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert p.returncode == 0, p.stderr
     assert os.listdir(cwd) == []
-    assert (tmp_path / "corpus" / "hypothesis" / ".storage").is_dir()
+    assert os.listdir(tmp_path / "corpus" / "hypothesis" / ".storage" / "constants")  # they went here instead
