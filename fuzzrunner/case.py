@@ -9,20 +9,11 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from .errors import InvalidCase, NewerSchema
+from .safe_io import read_text
 
 SCHEMA = 1
-
-
-def read_text(path: str | os.PathLike) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise InvalidCase(f"{path}: cannot read ({e.strerror}).") from None
-    except UnicodeDecodeError:
-        raise InvalidCase(f"{path}: not a text file; is this a fuzzrunner JSON file?") from None
 
 
 def parse_json(text: str, source: str):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -20,6 +21,12 @@ EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # a value such as -inf or -1e3 is a (bad) number to validate, not an unknown option
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|nan)$",
+                                                   re.IGNORECASE)
+
     def error(self, message):  # one line and exit 2, as for every other error
         raise _UsageError(f"{message} (see `fuzzrunner {self.prog.split()[-1]} --help`)"
                           if " " in self.prog else message)
@@ -44,6 +51,11 @@ def _by_profile(field: str) -> str:
     values = ", ".join(f"{name} {getattr(s, field) if getattr(s, field) is not None else 'none'}"
                        for name, s in PROFILES.items())
     return f" (default by profile: {values})"
+
+
+def _default(field: str) -> str:
+    from .settings import Settings
+    return f"{getattr(Settings, field):g}"
 
 
 def _campaign_options(p: argparse.ArgumentParser, profile: str) -> None:
@@ -119,14 +131,20 @@ def _parser() -> argparse.ArgumentParser:
                    help="run only these oracles (repeatable)")
     r.add_argument("--device", choices=names.DEVICES, help="where the worker runs kernels")
     r.add_argument("--sanitizer", choices=names.SANITIZERS, default="none", help="run under compute-sanitizer")
+    r.add_argument("--case-timeout", type=float, metavar="SECONDS",
+                   help="a case running longer is a timeout (default: the one each finding was found under, "
+                        f"else {_default('case_timeout_s')} s)")
     r.add_argument("--debug", action="store_true", help=DEBUG_HELP)
 
     e = sub.add_parser("export", help="write a standalone repro script for a finding", formatter_class=_Help,
                        epilog="example:\n  fuzzrunner export corpus/findings/reference_runner/3c46bb51a214.json "
-                              "-o repro.py && python repro.py")
-    e.add_argument("finding", nargs="+", metavar="FINDING.json", help="one finding file (the corpus' findings/ or "
+                              "-o repro.py && python repro.py\n"
+                              "  fuzzrunner export corpus/findings/reference_runner/*.json -o repros/")
+    e.add_argument("finding", nargs="+", metavar="FINDING.json", help="finding files (the corpus' findings/ or "
                    "expected/)")
-    e.add_argument("-o", "--output", default="repro.py", help="the script to write (or a folder)")
+    e.add_argument("-o", "--output", default="repro.py",
+                   help="the script to write, or a folder for one repro_<id>.py per finding (several files: a "
+                        "folder, made if missing)")
     e.add_argument("--target", help="the target spec the script loads (default: what the finding recorded)")
     e.add_argument("--debug", action="store_true", help=DEBUG_HELP)
 
@@ -231,6 +249,29 @@ def _check_writable_file(p) -> None:
         raise InvalidArgument(f"cannot write {p!r}: {e.strerror or e}.") from None
 
 
+def _check_distinct_files(paths: dict) -> None:
+    """Two report flags naming one file (``--report x --junit x``, or ``./x`` and ``x``, or a link):
+    the second write would silently replace the first report."""
+    from .errors import InvalidArgument
+    seen: dict = {}
+    for flag, p in paths.items():
+        if not p:
+            continue
+        key = _file_key(p)
+        if key in seen:
+            raise InvalidArgument(f"{seen[key]} and {flag} name the same file {p!r}: one would overwrite the other. "
+                                  f"Give each report its own file (--report r.json --junit r.xml --html r.html).")
+        seen[key] = flag
+
+
+def _file_key(p) -> tuple:
+    try:
+        st = os.stat(p)
+        return ("inode", st.st_dev, st.st_ino)  # hard links and symlinks to one file are one file
+    except OSError:
+        return ("path", os.path.realpath(p))
+
+
 def _check_cluster(args) -> None:
     """``--ray`` needs Ray here (the one install line if not); ``--db`` needs ``--ray`` and a Redis URL."""
     from .errors import InvalidArgument
@@ -280,9 +321,8 @@ def _summary(result, out) -> None:
     from .finding import render
     from .report.json_report import cluster_text, skip_lines
     n = len(result.findings)
-    out.write(f"{result.target}: {result.examples} cases ({result.generated} generated, {result.invalid} invalid) "
-              f"in {result.duration_s:.1f} s (seed {result.seed}), stopped: {result.stop_reason or 'unknown'}; "
-              f"{n} finding{'s' * (n != 1)}\n")
+    out.write(f"{result.target}: {_cases_text(result)} in {result.duration_s:.1f} s (seed {result.seed}), "
+              f"stopped: {result.stop_reason or 'unknown'}; {n} finding{'s' * (n != 1)}\n")
     if getattr(result, "cluster", None):
         out.write(f"  {cluster_text(result.cluster)}\n")
     causes = [{"id": i, **c} for i, c in result.known_crash_causes.items()]
@@ -299,6 +339,14 @@ def _summary(result, out) -> None:
         out.write(f"  warning: {w}\n")
     for e in result.errors:
         out.write(f"  ERROR: {e}\n")
+
+
+def _cases_text(result) -> str:
+    """'105 cases: 5 replayed, 100 generated (0 invalid), 0 shrinking': every number the run prints
+    (coverage's valid cases = replayed + generated - invalid; "found after N examples" counts them all)."""
+    replayed, shrinking = len(result.replayed), max(0, result.examples - result.generated)
+    return (f"{replayed + result.examples} cases: {replayed} replayed (corpus and seeds), {result.generated} "
+            f"generated ({result.invalid} invalid), {shrinking} shrinking")
 
 
 def _coverage_line(result, out) -> None:
@@ -350,13 +398,14 @@ def _write_reports(report: dict, json_path=None, junit_path=None, html_path=None
 def cmd_fuzz(args) -> int:
     from .api import fuzz
     from .target import load_target, resolve_spec
+    _check_distinct_files({"--report": args.report, "--junit": args.junit, "--html": args.html})
+    settings = _settings(args)  # bad flags and targets first: a refused command leaves no folder behind
+    spec = _absolute_spec(resolve_spec(args.target)) if ":" in args.target else args.target
+    load_target(spec).check_faults(args.fault)
     for p in (args.report, args.junit, args.html):
         _check_writable_file(p)
     _check_corpus(args.corpus)
     _check_cluster(args)
-    settings = _settings(args)
-    spec = _absolute_spec(resolve_spec(args.target)) if ":" in args.target else args.target
-    load_target(spec).check_faults(args.fault)
     previous = _load_previous(args.previous)
     progress = Progress(sys.stderr, settings, quiet=args.quiet, verbose=args.verbose)
     overrides = {k: v for k, v in settings.to_dict().items() if k != "oracles" or v is not None}
@@ -391,13 +440,13 @@ def _replay_one(replayer, path, args) -> int:
         spec = _absolute_spec(args.target) if args.target else (finding.target_spec if finding and
                                                                  finding.target_spec else case.target)
         if not args.target and ":" not in spec and spec not in BUILTIN:
-            print(f"fuzzrunner: error: could not run {path}: it is a case of target {spec!r}, which is not "
-                  f"built in: name yours with --target path/to/file.py:OBJ", file=sys.stderr)
+            _error(f"could not run {path}: it is a case of target {spec!r}, which is not built in: name yours "
+                   f"with --target path/to/file.py:OBJ")
             return EXIT_ERROR
-        violations = replayer.run(case, spec)
+        violations = replayer.run(case, spec, _replay_timeout(args, finding))
     except FuzzrunnerError as e:
         message = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
-        print(f"fuzzrunner: error: could not run {message}", file=sys.stderr)
+        _error(f"could not run {message}")
         return EXIT_ERROR
     limits = limitations(violations)
     violations = [v for v in violations if not any(v is x for x in limits)]
@@ -425,11 +474,18 @@ def _replay_one(replayer, path, args) -> int:
     return EXIT_FINDINGS
 
 
+def _replay_timeout(args, finding) -> float | None:
+    """--case-timeout, else the timeout the finding was found under (a timeout finding of a 5 s campaign
+    must not wait 120 s), else the default."""
+    return args.case_timeout or (finding.case_timeout_s if finding is not None else None)
+
+
 def cmd_replay(args) -> int:
     from .engine.replay import Replayer
     from .settings import Settings
+    extra = {"case_timeout_s": args.case_timeout} if args.case_timeout is not None else {}
     settings = _check_device(Settings(device=args.device, sanitizer=args.sanitizer,
-                                      oracles=tuple(args.oracle) if args.oracle else None))
+                                      oracles=tuple(args.oracle) if args.oracle else None, **extra))
     with Replayer(settings) as replayer:
         codes = [_replay_one(replayer, path, args) for path in args.files]
     # a file that could not run is never hidden behind one that reproduced
@@ -437,19 +493,47 @@ def cmd_replay(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .errors import InvalidArgument
+    """One finding: the script ``-o`` names (or ``repro_<id>.py`` in that folder). Several (a glob):
+    ``-o`` is a folder (made if missing), one ``repro_<id>.py`` each; a file that cannot be read is
+    said and skipped, the others are written, and the exit is 2."""
+    from .errors import FuzzrunnerError, InvalidArgument
     from .finding import Finding
     from .repro import export_repro
+    out = Path(args.output)
     if len(args.finding) > 1:
-        shown = ", ".join(args.finding[:3]) + (", ..." if len(args.finding) > 3 else "")
-        raise InvalidArgument(f"export takes one finding file; {len(args.finding)} were given ({shown}): "
-                              f"export each, or pick one.")
-    finding = Finding.load(args.finding[0])
-    if not Path(args.output).is_dir():
+        if out.suffix == ".py" and not out.is_dir():
+            raise InvalidArgument(f"{len(args.finding)} finding files were given and -o {args.output!r} names one "
+                                  f"script: give a folder (-o DIR) for one repro_<id>.py each, or one file.")
+        _make_folder(out)
+    elif not out.is_dir():
         _check_writable_file(args.output)
-    path = export_repro(finding, args.output, target=_absolute_spec(args.target) if args.target else None)
-    print(f"wrote {path}: run it with `python {path}` (exit 1 reproduced, 0 not, 2 could not run)")
-    return EXIT_OK
+    target = _absolute_spec(args.target) if args.target else None
+    code, written = EXIT_OK, set[Path]()
+    for file in args.finding:
+        try:
+            finding = Finding.load(file)
+            dest = out / f"repro_{finding.id}.py" if out.is_dir() else out
+            if dest in written:  # one bug saved twice (findings/ and expected/): never overwrite the first
+                dest = dest.with_name(f"{dest.stem}_{len(written)}.py")
+            path = export_repro(finding, dest, target=target)
+        except FuzzrunnerError as e:
+            if len(args.finding) == 1:
+                raise
+            _error(str(e))
+            code = EXIT_ERROR
+            continue
+        written.add(path)
+        print(f"wrote {path}: run it with `python {path}` (exit 1 reproduced, 0 not, 2 could not run)")
+    return code
+
+
+def _make_folder(out: Path) -> None:
+    from .errors import InvalidArgument
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InvalidArgument(f"cannot use -o {str(out)!r} as the folder of the repro scripts: "
+                              f"{e.strerror or e}.") from None
 
 
 def _nightly_target(name, args, settings, per_budget, report_dir: Path, previous: dict | None):
@@ -478,6 +562,7 @@ def _nightly_target(name, args, settings, per_budget, report_dir: Path, previous
 def cmd_nightly(args) -> int:
     from .errors import InvalidArgument
     from .target import BUILTIN, unavailable
+    settings = _settings(args)  # bad flags first: a refused command leaves no folder behind
     report_dir = Path(args.report_dir)
     try:
         report_dir.mkdir(parents=True, exist_ok=True)
@@ -487,7 +572,6 @@ def cmd_nightly(args) -> int:
         _check_writable_file(report_dir / name)
     _check_corpus(args.corpus)
     _check_cluster(args)
-    settings = _settings(args)
     previous = _load_previous(args.previous)
     skipped = {n: reason for n in BUILTIN if (reason := unavailable(n))}
     names_ = [n for n in BUILTIN if not _skipped(n, skipped.get(n))]
@@ -500,7 +584,7 @@ def cmd_nightly(args) -> int:
         finally:  # the combined report, also after a failure or an interruption
             _write_combined(results, previous, args, skipped, report_dir)
     for message in errors:
-        print(f"fuzzrunner: error: {message}", file=sys.stderr)
+        _error(message)
     code = _exit_code(results)
     code = code if code in (EXIT_INTERRUPTED, EXIT_ERROR) or not errors else EXIT_ERROR
     print(_nightly_line(results, skipped, errors, code))
@@ -509,7 +593,8 @@ def cmd_nightly(args) -> int:
 
 def _nightly_line(results: list, skipped: dict, errors: list, code: int) -> str:
     """The nightly's last line: every target at once, and what the exit code says."""
-    ran = ", ".join(f"{r.target} {r.examples} cases {len(r.findings)} finding{'s' * (len(r.findings) != 1)}"
+    ran = ", ".join(f"{r.target} {len(r.replayed) + r.examples} cases {len(r.findings)} "
+                    f"finding{'s' * (len(r.findings) != 1)}"
                     for r in results) or "no target ran"
     notes = [f"{len(skipped)} skipped" if skipped else "", f"{len(errors)} failed" if errors else ""]
     meaning = {0: "no finding", 1: "findings", EXIT_INTERRUPTED: "interrupted"}.get(code, "error")
@@ -589,7 +674,82 @@ COMMANDS = {"check-target": cmd_check_target, "fuzz": cmd_fuzz, "replay": cmd_re
             "nightly": cmd_nightly, "targets": cmd_targets, "faults": cmd_faults, "doctor": cmd_doctor}
 
 
+class _SafeStream:
+    """stdout or stderr that never ends a command. Once its reader has gone (``fuzzrunner replay ... |
+    head``) later writes are dropped and the command runs to its end (reports written, exit code
+    kept) instead of dying with "internal error: BrokenPipeError"; the descriptor is pointed at
+    /dev/null, so the interpreter's last flush does not raise either (Python's documented recipe).
+    A path with undecodable bytes (a non-UTF-8 folder) that the stream cannot encode is written
+    with backslash escapes instead of raising UnicodeEncodeError."""
+
+    def __init__(self, stream):
+        self.stream, self.gone = stream, False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                try:
+                    return self.stream.write(text)
+                except UnicodeEncodeError:
+                    encoding = getattr(self.stream, "encoding", None) or "utf-8"
+                    return self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def _drop(self) -> None:
+        self.gone = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):  # no real descriptor (a test's capture): just drop
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+MAX_ECHO = 200  # characters of one user value (a path, a fault name) quoted back in a message
+
+
+def clip(message: str, limit: int = MAX_ECHO) -> str:
+    """``message`` with each run of more than ``limit`` non-blank characters cut in its middle, and
+    the whole kept under a few lines' length: a 100 KB ``--fault`` name is not echoed in full."""
+
+    def cut(m) -> str:
+        word = m.group(0)
+        return f"{word[:limit // 2]}...[{len(word) - limit * 3 // 4} characters]...{word[-(limit // 4):]}"
+    message = re.sub(rf"\S{{{limit + 1},}}", cut, message)
+    if len(message) > 8 * limit:
+        message = f"{message[:6 * limit]} ...[{len(message) - 7 * limit} characters]... {message[-limit:]}"
+    return message
+
+
+def _error(message: str) -> None:
+    """The one-line error of every command, with long user values cut (``clip``)."""
+    print(f"fuzzrunner: error: {clip(message)}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _SafeStream(out), _SafeStream(err)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout.flush()  # here, where a gone reader is caught, not in the interpreter's exit
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
@@ -608,15 +768,15 @@ def main(argv: list[str] | None = None) -> int:
         print("fuzzrunner: interrupted; findings so far are in the corpus", file=sys.stderr)
         return EXIT_INTERRUPTED
     except _UsageError as e:
-        print(f"fuzzrunner: error: {e}", file=sys.stderr)
+        _error(str(e))
         return EXIT_ERROR
     except Exception as e:
         from .errors import FuzzrunnerError
         if debug:
             traceback.print_exc()
         if isinstance(e, FuzzrunnerError):
-            print(f"fuzzrunner: error: {e}", file=sys.stderr)
+            _error(str(e))
         else:
-            print(f"fuzzrunner: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
-                  file=sys.stderr)
+            print(f"fuzzrunner: internal error: {type(e).__name__}: {clip(str(e))} (rerun with --debug for the "
+                  f"traceback)", file=sys.stderr)
         return EXIT_ERROR

@@ -7,6 +7,7 @@ Layout of a corpus directory:
     cases/<target>/<name>.json              cases kept as regression seeds (replayed first)
     quarantine/...                          files that could not be read, moved aside (never deleted)
     hypothesis/<target>/                    Hypothesis' example database (if none is plugged in)
+    hypothesis/.storage/                    Hypothesis' own caches (never ./.hypothesis in the working directory)
 Every write goes to a temporary file in the same directory, then ``os.replace``: a
 ``kill -9`` at any moment leaves either the old file or the new one, never half of one.
 """
@@ -18,9 +19,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from .case import Case, parse_json, read_text
-from .errors import InvalidCase, NewerSchema
+from .case import Case, parse_json
+from .errors import InvalidCase, NewerSchema, SkippedFile
 from .finding import Finding, is_finding_dict
+from .safe_io import json_files, read_text, subfolders
 
 
 def atomic_write(path: Path | str, text: str, mode: int = 0o644) -> Path:
@@ -88,25 +90,27 @@ class Corpus:
         return atomic_write(self.root / "cases" / safe_name(case.target) / f"{safe_name(name)}.json",
                             case.to_json(indent=2))
 
-    def _files(self, base: Path, target: str | None) -> list[Path]:
-        if not base.is_dir():
-            return []
-        dirs = [base / safe_name(target)] if target else sorted(p for p in base.iterdir() if p.is_dir())
-        return [p for d in dirs for p in sorted(d.glob("*.json"))]
+    def _files(self, base: Path, target: str | None, on_skip) -> list[Path]:
+        """The ``*.json`` names of ``base/<target>/`` (every target's without one), followed by nothing:
+        ``load_any`` reads each through ``safe_io``, which refuses FIFOs, loops and huge files."""
+        dirs = [base / safe_name(target)] if target else subfolders(base, on_skip)
+        return [p for d in dirs for p in json_files(d)]
 
     def entries(self, target: str | None = None, *, on_bad=None) -> list[tuple[Path, Case, Finding | None]]:
         """Every finding, then every case, of ``target``: (path, case, finding or None).
 
         A file that cannot be read or parsed is moved to ``quarantine/`` and reported through
-        ``on_bad(path, moved_to, error)``; one written by a newer fuzzrunner is reported and left in
+        ``on_bad(path, moved_to, error)``; one written by a newer fuzzrunner, and anything that is not
+        a regular file of sane size (``SkippedFile``: a FIFO, a symlink loop), are reported and left in
         place (moved_to None); the others load on.
         """
         out = []
-        for path in self._files(self.findings_dir, target) + self._files(self.root / "cases", target):
+        skip = (lambda path, e: on_bad(path, None, e)) if on_bad is not None else None
+        for path in self._files(self.findings_dir, target, skip) + self._files(self.root / "cases", target, skip):
             try:
                 case, finding = load_any(path)
-            except InvalidCase as e:  # a newer fuzzrunner's file is left where it is, for it
-                moved = None if isinstance(e, NewerSchema) else self.quarantine(path)
+            except InvalidCase as e:  # a newer fuzzrunner's file, or not a file at all, is left where it is
+                moved = None if isinstance(e, (NewerSchema, SkippedFile)) else self.quarantine(path)
                 if on_bad is not None:
                     on_bad(path, moved, e)
                 continue
@@ -115,8 +119,8 @@ class Corpus:
 
     def quarantine(self, path: Path) -> Path | None:
         """Move an unreadable file under ``quarantine/`` (same relative path); None if it cannot move."""
-        try:
-            rel = Path(path).resolve().relative_to(self.root.resolve())
+        try:  # abspath, not resolve(): the path may be a symlink loop, and moving moves the link itself
+            rel = Path(os.path.abspath(path)).relative_to(os.path.abspath(self.root))
         except ValueError:
             rel = Path(Path(path).name)
         dest = self.root / "quarantine" / rel
@@ -129,6 +133,11 @@ class Corpus:
 
     def database_path(self, target: str) -> Path:
         return self.root / "hypothesis" / safe_name(target)
+
+    def hypothesis_home(self) -> Path | None:
+        """Where Hypothesis keeps its own files (its cache of constants) during a campaign, instead of
+        ``./.hypothesis`` in whatever directory the user ran from; None: a temporary folder."""
+        return self.root / "hypothesis" / ".storage"
 
 
 def safe_name(name: str) -> str:

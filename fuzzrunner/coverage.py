@@ -103,7 +103,8 @@ def table(cov: dict, *, width: int = 30) -> list[str]:
 
 def summary_line(cov: dict) -> str:
     never = cov.get("never_reached", [])
-    head = f"coverage: {len(cov.get('features', {}))} feature(s) reached over {cov.get('cases', 0)} valid case(s)"
+    head = (f"coverage: {len(cov.get('features', {}))} feature(s) reached over {cov.get('cases', 0)} valid case(s) "
+            f"(replayed and generated)")
     if not cov.get("declared"):
         return head + " (the target declares no feature space)"
     if not never:

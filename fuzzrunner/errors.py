@@ -17,8 +17,18 @@ class NewerSchema(InvalidCase):
     """A file written by a newer fuzzrunner: not broken, so never quarantined (a teammate's corpus)."""
 
 
+class SkippedFile(InvalidCase):
+    """Not a regular file (a FIFO, a device, a folder), a symlink loop, or too big: never read, never
+    quarantined, left where it is (fuzzrunner.safe_io)."""
+
+
 class HarnessError(FuzzrunnerError):
     """The harness broke (a target cannot be set up, every worker dies): not a finding."""
+
+
+class TargetError(HarnessError):
+    """The target's own code failed outside ``run`` (its ``cases()``, its strategy): the target's bug,
+    named as the target's, not fuzzrunner's internal error and not a finding."""
 
 
 class SanitizerNotFound(HarnessError):

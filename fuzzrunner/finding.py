@@ -15,8 +15,9 @@ import time
 from dataclasses import dataclass, field
 
 from . import names
-from .case import Case, parse_json, read_text
+from .case import Case, parse_json
 from .errors import InvalidCase, NewerSchema
+from .safe_io import read_text
 from .signature import Signature
 from .violation import Violation, window_lines
 
@@ -143,8 +144,8 @@ def group(violations: list[Violation]) -> list[tuple[Violation, list[Violation]]
         owner = _owner(v, heads) or _explained_by(v, explained)
         if owner is not None:
             groups[owner.signature.id][1].append(v)
-        elif _lost_after(v, raised):  # the context a CUDA error raised in Python broke: one bug, not two
-            groups.setdefault(raised.signature.id, (raised, []))[1].append(v)  # type: ignore[union-attr]
+        elif raised is not None and _lost_after(v, raised):  # the context a CUDA error raised in Python broke
+            groups.setdefault(raised.signature.id, (raised, []))[1].append(v)
         elif v.signature.id in groups:
             if groups[v.signature.id][0] is not v:
                 groups[v.signature.id][1].append(v)
@@ -154,6 +155,12 @@ def group(violations: list[Violation]) -> list[tuple[Violation, list[Violation]]
 
 
 # -- the finding ----------------------------------------------------------------------------------
+
+def _seconds(v) -> float | None:
+    """A recorded timeout, if it is a real one (files are edited by hand; older ones have none)."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= names.MAX_CASE_TIMEOUT_S
+    return float(v) if ok else None
+
 
 @dataclass
 class Finding:
@@ -170,6 +177,9 @@ class Finding:
     shrink_interrupted: bool = False            # the campaign stopped mid-shrink; the next run resumes
     flaky: bool = False                         # a crash that a fresh worker did not reproduce
     triage: dict | None = None                  # a GPU finding replayed on the CPU (engine/triage.py)
+    case_timeout_s: float | None = None         # the per-case timeout it was found under: replay waits as long
+    first_kind: str = ""                        # the kind it was first seen as (a stale read may shrink to an
+                                                # uninitialized one: one bug, and the live line said the first)
 
     @property
     def id(self) -> str:
@@ -177,7 +187,7 @@ class Finding:
 
     @classmethod
     def of(cls, violation: Violation, others: list, case: Case, **kw) -> Finding:
-        return cls(violation.signature, case, violation, list(others), **kw)
+        return cls(violation.signature, case, violation, list(others), first_kind=violation.kind, **kw)
 
     def to_dict(self) -> dict:
         return {"schema": FINDING_SCHEMA, "id": self.id, "signature": self.signature.to_dict(),
@@ -188,7 +198,8 @@ class Finding:
                 "found_after_s": round(self.found_after_s, 3), "minimized": self.minimized,
                 "shrink_interrupted": self.shrink_interrupted, "flaky": self.flaky,
                 "repro": None if self.repro is None else str(self.repro), "found_at": self.found_at,
-                "triage": self.triage}
+                "triage": self.triage, "case_timeout_s": self.case_timeout_s,
+                "first_kind": self.first_kind or self.signature.kind}
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "finding") -> Finding:
@@ -210,7 +221,8 @@ class Finding:
                        int(d.get("first_found_after_examples", 0)), float(d.get("found_after_s", 0.0)),
                        bool(d.get("minimized", False)), d.get("repro"), float(d.get("found_at", 0.0)),
                        str(d.get("target_spec") or ""), bool(d.get("shrink_interrupted", False)),
-                       bool(d.get("flaky", False)), d.get("triage") if isinstance(d.get("triage"), dict) else None)
+                       bool(d.get("flaky", False)), d.get("triage") if isinstance(d.get("triage"), dict) else None,
+                       _seconds(d.get("case_timeout_s")), str(d.get("first_kind") or ""))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidCase(f"{source}: not a fuzzrunner finding ({type(e).__name__}: {e}).") from None
 
@@ -242,8 +254,9 @@ def merge(into: Finding, other: Finding) -> bool:
         into.shrink_interrupted = other.shrink_interrupted and not into.minimized
     elif other.minimized and other.case.size() == into.case.size():
         into.minimized = True
-    firsts = [n for n in (into.first_found_after_examples, other.first_found_after_examples) if n]
-    into.first_found_after_examples = min(firsts) if firsts else 0
+    if other.first_found_after_examples and (not into.first_found_after_examples
+                                             or other.first_found_after_examples < into.first_found_after_examples):
+        into.first_found_after_examples, into.first_kind = other.first_found_after_examples, other.first_kind
     times = [t for t in (into.found_after_s, other.found_after_s) if t]
     into.found_after_s = min(times) if times else 0.0
     into.target_spec = into.target_spec or other.target_spec
@@ -284,7 +297,8 @@ def render(f: Finding | dict, *, indent: str = "  ", with_case: bool = False) ->
     lines = [f.signature.short(), f.violation.message, *window_lines(f.violation.details)]
     if f.flaky:
         lines.append("FLAKY: a fresh worker did not reproduce this crash")
-    lines.append(f"found after {_n(f.first_found_after_examples, 'example')} ({f.found_after_s:.1f} s); "
+    first = f" as {f.first_kind}" if f.first_kind and f.first_kind != f.signature.kind else ""
+    lines.append(f"found after {_n(f.first_found_after_examples, 'example')}{first} ({f.found_after_s:.1f} s); "
                  f"case: {_n(ops, 'op')}, {state}; id {f.id}")
     if f.others:
         more = f" (+{len(f.others) - 1} more)" if len(f.others) > 1 else ""

@@ -18,6 +18,7 @@ DEVICES = ("cpu", "cuda")
 SANITIZER_TOOLS = ("initcheck", "memcheck", "racecheck", "synccheck")
 SANITIZERS = ("none",) + SANITIZER_TOOLS
 PROFILES = ("dev", "ci", "nightly")   # their values live in settings.PROFILES
+MAX_CASE_TIMEOUT_S = 7 * 86400        # a week for one case: settings refuses more, a finding's record too
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,7 @@ class Progress:
             return
         self.view.stop()
         if result is not None:
-            self.stream.write(f"{self.label}stopped: {result.stop_reason or 'unknown'} after {result.examples} "
-                              f"case{'s' * (result.examples != 1)} in {result.duration_s:.1f} s\n")
+            n = len(result.replayed) + result.examples  # as the summary counts: replayed, generated, shrinking
+            self.stream.write(f"{self.label}stopped: {result.stop_reason or 'unknown'} after {n} "
+                              f"case{'s' * (n != 1)} in {result.duration_s:.1f} s\n")
         self.stream.flush()

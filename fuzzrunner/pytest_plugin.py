@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import pytest
 
 from .coverage import PYTEST_PROPERTY
+from .errors import InvalidCase, SkippedFile
 from .gpus import gpu_for_index, visible_gpus
 from .names import DEVICES, PROFILES, SANITIZERS
+from .safe_io import json_files, read_bytes, read_text, subfolders
 
 _OPTIONS = {  # --fuzzrunner-NAME, and its twin ini option fuzzrunner_NAME; the command line wins
     "profile": "settings profile of fuzz tests (default dev)",
@@ -278,14 +281,30 @@ class CorpusFile(pytest.File):
         yield CorpusItem.from_parent(self, name=corpus_item_name(self.path))
 
 
+def corpus_files(corpus: Path) -> list[Path]:
+    """The corpus' finding and case files, listed and read as every other reader does (``safe_io``):
+    a FIFO, a symlink loop or a huge file is left out with a warning, never opened by a test."""
+    out = []
+    for path in (p for kind in ("findings", "cases") for d in subfolders(corpus / kind) for p in json_files(d)):
+        try:
+            read_bytes(path)
+        except SkippedFile as e:
+            warnings.warn(pytest.PytestWarning(f"fuzzrunner: {e}"), stacklevel=1)
+            continue
+        except InvalidCase:
+            pass  # its item will say it cannot read it
+        out.append(path)
+    return out
+
+
 def corpus_item_name(path: Path) -> str:
     """``KIND-TENSOR-KERNEL-ID`` for a finding (its signature), ``case-STEM`` for a case."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path))
         sig = data["signature"]
         from .source import files_only  # names never carry a line: a line shift must not rename the test
         parts = [sig.get("kind", ""), files_only(sig.get("tensor", "")), files_only(sig.get("kernel", "")), data["id"]]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (InvalidCase, ValueError, KeyError, TypeError, AttributeError):
         # a case, or a file its item will say it cannot read
         parts = ["finding" if path.parent.parent.name == "findings" else "case", path.stem]
     name = "-".join(p for p in parts if p)
@@ -321,8 +340,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             state.targets.setdefault(getattr(target, "name", ""), _module_spec(target, item))  # type: ignore[arg-type]
     if state.corpus is None:
         return
-    files = [p for kind in ("findings", "cases") for p in sorted((state.corpus / kind).glob("*/*.json"))]
-    for path in files:
+    for path in corpus_files(state.corpus):
         node = CorpusFile.from_parent(session, path=path)
         found = list(node.collect())
         for item in found:

@@ -189,7 +189,7 @@ def replay_corpus_file(path: Path, state) -> None:
     skip_without_gpu(state.sanitizer, state.device)
     spec = _target_for(case.target, state)
     try:
-        violations = _replayer(state).run(case, spec)
+        violations = _replayer(state).run(case, spec, finding.case_timeout_s if finding else None)
     except InvalidCase as e:
         raise CorpusRegression(f"{path} no longer runs on target {case.target!r}: {e}") from None
     if violations:

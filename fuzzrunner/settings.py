@@ -6,6 +6,7 @@ Command-line flags and pytest options only select a profile and override fields.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 
 from . import names
@@ -14,28 +15,41 @@ from .errors import InvalidArgument
 
 def _validate_max_examples(v):
     if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise InvalidArgument(f"max_examples={v!r} must be at least one. To only replay the corpus, "
+        raise InvalidArgument(f"max_examples={v!r} (--max-examples) must be at least one. To only replay the corpus, "
                               f"use `fuzzrunner replay`.")
 
 
+MAX_BUDGET_S = 366 * 86400    # a year: past it a campaign's deadline means nothing (and sleeps overflow)
+MAX_CASE_TIMEOUT_S = names.MAX_CASE_TIMEOUT_S
+
+
+def _seconds(v) -> bool:
+    """A real number of seconds: not a bool, not NaN (every comparison with NaN is False, so a NaN
+    timeout never fires and a NaN budget ends up as a bare NaN in the JSON report), not infinite."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _validate_budget_s(v):
-    if v is not None and (not isinstance(v, (int, float)) or v <= 0):
-        raise InvalidArgument(f"budget_s={v!r} must be a positive number of seconds, or None for no time limit.")
+    if v is not None and not (_seconds(v) and 0 < v <= MAX_BUDGET_S):
+        raise InvalidArgument(f"budget_s={v!r} (--budget) must be a number of seconds above 0 and at most "
+                              f"{MAX_BUDGET_S:,} (a year); budget_s=None means no time limit.")
 
 
 def _validate_seed(v):
     if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
-        raise InvalidArgument(f"seed={v!r} must be an integer, or None for a random seed.")
+        raise InvalidArgument(f"seed={v!r} (--seed) must be an integer, or None for a random seed.")
 
 
 def _validate_workers(v):
     if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 256:
-        raise InvalidArgument(f"workers={v!r} must be an integer from 1 to 256.")
+        raise InvalidArgument(f"workers={v!r} (--workers) must be an integer from 1 to 256.")
 
 
 def _validate_case_timeout_s(v):
-    if not isinstance(v, (int, float)) or v <= 0:
-        raise InvalidArgument(f"case_timeout_s={v!r} must be a positive number of seconds.")
+    if not (_seconds(v) and 0 < v <= MAX_CASE_TIMEOUT_S):
+        raise InvalidArgument(f"case_timeout_s={v!r} (--case-timeout) must be a number of seconds above 0 and at "
+                              f"most {MAX_CASE_TIMEOUT_S:,} (a week): a case that runs longer is a timeout finding, "
+                              f"so it cannot be infinite.")
 
 
 def _validate_device(v):
@@ -71,7 +85,7 @@ def _validate_cpu_triage(v):
 
 def _validate_max_ops(v):
     if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 64:
-        raise InvalidArgument(f"max_ops={v!r} must be an integer from 1 to 64.")
+        raise InvalidArgument(f"max_ops={v!r} (--max-ops) must be an integer from 1 to 64.")
 
 
 def _validate_steer(v):

@@ -42,7 +42,9 @@ class Signature:
         kind = names.KINDS[self.kind].family if self.kind in names.KINDS else self.kind
         where = self.site or source.site(self.location)
         key = "|".join((self.tool, kind, names_in(self.kernel), where, names_in(self.tensor)))
-        return hashlib.sha1(key.encode()).hexdigest()[:12]
+        # surrogatepass: a path with undecodable bytes (a non-UTF-8 folder) still has an id; for any other
+        # text the bytes, and so the ids, are UTF-8's
+        return hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
     def short(self, where: str | None = None, *, tool: bool = True) -> str:
         """``kind of tensor in kernel at location [tool]``, leaving out what the tool could not name;

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .case import Case
-from .errors import HarnessError, InvalidArgument, InvalidCase, did_you_mean
+from .errors import HarnessError, InvalidArgument, InvalidCase, TargetError, did_you_mean
+from .safe_io import json_files
 
 BUILTIN = {
     "reference_runner": "fuzzrunner.targets.reference_runner:TARGET",
@@ -49,9 +50,9 @@ class Target:
 
     def seed_files(self) -> list:
         """The target's own seed cases (replayed first by every campaign, after the corpus's)."""
-        if not self.seeds or not os.path.isdir(self.seeds):
+        if not self.seeds:
             return []
-        return sorted(os.path.join(self.seeds, f) for f in os.listdir(self.seeds) if f.endswith(".json"))
+        return [str(p) for p in json_files(self.seeds)]
 
     def check_faults(self, names) -> tuple:
         names = tuple(names or ())
@@ -64,6 +65,31 @@ class Target:
                 known = ", ".join(self.faults) or "none"
                 raise InvalidArgument(f"unknown fault {n!r} for target {self.name!r}.{hint} Known faults: {known}.")
         return names
+
+    def strategy(self, faults: tuple, max_ops: int):
+        """``cases(faults, max_ops=max_ops)``, checked: a ``cases`` that raises, or returns no strategy,
+        is a ``TargetError`` naming this target; so is a strategy that raises while it draws a case
+        (``DrawError`` at once, which the search turns into a ``TargetError``: see ``draw_error``)."""
+        import inspect
+
+        from hypothesis.strategies import SearchStrategy
+        try:
+            inspect.signature(self.cases).bind(faults, max_ops=max_ops)
+        except TypeError as e:
+            raise TargetError(f"target {self.name!r}: its cases cannot be called as cases(faults, *, max_ops) ({e}); "
+                              f"a target's cases must accept the faults and the keyword max_ops.") from None
+        except ValueError:
+            pass  # no signature to read (a builtin): calling it says
+        try:
+            strategy = self.cases(faults, max_ops=max_ops)
+        except Exception as e:
+            raise TargetError(f"target {self.name!r}: its cases(faults, max_ops={max_ops}) raised "
+                              f"{type(e).__name__}: {e}") from e
+        if not isinstance(strategy, SearchStrategy):
+            raise TargetError(f"target {self.name!r}: its cases(faults, max_ops={max_ops}) returned "
+                              f"{type(strategy).__name__}, not a Hypothesis strategy of Case.")
+        # an empty strategy draws nothing that could raise; left bare, Hypothesis says "empty strategy"
+        return strategy if strategy.is_empty else _guarded(strategy)
 
     def check_case(self, case: Case) -> None:
         """``InvalidCase`` (one line: where, what, the rule) unless ``case`` fits this target's schema."""
@@ -80,6 +106,36 @@ class Target:
             more += f"; and {len(rest) - 3} more" if len(rest) > 3 else ""
             raise InvalidCase(f"{self.name} case: {_where(best)}: {best.message[:300]}"
                               + (f" (also {more})" if more else ""))
+
+
+class DrawError(BaseException):
+    """A target's strategy raised while drawing a case. A BaseException, so that Hypothesis stops at
+    once instead of shrinking the target's own error as if it were a bug of the code under test."""
+
+    def __init__(self, error: Exception):
+        super().__init__(error)
+        self.error = error
+
+
+def draw_error(target_name: str, e: DrawError) -> TargetError:
+    err = e.error
+    return TargetError(f"target {target_name!r}: its strategy raised {type(err).__name__} while drawing a case: "
+                       f"{err}")
+
+
+def _guarded(strategy):
+    from hypothesis import strategies as st
+    from hypothesis.errors import Frozen, UnsatisfiedAssumption
+
+    @st.composite
+    def target_cases(draw):
+        try:
+            return draw(strategy)
+        except (UnsatisfiedAssumption, Frozen):  # Hypothesis' own flow: assume() and filters, end of data
+            raise
+        except Exception as e:
+            raise DrawError(e) from e
+    return target_cases()
 
 
 def _where(error) -> str:

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! { .venv/bin/python -c "import fuzzrunner.cli, torch, triton, hypothesis, xdist, jsonschema, mypy, importlinter, fakeredis, ray" \
        && [ -x .venv/bin/ruff ]; } 2>/dev/null; then
-  echo "setting up .venv (once) ..." >&2
+  echo "setting up .venv (once: a minute or two, quiet) ..." >&2
   python3 -m venv .venv
   log=$(mktemp)
   if ! { .venv/bin/python -m pip install -q "torch==2.13.0" && .venv/bin/python -m pip install -q -e ".[dev,ray]"; } >"$log" 2>&1; then
@@ -27,6 +27,8 @@ fi
 # A failure (no network, say) is printed, never fatal: the vllm_lora tests then skip with the reason.
 if [ -z "${FUZZRUNNER_SKIP_VLLM:-}" ]; then
   pinned=$(.venv/bin/python -c 'import sys; sys.path.insert(0, "."); from targets.vllm_lora.site import PINNED; print(PINNED)')
+  [ -d "${FUZZRUNNER_VLLM_CACHE:-.cache/vllm}/$pinned/site" ] || echo "fetching vLLM $pinned for the vllm_lora target (once: a ~460 MB download;" \
+    "FUZZRUNNER_SKIP_VLLM=1 skips it) ..." >&2
   bash scripts/vllm_setup.sh "$pinned" >&2 || echo "vllm_setup $pinned failed (above): the vllm_lora tests will skip" >&2
 fi
 # Opt-in (FUZZRUNNER_BROWSER_TESTS=1): the browser test of the HTML report needs playwright (~13 s

@@ -17,6 +17,7 @@ from ..settings import Settings
 from ..target import load_target
 from . import result as R
 from .corpus_replay import replay_corpus
+from .database import hypothesis_storage
 from .hub import WorkerSpec
 from .result import CampaignResult
 from .search import Shard
@@ -56,8 +57,9 @@ def run_shard(target_spec: str, settings: Settings, faults: tuple, corpus_dir, i
     shard = Shard(target_spec, target, settings, faults, corpus, database, index, seed,
                   worker_spec(target_spec, settings, index, device), on_event)
     try:
-        replay_corpus(shard)
-        shard.search(quota)
+        with hypothesis_storage(corpus):  # never ./.hypothesis in the user's working directory
+            replay_corpus(shard)
+            shard.search(quota)
     except KeyboardInterrupt:
         shard.result.stop_reason = R.STOP_INTERRUPTED
     finally:

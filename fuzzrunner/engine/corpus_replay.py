@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..errors import InvalidCase, NewerSchema
+from ..errors import InvalidCase, NewerSchema, SkippedFile
 
 
 def replay_corpus(shard) -> None:
@@ -20,9 +20,10 @@ def replay_corpus(shard) -> None:
 
     def bad(path, moved, error) -> None:
         result.quarantined.append((str(path), str(moved) if moved else None, str(error)))
-        where = f"moved to {moved}" if moved else "left in place" if isinstance(error, NewerSchema) else \
-            "could not be moved"
-        shard.emit({"type": "warning", "message": f"unreadable corpus file {path} ({where}): {error}"})
+        where = f"moved to {moved}" if moved else "left in place" if isinstance(error, (NewerSchema, SkippedFile)) \
+            else "could not be moved"
+        said = str(error).removeprefix(f"{path}: ")  # the error names the file too: say it once
+        shard.emit({"type": "warning", "message": f"unreadable corpus file {path} ({where}): {said}"})
 
     entries = corpus.entries(shard.target.name, on_bad=bad) if corpus is not None else []
     for path, case, finding in entries + _seed_entries(shard, bad):

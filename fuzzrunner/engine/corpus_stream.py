@@ -33,6 +33,9 @@ class StreamedCorpus(Corpus):
     def load_finding(self, target: str, finding_id: str) -> Finding | None:
         return None  # the driver folds each save into what it holds
 
+    def hypothesis_home(self) -> Path | None:
+        return None  # the driver's folder is not on this machine
+
     def save_finding(self, target: str, finding: Finding) -> Path:
         self.send({"type": SAVE, "target": target, "finding": finding.to_dict()})
         return self.finding_path(target, finding.id)

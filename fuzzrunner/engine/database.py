@@ -9,6 +9,12 @@ database works underneath: a directory in the corpus, Redis, or a multiplexed on
 
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from ..corpus import Corpus
@@ -49,3 +55,26 @@ def campaign_database(plugged, corpus: Corpus | None, target: str, faults: tuple
         return None
     prefix = f"{target}|{','.join(sorted(faults))}|{'*' if seed is None else seed}".encode()
     return PrefixedDatabase(inner, prefix)
+
+
+_HOME = "__hypothesis_home_directory"  # hypothesis.configuration's global; set_hypothesis_home_dir sets it
+
+
+@contextmanager
+def hypothesis_storage(corpus: Corpus | None) -> Iterator[None]:
+    """Hypothesis' own files (its cache of the constants in local source files, written while it
+    generates) go under the corpus, or a temporary folder, for the length of a campaign: not into a
+    ``.hypothesis/`` folder in the user's working directory, which every run used to leave. A
+    ``HYPOTHESIS_STORAGE_DIRECTORY`` the user set wins; the process's own setting is put back after
+    (a pytest session's own Hypothesis tests keep theirs)."""
+    from hypothesis import configuration
+    if os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        yield
+        return
+    home = corpus.hypothesis_home() if corpus is not None else None
+    before = getattr(configuration, _HOME, None)
+    configuration.set_hypothesis_home_dir(home or Path(tempfile.gettempdir()) / f"fuzzrunner-hypothesis-{os.getuid()}")
+    try:
+        yield
+    finally:
+        configuration.set_hypothesis_home_dir(before)

@@ -14,8 +14,9 @@ from ..violation import Violation
 
 
 class FindingBook:
-    def __init__(self, corpus: Corpus | None, target: str, target_spec: str = ""):
+    def __init__(self, corpus: Corpus | None, target: str, target_spec: str = "", case_timeout_s: float | None = None):
         self.corpus, self.target, self.target_spec = corpus, target, target_spec
+        self.case_timeout_s = case_timeout_s  # recorded in each finding: a replay waits as long as the search did
         self.by_id: dict[str, Finding] = {}
         self._last: dict[str, Finding] = {}  # id -> the latest failing call's sighting
         self.settled: set[str] = set()       # ids Hypothesis is done with (shrunk, or not to be shrunk)
@@ -27,7 +28,7 @@ class FindingBook:
         out = []
         for head, others in group(violations):
             seen = Finding.of(head, others, case, first_found_after_examples=examples, found_after_s=elapsed,
-                              target_spec=self.target_spec)
+                              target_spec=self.target_spec, case_timeout_s=self.case_timeout_s)
             self._last[seen.id] = seen
             known = self.by_id.get(seen.id)
             if known is None:

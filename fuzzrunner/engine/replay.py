@@ -36,13 +36,16 @@ class Replayer:
                                   standby=False)
         return self.hubs[spec]
 
-    def run(self, case: Case, spec: str) -> list[Violation]:
-        """The violations of one run of ``case``; ``InvalidCase`` if the target refuses it, before any
-        worker sees it; ``HarnessError`` if the target cannot be set up."""
+    def run(self, case: Case, spec: str, timeout_s: float | None = None) -> list[Violation]:
+        """The violations of one run of ``case`` (``timeout_s``: this case's timeout, e.g. the one its
+        finding was found under; default the settings'); ``InvalidCase`` if the target refuses it,
+        before any worker sees it; ``HarnessError`` if the target cannot be set up."""
         target = load_target(spec)
         target.check_faults(case.faults)
         target.check_case(case)
-        return self.hub(spec).run(case).violations
+        hub = self.hub(spec)
+        hub.timeout_s = timeout_s or self.settings.case_timeout_s
+        return hub.run(case).violations
 
     def close(self) -> None:
         for hub in self.hubs.values():

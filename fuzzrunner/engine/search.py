@@ -22,7 +22,7 @@ from ..coverage import Coverage, features_of
 from ..errors import HarnessError, InvalidCase
 from ..finding import Finding, group, limitations
 from ..settings import Settings
-from ..target import Target
+from ..target import DrawError, Target, draw_error
 from . import result as R
 from .cpu_check import CpuRun, classify, harness_reason
 from .database import campaign_database
@@ -68,7 +68,7 @@ class Shard:
         self.target_spec, self.target, self.settings, self.faults = target_spec, target, settings, faults
         self.corpus, self.index, self.seed = corpus, index, seed
         self.emit = on_event or (lambda e: None)
-        self.book = FindingBook(corpus, target.name, target_spec)
+        self.book = FindingBook(corpus, target.name, target_spec, settings.case_timeout_s)
         from ..names import effective_oracles
         self.hub = Hub(worker, oracles=effective_oracles(settings.oracles, worker.device, settings.sanitizer),
                        timeout_s=settings.case_timeout_s)
@@ -102,7 +102,10 @@ class Shard:
     def record(self, violations, case: Case) -> list[tuple[Finding, bool]]:
         self._note_limitations(violations)
         siblings = self._found_by_siblings(violations)
-        recorded = self.book.record(violations, case, self.result.examples, self.elapsed())
+        # "found after N examples": N counts every case run so far, the replayed corpus and seed cases too
+        # (a seed case that shows the bug is found after 1, as the summary says, not after 0)
+        recorded = self.book.record(violations, case, self.result.examples + len(self.result.replayed),
+                                    self.elapsed())
         self.book.settled |= siblings
         for finding, new in recorded:
             if new and finding.id not in siblings and not self._confirmed(finding, case):  # siblings confirmed theirs
@@ -271,14 +274,13 @@ class Shard:
                        suppress_health_check=[HealthCheck.differing_executors, HealthCheck.too_slow],
                        verbosity=Verbosity.quiet, report_multiple_bugs=True, print_blob=False)
         # settings outside seed: seed() alone would switch the example database off
-        hs(hseed(self.seed * 1_000_003 + self.index * 7919 + batch)(given(strategy)(self._test)))()
+        try:
+            hs(hseed(self.seed * 1_000_003 + self.index * 7919 + batch)(given(strategy)(self._test)))()
+        except DrawError as e:  # the target's strategy raised: the target's error, not ours, not a finding
+            raise draw_error(self.target.name, e) from e.error
 
     def search(self, quota: int) -> None:
-        try:
-            strategy = self.target.cases(self.faults, max_ops=self.settings.max_ops)
-        except TypeError as e:
-            raise HarnessError(f"target {self.target.name!r}: cases(faults, *, max_ops) failed ({e}); a target's "
-                               f"cases must accept the faults and the keyword max_ops.") from None
+        strategy = self.target.strategy(self.faults, self.settings.max_ops)  # TargetError if cases() fails
         batch, done = 0, 0
         while done < quota:
             self._failing = set()

@@ -110,7 +110,15 @@ def _href(repro: str, base: Path | None) -> str:
             p = Path(os.path.relpath(p, base))
         except ValueError:  # another drive on Windows: keep it absolute
             pass
-    return urllib.parse.quote(p.as_posix())
+    return urllib.parse.quote(_path_bytes(p.as_posix()))  # bytes: a non-UTF-8 folder links as %FF, not a crash
+
+
+def _path_bytes(path: str) -> bytes:
+    """The file system's bytes of a path that came from it (undecodable bytes as surrogates)."""
+    try:
+        return os.fsencode(path)
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogatepass")
 
 
 def _findings(run: dict, base: Path | None) -> str:
@@ -256,7 +264,7 @@ def html_text(results, *, base: Path | None = None) -> str:
             f'{_summary(report_runs)}{_skipped(report)}{history_section(report)}{body}'
             f'<footer>fuzzrunner {_e(__version__)} '
             f'&middot; report schema {SCHEMA}</footer></main></body></html>\n')
-    return page.encode("ascii", "xmlcharrefreplace").decode("ascii")
+    return page.encode("ascii", "xmlcharrefreplace").decode("ascii")  # _e shows undecodable path bytes as \xNN
 
 
 def _skipped(report: dict) -> str:

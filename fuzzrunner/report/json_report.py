@@ -19,10 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-from ..case import Case, parse_json, read_text
+from ..case import Case, parse_json
 from ..corpus import atomic_write
 from ..errors import InvalidArgument, InvalidCase
 from ..finding import Finding
+from ..safe_io import MAX_REPORT_BYTES, read_text
 
 SCHEMA = 2  # 2: one shape for fuzz and nightly (runs + summary); trend fields
 
@@ -165,7 +166,7 @@ def load_report(path) -> dict:
     """Read a JSON report back, checking its shape, in the current shape (an older schema is
     upgraded); ``InvalidCase`` (one line) if it is not a report."""
     source = str(path)
-    data = parse_json(read_text(path), source)
+    data = parse_json(read_text(path, MAX_REPORT_BYTES), source)
     _check_report(data, source)
     return upgrade(data)
 

@@ -117,8 +117,8 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys):
     assert "does not exist" in _one_error_line(capsys)
     assert main(["export", str(corrupt)]) == 2
     _one_error_line(capsys)
-    assert main(["export", str(corrupt), str(corrupt)]) == 2  # a glob that matched two findings
-    assert "export takes one finding file; 2 were given" in _one_error_line(capsys)
+    assert main(["export", str(corrupt), str(corrupt)]) == 2  # a glob that matched two findings, -o one script
+    assert "2 finding files were given and -o 'repro.py' names one script" in _one_error_line(capsys)
 
 
 def test_listing_commands(capsys):

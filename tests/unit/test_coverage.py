@@ -147,8 +147,8 @@ def test_the_cli_summary_says_how_many_declared_features_were_never_reached_and_
     from fuzzrunner import cli
     out = io.StringIO()
     cli._summary(_result_with_coverage(), out)
-    assert "coverage: 3 feature(s) reached over 3 valid case(s); 1 declared feature(s) never reached: op=never" \
-        in out.getvalue()
+    assert ("coverage: 3 feature(s) reached over 3 valid case(s) (replayed and generated); 1 declared feature(s) "
+            "never reached: op=never") in out.getvalue()
     parse = cli._parser().parse_args
     assert cli._settings(parse(["fuzz", "--target", "t", "--steer", "--device", "cpu"])).steer is True
     assert cli._settings(parse(["fuzz", "--target", "t", "--no-steer", "--profile", "dev"])).steer is False

@@ -29,7 +29,7 @@ def finding(after=1):
 
 
 def result(examples=1):
-    return types.SimpleNamespace(stop_reason="max_examples", examples=examples, duration_s=2.0)
+    return types.SimpleNamespace(stop_reason="max_examples", examples=examples, duration_s=2.0, replayed=[])
 
 
 def test_the_line_splits_generated_from_shrinking_and_counts_findings():
