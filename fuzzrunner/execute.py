@@ -9,6 +9,8 @@ makes the case run twice; the second run keeps only that oracle and its guards.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import traceback
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -105,7 +107,47 @@ def crash_violation(exc: BaseException, op_index: int | None) -> Violation:
                      {"op_index": op_index, "traceback": "".join(traceback.format_exception(exc))[-4000:]})
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def _stop_signals():
+    """Yield a list that gets the number of each SIGINT / SIGTERM delivered meanwhile.
+
+    A ``KeyboardInterrupt`` raised while no such signal came is the target's own (``raise
+    KeyboardInterrupt`` in its ``run``): a finding, not a reason to stop. One that a delivered
+    signal raised is the user's Ctrl-C (or a SIGTERM turned into one): it must still stop.
+    Python delivers signals to the main thread only: elsewhere no signal can raise one."""
+    seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
+    previous = {s: signal.getsignal(s) for s in _STOP_SIGNALS}
+
+    def handler(signum, frame):
+        seen.append(signum)
+        before = previous[signum]
+        if callable(before):
+            before(signum, frame)
+        elif before != signal.SIG_IGN:
+            raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    for s in _STOP_SIGNALS:
+        signal.signal(s, handler)
+    try:
+        yield seen
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
 def _one_run(case: Case, target, device: str, oracles: list[Oracle], on_op, stop_early: bool = False) -> RunRecord:
+    with _stop_signals() as stop_signals:
+        return _run_target(case, target, device, oracles, on_op, stop_early, stop_signals)
+
+
+def _run_target(case: Case, target, device: str, oracles: list[Oracle], on_op, stop_early: bool,
+                stop_signals: list[int]) -> RunRecord:
     ctx = RunContext(case, device, oracles, on_op, stop_early)
     started: list[Oracle] = []
     record = RunRecord()
@@ -122,6 +164,11 @@ def _one_run(case: Case, target, device: str, oracles: list[Oracle], on_op, stop
         record.error = f"SystemExit: {exc.code}"
         record.violations.append(crash_violation(exc, ctx.op_index))
     except Exception as exc:  # the target (or the runner under test) failed: that is a finding
+        record.error = f"{type(exc).__name__}: {exc}"
+        record.violations.append(crash_violation(exc, ctx.op_index))
+    except BaseException as exc:  # KeyboardInterrupt, GeneratorExit, a BaseException of its own
+        if isinstance(exc, KeyboardInterrupt) and stop_signals:
+            raise  # a real Ctrl-C / SIGTERM: stop
         record.error = f"{type(exc).__name__}: {exc}"
         record.violations.append(crash_violation(exc, ctx.op_index))
     finally:

@@ -205,16 +205,15 @@ def is_finding_dict(data) -> bool:
 
 
 def merge(into: Finding, other: Finding) -> bool:
-    """Fold another sighting of the same bug into ``into``: the smaller case wins (with its
-    violations), the earliest discovery counts, a finished shrink sticks (also when a smaller case
-    comes later). True if the case changed."""
+    """Fold another sighting of the same bug into ``into``: the smaller case wins (``Case.size``),
+    with its violations and its state (``minimized`` belongs to a case that went through a completed
+    shrink, never to a smaller one found elsewhere); the earliest discovery counts. True if the case
+    changed."""
     smaller = other.case.size() < into.case.size()
     if smaller:
         into.case, into.violation, into.others = other.case, other.violation, other.others
         into.signature = other.violation.signature
-        # A case smaller than a finished shrink's is at least as minimal (generation can hit one later).
-        into.minimized = other.minimized or into.minimized
-        into.shrink_interrupted = other.shrink_interrupted and not into.minimized
+        into.minimized, into.shrink_interrupted = other.minimized, other.shrink_interrupted
     elif other.minimized and other.case.size() == into.case.size():
         into.minimized = True
     firsts = [n for n in (into.first_found_after_examples, other.first_found_after_examples) if n]

@@ -1,0 +1,91 @@
+"""Issue 23, the engine half: what hostile targets and signals must not break.
+
+Each test drives the real engine (``Hub``), the real command line (``fuzzrunner.cli.main``), or
+``python -m fuzzrunner`` where a signal must hit the campaign process, on the targets of
+hostile_targets.py, loaded as a user's FILE.py:OBJ.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from fuzzrunner.case import Case
+from fuzzrunner.cli import main
+from fuzzrunner.engine import Hub, WorkerSpec
+from fuzzrunner.report import load_report
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGETS = str(Path(__file__).with_name("hostile_targets.py"))
+
+
+def spec(name: str) -> str:
+    return f"{TARGETS}:{name}"
+
+
+def fuzz(tmp_path, target, *extra, examples="3", seed="1"):
+    return main(["fuzz", "--target", spec(target), "--max-examples", examples, "--seed", seed, "-q",
+                 "--corpus", str(tmp_path / "corpus"), "--report", str(tmp_path / "r.json"), *extra])
+
+
+def report(tmp_path) -> dict:
+    [run] = load_report(tmp_path / "r.json")["runs"]
+    return run
+
+
+# -- 1. a BaseException raised by the target is the target's ------------------------------------
+
+@pytest.mark.parametrize("what", ["KeyboardInterrupt", "GeneratorExit", "TargetsOwnBaseException"])
+def test_a_base_exception_raised_in_run_is_a_crash_finding_at_the_targets_line(what):
+    with Hub(WorkerSpec(spec("RAISES")), timeout_s=60.0) as hub:
+        result = hub.run(Case("raises", {}, ({"op": "x", "n": 1, "what": what},)))
+        pid = hub.worker.proc.pid
+        [v] = result.violations
+        assert (v.tool, v.kind, v.kernel) == ("python", "crash", what)
+        assert v.location.endswith("hostile_targets.py:46") and "raised by the target" in v.message
+        assert not result.crashed and hub.run(Case("raises", {}, ({"op": "x", "n": 1},))).violations == []
+        assert hub.worker.proc.pid == pid  # the same worker goes on
+
+
+def test_a_campaign_whose_target_raises_keyboard_interrupt_goes_on_and_reports_it(tmp_path):
+    assert fuzz(tmp_path, "RAISES", examples="30") == 1
+    run = report(tmp_path)
+    [f] = run["findings"]
+    assert f["violation"]["kernel"] == "KeyboardInterrupt" and f["minimized"]
+    assert run["stop_reason"] != "interrupted" and run["generated"] >= 20
+
+
+def _start_sleepy_campaign(tmp_path, *extra, sleep_s="60"):
+    """``python -m fuzzrunner fuzz`` on SLEEPY; returns once a case runs in its worker."""
+    started = tmp_path / "started"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HOSTILE_MARK_FILE=str(started), HOSTILE_SLEEP_S=sleep_s)
+    with open(tmp_path / "out.txt", "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "fuzzrunner", "fuzz", "--target", spec("SLEEPY"),
+                                 "--seed", "1", "-q", "--corpus", str(tmp_path / "corpus"),
+                                 "--report", str(tmp_path / "r.json"), *extra],
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while not started.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the campaign never ran a case: {(tmp_path / 'out.txt').read_text()}")
+        time.sleep(0.1)
+    return proc
+
+
+def test_a_real_ctrl_c_still_stops_the_campaign_with_its_report(tmp_path):
+    proc = _start_sleepy_campaign(tmp_path, "--max-examples", "1000")
+    proc.send_signal(signal.SIGINT)
+    try:
+        code = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    out = (tmp_path / "out.txt").read_text()
+    assert code == 130, out
+    run = report(tmp_path)
+    assert run["stop_reason"] == "interrupted" and run["findings"] == [], out
