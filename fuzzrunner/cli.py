@@ -60,6 +60,9 @@ def _campaign_options(p: argparse.ArgumentParser, profile: str) -> None:
                    help="run workers under compute-sanitizer (GPU) (default: none)")
     p.add_argument("--case-timeout", type=float, metavar="SECONDS",
                    help="a case running longer is a timeout finding" + _by_profile("case_timeout_s"))
+    p.add_argument("--max-worker-rss", type=float, metavar="MB",
+                   help="recycle a worker whose memory grew past this (default: 3x its size after its first case, "
+                        "and at least 1 GiB more); a recycle is counted, not a finding")
     p.add_argument("--max-ops", type=int, metavar="N",
                    help="most ops in one generated case" + _by_profile("max_ops"))
     p.add_argument("--corpus", default="corpus", help="corpus directory (findings, seed cases, example database)")
@@ -164,7 +167,7 @@ def _settings(args):
     s = profile(_profile_name(args))
     changes = dict(max_examples=args.max_examples, budget_s=args.budget, seed=args.seed, workers=args.workers,
                    device=args.device, sanitizer=args.sanitizer, case_timeout_s=args.case_timeout,
-                   max_ops=args.max_ops, steer=args.steer)
+                   max_ops=args.max_ops, steer=args.steer, max_worker_rss_mb=args.max_worker_rss)
     if getattr(args, "oracle", None):
         changes["oracles"] = tuple(args.oracle)
     if getattr(args, "no_shrink", False):
@@ -278,6 +281,9 @@ def _summary(result, out) -> None:
     if result.known_crash_skips:
         out.write(f"  {result.known_crash_skips} case(s) not run on the GPU: a CPU pre-check showed they re-hit a "
                   f"known crash\n")
+    if getattr(result, "worker_recycles", 0):
+        out.write(f"  {result.worker_recycles} worker recycle(s): a worker's memory grew past the limit "
+                  f"(--max-worker-rss); not crashes, not findings\n")
     for f in result.findings:
         out.write("\n  " + render(f, indent="    ") + "\n")
     for f in result.flaky:

@@ -32,6 +32,8 @@ class CampaignResult:
     quarantined: list = field(default_factory=list)  # (path, moved to, why)
     worker_restarts: int = 0
     known_crash_skips: int = 0         # cases a CPU pre-check showed would re-hit a known GPU crash
+    worker_recycles: int = 0           # workers closed between cases because their memory grew (rss.py)
+    budget_cut_cases: int = 0          # cases stopped mid-run because the time budget ran out (not findings)
     stop_reason: str = ""
     warnings: list = field(default_factory=list)
     errors: list = field(default_factory=list)       # why the campaign could not finish cleanly

@@ -11,6 +11,7 @@ example database.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -39,6 +40,10 @@ class _Found(Exception):
 
 class _Stop(BaseException):
     """Out of time, or interrupted: Hypothesis lets a BaseException through at once."""
+
+
+class BudgetSpent(_Stop):
+    """The time budget ran out in the middle of a case (the case was stopped; ``stop_reason`` says so)."""
 
 
 _classes: dict[str, type] = {}
@@ -94,7 +99,32 @@ class Shard:
     def execute(self, case: Case) -> list:
         """Run a case in the worker; ``InvalidCase`` (before any worker sees it) if its schema is wrong."""
         self.target.check_case(case)
-        return self.hub.run(case).violations
+        return self._run(case)
+
+    def _run(self, case: Case) -> list:
+        """The case's violations; ``BudgetSpent`` if the budget ran out while it ran (a hard budget: a
+        hanging case must not overrun it by the case timeout). A worker recycled for its memory is told."""
+        b = self.settings.budget_s
+        result = self.hub.run(case, cut_at=math.inf if b is None else self.start + b)
+        if result.recycled:
+            self._recycled(result.recycled)
+        if result.budget_cut:
+            r = self.result
+            r.budget_cut_cases += 1
+            r.stop_reason = R.STOP_BUDGET
+            r.warnings.append(f"the {b:g} s budget ran out during a case: it was stopped after {result.seconds:.1f} s "
+                              f"(not a timeout finding: the case timeout is {self.settings.case_timeout_s:g} s)")
+            raise BudgetSpent()
+        return result.violations
+
+    def _recycled(self, why: str) -> None:
+        r = self.result
+        r.worker_recycles += 1
+        if r.worker_recycles == 1:
+            message = (f"{why}: the worker was recycled (a leak in the target?); each recycle is counted in "
+                       f"the report (worker_recycles)")
+            r.warnings.append(message)
+            self.emit({"type": "warning", "message": message})
 
     def record(self, violations, case: Case) -> list[tuple[Finding, bool]]:
         recorded = self.book.record(violations, case, self.result.examples, self.elapsed())
@@ -117,7 +147,7 @@ class Shard:
         v = finding.violation
         if v.tool not in _PROCESS_DEATHS or v.kind not in ("crash", "timeout"):
             return True
-        again = self.hub.run(case).violations
+        again = self._run(case)
         if any(a.kind in ("crash", "timeout") for a in again):
             return True
         self.book.drop(finding.id)

@@ -72,7 +72,8 @@ class Merger:
 
     def done(self, r: CampaignResult) -> None:
         into = self.result
-        for name in ("examples", "generated", "invalid", "worker_restarts", "known_crash_skips"):
+        for name in ("examples", "generated", "invalid", "worker_restarts", "known_crash_skips", "worker_recycles",
+                     "budget_cut_cases"):
             setattr(into, name, getattr(into, name) + getattr(r, name))
         for name in ("replayed", "quarantined", "warnings", "errors"):
             getattr(into, name).extend(getattr(r, name))

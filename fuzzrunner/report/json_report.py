@@ -106,6 +106,7 @@ def _run_dict(r) -> dict:
     return {"target": r.target, "settings": settings, "seed": r.seed, "faults": list(r.faults),
             "examples": r.examples, "invalid": r.invalid, "duration_s": round(r.duration_s, 3),
             "worker_restarts": r.worker_restarts, "known_crash_skips": r.known_crash_skips,
+            "worker_recycles": getattr(r, "worker_recycles", 0), "budget_cut_cases": getattr(r, "budget_cut_cases", 0),
             "replayed": [{"path": str(p), "id": i, "still_failing": bool(s)} for p, i, s in r.replayed],
             "findings": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.findings],
             "timeline": [[round(t, 3), n, k] for t, n, k in r.timeline],

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -89,3 +88,45 @@ def test_a_real_ctrl_c_still_stops_the_campaign_with_its_report(tmp_path):
     assert code == 130, out
     run = report(tmp_path)
     assert run["stop_reason"] == "interrupted" and run["findings"] == [], out
+
+
+# -- 4. a worker whose memory grows is recycled, with a word ------------------------------------
+
+def test_a_leaking_target_gets_its_worker_recycled_counted_and_warned_once_not_a_finding(tmp_path, monkeypatch,
+                                                                                         capsys):
+    monkeypatch.setenv("HOSTILE_LEAK_MB", "40")
+    assert fuzz(tmp_path, "LEAKY", "--max-worker-rss", "400", examples="12") == 0
+    run = report(tmp_path)
+    assert run["findings"] == [] and run["worker_restarts"] == 0
+    assert run["worker_recycles"] >= 1
+    [warning] = [w for w in run["warnings"] if "recycled" in w]
+    assert "MB per case" in warning and "400 MB" in warning
+
+
+def test_the_default_limit_is_a_multiple_of_the_size_after_the_first_case(monkeypatch):
+    from fuzzrunner.engine import rss
+    sizes = iter([300 << 20, 900 << 20, 1400 << 20])  # after cases 1, 2, 3
+    monkeypatch.setattr(rss, "tree_rss", lambda pid: next(sizes))
+    watch = rss.RssWatch()
+    assert watch.check(1) == "" and watch.check(1) == ""  # 900 MB: under 300 MB + 1 GiB
+    why = watch.check(1)
+    assert "from 300 MB to 1400 MB over 2 case(s) (550.0 MB per case)" in why
+
+
+# -- 5. the budget is a hard limit ----------------------------------------------------------------
+
+def test_a_case_running_when_the_budget_ends_is_stopped_and_is_not_a_timeout_finding(tmp_path):
+    started = time.monotonic()
+    # 30 s: the worker's start-up (seconds on a busy machine) comes out of the budget, and the case must run
+    proc = _start_sleepy_campaign(tmp_path, "--max-examples", "1000", "--budget", "30", "--case-timeout", "600",
+                                  sleep_s="3600")
+    try:
+        code = proc.wait(timeout=150)  # a hang guard only: without a hard budget it waits out the 600 s timeout
+    finally:
+        proc.kill()
+    out = (tmp_path / "out.txt").read_text()
+    run = report(tmp_path)
+    assert code == 0, out
+    assert run["stop_reason"] == "budget" and run["findings"] == [] and run["budget_cut_cases"] == 1, out
+    assert any("budget ran out during a case" in w for w in run["warnings"]), run["warnings"]
+    assert time.monotonic() - started < 600
