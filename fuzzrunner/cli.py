@@ -395,7 +395,10 @@ def _replay_one(replayer, path, args) -> int:
     if finding is not None:
         same = finding.reproduced_by(violations)
         if same:
-            print(f"{path}: REPRODUCED {finding.signature.short()}\n    {same[0].message}")
+            moved = finding.moved(violations)
+            note = f" (its access is now in {moved[0].site or moved[0].location}: a renamed or moved function)" \
+                if moved else ""
+            print(f"{path}: REPRODUCED {finding.signature.short()}{note}\n    {same[0].message}")
             return EXIT_FINDINGS
         if not violations:
             print(f"{path}: NOT REPRODUCED ({finding.signature.short()})")

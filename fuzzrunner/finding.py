@@ -145,6 +145,7 @@ class Finding:
     shrink_interrupted: bool = False            # the campaign stopped mid-shrink; the next run resumes
     flaky: bool = False                         # a crash that a fresh worker did not reproduce
     triage: dict | None = None                  # a GPU finding replayed on the CPU (engine/triage.py)
+    aliases: list = field(default_factory=list)  # its earlier ids: the function holding the access was renamed
 
     @property
     def id(self) -> str:
@@ -163,7 +164,7 @@ class Finding:
                 "found_after_s": round(self.found_after_s, 3), "minimized": self.minimized,
                 "shrink_interrupted": self.shrink_interrupted, "flaky": self.flaky,
                 "repro": None if self.repro is None else str(self.repro), "found_at": self.found_at,
-                "triage": self.triage}
+                "triage": self.triage, "access_id": self.signature.access_id, "aliases": list(self.aliases)}
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "finding") -> Finding:
@@ -185,7 +186,8 @@ class Finding:
                        int(d.get("first_found_after_examples", 0)), float(d.get("found_after_s", 0.0)),
                        bool(d.get("minimized", False)), d.get("repro"), float(d.get("found_at", 0.0)),
                        str(d.get("target_spec") or ""), bool(d.get("shrink_interrupted", False)),
-                       bool(d.get("flaky", False)), d.get("triage") if isinstance(d.get("triage"), dict) else None)
+                       bool(d.get("flaky", False)), d.get("triage") if isinstance(d.get("triage"), dict) else None,
+                       [a for a in d.get("aliases") or [] if isinstance(a, str)])
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidCase(f"{source}: not a fuzzrunner finding ({type(e).__name__}: {e}).") from None
 
@@ -194,10 +196,19 @@ class Finding:
         return cls.from_dict(parse_json(read_text(path), str(path)), source=str(path))
 
     def reproduced_by(self, violations: list[Violation]) -> list[Violation]:
-        """The violations of a replay that are this bug (matched by id: site, not line)."""
+        """The violations of a replay that are this bug: matched by id (site, not line), else, for a
+        memory error, by its access alone (the function holding it was renamed or moved: see
+        ``moved``). Findings written before access ids existed carry the fields it is made of."""
         if self.signature.kind in names.CRASH_KINDS:
             return [v for v in violations if v.kind in names.CRASH_KINDS]
-        return [v for v in violations if v.signature.matches(self.id)]
+        return [v for v in violations if v.signature.matches(self.id)] or self.moved(violations)
+
+    def moved(self, violations: list[Violation]) -> list[Violation]:
+        """The violations that are this bug's access at another site, when none is at its own."""
+        access = self.signature.access_id
+        if not access or any(v.signature.matches(self.id) for v in violations):
+            return []
+        return [v for v in violations if v.signature.access_id == access]
 
 
 def is_finding_dict(data) -> bool:
@@ -221,6 +232,7 @@ def merge(into: Finding, other: Finding) -> bool:
     times = [t for t in (into.found_after_s, other.found_after_s) if t]
     into.found_after_s = min(times) if times else 0.0
     into.target_spec = into.target_spec or other.target_spec
+    into.aliases = [a for a in dict.fromkeys([*into.aliases, *other.aliases]) if a != into.id]
     return smaller
 
 

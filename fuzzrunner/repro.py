@@ -74,19 +74,23 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
         match = f"v.kind in {names.CRASH_KINDS!r}"
     else:  # the same bug: matched by id (site, not line); uninitialized and stale reads share it
         match = f"v.signature.matches({_lit(finding.id)})"
+    moved = [] if not sig.access_id else [  # else by the bad access alone: a renamed function is not a fix
+        f"found = found or [v for v in violations if getattr(v.signature, 'access_id', 0) == {_lit(sig.access_id)}]"]
     imports = ["import os", "import sys"] if "os.environ" in body[-1] else ["import sys"]
     lines = _header(finding, name) + imports + [""]
     lines += ["try:", "    from fuzzrunner import Case, replay", "", *("    " + b for b in body),
               "except Exception as e:  # noqa: BLE001 - anything that stops the replay is 'could not run'",
               '    print(f"could not run: {type(e).__name__}: {e}", file=sys.stderr)', "    sys.exit(2)",
-              f"found = [v for v in violations if {match}]", "for v in found:",
-              '    print(f"{v.signature.short()}\\n    {v.message}")', *_WINDOW, "if found:", "    sys.exit(1)",
+              f"found = [v for v in violations if {match}]", *moved, "for v in found:",
+              '    print(f"{v.signature.short()}\\n    {v.message}")', *([] if moved else _WINDOW),
+              "if found:", "    sys.exit(1)",
               'print("not reproduced")', "sys.exit(0)"]
     return "\n".join(lines) + "\n"
 
 
 # A numeric finding's expected and actual values around the worst element, printed by the script
-# from the details the replay gives back (plain code: the script must run with any fuzzrunner).
+# from the details the replay gives back (plain code: the script must run with any fuzzrunner);
+# a memory error's script (matched by its access too) has no window to print.
 _WINDOW = ['    w = v.details.get("window") or {}',
            '    if w.get("expected"):',
            '        where = w.get("at", []) + [w.get("worst")]',

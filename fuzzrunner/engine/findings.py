@@ -68,6 +68,22 @@ class FindingBook:
             f.shrink_interrupted = True
             self._save(f)
 
+    def supersede(self, old: Finding, new: Finding) -> None:
+        """``new`` is ``old``'s bug at a new site (``corpus_replay._refile``): it keeps ``old``'s id as an
+        alias, its discovery and, for the same case, its shrink state; ``old``'s file is removed."""
+        new.aliases = [a for a in dict.fromkeys([*new.aliases, old.id, *old.aliases]) if a != new.id]
+        if new.case.size() >= old.case.size():
+            new.minimized, new.shrink_interrupted = old.minimized, old.shrink_interrupted
+        new.first_found_after_examples = old.first_found_after_examples or new.first_found_after_examples
+        new.found_at = min(new.found_at, old.found_at or new.found_at)
+        self._save(new)
+        if self.corpus is not None:
+            try:
+                self.corpus.finding_path(self.target, old.id).unlink(missing_ok=True)
+            except OSError as e:
+                self.write_errors.append(f"cannot remove the renamed finding {old.id} "
+                                         f"({self.corpus.finding_path(self.target, old.id)}): {e.strerror or e}")
+
     def adopt(self, finding: Finding) -> None:
         """A finding from the corpus that still reproduces: known, in the state it was saved."""
         self.by_id.setdefault(finding.id, finding)

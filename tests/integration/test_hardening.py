@@ -130,3 +130,41 @@ def test_a_case_running_when_the_budget_ends_is_stopped_and_is_not_a_timeout_fin
     assert run["stop_reason"] == "budget" and run["findings"] == [] and run["budget_cut_cases"] == 1, out
     assert any("budget ran out during a case" in w for w in run["warnings"]), run["warnings"]
     assert time.monotonic() - started < 600
+
+
+# -- 3. a renamed function is not a fix ----------------------------------------------------------
+
+def test_renaming_the_function_that_does_the_bad_read_keeps_the_finding(tmp_path, capsys):
+    import json
+    import shutil
+
+    target = tmp_path / "my_runner.py"
+    shutil.copy(Path(__file__).with_name("renamable_target.py"), target)
+    spec_ = f"{target}:TARGET"
+    corpus = tmp_path / "corpus"
+    assert main(["fuzz", "--target", spec_, "--max-examples", "20", "--seed", "1", "-q", "--corpus", str(corpus),
+                 "--report", str(tmp_path / "before.json")]) == 1
+    [before] = load_report(tmp_path / "before.json")["runs"][0]["findings"]
+    assert before["violation"]["site"] == "my_runner.py::Runner._apply"
+    [stored] = (corpus / "findings" / "renamable").glob("*.json")
+    repro = Path(before["repro"])
+
+    target.write_text(target.read_text().replace("_apply", "_apply_lora"))  # the bug is still there
+    capsys.readouterr()
+
+    script = subprocess.run([sys.executable, str(repro)], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                            capture_output=True, text=True, timeout=300)
+    assert script.returncode == 1 and "not reproduced" not in script.stdout, script.stdout + script.stderr
+    assert main(["replay", "--target", spec_, str(stored)]) == 1
+    out = capsys.readouterr().out
+    assert "REPRODUCED" in out and "Runner._apply_lora" in out and "gone" not in out
+
+    assert main(["fuzz", "--target", spec_, "--max-examples", "5", "--seed", "2", "-q", "--corpus", str(corpus),
+                 "--report", str(tmp_path / "after.json"), "--previous", str(tmp_path / "before.json")]) == 1
+    [run] = load_report(tmp_path / "after.json")["runs"]
+    [after] = run["findings"]
+    assert after["violation"]["site"] == "my_runner.py::Runner._apply_lora"
+    assert after["aliases"] == [before["id"]] and after["trend"] == "still-open" and run["fixed"] == []
+    assert after["minimized"] == before["minimized"]
+    [refiled] = (corpus / "findings" / "renamable").glob("*.json")  # one file: the old one is gone
+    assert json.loads(refiled.read_text())["id"] == after["id"] != before["id"]

@@ -169,3 +169,20 @@ def test_a_bug_has_one_id_in_the_process_that_saw_it_and_in_one_that_cannot_read
     assert made["details"]["sites"] == {"my_runner.py:3": "my_runner.py::MyLoraRunner.__init__"}
     old = Violation.from_dict({**made, "details": {}}).signature  # named before sites travelled
     assert seen_here.signature.matches(old.file_id)
+
+
+def test_an_older_finding_without_access_id_is_matched_by_its_access_at_a_renamed_function():
+    """Issue 23: renaming ``_apply`` -> ``_apply_lora`` (bug still there) read as "not reproduced".
+    A finding file written before access ids existed (only its id) still loads and matches."""
+    from fuzzrunner.finding import Finding
+    old = _finding(1, minimized=True).to_dict()
+    del old["access_id"], old["aliases"]
+    old["violation"]["site"] = "runner.py::Runner._apply"
+    finding = Finding.from_dict(old)
+    renamed = Violation("shadow", "stale-read", "k", "runner.py:12", "buf", "stale", {}, "runner.py::Runner._apply_lora")
+    assert renamed.signature.id != finding.id
+    assert finding.reproduced_by([renamed]) == [renamed] == finding.moved([renamed])
+    other_tensor = _v("uninitialized-read", "other", 0, 0)
+    out_of_bounds = _v("out-of-bounds", "buf", 0, 0)
+    assert finding.reproduced_by([other_tensor, out_of_bounds]) == []
+    assert finding.moved([renamed, finding.violation]) == []  # its own site still shows: not moved
