@@ -184,7 +184,7 @@ def replay_corpus_file(path: Path, state) -> None:
     except InvalidCase as e:
         raise CorpusRegression(f"cannot replay {path}: {e}") from None
     skip_without_gpu(state.sanitizer, state.device)
-    spec = _target_for(case.target, state)
+    spec = _own_spec(finding) or _target_for(case.target, state)
     try:
         violations = _replayer(state).run(case, spec)
     except InvalidCase as e:
@@ -211,21 +211,38 @@ def _regression_report(path, case, finding, violations, spec) -> str:
     return "\n".join(head)
 
 
+def _own_spec(finding) -> str | None:
+    """The ``FILE.py:OBJ`` a finding was found with, if that file is still there: several test files
+    may define targets of one name, and a finding replayed with another's file passed while its bug
+    was live (issue 23)."""
+    spec = finding.target_spec if finding is not None else ""
+    path, sep, _ = spec.rpartition(":")
+    return spec if sep and path.endswith(".py") and os.path.isfile(path) else None
+
+
 def _target_for(name: str, state) -> str:
-    """A corpus case names its target; find a spec a worker can load for that name."""
+    """A corpus case names its target; find a spec a worker can load for that name (one only: a name
+    that several fuzz tests' files define cannot tell which, and fails saying so)."""
     from .target import BUILTIN, load_target
     if name in state.targets:
         return state.targets[name]
     if name in BUILTIN:
         return name
-    while state.candidates:  # targets named by this session's fuzz tests, loaded only now
-        spec = state.candidates.pop(0)
+    specs: list[str] = []
+    for spec in dict.fromkeys(state.candidates):  # targets named by this session's fuzz tests, loaded only now
         try:
-            state.targets.setdefault(load_target(spec).name, spec)
+            if load_target(spec).name == name:
+                specs.append(spec)
         except Exception:
             continue
-        if name in state.targets:
-            return state.targets[name]
+    if len(specs) > 1:
+        pytest.fail(f"corpus target {name!r} is defined by several files of this session's fuzz tests "
+                    f"({', '.join(specs)}): a corpus case names only its target, so it cannot tell which. Give "
+                    f"the targets distinct names, or map this one in the pytest ini file "
+                    f"(`fuzzrunner_targets = {name} = FILE.py:TARGET`).", pytrace=False)
+    if specs:
+        state.targets[name] = specs[0]
+        return specs[0]
     pytest.fail(f"corpus target {name!r} is not built in and no fuzz test of this session fuzzes it: name it "
                 f"in the pytest ini file, e.g. `fuzzrunner_targets = {name} = tests/my_runner.py:TARGET`.",
                 pytrace=False)
