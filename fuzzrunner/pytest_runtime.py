@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -132,7 +134,7 @@ def run_marked_campaign(item: pytest.Item, marker, state) -> FuzzCampaign:
     import fuzzrunner
     failure = ""
     try:
-        with _importable(item.path.parent, state.config.rootpath):
+        with _importable(item.path.parent, state.config.rootpath), sigterm_stops():
             result = fuzzrunner.fuzz(spec, faults=faults, profile=state.profile, corpus=state.corpus, **changes)
     except InvalidArgument as e:
         failure = f"@pytest.mark.fuzzrunner on {item.name}: {e}"
@@ -140,6 +142,8 @@ def run_marked_campaign(item: pytest.Item, marker, state) -> FuzzCampaign:
         failure = f"the harness broke (this is not a finding): {e}"
     if failure:  # outside the except: the one line, without "During handling of the above exception"
         pytest.fail(failure, pytrace=False)
+    if result.stop_reason == "interrupted":  # Ctrl-C or SIGTERM: the campaign stopped cleanly; so does pytest
+        raise KeyboardInterrupt(f"fuzzrunner campaign of {spec} interrupted")
     item.user_properties.append(("fuzzrunner_cases", result.examples))
     if state.show_coverage:  # only then: user properties also go into JUnit XML
         cov = result.coverage.to_dict()
@@ -159,6 +163,25 @@ def skip_without_gpu(sanitizer: str | None, device: str | None) -> None:
         pytest.skip(f"compute-sanitizer --tool {sanitizer} needs a CUDA GPU and none is visible here; on the CPU "
                     f"the shadow oracle checks the same reads (drop --fuzzrunner-sanitizer).")
     pytest.skip("device 'cuda' needs a CUDA GPU and none is visible here.")
+
+
+def _sigterm_interrupts(signum, frame):
+    raise KeyboardInterrupt("signal SIGTERM")
+
+
+@contextmanager
+def sigterm_stops():
+    """While workers run, SIGTERM (CI cancelling the job) ends like Ctrl-C: the campaign or replay
+    stops, its hub removes its workers and temp folders, and pytest reports the interruption. By
+    default SIGTERM ended pytest at once and left ``fzr-hub-*`` folders behind (issue 23)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _sigterm_interrupts)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
 
 
 @contextmanager
@@ -186,7 +209,8 @@ def replay_corpus_file(path: Path, state) -> None:
     skip_without_gpu(state.sanitizer, state.device)
     spec = _own_spec(finding) or _target_for(case.target, state)
     try:
-        violations = _replayer(state).run(case, spec)
+        with sigterm_stops():
+            violations = _replayer(state).run(case, spec)
     except InvalidCase as e:
         raise CorpusRegression(f"{path} no longer runs on target {case.target!r}: {e}") from None
     if violations:

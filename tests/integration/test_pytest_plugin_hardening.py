@@ -68,3 +68,36 @@ def test_a_corpus_finding_replays_with_its_own_file_when_another_file_has_the_sa
     out = result.stdout.str()
     assert "the saved bug REPRODUCES" in out
     assert "corpus target 'renamable' is defined by several files" in out
+
+
+def test_sigterm_to_pytest_mid_campaign_leaves_no_hub_folders(pytester):
+    """Issue 23: SIGTERM to pytest (a CI job cancelled) left ``fzr-hub-*`` folders in the temp dir."""
+    import tempfile
+    tmp, started = Path(tempfile.mkdtemp(prefix="fzr-t", dir="/tmp")), pytester.path / "started"  # short: AF_UNIX
+    try:
+        _sigterm_mid_campaign(pytester, tmp, started)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _sigterm_mid_campaign(pytester, tmp: Path, started: Path) -> None:
+    hostile = Path(__file__).with_name("hostile_targets.py")
+    (pytester.path / "test_slow.py").write_text(_fuzz_test("slow", str(hostile)).replace(":TARGET", ":SLEEPY"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               TMPDIR=str(tmp), HOSTILE_MARK_FILE=str(started), HOSTILE_SLEEP_S="60")
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:cacheprovider", "-q",
+                             str(pytester.path / "test_slow.py")], cwd=pytester.path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 180
+    while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert started.exists(), "the campaign never ran a case"
+    assert list(tmp.glob("fzr-hub-*")), "the hub's folders, while it runs"
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert list(tmp.glob("fzr-hub-*")) == [], out
+    assert proc.returncode == 2 and "KeyboardInterrupt" in out, out
