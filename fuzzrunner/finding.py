@@ -18,7 +18,7 @@ from . import names
 from .case import Case, parse_json, read_text
 from .errors import InvalidCase, NewerSchema
 from .signature import Signature
-from .violation import Violation, window_lines
+from .violation import Violation, cause_lines, window_lines
 
 __all__ = ["FINDING_SCHEMA", "Finding", "Signature", "group", "merge", "primary"]
 
@@ -267,7 +267,8 @@ def render(f: Finding | dict, *, indent: str = "  ", with_case: bool = False) ->
     ops = len(f.case.ops)
     state = ("minimized" if f.minimized else "shrink interrupted: resumes next run" if f.shrink_interrupted
              else "not minimized")
-    lines = [f.signature.short(), f.violation.message, *window_lines(f.violation.details)]
+    lines = [f.signature.short(), f.violation.message, *cause_lines(f.violation.details, f.violation.message),
+             *window_lines(f.violation.details)]
     if f.flaky:
         lines.append("FLAKY: a fresh worker did not reproduce this crash")
     lines.append(f"found after {_n(f.first_found_after_examples, 'example')} ({f.found_after_s:.1f} s); "

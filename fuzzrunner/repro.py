@@ -25,7 +25,7 @@ from .corpus import atomic_write
 from .errors import InvalidArgument
 from .finding import Finding
 from .target import BUILTIN
-from .violation import window_lines
+from .violation import cause_lines, window_lines
 
 _BY_SANITIZER = names.SANITIZER_TOOLS + ("compute-sanitizer",)  # the tool of a violation parsed from its report
 
@@ -109,6 +109,7 @@ def _header(f: Finding, name: str) -> list[str]:
              f"# finding {f.id}: tool={sig.tool} kind={sig.kind} kernel={sig.kernel or '-'}",
              f"#   location={sig.location or '-'} site={sig.site or '-'} tensor={sig.tensor or '-'}",
              f"# message: {_first_line(f.violation.message)}",
+             *(f"#   {line}" for line in cause_lines(f.violation.details, f.violation.message)),
              *(f"#   {line}" for line in window_lines(f.violation.details)),
              f"# found by fuzzing target {f.case.target} after {f.first_found_after_examples} "
              f"example{'' if f.first_found_after_examples == 1 else 's'} "
