@@ -168,3 +168,20 @@ def test_renaming_the_function_that_does_the_bad_read_keeps_the_finding(tmp_path
     assert after["minimized"] == before["minimized"]
     [refiled] = (corpus / "findings" / "renamable").glob("*.json")  # one file: the old one is gone
     assert json.loads(refiled.read_text())["id"] == after["id"] != before["id"]
+
+
+# -- 9. a shrink that Hypothesis cut is not called minimized ------------------------------------------
+
+def test_hypothesis_own_shrink_time_limit_does_not_end_a_shrink_that_is_then_called_minimized(tmp_path,
+                                                                                                monkeypatch):
+    """Hypothesis gives up shrinking after 5 minutes and reports what it has; a slow target's finding
+    was called minimized at 2 ops / 8 tokens where 1 op / 3 tokens fails. Simulated: the 5 minutes
+    are already over when the shrink starts."""
+    from hypothesis.internal.conjecture import engine
+
+    from fuzzrunner.engine import run_campaign
+    from fuzzrunner.settings import Settings
+    monkeypatch.setattr(engine, "MAX_SHRINKING_SECONDS", 0)
+    r = run_campaign(spec("RAISES"), Settings(max_examples=30, seed=1, device="cpu"), corpus_dir=tmp_path)
+    [f] = r.findings
+    assert f.minimized and f.case.ops[0]["n"] == 500  # the smallest n that raises
