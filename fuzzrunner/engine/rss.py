@@ -91,6 +91,7 @@ class RssWatch:
             return ""
         per_case = (rss - self.baseline) / self.cases / _MB
         how = "--max-worker-rss" if self.max_bytes is not None else \
-            f"{GROWTH_FACTOR}x its size after its first case"
+            f"{GROWTH_FACTOR}x its size after its first case" if GROWTH_FACTOR * self.baseline >= self.limit() else \
+            f"{MIN_GROWTH / _MB:.0f} MB over its size after its first case"
         return (f"worker memory grew from {self.baseline / _MB:.0f} MB to {rss / _MB:.0f} MB over {self.cases} "
                 f"case(s) ({per_case:.1f} MB per case), past the limit of {self.limit() / _MB:.0f} MB ({how})")
