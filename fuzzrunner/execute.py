@@ -129,8 +129,9 @@ def _stop_signals():
         before = previous[signum]
         if callable(before):
             before(signum, frame)
-        elif before != signal.SIG_IGN:
-            raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+        elif before in (signal.SIG_DFL, None):  # the default action (a worker's SIGTERM ends it): as before
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
 
     for s in _STOP_SIGNALS:
         signal.signal(s, handler)
