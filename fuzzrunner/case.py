@@ -81,8 +81,19 @@ class Case:
         return cls.from_json(read_text(path), source=str(path))
 
     def size(self) -> tuple:
-        """A rough simplicity order (fewer ops, then less data) for keeping the best case seen so far.
-
-        The minimal case of a search is Hypothesis' own (its final replay), not this order's.
+        """The simplicity order that decides which case a finding keeps: fewer ops, then fewer values
+        in them (tokens, requests, ids: each scalar counts one), then a shorter JSON text. A stored
+        case is only ever replaced by one no larger in this order (a shrink resumed from another
+        start must not undo an earlier one), though Hypothesis' own order (shortlex over its
+        choices) may rank two cases the other way round.
         """
-        return (len(self.ops), len(json.dumps(self.to_dict())))
+        return (len(self.ops), _scalars(list(self.ops)), len(json.dumps(self.to_dict(), sort_keys=True)))
+
+
+def _scalars(value) -> int:
+    """How many scalar values (numbers, strings, booleans, nulls) a JSON value holds."""
+    if isinstance(value, dict):
+        return sum(_scalars(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_scalars(v) for v in value)
+    return 1

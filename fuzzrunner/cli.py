@@ -72,6 +72,9 @@ def _campaign_options(p: argparse.ArgumentParser, profile: str) -> None:
                    help="run workers under compute-sanitizer (GPU) (default: none)")
     p.add_argument("--case-timeout", type=float, metavar="SECONDS",
                    help="a case running longer is a timeout finding" + _by_profile("case_timeout_s"))
+    p.add_argument("--max-worker-rss", type=float, metavar="MB",
+                   help="recycle a worker whose memory grew past this (default: 3x its size after its first case, "
+                        "and at least 1 GiB more); a recycle is counted, not a finding")
     p.add_argument("--max-ops", type=int, metavar="N",
                    help="most ops in one generated case" + _by_profile("max_ops"))
     p.add_argument("--corpus", default="corpus", help="corpus directory (findings, seed cases, example database)")
@@ -190,7 +193,7 @@ def _settings(args):
     s = profile(_profile_name(args))
     changes = dict(max_examples=args.max_examples, budget_s=args.budget, seed=args.seed, workers=args.workers,
                    device=args.device, sanitizer=args.sanitizer, case_timeout_s=args.case_timeout,
-                   max_ops=args.max_ops, steer=args.steer)
+                   max_ops=args.max_ops, steer=args.steer, max_worker_rss_mb=args.max_worker_rss)
     if getattr(args, "oracle", None):
         changes["oracles"] = tuple(args.oracle)
     if getattr(args, "no_shrink", False):
@@ -330,6 +333,9 @@ def _summary(result, out) -> None:
         out.write(f"  {line}\n")
     for c in result.tool_limitations.values():
         out.write(f"  tool limitation ({c['count']} case(s)): {c['message']}\n")
+    if getattr(result, "worker_recycles", 0):
+        out.write(f"  {result.worker_recycles} worker recycle(s): a worker's memory grew past the limit "
+                  f"(--max-worker-rss); not crashes, not findings\n")
     for f in result.findings:
         out.write("\n  " + render(f, indent="    ") + "\n")
     for f in result.flaky:
@@ -458,7 +464,10 @@ def _replay_one(replayer, path, args) -> int:
     if finding is not None:
         same = finding.reproduced_by(violations)
         if same:
-            print(f"{path}: REPRODUCED {finding.signature.short()}\n    {same[0].message}")
+            moved = finding.moved(violations)
+            note = f" (its access is now in {moved[0].site or moved[0].location}: a renamed or moved function)" \
+                if moved else ""
+            print(f"{path}: REPRODUCED {finding.signature.short()}{note}\n    {same[0].message}")
             return EXIT_FINDINGS
         if not violations:
             print(f"{path}: NOT REPRODUCED ({finding.signature.short()})")

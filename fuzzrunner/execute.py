@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import threading
 import traceback
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -173,7 +175,48 @@ def _raised_by(exc: BaseException, frames, own_code: tuple) -> bool:
     return any(raised == p or raised.startswith(p.rstrip(os.sep) + os.sep) for p in map(os.path.abspath, own_code))
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def _stop_signals():
+    """Yield a list that gets the number of each SIGINT / SIGTERM delivered meanwhile.
+
+    A ``KeyboardInterrupt`` raised while no such signal came is the target's own (``raise
+    KeyboardInterrupt`` in its ``run``): a finding, not a reason to stop. One that a delivered
+    signal raised is the user's Ctrl-C (or a SIGTERM turned into one): it must still stop.
+    Python delivers signals to the main thread only: elsewhere no signal can raise one."""
+    seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
+    previous = {s: signal.getsignal(s) for s in _STOP_SIGNALS}
+
+    def handler(signum, frame):
+        seen.append(signum)
+        before = previous[signum]
+        if callable(before):
+            before(signum, frame)
+        elif before in (signal.SIG_DFL, None):  # the default action (a worker's SIGTERM ends it): as before
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    for s in _STOP_SIGNALS:
+        signal.signal(s, handler)
+    try:
+        yield seen
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
 def _one_run(case: Case, target, device: str, oracles: list[Oracle], on_op, stop_early: bool = False) -> RunRecord:
+    with _stop_signals() as stop_signals:
+        return _run_target(case, target, device, oracles, on_op, stop_early, stop_signals)
+
+
+def _run_target(case: Case, target, device: str, oracles: list[Oracle], on_op, stop_early: bool,
+                stop_signals: list[int]) -> RunRecord:
     ctx = RunContext(case, device, oracles, on_op, stop_early)
     started: list[Oracle] = []
     record = RunRecord()
@@ -190,6 +233,11 @@ def _one_run(case: Case, target, device: str, oracles: list[Oracle], on_op, stop
         record.error = f"SystemExit: {exc.code}"
         record.violations.append(crash_violation(exc, ctx.op_index, getattr(target, "own_code", ())))
     except Exception as exc:  # the target (or the runner under test) failed: that is a finding
+        record.error = f"{type(exc).__name__}: {exc}"
+        record.violations.append(crash_violation(exc, ctx.op_index, getattr(target, "own_code", ())))
+    except BaseException as exc:  # KeyboardInterrupt, GeneratorExit, a BaseException of its own
+        if isinstance(exc, KeyboardInterrupt) and stop_signals:
+            raise  # a real Ctrl-C / SIGTERM: stop
         record.error = f"{type(exc).__name__}: {exc}"
         record.violations.append(crash_violation(exc, ctx.op_index, getattr(target, "own_code", ())))
     finally:

@@ -19,7 +19,7 @@ from .case import Case, parse_json
 from .errors import InvalidCase, NewerSchema
 from .safe_io import read_text
 from .signature import Signature
-from .violation import Violation, window_lines
+from .violation import Violation, cause_lines, window_lines
 
 __all__ = ["FINDING_SCHEMA", "Finding", "Signature", "group", "limitations", "merge", "primary"]
 
@@ -180,6 +180,7 @@ class Finding:
     case_timeout_s: float | None = None         # the per-case timeout it was found under: replay waits as long
     first_kind: str = ""                        # the kind it was first seen as (a stale read may shrink to an
                                                 # uninitialized one: one bug, and the live line said the first)
+    aliases: list = field(default_factory=list)  # its earlier ids: the function holding the access was renamed
 
     @property
     def id(self) -> str:
@@ -199,7 +200,8 @@ class Finding:
                 "shrink_interrupted": self.shrink_interrupted, "flaky": self.flaky,
                 "repro": None if self.repro is None else str(self.repro), "found_at": self.found_at,
                 "triage": self.triage, "case_timeout_s": self.case_timeout_s,
-                "first_kind": self.first_kind or self.signature.kind}
+                "first_kind": self.first_kind or self.signature.kind, "access_id": self.signature.access_id,
+                "aliases": list(self.aliases)}
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "finding") -> Finding:
@@ -222,7 +224,8 @@ class Finding:
                        bool(d.get("minimized", False)), d.get("repro"), float(d.get("found_at", 0.0)),
                        str(d.get("target_spec") or ""), bool(d.get("shrink_interrupted", False)),
                        bool(d.get("flaky", False)), d.get("triage") if isinstance(d.get("triage"), dict) else None,
-                       _seconds(d.get("case_timeout_s")), str(d.get("first_kind") or ""))
+                       _seconds(d.get("case_timeout_s")), str(d.get("first_kind") or ""),
+                       [a for a in d.get("aliases") or [] if isinstance(a, str)])
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidCase(f"{source}: not a fuzzrunner finding ({type(e).__name__}: {e}).") from None
 
@@ -231,10 +234,19 @@ class Finding:
         return cls.from_dict(parse_json(read_text(path), str(path)), source=str(path))
 
     def reproduced_by(self, violations: list[Violation]) -> list[Violation]:
-        """The violations of a replay that are this bug (matched by id: site, not line)."""
+        """The violations of a replay that are this bug: matched by id (site, not line), else, for a
+        memory error, by its access alone (the function holding it was renamed or moved: see
+        ``moved``). Findings written before access ids existed carry the fields it is made of."""
         if self.signature.kind in names.CRASH_KINDS:
             return [v for v in violations if v.kind in names.CRASH_KINDS]
-        return [v for v in violations if v.signature.matches(self.id)]
+        return [v for v in violations if v.signature.matches(self.id)] or self.moved(violations)
+
+    def moved(self, violations: list[Violation]) -> list[Violation]:
+        """The violations that are this bug's access at another site, when none is at its own."""
+        access = self.signature.access_id
+        if not access or any(v.signature.matches(self.id) for v in violations):
+            return []
+        return [v for v in violations if v.signature.access_id == access]
 
 
 def is_finding_dict(data) -> bool:
@@ -242,16 +254,15 @@ def is_finding_dict(data) -> bool:
 
 
 def merge(into: Finding, other: Finding) -> bool:
-    """Fold another sighting of the same bug into ``into``: the smaller case wins (with its
-    violations), the earliest discovery counts, a finished shrink sticks (also when a smaller case
-    comes later). True if the case changed."""
+    """Fold another sighting of the same bug into ``into``: the smaller case wins (``Case.size``),
+    with its violations and its state (``minimized`` belongs to a case that went through a completed
+    shrink, never to a smaller one found elsewhere); the earliest discovery counts. True if the case
+    changed."""
     smaller = other.case.size() < into.case.size()
     if smaller:
         into.case, into.violation, into.others = other.case, other.violation, other.others
         into.signature = other.violation.signature
-        # A case smaller than a finished shrink's is at least as minimal (generation can hit one later).
-        into.minimized = other.minimized or into.minimized
-        into.shrink_interrupted = other.shrink_interrupted and not into.minimized
+        into.minimized, into.shrink_interrupted = other.minimized, other.shrink_interrupted
     elif other.minimized and other.case.size() == into.case.size():
         into.minimized = True
     if other.first_found_after_examples and (not into.first_found_after_examples
@@ -260,6 +271,7 @@ def merge(into: Finding, other: Finding) -> bool:
     times = [t for t in (into.found_after_s, other.found_after_s) if t]
     into.found_after_s = min(times) if times else 0.0
     into.target_spec = into.target_spec or other.target_spec
+    into.aliases = [a for a in dict.fromkeys([*into.aliases, *other.aliases]) if a != into.id]
     return smaller
 
 
@@ -294,7 +306,8 @@ def render(f: Finding | dict, *, indent: str = "  ", with_case: bool = False) ->
     ops = len(f.case.ops)
     state = ("minimized" if f.minimized else "shrink interrupted: resumes next run" if f.shrink_interrupted
              else "not minimized")
-    lines = [f.signature.short(), f.violation.message, *window_lines(f.violation.details)]
+    lines = [f.signature.short(), f.violation.message, *cause_lines(f.violation.details, f.violation.message),
+             *window_lines(f.violation.details)]
     if f.flaky:
         lines.append("FLAKY: a fresh worker did not reproduce this crash")
     first = f" as {f.first_kind}" if f.first_kind and f.first_kind != f.signature.kind else ""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -135,7 +137,7 @@ def run_marked_campaign(item: pytest.Item, marker, state) -> FuzzCampaign:
     import fuzzrunner
     failure = ""
     try:
-        with _importable(item.path.parent, state.config.rootpath):
+        with _importable(item.path.parent, state.config.rootpath), sigterm_stops():
             result = fuzzrunner.fuzz(spec, faults=faults, profile=state.profile, corpus=state.corpus, **changes)
     except InvalidArgument as e:
         failure = f"@pytest.mark.fuzzrunner on {item.name}: {e}"
@@ -143,6 +145,8 @@ def run_marked_campaign(item: pytest.Item, marker, state) -> FuzzCampaign:
         failure = f"the harness broke (this is not a finding): {e}"
     if failure:  # outside the except: the one line, without "During handling of the above exception"
         pytest.fail(failure, pytrace=False)
+    if result.stop_reason == "interrupted":  # Ctrl-C or SIGTERM: the campaign stopped cleanly; so does pytest
+        raise KeyboardInterrupt(f"fuzzrunner campaign of {spec} interrupted")
     item.user_properties.append(("fuzzrunner_cases", result.examples))
     if state.show_coverage:  # only then: user properties also go into JUnit XML
         cov = result.coverage.to_dict()
@@ -162,6 +166,25 @@ def skip_without_gpu(sanitizer: str | None, device: str | None) -> None:
         pytest.skip(f"compute-sanitizer --tool {sanitizer} needs a CUDA GPU and none is visible here; on the CPU "
                     f"the shadow oracle checks the same reads (drop --fuzzrunner-sanitizer).")
     pytest.skip("device 'cuda' needs a CUDA GPU and none is visible here.")
+
+
+def _sigterm_interrupts(signum, frame):
+    raise KeyboardInterrupt("signal SIGTERM")
+
+
+@contextmanager
+def sigterm_stops():
+    """While workers run, SIGTERM (CI cancelling the job) ends like Ctrl-C: the campaign or replay
+    stops, its hub removes its workers and temp folders, and pytest reports the interruption. By
+    default SIGTERM ended pytest at once and left ``fzr-hub-*`` folders behind (issue 23)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _sigterm_interrupts)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
 
 
 @contextmanager
@@ -187,9 +210,10 @@ def replay_corpus_file(path: Path, state) -> None:
     except InvalidCase as e:
         raise CorpusRegression(f"cannot replay {path}: {e}") from None
     skip_without_gpu(state.sanitizer, state.device)
-    spec = _target_for(case.target, state)
+    spec = _own_spec(finding) or _target_for(case.target, state)
     try:
-        violations = _replayer(state).run(case, spec, finding.case_timeout_s if finding else None)
+        with sigterm_stops():
+            violations = _replayer(state).run(case, spec, finding.case_timeout_s if finding else None)
     except InvalidCase as e:
         raise CorpusRegression(f"{path} no longer runs on target {case.target!r}: {e}") from None
     if violations:
@@ -214,21 +238,38 @@ def _regression_report(path, case, finding, violations, spec) -> str:
     return "\n".join(head)
 
 
+def _own_spec(finding) -> str | None:
+    """The ``FILE.py:OBJ`` a finding was found with, if that file is still there: several test files
+    may define targets of one name, and a finding replayed with another's file passed while its bug
+    was live (issue 23)."""
+    spec = finding.target_spec if finding is not None else ""
+    path, sep, _ = spec.rpartition(":")
+    return spec if sep and path.endswith(".py") and os.path.isfile(path) else None
+
+
 def _target_for(name: str, state) -> str:
-    """A corpus case names its target; find a spec a worker can load for that name."""
+    """A corpus case names its target; find a spec a worker can load for that name (one only: a name
+    that several fuzz tests' files define cannot tell which, and fails saying so)."""
     from .target import BUILTIN, load_target
     if name in state.targets:
         return state.targets[name]
     if name in BUILTIN:
         return name
-    while state.candidates:  # targets named by this session's fuzz tests, loaded only now
-        spec = state.candidates.pop(0)
+    specs: list[str] = []
+    for spec in dict.fromkeys(state.candidates):  # targets named by this session's fuzz tests, loaded only now
         try:
-            state.targets.setdefault(load_target(spec).name, spec)
+            if load_target(spec).name == name:
+                specs.append(spec)
         except Exception:
             continue
-        if name in state.targets:
-            return state.targets[name]
+    if len(specs) > 1:
+        pytest.fail(f"corpus target {name!r} is defined by several files of this session's fuzz tests "
+                    f"({', '.join(specs)}): a corpus case names only its target, so it cannot tell which. Give "
+                    f"the targets distinct names, or map this one in the pytest ini file "
+                    f"(`fuzzrunner_targets = {name} = FILE.py:TARGET`).", pytrace=False)
+    if specs:
+        state.targets[name] = specs[0]
+        return specs[0]
     pytest.fail(f"corpus target {name!r} is not built in and no fuzz test of this session fuzzes it: name it "
                 f"in the pytest ini file, e.g. `fuzzrunner_targets = {name} = tests/my_runner.py:TARGET`.",
                 pytrace=False)

@@ -25,7 +25,7 @@ from .corpus import atomic_write
 from .errors import InvalidArgument
 from .finding import Finding
 from .target import BUILTIN
-from .violation import window_lines
+from .violation import cause_lines, window_lines
 
 _BY_SANITIZER = names.SANITIZER_TOOLS + ("compute-sanitizer",)  # the tool of a violation parsed from its report
 
@@ -74,13 +74,16 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
         match = f"v.kind in {names.CRASH_KINDS!r}"
     else:  # the same bug: matched by id (site, not line); uninitialized and stale reads share it
         match = f"v.signature.matches({_lit(finding.id)})"
+    moved = [] if not sig.access_id else [  # else by the bad access alone: a renamed function is not a fix
+        f"found = found or [v for v in violations if getattr(v.signature, 'access_id', 0) == {_lit(sig.access_id)}]"]
     imports = ["import os", "import sys"] if "os.environ" in body[-1] else ["import sys"]
     lines = _header(finding, name) + imports + [""]
     lines += ["try:", "    from fuzzrunner import Case, replay", "", *("    " + b for b in body),
               "except Exception as e:  # noqa: BLE001 - anything that stops the replay is 'could not run'",
               '    print(f"could not run: {type(e).__name__}: {e}", file=sys.stderr)', "    sys.exit(2)",
-              f"found = [v for v in violations if {match}]", "for v in found:",
-              '    print(f"{v.signature.short()}\\n    {v.message}")', *_WINDOW, "if found:", "    sys.exit(1)",
+              f"found = [v for v in violations if {match}]", *moved, "for v in found:",
+              '    print(f"{v.signature.short()}\\n    {v.message}")', *([] if moved else _WINDOW),
+              "if found:", "    sys.exit(1)",
               *_LIMITS, 'print("not reproduced")', "sys.exit(0)"]
     return "\n".join(lines) + "\n"
 
@@ -92,7 +95,8 @@ _LIMITS = ['for v in [v for v in violations if v.kind == "tool-limitation"][:1]:
 
 
 # A numeric finding's expected and actual values around the worst element, printed by the script
-# from the details the replay gives back (plain code: the script must run with any fuzzrunner).
+# from the details the replay gives back (plain code: the script must run with any fuzzrunner);
+# a memory error's script (matched by its access too) has no window to print.
 _WINDOW = ['    w = v.details.get("window") or {}',
            '    if w.get("expected"):',
            '        where = w.get("at", []) + [w.get("worst")]',
@@ -111,6 +115,7 @@ def _header(f: Finding, name: str) -> list[str]:
              f"# finding {f.id}: tool={sig.tool} kind={sig.kind} kernel={sig.kernel or '-'}",
              f"#   location={sig.location or '-'} site={sig.site or '-'} tensor={sig.tensor or '-'}",
              f"# message: {_first_line(f.violation.message)}",
+             *(f"#   {line}" for line in cause_lines(f.violation.details, f.violation.message)),
              *(f"#   {line}" for line in window_lines(f.violation.details)),
              f"# found by fuzzing target {f.case.target} after {f.first_found_after_examples} "
              f"example{'' if f.first_found_after_examples == 1 else 's'} "

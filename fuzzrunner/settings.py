@@ -88,6 +88,12 @@ def _validate_max_ops(v):
         raise InvalidArgument(f"max_ops={v!r} (--max-ops) must be an integer from 1 to 64.")
 
 
+def _validate_max_worker_rss_mb(v):
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf")):
+        raise InvalidArgument(f"max_worker_rss_mb={v!r} must be a positive number of megabytes, or None to recycle "
+                              f"a worker at 3x its size after its first case.")
+
+
 def _validate_steer(v):
     if not isinstance(v, bool):
         raise InvalidArgument(f"steer={v!r} must be True or False (steer the search towards rarely reached "
@@ -116,6 +122,7 @@ class Settings:
     cpu_triage: bool = True        # replay each GPU finding on the CPU under the shadow oracle
     steer: bool = False            # Hypothesis target() towards cases with rarely reached features (coverage.py)
     precheck_workers: int | None = None  # GPU, one worker: CPU pre-checks in parallel (shards); None: CPUs // 4, <= 8
+    max_worker_rss_mb: float | None = None  # recycle a worker past this size (None: engine/rss.py's growth rule)
 
     def __post_init__(self):
         if self.oracles is not None:

@@ -4,6 +4,13 @@ The site is the *function* holding the bad access (``source.site``), never its l
 shift must not turn a live bug into "fixed". Uninitialized and stale reads of one tensor at one
 site are one bug, so they share a family (``names.KINDS``) and an id. ``finding.py`` builds
 findings on it; ``violation.py`` names each violation's signature with it.
+
+Two keys: the *access* (``access_id``: tool, kind family, kernel or torch op, tensor; any location
+inside those names cut to its file) is the primary key of a memory error, what the bad access
+itself is; the site is the secondary key that tells apart two accesses of one kind to one tensor
+by one op from different functions. ``id`` holds both. When the function holding the access is
+renamed or moved, the id changes and the access does not: a stored finding is then matched by
+its access (``Finding.reproduced_by``), so a rename is not a fix.
 """
 
 from __future__ import annotations
@@ -33,6 +40,17 @@ class Signature:
         """The id with the locations inside the tensor and kernel names cut to their files: what a
         process that could not name their functions gave (findings written before sites travelled)."""
         return self._id(source.files_only)
+
+    @property
+    def access_id(self) -> str:
+        """The primary key alone (no site): for memory errors (a bad read or write of a tensor);
+        "" for other kinds (a crash or a numeric difference names no access to match by)."""
+        kind = names.KINDS.get(self.kind)
+        if kind is None or not kind.memory:
+            return ""
+        key = "|".join(("access", self.tool, kind.family, source.files_only(self.kernel),
+                        source.files_only(self.tensor)))
+        return hashlib.sha1(key.encode()).hexdigest()[:12]
 
     def matches(self, finding_id: str) -> bool:
         """Whether this is the bug ``finding_id`` names (its id, or its file-level id)."""

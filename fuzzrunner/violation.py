@@ -50,6 +50,21 @@ def _num(v) -> str:
     return f"{v:.6g}" if isinstance(v, (int, float)) else str(v)
 
 
+def cause_lines(details: dict, message: str = "") -> list[str]:
+    """Where the bug is rather than where it shows: for a per-step buffer read unwritten, the op that
+    ran without writing it and the op that last wrote it (``op 2 (dummy_run) never wrote
+    token_lora_mapping[3]; last written in op 1 (step)``); else the op that triggered the violation,
+    when known and not already in ``message``."""
+    if not isinstance(details, dict):
+        return []
+    if details.get("unwritten_by"):
+        return [str(details["unwritten_by"])]
+    op, name = details.get("op_index"), details.get("op")
+    if op is None or f"op {op}" in message:
+        return []
+    return [f"triggered in op {op}" + (f" ({name})" if name else "")]
+
+
 def window_lines(details: dict) -> list[str]:
     """A numeric violation's expected and actual values around its worst element, as three
     aligned lines (the worst one in brackets); none for any other violation."""

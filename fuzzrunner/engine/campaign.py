@@ -20,7 +20,7 @@ from .corpus_replay import replay_corpus
 from .database import hypothesis_storage
 from .hub import WorkerSpec
 from .result import CampaignResult
-from .search import Shard
+from .search import BudgetSpent, Shard
 
 __all__ = ["CampaignResult", "run_campaign", "worker_spec"]
 
@@ -37,7 +37,8 @@ def worker_spec(target_spec: str, settings: Settings, index: int, device: str) -
         wrapper, sanitizer_env = sanitizer_wrapper(settings.sanitizer)
         env.update(sanitizer_env)
     gpu = gpus.gpu_for_index(index, gpus.visible_gpus()) if device == "cuda" else None
-    return WorkerSpec(target_spec, device=device, gpu=gpu, wrapper=wrapper, env=env)
+    return WorkerSpec(target_spec, device=device, gpu=gpu, wrapper=wrapper, env=env,
+                      max_rss_mb=settings.max_worker_rss_mb)
 
 
 def resolve_device(settings: Settings) -> str:
@@ -62,6 +63,8 @@ def run_shard(target_spec: str, settings: Settings, faults: tuple, corpus_dir, i
             shard.search(quota)
     except KeyboardInterrupt:
         shard.result.stop_reason = R.STOP_INTERRUPTED
+    except BudgetSpent:  # the budget ran out during the corpus replay
+        pass
     finally:
         result = shard.close()
     return result

@@ -37,11 +37,27 @@ def replay_corpus(shard) -> None:
         _count_features(shard, case)
         still = finding is not None and bool(finding.reproduced_by(violations))
         result.replayed.append((str(path), finding.id if finding else None, still if finding else bool(violations)))
-        if still:
+        if still and finding.moved(violations):
+            _refile(shard, finding, violations, case)
+        elif still:
             shard.book.adopt(finding)
             shard.emit({"type": "regression", "finding": finding, "path": str(path)})
         elif violations:
             shard.record(violations, case)
+
+
+def _refile(shard, finding, violations, case) -> None:
+    """A stored finding whose access now sits in another function (renamed or moved): the bug is
+    filed under its new id, keeping the old one as an alias (reports, repro scripts and replay
+    still know it) and its shrink state; the old file goes."""
+    access = finding.signature.access_id
+    for new, _ in shard.record(violations, case):
+        if new.signature.access_id == access and new.id != finding.id:
+            shard.book.supersede(finding, new)
+            where = new.violation.site or new.violation.location
+            shard.emit({"type": "warning", "message": f"finding {finding.id} ({finding.signature.short()}): its "
+                                                       f"access is now at {where} (a renamed or moved function): "
+                                                       f"filed as {new.id}"})
 
 
 def _count_features(shard, case) -> None:

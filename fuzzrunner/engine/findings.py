@@ -19,6 +19,7 @@ class FindingBook:
         self.case_timeout_s = case_timeout_s  # recorded in each finding: a replay waits as long as the search did
         self.by_id: dict[str, Finding] = {}
         self._last: dict[str, Finding] = {}  # id -> the latest failing call's sighting
+        self._best_here: dict[str, tuple] = {}  # id -> the size of the smallest case this run's calls showed
         self.settled: set[str] = set()       # ids Hypothesis is done with (shrunk, or not to be shrunk)
         self.write_errors: list[str] = []
 
@@ -30,6 +31,8 @@ class FindingBook:
             seen = Finding.of(head, others, case, first_found_after_examples=examples, found_after_s=elapsed,
                               target_spec=self.target_spec, case_timeout_s=self.case_timeout_s)
             self._last[seen.id] = seen
+            size = case.size()
+            self._best_here[seen.id] = min(size, self._best_here.get(seen.id, size))
             known = self.by_id.get(seen.id)
             if known is None:
                 self.by_id[seen.id] = seen
@@ -42,23 +45,45 @@ class FindingBook:
         return out
 
     def mark_minimized(self, finding_id: str, shrunk: bool = True) -> None:
-        """Hypothesis ends a search by replaying each bug's minimal example: that last call's case wins.
-        Without shrinking (``shrunk=False``) the bug is settled as first found, and not called minimized."""
+        """Hypothesis ends a search by replaying each bug's minimal example: that last call's case wins,
+        unless the finding holds a smaller one (``Case.size``): a case is never replaced by a larger one.
+        The kept case is called minimized only if this completed shrink reached it; one that only an
+        earlier, interrupted shrink reached stays not minimized (and is not resumed again: this
+        shrink was the resumption). Without shrinking (``shrunk=False``) the bug is settled as first
+        found, and not called minimized."""
         self.settled.add(finding_id)
         f = self.by_id.get(finding_id)
         if f is None or f.minimized or not shrunk:
             return
         last = self._last.get(finding_id)
-        if last is not None:
+        if last is not None and last.case.size() <= f.case.size():
             f.case, f.violation, f.others, f.signature = last.case, last.violation, last.others, last.signature
-        f.minimized, f.shrink_interrupted = True, False
-        self._save(f, prefer_own=True)
+        best_here = self._best_here.get(finding_id)
+        f.minimized = best_here is not None and f.case.size() >= best_here
+        f.shrink_interrupted = False
+        self._save(f)
 
     def mark_interrupted(self, finding_id: str) -> None:
         f = self.by_id.get(finding_id)
         if f is not None and not f.minimized:
             f.shrink_interrupted = True
             self._save(f)
+
+    def supersede(self, old: Finding, new: Finding) -> None:
+        """``new`` is ``old``'s bug at a new site (``corpus_replay._refile``): it keeps ``old``'s id as an
+        alias, its discovery and, for the same case, its shrink state; ``old``'s file is removed."""
+        new.aliases = [a for a in dict.fromkeys([*new.aliases, old.id, *old.aliases]) if a != new.id]
+        if new.case.size() >= old.case.size():
+            new.minimized, new.shrink_interrupted = old.minimized, old.shrink_interrupted
+        new.first_found_after_examples = old.first_found_after_examples or new.first_found_after_examples
+        new.found_at = min(new.found_at, old.found_at or new.found_at)
+        self._save(new)
+        if self.corpus is not None:
+            try:
+                self.corpus.finding_path(self.target, old.id).unlink(missing_ok=True)
+            except OSError as e:
+                self.write_errors.append(f"cannot remove the renamed finding {old.id} "
+                                         f"({self.corpus.finding_path(self.target, old.id)}): {e.strerror or e}")
 
     def adopt(self, finding: Finding) -> None:
         """A finding from the corpus that still reproduces: known, in the state it was saved."""
@@ -77,13 +102,12 @@ class FindingBook:
                                          f"({self.corpus.finding_path(self.target, f.id)}): {e.strerror or e}")
         return f
 
-    def _save(self, finding: Finding, prefer_own: bool = False) -> None:
+    def _save(self, finding: Finding) -> None:
         if self.corpus is None:
             return
-        if not prefer_own:  # another shard (or run) may hold a smaller case of the same bug
-            other = stored_finding(self.corpus, self.target, finding.id)
-            if other is not None:
-                merge(finding, other)
+        other = stored_finding(self.corpus, self.target, finding.id)  # another shard or run's case may be smaller
+        if other is not None:
+            merge(finding, other)
         error = write_finding(self.corpus, self.target, finding, self.corpus.save_finding)
         if error:
             self.write_errors.append(error)

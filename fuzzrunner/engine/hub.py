@@ -30,6 +30,7 @@ from . import protocol
 from .forking import ForkedProcess, Zygote
 from .lifeline import ENV as PARENT_ENV
 from .lifeline import alive
+from .rss import RssWatch
 
 STARTUP_TIMEOUT_S = 300.0  # torch import, CUDA init, sanitizer start-up
 MAX_FAILED_STARTS = 3
@@ -73,6 +74,7 @@ class WorkerSpec:
     wrapper: list = field(default_factory=list)  # e.g. compute-sanitizer argv prefix
     env: dict = field(default_factory=dict)
     log_path: str | None = None             # keep the worker's stdout+stderr here (else a temp file, deleted)
+    max_rss_mb: float | None = None         # recycle a worker past this resident size (else: rss.py's default)
 
     @property
     def sanitizer(self) -> str | None:
@@ -86,6 +88,8 @@ class RunResult:
     crashed: bool = False
     case_no: int = 0                        # the worker's own count (for sanitizer markers)
     log: str = ""                           # the worker's output during this case (sanitized workers)
+    budget_cut: bool = False                # the campaign's time ran out mid-case: stopped, not a finding
+    recycled: str = ""                      # why the worker was recycled after this case (its memory grew)
 
 
 # Signals a process does not send itself by faulting: someone else ended it.
@@ -141,6 +145,7 @@ class Worker:
         self.killed = False          # we sent the kill (timeout, shutdown): not an outside signal
         self.busy = False            # a case was sent and its result not read (e.g. interrupted mid-case)
         self.case_no = 0
+        self.rss = RssWatch(spec.max_rss_mb)
         self.proc: subprocess.Popen | ForkedProcess
         try:
             if zygote is not None:
@@ -221,8 +226,11 @@ class Worker:
         except (ConnectionError, OSError, ValueError):
             return None
 
-    def run(self, case: Case, oracles, timeout_s: float, stop_early: bool = False) -> RunResult:
-        """Run one case; a death or a hang comes back as a crash/timeout violation."""
+    def run(self, case: Case, oracles, timeout_s: float, stop_early: bool = False,
+            cut_at: float = math.inf) -> RunResult:
+        """Run one case; a death or a hang comes back as a crash/timeout violation. At ``cut_at``
+        (monotonic: the campaign's budget runs out) a case still running is stopped, the worker
+        killed, and the result says ``budget_cut``: the case did not run past its timeout."""
         start_log, t0 = self.log_size(), time.monotonic()
         self.case_no += 1
         self.busy = True  # until the case's end is read: an interrupted wait leaves the worker mid-case
@@ -234,13 +242,17 @@ class Worker:
         except OSError:  # it died just now; a fresh worker reruns the case before it counts
             return self._died(seen, False, timeout_s, start_log, t0)
         while True:
-            msg = self._recv(self.sock, min(1.0, deadline - time.monotonic()))
+            msg = self._recv(self.sock, min(1.0, deadline - time.monotonic(), cut_at - time.monotonic()))
             if msg is None:
-                if self.proc.poll() is None and time.monotonic() < deadline:
+                now = time.monotonic()
+                if self.proc.poll() is None and now < deadline and now < cut_at:
                     if not self.spec.sanitizer:
                         self.cut_log(LOG_CAP)  # a chatty target cannot fill the disk
                     continue
-                return self._died(seen, time.monotonic() >= deadline, timeout_s, start_log, t0)
+                if self.proc.poll() is None and now < deadline:
+                    self.kill()
+                    return RunResult([], now - t0, True, self.case_no, budget_cut=True)
+                return self._died(seen, now >= deadline, timeout_s, start_log, t0)
             done = self._handle(msg, seen)
             if done is not None:
                 self.busy = False
@@ -434,6 +446,7 @@ class Hub:
         self._start_s: float | None = None   # a worker's start-up, measured
         self.restarts = 0
         self.starts = 0
+        self.recycles = 0                     # workers closed because their memory grew (rss.py)
 
     def _new_worker(self) -> Worker:
         failures = 0
@@ -508,26 +521,40 @@ class Hub:
             self._spares.append(_Standby(self.spec, self._forker()))
         return self.worker
 
-    def run(self, case: Case) -> RunResult:
+    def run(self, case: Case, cut_at: float = math.inf) -> RunResult:
+        """Run ``case`` in the worker (``cut_at``: when the campaign's time runs out, see ``Worker.run``)."""
         w = self._ensure()
         if w.proc.poll() is not None:  # it died between cases (killed from outside): no case to blame
             self._replace()
             w = self._ensure()
         try:
-            result = w.run(case, self.oracles, self.timeout_s, self.stop_early)
+            result = w.run(case, self.oracles, self.timeout_s, self.stop_early, cut_at)
         except (InvalidCase, HarnessError):
             if w.proc.poll() is not None:
                 self._replace()
             raise
+        if result.budget_cut:
+            self._retire()
+            return result
         tool = self.spec.sanitizer
         if tool:
             from ..sanitizer.session import violations_in_log  # only sanitized runs pay for the import
             result.violations += violations_in_log(result.log, result.case_no, tool=tool)
         if result.crashed:
             self._replace()
-        else:
-            w.cut_log(LOG_CAP)  # this case's reports are read: what is left is only the tail
+            return result
+        w.cut_log(LOG_CAP)  # this case's reports are read: what is left is only the tail
+        result.recycled = w.rss.check(w.proc.pid)
+        if result.recycled:
+            self.recycles += 1
+            self._retire()
         return result
+
+    def _retire(self) -> None:
+        """Close the worker between cases (not a death: no restart counted); the next case gets a fresh one."""
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
 
     def _replace(self) -> None:
         if self.worker is not None:

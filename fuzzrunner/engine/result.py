@@ -34,6 +34,8 @@ class CampaignResult:
     known_crash_skips: int = 0         # cases a CPU pre-check showed would re-hit a known GPU crash
     known_crash_causes: dict = field(default_factory=dict)  # root-cause id -> {"short", "count"} of those skips
     tool_limitations: dict = field(default_factory=dict)    # signature id -> {"message", "count", ...}
+    worker_recycles: int = 0           # workers closed between cases because their memory grew (rss.py)
+    budget_cut_cases: int = 0          # cases stopped mid-run because the time budget ran out (not findings)
     stop_reason: str = ""
     warnings: list = field(default_factory=list)
     errors: list = field(default_factory=list)       # why the campaign could not finish cleanly

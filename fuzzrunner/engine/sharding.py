@@ -77,7 +77,7 @@ class Merger:
 
     def done(self, r: CampaignResult) -> None:
         into = self.result
-        for name in ("examples", "generated", "invalid", "worker_restarts"):
+        for name in ("examples", "generated", "invalid", "worker_restarts", "worker_recycles", "budget_cut_cases"):
             setattr(into, name, getattr(into, name) + getattr(r, name))
         causes = getattr(r, "known_crash_causes", {})
         for cause, c in causes.items():

@@ -73,6 +73,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self._storages: StorageHook | None = None
         self.host = HostViews(self)
         self.op_index, self.op_name = -1, ""
+        self.op_names: dict[int, str] = {}  # op index -> its name, for "last written in op 1 (step)"
 
     def _register(self, tensor: torch.Tensor, name: str, **kw):
         """Track ``tensor``'s storage until the storage dies (its memory may then be reused)."""
@@ -121,6 +122,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
 
     def begin_op(self, index: int, op: dict) -> None:
         self.op_index, self.op_name = index, op.get("op", "")
+        self.op_names[index] = self.op_name
         self.memory.epoch = index + 1
 
     def observe(self, index: int, op: dict, result: Any) -> None:
@@ -486,6 +488,16 @@ class ShadowOracle(Oracle, tracking.Watcher):
             self._report(b, kernel, source_location(path, line),
                          {"program_id": list(grid_idx()), "access": access})
 
+    def _unwritten_by(self, b: BadAccess, element: str) -> str:
+        """The op that should have written a per-step buffer's element and did not (the read's line
+        is where the bug shows, this op's path is where it is), and the op that last wrote it."""
+        if b.kind == "stale-read" and b.written_epoch > 0:
+            w = b.written_epoch - 1
+            last = f"last written in op {w} ({self.op_names.get(w) or '?'})"
+        else:
+            last = "written at set-up only" if b.kind == "stale-read" else "never written by any op"
+        return f"op {self.op_index} ({self.op_name}) never wrote {element}; {last}"
+
     def _report(self, b: BadAccess, kernel: str, location: str, extra: dict) -> None:
         self.reported += 1
         self.memory.mark_reported(b)
@@ -493,6 +505,9 @@ class ShadowOracle(Oracle, tracking.Watcher):
         details = {"address": hex(b.address), "op_index": self.op_index, "op": self.op_name,
                    "thread": thread_name(), **extra}
         msg = describe(b, kernel, name, details, self.op_index)
+        if b.kind != "out-of-bounds" and b.allocation is not None and b.allocation.per_step:
+            element = b.allocation.element(b.byte_offset)
+            details["unwritten_by"] = self._unwritten_by(b, f"{name}[{', '.join(map(str, element))}]")
         self.log.add(Violation("shadow", b.kind, kernel, location, name, msg + self._on_thread(), details), b.count)
 
     def _on_thread(self) -> str:

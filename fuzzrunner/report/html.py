@@ -11,7 +11,7 @@ import urllib.parse
 from pathlib import Path
 
 from ..finding import case_text, triage_text
-from ..violation import window_lines
+from ..violation import cause_lines, window_lines
 from .html_trend import CSS as _TREND_CSS
 from .html_trend import badge, history_section, trend_section
 from .json_report import SCHEMA, cluster_text, report_dict, skip_lines, write_text
@@ -138,7 +138,7 @@ def _findings(run: dict, base: Path | None) -> str:
             f'{_mono(s["location"])}'
             f'<td>{when}</td><td>{"yes" if f["minimized"] else "no"}</td><td>{repro}</td></tr>'
             f'<tr class="detail"><td colspan="7"><div class="msg">{_e(f["message"])} '
-            f'<span class="meta">[{_e(s["tool"])}, {_e(f["id"])}]</span></div>{_window(f)}{_triage(f)}'
+            f'<span class="meta">[{_e(s["tool"])}, {_e(f["id"])}]</span>{_cause(f)}</div>{_window(f)}{_triage(f)}'
             f'<details><summary>case '
             f'({plural(len(f["case"].get("ops", [])), "op")})</summary><pre>{_e(case_text(f["case"]))}</pre>'
             f'</details></td></tr>')
@@ -150,6 +150,12 @@ def _triage(f: dict) -> str:
     """What the CPU replay of a GPU finding showed: reproduced as, not reproduced, or could not run."""
     t = f.get("triage")
     return f'<div class="msg triage">{_e(triage_text(t))}</div>' if isinstance(t, dict) else ""
+
+
+def _cause(f: dict) -> str:
+    """The op that should have written what was read (or the op that triggered the violation)."""
+    lines = cause_lines((f.get("violation") or {}).get("details") or {}, f.get("message", ""))
+    return "".join(f'<br><span class="meta">{_e(line)}</span>' for line in lines)
 
 
 def _window(f: dict) -> str:

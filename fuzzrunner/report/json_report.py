@@ -109,6 +109,8 @@ def _run_dict(r) -> dict:
             "worker_restarts": r.worker_restarts, "known_crash_skips": r.known_crash_skips,
             "known_crash_causes": [{"id": i, **c} for i, c in getattr(r, "known_crash_causes", {}).items()],
             "tool_limitations": [{"id": i, **c} for i, c in getattr(r, "tool_limitations", {}).items()],
+            "worker_recycles": getattr(r, "worker_recycles", 0),
+            "budget_cut_cases": getattr(r, "budget_cut_cases", 0),
             "replayed": [{"path": str(p), "id": i, "still_failing": bool(s)} for p, i, s in r.replayed],
             "findings": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.findings],
             "timeline": [[round(t, 3), n, k] for t, n, k in r.timeline],

@@ -49,11 +49,16 @@ def _faults_differ(run: dict, before: dict) -> dict:
     return {**run, "warnings": [*run.get("warnings", []), note]}
 
 
+def _ids(f: dict) -> set:
+    """A finding's id and its aliases (earlier ids: the function holding its access was renamed)."""
+    return {f["id"], *(a for a in f.get("aliases") or () if isinstance(a, str))}
+
+
 def _mark_run(run: dict, before: dict | None) -> dict:
-    seen = {f["id"] for f in before["findings"]} if before else set()
-    now = {f["id"] for f in run["findings"]}
-    findings = [{**f, "trend": OPEN if f["id"] in seen else NEW} for f in run["findings"]]
-    fixed = [{**f, "trend": FIXED} for f in (before["findings"] if before else ()) if f["id"] not in now]
+    seen = set().union(*(_ids(f) for f in before["findings"])) if before else set()
+    now = set().union(*(_ids(f) for f in run["findings"]))
+    findings = [{**f, "trend": OPEN if _ids(f) & seen else NEW} for f in run["findings"]]
+    fixed = [{**f, "trend": FIXED} for f in (before["findings"] if before else ()) if not _ids(f) & now]
     return {**run, "findings": findings, "fixed": fixed}
 
 

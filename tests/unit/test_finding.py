@@ -84,10 +84,54 @@ def _finding(n_ops: int, minimized: bool):
     return Finding.of(_v("uninitialized-read", "buf", 0, 0), [], case, minimized=minimized)
 
 
-def test_a_smaller_case_seen_after_the_shrink_keeps_the_finding_minimized():
+def test_a_smaller_case_seen_after_the_shrink_wins_but_is_not_called_minimized():
+    """``minimized`` belongs to a case that went through a completed shrink (issue 23)."""
     from fuzzrunner.finding import merge
     shrunk = _finding(2, minimized=True)
-    assert merge(shrunk, _finding(1, minimized=False)) and len(shrunk.case.ops) == 1 and shrunk.minimized
+    assert merge(shrunk, _finding(1, minimized=False)) and len(shrunk.case.ops) == 1 and not shrunk.minimized
+
+
+def test_case_size_orders_ops_then_values_then_text():
+    from fuzzrunner.case import Case
+
+    def case(*token_lists, extra=""):
+        return Case("t", {}, tuple({"op": "step", "tokens": list(t), "tag": extra} for t in token_lists))
+    assert case([1, 2, 3]).size() < case([1], [1]).size()          # fewer ops first
+    assert case([100, 200, 300]).size() < case([1, 2, 3, 4]).size()  # then fewer values (tokens)
+    assert case([1], extra="").size() < case([1], extra="long").size()  # then shorter text
+
+
+def _book_with_stored(tmp_path, stored):
+    from fuzzrunner.corpus import Corpus
+    from fuzzrunner.engine.findings import FindingBook
+    corpus = Corpus(tmp_path)
+    corpus.save_finding("t", stored)
+    return corpus, FindingBook(corpus, "t")
+
+
+def test_a_resumed_shrink_never_replaces_the_stored_case_by_a_larger_one(tmp_path):
+    """Issue 23: SIGTERM mid-shrink left a 1-op case; the rerun's completed shrink ended at 5 ops
+    (Hypothesis' order is not ours) and the book replaced the 1-op case, calling it minimized."""
+    stored = _finding(1, minimized=False)
+    stored.shrink_interrupted = True
+    corpus, book = _book_with_stored(tmp_path, stored)
+    five = _finding(5, minimized=False)
+    book.record([five.violation], five.case, 1, 0.1)   # the rerun meets the bug (database replay)
+    book.record([five.violation], five.case, 2, 0.2)   # Hypothesis' final replay of its minimal example
+    book.mark_minimized(five.id)
+    on_disk = corpus.load_finding("t", five.id)
+    for f in (book.by_id[five.id], on_disk):
+        assert len(f.case.ops) == 1 and not f.minimized and not f.shrink_interrupted
+
+
+def test_a_completed_shrink_keeps_the_smallest_case_it_passed_through_and_calls_it_minimized(tmp_path):
+    corpus, book = _book_with_stored(tmp_path, _finding(6, minimized=False))
+    two, three = _finding(2, minimized=False), _finding(3, minimized=False)
+    for n, f in enumerate((two, three)):  # a shrink step smaller in our order than Hypothesis' final
+        book.record([f.violation], f.case, n, 0.0)
+    book.mark_minimized(two.id)
+    on_disk = corpus.load_finding("t", two.id)
+    assert len(on_disk.case.ops) == 2 and on_disk.minimized
 
 
 def test_a_larger_case_never_replaces_and_an_unshrunk_smaller_one_is_not_called_minimized():
@@ -140,3 +184,20 @@ def test_a_cuda_error_raised_in_python_and_the_context_it_lost_are_one_finding()
         assert len(groups) == 1 and groups[0][0] is raised and groups[0][1] == [lost]
     other = Violation("python", "crash", "ValueError", "runner.py:9", "", "op 0: ValueError: x", {"op_index": 0})
     assert len(group([other, lost])) == 2  # no CUDA error raised: the lost context stays its own
+
+
+def test_an_older_finding_without_access_id_is_matched_by_its_access_at_a_renamed_function():
+    """Issue 23: renaming ``_apply`` -> ``_apply_lora`` (bug still there) read as "not reproduced".
+    A finding file written before access ids existed (only its id) still loads and matches."""
+    from fuzzrunner.finding import Finding
+    old = _finding(1, minimized=True).to_dict()
+    del old["access_id"], old["aliases"]
+    old["violation"]["site"] = "runner.py::Runner._apply"
+    finding = Finding.from_dict(old)
+    renamed = Violation("shadow", "stale-read", "k", "runner.py:12", "buf", "stale", {}, "runner.py::Runner._apply_lora")
+    assert renamed.signature.id != finding.id
+    assert finding.reproduced_by([renamed]) == [renamed] == finding.moved([renamed])
+    other_tensor = _v("uninitialized-read", "other", 0, 0)
+    out_of_bounds = _v("out-of-bounds", "buf", 0, 0)
+    assert finding.reproduced_by([other_tensor, out_of_bounds]) == []
+    assert finding.moved([renamed, finding.violation]) == []  # its own site still shows: not moved
