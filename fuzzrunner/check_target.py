@@ -76,9 +76,12 @@ def _run_child(device: str, spec: str, case) -> dict:
 
 def _one_case(target):
     from hypothesis import HealthCheck, find, settings
+
+    from .engine.database import hypothesis_storage
     strategy = target.cases((), max_ops=4)
-    return find(strategy, lambda case: True, settings=settings(database=None, max_examples=50,
-                                                               suppress_health_check=list(HealthCheck)))
+    with hypothesis_storage(None):  # Hypothesis' caches in a temporary folder, not ./.hypothesis
+        return find(strategy, lambda case: True, settings=settings(database=None, max_examples=50,
+                                                                   suppress_health_check=list(HealthCheck)))
 
 
 def _device_lines(device: str, run: dict) -> tuple[list[str], str | None]:
@@ -114,7 +117,8 @@ def check_target(spec: str) -> tuple[list[str], int]:
     try:
         case = _one_case(target)
     except Exception as e:  # the target's strategy: its own error, said in one line
-        return lines + [f"case         the target's strategy failed: {type(e).__name__}: {e}"[:400]], 2
+        return lines + [f"case         the target's strategy failed: {type(e).__name__}: {e}"[:400],
+                        "verdict      cannot test: the target makes no case (fix its cases())"], 2
     lines.append(f"case         {len(case.ops)} op(s): {', '.join(str(op.get('op', '?')) for op in case.ops)}")
     cpu = _run_child("cpu", spec, case)
     more, cpu_problem = _device_lines("cpu", cpu)
@@ -128,15 +132,28 @@ def check_target(spec: str) -> tuple[list[str], int]:
     else:
         lines.append("precheck     CPU pre-check and CPU triage of a GPU campaign: can run")
         lines += _tracked_lines(cpu, fixes)
-    if _env.cuda_present():
+    gpu = _env.cuda_present()
+    gpu_problem = None
+    if gpu:
         more, gpu_problem = _device_lines("cuda", _run_child("cuda", spec, case))
         lines += more
         if gpu_problem:
             fixes.append(f"make the target run on the GPU: {gpu_problem}")
     else:
         lines.append("cuda  not checked: no CUDA device here")
-    lines += [f"fix          {f}" for f in fixes] or ["verdict      ok: fuzzrunner can test this target here"]
-    return lines, 1 if fixes else 0
+    lines += [f"fix          {f}" for f in fixes]
+    return lines + [_verdict(cpu_problem, gpu, gpu_problem, fixes)], 1 if fixes else 0
+
+
+def _verdict(cpu_problem, gpu: bool, gpu_problem, fixes: list) -> str:
+    if not fixes:
+        return "verdict      ok: fuzzrunner can test this target here"
+    if cpu_problem and (not gpu or gpu_problem):
+        return ("verdict      cannot test here: the target runs on neither device of this machine"
+                + ("" if gpu else " (no GPU here)"))
+    if cpu_problem:
+        return "verdict      GPU campaigns only, without CPU pre-check and triage, until the fix above"
+    return "verdict      can test, with less power until the fix above"
 
 
 def _tracked_lines(run: dict, fixes: list) -> list[str]:
@@ -145,7 +162,8 @@ def _tracked_lines(run: dict, fixes: list) -> list[str]:
     other = sorted({r["name"] for r in reg if not r["per_step"]})
     lines = [f"tracked      per step (stale reads seen): {', '.join(per_step) or 'none'}",
              f"tracked      registered: {', '.join(other) or 'none'}",
-             f"tracked      torch.empty tracked automatically (never-written reads only): {len(run.get('auto', []))}"]
+             "tracked      torch.empty tracked automatically (never-written reads only): "
+             + (", ".join(run.get("auto", [])[:4]) + (", ..." if len(run.get("auto", [])) > 4 else "") or "none")]
     if not per_step:
         fixes.append("register the per-step metadata buffers with fuzzrunner.track(buf, name, per_step=True): "
                      "without it a dummy run reading the previous step's mapping (a stale read) is not seen")

@@ -157,8 +157,9 @@ def crash_violation(exc: BaseException, op_index: int | None, own_code: tuple = 
     where = source_location(mine[-1].filename, mine[-1].lineno or 0) if mine else "?"
     text = f"{type(exc).__name__}: {exc}".strip()
     own = _raised_by(exc, frames, own_code)
+    when = "before the first op" if op_index is None else f"op {op_index}"
     return Violation("target" if own else "python", "crash", type(exc).__name__, where, "",
-                     f"{'target error: ' if own else ''}op {op_index}: "
+                     f"{'target error: ' if own else ''}{when}: "
                      f"{text.splitlines()[0][:300] if text else type(exc).__name__}",
                      {"op_index": op_index, "traceback": "".join(traceback.format_exception(exc))[-4000:]})
 

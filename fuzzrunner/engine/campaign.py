@@ -20,7 +20,7 @@ from .corpus_replay import replay_corpus
 from .database import hypothesis_storage
 from .hub import WorkerSpec
 from .result import CampaignResult
-from .search import BudgetSpent, Shard
+from .search import BudgetSpent, Refused, Shard
 
 __all__ = ["CampaignResult", "run_campaign", "worker_spec"]
 
@@ -65,6 +65,8 @@ def run_shard(target_spec: str, settings: Settings, faults: tuple, corpus_dir, i
         shard.result.stop_reason = R.STOP_INTERRUPTED
     except BudgetSpent:  # the budget ran out during the corpus replay
         pass
+    except Refused as r:  # the corpus replay showed the target cannot run here
+        raise r.error from None
     finally:
         result = shard.close()
     return result

@@ -16,8 +16,7 @@ from .. import names
 from ..finding import group, limitations
 from ..violation import Violation
 
-HINT = ("the CPU pre-check and triage run each case on the CPU: build the runner's tensors on ctx.device "
-        "(`fuzzrunner check-target SPEC` shows what runs where)")
+HINT = "the CPU pre-check and triage run each case on the CPU: build the runner's tensors on ctx.device"
 
 # A device or installation error, not the case's bug (lower-cased substrings of the message).
 _DEVICE_WORDS = ("no cuda gpus are available", "torch not compiled with cuda", "found no nvidia driver",
@@ -26,6 +25,20 @@ _DEVICE_WORDS = ("no cuda gpus are available", "torch not compiled with cuda", "
                  "0 active drivers", "cannot be accessed from triton (cpu tensor?)", "no kernel image",
                  "cudagetdevicecount", "cuinit", "invalid device ordinal", "cuda_visible_devices")
 _OUTSIDE_TYPES = ("ModuleNotFoundError", "ImportError", "AcceleratorError")
+
+
+# The device a runner asks for is not there at all (not a runner mixing devices, which is its bug).
+_NO_DEVICE_WORDS = ("no cuda gpus are available", "torch not compiled with cuda", "found no nvidia driver",
+                    "cuda is not available", "cuda unavailable", "libcuda")
+
+
+def missing_device(violations: list[Violation]) -> str | None:
+    """The first crash of a CPU run that asked for a GPU this machine does not have: the target cannot
+    run here at all (it builds on ``cuda`` itself), which is no finding of the code under test."""
+    for v in violations:
+        if v.tool == "python" and v.kind == "crash" and any(w in v.message.lower() for w in _NO_DEVICE_WORDS):
+            return f"{v.kernel} at {v.location}: {v.message.split(': ', 2)[-1]}"
+    return None
 
 
 @dataclass(frozen=True)

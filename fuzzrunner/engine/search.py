@@ -21,12 +21,12 @@ from .. import names
 from ..case import Case
 from ..corpus import Corpus
 from ..coverage import Coverage, features_of
-from ..errors import HarnessError, InvalidCase
+from ..errors import HarnessError, InvalidCase, TargetError
 from ..finding import Finding, group, limitations
 from ..settings import Settings
 from ..target import DrawError, Target, draw_error
 from . import result as R
-from .cpu_check import CpuRun, classify, harness_reason
+from .cpu_check import CpuRun, classify, harness_reason, missing_device
 from .database import campaign_database
 from .findings import FindingBook
 from .hub import Hub, WorkerSpec
@@ -42,6 +42,14 @@ class _Found(Exception):
 
 class _Stop(BaseException):
     """Out of time, or interrupted: Hypothesis lets a BaseException through at once."""
+
+
+class Refused(_Stop):
+    """The campaign cannot test this target here (``error`` says why): Hypothesis lets it through at once."""
+
+    def __init__(self, error: HarnessError):
+        super().__init__(str(error))
+        self.error = error
 
 
 class BudgetSpent(_Stop):
@@ -148,6 +156,7 @@ class Shard:
             self.emit({"type": "warning", "message": message})
 
     def record(self, violations, case: Case) -> list[tuple[Finding, bool]]:
+        self._refuse_missing_device(violations)
         self._note_limitations(violations)
         siblings = self._found_by_siblings(violations)
         # "found after N examples": N counts every case run so far, the replayed corpus and seed cases too
@@ -168,6 +177,15 @@ class Shard:
             self.result.stop_reason = R.STOP_WRITE_ERROR
             raise _Stop()
         return [(f, n) for f, n in recorded if f.id in self.book.by_id]
+
+    def _refuse_missing_device(self, violations) -> None:
+        """A CPU campaign of a target that asks for CUDA itself tests nothing: the target's error (exit 2),
+        never a crash finding in the regression set (a new user's runner with device="cuda" was one)."""
+        what = missing_device(violations) if self.hub.spec.device == "cpu" else None
+        if what:
+            raise Refused(TargetError(f"target {self.target.name!r} cannot run on the CPU: it asks for a GPU ({what}). "
+                              f"Build its tensors on ctx.device, or fuzz it with --device cuda on a GPU machine "
+                              f"(`fuzzrunner check-target SPEC` says where it can run)."))
 
     def _found_by_siblings(self, violations) -> set[str]:
         """Bugs new to this shard that another shard of the campaign already wrote to the shared corpus:
@@ -338,6 +356,8 @@ class Shard:
             n = min(BATCH, quota - done)
             try:
                 self._batch(batch, n, strategy)
+            except Refused as r:
+                raise r.error from None
             except _Stop:
                 for fid in self._failing:
                     self.book.mark_interrupted(fid)

@@ -14,7 +14,7 @@ def test_a_target_that_honours_ctx_device_can_be_prechecked_and_names_its_tracke
     assert code == 0, out
     assert "cpu   ran the case" in out and "CPU pre-check and CPU triage of a GPU campaign: can run" in out
     assert "per step (stale reads seen): slot_of_token" in out and "registered: adapter_table" in out
-    assert "verdict      ok" in out
+    assert "verdict      ok" in out and "torch.empty tracked automatically (never-written reads only): torch.empty@" in out
 
 
 def test_a_target_that_builds_on_cuda_itself_is_told_to_honour_ctx_device(capsys):
@@ -24,6 +24,7 @@ def test_a_target_that_builds_on_cuda_itself_is_told_to_honour_ctx_device(capsys
     assert "cpu   could not run the case: a device error" in out
     assert "CPU pre-check and CPU triage of a GPU campaign: cannot run" in out
     assert "fix          build every tensor of the runner on ctx.device" in out
+    assert "verdict      cannot test here: the target runs on neither device of this machine (no GPU here)" in out
 
 
 def test_an_unknown_target_is_one_line_and_exit_2(capsys):

@@ -128,3 +128,14 @@ def test_shards_saying_one_warning_say_it_once():
         merger.event({"type": "warning", "message": "CPU pre-check of cases is off", "shard": shard})
     merger.event({"type": "warning", "message": "another", "shard": 0})
     assert [e["message"] for e in heard] == ["CPU pre-check of cases is off", "another"]
+
+
+def test_a_cpu_campaign_of_a_target_that_asks_for_cuda_is_the_targets_error_not_a_finding(tmp_path, capsys):
+    """New-user trial: a runner with device="cuda" hard-coded, fuzzed on a machine without a GPU, was
+    a crash finding ("Torch not compiled with CUDA enabled") put in the regression set."""
+    from fuzzrunner.cli import main
+    code = main(["fuzz", "--target", SPEC, "--max-examples", "5", "--seed", "1", "--corpus", str(tmp_path / "c"),
+                 "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot run on the CPU: it asks for a GPU" in err and "ctx.device" in err
+    assert not list((tmp_path / "c").rglob("findings/**/*.json"))
