@@ -114,6 +114,9 @@ class Shard:
         # again: ~10 s each). Shrinking runs on the GPU. Only what the CPU proved is skipped: a
         # CPU run that fails for reasons outside the case turns the pre-check off (cpu_check.py).
         self.precheck_on = worker.device == "cuda" and settings.cpu_triage
+        # On a GPU every shrink step that crashes costs a worker restart: a bug one shard found is shrunk
+        # by that shard only. On the CPU shrinking is cheap and two shrinks may end smaller than one.
+        self.shrink_once = worker.device == "cuda"
         self._precheck: Hub | None = None
         self._crash_heads: dict[str, str] = {}  # root-cause id -> its short name
 
@@ -191,7 +194,7 @@ class Shard:
         """Bugs new to this shard that another shard of the campaign already wrote to the shared corpus:
         that shard shrinks them (on a GPU every shrink step that crashes costs a worker restart, and
         shards that each shrank the same bug made a campaign slower, not faster)."""
-        if self.settings.workers == 1 or self.corpus is None:
+        if self.settings.workers == 1 or self.corpus is None or not self.shrink_once:
             return set()
         ids = {head.signature.id for head, _ in group(violations)} - set(self.book.by_id)
         return {i for i in ids if self.corpus.finding_path(self.target.name, i).exists()}

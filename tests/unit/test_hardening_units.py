@@ -160,9 +160,10 @@ def test_a_finding_found_by_a_replayed_case_is_found_after_1_example_not_0(monke
     seen = []
     shard = types.SimpleNamespace(result=types.SimpleNamespace(examples=0, replayed=[("seed.json", None, True)],
                                                                errors=[]),
-                                  book=types.SimpleNamespace(write_errors=[], by_id={},
+                                  book=types.SimpleNamespace(write_errors=[], by_id={}, settled=set(),
                                                              record=lambda v, c, n, t: seen.append(n) or []),
-                                  elapsed=lambda: 0.0)
+                                  elapsed=lambda: 0.0, _refuse_missing_device=lambda v: None,
+                                  _note_limitations=lambda v: None, _found_by_siblings=lambda v: set())
     Shard.record(shard, [], None)
     assert seen == [1]
 
