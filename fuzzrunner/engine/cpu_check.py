@@ -37,8 +37,13 @@ def missing_device(violations: list[Violation]) -> str | None:
     run here at all (it builds on ``cuda`` itself), which is no finding of the code under test."""
     for v in violations:
         if v.tool == "python" and v.kind == "crash" and any(w in v.message.lower() for w in _NO_DEVICE_WORDS):
-            return f"{v.kernel} at {v.location}: {v.message.split(': ', 2)[-1]}"
+            return _what(v)
     return None
+
+
+def _what(v: Violation) -> str:
+    """A Python crash in one phrase: its exception, where, and its text ("op N: Type: text" stripped)."""
+    return f"{v.kernel} at {v.location}: {v.message.split(': ', 2)[-1]}"
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ def outside_reason(v: Violation) -> str | None:
         return f"a tool limitation: {v.message.split('. This is a limit', 1)[0]}"
     if v.tool != "python" or v.kind != "crash":
         return None
-    what = f"{v.kernel} at {v.location}: {v.message.split(': ', 2)[-1]}"  # "op N: Type: text"
+    what = _what(v)
     if v.kernel in _OUTSIDE_TYPES:
         return f"the target's imports fail on the CPU ({what})"
     if device_error(v.message):

@@ -79,10 +79,8 @@ class Merger:
         into = self.result
         for name in ("examples", "generated", "invalid", "worker_restarts", "worker_recycles", "budget_cut_cases"):
             setattr(into, name, getattr(into, name) + getattr(r, name))
-        causes = getattr(r, "known_crash_causes", {})
-        for cause, c in causes.items():
+        for cause, c in getattr(r, "known_crash_causes", {}).items():  # every skip is counted under its cause
             into.count_known_crash_skip(cause, c["short"], c["count"])
-        into.known_crash_skips += r.known_crash_skips - sum(c["count"] for c in causes.values())
         for sig, c in getattr(r, "tool_limitations", {}).items():
             into.count_limitation(sig, c["message"], c["count"])
         for name in ("replayed", "quarantined", "errors"):

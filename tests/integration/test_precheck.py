@@ -140,3 +140,16 @@ def test_a_cpu_campaign_of_a_target_that_asks_for_cuda_is_the_targets_error_not_
     err = capsys.readouterr().err
     assert code == 2 and "cannot run on the CPU: it asks for a GPU" in err and "ctx.device" in err
     assert not list((tmp_path / "c").rglob("findings/**/*.json"))
+
+
+def test_shards_skip_counts_merge_per_root_cause():
+    from fuzzrunner.engine.result import CampaignResult
+    from fuzzrunner.engine.sharding import Merger
+    merged = CampaignResult("t", Settings(), 0, ())
+    merger = Merger(2, None, merged)
+    for n in (2, 3):
+        r = CampaignResult("t", Settings(), 0, ())
+        r.count_known_crash_skip("abc", "uninitialized-read of slots [shadow]", n)
+        merger.done(r)
+    assert merged.known_crash_skips == 5 and merged.known_crash_causes == {
+        "abc": {"short": "uninitialized-read of slots [shadow]", "count": 5}}
