@@ -21,3 +21,24 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def no_hang():
+    """``with no_hang(seconds):`` fails the test instead of letting it block (a FIFO opened for reading,
+    a wait that never ends): SIGALRM, main thread only."""
+    import signal
+    from contextlib import contextmanager
+
+    @contextmanager
+    def guard(seconds: int):
+        def fail(*_):
+            raise AssertionError(f"blocked for {seconds} s (a FIFO opened for reading?)")
+        old = signal.signal(signal.SIGALRM, fail)
+        signal.alarm(seconds)
+        try:
+            yield
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
+    return guard

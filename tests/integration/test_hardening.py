@@ -9,10 +9,8 @@ blocking the suite.
 
 import json
 import os
-import signal
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -35,18 +33,6 @@ def one_error_line(capsys) -> str:
     return err[0]
 
 
-@contextmanager
-def no_hang(seconds=120):
-    def fail(*_):
-        raise AssertionError(f"blocked for {seconds} s")
-    old = signal.signal(signal.SIGALRM, fail)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
 
 def fuzz(tmp_path, target, *extra, examples="3"):
     return main(["fuzz", "--target", target, "--max-examples", examples, "--seed", "1", "-q",
@@ -64,9 +50,9 @@ def _odd_corpus(tmp_path) -> Path:
     return d
 
 
-def test_a_fifo_and_symlink_loops_in_the_corpus_are_skipped_with_a_line_each_and_fuzz_goes_on(tmp_path, capsys):
+def test_a_fifo_and_symlink_loops_in_the_corpus_are_skipped_with_a_line_each_and_fuzz_goes_on(tmp_path, capsys, no_hang):
     d = _odd_corpus(tmp_path)
-    with no_hang():
+    with no_hang(120):
         assert fuzz(tmp_path, spec("OK"), "--report", str(tmp_path / "r.json")) == 0
     err = capsys.readouterr().err.splitlines()
     for name, says in (("fifo.json", "a FIFO, not a regular file"), ("loop.json", "symlink loop")):
@@ -77,7 +63,7 @@ def test_a_fifo_and_symlink_loops_in_the_corpus_are_skipped_with_a_line_each_and
     assert {Path(q["path"]).name: q["moved_to"] for q in run["quarantined"]} == {"fifo.json": None, "loop.json": None}
 
 
-def test_replay_and_export_of_a_fifo_say_so_in_one_line_instead_of_hanging(tmp_path, capsys):
+def test_replay_and_export_of_a_fifo_say_so_in_one_line_instead_of_hanging(tmp_path, capsys, no_hang):
     d = _odd_corpus(tmp_path)
     for argv in (["replay", str(d / "fifo.json")], ["export", str(d / "fifo.json"), "-o", str(tmp_path / "r.py")],
                  ["replay", str(d / "loop.json")], ["fuzz", "--target", "reference_runner", "--previous",
@@ -88,12 +74,12 @@ def test_replay_and_export_of_a_fifo_say_so_in_one_line_instead_of_hanging(tmp_p
         assert "skipped" in line and ("FIFO" in line or "symlink loop" in line)
 
 
-def test_the_pytest_plugin_leaves_a_fifo_out_of_the_corpus_items_with_a_warning(tmp_path):
+def test_the_pytest_plugin_leaves_a_fifo_out_of_the_corpus_items_with_a_warning(tmp_path, no_hang):
     d = _odd_corpus(tmp_path)
     case = {"schema": 1, "target": "ok", "config": {}, "ops": [{"op": "x", "n": 1}]}
     (d.parent.parent / "findings" / "ok" / "good.json").write_text(json.dumps(case))
     (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
-    with no_hang():
+    with no_hang(120):
         p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                             f"--fuzzrunner-corpus={tmp_path / 'corpus'}", str(tmp_path / "test_nothing.py")],
                            capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -151,7 +137,7 @@ def test_two_reports_naming_one_file_are_refused_up_front(tmp_path, capsys, monk
 
 # -- 5. replay waits as long as the finding was found with ----------------------------------------
 
-def test_a_timeout_finding_records_its_timeout_and_replay_uses_it_or_case_timeout(tmp_path, capsys):
+def test_a_timeout_finding_records_its_timeout_and_replay_uses_it_or_case_timeout(tmp_path, capsys, no_hang):
     target = spec("SLEEPY", "hardening_targets.py")
     with no_hang(300):
         assert fuzz(tmp_path, target, "--case-timeout", "2", "--no-shrink", examples="1") == 1

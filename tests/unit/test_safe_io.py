@@ -7,8 +7,6 @@ an alarm, so a regression fails instead of blocking the suite.
 
 import json
 import os
-import signal
-from contextlib import contextmanager
 
 import pytest
 
@@ -18,20 +16,6 @@ from fuzzrunner.errors import InvalidCase, SkippedFile
 from fuzzrunner.finding import Finding
 from fuzzrunner.safe_io import json_files, read_text, subfolders
 from fuzzrunner.target import Target
-
-
-@contextmanager
-def no_hang(seconds=10):
-    def fail(*_):
-        raise AssertionError(f"blocked for {seconds} s (a FIFO opened for reading?)")
-    old = signal.signal(signal.SIGALRM, fail)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
 
 CASE = Case("ok", {}, ({"op": "x", "n": 1},))
 
@@ -56,14 +40,14 @@ def odd(tmp_path):
 @pytest.mark.parametrize("name, says", [("fifo.json", "a FIFO"), ("loop.json", "symlink loop"),
                                         ("a.json", "symlink loop"), ("folder.json", "a directory"),
                                         ("zero.json", "a character device"), ("huge.json", "64 MiB")])
-def test_anything_but_a_regular_file_of_sane_size_is_skipped_in_one_line(odd, name, says):
-    with no_hang(), pytest.raises(SkippedFile) as e:
+def test_anything_but_a_regular_file_of_sane_size_is_skipped_in_one_line(odd, name, says, no_hang):
+    with no_hang(10), pytest.raises(SkippedFile) as e:
         read_text(odd / name)
     message = str(e.value)
     assert str(odd / name) in message and says in message and "skipped" in message and "\n" not in message
-    with no_hang(), pytest.raises(SkippedFile):  # every loader reads through it
+    with no_hang(10), pytest.raises(SkippedFile):  # every loader reads through it
         load_any(odd / name)
-    with no_hang(), pytest.raises(SkippedFile):
+    with no_hang(10), pytest.raises(SkippedFile):
         Finding.load(odd / name)
 
 
@@ -72,10 +56,10 @@ def test_a_symlink_to_a_regular_file_still_reads(odd):
     assert load_any(odd / "link.json")[0] == CASE
 
 
-def test_corpus_entries_skip_them_without_hanging_or_moving_them_and_load_the_rest(odd):
+def test_corpus_entries_skip_them_without_hanging_or_moving_them_and_load_the_rest(odd, no_hang):
     corpus = Corpus(odd.parents[1])
     bad = []
-    with no_hang():
+    with no_hang(10):
         entries = corpus.entries("ok", on_bad=lambda path, moved, e: bad.append((path.name, moved, type(e))))
     assert [(p.name, c) for p, c, _ in entries] == [("good.json", CASE)]
     assert sorted(bad) == [(n, None, SkippedFile) for n in
@@ -84,13 +68,13 @@ def test_corpus_entries_skip_them_without_hanging_or_moving_them_and_load_the_re
     assert os.path.islink(odd / "loop.json") and (odd / "fifo.json").exists()
 
 
-def test_a_looping_target_folder_is_reported_not_followed(tmp_path):
+def test_a_looping_target_folder_is_reported_not_followed(tmp_path, no_hang):
     findings = tmp_path / "corpus" / "findings"
     findings.mkdir(parents=True)
     os.symlink("loopdir", findings / "loopdir")
     os.symlink("..", findings / "up")  # a cycle without ELOOP: listed one level deep only
     bad = []
-    with no_hang():
+    with no_hang(10):
         assert Corpus(tmp_path / "corpus").entries(on_bad=lambda p, m, e: bad.append(p.name)) == []
     assert bad == ["loopdir"]
     assert [p.name for p in subfolders(findings)] == ["up"]
@@ -119,10 +103,10 @@ def test_seed_files_list_through_the_same_lister(odd):
     assert "good.json" in [os.path.basename(p) for p in t.seed_files()]
 
 
-def test_a_report_reader_refuses_a_fifo_too(tmp_path):
+def test_a_report_reader_refuses_a_fifo_too(tmp_path, no_hang):
     from fuzzrunner.report import load_report
     os.mkfifo(tmp_path / "r.json")
-    with no_hang(), pytest.raises(SkippedFile):
+    with no_hang(10), pytest.raises(SkippedFile):
         load_report(tmp_path / "r.json")
     (tmp_path / "s.json").write_text(json.dumps({"schema": 1}))
     with pytest.raises(InvalidCase):
