@@ -27,11 +27,11 @@ def _child(device: str, spec: str) -> int:
     _env.configure()
     from .case import Case
     from .execute import run_case
-    from .oracles import shadow_memory
+    from .oracles.shadow import memory
     from .target import load_target
     registered: list = []
     auto: list = []
-    original = shadow_memory.ShadowMemory.add
+    original = memory.ShadowMemory.add
 
     def add(self, start, nbytes, name, **kw):  # see what the shadow oracle tracks on its own
         if kw.get("auto"):
@@ -42,7 +42,7 @@ def _child(device: str, spec: str) -> int:
         def on_track(self, tensor, name, per_step, initialized) -> None:
             registered.append({"name": name, "per_step": bool(per_step), "device": str(tensor.device)})
 
-    shadow_memory.ShadowMemory.add = add  # type: ignore[method-assign]
+    memory.ShadowMemory.add = add  # type: ignore[method-assign]
     case = Case.from_dict(json.loads(sys.stdin.read()))
     t0 = time.perf_counter()
     with tracking.watch(Seen()):

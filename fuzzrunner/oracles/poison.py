@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .. import tracking
 from ..violation import Violation
 from .base import Oracle, RunRecord
-from .torch_hook import EMPTY_OPS, classify
+from .shadow.torch_effects import EMPTY_OPS, classify
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,7 @@ import warnings
 import torch
 from torch._dynamo import eval_frame
 
-from fuzzrunner.oracles import compiled
-from fuzzrunner.oracles.shadow import ShadowOracle
+from fuzzrunner.oracles.shadow import ShadowOracle, compiled
 
 
 def _run(program):
@@ -63,7 +62,7 @@ def test_the_walk_for_live_storages_passes_over_fake_tensors():
     import numpy as np
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from fuzzrunner.oracles.triton_hook import live_storages
+    from fuzzrunner.oracles.shadow.triton_hook import live_storages
     with FakeTensorMode():
         fake = torch.empty(4)  # what Dynamo's tracing leaves behind: a tensor with no real memory
     real = torch.zeros(4)

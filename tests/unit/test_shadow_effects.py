@@ -9,10 +9,10 @@ import torch
 
 import fuzzrunner  # noqa: F401  (interpreter mode before Triton loads)
 from fuzzrunner import tracking
-from fuzzrunner.oracles import torch_effects as fx
 from fuzzrunner.oracles.shadow import ShadowOracle
-from fuzzrunner.oracles.shadow_memory import NEVER, ShadowMemory
-from fuzzrunner.oracles.triton_hook import _LOAD, _Args
+from fuzzrunner.oracles.shadow import torch_effects as fx
+from fuzzrunner.oracles.shadow.memory import NEVER, ShadowMemory
+from fuzzrunner.oracles.shadow.triton_hook import _LOAD, _Args
 
 aten = torch.ops.aten
 

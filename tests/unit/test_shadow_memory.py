@@ -11,7 +11,7 @@ import torch
 import fuzzrunner  # noqa: F401  (interpreter mode before Triton loads)
 from fuzzrunner import tracking
 from fuzzrunner.oracles.shadow import ShadowOracle
-from fuzzrunner.oracles.shadow_memory import ShadowMemory
+from fuzzrunner.oracles.shadow.memory import ShadowMemory
 
 pytestmark = pytest.mark.skipif(not fuzzrunner._env.interpreted(), reason="the Triton hook needs the interpreter")
 

@@ -99,7 +99,7 @@ def test_concurrent_writers_keep_the_shadow_consistent():
 
 
 def _child_is_unchecked():
-    from fuzzrunner.oracles.shadow_threads import ACTIVE
+    from fuzzrunner.oracles.shadow.threads import ACTIVE
     torch.empty(4).sum()
     raise SystemExit(0 if ACTIVE and all(o.paused() for o in ACTIVE) else 3)
 

@@ -218,7 +218,8 @@ def grid_idx() -> tuple:
     return tuple(getattr(interpreter_builder, "grid_idx", None) or ())
 
 
-_SKIP = (os.sep + "triton" + os.sep, os.path.dirname(os.path.abspath(__file__)) + os.sep,
+_ORACLES = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_SKIP = (os.sep + "triton" + os.sep, _ORACLES,
          os.sep + "numpy" + os.sep)
 
 

@@ -15,18 +15,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import _env, tracking
-from ..violation import Violation
-from .base import Oracle, ViolationLog, source_location
+from ... import _env, tracking
+from ...violation import Violation
+from ..base import Oracle, ViolationLog, source_location
 from .compiled import CompiledRegions
 from .host_views import HostViews
 from .launch_views import LaunchViews
 from .locations import caller_line
-from .shadow_memory import BadAccess, ShadowMemory
-from .shadow_report import describe, describe_sub_buffer
-from .shadow_threads import ACTIVE, PerThread, ThreadCoverage, locked, thread_name
+from .memory import BadAccess, ShadowMemory
+from .report import describe, describe_sub_buffer
 from .storage_hook import StorageHook
 from .sub_buffers import Provenance, SubBuffers
+from .threads import ACTIVE, PerThread, ThreadCoverage, locked, thread_name
 from .torch_effects import addresses, has_memory
 from .torch_hook import TorchShadowMode
 from .triton_hook import TritonHook, grid_idx, kernel_source_line, live_storages

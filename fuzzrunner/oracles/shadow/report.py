@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .shadow_memory import BadAccess
+from .memory import BadAccess
 
 
 def describe(b: BadAccess, kernel: str, name: str, details: dict, op_index: int) -> str:
