@@ -9,21 +9,27 @@ from .case import Case
 from .corpus import load_any
 from .engine.campaign import run_campaign
 from .engine.result import CampaignResult
+from .errors import InvalidArgument
 from .execute import run_case
+from .settings import Settings
 from .settings import profile as _profile
 from .target import Target, load_target, spec_of
 from .violation import Violation
 
 
-def fuzz(target: str | Target = "reference_runner", *, faults: Iterable[str] = (), profile: str = "dev",
-         corpus: str | os.PathLike | None = None, database=None, on_event=None, ray: str | None = None,
-         db: str | None = None, **overrides) -> CampaignResult:
-    """Run a campaign. ``overrides`` are ``Settings`` fields (max_examples=, budget_s=, seed=, ...).
+def fuzz(target: str | Target = "reference_runner", *, settings: Settings | None = None, faults: Iterable[str] = (),
+         profile: str | None = None, corpus: str | os.PathLike | None = None, database=None, on_event=None,
+         ray: str | None = None, db: str | None = None, **overrides) -> CampaignResult:
+    """Run a campaign under ``settings`` (default: the ``profile``'s, ``dev`` if none is named);
+    ``overrides`` are ``Settings`` fields on top (max_examples=, budget_s=, seed=, ...).
 
     ``ray="local"|"auto"|"ray://host:port"`` runs its ``workers`` shards as Ray actors, sharing the
     example database at ``db="redis://..."`` or, without it, the one the driver serves."""
     spec = target if isinstance(target, str) else spec_of(target)
-    settings = _profile(profile).override(**overrides)
+    if settings is not None and profile is not None:
+        raise InvalidArgument(f"fuzz(settings=..., profile={profile!r}): pass one of the two (a profile is a "
+                              f"ready-made Settings: fuzzrunner.settings.profile(name)).")
+    settings = (settings or _profile(profile or "dev")).override(**overrides)
     return run_campaign(spec, settings, faults=tuple(faults), corpus_dir=corpus, database=database,
                         on_event=on_event, ray=ray, db=db)
 
@@ -45,7 +51,6 @@ def replay(case: Case | str | os.PathLike, *, target: str | Target | None = None
         target = (finding.target_spec if finding is not None and finding.target_spec else case.target)
     if isolated or sanitizer != "none":
         from .engine.replay import Replayer
-        from .settings import Settings
         spec = target if isinstance(target, str) else spec_of(target)
         settings = Settings(device=device, sanitizer=sanitizer,
                             oracles=tuple(oracles) if oracles is not None else None)

@@ -23,7 +23,7 @@ CHILD_TIMEOUT_S = 300.0
 # -- the child: one case on one device --------------------------------------------------------------
 
 def _child(device: str, spec: str) -> int:
-    from . import _env, tracking
+    from . import _env, names, tracking
     _env.configure()
     from .case import Case
     from .execute import run_case
@@ -47,7 +47,7 @@ def _child(device: str, spec: str) -> int:
     t0 = time.perf_counter()
     with tracking.watch(Seen()):
         violations = run_case(case, load_target(spec), device=device,
-                              oracles=("shadow",) if device == "cpu" else None)
+                              oracles=names.precheck_oracles() if device == "cpu" else None)
     print(json.dumps({"seconds": time.perf_counter() - t0, "violations": [v.to_dict() for v in violations],
                       "registered": registered, "auto": sorted(set(auto))}, default=str))
     return 0

@@ -206,25 +206,10 @@ def _settings(args):
 
 
 def _check_device(s, on_cluster: bool = False):
-    """A sanitizer needs a GPU and the executable; say so before any worker starts. On a Ray
-    cluster the GPUs (and compute-sanitizer) are the nodes' business, not this process's."""
-    from . import _env
-    from .errors import InvalidArgument
-    if on_cluster and (s.device is not None or s.sanitizer != "none"):
-        return s if s.device is not None else s.override(device="cuda")
-    if s.device == "cuda" or s.sanitizer != "none":
-        if not _env.cuda_present():
-            need = f"--sanitizer {s.sanitizer}" if s.sanitizer != "none" else "--device cuda"
-            raise InvalidArgument(f"{need} needs a CUDA GPU and none is visible here. On the CPU, drop it: the "
-                                  f"shadow oracle checks the same reads in Triton's interpreter.")
-        if s.sanitizer != "none":
-            from .sanitizer.locate import find_sanitizer
-            find_sanitizer()
-        if s.device is None:
-            s = s.override(device="cuda")
-    elif s.device is None:
-        s = s.override(device=_env.device_type())
-    return s
+    """The settings with their device resolved, once (``devices.resolve``): a sanitizer needs a GPU and
+    the executable, said before any worker starts; on a Ray cluster those are the nodes' business."""
+    from . import devices
+    return s.override(device=devices.resolve(s.device, sanitizer=s.sanitizer, on_cluster=on_cluster))
 
 
 def _check_writable_file(p) -> None:
@@ -414,9 +399,8 @@ def cmd_fuzz(args) -> int:
     _check_cluster(args)
     previous = _load_previous(args.previous)
     progress = Progress(sys.stderr, settings, quiet=args.quiet, verbose=args.verbose)
-    overrides = {k: v for k, v in settings.to_dict().items() if k != "oracles" or v is not None}
-    result = fuzz(spec, faults=args.fault, profile=_profile_name(args), corpus=args.corpus, on_event=progress,
-                  ray=args.ray, db=args.db, **overrides)
+    result = fuzz(spec, settings=settings, faults=args.fault, corpus=args.corpus, on_event=progress, ray=args.ray,
+                  db=args.db)
     progress.done(result)
     _export_all(result, args.corpus)
     _summary(result, sys.stdout)
@@ -545,32 +529,33 @@ def _make_folder(out: Path) -> None:
                               f"{e.strerror or e}.") from None
 
 
-def _nightly_target(name, args, settings, per_budget, report_dir: Path, previous: dict | None):
-    """One target of the nightly: fuzz it, write its own reports at once; (result or None, error)."""
-    from .api import fuzz
-    from .errors import FuzzrunnerError
-    overrides = {k: v for k, v in settings.to_dict().items() if k != "oracles" or v is not None}
-    overrides["budget_s"] = per_budget
-    progress = Progress(sys.stderr, settings.override(budget_s=per_budget), label=f"{name}: ", quiet=args.quiet,
-                        verbose=args.verbose)  # this target's share of the budget, for its ETA
-    try:
-        r = fuzz(name, profile=_profile_name(args), corpus=args.corpus, on_event=progress, ray=args.ray, db=args.db,
-                 **overrides)
-    except FuzzrunnerError as e:
-        progress.done(None)
-        return None, f"{name}: {e}"
-    progress.done(r)
-    _export_all(r, args.corpus)
-    _summary(r, sys.stdout)
-    report = _report([r], previous, args.previous)
-    _print_trend(report)
-    _write_reports(report, str(report_dir / f"{name}.json"), str(report_dir / f"{name}.xml"))
-    return r, None
+class _NightlyHooks:
+    """What the nightly shows of each target: progress, repro export, the summary and the trend."""
+
+    def __init__(self, args):
+        self.args, self.progress = args, None
+
+    def start(self, name: str, settings):
+        self.progress = Progress(sys.stderr, settings, label=f"{name}: ", quiet=self.args.quiet,
+                                 verbose=self.args.verbose)  # this target's share of the budget, for its ETA
+        return self.progress
+
+    def done(self, name: str, result) -> None:
+        self.progress.done(result)
+        if result is not None:
+            _export_all(result, self.args.corpus)
+            _summary(result, sys.stdout)
+
+    def reported(self, name: str, report: dict) -> None:
+        _print_trend(report)
+
+    def skipped(self, name: str, reason: str) -> None:
+        print(f"fuzzrunner: skipping target {name}: {reason}", file=sys.stderr)
 
 
 def cmd_nightly(args) -> int:
     from .errors import InvalidArgument
-    from .target import BUILTIN, unavailable
+    from .nightly import NightlyHooks, run_nightly
     settings = _settings(args)  # bad flags first: a refused command leaves no folder behind
     report_dir = Path(args.report_dir)
     try:
@@ -582,21 +567,17 @@ def cmd_nightly(args) -> int:
     _check_corpus(args.corpus)
     _check_cluster(args)
     previous = _load_previous(args.previous)
-    skipped = {n: reason for n in BUILTIN if (reason := unavailable(n))}
-    names_ = [n for n in BUILTIN if not _skipped(n, skipped.get(n))]
-    per = (settings.budget_s / len(names_)) if settings.budget_s else None
-    results: list = []
-    errors: list = []
-    with _cluster(args):
-        try:
-            _nightly_targets(names_, args, settings, per, report_dir, previous, results, errors)
-        finally:  # the combined report, also after a failure or an interruption
-            _write_combined(results, previous, args, skipped, report_dir)
-    for message in errors:
+    shown = _NightlyHooks(args)
+    hooks = NightlyHooks(start=shown.start, done=shown.done, reported=shown.reported, skipped=shown.skipped)
+    run = run_nightly(settings, report_dir, corpus=args.corpus, previous=previous, previous_path=args.previous or "",
+                      ray=args.ray, db=args.db, hooks=hooks)
+    for p in run.written:
+        print(f"wrote {p}")
+    for message in run.errors:
         _error(message)
-    code = _exit_code(results)
-    code = code if code in (EXIT_INTERRUPTED, EXIT_ERROR) or not errors else EXIT_ERROR
-    print(_nightly_line(results, skipped, errors, code))
+    code = _exit_code(run.results)
+    code = code if code in (EXIT_INTERRUPTED, EXIT_ERROR) or not run.errors else EXIT_ERROR
+    print(_nightly_line(run.results, run.skipped, run.errors, code))
     return code
 
 
@@ -608,37 +589,6 @@ def _nightly_line(results: list, skipped: dict, errors: list, code: int) -> str:
     notes = [f"{len(skipped)} skipped" if skipped else "", f"{len(errors)} failed" if errors else ""]
     meaning = {0: "no finding", 1: "findings", EXIT_INTERRUPTED: "interrupted"}.get(code, "error")
     return f"nightly: {ran}{''.join(f'; {n}' for n in notes if n)}: exit {code} ({meaning})"
-
-
-def _cluster(args):
-    """One Ray session for all the nightly's targets (started once), or nothing without --ray."""
-    if not args.ray:
-        from contextlib import nullcontext
-        return nullcontext()
-    from .engine.ray_shards import ray_session
-    return ray_session(args.ray)
-
-
-def _nightly_targets(names_, args, settings, per, report_dir: Path, previous, results: list, errors: list) -> None:
-    for name in names_:
-        r, error = _nightly_target(name, args, settings, per, report_dir, previous)
-        results += [r] if r is not None else []
-        errors += [error] if error else []
-        if r is not None and r.stop_reason == "interrupted":
-            break
-
-
-def _write_combined(results: list, previous, args, skipped: dict, report_dir: Path) -> None:
-    if results:
-        for p in _write_reports(_report(results, previous, args.previous, skipped), str(report_dir / "report.json"),
-                                str(report_dir / "junit.xml"), str(report_dir / "report.html")):
-            print(f"wrote {p}")
-
-
-def _skipped(name: str, reason: str | None) -> bool:
-    if reason:
-        print(f"fuzzrunner: skipping target {name}: {reason}", file=sys.stderr)
-    return bool(reason)
 
 
 def cmd_targets(args) -> int:
@@ -766,11 +716,12 @@ def _main(argv: list[str] | None) -> int:
         if not args.command:
             _parser().print_help()
             return EXIT_ERROR
-        from . import _env
+        from . import _env, devices
         from .engine.lifeline import sigterm_as_interrupt
         sigterm_as_interrupt()
-        if getattr(args, "device", None):  # the campaign's device is this process's too: a target's strategy
-            os.environ["FUZZRUNNER_DEVICE"] = args.device  # asks it (vllm_lora draws bf16 only where compiled)
+        # the campaign's device is this process's too: a target's strategy asks it (vllm_lora draws bf16
+        # only where compiled)
+        devices.use(getattr(args, "device", None))
         _env.configure()  # decide the device (TRITON_INTERPRET) before any command imports Triton
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:

@@ -9,6 +9,11 @@ class InvalidArgument(FuzzrunnerError):
     """A setting, config or option has a value outside its rule."""
 
 
+class DeviceUnavailable(InvalidArgument):
+    """The device asked for cannot be had here (no GPU for ``cuda`` or a sanitizer): the CLI exits 2
+    with it, the pytest plugin skips with it (``fuzzrunner.devices.resolve``)."""
+
+
 class InvalidCase(FuzzrunnerError):
     """A case that no target could run: malformed, newer schema, or inconsistent ops."""
 

@@ -48,8 +48,7 @@ def _op_heads(violations: list[Violation]) -> dict:
     access), else its first out-of-bounds access."""
     heads: dict = {}
     for v in sorted(violations, key=_seq):
-        kind = names.KINDS.get(v.kind)
-        if not kind or not kind.memory or v.kind == "sanitizer-error":
+        if not names.kind(v.kind).located:
             continue
         op = v.details.get("op_index")
         best = heads.get(op)
@@ -65,11 +64,11 @@ def _invariant_heads(violations: list[Violation], memory_heads: dict) -> dict:
     out: dict = {}
     for v in sorted(violations, key=_seq):
         op = v.details.get("op_index")
-        if v.kind == "invariant-violation" and op not in memory_heads:
+        if names.kind(v.kind).launch_check and op not in memory_heads:
             out.setdefault(op, v)
     for v in sorted(violations, key=_rank):
         op = v.details.get("op_index")
-        if v.kind in ("numeric-mismatch", "poison-divergence") and op not in memory_heads:
+        if names.kind(v.kind).wrong_values and op not in memory_heads:
             out.setdefault(op, v)
     return out
 
@@ -78,15 +77,15 @@ def _explained_by(v: Violation, explained: dict) -> Violation | None:
     head = explained.get(v.details.get("op_index"))
     if head is None or head is v:
         return None
-    if v.kind == "invariant-violation":
+    if names.kind(v.kind).launch_check:
         return head if v.tensor == head.tensor else None
-    return head if v.kind in ("numeric-mismatch", "poison-divergence") else None
+    return head if names.kind(v.kind).wrong_values else None
 
 
 def _owner(v: Violation, heads: dict) -> Violation | None:
     """The memory error ``v`` belongs to: a crash, hang or sanitizer error follows the case's first
     one (the bad access kills or floods the process); anything else, the head of its op."""
-    if v.kind in names.CRASH_KINDS or v.kind == "sanitizer-error":
+    if names.kind(v.kind).case_wide:
         return min(heads.values(), key=_seq) if heads else None
     return heads.get(v.details.get("op_index"))
 
@@ -131,7 +130,7 @@ def group(violations: list[Violation]) -> list[tuple[Violation, list[Violation]]
     if first is not None and first.kind != "out-of-bounds":  # wild accesses follow the garbage read
         heads = {op: (first if h.kind == "out-of-bounds" else h) for op, h in heads.items()}
     groups: dict[str, tuple[Violation, list[Violation]]] = {}
-    raised = next((v for v in sorted(violations, key=_seq) if v.tool == "python" and v.kind == "crash"
+    raised = next((v for v in sorted(violations, key=_seq) if names.tool(v.tool).raised and v.kind == "crash"
                    and "CUDA" in v.message), None)
     all_heads = sorted([*heads.values(), *explained.values()], key=_seq)
     for head in all_heads:
@@ -237,8 +236,8 @@ class Finding:
         """The violations of a replay that are this bug: matched by id (site, not line), else, for a
         memory error, by its access alone (the function holding it was renamed or moved: see
         ``moved``). Findings written before access ids existed carry the fields it is made of."""
-        if self.signature.kind in names.CRASH_KINDS:
-            return [v for v in violations if v.kind in names.CRASH_KINDS]
+        if names.kind(self.signature.kind).process_death:
+            return [v for v in violations if names.kind(v.kind).process_death]
         return [v for v in violations if v.signature.matches(self.id)] or self.moved(violations)
 
     def moved(self, violations: list[Violation]) -> list[Violation]:
@@ -273,6 +272,18 @@ def merge(into: Finding, other: Finding) -> bool:
     into.target_spec = into.target_spec or other.target_spec
     into.aliases = [a for a in dict.fromkeys([*into.aliases, *other.aliases]) if a != into.id]
     return smaller
+
+
+def merge_all(findings: list[Finding], others) -> list[Finding]:
+    """``findings`` with ``others`` folded in: a sighting of a bug already there merges into it
+    (``merge``), a new bug is appended; the order of first sighting is kept."""
+    by_id = {f.id: f for f in findings}
+    for f in others:
+        if f.id in by_id:
+            merge(by_id[f.id], f)
+        else:
+            by_id[f.id] = f
+    return list(by_id.values())
 
 
 # -- for a person -----------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
-"""The vocabulary every layer shares, each word defined once: oracles, sanitizer tools, devices,
-profiles, violation kinds. Torch-free, so the CLI's ``choices=`` and the pytest plugin can read it.
+"""The vocabulary every layer shares, each word defined once with the policy that goes with it:
+oracles, tools, sanitizer tools, devices, profiles, violation kinds. Torch-free, so the CLI's
+``choices=`` and the pytest plugin can read it.
 
 Adding an oracle is one module implementing ``fuzzrunner.oracles.base.Oracle`` plus one
-``OracleSpec`` in ``ORACLES`` below (``register_oracle`` does it at run time, for tests and
-plug-ins); nothing else lists oracle names.
+``OracleSpec`` in ``ORACLES`` below; a violation kind is one ``Kind`` in ``KINDS``; a tool (what
+reports a violation) one ``Tool`` in ``TOOLS``. The ``register_*`` functions do it at run time, for
+tests and plug-ins. Nothing else lists these names: code asks the flags (``Kind.process_death``,
+``Tool.sanitizer``, ``OracleSpec.triage``...), never a list of names of its own.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class OracleSpec:
     not_under: tuple = ()              # sanitizer tools it must never run under, and why (doc)
     needs_second_run: bool = False     # compares two runs of a case (poison)
     guard: tuple = ()                  # oracles the second run keeps (on the CPU: the shadow guard)
+    triage: bool = False               # replays a GPU finding on the CPU (engine/triage.py)
+    precheck: bool = False             # proves a case's memory errors on the CPU before the GPU runs it
     summary: str = ""
 
     def make(self) -> Any:
@@ -40,11 +45,11 @@ class OracleSpec:
 # invariant checks' own host copies of never-written metadata are themselves reported
 # ("Host API memory access error").
 ORACLES: dict[str, OracleSpec] = {o.name: o for o in (
-    OracleSpec("shadow", "fuzzrunner.oracles.shadow:ShadowOracle", default_on=("cpu",),
+    OracleSpec("shadow", "fuzzrunner.oracles.shadow:ShadowOracle", default_on=("cpu",), triage=True, precheck=True,
                summary="uninitialized, stale and out-of-bounds reads (Triton interpreter + torch dispatch)"),
     OracleSpec("invariants", "fuzzrunner.oracles.invariants:InvariantOracle", default_on=("cpu", "cuda"),
-               not_under=("initcheck",), summary="kernel metadata consistency before each launch"),
-    OracleSpec("numeric", "fuzzrunner.oracles.numeric:NumericOracle", default_on=("cpu", "cuda"),
+               not_under=("initcheck",), triage=True, summary="kernel metadata consistency before each launch"),
+    OracleSpec("numeric", "fuzzrunner.oracles.numeric:NumericOracle", default_on=("cpu", "cuda"), triage=True,
                summary="outputs against the float64 reference"),
     OracleSpec("poison", "fuzzrunner.oracles.poison:PoisonOracle", default_on=("cuda",),
                not_under=("initcheck",), needs_second_run=True, guard=("shadow",),
@@ -53,8 +58,20 @@ ORACLES: dict[str, OracleSpec] = {o.name: o for o in (
 
 
 def register_oracle(spec: OracleSpec) -> None:
-    """Add an oracle (a plug-in, or a test's dummy) under ``spec.name``."""
+    """Add an oracle (a plug-in, or a test's dummy) under ``spec.name``; it reports as the tool of
+    that name."""
     ORACLES[spec.name] = spec
+    TOOLS.setdefault(spec.name, Tool(spec.name, spec.summary))
+
+
+def triage_oracles() -> tuple[str, ...]:
+    """The oracles a CPU replay of a GPU finding runs."""
+    return tuple(n for n, o in ORACLES.items() if o.triage)
+
+
+def precheck_oracles() -> tuple[str, ...]:
+    """The oracles whose CPU run proves a case's memory errors (the GPU pre-check, check-target)."""
+    return tuple(n for n, o in ORACLES.items() if o.precheck)
 
 
 def oracle_names() -> tuple[str, ...]:
@@ -80,6 +97,40 @@ def effective_oracles(names, device: str, sanitizer: str | None = "none") -> tup
     return tuple(n for n in chosen if (sanitizer or "none") not in ORACLES[n].not_under)
 
 
+# -- tools: what reports a violation -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    summary: str = ""
+    process_death: bool = False   # it reports a worker that died or hung: confirmed in a fresh worker first
+    sanitizer: bool = False       # compute-sanitizer (its repro replays under it, on a GPU)
+    raised: bool = False          # an exception raised in the runner's own Python code
+
+
+TOOLS: dict[str, Tool] = {t.name: t for t in (
+    *(Tool(o.name, o.summary) for o in ORACLES.values()),
+    Tool("worker", "the worker process died (a signal, an exit) or outlived the case timeout", process_death=True),
+    Tool("cuda", "the CUDA context was lost after the case (an illegal address, a device-side assert)",
+         process_death=True),
+    Tool("python", "an exception raised in the runner's (or its kernels') Python code", raised=True),
+    Tool("target", "the target's own code outside its run (its set-up, its case check)"),
+    Tool("fuzzrunner", "fuzzrunner's own machinery (the tool's limit, never the runner's bug)"),
+    Tool("compute-sanitizer", "a compute-sanitizer report whose tool is not named", sanitizer=True),
+    *(Tool(t, f"compute-sanitizer --tool {t}", sanitizer=True) for t in SANITIZER_TOOLS),
+)}
+
+
+def register_tool(tool: Tool) -> None:
+    """Add a tool (a plug-in's checker) under ``tool.name``."""
+    TOOLS[tool.name] = tool
+
+
+def tool(name: str) -> Tool:
+    """The registered tool, or a plain one (a plug-in's that registered nothing: no special policy)."""
+    return TOOLS.get(name) or Tool(name)
+
+
 # -- violation kinds -----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -89,20 +140,43 @@ class Kind:
     family: str        # kinds of one family are one bug when the rest of the identity agrees
     memory: bool = False
     finding: bool = True   # False: the tool's own limit, counted and warned about, never a finding
+    case_wide: bool = False    # not tied to the op that made it (a death, a hang, a sanitizer report): it
+                               # follows the case's first memory error, and teaches the GPU pre-check a crash
+    process_death: bool = False  # the worker died or hung: confirmed in a fresh worker; its repro matches the kind
+    wrong_values: bool = False   # outputs differ (from the reference, between fills): explained by its op's error
+    launch_check: bool = False   # launch metadata checked before the kernel ran: heads its op's wrong values
+    colour: str = "#57606a"      # the HTML report's badge
+
+    @property
+    def located(self) -> bool:
+        """A memory error at an element of one op (heads that op's group; a sanitizer report is not)."""
+        return self.memory and not self.case_wide
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("uninitialized-read", 0, "unwritten-read", memory=True),
-    Kind("stale-read", 0, "unwritten-read", memory=True),
-    Kind("out-of-bounds", 0, "out-of-bounds", memory=True),
-    Kind("sanitizer-error", 1, "sanitizer-error", memory=True),
-    Kind("numeric-mismatch", 2, "numeric-mismatch"),
-    Kind("poison-divergence", 3, "poison-divergence"),
-    Kind("crash", 4, "crash"),
-    Kind("timeout", 4, "timeout"),
-    Kind("invariant-violation", 5, "invariant-violation"),
+    Kind("uninitialized-read", 0, "unwritten-read", memory=True, colour="#d1242f"),
+    Kind("stale-read", 0, "unwritten-read", memory=True, colour="#e07b00"),
+    Kind("out-of-bounds", 0, "out-of-bounds", memory=True, colour="#8250df"),
+    Kind("sanitizer-error", 1, "sanitizer-error", memory=True, case_wide=True, colour="#cf222e"),
+    Kind("numeric-mismatch", 2, "numeric-mismatch", wrong_values=True, colour="#0969da"),
+    Kind("poison-divergence", 3, "poison-divergence", wrong_values=True, colour="#bf3989"),
+    Kind("crash", 4, "crash", case_wide=True, process_death=True, colour="#24292f"),
+    Kind("timeout", 4, "timeout", case_wide=True, process_death=True, colour="#57606a"),
+    Kind("invariant-violation", 5, "invariant-violation", launch_check=True, colour="#1a7f37"),
     # Triton's interpreter or an oracle failed on its own (not the kernel's semantics, not the
     # runner's): e.g. Triton 3.6's interpreter with numpy >= 2.4 on a runtime-bounded range().
     Kind("tool-limitation", 9, "tool-limitation", finding=False),
 )}
-CRASH_KINDS = ("crash", "timeout")
+CRASH_KINDS = tuple(k.name for k in KINDS.values() if k.process_death)
+
+
+def kind(name: str) -> Kind:
+    """The registered kind (``Violation`` refuses others; a report read back may hold an older one)."""
+    return KINDS.get(name) or Kind(name, 9, name)
+
+
+def register_kind(kind: Kind) -> None:
+    """Add a violation kind (a plug-in oracle's) under ``kind.name``; ``CRASH_KINDS`` follows."""
+    global CRASH_KINDS
+    KINDS[kind.name] = kind
+    CRASH_KINDS = tuple(k.name for k in KINDS.values() if k.process_death)

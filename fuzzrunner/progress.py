@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .engine import events
+
 HEARTBEAT_S = 10.0
 
 
@@ -116,33 +118,29 @@ class Progress:
         self.view = None if quiet else _view(stream, label, self.tty)
 
     def __call__(self, event: dict) -> None:
-        kind = event["type"]
-        if kind == "progress":
-            self.numbers.update(event)
-            if self.view is not None:
-                self.view.show(self.numbers.text(), self.numbers.fraction())
-            return
+        """A campaign event (``engine/events.py``), by its type."""
+        handlers = {events.PROGRESS: self._progress, events.WARNING: self._warning,
+                    events.FINDING: self._say, events.REGRESSION: self._say}
+        events.dispatch(handlers, event, default=lambda e: None)  # an event it does not show
+
+    def _progress(self, event: dict) -> None:
+        self.numbers.update(event)
+        if self.view is not None:
+            self.view.show(self.numbers.text(), self.numbers.fraction())
+
+    def _say(self, event: dict) -> None:
         if self.view is not None:
             self.view.say(self._message(event))
-        elif kind == "warning":  # quiet: warnings still, on their own line; the summary lists findings
+
+    def _warning(self, event: dict) -> None:
+        if self.view is not None:
+            self.view.say(self._message(event))
+        else:  # quiet: warnings still, on their own line; the summary lists findings
             self.stream.write(self._message(event))
             self.stream.flush()
 
     def _message(self, event: dict) -> str:
-        kind = event["type"]
-        if kind == "finding":
-            from .finding import case_text
-            f = event["finding"]
-            text = (f"  found: {f.signature.short()} after {f.first_found_after_examples} "
-                    f"example{'s' * (f.first_found_after_examples != 1)} ({f.found_after_s:.1f} s)\n")
-            if self.verbose:
-                text += "".join(f"    {line}\n" for line in case_text(f.case).splitlines())
-            return text
-        if kind == "regression":
-            return f"  still failing from the corpus: {event['finding'].signature.short()}\n"
-        if kind == "warning":
-            return f"  warning: {event['message']}\n"
-        return ""
+        return _MESSAGES[event["type"]](event, self.verbose)
 
     def text(self) -> str:
         return f"{self.label}{self.numbers.text()}"
@@ -156,3 +154,20 @@ class Progress:
             self.stream.write(f"{self.label}stopped: {result.stop_reason or 'unknown'} after {n} "
                               f"case{'s' * (n != 1)} in {result.duration_s:.1f} s\n")
         self.stream.flush()
+
+
+def _found(event: dict, verbose: bool) -> str:
+    from .finding import case_text
+    f = event["finding"]
+    text = (f"  found: {f.signature.short()} after {f.first_found_after_examples} "
+            f"example{'s' * (f.first_found_after_examples != 1)} ({f.found_after_s:.1f} s)\n")
+    if verbose:
+        text += "".join(f"    {line}\n" for line in case_text(f.case).splitlines())
+    return text
+
+
+_MESSAGES = {
+    events.FINDING: _found,
+    events.REGRESSION: lambda e, verbose: f"  still failing from the corpus: {e['finding'].signature.short()}\n",
+    events.WARNING: lambda e, verbose: f"  warning: {e['message']}\n",
+}

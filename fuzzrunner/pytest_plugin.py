@@ -185,8 +185,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if state.show_coverage:
         config.pluginmanager.register(_CoverageCollector(state), "fuzzrunner-coverage")
     if state.device:
-        state.old_device = os.environ.get("FUZZRUNNER_DEVICE")
-        os.environ["FUZZRUNNER_DEVICE"] = state.device  # this process's replays and its workers alike
+        from . import devices
+        state.old_device = devices.use(state.device)  # this process's replays and its workers alike
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -195,10 +195,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         return
     state.close()
     if state.device:
-        if state.old_device is None:
-            os.environ.pop("FUZZRUNNER_DEVICE", None)
-        else:
-            os.environ["FUZZRUNNER_DEVICE"] = state.old_device
+        from . import devices
+        devices.restore(state.old_device)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

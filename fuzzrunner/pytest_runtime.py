@@ -156,16 +156,17 @@ def run_marked_campaign(item: pytest.Item, marker, state) -> FuzzCampaign:
 
 
 def skip_without_gpu(sanitizer: str | None, device: str | None) -> None:
-    """A sanitizer or ``device='cuda'`` on a machine with no GPU: skip, saying why."""
+    """A sanitizer or ``device='cuda'`` on a machine with no GPU: skip, saying why (``devices.resolve``)."""
     if sanitizer in (None, "none") and device != "cuda":
         return
-    from ._env import cuda_present
-    if cuda_present():
-        return
-    if sanitizer not in (None, "none"):
-        pytest.skip(f"compute-sanitizer --tool {sanitizer} needs a CUDA GPU and none is visible here; on the CPU "
-                    f"the shadow oracle checks the same reads (drop --fuzzrunner-sanitizer).")
-    pytest.skip("device 'cuda' needs a CUDA GPU and none is visible here.")
+    from .devices import resolve
+    from .errors import DeviceUnavailable, SanitizerNotFound
+    try:
+        resolve(device, sanitizer=sanitizer or "none")
+    except DeviceUnavailable as e:
+        pytest.skip(str(e))
+    except SanitizerNotFound as e:  # a GPU without the tool: the set-up's error, one line
+        pytest.fail(str(e), pytrace=False)
 
 
 def _sigterm_interrupts(signum, frame):

@@ -57,9 +57,9 @@ def _replay_call(finding: Finding, oracle, target: str | None) -> str:
     if spec != finding.case.target and spec not in BUILTIN:
         args.append(f"target={_lit(spec)}")
     args.append(f"oracles={_oracles_expr(sig.tool, oracle)}")
-    if sig.tool in names.SANITIZER_TOOLS or sig.tool == "compute-sanitizer":
+    if names.tool(sig.tool).sanitizer:
         args += [f"sanitizer={_lit(_sanitizer_tool(sig))}", 'device="cuda"']
-    elif sig.kind in names.CRASH_KINDS and sig.tool != "python":
+    elif names.kind(sig.kind).process_death and not names.tool(sig.tool).raised:
         args.append("isolated=True")
     return f"violations = replay({', '.join(args)})"
 
@@ -70,7 +70,7 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
     body = ["case = Case(", f"    target={_lit(case.target)},", *_keyword("config", case.config),
             f"    faults={_lit(list(case.faults))},", "    ops=[", *(f"        {_lit(op)}," for op in case.ops),
             "    ],", ")", _replay_call(finding, oracle, target)]
-    if sig.kind in names.CRASH_KINDS:
+    if names.kind(sig.kind).process_death:
         match = f"v.kind in {names.CRASH_KINDS!r}"
     else:  # the same bug: matched by id (site, not line); uninitialized and stale reads share it
         match = f"v.signature.matches({_lit(finding.id)})"

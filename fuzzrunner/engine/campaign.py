@@ -10,66 +10,32 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable
+from dataclasses import replace
 
-from .. import gpus
+from .. import devices
 from ..corpus import Corpus
 from ..settings import Settings
 from ..target import load_target
 from . import result as R
-from .corpus_replay import replay_corpus
-from .database import hypothesis_storage
-from .hub import WorkerSpec
+from .plan import CampaignPlan
 from .result import CampaignResult
-from .search import BudgetSpent, Refused, Shard
+from .shard_run import run_shard
 
-__all__ = ["CampaignResult", "run_campaign", "worker_spec"]
+__all__ = ["CampaignPlan", "CampaignResult", "plan_campaign", "run_campaign"]
 
 LOW_VALID_FRACTION = 0.10
 FEW_CASES = 10            # a budget-stopped run with fewer valid cases is warned about: it tested little
 
 
-def worker_spec(target_spec: str, settings: Settings, index: int, device: str) -> WorkerSpec:
-    # Blocking launches on a GPU: a device-side assert or illegal address then surfaces at the
-    # launch that caused it, so the crash finding names the right kernel and line.
-    wrapper, env = [], ({"CUDA_LAUNCH_BLOCKING": "1"} if device == "cuda" else {})  # type: ignore[var-annotated]
-    if settings.sanitizer != "none":
-        from ..sanitizer.session import sanitizer_wrapper
-        wrapper, sanitizer_env = sanitizer_wrapper(settings.sanitizer)
-        env.update(sanitizer_env)
-    gpu = gpus.gpu_for_index(index, gpus.visible_gpus()) if device == "cuda" else None
-    return WorkerSpec(target_spec, device=device, gpu=gpu, wrapper=wrapper, env=env,
-                      max_rss_mb=settings.max_worker_rss_mb)
-
-
-def resolve_device(settings: Settings) -> str:
-    if settings.device:
-        return settings.device
-    from .. import _env
-    return _env.device_type()
-
-
-def run_shard(target_spec: str, settings: Settings, faults: tuple, corpus_dir, index: int, seed: int, quota: int,
-              device: str, on_event: Callable | None, database=None) -> CampaignResult:
-    """One shard, start to end: corpus replay, then the search; interrupted or not, a result.
-
-    ``corpus_dir`` is a directory, or a ``Corpus`` (a Ray shard's ``StreamedCorpus``)."""
+def plan_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=None, database=None,
+                  on_cluster: bool = False) -> CampaignPlan:
+    """The campaign's plan: the target loaded (a target that cannot even load is a harness error, here)
+    and its faults checked, the seed drawn and the device resolved, once."""
     target = load_target(target_spec)
-    corpus = corpus_dir if isinstance(corpus_dir, Corpus) else Corpus(corpus_dir, faults=faults) if corpus_dir else None
-    shard = Shard(target_spec, target, settings, faults, corpus, database, index, seed,
-                  worker_spec(target_spec, settings, index, device), on_event)
-    try:
-        with hypothesis_storage(corpus):  # never ./.hypothesis in the user's working directory
-            replay_corpus(shard)
-            shard.search(quota)
-    except KeyboardInterrupt:
-        shard.result.stop_reason = R.STOP_INTERRUPTED
-    except BudgetSpent:  # the budget ran out during the corpus replay
-        pass
-    except Refused as r:  # the corpus replay showed the target cannot run here
-        raise r.error from None
-    finally:
-        result = shard.close()
-    return result
+    seed = settings.seed if settings.seed is not None else random.randrange(1 << 30)
+    device = devices.resolve(settings.device, sanitizer=settings.sanitizer, on_cluster=on_cluster)
+    return CampaignPlan(target_spec, target.name, settings, target.check_faults(faults), seed, device,
+                        os.fspath(corpus_dir) if corpus_dir else None, database)
 
 
 def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=None, database=None,
@@ -78,30 +44,25 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
 
     ``ray`` (an address: ``local``, ``auto``, ``ray://host:port``) runs the shards as Ray actors;
     ``db`` (``redis://...``, with ``ray``) is the example database they share."""
-    target = load_target(target_spec)  # a target that cannot even load is a harness error, here
-    faults = target.check_faults(faults)
-    seed = settings.seed if settings.seed is not None else random.randrange(1 << 30)
-    device = resolve_device(settings)
+    plan = plan_campaign(target_spec, settings, faults=faults, corpus_dir=corpus_dir, database=database,
+                         on_cluster=ray is not None)
     if ray is not None:
         from .ray_shards import run_on_ray
-        result = run_on_ray(ray, target_spec, settings, faults, corpus_dir, seed, device, on_event, target.name,
-                            db_url=db, database=database)
+        result = run_on_ray(ray, plan, on_event, db_url=db)
     elif db is not None:
         from ..errors import InvalidArgument
         raise InvalidArgument(f"db={db!r} shares the example database between Ray shards: it needs ray=ADDRESS "
                               f"(a local campaign keeps its database in the corpus).")
     else:
-        settings = _with_precheck_shards(settings, device, database)
-        if settings.workers == 1:
-            result = run_shard(target_spec, settings, faults, corpus_dir, 0, seed, settings.max_examples, device,
-                               on_event, database)
+        plan = _with_precheck_shards(plan)
+        if plan.settings.workers == 1:
+            result = run_shard(plan, 0, plan.settings.max_examples, on_event)
         else:
             from .sharding import run_sharded
-            result = run_sharded(target_spec, settings, faults, corpus_dir, seed, device, on_event, target.name,
-                                 database)
-    result.seed = seed
-    if device == "cuda" and settings.cpu_triage and result.findings:
-        _triage(result, target_spec, settings, corpus_dir, faults, target.name)
+            result = run_sharded(plan, on_event)
+    result.seed = plan.seed
+    if plan.device == "cuda" and settings.cpu_triage and result.findings:
+        _triage(result, plan)
     _check_floor(result, settings)
     return result
 
@@ -114,35 +75,36 @@ def precheck_workers(settings: Settings) -> int:
     return max(1, min(8, (os.cpu_count() or 1) // 4))
 
 
-def _with_precheck_shards(settings: Settings, device: str, database) -> Settings:
+def _with_precheck_shards(plan: CampaignPlan) -> CampaignPlan:
     """A one-worker GPU campaign searches in ``precheck_workers`` shards on its GPU(s): once a crash is
     known every case is pre-checked on the CPU first (search.py), and one search waits for one
     pre-check at a time; shards pre-check in parallel on the host's spare cores (and generate in
     parallel). A plugged-in database object cannot travel to shard processes: then one shard."""
-    if device != "cuda" or not settings.cpu_triage or settings.workers != 1 or database is not None:
-        return settings
-    n = min(precheck_workers(settings), settings.max_examples)
-    return settings.override(workers=n) if n > 1 else settings
+    s = plan.settings
+    if plan.device != "cuda" or not s.cpu_triage or s.workers != 1 or plan.database is not None:
+        return plan
+    n = min(precheck_workers(s), s.max_examples)
+    return replace(plan, settings=s.override(workers=n)) if n > 1 else plan
 
 
-def _triage(result: CampaignResult, target_spec: str, settings: Settings, corpus_dir, faults, name: str) -> None:
+def _triage(result: CampaignResult, plan: CampaignPlan) -> None:
     """Each GPU finding replayed on the CPU; findings the CPU names as one bug become one."""
     from ..errors import FuzzrunnerError
     from .triage import merge_by_triage, triage_on_cpu
     try:
-        triage_on_cpu(result.findings, target_spec, settings)
+        triage_on_cpu(result.findings, plan.target_spec, plan.settings)
     except (FuzzrunnerError, OSError) as e:  # triage helps; it never costs the findings
         result.warnings.append(f"CPU triage did not run: {e}")
         return
     result.findings, absorbed = merge_by_triage(result.findings)
-    if corpus_dir is None:
+    if plan.corpus_dir is None:
         return
-    corpus = Corpus(corpus_dir, faults=faults)
+    corpus = Corpus(plan.corpus_dir, faults=plan.faults)
     try:
         for f in result.findings:
-            corpus.save_finding(name, f)
+            corpus.save_finding(plan.target_name, f)
         for f in absorbed:
-            corpus.finding_path(name, f.id).unlink(missing_ok=True)
+            corpus.finding_path(plan.target_name, f.id).unlink(missing_ok=True)
     except OSError as e:
         result.errors.append(f"could not rewrite findings after CPU triage: {e}")
 

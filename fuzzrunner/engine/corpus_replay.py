@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import InvalidCase, NewerSchema, SkippedFile
+from . import events
 
 
 def replay_corpus(shard) -> None:
@@ -23,7 +24,7 @@ def replay_corpus(shard) -> None:
         where = f"moved to {moved}" if moved else "left in place" if isinstance(error, (NewerSchema, SkippedFile)) \
             else "could not be moved"
         said = str(error).removeprefix(f"{path}: ")  # the error names the file too: say it once
-        shard.emit({"type": "warning", "message": f"unreadable corpus file {path} ({where}): {said}"})
+        shard.emit(events.warning(f"unreadable corpus file {path} ({where}): {said}"))
 
     entries = corpus.entries(shard.target.name, on_bad=bad) if corpus is not None else []
     for path, case, finding in entries + _seed_entries(shard, bad):
@@ -41,7 +42,7 @@ def replay_corpus(shard) -> None:
             _refile(shard, finding, violations, case)
         elif still:
             shard.book.adopt(finding)
-            shard.emit({"type": "regression", "finding": finding, "path": str(path)})
+            shard.emit(events.regression(finding, str(path)))
         elif violations:
             shard.record(violations, case)
 
@@ -55,9 +56,8 @@ def _refile(shard, finding, violations, case) -> None:
         if new.signature.access_id == access and new.id != finding.id:
             shard.book.supersede(finding, new)
             where = new.violation.site or new.violation.location
-            shard.emit({"type": "warning", "message": f"finding {finding.id} ({finding.signature.short()}): its "
-                                                       f"access is now at {where} (a renamed or moved function): "
-                                                       f"filed as {new.id}"})
+            shard.emit(events.warning(f"finding {finding.id} ({finding.signature.short()}): its access is now at "
+                                      f"{where} (a renamed or moved function): filed as {new.id}"))
 
 
 def _count_features(shard, case) -> None:

@@ -15,9 +15,8 @@ from pathlib import Path
 
 from ..corpus import Corpus
 from ..finding import Finding, merge
-from .findings import stored_finding, write_finding
-
-SAVE, SET_ASIDE, QUARANTINE = "corpus-save", "corpus-set-aside", "corpus-quarantine"
+from . import events
+from .finding_book import stored_finding, write_finding
 
 
 class StreamedCorpus(Corpus):
@@ -37,15 +36,15 @@ class StreamedCorpus(Corpus):
         return None  # the driver's folder is not on this machine
 
     def save_finding(self, target: str, finding: Finding) -> Path:
-        self.send({"type": SAVE, "target": target, "finding": finding.to_dict()})
+        self.send(events.corpus_save(target, finding.to_dict()))
         return self.finding_path(target, finding.id)
 
     def set_aside(self, target: str, finding: Finding) -> Path:
-        self.send({"type": SET_ASIDE, "target": target, "finding": finding.to_dict()})
+        self.send(events.corpus_set_aside(target, finding.to_dict()))
         return self.root / "flaky" / target / self.finding_path(target, finding.id).name
 
     def quarantine(self, path: Path) -> Path | None:
-        self.send({"type": QUARANTINE, "path": str(path)})
+        self.send(events.corpus_quarantine(str(path)))
         return None
 
 
@@ -62,21 +61,29 @@ class CorpusWriter:
         self.findings: dict[str, Finding] = {}
         self.errors: list[str] = []
 
-    def handles(self, message: dict) -> bool:
-        return message.get("type") in (SAVE, SET_ASIDE, QUARANTINE)
+    def handlers(self) -> dict:
+        """The corpus writes, by event type (``events.CORPUS_WRITES``)."""
+        return {events.SAVE: self.save, events.SET_ASIDE: self.set_aside, events.QUARANTINE: self.quarantine}
 
     def apply(self, message: dict) -> None:
-        kind = message["type"]
-        if kind == QUARANTINE:
-            if self.corpus is not None:
-                self.corpus.quarantine(Path(message["path"]))
-            return
+        events.dispatch(self.handlers(), message)
+
+    def quarantine(self, message: dict) -> None:
+        if self.corpus is not None:
+            self.corpus.quarantine(Path(message["path"]))
+
+    def _finding(self, message: dict) -> Finding:
         finding = Finding.from_dict(message["finding"])
         finding.target_spec = self.target_spec  # a shard may load the target under another name
-        if kind == SET_ASIDE:
-            self.findings.pop(finding.id, None)
-            self._write(message["target"], finding, "set_aside")
-            return
+        return finding
+
+    def set_aside(self, message: dict) -> None:
+        finding = self._finding(message)
+        self.findings.pop(finding.id, None)
+        self._write(message["target"], finding, "set_aside")
+
+    def save(self, message: dict) -> None:
+        finding = self._finding(message)
         known = self.findings.get(finding.id)
         if known is None and self.corpus is not None:
             known = stored_finding(self.corpus, message["target"], finding.id)

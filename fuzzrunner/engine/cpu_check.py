@@ -36,7 +36,7 @@ def missing_device(violations: list[Violation]) -> str | None:
     """The first crash of a CPU run that asked for a GPU this machine does not have: the target cannot
     run here at all (it builds on ``cuda`` itself), which is no finding of the code under test."""
     for v in violations:
-        if v.tool == "python" and v.kind == "crash" and any(w in v.message.lower() for w in _NO_DEVICE_WORDS):
+        if names.tool(v.tool).raised and v.kind == "crash" and any(w in v.message.lower() for w in _NO_DEVICE_WORDS):
             return _what(v)
     return None
 
@@ -62,7 +62,7 @@ def outside_reason(v: Violation) -> str | None:
     """Why ``v`` is a failure of the CPU run itself, not of the case; None if it may be the case's."""
     if not names.KINDS[v.kind].finding:
         return f"a tool limitation: {v.message.split('. This is a limit', 1)[0]}"
-    if v.tool != "python" or v.kind != "crash":
+    if not names.tool(v.tool).raised or v.kind != "crash":
         return None
     what = _what(v)
     if v.kernel in _OUTSIDE_TYPES:

@@ -36,9 +36,10 @@ class Zygote:
         self._lock = threading.Lock()      # spares wait for their hand-shake in threads and poll
         self._exits: dict[int, int] = {}   # pid -> returncode, as the zygote reported them
         self.log_path = os.path.join(directory, "zygote.log")
+        control = protocol.WorkerEnv("", "", zygote_socket=self.path).environ({})
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "fuzzrunner.engine.zygote"],
-                                         env=dict(env, FUZZRUNNER_ZYGOTE_SOCKET=self.path), stdout=log,
+                                         env=dict(env, **control), stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             self.sock = self._hand_shake(startup_timeout_s)
@@ -53,13 +54,13 @@ class Zygote:
             raise HarnessError("the zygote did not start")
         conn.settimeout(max(deadline - time.monotonic(), 1.0))
         try:
-            msg = protocol.recv(conn)
+            msg = protocol.recv(conn, protocol.FROM_ZYGOTE)
         except (ConnectionError, OSError, ValueError):
-            msg = {"type": "harness", "message": "it died during start-up"}
+            msg = protocol.Harness("it died during start-up")
         conn.settimeout(None)
-        if msg.get("type") != "ready":
+        if not isinstance(msg, protocol.ZygoteReady):
             conn.close()
-            raise HarnessError(f"the zygote cannot fork workers: {msg.get('message')}")
+            raise HarnessError(f"the zygote cannot fork workers: {getattr(msg, 'message', msg)}")
         return conn
 
     def alive(self) -> bool:
@@ -70,23 +71,23 @@ class Zygote:
             if self.sock is None:
                 raise HarnessError("the zygote is closed")
             try:
-                protocol.send(self.sock, {"type": "fork", "socket": socket_path, "log": log_path})
+                protocol.send(self.sock, protocol.Fork(socket_path, log_path))
                 while True:
                     msg = self._next(REPLY_TIMEOUT_S)
-                    if msg["type"] == "forked":
-                        return ForkedProcess(msg["pid"], self)
+                    if isinstance(msg, protocol.Forked):
+                        return ForkedProcess(msg.pid, self)
             except (ConnectionError, OSError, ValueError, TimeoutError) as e:
                 raise HarnessError(f"the zygote did not fork a worker ({type(e).__name__}: {e})") from None
 
-    def _next(self, timeout: float) -> dict:
-        """The next message, with ``exited`` ones recorded (and returned too). Under the lock."""
+    def _next(self, timeout: float) -> protocol.Message:
+        """The next message, with ``Exited`` ones recorded (and returned too). Under the lock."""
         assert self.sock is not None
         r, _, _ = select.select([self.sock], [], [], timeout)
         if not r:
             raise TimeoutError(f"no word from the zygote in {timeout:g} s")
-        msg = protocol.recv(self.sock)
-        if msg["type"] == "exited":
-            self._exits[msg["pid"]] = msg["returncode"]
+        msg = protocol.recv(self.sock, protocol.FROM_ZYGOTE)
+        if isinstance(msg, protocol.Exited):
+            self._exits[msg.pid] = msg.returncode
         return msg
 
     def returncode(self, pid: int, wait_s: float) -> int | None:
@@ -108,7 +109,7 @@ class Zygote:
             sock, self.sock = self.sock, None
             if sock is not None and self.proc.poll() is None:
                 try:
-                    protocol.send(sock, {"type": "exit"})
+                    protocol.send(sock, protocol.Exit())
                     self.proc.wait(timeout=5)
                 except (OSError, subprocess.TimeoutExpired):
                     pass

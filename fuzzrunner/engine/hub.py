@@ -22,13 +22,13 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..case import Case
 from ..errors import HarnessError, InvalidCase
 from ..violation import Violation
 from . import protocol
 from .forking import ForkedProcess, Zygote
-from .lifeline import ENV as PARENT_ENV
 from .lifeline import alive
 from .rss import RssWatch
 
@@ -106,9 +106,10 @@ def _signal_name(returncode: int | None) -> str:
 
 
 def worker_environment(spec: WorkerSpec, socket_path: str) -> dict:
-    """A worker's (or its zygote's) environment: ours, the spec's, and where to find the hub."""
-    env = dict(os.environ, **spec.env, FUZZRUNNER_HUB_SOCKET=socket_path, FUZZRUNNER_TARGET=spec.target,
-               FUZZRUNNER_DEVICE=spec.device, PYTHONUNBUFFERED="1", **{PARENT_ENV: str(os.getpid())})
+    """A worker's (or its zygote's) environment: ours, the spec's, and its start-up (``WorkerEnv``)."""
+    start = protocol.WorkerEnv(spec.target, spec.device, hub_socket=socket_path, parent=os.getpid(),
+                               sanitizer=spec.sanitizer, extra={**spec.env, "PYTHONUNBUFFERED": "1"})
+    env = start.environ(dict(os.environ))
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     if spec.device == "cpu":
@@ -180,9 +181,9 @@ class Worker:
         if conn is None:
             raise HarnessError(f"worker did not start within {STARTUP_TIMEOUT_S:.0f} s; its output: {self.tail()}")
         msg = self._recv(conn, deadline - time.monotonic())
-        if msg is None or msg.get("type") != "ready":
+        if not isinstance(msg, protocol.Ready):
             conn.close()
-            detail = msg.get("message") if msg else f"it died ({_signal_name(self.proc.poll())})"
+            detail = getattr(msg, "message", "") or f"it died ({_signal_name(self.proc.poll())})"
             raise HarnessError(f"worker could not set up target {self.spec.target!r}: {detail}. {self.tail()}")
         return conn
 
@@ -222,7 +223,7 @@ class Worker:
         if not r:
             return None
         try:
-            return protocol.recv(conn)
+            return protocol.recv(conn, protocol.FROM_WORKER)
         except (ConnectionError, OSError, ValueError):
             return None
 
@@ -236,9 +237,8 @@ class Worker:
         self.busy = True  # until the case's end is read: an interrupted wait leaves the worker mid-case
         seen, deadline = _Progress(), t0 + timeout_s
         try:
-            protocol.send(self.sock, {"type": "run", "case": case.to_dict(),  # type: ignore[arg-type]
-                                      "oracles": list(oracles) if oracles is not None else None,
-                                      "stop_early": stop_early})
+            protocol.send(self.sock, protocol.Run(case.to_dict(), list(oracles) if oracles is not None else None,  # type: ignore[arg-type]
+                                                  stop_early))
         except OSError:  # it died just now; a fresh worker reruns the case before it counts
             return self._died(seen, False, timeout_s, start_log, t0)
         while True:
@@ -265,24 +265,33 @@ class Worker:
                     self._await_end_marker(start_log)
                 return RunResult(vs, time.monotonic() - t0, fatal, self.case_no, self._case_log(start_log))
 
-    def _handle(self, msg: dict, seen: _Progress):
-        """Take one message; ``(violations, fatal)`` when the case is over, else None."""
-        kind = msg["type"]
-        if kind == "op":
-            seen.op, seen.kernel, seen.where = (msg["index"], msg["op"]), "", ""
-        elif kind == "launch":
-            seen.kernel, seen.where = msg["kernel"], msg.get("where", "")
-        elif kind == "partial":
-            seen.partial = [Violation.from_dict(d) for d in msg["violations"]]
-        elif kind == "result":
-            return [Violation.from_dict(d) for d in msg["violations"]], bool(msg.get("fatal"))
-        elif kind == "invalid":
-            self.busy = False
-            raise InvalidCase(msg["message"])
-        elif kind == "harness":
-            self.kill()
-            raise HarnessError(f"worker failed outside the target: {msg['message']}\n{msg.get('traceback', '')}")
-        return None
+    def _handle(self, msg: protocol.Message, seen: _Progress):
+        """Take one message (``protocol.FROM_WORKER``); ``(violations, fatal)`` when the case is over."""
+        handler: Any = _CASE_HANDLERS[type(msg)]
+        return handler(self, msg, seen)
+
+    def _on_op(self, msg: protocol.Op, seen: _Progress) -> None:
+        seen.op, seen.kernel, seen.where = (msg.index, msg.op), "", ""
+
+    def _on_launch(self, msg: protocol.Launch, seen: _Progress) -> None:
+        seen.kernel, seen.where = msg.kernel, msg.where
+
+    def _on_partial(self, msg: protocol.Partial, seen: _Progress) -> None:
+        seen.partial = [Violation.from_dict(d) for d in msg.violations]
+
+    def _on_result(self, msg: protocol.Result, seen: _Progress) -> tuple[list, bool]:
+        return [Violation.from_dict(d) for d in msg.violations], msg.fatal
+
+    def _on_invalid(self, msg: protocol.Invalid, seen: _Progress):
+        self.busy = False
+        raise InvalidCase(msg.message)
+
+    def _on_harness(self, msg: protocol.Harness, seen: _Progress):
+        self.kill()
+        raise HarnessError(f"worker failed outside the target: {msg.message}\n{msg.traceback}")
+
+    def _on_ready(self, msg: protocol.Ready, seen: _Progress):
+        raise HarnessError("the worker said 'ready' again in the middle of a case")
 
     def _case_log(self, start: int) -> str:
         return self.log_text(start) if self.spec.sanitizer else ""
@@ -355,7 +364,7 @@ class Worker:
         """Ask the worker to exit (a worker still mid-case would finish it first: it is killed)."""
         if self.proc.poll() is None and getattr(self, "sock", None) is not None and not self.busy:
             try:
-                protocol.send(self.sock, {"type": "exit"})  # type: ignore[arg-type]
+                protocol.send(self.sock, protocol.Exit())  # type: ignore[arg-type]
                 self.proc.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -370,6 +379,12 @@ class Worker:
             except OSError:
                 pass
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+# One handler per message a worker sends during a case (``protocol.FROM_WORKER``).
+_CASE_HANDLERS = {protocol.Op: Worker._on_op, protocol.Launch: Worker._on_launch, protocol.Partial: Worker._on_partial,
+                  protocol.Result: Worker._on_result, protocol.Invalid: Worker._on_invalid,
+                  protocol.Harness: Worker._on_harness, protocol.Ready: Worker._on_ready}
 
 
 class _Standby:

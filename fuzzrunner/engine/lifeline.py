@@ -15,7 +15,8 @@ import sys
 import threading
 import time
 
-ENV = "FUZZRUNNER_PARENT_PID"
+from .protocol import PARENT_ENV as ENV
+
 _PR_SET_PDEATHSIG = 1
 
 

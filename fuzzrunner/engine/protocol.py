@@ -1,20 +1,33 @@
-"""The hub <-> worker protocol: length-prefixed JSON messages over a Unix socket.
+"""The engine's process messages: length-prefixed JSON over Unix sockets, one declared vocabulary
+per channel.
 
-A socket, not stdin/stdout: a worker may run under compute-sanitizer, whose reports go to
-the worker's stdout, and those must not mix with our messages. Every message is a dict with
-a ``type``; the TypedDicts below are the whole vocabulary, and the worker's exit codes say
-why it ended.
+A socket, not stdin/stdout: a worker may run under compute-sanitizer, whose reports go to the
+worker's stdout, and those must not mix with our messages. Each message is a frozen dataclass
+with a ``kind`` (its ``type`` on the wire); ``recv`` takes the channel's vocabulary and refuses
+any other message, so a message a side does not know is a broken peer, never a silent no-op.
+The channels:
+
+* hub -> worker: ``Run``, ``Exit``; worker -> hub: ``Ready``, ``Op``, ``Launch``, ``Partial``,
+  ``Result``, ``Invalid``, ``Harness`` (``TO_WORKER``, ``FROM_WORKER``);
+* hub -> zygote: ``Fork``, ``Exit``; zygote -> hub: ``ZygoteReady``, ``Forked``, ``Exited``,
+  ``Harness`` (``TO_ZYGOTE``, ``FROM_ZYGOTE``).
+
+A worker's (or zygote's) start-up environment is one type too: ``WorkerEnv``. Exit codes say why
+a worker ended.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 import time
-from typing import Any, Literal, TypedDict
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
 
 _HEADER = struct.Struct("!I")
+PARENT_ENV = "FUZZRUNNER_PARENT_PID"   # the pid whose death ends a process of ours (lifeline.py)
 
 # Worker exit codes.
 EXIT_DONE = 0            # the hub said "exit"
@@ -23,62 +36,162 @@ EXIT_CONTEXT_LOST = 4    # a case broke the CUDA context: the worker retires aft
 EXIT_ORPHANED = 5        # the hub went away: nobody is left to report to
 
 
-# hub -> worker
-class RunMsg(TypedDict):
-    type: Literal["run"]
+@dataclass(frozen=True)
+class Message:
+    kind: ClassVar[str] = ""
+
+    def to_dict(self) -> dict:
+        return {"type": self.kind, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Message:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+# -- hub <-> worker ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Run(Message):
+    kind: ClassVar[str] = "run"
     case: dict
-    oracles: list[str] | None
+    oracles: list | None = None
+    stop_early: bool = False      # end the case after its first op with a violation (a pre-check)
 
 
-class ExitMsg(TypedDict):
-    type: Literal["exit"]
+@dataclass(frozen=True)
+class Exit(Message):
+    kind: ClassVar[str] = "exit"
 
 
-# worker -> hub
-class ReadyMsg(TypedDict):
-    type: Literal["ready"]
+@dataclass(frozen=True)
+class Ready(Message):
+    kind: ClassVar[str] = "ready"
     pid: int
     device: str
 
 
-class OpMsg(TypedDict):
-    type: Literal["op"]
+@dataclass(frozen=True)
+class Op(Message):
+    kind: ClassVar[str] = "op"
     index: int
     op: str
 
 
-class LaunchMsg(TypedDict):
-    type: Literal["launch"]
+@dataclass(frozen=True)
+class Launch(Message):
+    kind: ClassVar[str] = "launch"
     kernel: str
-    where: str            # the Python call site of the launch (file:line), for crash findings
+    where: str = ""               # the Python call site of the launch (file:line), for crash findings
 
 
-class PartialMsg(TypedDict):
-    type: Literal["partial"]
-    violations: list[dict]
+@dataclass(frozen=True)
+class Partial(Message):
+    kind: ClassVar[str] = "partial"
+    violations: list              # Violation dicts found so far (a crash later keeps them)
 
 
-class ResultMsg(TypedDict):
-    type: Literal["result"]
-    violations: list[dict]
+@dataclass(frozen=True)
+class Result(Message):
+    kind: ClassVar[str] = "result"
+    violations: list
     seconds: float
     case_no: int
-    fatal: bool           # the CUDA context is gone: the worker retires
+    fatal: bool = False           # the CUDA context is gone: the worker retires
 
 
-class InvalidMsg(TypedDict):
-    type: Literal["invalid"]
+@dataclass(frozen=True)
+class Invalid(Message):
+    kind: ClassVar[str] = "invalid"
     message: str
 
 
-class HarnessMsg(TypedDict):
-    type: Literal["harness"]
+@dataclass(frozen=True)
+class Harness(Message):
+    kind: ClassVar[str] = "harness"
     message: str
-    traceback: str
+    traceback: str = ""
 
 
-def send(sock: socket.socket, msg: Any) -> None:
-    data = json.dumps(msg).encode()
+# -- hub <-> zygote ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Fork(Message):
+    kind: ClassVar[str] = "fork"
+    socket: str                   # the child becomes a worker talking to this socket,
+    log: str                      # its output going to this log
+
+
+@dataclass(frozen=True)
+class ZygoteReady(Message):
+    kind: ClassVar[str] = "ready"
+    pid: int
+
+
+@dataclass(frozen=True)
+class Forked(Message):
+    kind: ClassVar[str] = "forked"
+    pid: int
+
+
+@dataclass(frozen=True)
+class Exited(Message):
+    kind: ClassVar[str] = "exited"
+    pid: int
+    returncode: int               # negative: the signal, as subprocess reports it
+
+
+def _vocabulary(*classes: type[Message]) -> dict[str, type[Message]]:
+    return {c.kind: c for c in classes}
+
+
+TO_WORKER = _vocabulary(Run, Exit)
+FROM_WORKER = _vocabulary(Ready, Op, Launch, Partial, Result, Invalid, Harness)
+TO_ZYGOTE = _vocabulary(Fork, Exit)
+FROM_ZYGOTE = _vocabulary(ZygoteReady, Forked, Exited, Harness)
+
+
+# -- the start-up environment -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WorkerEnv:
+    """What a worker (or the zygote that forks it) learns from its environment at start-up."""
+    target: str                               # FUZZRUNNER_TARGET: the target spec to load
+    device: str                               # FUZZRUNNER_DEVICE
+    hub_socket: str = ""                      # FUZZRUNNER_HUB_SOCKET: where the hub listens
+    parent: int | None = None                 # the process whose death ends this one (lifeline)
+    sanitizer: str | None = None              # FUZZRUNNER_SANITIZER: under compute-sanitizer's tool
+    zygote_socket: str = ""                   # FUZZRUNNER_ZYGOTE_SOCKET: a zygote's control socket
+    extra: dict = field(default_factory=dict)  # CUDA_VISIBLE_DEVICES, CUDA_LAUNCH_BLOCKING, ...
+
+    _NAMES: ClassVar[dict[str, str]] = {"target": "FUZZRUNNER_TARGET", "device": "FUZZRUNNER_DEVICE",
+                                        "hub_socket": "FUZZRUNNER_HUB_SOCKET",
+                                        "sanitizer": "FUZZRUNNER_SANITIZER",
+                                        "zygote_socket": "FUZZRUNNER_ZYGOTE_SOCKET"}
+
+    def environ(self, base: dict) -> dict:
+        """``base`` (this process's environment) with this start-up's variables set."""
+        env = dict(base, **self.extra)
+        for name, var in self._NAMES.items():
+            value = getattr(self, name)
+            if value:
+                env[var] = str(value)
+        if self.parent is not None:
+            env[PARENT_ENV] = str(self.parent)
+        return env
+
+    @classmethod
+    def read(cls, environ=os.environ) -> WorkerEnv:
+        parent = environ.get(PARENT_ENV, "")
+        values = {name: environ.get(var, "") for name, var in cls._NAMES.items()}
+        return cls(**{**values, "device": values["device"] or "cpu", "sanitizer": values["sanitizer"] or None},
+                   parent=int(parent) if parent.isdigit() else None)
+
+
+# -- the wire ---------------------------------------------------------------------------------------
+
+def send(sock: socket.socket, msg: Message) -> None:
+    data = json.dumps(msg.to_dict()).encode()
     sock.sendall(_HEADER.pack(len(data)) + data)
 
 
@@ -92,12 +205,20 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def recv(sock: socket.socket) -> dict:
+def recv(sock: socket.socket, vocabulary: dict[str, type[Message]]) -> Any:
+    """The next message, as its type in ``vocabulary``; ``ValueError`` for anything else (malformed,
+    or a message this channel does not carry)."""
     (n,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
     msg = json.loads(_recv_exact(sock, n))
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
         raise ValueError(f"malformed message: {str(msg)[:200]}")
-    return msg
+    cls = vocabulary.get(msg["type"])
+    if cls is None:
+        raise ValueError(f"unexpected message {msg['type']!r} (this channel carries {', '.join(vocabulary)})")
+    try:
+        return cls.from_dict(msg)
+    except TypeError as e:  # a field missing
+        raise ValueError(f"malformed {msg['type']!r} message: {e}") from None
 
 
 def accept(server: socket.socket, proc, deadline: float) -> socket.socket | None:

@@ -20,11 +20,13 @@ from dataclasses import dataclass, replace
 
 from ..corpus import Corpus
 from ..errors import HarnessError, InvalidArgument, NewerSchema, TargetUnavailable
-from ..finding import merge
+from ..finding import merge_all
+from . import events
 from . import result as R
 from .corpus_stream import CorpusWriter, StreamedCorpus, snapshot
+from .plan import CampaignPlan
 from .result import CampaignResult
-from .sharding import Merger, portable, portable_result
+from .sharding import Merger, portable_result
 
 RAY_MISSING = ("--ray needs Ray, an optional extra: pip install 'fuzzrunner[ray]' "
                "(on the driver and on every node of the cluster).")
@@ -79,16 +81,13 @@ def packaged(spec: str) -> tuple[str, dict]:
 
 @dataclass
 class ShardJob:
-    """One run of one shard: what its actor needs (the driver makes a new one on each resume)."""
-    target_spec: str
-    settings: object
-    faults: tuple
+    """One run of one shard: what its actor needs (the driver makes a new one on each resume). The
+    plan's ``target_spec`` is the one the shards load (a ``FILE.py`` target travels as its folder),
+    its seed and settings this run's (a resumed shard gets a new seed and what is left of the budget)."""
+    plan: CampaignPlan
     index: int
     run: int
-    seed: int
     quota: int
-    device: str
-    corpus_root: str | None
     entries: list
     db_url: str | None
     db_server: object
@@ -124,22 +123,24 @@ class ShardActor:
             ray.get(ref)
 
     def run(self, job: ShardJob) -> None:
-        os.environ["FUZZRUNNER_DEVICE"] = job.device  # the worker gets it from its spec; this is for the rest
-        from .campaign import run_shard
+        from .. import devices
+        from .shard_run import run_shard
         from .shared_db import ServedDatabase, close_database, database_from_url
+        devices.use(job.plan.device)  # the worker gets it from its spec; this is for the rest of the actor
 
         def send(message: dict) -> None:
             self._send(job, message, wait=True)
-        corpus = StreamedCorpus(job.corpus_root, job.faults, job.entries, send) if job.corpus_root else None
+        plan = job.plan
+        corpus = StreamedCorpus(plan.corpus_dir, plan.faults, job.entries, send) if plan.corpus_dir else None
         db = (database_from_url(job.db_url) if job.db_url else
               ServedDatabase(job.db_server) if job.db_server is not None else None)
         try:
-            res = run_shard(job.target_spec, job.settings, job.faults, corpus, job.index, job.seed,  # type: ignore[arg-type]
-                            job.quota, job.device, lambda e: self._send(job, portable(e), e["type"] != "progress"),
-                            db)
-            send({"type": "done", "result": portable_result(res)})
+            res = run_shard(plan, job.index, job.quota,
+                            lambda e: self._send(job, events.portable(e), e["type"] != events.PROGRESS),
+                            corpus=corpus, database=db)
+            send(events.done(portable_result(res)))
         except BaseException as e:  # noqa: B036 - report, never leave the driver waiting
-            send({"type": "error", "message": f"{type(e).__name__}: {e}"})
+            send(events.error(f"{type(e).__name__}: {e}"))
         finally:
             close_database(db)
 
@@ -180,21 +181,22 @@ class _Driver:
             self.handle(index, run, message)
 
     def handle(self, index: int, run: int, m: dict) -> None:
-        kind = m["type"]
-        if self.writer.handles(m):
-            self.writer.apply(m)
-        elif kind == "progress":
+        """One message of shard ``index``'s run ``run``: corpus writes to the writer, its end and its
+        progress (summed over its runs) here, every other event to the merger."""
+        def progress(m: dict) -> None:
             self.counts[(index, run)] = (m["examples"], m.get("generated", 0))
             mine = [c for (i, _), c in self.counts.items() if i == index]
             self.merger.event({**m, "examples": sum(c[0] for c in mine), "generated": sum(c[1] for c in mine)})
-        elif kind == "done":
+
+        def done(m: dict) -> None:
             self.finished.add((index, run))
             self.merger.done(m["result"])
-        elif kind == "error":
+
+        def error(m: dict) -> None:
             self.finished.add((index, run))
             self.merger.result.errors.append(f"shard {index} failed: {m['message']}")
-        else:
-            self.merger.event(m)
+        handlers = {**self.writer.handlers(), events.PROGRESS: progress, events.DONE: done, events.ERROR: error}
+        events.dispatch(handlers, m, default=self.merger.event)
 
     def _ended(self, ref, actor, job: ShardJob) -> None:
         try:
@@ -211,13 +213,13 @@ class _Driver:
     def _died(self, actor, job: ShardJob, error) -> None:
         examples, generated = self.counts.get((job.index, job.run), (0, 0))
         resumed = self._resumed(job, generated)
-        tail = (f"resumed with seed {resumed.seed}" if resumed is not None else
+        tail = (f"resumed with seed {resumed.plan.seed}" if resumed is not None else
                 "not resumed (its quota or the budget is spent)" if job.run < MAX_RESTARTS else
                 f"not resumed: it died {job.run + 1} times")
         message = (f"shard {job.index}'s Ray actor died ({type(error).__name__}: its process or node was lost) "
                    f"after {examples} cases; its findings were already with the driver; {tail}")
         self.deaths.append((job.index, job.run, message))
-        self.merger.event({"type": "warning", "message": message})
+        self.merger.event(events.warning(message))
         if resumed is not None:
             self.restarting[actor.ping.remote()] = (actor, resumed)
             self.give_up_at[job.index] = time.monotonic() + self._wait_s()
@@ -268,8 +270,8 @@ class _Driver:
         if quota <= 0 or (left is not None and left < 1.0):
             return None
         settings = self.settings.override(budget_s=left) if left is not None else self.settings
-        return replace(job, run=job.run + 1, seed=job.seed + RESEED * (job.run + 1), quota=quota,
-                       settings=settings)
+        plan = replace(job.plan, seed=job.plan.seed + RESEED * (job.run + 1), settings=settings)
+        return replace(job, run=job.run + 1, quota=quota, plan=plan)
 
     def finish(self, merged: CampaignResult) -> None:
         """The counts of runs that sent no result (dead, or cut short by an interrupt), and the dead
@@ -282,14 +284,8 @@ class _Driver:
             part = CampaignResult(merged.target, merged.settings, merged.seed, merged.faults, examples=examples,
                                   generated=generated, warnings=[dead[key]] if key in dead else [])
             self.merger.done(part)
-        by_id = {f.id: f for f in merged.findings}
         # the writer's latest state of each finding; without a corpus, what the finding events showed
-        for f in [*self.writer.findings.values(), *self.merger.seen.values()]:
-            if f.id in by_id:
-                merge(by_id[f.id], f)
-            else:
-                by_id[f.id] = f
-                merged.findings.append(f)
+        merged.findings = merge_all(merged.findings, [*self.writer.findings.values(), *self.merger.seen.values()])
         for f in merged.findings:
             f.target_spec = self.writer.target_spec
         merged.errors += self.writer.errors
@@ -307,18 +303,16 @@ def shard_options(device: str) -> dict:
     return {"num_cpus": 1, **gpus, "max_restarts": MAX_RESTARTS, "max_task_retries": 0, "scheduling_strategy": "SPREAD"}
 
 
-def run_on_ray(address: str, target_spec: str, settings, faults: tuple, corpus_dir, seed: int, device: str,
-               on_event, target_name: str, *, db_url: str | None = None, database=None) -> CampaignResult:
-    if database is not None:
+def run_on_ray(address: str, plan: CampaignPlan, on_event, *, db_url: str | None = None) -> CampaignResult:
+    if plan.database is not None:
         raise InvalidArgument("a plugged-in Hypothesis database object cannot travel to Ray shards; pass "
                               "db='redis://...' (or nothing: the driver serves the corpus' database).")
     import_ray()
-    shard_spec, runtime_env = packaged(target_spec)
+    shard_spec, runtime_env = packaged(plan.target_spec)
     with ray_session(address, runtime_env) as ray:
         if not runtime_env.get("working_dir") or ray.get_runtime_context().runtime_env.get("working_dir") is None:
-            shard_spec = target_spec  # a session opened by the caller: the file is where it is
-        result = _campaign(ray, target_spec, shard_spec, settings, faults, corpus_dir, seed, device, on_event,
-                           target_name, db_url)
+            shard_spec = plan.target_spec  # a session opened by the caller: the file is where it is
+        result = _campaign(ray, plan, shard_spec, on_event, db_url)
         result.cluster = describe_cluster(ray, address, db_url)
         return result
 
@@ -335,25 +329,23 @@ def describe_cluster(ray, address: str, db_url: str | None) -> dict:
             "example_database": "redis" if db_url else "driver"}
 
 
-def _campaign(ray, target_spec, shard_spec, settings, faults, corpus_dir, seed, device, on_event, target_name,
-              db_url) -> CampaignResult:
+def _campaign(ray, plan: CampaignPlan, shard_spec: str, on_event, db_url) -> CampaignResult:
     from .shared_db import serve
-    n, start = settings.workers, time.monotonic()
-    merged = CampaignResult(target_name, settings, seed, faults)
-    merger = Merger(n, on_event, merged)
-    corpus = Corpus(corpus_dir, faults=faults) if corpus_dir else None
-    writer = CorpusWriter(corpus, target_spec)
-    entries = snapshot(corpus_dir, faults, target_name, _on_bad(merged, merger))
+    start = time.monotonic()
+    merged = CampaignResult(plan.target_name, plan.settings, plan.seed, plan.faults)
+    merger = Merger(plan.settings.workers, on_event, merged)
+    corpus = Corpus(plan.corpus_dir, faults=plan.faults) if plan.corpus_dir else None
+    writer = CorpusWriter(corpus, plan.target_spec)
+    entries = snapshot(plan.corpus_dir, plan.faults, plan.target_name, _on_bad(merged, merger))
     node = _this_node(ray)
     inbox = ray.remote(Inbox).options(num_cpus=0, scheduling_strategy=node).remote()
-    server = (serve(str(corpus.database_path(target_name)), node) if corpus is not None and not db_url else None)
-    quotas = [settings.max_examples // n + (1 if i < settings.max_examples % n else 0) for i in range(n)]
-    jobs = [ShardJob(shard_spec, settings, faults, i, 0, seed, quotas[i], device,
-                     str(corpus.root) if corpus else None, entries if i == 0 else [], db_url, server, inbox)
-            for i in range(n)]
-    actor_class = ray.remote(ShardActor).options(**shard_options(device))
-    actors = [actor_class.remote() for _ in range(n)]
-    driver = _Driver(ray, merger, writer, settings, start)
+    server = (serve(str(corpus.database_path(plan.target_name)), node) if corpus is not None and not db_url else None)
+    shard_plan = replace(plan, target_spec=shard_spec, corpus_dir=str(corpus.root) if corpus else None)
+    jobs = [ShardJob(shard_plan, i, 0, quota, entries if i == 0 else [], db_url, server, inbox)
+            for i, quota in enumerate(plan.quotas())]
+    actor_class = ray.remote(ShardActor).options(**shard_options(plan.device))
+    actors = [actor_class.remote() for _ in jobs]
+    driver = _Driver(ray, merger, writer, plan.settings, start)
     try:
         for actor, job in zip(actors, jobs):
             driver.submit(actor, job)
@@ -385,5 +377,5 @@ def _on_bad(result: CampaignResult, merger: Merger):
         result.quarantined.append((str(path), str(moved) if moved else None, str(error)))
         where = f"moved to {moved}" if moved else "left in place" if isinstance(error, NewerSchema) else \
             "could not be moved"
-        merger.event({"type": "warning", "message": f"unreadable corpus file {path} ({where}): {error}"})
+        merger.event(events.warning(f"unreadable corpus file {path} ({where}): {error}"))
     return bad

@@ -8,20 +8,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .. import devices
 from ..case import Case
 from ..names import effective_oracles
 from ..settings import Settings
 from ..target import load_target
 from ..violation import Violation
-from .campaign import resolve_device, worker_spec
 from .hub import Hub
+from .plan import worker_spec
 
 
 class Replayer:
     def __init__(self, settings: Settings, *, inherit_gpu: bool = False):
-        """``inherit_gpu``: workers keep this process's ``CUDA_VISIBLE_DEVICES`` (one GPU per xdist worker)."""
+        """``inherit_gpu``: workers keep this process's ``CUDA_VISIBLE_DEVICES`` (one GPU per xdist worker).
+        The device is resolved here, once (``DeviceUnavailable`` if it cannot be had)."""
         self.settings, self.inherit_gpu = settings, inherit_gpu
-        self.device = resolve_device(settings)
+        self.device = devices.resolve(settings.device, sanitizer=settings.sanitizer)
         self.hubs: dict[str, Hub] = {}
 
     def oracles(self) -> tuple[str, ...]:

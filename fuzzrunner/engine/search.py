@@ -25,15 +25,14 @@ from ..errors import HarnessError, InvalidCase, TargetError
 from ..finding import Finding, group, limitations
 from ..settings import Settings
 from ..target import DrawError, Target, draw_error
+from . import events
 from . import result as R
 from .cpu_check import CpuRun, classify, harness_reason, missing_device
 from .database import campaign_database
-from .findings import FindingBook
+from .finding_book import FindingBook
 from .hub import Hub, WorkerSpec
 
 BATCH = 50
-# Crashes of the process (not Python exceptions) are confirmed in a fresh worker before they count.
-_PROCESS_DEATHS = ("worker", "cuda")
 
 
 class _Found(Exception):
@@ -156,7 +155,7 @@ class Shard:
             message = (f"{why}: the worker was recycled (a leak in the target?); each recycle is counted in "
                        f"the report (worker_recycles)")
             r.warnings.append(message)
-            self.emit({"type": "warning", "message": message})
+            self.emit(events.warning(message))
 
     def record(self, violations, case: Case) -> list[tuple[Finding, bool]]:
         self._refuse_missing_device(violations)
@@ -170,10 +169,10 @@ class Shard:
         for finding, new in recorded:
             if new and finding.id not in siblings and not self._confirmed(finding, case):  # siblings confirmed theirs
                 continue
-            if new and finding.violation.kind in (*names.CRASH_KINDS, "sanitizer-error"):
+            if new and names.kind(finding.violation.kind).case_wide:
                 self._learn_crash(finding, case)
             if new:
-                self.emit({"type": "finding", "finding": finding, "shard": self.index})
+                self.emit(events.finding(finding, self.index))
         if self.book.write_errors:
             self.result.errors += self.book.write_errors
             self.book.write_errors = []
@@ -203,18 +202,19 @@ class Shard:
         """The tool's own limits: counted, said once each, never a finding (the campaign goes on)."""
         for v in limitations(violations):
             if self.result.count_limitation(v.signature.id, v.message):  # the summary and report count them
-                self.emit({"type": "warning", "message": f"tool limitation: {v.message}", "shard": self.index})
+                self.emit(events.warning(f"tool limitation: {v.message}", self.index))
 
     def _confirmed(self, finding: Finding, case: Case) -> bool:
-        """A dead worker is confirmed by a rerun in a fresh one; one that does not die again is flaky."""
+        """A dead worker is confirmed by a rerun in a fresh one; one that does not die again is flaky.
+        (Crashes of the process, not Python exceptions: ``Tool.process_death`` and ``Kind.process_death``.)"""
         v = finding.violation
-        if v.tool not in _PROCESS_DEATHS or v.kind not in ("crash", "timeout"):
+        if not names.tool(v.tool).process_death or not names.kind(v.kind).process_death:
             return True
         again = self._run(case)
-        if any(a.kind in ("crash", "timeout") for a in again):
+        if any(names.kind(a.kind).process_death for a in again):
             return True
         self.book.drop(finding.id)
-        if any(names.KINDS[a.kind].memory and a.kind != "sanitizer-error" for a in again):
+        if any(names.kind(a.kind).located for a in again):
             # the rerun shows the case's memory error without the death (a garbage index need not
             # kill every run): that error is the finding, the death one of its sites
             self.record([*again, v], case)
@@ -223,8 +223,8 @@ class Shard:
             self.record(again, case)
         finding.flaky = True
         self.result.flaky.append(finding)
-        self.emit({"type": "warning", "message": f"flaky: {finding.signature.short()} did not happen again "
-                                                 f"in a fresh worker; kept apart, not a finding"})
+        self.emit(events.warning(f"flaky: {finding.signature.short()} did not happen again in a fresh worker; "
+                                 f"kept apart, not a finding"))
         return False
 
     # -- crash-aware search (GPU) ---------------------------------------------------------
@@ -234,15 +234,15 @@ class Shard:
         if run is None:
             return
         for i, head in run.heads.items():
-            if names.KINDS[head.kind].memory or i == finding.id:
+            if names.kind(head.kind).memory or i == finding.id:
                 self._crash_heads[i] = head.signature.short()
 
     def _cpu_run(self, case: Case) -> CpuRun | None:
         """What the case's CPU run shows; None if the pre-check is (now) off."""
         if self._precheck is None:
             spec = replace(self.hub.spec, device="cpu", gpu=None, wrapper=[], env={}, log_path=None)
-            self._precheck = Hub(spec, oracles=("shadow",), timeout_s=self.settings.case_timeout_s, standby=False,
-                                 stop_early=True)  # a GPU dies at its first bad read: later ops never run
+            self._precheck = Hub(spec, oracles=names.precheck_oracles(), timeout_s=self.settings.case_timeout_s,
+                                 standby=False, stop_early=True)  # a GPU dies at its first bad read: no later op
         try:
             run = classify(self._precheck.run(case).violations)
         except InvalidCase:
@@ -262,7 +262,7 @@ class Shard:
         message = (f"CPU pre-check of cases is off for this campaign: {why}. Every case now runs on the GPU, "
                    f"and each one that re-hits a known crash costs a worker restart.")
         self.result.warnings.append(message)
-        self.emit({"type": "warning", "message": message, "shard": self.index})
+        self.emit(events.warning(message, self.index))
 
     def _known_crash(self, case: Case) -> bool:
         if not self._crash_heads or self._failing or not self.precheck_on:
@@ -323,8 +323,7 @@ class Shard:
     def _tick(self) -> None:
         r = self.result
         r.timeline.append((round(self.elapsed(), 3), r.examples, len(self.book.by_id)))
-        self.emit({"type": "progress", "examples": r.examples, "generated": r.generated,
-                   "findings": len(self.book.by_id), "elapsed": self.elapsed(), "shard": self.index})
+        self.emit(events.progress(r.examples, r.generated, len(self.book.by_id), self.elapsed(), self.index))
 
     def phases(self, *, first_batch: bool) -> list:
         """Hypothesis phases of a batch: reuse (the database) first; target when steering; shrink if on."""

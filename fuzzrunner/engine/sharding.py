@@ -12,34 +12,25 @@ import os
 import time
 
 from ..errors import HarnessError
-from ..finding import Finding, merge
+from ..finding import Finding, merge_all
+from . import events
 from . import result as R
+from .plan import CampaignPlan
 from .result import CampaignResult
 
 SHUTDOWN_WAIT_S = 60.0
 
 
-def _shard_process(queue, parent: int, *args) -> None:
-    from .campaign import run_shard
+def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: int) -> None:
     from .lifeline import die_with, sigterm_as_interrupt
+    from .shard_run import run_shard
     die_with(parent)
     sigterm_as_interrupt()
-
-    def emit(e):
-        queue.put(("event", portable(e)))
     try:
-        res = run_shard(*args, on_event=emit)  # type: ignore[misc]
-        queue.put(("done", portable_result(res)))
+        res = run_shard(plan, index, quota, lambda e: queue.put(events.portable(e)))
+        queue.put(events.done(portable_result(res)))
     except BaseException as e:  # noqa: B036 - report, never hang the parent
-        queue.put(("error", f"{type(e).__name__}: {e}"))
-
-
-def portable(e: dict) -> dict:
-    """An event that can travel between processes (a finding as its dict)."""
-    e = dict(e)
-    if "finding" in e:
-        e["finding"] = e["finding"].to_dict()
-    return e
+        queue.put(events.error(f"{type(e).__name__}: {e}"))
 
 
 def portable_result(res: CampaignResult) -> CampaignResult:
@@ -57,23 +48,32 @@ class Merger:
         self.seen: dict[str, Finding] = {}
         self.warned: set[str] = set()  # each shard says the same warning (e.g. the pre-check is off): say it once
         self.on_event, self.result = on_event, result
+        self.handlers = {events.PROGRESS: self._progress, events.WARNING: self._warning,
+                         events.FINDING: self._finding, events.REGRESSION: self._finding}
 
     def event(self, e: dict) -> None:
-        if e["type"] == "progress":
-            self.totals[e["shard"]], self.generated[e["shard"]] = e["examples"], e.get("generated", 0)
-            e = {**e, "examples": sum(self.totals), "generated": sum(self.generated), "findings": len(self.seen)}
-        elif e["type"] == "warning":
-            if e["message"] in self.warned:
-                return
-            self.warned.add(e["message"])
-        elif e["type"] in ("finding", "regression"):
-            f = Finding.from_dict(e["finding"])
-            if e["type"] == "finding" and f.id in self.seen:
-                return
-            self.seen.setdefault(f.id, f)
-            e = {**e, "finding": f}
-        if self.on_event:
+        """A shard's (portable) campaign event, as the campaign's: counts summed, each finding and warning
+        said once."""
+        e = events.dispatch(self.handlers, e)
+        if e is not None and self.on_event:
             self.on_event(e)
+
+    def _progress(self, e: dict) -> dict:
+        self.totals[e["shard"]], self.generated[e["shard"]] = e["examples"], e.get("generated", 0)
+        return {**e, "examples": sum(self.totals), "generated": sum(self.generated), "findings": len(self.seen)}
+
+    def _warning(self, e: dict) -> dict | None:
+        if e["message"] in self.warned:
+            return None
+        self.warned.add(e["message"])
+        return e
+
+    def _finding(self, e: dict) -> dict | None:
+        f = Finding.from_dict(e["finding"])
+        if e["type"] == events.FINDING and f.id in self.seen:
+            return None
+        self.seen.setdefault(f.id, f)
+        return {**e, "finding": f}
 
     def done(self, r: CampaignResult) -> None:
         into = self.result
@@ -89,34 +89,25 @@ class Merger:
         into.timeline = _merge_timelines(into.timeline, r.timeline)
         into.coverage.merge(r.coverage)
         into.flaky += [Finding.from_dict(d) for d in r.flaky]
-        by_id = {f.id: f for f in into.findings}
-        for d in r.findings:
-            f = Finding.from_dict(d)
-            if f.id in by_id:
-                merge(by_id[f.id], f)
-            else:
-                by_id[f.id] = f
-        into.findings = list(by_id.values())
+        into.findings = merge_all(into.findings, [Finding.from_dict(d) for d in r.findings])
         order = (R.STOP_INTERRUPTED, R.STOP_WRITE_ERROR, R.STOP_BUDGET, R.STOP_MAX_EXAMPLES, R.STOP_EXHAUSTED)
         reasons = [s for s in (into.stop_reason, r.stop_reason) if s]
         into.stop_reason = min(reasons, key=lambda s: order.index(s) if s in order else 9) if reasons else ""
 
 
-def run_sharded(target_spec, settings, faults, corpus_dir, seed, device, on_event, target_name,
-                database=None) -> CampaignResult:
-    if database is not None:
+def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
+    if plan.database is not None:
         raise HarnessError("a plugged-in Hypothesis database object cannot travel to shard processes; "
                            "with workers > 1 pass corpus_dir (each shard opens the corpus database).")
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    n = settings.workers
-    quotas = [settings.max_examples // n + (1 if i < settings.max_examples % n else 0) for i in range(n)]
-    procs = [ctx.Process(target=_shard_process, args=(queue, os.getpid(), target_spec, settings, faults, corpus_dir,
-                                                      i, seed, quotas[i], device), daemon=True) for i in range(n)]
+    quotas = plan.quotas()
+    procs = [ctx.Process(target=_shard_process, args=(queue, os.getpid(), plan, i, quota), daemon=True)
+             for i, quota in enumerate(quotas)]
     for p in procs:
         p.start()
-    merged = CampaignResult(target_name, settings, seed, faults)
-    merger, start = Merger(n, on_event, merged), time.monotonic()
+    merged = CampaignResult(plan.target_name, plan.settings, plan.seed, plan.faults)
+    merger, start = Merger(len(procs), on_event, merged), time.monotonic()
     try:
         _collect(queue, procs, merger)
     except KeyboardInterrupt:
@@ -135,23 +126,26 @@ def run_sharded(target_spec, settings, faults, corpus_dir, seed, device, on_even
 
 
 def _collect(queue, procs, merger: Merger, deadline: float | None = None) -> None:
-    finished, n = 0, len(procs)
-    while finished < n and (deadline is None or time.monotonic() < deadline):
+    ended = []
+
+    def done(e: dict) -> None:
+        ended.append(e)
+        merger.done(e["result"])
+
+    def error(e: dict) -> None:
+        ended.append(e)
+        merger.result.errors.append(f"a shard failed: {e['message']}")
+    handlers = {events.DONE: done, events.ERROR: error}
+    n = len(procs)
+    while len(ended) < n and (deadline is None or time.monotonic() < deadline):
         try:
-            kind, payload = queue.get(timeout=1.0)
+            e = queue.get(timeout=1.0)
         except Exception:
             if all(not p.is_alive() for p in procs) and queue.empty():
-                merger.result.errors.append(f"{n - finished} shard process(es) died without reporting")
+                merger.result.errors.append(f"{n - len(ended)} shard process(es) died without reporting")
                 return
             continue
-        if kind == "event":
-            merger.event(payload)
-        elif kind == "done":
-            finished += 1
-            merger.done(payload)
-        else:
-            finished += 1
-            merger.result.errors.append(f"a shard failed: {payload}")
+        events.dispatch(handlers, e, default=merger.event)
 
 
 def _merge_timelines(a: list, b: list) -> list:

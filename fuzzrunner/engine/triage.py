@@ -9,18 +9,17 @@ that as ``triage``; findings whose CPU replays name the same bug are one finding
 
 from __future__ import annotations
 
+from .. import names
 from ..errors import FuzzrunnerError
 from ..finding import Finding, group
 from ..settings import Settings
 from .cpu_check import classify, harness_reason
 from .replay import Replayer
 
-CPU_ORACLES = ("shadow", "invariants", "numeric")
-
 
 def triage_on_cpu(findings: list[Finding], target_spec: str, settings: Settings) -> None:
     """Attach ``finding.triage`` to each finding (in a crash-isolated CPU worker)."""
-    cpu = settings.override(device="cpu", sanitizer="none", oracles=CPU_ORACLES, workers=1)
+    cpu = settings.override(device="cpu", sanitizer="none", oracles=names.triage_oracles(), workers=1)
     with Replayer(cpu) as replayer:
         for f in findings:
             f.triage = _triage_one(replayer, f, target_spec)

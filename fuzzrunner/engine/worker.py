@@ -1,8 +1,8 @@
 """The worker: holds the device, runs case after case under the oracles, reports back.
 
 Started by the hub as ``python -m fuzzrunner.engine.worker`` (possibly under
-compute-sanitizer) with ``FUZZRUNNER_HUB_SOCKET``, ``FUZZRUNNER_TARGET`` and
-``FUZZRUNNER_DEVICE`` in its environment. It imports nothing from the hub. Before and
+compute-sanitizer) with its start-up environment (``protocol.WorkerEnv``: the hub's socket, the
+target, the device). It imports nothing from the hub. Before and
 after each case it prints a marker line on stdout (flushed, after a device
 synchronize) so that sanitizer reports can be attributed to the case that caused them.
 It dies with its hub: the kernel kills it when the hub dies (parent-death signal, set
@@ -17,6 +17,7 @@ import sys
 import time
 import traceback
 from contextlib import ExitStack
+from typing import Any
 
 from .. import tracking
 from . import protocol
@@ -46,7 +47,7 @@ class _LaunchReporter(tracking.Watcher):
 
     def on_kernel_launch(self, kernel: str, meta: dict) -> None:
         self.last = kernel
-        protocol.send(self.sock, {"type": "launch", "kernel": kernel, "where": str(meta.get("where", ""))})
+        protocol.send(self.sock, protocol.Launch(kernel, str(meta.get("where", ""))))
 
 
 def _context_lost(last_kernel: str):
@@ -70,29 +71,31 @@ def _context_lost(last_kernel: str):
 
 
 class _Session:
-    """The worker's loop: one handler per message type from the hub."""
+    """The worker's loop: one handler per message type from the hub (``protocol.TO_WORKER``)."""
 
-    def __init__(self, sock: socket.socket, target, device: str):
-        self.sock, self.target, self.device = sock, target, device
+    def __init__(self, sock: socket.socket, target, device: str, sanitizer: str | None = None):
+        self.sock, self.target, self.device, self.sanitizer = sock, target, device, sanitizer
         self.reporter = _LaunchReporter(sock)
         self.watchers: list[tracking.Watcher] = [self.reporter]
-        if os.environ.get("FUZZRUNNER_SANITIZER"):
+        if sanitizer:
             self.watchers.append(_TensorAnnouncer())
         self.case_no = 0
+        self.handlers: dict[type, Any] = {protocol.Run: self.run, protocol.Exit: self.exit}
 
     def serve(self) -> int:
         while True:
             try:
-                msg = protocol.recv(self.sock)
+                msg = protocol.recv(self.sock, protocol.TO_WORKER)
             except (ConnectionError, OSError, ValueError):
                 return protocol.EXIT_ORPHANED
-            if msg["type"] == "exit":
-                return protocol.EXIT_DONE
-            code = self.run(msg)
+            code = self.handlers[type(msg)](msg)
             if code is not None:
                 return code
 
-    def run(self, msg: dict) -> int | None:
+    def exit(self, msg: protocol.Exit) -> int:
+        return protocol.EXIT_DONE
+
+    def run(self, msg: protocol.Run) -> int | None:
         from ..case import Case
         from ..errors import InvalidCase
         from ..execute import run_case
@@ -101,28 +104,25 @@ class _Session:
         self.reporter.last = ""
         _marker("case-begin", self.case_no)
         try:
-            case = Case.from_dict(msg["case"])
+            case = Case.from_dict(msg.case)
             with ExitStack() as stack:
                 for w in self.watchers:
                     stack.enter_context(tracking.watch(w))
-                violations = run_case(case, self.target, oracles=msg.get("oracles"), device=self.device,
-                                      sanitizer=os.environ.get("FUZZRUNNER_SANITIZER"),
-                                      on_op=self._op, on_partial=self._partial,
-                                      stop_early=bool(msg.get("stop_early")))
+                violations = run_case(case, self.target, oracles=msg.oracles, device=self.device,
+                                      sanitizer=self.sanitizer, on_op=self._op, on_partial=self._partial,
+                                      stop_early=msg.stop_early)
             lost = _context_lost(self.reporter.last) if self.device == "cuda" else None
         except InvalidCase as e:
             _marker("case-end", self.case_no)
-            protocol.send(self.sock, {"type": "invalid", "message": str(e)})
+            protocol.send(self.sock, protocol.Invalid(str(e)))
             return None
         except BaseException as e:  # noqa: B036 - a bug in fuzzrunner itself: the harness broke
-            protocol.send(self.sock, {"type": "harness", "message": f"{type(e).__name__}: {e}",
-                                      "traceback": traceback.format_exc()[-4000:]})
+            protocol.send(self.sock, protocol.Harness(f"{type(e).__name__}: {e}", traceback.format_exc()[-4000:]))
             return protocol.EXIT_HARNESS
         _marker("case-end", self.case_no)
         violations = [self._with_last_launch(v) for v in violations] + ([lost] if lost else [])
-        protocol.send(self.sock, {"type": "result", "violations": [v.to_dict() for v in violations],
-                                  "seconds": time.perf_counter() - t0, "case_no": self.case_no,
-                                  "fatal": lost is not None})
+        protocol.send(self.sock, protocol.Result([v.to_dict() for v in violations], time.perf_counter() - t0,
+                                                 self.case_no, fatal=lost is not None))
         return protocol.EXIT_CONTEXT_LOST if lost is not None else None
 
     def _with_last_launch(self, v):
@@ -135,21 +135,21 @@ class _Session:
                        details={**v.details, "last_kernel": self.reporter.last})
 
     def _op(self, index: int, op: dict) -> None:
-        protocol.send(self.sock, {"type": "op", "index": index, "op": op.get("op", "")})
+        protocol.send(self.sock, protocol.Op(index, op.get("op", "")))
 
     def _partial(self, violations: list) -> None:
-        protocol.send(self.sock, {"type": "partial", "violations": [v.to_dict() for v in violations]})
+        protocol.send(self.sock, protocol.Partial([v.to_dict() for v in violations]))
 
 
-def _set_up(sock: socket.socket):
-    """(target, device), or None after telling the hub why the set-up failed."""
+def _set_up(sock: socket.socket, start: protocol.WorkerEnv):
+    """The target, or None after telling the hub why the set-up failed."""
     from .. import _env
     _env.configure()  # FUZZRUNNER_DEVICE comes from the hub; TRITON_INTERPRET before Triton loads
     from .. import execute  # noqa: F401 - torch and the oracles load now, not in the first case's time
     from ..target import load_target
     try:
-        target = load_target(os.environ["FUZZRUNNER_TARGET"])
-        device = os.environ.get("FUZZRUNNER_DEVICE", "cpu")
+        target = load_target(start.target)
+        device = start.device
         import torch
 
         # The oracles' dispatch and function modes make torch import torch._dynamo at the first
@@ -158,23 +158,23 @@ def _set_up(sock: socket.socket):
         if device == "cuda":
             torch.cuda.init()
     except BaseException as e:  # noqa: B036 - SystemExit at import is a broken harness too
-        protocol.send(sock, {"type": "harness", "message": f"worker set-up failed: {type(e).__name__}: {e}",
-                             "traceback": traceback.format_exc()[-4000:]})
+        protocol.send(sock, protocol.Harness(f"worker set-up failed: {type(e).__name__}: {e}",
+                                             traceback.format_exc()[-4000:]))
         return None
-    return target, device
+    return target
 
 
 def main() -> int:
     from .lifeline import die_with_env_parent
     die_with_env_parent()
+    start = protocol.WorkerEnv.read()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(os.environ["FUZZRUNNER_HUB_SOCKET"])
-    ready = _set_up(sock)
-    if ready is None:
+    sock.connect(start.hub_socket)
+    target = _set_up(sock, start)
+    if target is None:
         return protocol.EXIT_HARNESS
-    target, device = ready
-    protocol.send(sock, {"type": "ready", "pid": os.getpid(), "device": device})
-    return _Session(sock, target, device).serve()
+    protocol.send(sock, protocol.Ready(os.getpid(), start.device))
+    return _Session(sock, target, start.device, start.sanitizer).serve()
 
 
 if __name__ == "__main__":

@@ -7,14 +7,15 @@ on a GPU it still creates its own CUDA context after the fork (the zygote never 
 and refuses to serve if an import did: a context does not survive a fork).
 
 Started by the hub as ``python -m fuzzrunner.engine.zygote`` with the worker's environment
-plus ``FUZZRUNNER_ZYGOTE_SOCKET``. Messages (engine/protocol.py framing):
+plus its control socket (``WorkerEnv.zygote_socket``). Messages (``protocol.TO_ZYGOTE`` and
+``protocol.FROM_ZYGOTE``):
 
-* zygote -> hub: ``ready`` once preloaded (or ``harness`` with the reason it cannot serve);
-* hub -> zygote: ``fork`` with ``socket`` and ``log``: the child becomes a worker
+* zygote -> hub: ``ZygoteReady`` once preloaded (or ``Harness`` with the reason it cannot serve);
+* hub -> zygote: ``Fork`` with ``socket`` and ``log``: the child becomes a worker
   (``engine/worker.py``) talking to that socket, its output going to that log;
-* zygote -> hub: ``forked`` with the child's ``pid``; later ``exited`` with its ``returncode``
+* zygote -> hub: ``Forked`` with the child's ``pid``; later ``Exited`` with its ``returncode``
   (negative: the signal, as ``subprocess`` reports it), which only the zygote can read;
-* hub -> zygote: ``exit``.
+* hub -> zygote: ``Exit``.
 
 Children die with the zygote (parent-death signal), and the zygote with the hub.
 """
@@ -27,9 +28,9 @@ import signal
 import socket
 import sys
 import traceback
+from dataclasses import replace
 
 from . import protocol
-from .lifeline import ENV as PARENT_ENV
 
 
 def _preload() -> str | None:
@@ -39,7 +40,7 @@ def _preload() -> str | None:
         _env.configure()
         from .. import execute  # noqa: F401 - torch, Triton, the oracles
         from ..target import load_target
-        load_target(os.environ["FUZZRUNNER_TARGET"])
+        load_target(protocol.WorkerEnv.read().target)
         import torch
         import torch._dynamo  # noqa: F401 - see worker._set_up
 
@@ -51,7 +52,7 @@ def _preload() -> str | None:
     return None
 
 
-def _become_worker(msg: dict, control: socket.socket) -> None:
+def _become_worker(msg: protocol.Fork, control: socket.socket) -> None:
     """In the forked child: take the worker's socket and log, then run the worker. Never returns."""
     code = protocol.EXIT_HARNESS
     try:
@@ -59,15 +60,16 @@ def _become_worker(msg: dict, control: socket.socket) -> None:
         os.setsid()  # its own process group, as a worker the hub starts itself (killpg)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
-        log = os.open(msg["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        log = os.open(msg.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
         os.close(null)
-        os.environ["FUZZRUNNER_HUB_SOCKET"] = msg["socket"]
-        os.environ[PARENT_ENV] = str(os.getppid())
+        start = protocol.WorkerEnv.read()  # the zygote's, which the hub made for its workers
+        os.environ.update(replace(start, hub_socket=msg.socket, parent=os.getppid(), zygote_socket="")
+                          .environ({}))
         os.environ.pop("FUZZRUNNER_ZYGOTE_SOCKET", None)
         from . import worker
         code = worker.main()
@@ -97,40 +99,45 @@ class _Children:
         return pid, os.waitstatus_to_exitcode(status)
 
 
+def _fork(msg: protocol.Fork, control: socket.socket, children: _Children) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        _become_worker(msg, control)
+    children.add(pid)
+    protocol.send(control, protocol.Forked(pid))
+
+
 def serve(control: socket.socket) -> int:
+    """Fork a worker per ``Fork``, report each child's end; until ``Exit`` or the hub is gone."""
     children = _Children()
     while True:
         readable, _, _ = select.select([control.fileno(), *children.by_fd], [], [])
         for fd in readable:
-            if fd == control.fileno():
-                try:
-                    msg = protocol.recv(control)
-                except (ConnectionError, OSError, ValueError):
-                    return protocol.EXIT_ORPHANED  # the hub is gone; the children die with us
-                if msg["type"] == "exit":
-                    return protocol.EXIT_DONE
-                sys.stdout.flush()
-                sys.stderr.flush()
-                pid = os.fork()
-                if pid == 0:
-                    _become_worker(msg, control)
-                children.add(pid)
-                protocol.send(control, {"type": "forked", "pid": pid})
-            else:
+            if fd != control.fileno():
                 pid, code = children.reap(fd)
-                protocol.send(control, {"type": "exited", "pid": pid, "returncode": code})
+                protocol.send(control, protocol.Exited(pid, code))
+                continue
+            try:
+                msg = protocol.recv(control, protocol.TO_ZYGOTE)
+            except (ConnectionError, OSError, ValueError):
+                return protocol.EXIT_ORPHANED  # the hub is gone; the children die with us
+            if isinstance(msg, protocol.Exit):
+                return protocol.EXIT_DONE
+            _fork(msg, control, children)
 
 
 def main() -> int:
     from .lifeline import die_with_env_parent
     die_with_env_parent()
     control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    control.connect(os.environ["FUZZRUNNER_ZYGOTE_SOCKET"])
+    control.connect(protocol.WorkerEnv.read().zygote_socket)
     reason = _preload() if hasattr(os, "pidfd_open") else "os.pidfd_open is missing (Linux >= 5.3 needed)"
     if reason is not None:
-        protocol.send(control, {"type": "harness", "message": reason})
+        protocol.send(control, protocol.Harness(reason))
         return protocol.EXIT_HARNESS
-    protocol.send(control, {"type": "ready", "pid": os.getpid()})
+    protocol.send(control, protocol.ZygoteReady(os.getpid()))
     code = serve(control)
     sys.stdout.flush()
     sys.stderr.flush()

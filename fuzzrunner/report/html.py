@@ -10,16 +10,13 @@ import time
 import urllib.parse
 from pathlib import Path
 
+from .. import names
 from ..finding import case_text, triage_text
 from ..violation import cause_lines, window_lines
 from .html_trend import CSS as _TREND_CSS
 from .html_trend import badge, history_section, trend_section
 from .json_report import SCHEMA, cluster_text, report_dict, skip_lines, write_text
 from .junit import plural, short, xml_safe
-
-_KIND_COLORS = {"uninitialized-read": "#d1242f", "stale-read": "#e07b00", "out-of-bounds": "#8250df",
-                "sanitizer-error": "#cf222e", "numeric-mismatch": "#0969da", "poison-divergence": "#bf3989",
-                "invariant-violation": "#1a7f37", "crash": "#24292f", "timeout": "#57606a"}
 
 _CSS = """
 :root{--ink:#1f2328;--muted:#656d76;--line:#d8dee4;--bg:#f6f8fa;--card:#fff;--accent:#0969da}
@@ -77,7 +74,7 @@ def _duration(s: float) -> str:
 
 
 def _kind(kind: str) -> str:
-    return f'<span class="kind" style="background:{_KIND_COLORS.get(kind, "#57606a")}">{_e(kind)}</span>'
+    return f'<span class="kind" style="background:{names.kind(kind).colour}">{_e(kind)}</span>'
 
 
 
@@ -220,12 +217,12 @@ def _plot(run: dict) -> str:
         s, cx, cy = f["signature"], x(f["found_after_s"]), y(f["first_found_after_examples"])
         out.append(f'<g><title>{_e(short(f))}&#10;found after {plural(f["first_found_after_examples"], "example")}, '
                    f'{f["found_after_s"]:.1f} s</title><line x1="{cx:.1f}" x2="{cx:.1f}" y1="{cy:.1f}" '
-                   f'y2="{_T + ph}" stroke="{_KIND_COLORS.get(s["kind"], "#57606a")}" stroke-dasharray="3 3"/>'
-                   f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="6" fill="{_KIND_COLORS.get(s["kind"], "#57606a")}" '
+                   f'y2="{_T + ph}" stroke="{names.kind(s["kind"]).colour}" stroke-dasharray="3 3"/>'
+                   f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="6" fill="{names.kind(s["kind"]).colour}" '
                    f'stroke="#fff" stroke-width="2"/></g>')
     out.append("</svg>")
     kinds = sorted({f["signature"]["kind"] for f in marks})
-    legend = "".join(f'<span><i style="background:{_KIND_COLORS.get(k, "#57606a")}"></i>{_e(k)}</span>'
+    legend = "".join(f'<span><i style="background:{names.kind(k).colour}"></i>{_e(k)}</span>'
                      for k in kinds)
     note = '<span>hover a marker for the finding</span>' if marks else ""
     return f'<figure>{"".join(out)}</figure><div class="legend">{legend}{note}</div>'

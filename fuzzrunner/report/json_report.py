@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import devices
 from ..case import Case, parse_json
 from ..corpus import atomic_write
 from ..errors import InvalidArgument, InvalidCase
@@ -75,7 +76,7 @@ def provenance() -> dict:
         module = sys.modules.get(name)
         if module is not None:
             versions[name] = str(getattr(module, "__version__", "?"))
-    return {"versions": versions, "device": os.environ.get("FUZZRUNNER_DEVICE"), "host": platform.node(),
+    return {"versions": versions, "device": devices.current(), "host": platform.node(),
             "platform": platform.platform(), "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "command": _command()[:1000], "cwd": os.getcwd(), "git": _git_commit()}
 

@@ -85,14 +85,19 @@ def test_a_memory_error_is_proof_even_when_the_run_failed_later_for_an_outside_r
 
 def test_a_one_worker_gpu_campaign_prechecks_in_parallel_shards_and_nothing_else_changes():
     from fuzzrunner.engine.campaign import _with_precheck_shards
-    auto = _with_precheck_shards(Settings(), "cuda", None).workers
+    from fuzzrunner.engine.plan import CampaignPlan
+
+    def shards(settings, device="cuda", database=None) -> Settings:
+        plan = CampaignPlan("reference_runner", "reference_runner", settings, (), 0, device, None, database)
+        return _with_precheck_shards(plan).settings
+    auto = shards(Settings()).workers
     assert auto == max(1, min(8, (os.cpu_count() or 1) // 4))
-    assert _with_precheck_shards(Settings(precheck_workers=3), "cuda", None).workers == 3
-    assert _with_precheck_shards(Settings(precheck_workers=3, max_examples=2), "cuda", None).workers == 2
-    for unchanged in (_with_precheck_shards(Settings(precheck_workers=3), "cpu", None),      # no pre-check on the CPU
-                      _with_precheck_shards(Settings(precheck_workers=3, cpu_triage=False), "cuda", None),
-                      _with_precheck_shards(Settings(precheck_workers=3, workers=2), "cuda", None),
-                      _with_precheck_shards(Settings(precheck_workers=3), "cuda", object())):  # a database object
+    assert shards(Settings(precheck_workers=3)).workers == 3
+    assert shards(Settings(precheck_workers=3, max_examples=2)).workers == 2
+    for unchanged in (shards(Settings(precheck_workers=3), "cpu"),      # no pre-check on the CPU
+                      shards(Settings(precheck_workers=3, cpu_triage=False)),
+                      shards(Settings(precheck_workers=3, workers=2)),
+                      shards(Settings(precheck_workers=3), database=object())):  # a database object
         assert unchanged.workers in (1, 2) and unchanged.precheck_workers == 3
     with pytest.raises(Exception, match="precheck_workers=0 must be"):
         Settings(precheck_workers=0)

@@ -103,7 +103,7 @@ def test_case_size_orders_ops_then_values_then_text():
 
 def _book_with_stored(tmp_path, stored):
     from fuzzrunner.corpus import Corpus
-    from fuzzrunner.engine.findings import FindingBook
+    from fuzzrunner.engine.finding_book import FindingBook
     corpus = Corpus(tmp_path)
     corpus.save_finding("t", stored)
     return corpus, FindingBook(corpus, "t")

@@ -57,3 +57,75 @@ def test_a_registered_oracle_runs_without_touching_any_other_file(monkeypatch):
                 ({"op": "dummy_run", "num_tokens": 1, "kind": "warmup"},))
     violations = run_case(case, load_target("reference_runner"), oracles=("counts",))
     assert [(v.tool, v.kernel) for v in violations] == [("counts", "dummy_run")]
+
+
+# -- a new kind and a new tool: one registry entry each (issue 25) ------------------------------
+
+class _RaceOracle(Oracle):
+    """A plug-in oracle reporting a kind of its own: a read racing a write, at an element of one op."""
+
+    name = "racer"
+
+    def __init__(self):
+        self.ops = []
+
+    def begin_op(self, index, op):
+        self.ops.append((index, op["op"]))
+
+    def finish(self):
+        return [Violation("racer", "racy-read", "lora_shrink", "fuzzrunner/runner/punica.py:10", "token_lora_mapping",
+                          f"op {i}: token_lora_mapping[0] read while op {i} wrote it",
+                          {"op_index": i, "element": "[0]"})
+                for i, op in self.ops if op == "dummy_run"]
+
+
+def test_a_new_violation_kind_and_its_oracle_are_one_registry_entry_each(monkeypatch, tmp_path):
+    """The kind's flags carry its policy everywhere: grouping (a located memory error heads its op, the
+    numeric difference of that op joins it), the text, the HTML badge's colour, the JSON report
+    (schema-checked) and the repro script; no other file names it."""
+    from fuzzrunner.engine.result import CampaignResult
+    from fuzzrunner.finding import Finding, group, render
+    from fuzzrunner.report import build_report, html_text, json_text
+    from fuzzrunner.repro import repro_script
+    monkeypatch.setitem(names.KINDS, "racy-read", names.Kind("racy-read", 0, "racy-read", memory=True,
+                                                              colour="#123456"))
+    monkeypatch.setitem(names.ORACLES, "racer", names.OracleSpec("racer", f"{__name__}:_RaceOracle"))
+    case = Case("reference_runner", {"max_loras": 1, "capture_sizes": [1]},
+                ({"op": "dummy_run", "num_tokens": 1, "kind": "warmup"},))
+    violations = run_case(case, load_target("reference_runner"), oracles=("racer",))
+    numeric = Violation("numeric", "numeric-mismatch", "lora_shrink", "", "hidden", "off", {"op_index": 0})
+    (head, others), = group([*violations, numeric])
+    assert head.kind == "racy-read" and others == [numeric]
+    finding = Finding(head.signature, case, head, others, first_found_after_examples=1)
+    assert "racy-read of token_lora_mapping" in render(finding)
+    result = CampaignResult("reference_runner", settings.profile("ci"), 0, (), examples=1, duration_s=1.0,
+                            findings=[finding])
+    assert 'background:#123456' in html_text(result)
+    import json
+    from pathlib import Path
+
+    import jsonschema
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "report.schema.json").read_text())
+    jsonschema.validate(json.loads(json_text(result)), schema)
+    assert build_report([result])["runs"][0]["findings"][0]["signature"]["kind"] == "racy-read"
+    script = repro_script(finding)
+    assert f'v.signature.matches("{finding.id}")' in script and 'oracles=["racer"]' in script
+
+
+def test_a_new_tool_is_one_registry_entry_and_its_flags_decide_the_repro(monkeypatch):
+    """A checker registered as a sanitizer replays under compute-sanitizer on a GPU; one registered as
+    reporting process deaths replays its crash isolated; an unregistered one gets no special policy."""
+    from fuzzrunner.finding import Finding
+    from fuzzrunner.repro import repro_script
+    case = Case("reference_runner", {"max_loras": 1, "capture_sizes": [1]},
+                ({"op": "dummy_run", "num_tokens": 1, "kind": "warmup"},))
+
+    def script(tool, kind):
+        v = Violation(tool, kind, "lora_shrink", "", "t", "bad", {"op_index": 0})
+        return repro_script(Finding(v.signature, case, v, []))
+    monkeypatch.setitem(names.TOOLS, "my-sanitizer", names.Tool("my-sanitizer", sanitizer=True))
+    monkeypatch.setitem(names.TOOLS, "my-watchdog", names.Tool("my-watchdog", process_death=True))
+    assert 'device="cuda"' in script("my-sanitizer", "out-of-bounds")
+    assert "isolated=True" in script("my-watchdog", "crash")
+    assert 'device="cuda"' not in script("unregistered", "out-of-bounds")
+    assert names.tool("unregistered") == names.Tool("unregistered")

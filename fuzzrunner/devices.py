@@ -1,0 +1,60 @@
+"""The one owner of the device a run uses: decided once, from what was asked and what is here.
+
+Front ends and the library call ``resolve`` once per campaign, replay or plugin run and pass the
+answer down explicitly (``CampaignPlan.device``, ``WorkerSpec.device``); ``use`` is the one writer
+of ``FUZZRUNNER_DEVICE`` for this process (a target's strategy and Triton's interpreter switch
+read it). A device that cannot be had here is a ``DeviceUnavailable``: the CLI prints it and
+exits 2, the pytest plugin skips with it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import _env
+from .errors import DeviceUnavailable
+
+ENV = "FUZZRUNNER_DEVICE"
+
+
+def resolve(requested: str | None, *, sanitizer: str = "none", on_cluster: bool = False) -> str:
+    """``requested`` (``cpu``, ``cuda`` or None: a GPU if one is visible) as the device to run on.
+
+    A sanitizer means ``cuda``. On a Ray cluster the GPUs (and compute-sanitizer) are the nodes'
+    business: nothing is checked here. Elsewhere ``cuda`` needs a visible GPU, and a sanitizer its
+    executable (``SanitizerNotFound``)."""
+    wants_gpu = requested == "cuda" or sanitizer != "none"
+    if on_cluster and (requested is not None or wants_gpu):
+        return requested or "cuda"
+    if not wants_gpu:
+        return requested or _env.device_type()
+    if not _env.cuda_present():
+        need = f"compute-sanitizer --tool {sanitizer}" if sanitizer != "none" else "device 'cuda'"
+        raise DeviceUnavailable(f"{need} needs a CUDA GPU and none is visible here; on the CPU drop it: the "
+                                f"shadow oracle checks the same reads in Triton's interpreter.")
+    if sanitizer != "none":
+        from .sanitizer.locate import find_sanitizer
+        find_sanitizer()
+    return "cuda"
+
+
+def use(device: str | None) -> str | None:
+    """Make ``device`` this process's (``FUZZRUNNER_DEVICE``; None leaves it as it is); the previous
+    value, for ``restore``."""
+    old = os.environ.get(ENV)
+    if device:
+        os.environ[ENV] = device
+    return old
+
+
+def restore(old: str | None) -> None:
+    """Undo ``use``: ``FUZZRUNNER_DEVICE`` as it was."""
+    if old is None:
+        os.environ.pop(ENV, None)
+    else:
+        os.environ[ENV] = old
+
+
+def current() -> str | None:
+    """The device this process was told to use, if any (the report records it)."""
+    return os.environ.get(ENV)

@@ -1,0 +1,56 @@
+"""What a campaign is, decided once and carried down: the plan, each shard's quota, its worker.
+
+``run_campaign`` makes one frozen ``CampaignPlan`` (the target, its settings and faults, the corpus,
+the seed, the device) and hands it to every shard: a local one, a shard process, a Ray actor. The
+device is resolved before the plan is made (``fuzzrunner.devices``) and never again below it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .. import gpus
+from ..settings import Settings
+from .hub import WorkerSpec
+
+
+@dataclass(frozen=True)
+class CampaignPlan:
+    target_spec: str
+    target_name: str
+    settings: Settings
+    faults: tuple
+    seed: int
+    device: str
+    corpus_dir: str | None = None
+    database: object = None           # a plugged-in Hypothesis database (one shard, this process only)
+
+    def quotas(self) -> list[int]:
+        """Each shard's share of ``max_examples`` (the first ones take the remainder)."""
+        return split(self.settings.max_examples, self.settings.workers)
+
+    def worker(self, index: int) -> WorkerSpec:
+        return worker_spec(self.target_spec, self.settings, index, self.device)
+
+    def portable(self) -> CampaignPlan:
+        """The plan as it can travel to another process (a database object cannot)."""
+        return replace(self, database=None)
+
+
+def split(total: int, n: int) -> list[int]:
+    """``total`` in ``n`` parts as equal as can be, the larger first."""
+    return [total // n + (1 if i < total % n else 0) for i in range(n)]
+
+
+def worker_spec(target_spec: str, settings: Settings, index: int, device: str) -> WorkerSpec:
+    """The worker of shard ``index``: its GPU, and compute-sanitizer around it if asked."""
+    # Blocking launches on a GPU: a device-side assert or illegal address then surfaces at the
+    # launch that caused it, so the crash finding names the right kernel and line.
+    wrapper, env = [], ({"CUDA_LAUNCH_BLOCKING": "1"} if device == "cuda" else {})  # type: ignore[var-annotated]
+    if settings.sanitizer != "none":
+        from ..sanitizer.session import sanitizer_wrapper
+        wrapper, sanitizer_env = sanitizer_wrapper(settings.sanitizer)
+        env.update(sanitizer_env)
+    gpu = gpus.gpu_for_index(index, gpus.visible_gpus()) if device == "cuda" else None
+    return WorkerSpec(target_spec, device=device, gpu=gpu, wrapper=wrapper, env=env,
+                      max_rss_mb=settings.max_worker_rss_mb)

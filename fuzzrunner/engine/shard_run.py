@@ -1,0 +1,44 @@
+"""One shard's life, start to end: its worker, the corpus replay, the search, its result.
+
+The same function runs a one-shard campaign here, a shard process (``sharding.py``) and a Ray
+actor (``ray_shards.py``): each hands it the campaign's plan, its index and its quota.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..corpus import Corpus
+from ..target import load_target
+from . import result as R
+from .corpus_replay import replay_corpus
+from .database import hypothesis_storage
+from .plan import CampaignPlan
+from .result import CampaignResult
+from .search import BudgetSpent, Refused, Shard
+
+
+def run_shard(plan: CampaignPlan, index: int, quota: int, on_event: Callable | None, *,
+              corpus: Corpus | None = None, database=None) -> CampaignResult:
+    """Shard ``index``: corpus replay, then the search for ``quota`` examples; interrupted or not, a
+    result. ``corpus``: the corpus to use instead of the plan's folder (a Ray shard's
+    ``StreamedCorpus``); ``database``: the example database instead of the plan's."""
+    target = load_target(plan.target_spec)
+    if corpus is None and plan.corpus_dir:
+        corpus = Corpus(plan.corpus_dir, faults=plan.faults)
+    shard = Shard(plan.target_spec, target, plan.settings, plan.faults, corpus,
+                  database if database is not None else plan.database, index, plan.seed, plan.worker(index),
+                  on_event)
+    try:
+        with hypothesis_storage(corpus):  # never ./.hypothesis in the user's working directory
+            replay_corpus(shard)
+            shard.search(quota)
+    except KeyboardInterrupt:
+        shard.result.stop_reason = R.STOP_INTERRUPTED
+    except BudgetSpent:  # the budget ran out during the corpus replay
+        pass
+    except Refused as r:  # the corpus replay showed the target cannot run here
+        raise r.error from None
+    finally:
+        result = shard.close()
+    return result

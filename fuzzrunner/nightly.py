@@ -1,0 +1,99 @@
+"""The nightly job as a library: every built-in target that can run here, one after another, each
+with its share of the budget and its own reports at once, then one combined report.
+
+The front end (``fuzzrunner nightly``) only parses, prints and picks the exit code: it passes
+``NightlyHooks`` to show progress and summaries. The combined report is written also after a
+failure or an interruption, from what ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import FuzzrunnerError
+from .report import build_report, write_reports
+from .settings import Settings
+
+
+@dataclass
+class NightlyHooks:
+    """What the front end shows and adds: ``start(name, settings)`` gives the target's event callback
+    (``settings`` with this target's budget); ``done(name, result)`` after it ran (``result`` None if it
+    failed; a front end may export repro scripts here, before the report is made);
+    ``reported(name, report)`` once its report is made; ``skipped(name, reason)`` for a target that
+    cannot run here."""
+    start: Callable = lambda name, settings: None
+    done: Callable = lambda name, result: None
+    reported: Callable = lambda name, report: None
+    skipped: Callable = lambda name, reason: None
+
+
+@dataclass
+class NightlyRun:
+    results: list = field(default_factory=list)      # CampaignResult per target that ran
+    errors: list[str] = field(default_factory=list)  # "target: why it failed"
+    skipped: dict[str, str] = field(default_factory=dict)
+    written: list[Path] = field(default_factory=list)  # the combined reports
+
+    @property
+    def interrupted(self) -> bool:
+        return any(r.stop_reason == "interrupted" for r in self.results)
+
+
+def runnable_targets(hooks: NightlyHooks) -> tuple[list[str], dict[str, str]]:
+    """The built-in targets that can run here, and those that cannot, with why."""
+    from .target import BUILTIN, unavailable
+    skipped = {n: reason for n in BUILTIN if (reason := unavailable(n))}
+    for name, reason in skipped.items():
+        hooks.skipped(name, reason)
+    return [n for n in BUILTIN if n not in skipped], skipped
+
+
+def run_nightly(settings: Settings, report_dir: Path, *, corpus=None, previous: dict | None = None,
+                previous_path: str = "", ray: str | None = None, db: str | None = None,
+                hooks: NightlyHooks | None = None) -> NightlyRun:
+    """Fuzz each runnable built-in target with ``settings.budget_s`` shared equally; its reports go to
+    ``report_dir/NAME.json`` and ``NAME.xml`` as soon as it ends, the combined ones to
+    ``report_dir/report.{json,html}`` and ``junit.xml`` at the end."""
+    hooks = hooks or NightlyHooks()
+    run = NightlyRun()
+    names, run.skipped = runnable_targets(hooks)
+    per = (settings.budget_s / len(names)) if settings.budget_s and names else None
+    context = nullcontext()
+    if ray:
+        from .engine.ray_shards import ray_session
+        context = ray_session(ray)  # type: ignore[assignment]  # one Ray session for all targets
+    with context:
+        try:
+            for name in names:
+                _one(name, settings.override(budget_s=per), report_dir, corpus, previous, previous_path, ray, db,
+                     hooks, run)
+                if run.interrupted:
+                    break
+        finally:  # the combined report, also after a failure or an interruption
+            if run.results:
+                report = build_report(run.results, previous=previous, previous_source=previous_path,
+                                      skipped=run.skipped)
+                run.written = write_reports(report, json_path=report_dir / "report.json",
+                                            junit_path=report_dir / "junit.xml", html_path=report_dir / "report.html")
+    return run
+
+
+def _one(name: str, settings: Settings, report_dir: Path, corpus, previous, previous_path: str, ray, db,
+         hooks: NightlyHooks, run: NightlyRun) -> None:
+    from .api import fuzz
+    on_event = hooks.start(name, settings)
+    try:
+        result = fuzz(name, settings=settings, corpus=corpus, on_event=on_event, ray=ray, db=db)
+    except FuzzrunnerError as e:
+        run.errors.append(f"{name}: {e}")
+        hooks.done(name, None)
+        return
+    run.results.append(result)
+    hooks.done(name, result)
+    report = build_report([result], previous=previous, previous_source=previous_path)
+    hooks.reported(name, report)
+    write_reports(report, json_path=report_dir / f"{name}.json", junit_path=report_dir / f"{name}.xml")
