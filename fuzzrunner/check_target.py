@@ -55,7 +55,8 @@ def _child(device: str, spec: str) -> int:
 
 def _run_child(device: str, spec: str, case) -> dict:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, FUZZRUNNER_DEVICE=device,
+    from .devices import ENV as DEVICE_ENV
+    env = dict(os.environ, **{DEVICE_ENV: device},
                PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
