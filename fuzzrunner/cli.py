@@ -209,7 +209,8 @@ def _check_device(s, on_cluster: bool = False):
     """The settings with their device resolved, once (``devices.resolve``): a sanitizer needs a GPU and
     the executable, said before any worker starts; on a Ray cluster those are the nodes' business."""
     from . import devices
-    return s.override(device=devices.resolve(s.device, sanitizer=s.sanitizer, on_cluster=on_cluster))
+    flag = f"--sanitizer {s.sanitizer}" if s.sanitizer != "none" else "--device cuda"
+    return s.override(device=devices.resolve(s.device, sanitizer=s.sanitizer, on_cluster=on_cluster, asked_as=flag))
 
 
 def _check_writable_file(p) -> None:
@@ -552,6 +553,10 @@ class _NightlyHooks:
     def skipped(self, name: str, reason: str) -> None:
         print(f"fuzzrunner: skipping target {name}: {reason}", file=sys.stderr)
 
+    def written(self, paths: list) -> None:
+        for p in paths:
+            print(f"wrote {p}")
+
 
 def cmd_nightly(args) -> int:
     from .errors import InvalidArgument
@@ -568,11 +573,10 @@ def cmd_nightly(args) -> int:
     _check_cluster(args)
     previous = _load_previous(args.previous)
     shown = _NightlyHooks(args)
-    hooks = NightlyHooks(start=shown.start, done=shown.done, reported=shown.reported, skipped=shown.skipped)
+    hooks = NightlyHooks(start=shown.start, done=shown.done, reported=shown.reported, skipped=shown.skipped,
+                         written=shown.written)
     run = run_nightly(settings, report_dir, corpus=args.corpus, previous=previous, previous_path=args.previous or "",
                       ray=args.ray, db=args.db, hooks=hooks)
-    for p in run.written:
-        print(f"wrote {p}")
     for message in run.errors:
         _error(message)
     code = _exit_code(run.results)

@@ -104,7 +104,7 @@ def limitations(violations: list[Violation]) -> list[Violation]:
 def _lost_after(v: Violation, raised: Violation | None) -> bool:
     """``v`` is the lost CUDA context (found after the case) that the case's CUDA error raised in
     Python (a device-side assert under blocking launches) left behind."""
-    return raised is not None and v is not raised and v.tool == "cuda" and v.kind == "crash"
+    return raised is not None and v is not raised and names.tool(v.tool).context_lost and v.kind == "crash"
 
 
 def group(violations: list[Violation]) -> list[tuple[Violation, list[Violation]]]:

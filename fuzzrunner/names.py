@@ -106,13 +106,14 @@ class Tool:
     process_death: bool = False   # it reports a worker that died or hung: confirmed in a fresh worker first
     sanitizer: bool = False       # compute-sanitizer (its repro replays under it, on a GPU)
     raised: bool = False          # an exception raised in the runner's own Python code
+    context_lost: bool = False    # the CUDA context found lost after a case (follows the CUDA error that broke it)
 
 
 TOOLS: dict[str, Tool] = {t.name: t for t in (
     *(Tool(o.name, o.summary) for o in ORACLES.values()),
     Tool("worker", "the worker process died (a signal, an exit) or outlived the case timeout", process_death=True),
     Tool("cuda", "the CUDA context was lost after the case (an illegal address, a device-side assert)",
-         process_death=True),
+         process_death=True, context_lost=True),
     Tool("python", "an exception raised in the runner's (or its kernels') Python code", raised=True),
     Tool("target", "the target's own code outside its run (its set-up, its case check)"),
     Tool("fuzzrunner", "fuzzrunner's own machinery (the tool's limit, never the runner's bug)"),
@@ -167,7 +168,11 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     # runner's): e.g. Triton 3.6's interpreter with numpy >= 2.4 on a runtime-bounded range().
     Kind("tool-limitation", 9, "tool-limitation", finding=False),
 )}
-CRASH_KINDS = tuple(k.name for k in KINDS.values() if k.process_death)
+
+
+def crash_kinds() -> tuple[str, ...]:
+    """The kinds that are a worker's death or hang (``Kind.process_death``)."""
+    return tuple(k.name for k in KINDS.values() if k.process_death)
 
 
 def kind(name: str) -> Kind:
@@ -176,7 +181,5 @@ def kind(name: str) -> Kind:
 
 
 def register_kind(kind: Kind) -> None:
-    """Add a violation kind (a plug-in oracle's) under ``kind.name``; ``CRASH_KINDS`` follows."""
-    global CRASH_KINDS
+    """Add a violation kind (a plug-in oracle's) under ``kind.name``."""
     KINDS[kind.name] = kind
-    CRASH_KINDS = tuple(k.name for k in KINDS.values() if k.process_death)

@@ -18,17 +18,23 @@ from .report import build_report, write_reports
 from .settings import Settings
 
 
+def _nothing(*args) -> None:
+    return None
+
+
 @dataclass
 class NightlyHooks:
     """What the front end shows and adds: ``start(name, settings)`` gives the target's event callback
     (``settings`` with this target's budget); ``done(name, result)`` after it ran (``result`` None if it
     failed; a front end may export repro scripts here, before the report is made);
     ``reported(name, report)`` once its report is made; ``skipped(name, reason)`` for a target that
-    cannot run here."""
-    start: Callable = lambda name, settings: None
-    done: Callable = lambda name, result: None
-    reported: Callable = lambda name, report: None
-    skipped: Callable = lambda name, reason: None
+    cannot run here; ``written(paths)`` once the combined reports are written (also after a failure
+    or an interruption)."""
+    start: Callable = _nothing
+    done: Callable = _nothing
+    reported: Callable = _nothing
+    skipped: Callable = _nothing
+    written: Callable = _nothing
 
 
 @dataclass
@@ -79,6 +85,7 @@ def run_nightly(settings: Settings, report_dir: Path, *, corpus=None, previous: 
                                       skipped=run.skipped)
                 run.written = write_reports(report, json_path=report_dir / "report.json",
                                             junit_path=report_dir / "junit.xml", html_path=report_dir / "report.html")
+                hooks.written(run.written)
     return run
 
 

@@ -162,7 +162,9 @@ def skip_without_gpu(sanitizer: str | None, device: str | None) -> None:
     from .devices import resolve
     from .errors import DeviceUnavailable, SanitizerNotFound
     try:
-        resolve(device, sanitizer=sanitizer or "none")
+        asked = f"compute-sanitizer --tool {sanitizer} (--fuzzrunner-sanitizer)" if sanitizer not in (None, "none") \
+            else None
+        resolve(device, sanitizer=sanitizer or "none", asked_as=asked)
     except DeviceUnavailable as e:
         pytest.skip(str(e))
     except SanitizerNotFound as e:  # a GPU without the tool: the set-up's error, one line

@@ -27,8 +27,6 @@ from .finding import Finding
 from .target import BUILTIN
 from .violation import cause_lines, window_lines
 
-_BY_SANITIZER = names.SANITIZER_TOOLS + ("compute-sanitizer",)  # the tool of a violation parsed from its report
-
 
 def export_repro(finding: Finding | str | os.PathLike, path: str | os.PathLike, *,
                  oracle: str | list[str] | None = None, target: str | None = None) -> Path:
@@ -71,7 +69,7 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
             f"    faults={_lit(list(case.faults))},", "    ops=[", *(f"        {_lit(op)}," for op in case.ops),
             "    ],", ")", _replay_call(finding, oracle, target)]
     if names.kind(sig.kind).process_death:
-        match = f"v.kind in {names.CRASH_KINDS!r}"
+        match = f"v.kind in {names.crash_kinds()!r}"
     else:  # the same bug: matched by id (site, not line); uninitialized and stale reads share it
         match = f"v.signature.matches({_lit(finding.id)})"
     moved = [] if not sig.access_id else [  # else by the bad access alone: a renamed function is not a fix
@@ -122,7 +120,7 @@ def _header(f: Finding, name: str) -> list[str]:
              f"({f.found_after_s:.1f} s); case {how}",
              f"# run: python {name}   (from a checkout: PYTHONPATH=<checkout> python {name})",
              "# exit 1: reproduced; 0: not reproduced; 2: could not run (the reason is printed)"]
-    if sig.tool in _BY_SANITIZER:
+    if names.tool(sig.tool).sanitizer:
         lines.append("#   (replays under compute-sanitizer: needs a CUDA GPU, else exit 2)")
     elif sig.kind == "stale-read":
         lines.append("#   (compute-sanitizer's initcheck cannot see a stale read: those bytes were written earlier)")
@@ -132,7 +130,7 @@ def _header(f: Finding, name: str) -> list[str]:
 def _oracles_expr(tool: str, oracle) -> str:
     if oracle is not None:
         return _lit(list(names.validate_oracles([oracle] if isinstance(oracle, str) else oracle)))
-    if tool in _BY_SANITIZER:
+    if names.tool(tool).sanitizer:
         return "[]"  # compute-sanitizer is the oracle; poison would count as initialization to initcheck
     if tool in names.ORACLES:
         guard = [g for g in names.ORACLES[tool].guard]

@@ -1,8 +1,11 @@
-"""The campaign: fuzz one target under settings, with a corpus; one shard here, or many in processes.
+"""The campaign: fuzz one target under settings, with a corpus; one shard here, many in shard
+processes (sharding.py), or many as Ray actors (ray_shards.py).
 
-The campaign process never touches a GPU. It replays the corpus first, then searches; findings
-are on disk as soon as they are found. It always returns a result, also when interrupted or
-when it could not write: ``stop_reason`` says why it ended and ``errors`` what went wrong.
+``plan_campaign`` decides what the campaign is, once (``CampaignPlan``: the target, its faults, the
+seed, the device), and every shard gets that plan. The campaign process never touches a GPU.
+Each shard replays the corpus first, then searches; findings are on disk as soon as they are
+found. It always returns a result, also when interrupted or when it could not write:
+``stop_reason`` says why it ended and ``errors`` what went wrong.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ def device_error(text: str) -> bool:
 
 def outside_reason(v: Violation) -> str | None:
     """Why ``v`` is a failure of the CPU run itself, not of the case; None if it may be the case's."""
-    if not names.KINDS[v.kind].finding:
+    if not names.kind(v.kind).finding:
         return f"a tool limitation: {v.message.split('. This is a limit', 1)[0]}"
     if not names.tool(v.tool).raised or v.kind != "crash":
         return None
@@ -78,7 +78,7 @@ def classify(violations: list[Violation]) -> CpuRun:
     """A CPU run's root causes; a memory error is proof even if the run failed later for an outside reason."""
     groups = group(violations)
     heads = {head.signature.id: head for head, _ in groups}
-    if any(names.KINDS[h.kind].memory for h in heads.values()):
+    if any(names.kind(h.kind).memory for h in heads.values()):
         return CpuRun(heads)
     for v in [*limitations(violations), *violations]:
         why = outside_reason(v)

@@ -170,12 +170,15 @@ class WorkerEnv:
                                         "zygote_socket": "FUZZRUNNER_ZYGOTE_SOCKET"}
 
     def environ(self, base: dict) -> dict:
-        """``base`` (this process's environment) with this start-up's variables set."""
+        """``base`` (this process's environment) with this start-up's variables set, and those of its
+        fields that are empty removed (nothing inherited from ``base`` stands in for them)."""
         env = dict(base, **self.extra)
         for name, var in self._NAMES.items():
             value = getattr(self, name)
             if value:
                 env[var] = str(value)
+            else:
+                env.pop(var, None)
         if self.parent is not None:
             env[PARENT_ENV] = str(self.parent)
         return env

@@ -54,7 +54,7 @@ class Merger:
     def event(self, e: dict) -> None:
         """A shard's (portable) campaign event, as the campaign's: counts summed, each finding and warning
         said once."""
-        e = events.dispatch(self.handlers, e)
+        e = events.dispatch(self.handlers, e, default=lambda e: e)  # another event: passed on as it is
         if e is not None and self.on_event:
             self.on_event(e)
 

@@ -19,7 +19,7 @@ import traceback
 from contextlib import ExitStack
 from typing import Any
 
-from .. import tracking
+from .. import names, tracking
 from . import protocol
 
 
@@ -127,7 +127,7 @@ class _Session:
 
     def _with_last_launch(self, v):
         """A CUDA error raised in Python names the last kernel launched before it (crash triage)."""
-        if self.device != "cuda" or not self.reporter.last or v.tool != "python" or v.kind != "crash" \
+        if self.device != "cuda" or not self.reporter.last or not names.tool(v.tool).raised or v.kind != "crash" \
                 or "CUDA" not in v.message:
             return v
         from dataclasses import replace

@@ -21,7 +21,7 @@ import threading
 # Frames skipped when blaming a torch op on its caller: torch, Triton, and our own hooks.
 NOT_CALLERS = ("/torch/", "/triton/", "/numpy/", "/fuzzrunner/oracles/", "/fuzzrunner/tracking.py", "/contextlib.py",
                "/typing_extensions.py", "/concurrent/futures/", "/threading.py")
-ORIGIN = threading.local()  # per worker thread: where its work was handed over (shadow_threads)
+ORIGIN = threading.local()  # per worker thread: where its work was handed over (threads.py)
 _TRACE_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 
 
