@@ -19,6 +19,7 @@ import torch
 from .... import tracking
 from ....violation import Violation
 from ...base import Oracle, ViolationLog, source_location
+from ..compiled import CompiledRegions
 from ..memory import BadAccess
 from ..report import describe
 from ..torch_effects import has_memory
@@ -47,6 +48,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._rows: list = []                 # per log row: what it checked
         self._tls = threading.local()
         self._mode: DeviceTorchMode | None = None
+        self._compiled = CompiledRegions()
         self._hook: LaunchHook | None = None
         self._watch = None
         self._dead: list = []
@@ -71,6 +73,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._watch.__enter__()  # type: ignore[attr-defined]
         self._hook = LaunchHook(self._launch, self.pause, self._unchecked_launch)
         self._hook.install()
+        self._compiled.install()  # torch.compile'd regions run their graphs op by op (compiled.py)
         self._mode = DeviceTorchMode(self)
         self._mode.__enter__()
 
@@ -91,6 +94,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._mode = None
+        self._compiled.uninstall()
         if self._hook is not None:
             self._hook.uninstall()
             self._hook = None
@@ -176,7 +180,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         from .views import shadow_parts
         with self.pause():
             for _r, sh, _ in shadow_parts(tensor, self.regions_of(tensor), write=True):
-                sh.masked_fill_(sh != dc.NEVER, self.epoch)
+                sh.copy_(torch.where(sh != dc.NEVER, self.shadow.epoch_like(sh.shape), sh))
 
     def allocated(self, t: torch.Tensor, uninitialized: bool, where: tuple) -> None:
         """A result in fresh storage: tracked as never written if made by the ``empty`` family, else its
@@ -243,7 +247,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             for _, t in args:
                 if getattr(t, "device", None) is not None and t.device.type == self.device.type:
                     for _r, sh, _ in shadow_parts(t, self.regions_of(t), write=True):
-                        sh.fill_(self.epoch)
+                        sh.copy_(self.shadow.epoch_like(sh.shape))
 
     # -- read-back ------------------------------------------------------------------------
     def _collect(self) -> None:

@@ -18,6 +18,7 @@ from ..memory import NEVER, Allocation
 from . import device_checks as dc
 
 CAP = 1024  # ring entries kept per op; the counter counts every bad lane
+_POOL: torch.Tensor | None = None  # pinned launch tables, shared by the cases of a process
 
 
 @dataclass(eq=False)
@@ -69,7 +70,29 @@ class DeviceShadow:
         self.cell = torch.zeros(1, dtype=torch.int64, device=self.device)
         self.epoch = 0
         self.launches: dict[int, Launch] = {}
+        self.tables: list[torch.Tensor] = []
         self._next = 0
+        self._pool_at = 0  # the pinned pool's slots are never reused within a case (graphs replay them)
+
+    def _pinned(self, n: int) -> torch.Tensor:
+        """``n`` int64 of pinned host memory from a process-wide pool made outside any graph capture
+        (pinning memory during a capture is not allowed); a slot is used once per case."""
+        global _POOL
+        if self.device.type != "cuda":
+            return torch.zeros(n, dtype=torch.int64)
+        if _POOL is None or self._pool_at + n > _POOL.numel():
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("the GPU shadow's pinned pool ran out inside a CUDA-graph capture")
+            _POOL = torch.zeros(max(1 << 20, 2 * n), dtype=torch.int64, pin_memory=True)
+            self._pool_at = 0
+        out = _POOL[self._pool_at:self._pool_at + n]
+        self._pool_at += n
+        return out
+
+    def epoch_like(self, shape) -> torch.Tensor:
+        """The current epoch as an int32 tensor of ``shape``, read from the device cell: a write stamped
+        inside a CUDA graph stamps the epoch of the op that replays it, not of the capture."""
+        return self.cell[0].to(torch.int32).expand(shape)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -131,13 +154,15 @@ class DeviceShadow:
             nreg *= 2
         launch = self._next
         self._next += 1
-        host = torch.zeros((1 + nreg) * dc.ROW, dtype=torch.int64, pin_memory=self.device.type == "cuda")
+        host = self._pinned((1 + nreg) * dc.ROW)
+        host.zero_()
         host[0] = launch
         if rows:
             host[dc.ROW:dc.ROW * (1 + len(rows))] = torch.tensor(rows, dtype=torch.int64).reshape(-1)
-        host[dc.ROW * (1 + len(rows))::dc.ROW].zero_()
         host[dc.ROW * (1 + len(rows)) + 3::dc.ROW] = 1  # padding rows: itemsize 1 (never matched)
-        table = host.to(self.device, non_blocking=True)
+        table = torch.empty_like(host, device=self.device)
+        table.copy_(host, non_blocking=True)  # a CUDA graph capturing the launch replays this copy
+        self.tables.append(table)  # alive for the case: a captured launch reads it at every replay
         rec = Launch(kernel, path, regions, op_index, keep=[host])
         self.launches[launch] = rec
         return table, nreg, launch, rec

@@ -18,12 +18,24 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import torch_effects as fx
 from ..locations import caller_line
+from ..torch_fallback import custom_op_impl
 from . import device_checks as dc
 from .views import covers, shadow_parts
 
 aten = torch.ops.aten
-_GATHER_READS = {"embedding": 0, "index": 0, "index_select": 0, "gather": 0}
+_GATHER_READS = {"embedding": 0, "index": 0, "index_select": 0, "gather": 0, "take": 0, "_unsafe_index": 0}
+# Indexed writes, modelled by running the op itself on the shadow with every value operand replaced
+# by the epoch: in place, exactly the written elements get it; functional, the result's shadow is
+# what the op read of ``self`` (overwritten elements carry the current epoch, so they pass).
+_SCATTERS = {"index_put", "_index_put_impl", "_unsafe_index_put", "index_copy", "index_fill", "masked_fill",
+             "masked_scatter", "scatter", "put", "select_scatter", "slice_scatter", "diagonal_scatter"}
+_ACCUMULATE = {"index_add", "scatter_add", "scatter_reduce", "index_reduce"}
+_INDEX_ARGS = {"index", "indices", "mask", "dim", "start", "end", "step", "offset", "dim1", "dim2"}
 LOG_ROWS = 4096
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 class DeviceTorchMode(TorchDispatchMode):
@@ -38,14 +50,25 @@ class DeviceTorchMode(TorchDispatchMode):
         o = self.oracle
         if o.paused():
             return func(*args, **kwargs)
+        impl = custom_op_impl(func, args)
+        if impl is not None:
+            with DeviceTorchMode(o):  # a custom op's own body, seen op by op
+                return impl(*args, **kwargs)
         tensors = [t for t in fx.leaves((args, kwargs)) if fx.has_memory(t) and t.device.type == o.device.type]
         if not any(o.tracked(t) for t in tensors) or func in fx.STORAGE_OPS:
+            if tensors and func.namespace == "aten":  # an index out of range would end the process
+                args = self._bounds(func, func._schema.name.split("::")[-1], args)
             out = func(*args, **kwargs)
             self._allocations(func, args, kwargs, out)
             return out
         name = func._schema.name.split("::")[-1]
         reads, writes = fx.classify(func, args, kwargs)
-        gathered = args[0] if name in _GATHER_READS and func.namespace == "aten" else None
+        base = name.rstrip("_") if func.namespace == "aten" else ""
+        if base in _SCATTERS and args and isinstance(args[0], torch.Tensor):
+            reads = [t for t in reads if t is not args[0]]
+            if not name.endswith("_"):
+                self._scatter_read(func, args, kwargs)
+        gathered = args[0] if base in _GATHER_READS else None
         for t in reads:
             if t is gathered:
                 self._gather_read(func, args, kwargs, t)
@@ -61,6 +84,8 @@ class DeviceTorchMode(TorchDispatchMode):
     # -- reads -----------------------------------------------------------------------------
     def _read(self, func, t: torch.Tensor) -> None:
         o = self.oracle
+        if _capturing(t):
+            return  # a read inside a CUDA-graph capture: its log row would be rewritten at each replay
         for r, sh, exact in shadow_parts(t, o.regions_of(t), write=False):
             if r.clean(o.epoch):
                 continue
@@ -77,6 +102,8 @@ class DeviceTorchMode(TorchDispatchMode):
         """``embedding(W, idx)`` reads the rows ``idx`` of ``W``: the same op on ``W``'s shadow (and on
         its element numbers, to name the element) gives exactly the epochs read."""
         o = self.oracle
+        if _capturing(src):
+            return
         for r, sh, exact in shadow_parts(src, o.regions_of(src), write=False):
             if r.clean(o.epoch) or not exact:
                 if not exact and not r.clean(o.epoch):
@@ -97,6 +124,41 @@ class DeviceTorchMode(TorchDispatchMode):
             dc.check_epochs[(1,)](epochs, elems, epochs.numel(), o.shadow.cell, o.log[row], PER_STEP=r.per_step,
                                   HAS_ELEM=True, BLOCK=1024)
 
+    def _scatter_read(self, func, args, kwargs) -> None:
+        """A functional indexed write (``index_put``, ``scatter``) reads ``self`` except what it overwrites."""
+        o = self.oracle
+        if _capturing(args[0]):
+            return
+        for r, sh, exact in shadow_parts(args[0], o.regions_of(args[0]), write=False):
+            if r.clean(o.epoch) or not exact:
+                continue
+            try:
+                after = func(*self._on_shadow(func, args, kwargs, sh)).contiguous().reshape(-1)
+            except (RuntimeError, IndexError, TypeError):
+                continue
+            row = o.log_read(func, r, args[0], True, caller_line(3))
+            if row is None:
+                return
+            dc.check_epochs[(1,)](after, after, after.numel(), o.shadow.cell, o.log[row], PER_STEP=r.per_step,
+                                  HAS_ELEM=False, BLOCK=1024)
+
+    def _on_shadow(self, func, args, kwargs, sh: torch.Tensor) -> list:
+        """The op's arguments with ``self`` replaced by its shadow and every value by the epoch."""
+        o = self.oracle
+        out: list = [sh]
+        schema = func._schema.arguments
+        for i, a in enumerate(args[1:], start=1):
+            name = schema[i].name if i < len(schema) else ""
+            if name in _INDEX_ARGS or name == "accumulate" or name == "reduce" or name == "include_self":
+                out.append(False if name == "accumulate" else a)
+            elif isinstance(a, torch.Tensor):
+                out.append(o.shadow.epoch_like(a.shape))
+            elif isinstance(a, (int, float, bool)):
+                out.append(o.shadow.epoch_like(()))
+            else:
+                out.append(a)
+        return out
+
     # -- index bounds ----------------------------------------------------------------------
     def _bounds(self, func, name: str, args):
         o = self.oracle
@@ -108,22 +170,45 @@ class DeviceTorchMode(TorchDispatchMode):
             except (IndexError, RuntimeError):
                 continue
             bad = (ix < (-n if neg else 0)) | (ix >= n)
-            o.log_oob(func, src, bad, ix, n, caller_line(3))
+            if not _capturing(ix):  # inside a capture: redirected, not logged (replays rewrite the row)
+                o.log_oob(func, src, bad, ix, n, caller_line(3))
             args = fx.replace_index(args, where, ix.masked_fill(bad, 0))
         return args
 
     # -- writes ----------------------------------------------------------------------------
     def _write(self, func, name: str, args, t: torch.Tensor) -> None:
         o = self.oracle
+        base = name.rstrip("_")
         for r, sh, exact in shadow_parts(t, o.regions_of(t), write=True):
-            if exact and name in ("index_put_", "_index_put_impl_", "index_put") and t is args[0]:
-                sh.index_put_(args[1], torch.full((), o.epoch, dtype=torch.int32, device=sh.device))
-            elif exact and name == "masked_fill_" and t is args[0]:
-                sh.masked_fill_(args[1], o.epoch)
-            else:
-                sh.fill_(o.epoch)
-                if covers(t, r):
-                    r.fully_at, r.maybe_never = o.epoch, False
+            if exact and t is args[0] and name.endswith("_") and base in _SCATTERS | _ACCUMULATE:
+                try:
+                    if base in _ACCUMULATE:  # reads what it adds to: check those, then stamp them
+                        self._accumulated(func, args, r, sh)
+                    else:
+                        func(*self._on_shadow(func, args, {}, sh))
+                    continue
+                except (RuntimeError, IndexError, TypeError):
+                    pass  # the model failed: the whole view counts as written (a possible miss)
+            sh.copy_(o.shadow.epoch_like(sh.shape))
+            if covers(t, r):
+                r.fully_at, r.maybe_never = o.epoch, False
+
+    def _accumulated(self, func, args, r, sh) -> None:
+        """``index_add_``/``scatter_add_``/``*_reduce_``: the elements they add into are read, then written."""
+        o = self.oracle
+        marked = torch.zeros_like(sh)
+        name = func._schema.name.split("::")[-1].rstrip("_")
+        if name in ("index_add", "index_reduce"):
+            marked.index_fill_(args[1], args[2], 1)
+        else:
+            marked.scatter_(args[1], args[2], 1)
+        if not r.clean(o.epoch) and not _capturing(sh):
+            picked = sh[marked.bool()].contiguous()
+            row = o.log_read(func, r, sh, False, caller_line(4))
+            if row is not None:
+                dc.check_epochs[(1,)](picked, picked, picked.numel(), o.shadow.cell, o.log[row],
+                                      PER_STEP=r.per_step, HAS_ELEM=False, BLOCK=1024)
+        sh.masked_scatter_(marked.bool(), o.shadow.epoch_like(sh.shape))
 
     # -- allocations -----------------------------------------------------------------------
     def _allocations(self, func, args, kwargs, out) -> None:
