@@ -24,7 +24,7 @@ PY
 
 case "$stage" in
   tests)
-    time python3 -m pytest -q -p no:cacheprovider -m gpu tests/power/test_gpu_shadow.py -rs 2>&1 | tail -40 | tee "$out/gpu_tests.txt"
+    time python3 -u -m pytest -v -p no:cacheprovider -m gpu tests/power/test_gpu_shadow.py -rs 2>&1 | tee "$out/gpu_tests.txt" | tail -40
     ;;
   pairs)
     time python3 -m shadow_pairs.device_mode cuda -v 2>&1 | tee "$out/gpu_pairs.txt" | tail -60

@@ -79,11 +79,11 @@ class DeviceShadow:
         (pinning memory during a capture is not allowed); a slot is used once per case."""
         global _POOL
         if self.device.type != "cuda":
-            return torch.zeros(n, dtype=torch.int64)
+            return torch.zeros(n, dtype=torch.int64, device="cpu")
         if _POOL is None or self._pool_at + n > _POOL.numel():
             if torch.cuda.is_current_stream_capturing():
                 raise RuntimeError("the GPU shadow's pinned pool ran out inside a CUDA-graph capture")
-            _POOL = torch.zeros(max(1 << 20, 2 * n), dtype=torch.int64, pin_memory=True)
+            _POOL = torch.zeros(max(1 << 20, 2 * n), dtype=torch.int64, device="cpu", pin_memory=True)
             self._pool_at = 0
         out = _POOL[self._pool_at:self._pool_at + n]
         self._pool_at += n
@@ -158,7 +158,7 @@ class DeviceShadow:
         host.zero_()
         host[0] = launch
         if rows:
-            host[dc.ROW:dc.ROW * (1 + len(rows))] = torch.tensor(rows, dtype=torch.int64).reshape(-1)
+            host[dc.ROW:dc.ROW * (1 + len(rows))] = torch.tensor(rows, dtype=torch.int64, device="cpu").reshape(-1)
         host[dc.ROW * (1 + len(rows)) + 3::dc.ROW] = 1  # padding rows: itemsize 1 (never matched)
         table = torch.empty_like(host, device=self.device)
         table.copy_(host, non_blocking=True)  # a CUDA graph capturing the launch replays this copy

@@ -95,7 +95,7 @@ class DeviceTorchMode(TorchDispatchMode):
             flat = sh.reshape(-1) if sh.is_contiguous() else sh.contiguous().reshape(-1)
             dc.check_epochs[(1,)](flat, flat, flat.numel(), o.shadow.cell, o.log[row], PER_STEP=r.per_step,
                                   HAS_ELEM=False, BLOCK=1024)
-            if r.maybe_never and exact:  # the read saw garbage: make what follows it deterministic
+            if r.maybe_never and exact and 0 not in t.stride():  # it saw garbage: make what follows deterministic
                 t.masked_fill_(sh == dc.NEVER, 0)
 
     def _gather_read(self, func, args, kwargs, src: torch.Tensor) -> None:
