@@ -11,6 +11,8 @@ from shadow_pairs.device_mode import DEVICE_CAUSES, NOT_ON_DEVICE, verdict
 
 from fuzzrunner import Case, _env, replay
 from fuzzrunner.finding import primary
+from fuzzrunner.oracles.shadow import shadow_oracle
+from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
 
 CHECKED = [p for p in PAIRS if p.cause in DEVICE_CAUSES and p.name not in NOT_ON_DEVICE]
 MEMORY_FAULTS = {  # fault: ops, and the CPU oracle's report (tests/power/test_oracles_catch_faults.py)
@@ -48,6 +50,7 @@ def _faults_found(device: str, fault: str):
     old = os.environ.get("FUZZRUNNER_SHADOW")
     os.environ["FUZZRUNNER_SHADOW"] = "device"
     try:
+        assert isinstance(shadow_oracle(), GpuShadowOracle)  # `--oracle shadow` is the device mode here
         vs = replay(Case("reference_runner", CFG, ops, [fault]), oracles=["shadow"], device=device)
         clean = replay(Case("reference_runner", CFG, ops), oracles=["shadow"], device=device)
     finally:
@@ -61,7 +64,6 @@ def _faults_found(device: str, fault: str):
     assert clean == []
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not _env.interpreted(), reason="the CPU half (Triton's interpreter)")
 @pytest.mark.parametrize("fault", sorted(MEMORY_FAULTS))
 def test_device_mode_finds_the_memory_faults_on_the_cpu(fault):

@@ -2,7 +2,7 @@
 
 Each check maps every lane's address to a shadow element through the launch's *region table*
 (``table``, int64, one row per region: start, end, shadow offset, itemsize, flags; row 0 is
-the header: the launch id), loads the lane's epoch from the shadow (``arena`` + offset, int32,
+the header: the launch id and the number of regions), loads the lane's epoch from the shadow (``arena`` + offset, int32,
 ``NEVER`` = never written), and appends one ring entry per bad lane to ``ring`` (int64: a counter
 at 0, then ``CAP`` entries of ``FIELDS`` values). The epoch of the running op is ``cell[0]``, a
 device scalar the host sets at each op, so a kernel captured in a CUDA graph checks against the
@@ -26,7 +26,7 @@ READ, WRITE, RMW = 0, 1, 2
 
 
 @triton.jit
-def _sh_locate(addr, SIZE: tl.constexpr, table, NREG: tl.constexpr):
+def _sh_locate(addr, SIZE: tl.constexpr, table):
     """Per lane: inside a region?, its region row, has it a shadow?, its shadow element, per-step?"""
     zero = addr * 0
     found = zero != 0
@@ -34,7 +34,8 @@ def _sh_locate(addr, SIZE: tl.constexpr, table, NREG: tl.constexpr):
     reg = zero - 1
     sidx = zero
     step = zero
-    for r in tl.static_range(NREG):
+    nreg = tl.load(table + 1)
+    for r in range(0, nreg):  # a runtime loop: one kernel compiles for any number of regions
         row = table + (r + 1) * 5
         lo = tl.load(row)
         hi = tl.load(row + 1)
@@ -72,11 +73,11 @@ def _sh_record(kind, reg, elem, wep, ring, launch, ACCESS: tl.constexpr, LINE: t
 
 @triton.jit
 def _sh_check(ptr, mask, HAS_MASK: tl.constexpr, ACCESS: tl.constexpr, LINE: tl.constexpr,
-              table, arena, ring, cell, NREG: tl.constexpr, CAP: tl.constexpr):
+              table, arena, ring, cell, CAP: tl.constexpr):
     """Check one memory op; return (lanes in a region, lanes never written, shadow element)."""
     addr = ptr.to(tl.int64)
     SIZE: tl.constexpr = ptr.dtype.element_ty.primitive_bitwidth // 8
-    found, reg, shadowed, sidx, step = _sh_locate(addr, SIZE, table, NREG)
+    found, reg, shadowed, sidx, step = _sh_locate(addr, SIZE, table)
     if HAS_MASK:
         m = mask & (addr == addr)
     else:
@@ -103,8 +104,8 @@ def _sh_check(ptr, mask, HAS_MASK: tl.constexpr, ACCESS: tl.constexpr, LINE: tl.
 @triton.jit
 def sh_load(ptr, mask, other, HAS_MASK: tl.constexpr, HAS_OTHER: tl.constexpr, CACHE: tl.constexpr,
             EVICT: tl.constexpr, VOLATILE: tl.constexpr, LINE: tl.constexpr,
-            table, arena, ring, cell, NREG: tl.constexpr, CAP: tl.constexpr):
-    ok, never = _sh_check(ptr, mask, HAS_MASK, 0, LINE, table, arena, ring, cell, NREG, CAP)
+            table, arena, ring, cell, CAP: tl.constexpr):
+    ok, never = _sh_check(ptr, mask, HAS_MASK, 0, LINE, table, arena, ring, cell, CAP)
     if HAS_OTHER:
         return tl.load(ptr, mask=ok & (never == 0), other=other, cache_modifier=CACHE,
                        eviction_policy=EVICT, volatile=VOLATILE)
@@ -115,16 +116,16 @@ def sh_load(ptr, mask, other, HAS_MASK: tl.constexpr, HAS_OTHER: tl.constexpr, C
 
 @triton.jit
 def sh_store(ptr, value, mask, HAS_MASK: tl.constexpr, CACHE: tl.constexpr, EVICT: tl.constexpr,
-             LINE: tl.constexpr, table, arena, ring, cell, NREG: tl.constexpr, CAP: tl.constexpr):
-    ok, never = _sh_check(ptr, mask, HAS_MASK, 1, LINE, table, arena, ring, cell, NREG, CAP)
+             LINE: tl.constexpr, table, arena, ring, cell, CAP: tl.constexpr):
+    ok, never = _sh_check(ptr, mask, HAS_MASK, 1, LINE, table, arena, ring, cell, CAP)
     tl.store(ptr, value, mask=ok, cache_modifier=CACHE, eviction_policy=EVICT)
 
 
 @triton.jit
 def sh_atomic(OP: tl.constexpr, ptr, val, mask, HAS_MASK: tl.constexpr, SEM: tl.constexpr,
               SCOPE: tl.constexpr, LINE: tl.constexpr, table, arena, ring, cell,
-              NREG: tl.constexpr, CAP: tl.constexpr):
-    ok, never = _sh_check(ptr, mask, HAS_MASK, 2, LINE, table, arena, ring, cell, NREG, CAP)
+              CAP: tl.constexpr):
+    ok, never = _sh_check(ptr, mask, HAS_MASK, 2, LINE, table, arena, ring, cell, CAP)
     if OP == "add":
         return tl.atomic_add(ptr, val, mask=ok, sem=SEM, scope=SCOPE)
     elif OP == "max":
@@ -143,9 +144,9 @@ def sh_atomic(OP: tl.constexpr, ptr, val, mask, HAS_MASK: tl.constexpr, SEM: tl.
 
 @triton.jit
 def sh_atomic_cas(ptr, cmp, val, SEM: tl.constexpr, SCOPE: tl.constexpr, LINE: tl.constexpr,
-                  table, arena, ring, cell, NREG: tl.constexpr, CAP: tl.constexpr):
+                  table, arena, ring, cell, CAP: tl.constexpr):
     """``atomic_cas`` has no mask: its lanes are checked and stamped, never switched off."""
-    ok, never = _sh_check(ptr, None, False, 2, LINE, table, arena, ring, cell, NREG, CAP)
+    ok, never = _sh_check(ptr, None, False, 2, LINE, table, arena, ring, cell, CAP)
     return tl.atomic_cas(ptr, cmp, val, sem=SEM, scope=SCOPE)
 
 

@@ -2,7 +2,7 @@
 
 The twin is an ordinary Triton kernel (so it compiles, autotunes and runs in the interpreter like
 its original) with five more parameters: the launch's region table, the shadow arena, the
-violation ring, the epoch cell, and two constexprs (``_SH_NREG`` rows, ``_SH_CAP`` ring entries).
+violation ring, the epoch cell, and a constexpr (``_SH_CAP``, the ring's entries).
 Every ``tl.load`` / ``tl.store`` / ``tl.atomic_*`` becomes a call of the matching check in
 ``device_checks.py`` (which performs the original op with the checked mask), tagged with the
 original ``file`` line; every call of another ``@triton.jit`` function that touches memory calls
@@ -32,7 +32,7 @@ import triton.language as tl
 from . import device_checks
 
 EXTRA = ("_sh_table", "_sh_arena", "_sh_ring", "_sh_cell")
-CONSTS = ("_SH_NREG", "_SH_CAP")
+CONSTS = ("_SH_CAP",)
 _MEMORY_OPS = {"load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_and",
                "atomic_or", "atomic_xor", "atomic_cas"}
 _REFUSED = {"make_block_ptr": "a block pointer (tl.make_block_ptr)", "advance": "a block pointer (tl.advance)",

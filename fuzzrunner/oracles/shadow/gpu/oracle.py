@@ -238,7 +238,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         with self.pause():
             table, nreg, _, _ = self.shadow.table(tensors, fn.__name__, fn.__code__.co_filename, self.op_index)
         return twin, dict(_sh_table=table, _sh_arena=self.shadow.arena, _sh_ring=self.shadow.ring,
-                          _sh_cell=self.shadow.cell, _SH_NREG=nreg, _SH_CAP=CAP)
+                          _sh_cell=self.shadow.cell, _SH_CAP=CAP)
 
     def _unchecked_launch(self, args: list) -> None:
         """Every tracked element of an unchecked kernel's tensor arguments counts as written by it."""

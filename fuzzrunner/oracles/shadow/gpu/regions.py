@@ -134,17 +134,23 @@ class DeviceShadow:
 
     # -- launches ----------------------------------------------------------------------
     def table(self, args: list[tuple[str, torch.Tensor]], kernel: str, path: str, op_index: int):
-        """(device table, NREG, launch id): untracked argument storages as written memory first, then
-        every region (tracked regions win inside an argument's storage)."""
+        """(device table, rows allocated, launch id, record): the argument storages as written memory
+        first, then the tracked regions inside them (they win), and, when an argument could be a
+        pointer array (int64), every other tracked region too (what its pointers may reach)."""
         rows: list[tuple] = []
         regions: list[Region | None] = []
         base = self.arena.data_ptr()
+        spans = []
         for name, t in args:
             st = t.untyped_storage()
+            spans.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
             rows.append((st.data_ptr(), st.data_ptr() + st.nbytes(), 0, 1, 0))
             regions.append(Region(st.data_ptr(), st.nbytes(), f"{kernel}:{name}", False, t.element_size(),
                                   (st.nbytes() // max(t.element_size(), 1),), None, auto=True))
+        pointers = any(t.dtype in (torch.int64, torch.uint64) for _, t in args)
         for r in self.regions:
+            if not pointers and not any(lo < r.end and r.start < hi for lo, hi in spans):
+                continue
             off = (r.shadow.data_ptr() - base) // 4 if r.shadow is not None else 0
             flags = (dc.PER_STEP if r.per_step else 0) | (dc.SHADOWED if r.shadow is not None else 0)
             rows.append((r.start, r.end, off, r.itemsize, flags))
@@ -156,7 +162,7 @@ class DeviceShadow:
         self._next += 1
         host = self._pinned((1 + nreg) * dc.ROW)
         host.zero_()
-        host[0] = launch
+        host[0], host[1] = launch, len(rows)
         if rows:
             host[dc.ROW:dc.ROW * (1 + len(rows))] = torch.tensor(rows, dtype=torch.int64, device="cpu").reshape(-1)
         host[dc.ROW * (1 + len(rows)) + 3::dc.ROW] = 1  # padding rows: itemsize 1 (never matched)

@@ -151,10 +151,10 @@ class DeviceTorchMode(TorchDispatchMode):
             name = schema[i].name if i < len(schema) else ""
             if name in _INDEX_ARGS or name == "accumulate" or name == "reduce" or name == "include_self":
                 out.append(False if name == "accumulate" else a)
-            elif isinstance(a, torch.Tensor):
-                out.append(o.shadow.epoch_like(a.shape))
-            elif isinstance(a, (int, float, bool)):
-                out.append(o.shadow.epoch_like(()))
+            elif isinstance(a, torch.Tensor):  # materialized: CUDA's masked_scatter_ refuses an expanded source
+                out.append(o.shadow.epoch_like(a.shape).contiguous())
+            elif isinstance(a, (int, float, bool)):  # a Scalar operand: CUDA takes no device tensor there
+                out.append(o.epoch)
             else:
                 out.append(a)
         return out
