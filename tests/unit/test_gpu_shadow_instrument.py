@@ -135,3 +135,34 @@ def test_block_pointers_and_descriptors_are_refused_by_name_and_the_kernel_is_na
         vs = o.finish()
     assert [(v.kind, v.kernel) for v in vs] == [("tool-limitation", "_descriptor")]
     assert "ran unchecked on the GPU: _descriptor uses a tensor descriptor" in vs[0].message
+
+
+@triton.jit
+def _ptr_array(ptrs, dst, BLOCK: tl.constexpr):
+    slot = tl.program_id(0)
+    base = tl.load(ptrs + slot).to(tl.pointer_type(tl.float32))
+    i = tl.arange(0, BLOCK)
+    tl.store(dst + slot * BLOCK + i, tl.load(base + i))  # a pointer array's target
+
+
+@pytest.mark.parametrize("bug", [True, False])
+def test_a_pointer_array_target_is_followed_and_an_untracked_one_is_named_never_out_of_bounds(bug):
+    """vLLM reaches its adapters' weights through a table of pointers: the tracked target's unwritten
+    elements are reported; the untracked one (not an argument) is adopted, never out of bounds."""
+    o = GpuShadowOracle("cpu")
+    o.start()
+    try:
+        w0, w1 = torch.ones(4), torch.empty(4)  # w0: untracked; w1: torch.empty, tracked
+        w1[:2 if bug else 4] = 1.0
+        ptrs = torch.tensor([w0.data_ptr(), w1.data_ptr()], dtype=torch.int64)
+        for op in range(2):
+            o.begin_op(op, {"op": "step"})
+            _ptr_array[(2,)](ptrs, torch.zeros(8), BLOCK=4)
+            o.end_op()  # the runner (and w0) still alive at the read-back, as in a case
+    finally:
+        vs = o.finish()
+    got = sorted((v.kind, v.details.get("op_index"), tuple(v.details.get("element", ()))) for v in vs)
+    want = [("tool-limitation", -1, ())]
+    if bug:
+        want = [("tool-limitation", -1, ()), ("uninitialized-read", 0, (2,)), ("uninitialized-read", 1, (2,))]
+    assert got == want

@@ -290,16 +290,16 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     def _kernel_entries(self, entries: list) -> None:
         launches = self.shadow.launches
         garbage = {e[9] for e in entries if e[0] == dc.UNINIT}
+        self._adopt(entries)
         for kind, access, reg, elem, p0, p1, p2, line, wep, launch in entries:
             rec = launches.get(launch)
             if rec is None:
                 continue
-            if kind == dc.OOB and launch in garbage:
-                continue  # a wild access after a garbage read in this launch is its consequence
             loc = source_location(self._kernel_file(rec), line)
             details = {"program_id": [p0, p1, p2], "access": ("read", "write", "read")[access]}
             if kind == dc.OOB:
-                self._oob_kernel(rec, elem, loc, details)
+                if not self._adopted(rec, elem) and launch not in garbage:  # after a garbage read: its consequence
+                    self._oob_kernel(rec, elem, loc, details)
                 continue
             region = rec.regions[reg]
             off = (region.shadow.data_ptr() - self.shadow.arena.data_ptr()) // 4
@@ -320,6 +320,32 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         msg = describe(b, rec.kernel, near.name if near else "<untracked>", details, self.op_index)
         self._add(Violation("shadow", "out-of-bounds", rec.kernel, loc, near.name if near else "<untracked>",
                             msg, details), 1)
+
+    def _adopt(self, entries: list) -> None:
+        """Lanes outside their launch's table but inside a live tensor's storage (reached through a pointer
+        array) are not out of bounds: that storage is tracked (as written) for the rest of the case, so
+        later launches given a pointer array reach it. One walk of the live tensors per read-back, only
+        when some lane left its table."""
+        import numpy as np
+
+        from ..triton_hook import live_storages
+        addrs = [e[3] for e in entries if e[0] == dc.OOB and self.shadow.containing(e[3]) is None]
+        if not addrs:
+            return
+        for st, t in live_storages(np.array(addrs, dtype=np.uint64)):
+            if not self.shadow.overlapping(st.data_ptr(), st.nbytes()):
+                self.shadow.add(st.data_ptr(), st.nbytes(), f"<{tuple(t.shape)} tensor>", per_step=False,
+                                initialized=True, itemsize=t.element_size(), shape=tuple(t.shape), auto=True)
+
+    def _adopted(self, rec, address: int) -> bool:
+        """The lane reached a live tensor outside the table: switched off on the device, so the kernel
+        is named as checked in part (a tool limitation), never reported out of bounds."""
+        if self.shadow.containing(address) is None:
+            return False
+        self.unchecked.setdefault(rec.kernel, "it reached a tensor that is neither its argument nor tracked (a "
+                                  "pointer array?): those lanes were switched off in that launch; track the "
+                                  "tensor (fuzzrunner.track) so the GPU shadow follows it from the start")
+        return True
 
     def _bad(self, kind: str, region: Region, elem: int, wep: int, kernel: str, loc: str, extra: dict,
              count: int) -> None:
