@@ -10,6 +10,7 @@ Rows, each timed interleaved with its plain twin in this one process:
     (Triton's interpreter, FUZZRUNNER_DEVICE=cpu, in a subprocess on this host's CPUs) on the first
     ``--cpu-cases`` of the same cases: cases/s, for the GPU/CPU throughput ratio.
 Usage: PYTHONPATH=. python benchmarks/gpu_shadow.py [--reps 20] [--cases 100] [--cpu-cases 20] [--seed 7]
+       [--rows small,gather] [--skip-cases]
 """
 
 from __future__ import annotations
@@ -141,6 +142,8 @@ def main() -> None:
     ap.add_argument("--cases", type=int, default=100)
     ap.add_argument("--cpu-cases", type=int, default=20)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--rows", default="", help="comma-separated row name prefixes (default: all)")
+    ap.add_argument("--skip-cases", action="store_true", help="kernel rows only")
     args = ap.parse_args()
     os.environ.setdefault("FUZZRUNNER_DEVICE", "cuda")
     from fuzzrunner import _env
@@ -157,12 +160,22 @@ def main() -> None:
     rows = [(name, (lambda s=s: _step(s, torch))) for name, s in sizes.items()]
     rows.append(("gather/per_step 65536x64", lambda: _gather(torch)))
     for name, make in rows:
+        if args.rows and not any(name.startswith(r) for r in args.rows.split(",")):
+            continue
         plain, shadow = [], []
-        for _ in range(3):  # interleaved
-            plain += _time_step(make, False, args.reps, torch)
-            shadow += _time_step(make, True, args.reps, torch)
+        t0 = time.perf_counter()
+        try:
+            for _ in range(3):  # interleaved
+                plain += _time_step(make, False, args.reps, torch)
+                shadow += _time_step(make, True, args.reps, torch)
+        except Exception as e:  # noqa: BLE001  (one row's failure is printed; the others still run)
+            print(f"{name:28} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            continue
         p, s = statistics.median(plain) * 1e3, statistics.median(shadow) * 1e3
-        print(f"{name:28} {p:9.3f} {s:10.3f} {s / p:6.2f}", flush=True)
+        print(f"{name:28} {p:9.3f} {s:10.3f} {s / p:6.2f}   ({time.perf_counter() - t0:.0f} s with compiles)",
+              flush=True)
+    if args.skip_cases:
+        return
 
     from fuzzrunner import replay
     cases = _cases(args.cases, args.seed)
