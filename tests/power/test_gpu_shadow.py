@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 from shadow_pairs import PAIRS
-from shadow_pairs.device_mode import DEVICE_CAUSES, NOT_ON_DEVICE, verdict
+from shadow_pairs.device_mode import CPU_CAUSES, DEVICE_CAUSES, NOT_ON_DEVICE, verdict
 
 from fuzzrunner import Case, _env, replay
 from fuzzrunner.finding import primary
@@ -15,6 +15,7 @@ from fuzzrunner.oracles.shadow import shadow_oracle
 from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
 
 CHECKED = [p for p in PAIRS if p.cause in DEVICE_CAUSES and p.name not in NOT_ON_DEVICE]
+CHECKED_ON_CPU = [p for p in PAIRS if p.cause in CPU_CAUSES and p.name not in NOT_ON_DEVICE]
 MEMORY_FAULTS = {  # fault: ops, and the CPU oracle's report (tests/power/test_oracles_catch_faults.py)
     "dummy_run_skips_mapping": ([{"op": "dummy_run", "num_tokens": 1, "kind": "warmup"}],
                                 ("uninitialized-read", "embeddings_indices", "aten.add.Tensor",
@@ -32,7 +33,7 @@ CFG = {"max_loras": 2, "capture_sizes": [1, 2, 4, 8]}
 
 
 @pytest.mark.skipif(not _env.interpreted(), reason="the CPU half (Triton's interpreter)")
-@pytest.mark.parametrize("p", CHECKED, ids=lambda p: f"{p.cause}-{p.name}")
+@pytest.mark.parametrize("p", CHECKED_ON_CPU, ids=lambda p: f"{p.cause}-{p.name}")
 def test_device_mode_gives_the_cpu_verdict_on_the_cpu(p):
     v, why = verdict(p, "cpu")
     assert v == "exact", f"{p.name}: {v}\n{why}"

@@ -14,11 +14,13 @@ follows is the same on every run.
 from __future__ import annotations
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
+from .. import compiled
 from .. import torch_effects as fx
 from ..locations import caller_line
-from ..torch_fallback import custom_op_impl
+from ..torch_fallback import custom_op_impl, python_kernel
+from ..torch_hook import _keys_below_python
 from . import device_checks as dc
 from .views import covers, shadow_parts
 
@@ -45,6 +47,11 @@ class DeviceTorchMode(TorchDispatchMode):
         super().__init__()
         self.oracle = oracle
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let Dynamo compile (and this mode see the compiled graph's ops) while the eager stance holds."""
+        return compiled.visible()
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         o = self.oracle
@@ -54,6 +61,14 @@ class DeviceTorchMode(TorchDispatchMode):
         if impl is not None:
             with DeviceTorchMode(o):  # a custom op's own body, seen op by op
                 return impl(*args, **kwargs)
+        if python_kernel(func, args):  # ``Library.impl`` (vLLM's direct_register_custom_op): its body, op by op
+            _push_mode(DeviceTorchMode(o))
+            try:
+                return func.redispatch(_keys_below_python(args, kwargs), *args, **kwargs)
+            except NotImplementedError:  # no kernel for those keys: nothing ran
+                pass
+            finally:
+                _pop_mode()
         tensors = [t for t in fx.leaves((args, kwargs)) if fx.has_memory(t) and t.device.type == o.device.type]
         if not any(o.tracked(t) for t in tensors) or func in fx.STORAGE_OPS:
             if tensors and func.namespace == "aten":  # an index out of range would end the process
