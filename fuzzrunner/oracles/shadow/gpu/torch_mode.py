@@ -25,7 +25,8 @@ from . import device_checks as dc
 from .views import covers, shadow_parts
 
 aten = torch.ops.aten
-_GATHER_READS = {"embedding": 0, "index": 0, "index_select": 0, "gather": 0, "take": 0, "_unsafe_index": 0}
+_GATHER_READS = {"embedding": 0, "index": 0, "index_select": 0, "gather": 0, "take": 0, "_unsafe_index": 0,
+                 "masked_select": 0}
 # Indexed writes, modelled by running the op itself on the shadow with every value operand replaced
 # by the epoch: in place, exactly the written elements get it; functional, the result's shadow is
 # what the op read of ``self`` (overwritten elements carry the current epoch, so they pass).
@@ -76,6 +77,10 @@ class DeviceTorchMode(TorchDispatchMode):
             out = func(*args, **kwargs)
             self._allocations(func, args, kwargs, out)
             return out
+        return self._modelled(func, args, kwargs)
+
+    def _modelled(self, func, args, kwargs):
+        """An op touching tracked memory: check its reads, run it, stamp its writes."""
         name = func._schema.name.split("::")[-1]
         reads, writes = fx.classify(func, args, kwargs)
         base = name.rstrip("_") if func.namespace == "aten" else ""
@@ -83,10 +88,18 @@ class DeviceTorchMode(TorchDispatchMode):
             reads = [t for t in reads if t is not args[0]]
             if not name.endswith("_"):
                 self._scatter_read(func, args, kwargs)
+        if base == "embedding_renorm":  # F.embedding(max_norm=): rescales the rows it looks up, in place
+            self._gather_read(aten.embedding.default, (args[0], args[1]), {}, args[0])
+            reads = [t for t in reads if t is not args[0]]
+            writes = [t for t in writes if t is not args[0]]
+            self._rows_written(args[0], args[1])
         gathered = args[0] if base in _GATHER_READS else None
+        picked = self._where_sides(func, base, args)
         for t in reads:
             if t is gathered:
                 self._gather_read(func, args, kwargs, t)
+            elif id(t) in picked:
+                self._picked_read(func, t, picked[id(t)])
             else:
                 self._read(func, t)
         args = self._bounds(func, name, args)
@@ -138,6 +151,40 @@ class DeviceTorchMode(TorchDispatchMode):
                 continue
             dc.check_epochs[(1,)](epochs, elems, epochs.numel(), o.shadow.cell, o.log[row], PER_STEP=r.per_step,
                                   HAS_ELEM=True, BLOCK=1024)
+
+    def _rows_written(self, t: torch.Tensor, rows: torch.Tensor) -> None:
+        o = self.oracle
+        for _r, sh, exact in shadow_parts(t, o.regions_of(t), write=True):
+            if exact:
+                sh.index_fill_(0, rows.reshape(-1).to(torch.int64), o.epoch)
+
+    @staticmethod
+    def _where_sides(func, base: str, args) -> dict:
+        """``torch.where(c, a, b)`` reads ``a`` only where ``c`` holds and ``b`` only where it does not."""
+        if base != "where" or len(args) != 3 or not all(isinstance(a, torch.Tensor) for a in args):
+            return {}
+        shape = torch.broadcast_shapes(args[0].shape, args[1].shape, args[2].shape)
+        return {id(args[1]): (args[0], shape, True), id(args[2]): (args[0], shape, False)}
+
+    def _picked_read(self, func, t: torch.Tensor, pick) -> None:
+        """A read of ``t``'s elements where the condition picks it: the others pass (the current epoch)."""
+        o = self.oracle
+        cond, shape, side = pick
+        if _capturing(t):
+            return
+        for r, sh, exact in shadow_parts(t, o.regions_of(t), write=False):
+            if r.clean(o.epoch):
+                continue
+            if not exact or sh.shape != shape:
+                self._read(func, t)
+                return
+            c = cond.expand(shape) if side else ~cond.expand(shape)
+            seen = torch.where(c, sh, o.shadow.epoch_like(shape)).contiguous().reshape(-1)
+            row = o.log_read(func, r, t, True, caller_line(3))
+            if row is None:
+                return
+            dc.check_epochs[(1,)](seen, seen, seen.numel(), o.shadow.cell, o.log[row], PER_STEP=r.per_step,
+                                  HAS_ELEM=False, BLOCK=1024)
 
     def _scatter_read(self, func, args, kwargs) -> None:
         """A functional indexed write (``index_put``, ``scatter``) reads ``self`` except what it overwrites."""
