@@ -45,8 +45,9 @@ class OracleSpec:
 # invariant checks' own host copies of never-written metadata are themselves reported
 # ("Host API memory access error").
 ORACLES: dict[str, OracleSpec] = {o.name: o for o in (
-    OracleSpec("shadow", "fuzzrunner.oracles.shadow:ShadowOracle", default_on=("cpu",), triage=True, precheck=True,
-               summary="uninitialized, stale and out-of-bounds reads (Triton interpreter + torch dispatch)"),
+    OracleSpec("shadow", "fuzzrunner.oracles.shadow:shadow_oracle", default_on=("cpu",), triage=True, precheck=True,
+               summary="uninitialized, stale and out-of-bounds reads (CPU: Triton interpreter + torch dispatch; "
+                       "cuda: instrumented kernels + device shadow)"),
     OracleSpec("invariants", "fuzzrunner.oracles.invariants:InvariantOracle", default_on=("cpu", "cuda"),
                not_under=("initcheck",), triage=True, summary="kernel metadata consistency before each launch"),
     OracleSpec("numeric", "fuzzrunner.oracles.numeric:NumericOracle", default_on=("cpu", "cuda"), triage=True,

@@ -8,6 +8,20 @@ threads), ``compiled.py`` (``torch.compile``); bounds of views and sub-buffers a
 ``launch_views.py`` and ``sub_buffers.py``; ``locations.py`` names the user's line.
 """
 
+import os
+
 from .oracle import ShadowOracle
 
-__all__ = ["ShadowOracle"]
+__all__ = ["ShadowOracle", "shadow_oracle"]
+
+
+def shadow_oracle():
+    """The shadow oracle for this process: with compiled Triton on a GPU, the device mode (``gpu/``);
+    with Triton's interpreter, the CPU oracle. ``FUZZRUNNER_SHADOW=device|cpu`` forces one (the
+    device mode runs on the CPU too, through the interpreter: its tests do)."""
+    from ... import _env
+    choice = os.environ.get("FUZZRUNNER_SHADOW", "")
+    if choice == "device" or (choice != "cpu" and not _env.interpreted() and _env.device_type() == "cuda"):
+        from .gpu.oracle import GpuShadowOracle
+        return GpuShadowOracle()
+    return ShadowOracle()

@@ -1,0 +1,210 @@
+"""The shadow oracle's device mode against plain compiled runs, side by side in one run (a GPU).
+
+Rows, each timed interleaved with its plain twin in this one process:
+  * kernels: one LoRA layer step (shrink + expand + bgmv launches and their torch ops, as the reference
+    runner issues them) per size, plain vs under the device shadow (instrumented twins, device
+    dispatch mode, one read-back per step): median ms per step and the ratio;
+  * gather: a load-heavy kernel (an index load and a row load per token) with per-step buffers;
+  * cases: generated reference_runner cases replayed on cuda with no oracle vs ``--oracle shadow``
+    (the device mode): ms per case (median) and cases/s, the ratio; and the CPU shadow oracle
+    (Triton's interpreter, FUZZRUNNER_DEVICE=cpu, in a subprocess on this host's CPUs) on the first
+    ``--cpu-cases`` of the same cases: cases/s, for the GPU/CPU throughput ratio.
+Usage: PYTHONPATH=. python benchmarks/gpu_shadow.py [--reps 20] [--cases 100] [--cpu-cases 20] [--seed 7]
+       [--rows small,gather] [--skip-cases]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _cases(n: int, seed: int) -> list:
+    from hypothesis import Phase, given, settings
+    from hypothesis import seed as hseed
+
+    from fuzzrunner.target import load_target
+    out: list = []
+    strategy = load_target("reference_runner").cases((), max_ops=8)
+    hs = settings(max_examples=n, database=None, phases=[Phase.generate], deadline=None)
+    def keep(case) -> None:
+        out.append(case)
+    hs(hseed(seed)(given(strategy)(keep)))()
+    return out[:n]
+
+
+def _cpu_rate(cases: list) -> tuple[float, int]:
+    """cases/s of the CPU shadow oracle on these cases, in a subprocess with Triton's interpreter."""
+    code = ("import json,sys,time; from fuzzrunner import Case, replay; cs=[Case.from_json(c) for c in "
+            "json.load(sys.stdin)]; t=time.perf_counter(); n=sum(1 for c in cs if replay(c, oracles=['shadow'], "
+            "device='cpu') is not None); print(json.dumps([n, time.perf_counter()-t]))")
+    env = {**os.environ, "FUZZRUNNER_DEVICE": "cpu", "PYTHONPATH": "."}
+    env.pop("FUZZRUNNER_SHADOW", None)
+    out = subprocess.run([sys.executable, "-c", code], input=json.dumps([c.to_json() for c in cases]),
+                         capture_output=True, text=True, env=env, check=True)
+    n, secs = json.loads(out.stdout.strip().splitlines()[-1])
+    return n / secs, n
+
+
+def _step(size, torch):
+    from fuzzrunner import tracking
+    from fuzzrunner.kernels import KernelConfig, lora_bgmv, lora_expand, lora_shrink
+    from fuzzrunner.runner.kernel_meta import LoRAKernelMeta
+    M, K, R, L, N = size
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    slots = torch.randint(-1, L, (M,), generator=g, dtype=torch.int32, device=dev)
+    meta = LoRAKernelMeta.make("token_meta", L, M, dev)
+    a = tracking.track(torch.randn(len(N), L, R, K, generator=g, device=dev), "lora_a")
+    b = tracking.track(torch.randn(len(N), L, max(N), R, generator=g, device=dev), "lora_b")
+    sn = tracking.track(torch.tensor(N, dtype=torch.int32, device=dev), "slice_n")
+    so = tracking.track(torch.tensor([sum(N[:i]) for i in range(len(N))], dtype=torch.int32, device=dev),
+                        "slice_off")
+    x = torch.randn(M, K, generator=g, device=dev)
+    y = torch.zeros(M, sum(N), device=dev)
+    ga, gb, z = a[0].contiguous(), b[0, :, :K].contiguous(), torch.zeros(M, K, device=dev)
+    kc = KernelConfig(interpreted=False)
+
+    def step():
+        meta.prepare(slots)  # per-step metadata rewritten each step, as the runner does
+        buf = torch.empty(len(N), M, R, device=dev)
+        args = meta.meta_args(M)
+        lora_shrink(x, a, buf, *args[:5], args[5], L + 1, 0.5, kc)
+        lora_expand(buf, b, y, *args[:5], args[5], L + 1, sn, so, kc)
+        lora_bgmv(x, ga, gb if gb.shape[1] == K else gb, z, meta.token_lora_mapping[:M], 0.5, kc)
+    return step
+
+
+def _gather(torch, T=65536, rows=4096, W=64):
+    import triton
+    import triton.language as tl
+
+    from fuzzrunner import tracking
+
+    @triton.jit
+    def gather_kernel(table, idx, out, T, W: tl.constexpr, BLOCK: tl.constexpr):
+        t = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        w = tl.arange(0, W)
+        row = tl.load(idx + t, mask=t < T, other=0)
+        x = tl.load(table + row[:, None] * W + w[None, :], mask=(t < T)[:, None])
+        tl.store(out + t[:, None] * W + w[None, :], x, mask=(t < T)[:, None])
+
+    dev = torch.device("cuda")
+    table = tracking.track(torch.empty(rows, W, device=dev), "table", per_step=True, initialized=False)
+    idx = tracking.track(torch.empty(T, dtype=torch.int64, device=dev), "idx", per_step=True, initialized=False)
+    out = torch.empty(T, W, device=dev)
+    src_t, src_i = torch.randn(rows, W, device=dev), torch.randint(0, rows, (T,), device=dev)
+
+    def step():
+        table.copy_(src_t)
+        idx.copy_(src_i)
+        gather_kernel[(triton.cdiv(T, 64),)](table, idx, out, T, W=W, BLOCK=64)
+    return step
+
+
+def _time_step(make, shadow: bool, reps: int, torch) -> list[float]:
+    from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
+    oracle = GpuShadowOracle("cuda") if shadow else None
+    if oracle:
+        oracle.start()
+        oracle.begin_op(0, {"op": "setup"})
+    out = []
+    try:
+        step = make()
+        for i in range(reps + 2):
+            if oracle:
+                oracle.begin_op(i + 1, {"op": "step"})
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            step()
+            if oracle:
+                oracle.end_op()  # the op's read-back (a synchronisation)
+            torch.cuda.synchronize()
+            if i >= 2:  # the first two compile
+                out.append(time.perf_counter() - t0)
+    finally:
+        if oracle:
+            vs = oracle.finish()
+            assert not [v for v in vs if v.kind != "tool-limitation"], vs
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--cases", type=int, default=100)
+    ap.add_argument("--cpu-cases", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--rows", default="", help="comma-separated row name prefixes (default: all)")
+    ap.add_argument("--skip-cases", action="store_true", help="kernel rows only")
+    args = ap.parse_args()
+    os.environ.setdefault("FUZZRUNNER_DEVICE", "cuda")
+    from fuzzrunner import _env
+    _env.configure()
+    import torch
+    import triton
+    assert torch.cuda.is_available(), "a GPU benchmark"
+    print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}", flush=True)
+
+    sizes = {"small 4,32,8,2,3": (4, 32, 8, 2, (32, 16, 16)), "medium 16,64,16,4,3": (16, 64, 16, 4, (64, 32, 32)),
+             "large 64,128,64,8,3": (64, 128, 64, 8, (128, 64, 64)),
+             "vllm-like 256,4096,16,4,3": (256, 4096, 16, 4, (4096, 1024, 1024))}
+    print(f"{'row':28} {'plain ms':>9} {'shadow ms':>10} {'ratio':>6}")
+    rows = [(name, (lambda s=s: _step(s, torch))) for name, s in sizes.items()]
+    rows.append(("gather/per_step 65536x64", lambda: _gather(torch)))
+    for name, make in rows:
+        if args.rows and not any(name.startswith(r) for r in args.rows.split(",")):
+            continue
+        plain, shadow = [], []
+        t0 = time.perf_counter()
+        try:
+            for _ in range(3):  # interleaved
+                plain += _time_step(make, False, args.reps, torch)
+                shadow += _time_step(make, True, args.reps, torch)
+        except Exception as e:  # noqa: BLE001  (one row's failure is printed; the others still run)
+            print(f"{name:28} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            continue
+        p, s = statistics.median(plain) * 1e3, statistics.median(shadow) * 1e3
+        print(f"{name:28} {p:9.3f} {s:10.3f} {s / p:6.2f}   ({time.perf_counter() - t0:.0f} s with compiles)",
+              flush=True)
+    if args.skip_cases:
+        return
+
+    from fuzzrunner import replay
+    cases = _cases(args.cases, args.seed)
+    os.environ["FUZZRUNNER_SHADOW"] = "device"
+    times: dict = {"plain": [], "shadow": []}
+    found = 0
+    for c in cases[:3]:  # compile every kernel and twin once, outside the timing
+        replay(c, oracles=[], device="cuda")
+        replay(c, oracles=["shadow"], device="cuda")
+    for c in cases:
+        for mode in ("plain", "shadow"):
+            t0 = time.perf_counter()
+            vs = replay(c, oracles=[] if mode == "plain" else ["shadow"], device="cuda")
+            torch.cuda.synchronize()
+            times[mode].append(time.perf_counter() - t0)
+            if mode == "shadow":
+                found += sum(1 for v in vs if v.kind != "tool-limitation")
+    p, s = (statistics.median(times[m]) * 1e3 for m in ("plain", "shadow"))
+    rp, rs = (len(cases) / sum(times[m]) for m in ("plain", "shadow"))
+    print(f"\ncases: {len(cases)} generated reference_runner cases (seed {args.seed}, no fault), replayed on cuda")
+    print(f"{'mode':28} {'ms/case':>9} {'cases/s':>9}")
+    print(f"{'plain (no oracle)':28} {p:9.2f} {rp:9.1f}")
+    print(f"{'shadow, device mode':28} {s:9.2f} {rs:9.1f}   ratio {s / p:.2f} (median), {rp / rs:.2f} (total)")
+    print(f"violations reported by the device mode on these fault-free cases: {found}")
+    rate, n = _cpu_rate(cases[:args.cpu_cases])
+    print(f"{'shadow, CPU (interpreter)':28} {1e3 / rate:9.2f} {rate:9.1f}   on the first {n} cases, in a "
+          f"subprocess on this host's CPUs")
+    print(f"GPU shadow cases/s / CPU shadow cases/s: {rs / rate:.1f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Where Triton launches are intercepted: ``JITFunction.run`` (compiled) and
+``InterpretedFunction.run`` (the interpreter). ``kernel[grid](...)``, ``@triton.autotune`` and
+``@triton.heuristics`` all end there, so an autotuned kernel's every configuration runs instrumented.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+
+def _classes() -> list:
+    from triton.runtime.jit import JITFunction
+    out = [JITFunction]
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+        out.append(InterpretedFunction)
+    except ImportError:  # pragma: no cover
+        pass
+    return out
+
+
+def tensor_args(kernel, args, kwargs) -> list:
+    """(name, tensor) of every tensor argument, inside tuples too; a host TensorDescriptor is
+    returned as (name, descriptor) so the caller can refuse it."""
+    from .instrument import python_function
+    params = inspect.signature(python_function(kernel)).parameters
+    known = {k: v for k, v in kwargs.items() if k in params}
+    try:
+        bound = inspect.signature(python_function(kernel)).bind_partial(*args, **known).arguments
+    except TypeError:
+        bound = {}
+    return list(_flatten(bound))
+
+
+def _flatten(bound: dict):
+    for k, v in bound.items():
+        if hasattr(v, "data_ptr") and hasattr(v, "untyped_storage"):
+            yield k, v
+        elif isinstance(v, (tuple, list)):
+            yield from _flatten({f"{k}[{i}]": x for i, x in enumerate(v)})
+        elif hasattr(v, "base") and hasattr(v.base, "data_ptr"):
+            yield k, _Descriptor()
+
+
+class _Descriptor:
+    """Stands for a host TensorDescriptor: on no device, so the launch is named as unchecked."""
+    device = None
+
+
+class LaunchHook:
+    """``on_launch(kernel, [(name, tensor)]) -> (twin, extra kwargs) | "unchecked" | None`` decides per
+    launch (None: not a kernel of the case, run as is); after an unchecked launch ``on_unchecked``
+    hears its tensor arguments."""
+
+    def __init__(self, on_launch: Callable, pause: Callable, on_unchecked: Callable):
+        self.on_launch, self.pause, self.on_unchecked = on_launch, pause, on_unchecked
+        self._saved: dict = {}
+
+    def install(self) -> None:
+        hook = self
+        for cls in _classes():
+            orig = cls.run
+            self._saved[cls] = orig
+
+            def run(kernel, *args, _orig=orig, **kwargs):
+                if getattr(kernel, "shadow_of", None) is not None:
+                    return _orig(kernel, *args, **kwargs)
+                tensors = tensor_args(kernel, args, kwargs)
+                plan = hook.on_launch(kernel, tensors)
+                if plan is None:
+                    return _orig(kernel, *args, **kwargs)
+                if plan == "unchecked":  # its arguments count as written by it: a miss, never a false report
+                    with hook.pause():
+                        out = _orig(kernel, *args, **kwargs)
+                    hook.on_unchecked(tensors)
+                    return out
+                twin, extra = plan
+                with hook.pause():  # the interpreter's copies of the arguments are not the kernel's accesses
+                    return type(twin).run(twin, *args, **kwargs, **extra)
+            cls.run = run
+
+    def uninstall(self) -> None:
+        for cls, orig in self._saved.items():
+            cls.run = orig
+        self._saved = {}

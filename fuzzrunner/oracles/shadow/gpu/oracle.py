@@ -1,0 +1,390 @@
+"""The shadow oracle on the device: the same reports as the CPU oracle, from device-side shadows.
+
+``GpuShadowOracle`` keeps a ``DeviceShadow`` (regions.py) fed by three paths: the tracking API
+(``fuzzrunner.track``), torch ops (``torch_mode.py``) and Triton launches, whose kernels are
+replaced for the launch by their instrumented twins (``instrument.py``). Nothing is read back
+during an op; at the end of each op the violation ring and the torch log are copied to the host
+once and turned into the CPU oracle's ``Violation`` s (same kinds, tensor names, messages, details).
+A kernel that cannot be instrumented runs unchecked and is named, once per case, as a
+``tool-limitation`` (never silently).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import torch
+
+from .... import tracking
+from ....violation import Violation
+from ...base import Oracle, ViolationLog, source_location
+from ..compiled import CompiledRegions
+from ..memory import BadAccess
+from ..report import describe
+from ..torch_effects import has_memory
+from . import device_checks as dc
+from .instrument import INSTRUMENTER, NotInstrumentable, python_function
+from .launch_hook import LaunchHook
+from .regions import CAP, DeviceShadow, Region
+from .torch_mode import LOG_ROWS, DeviceTorchMode
+from .views import byte_span
+
+_KINDS = {dc.UNINIT: "uninitialized-read", dc.STALE: "stale-read", dc.OOB: "out-of-bounds"}
+
+
+class GpuShadowOracle(Oracle, tracking.Watcher):
+    name = "shadow"
+
+    def __init__(self, device: str | torch.device | None = None, *, auto_track_empty: bool = True):
+        dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        self.device = dev
+        self.auto_track_empty = auto_track_empty
+        self.log_violations = ViolationLog()
+        self.log: torch.Tensor | None = None   # device rows of torch-side checks
+        self.shadow: DeviceShadow = None  # type: ignore[assignment]
+        self._rows: list = []                 # per log row: what it checked
+        self._tls = threading.local()
+        self._mode: DeviceTorchMode | None = None
+        self._compiled = CompiledRegions()
+        self._hook: LaunchHook | None = None
+        self._watch = None
+        self._dead: list = []
+        self.op_index, self.op_name = -1, ""
+        self.op_names: dict[int, str] = {}
+        self.unchecked: dict[str, str] = {}   # kernel -> why it runs unchecked (named in the report)
+        self._reported: set = set()           # (region id, element, op): one report per bad element per op
+
+    # the protocol's log of violations (``Oracle.seen`` counts it)
+    @property
+    def epoch(self) -> int:
+        return self.shadow.epoch
+
+    def seen(self) -> int:
+        return len(self.log_violations)
+
+    # -- protocol -------------------------------------------------------------------------
+    def start(self) -> None:
+        self.shadow = DeviceShadow(self.device)
+        self.log = torch.zeros((LOG_ROWS, 4), dtype=torch.int64, device=self.device)
+        self._watch = tracking.watch(self)  # type: ignore[assignment]
+        self._watch.__enter__()  # type: ignore[attr-defined]
+        self._hook = LaunchHook(self._launch, self.pause, self._unchecked_launch)
+        self._hook.install()
+        self._compiled.install()  # torch.compile'd regions run their graphs op by op (compiled.py)
+        self._mode = DeviceTorchMode(self)
+        self._mode.__enter__()
+
+    def begin_op(self, index: int, op: dict) -> None:
+        with self.pause():
+            self._collect()
+            self.op_index, self.op_name = index, op.get("op", "")
+            self.op_names[index] = self.op_name
+            self.shadow.set_epoch(index + 1)
+
+    def end_op(self) -> None:
+        with self.pause():
+            self._collect()
+
+    def finish(self) -> list[Violation]:
+        with self.pause():
+            self._collect()
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+        self._compiled.uninstall()
+        if self._hook is not None:
+            self._hook.uninstall()
+            self._hook = None
+        if self._watch is not None:
+            self._watch.__exit__(None, None, None)
+            self._watch = None
+        for kernel, why in self.unchecked.items():
+            self.log_violations.add(Violation(
+                "shadow", "tool-limitation", kernel, "", "", f"{kernel} ran unchecked on the GPU: {why}",
+                {"op_index": -1}))
+        return self.log_violations.violations()
+
+    # -- pausing (the oracle's own ops) ---------------------------------------------------
+    def paused(self) -> bool:
+        return getattr(self._tls, "pause", 0) > 0 or tracking.is_quiet()
+
+    def pause(self):
+        oracle = self
+
+        class _Pause:
+            def __enter__(self):
+                oracle._tls.pause = getattr(oracle._tls, "pause", 0) + 1
+
+            def __exit__(self, *exc):
+                oracle._tls.pause -= 1
+        return _Pause()
+
+    # -- regions --------------------------------------------------------------------------
+    def _purge(self) -> None:
+        while self._dead:
+            ptr, nbytes = self._dead.pop()
+            for r in self.shadow.overlapping(ptr, nbytes):
+                if ptr <= r.start and r.end <= ptr + nbytes:
+                    self.shadow.remove(r)
+
+    def _on_death(self, st) -> None:
+        weakref.finalize(st, self._dead.append, (st.data_ptr(), st.nbytes()))
+
+    def tracked(self, t: torch.Tensor) -> bool:
+        self._purge()
+        st = t.untyped_storage()
+        return bool(self.shadow.overlapping(st.data_ptr(), st.nbytes()))
+
+    def regions_of(self, t: torch.Tensor) -> list[Region]:
+        lo, hi = byte_span(t)
+        return self.shadow.overlapping(lo, hi - lo)
+
+    def on_track(self, tensor, name: str, per_step: bool, initialized: bool) -> None:
+        if self.paused() or tensor.numel() == 0 or not has_memory(tensor) or tensor.device.type != self.device.type:
+            return
+        self._purge()
+        with self.pause():
+            lo, hi = byte_span(tensor)
+            inner = [r for r in self.shadow.overlapping(lo, hi - lo) if r.start <= lo and hi <= r.end]
+            outer = min(inner, key=lambda r: r.nbytes) if inner else None
+            if outer is not None and (outer.start, outer.end) != (lo, hi) and outer.itemsize == tensor.element_size():
+                self._sub_region(outer, lo, hi, name, per_step)  # a tracked view inside a tracked storage
+                return
+            r = self.shadow.add(lo, hi - lo, name, per_step=per_step, initialized=initialized,
+                                itemsize=tensor.element_size(), shape=tuple(tensor.shape))
+            if r.name != name and not r.auto and outer is None:
+                pass
+            if outer is not None and outer is r and outer.auto:
+                r.name, r.auto = name, False
+            self._on_death(tensor.untyped_storage())
+
+    def _sub_region(self, outer: Region, lo: int, hi: int, name: str, per_step: bool) -> None:
+        """A region inside ``outer`` sharing its shadow elements (a view of its shadow): its own name
+        and per-step flag, the same epochs."""
+        a, b = (lo - outer.start) // outer.itemsize, (hi - outer.start) // outer.itemsize
+        for r in self.shadow.regions:
+            if r.start == lo and r.end == hi:
+                r.per_step = r.per_step or per_step
+                return
+        sub = Region(lo, hi - lo, name, per_step, outer.itemsize, (b - a,), outer.shadow[a:b],  # type: ignore[index]
+                     fully_at=None, maybe_never=outer.maybe_never)
+        self.shadow.regions.append(sub)
+        self.shadow.regions.sort(key=lambda r: -r.nbytes)  # the launch table lists inner regions last
+
+    def on_carry_over(self, tensor) -> None:
+        if self.paused() or not has_memory(tensor) or tensor.device.type != self.device.type:
+            return
+        from .views import shadow_parts
+        with self.pause():
+            for _r, sh, _ in shadow_parts(tensor, self.regions_of(tensor), write=True):
+                sh.copy_(torch.where(sh != dc.NEVER, self.shadow.epoch_like(sh.shape), sh))
+
+    def allocated(self, t: torch.Tensor, uninitialized: bool, where: tuple) -> None:
+        """A result in fresh storage: tracked as never written if made by the ``empty`` family, else its
+        memory is new (a record there is of freed memory)."""
+        st = t.untyped_storage()
+        self._purge()
+        if uninitialized and self.auto_track_empty:
+            name = f"torch.empty@{source_location(*where)}"
+            self.shadow.add(st.data_ptr(), st.nbytes(), name, per_step=False, initialized=False,
+                            itemsize=t.element_size(), shape=tuple(t.shape), auto=True)
+            self._on_death(st)
+        else:
+            for r in self.shadow.overlapping(st.data_ptr(), st.nbytes()):
+                self.shadow.remove(r)
+
+    # -- torch-side log -------------------------------------------------------------------
+    def log_read(self, func, region: Region, t: torch.Tensor, exact: bool, where: tuple) -> int | None:
+        if len(self._rows) >= LOG_ROWS:
+            return None
+        view = (t.shape, t.stride(), t.storage_offset(), t.untyped_storage().data_ptr(), t.element_size())
+        self._rows.append(("read", str(func), region, view if exact else None, source_location(*where)))
+        return len(self._rows) - 1
+
+    def log_cancel(self, row: int) -> None:
+        self._rows[row] = ("cancelled",)
+
+    def log_oob(self, func, src: torch.Tensor, bad: torch.Tensor, ix: torch.Tensor, n: int, where: tuple) -> None:
+        if len(self._rows) >= LOG_ROWS:
+            return
+        regions = self.regions_of(src) if has_memory(src) and src.numel() else []
+        name = regions[-1].name if regions else f"<{tuple(src.shape)} tensor>"
+        row = len(self._rows)
+        self._rows.append(("oob", str(func), name, n, source_location(*where)))
+        flat = bad.reshape(-1)
+        first = flat.to(torch.int8).argmax()
+        torch.stack([flat.sum(), flat.sum(), first, ix.reshape(-1)[first].to(torch.int64)], out=self.log[row])  # type: ignore[index]
+
+    # -- Triton launches ------------------------------------------------------------------
+    def _launch(self, kernel, args: list):
+        """(twin, extra launch arguments) for a user kernel; None: run it as it is."""
+        if self.paused() or kernel in dc.INTERNAL:
+            return None
+        fn = python_function(kernel)
+        try:
+            twin = INSTRUMENTER.kernel(kernel)
+        except NotInstrumentable as e:
+            self.unchecked.setdefault(fn.__name__, str(e))
+            return "unchecked"
+        tensors = [(n, t) for n, t in args if getattr(t, "device", None) is not None
+                   and t.device.type == self.device.type]
+        if len(tensors) != len(args):
+            self.unchecked.setdefault(fn.__name__, "an argument is a tensor descriptor or on another device")
+            return "unchecked"
+        self._purge()
+        with self.pause():
+            table, nreg, _, _ = self.shadow.table(tensors, fn.__name__, fn.__code__.co_filename, self.op_index)
+        return twin, dict(_sh_table=table, _sh_arena=self.shadow.arena, _sh_ring=self.shadow.ring,
+                          _sh_cell=self.shadow.cell, _SH_CAP=CAP)
+
+    def _unchecked_launch(self, args: list) -> None:
+        """Every tracked element of an unchecked kernel's tensor arguments counts as written by it."""
+        from .views import shadow_parts
+        with self.pause():
+            for _, t in args:
+                if getattr(t, "device", None) is not None and t.device.type == self.device.type:
+                    for _r, sh, _ in shadow_parts(t, self.regions_of(t), write=True):
+                        sh.copy_(self.shadow.epoch_like(sh.shape))
+
+    # -- read-back ------------------------------------------------------------------------
+    def _collect(self) -> None:
+        """The op's one read-back: the ring (kernels) and the log (torch ops)."""
+        if self.shadow is None:
+            return
+        rows, self._rows = self._rows, []
+        logged = self.log[:len(rows)].tolist() if rows else []  # type: ignore[index]
+        count, entries = self.shadow.read_ring()
+        for desc, values in zip(rows, logged):
+            self._torch_row(desc, values)
+        self._kernel_entries(entries)
+        self.shadow.launches.clear()
+
+    def _torch_row(self, desc, values) -> None:
+        kind_code, count, where, wep = values
+        if desc[0] == "cancelled" or not count:
+            return
+        if desc[0] == "oob":
+            _, func, name, n, loc = desc
+            self._add(Violation("shadow", "out-of-bounds", func, loc, name,
+                                f"{func} indexed row {wep} of {name} (size {n} along the indexed dim); {count} such "
+                                f"index(es); redirected to row 0 so the case could go on",
+                                {"index": wep, "rows": n, "op_index": self.op_index, "op": self.op_name}), count)
+            return
+        _, func, region, view, loc = desc
+        elem = where if view is None else self._view_element(region, view, where)
+        self._bad(_KINDS[kind_code], region, elem, wep, func, loc, {"torch_op": func}, count)
+
+    @staticmethod
+    def _view_element(region: Region, view: tuple, flat: int) -> int:
+        shape, stride, offset, base, item = view
+        idx, rest = [], flat
+        for s in reversed(shape):
+            idx.append(rest % s)
+            rest //= s
+        el = offset + sum(i * st for i, st in zip(reversed(idx), stride))
+        return (base + el * item - region.start) // region.itemsize
+
+    def _kernel_entries(self, entries: list) -> None:
+        launches = self.shadow.launches
+        garbage = {e[9] for e in entries if e[0] == dc.UNINIT}
+        self._adopt(entries)
+        for kind, access, reg, elem, p0, p1, p2, line, wep, launch in entries:
+            rec = launches.get(launch)
+            if rec is None:
+                continue
+            loc = source_location(self._kernel_file(rec), line)
+            details = {"program_id": [p0, p1, p2], "access": ("read", "write", "read")[access]}
+            if kind == dc.OOB:
+                if not self._adopted(rec, elem) and launch not in garbage:  # after a garbage read: its consequence
+                    self._oob_kernel(rec, elem, loc, details)
+                continue
+            region = rec.regions[reg]
+            off = (region.shadow.data_ptr() - self.shadow.arena.data_ptr()) // 4
+            self._bad(_KINDS[kind], region, elem - off, wep, rec.kernel, loc, details, 1)
+
+    def _kernel_file(self, rec) -> str:
+        return rec.path
+
+    def _oob_kernel(self, rec, address: int, loc: str, details: dict) -> None:
+        near = min(rec.regions, default=None,  # a tracked region before the argument storage that holds it
+                   key=lambda r: (min(abs(address - r.start), abs(address - r.end)), r.shadow is None, r.auto))
+        dist = 0
+        if near is not None:
+            dist = near.start - address if address < near.start else address - near.end + 1
+        b = BadAccess("out-of-bounds", near.allocation() if near else None, address, dist, 0, 1)
+        details.update(address=hex(address), op_index=self.op_index, op=self.op_name)
+        details.update(_driver_range(address))
+        msg = describe(b, rec.kernel, near.name if near else "<untracked>", details, self.op_index)
+        self._add(Violation("shadow", "out-of-bounds", rec.kernel, loc, near.name if near else "<untracked>",
+                            msg, details), 1)
+
+    def _adopt(self, entries: list) -> None:
+        """Lanes outside their launch's table but inside a live tensor's storage (reached through a pointer
+        array) are not out of bounds: that storage is tracked (as written) for the rest of the case, so
+        later launches given a pointer array reach it. One walk of the live tensors per read-back, only
+        when some lane left its table."""
+        import numpy as np
+
+        from ..triton_hook import live_storages
+        addrs = [e[3] for e in entries if e[0] == dc.OOB and self.shadow.containing(e[3]) is None]
+        if not addrs:
+            return
+        for st, t in live_storages(np.array(addrs, dtype=np.uint64)):
+            if not self.shadow.overlapping(st.data_ptr(), st.nbytes()):
+                self.shadow.add(st.data_ptr(), st.nbytes(), f"<{tuple(t.shape)} tensor>", per_step=False,
+                                initialized=True, itemsize=t.element_size(), shape=tuple(t.shape), auto=True)
+
+    def _adopted(self, rec, address: int) -> bool:
+        """The lane reached a live tensor outside the table: switched off on the device, so the kernel
+        is named as checked in part (a tool limitation), never reported out of bounds."""
+        if self.shadow.containing(address) is None:
+            return False
+        self.unchecked.setdefault(rec.kernel, "it reached a tensor that is neither its argument nor tracked (a "
+                                  "pointer array?): those lanes were switched off in that launch; track the "
+                                  "tensor (fuzzrunner.track) so the GPU shadow follows it from the start")
+        return True
+
+    def _bad(self, kind: str, region: Region, elem: int, wep: int, kernel: str, loc: str, extra: dict,
+             count: int) -> None:
+        key = (region.start, elem, self.op_index)
+        if key in self._reported:
+            return  # the same bad element read again in this op: one bad read, one report
+        self._reported.add(key)
+        alloc = region.allocation()
+        byte = elem * region.itemsize
+        b = BadAccess(kind, alloc, region.start + byte, byte, 0, count, written_epoch=wep)
+        details = {"address": hex(region.start + byte), "op_index": self.op_index, "op": self.op_name, **extra}
+        msg = describe(b, kernel, region.name, details, self.op_index)
+        if region.per_step:
+            element = f"{region.name}[{', '.join(map(str, alloc.element(byte)))}]"
+            details["unwritten_by"] = self._unwritten_by(kind, wep, element)
+        self._add(Violation("shadow", kind, kernel, loc, region.name, msg, details), count)
+
+    def _unwritten_by(self, kind: str, wep: int, element: str) -> str:
+        if kind == "stale-read" and wep > 0:
+            last = f"last written in op {wep - 1} ({self.op_names.get(wep - 1) or '?'})"
+        else:
+            last = "written at set-up only" if kind == "stale-read" else "never written by any op"
+        return f"op {self.op_index} ({self.op_name}) never wrote {element}; {last}"
+
+    def _add(self, v: Violation, count: int) -> None:
+        self.log_violations.add(v, count)
+
+
+def _driver_range(address: int) -> dict:
+    """The device allocation holding ``address`` (``cuMemGetAddressRange``, cuda-python), if any: an
+    out-of-bounds lane inside another allocation is named with its range."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        return {}
+    try:
+        err, base, size = driver.cuMemGetAddressRange(address)
+    except Exception:  # noqa: BLE001  (no context, or a CPU address: nothing to name)
+        return {}
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return {"driver_allocation": None}
+    return {"driver_allocation": [hex(int(base)), int(size)]}

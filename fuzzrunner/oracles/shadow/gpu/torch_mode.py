@@ -1,0 +1,298 @@
+"""Torch ops on the device shadow: a ``TorchDispatchMode`` that checks and stamps with device ops.
+
+Read and write sets are the CPU oracle's (``torch_effects.classify``: the schema's whole views);
+the indexed reads (``embedding``, ``index``, ``index_select``, ``gather``) read only the indexed
+elements, found by running the same op on the source's shadow, and the indexed writes
+(``index_put_``, ``masked_fill_``) stamp only what they write, the same way. A read is checked by
+one small kernel (``device_checks.check_epochs``) that writes a row of a device log; nothing is
+read back before the end of the op. Out-of-range indices are counted on the device, logged, and
+redirected to 0 before the op runs (a device-side assert would end the process), as the CPU
+oracle redirects them. Never-written elements a read saw are set to 0 after the check, so what
+follows is the same on every run.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
+
+from .. import compiled
+from .. import torch_effects as fx
+from ..locations import caller_line
+from ..torch_fallback import custom_op_impl, python_kernel
+from ..torch_hook import _keys_below_python
+from . import device_checks as dc
+from .views import covers, shadow_parts
+
+aten = torch.ops.aten
+_GATHER_READS = {"embedding": 0, "index": 0, "index_select": 0, "gather": 0, "take": 0, "_unsafe_index": 0,
+                 "masked_select": 0}
+# Indexed writes, modelled by running the op itself on the shadow with every value operand replaced
+# by the epoch: in place, exactly the written elements get it; functional, the result's shadow is
+# what the op read of ``self`` (overwritten elements carry the current epoch, so they pass).
+_SCATTERS = {"index_put", "_index_put_impl", "_unsafe_index_put", "index_copy", "index_fill", "masked_fill",
+             "masked_scatter", "scatter", "put", "select_scatter", "slice_scatter", "diagonal_scatter"}
+_ACCUMULATE = {"index_add", "scatter_add", "scatter_reduce", "index_reduce"}
+_INDEX_ARGS = {"index", "indices", "mask", "dim", "start", "end", "step", "offset", "dim1", "dim2"}
+LOG_ROWS = 4096
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+class DeviceTorchMode(TorchDispatchMode):
+    """Calls the oracle's ``regions``, ``log_read``, ``log_oob`` and ``allocated``."""
+
+    def __init__(self, oracle):
+        super().__init__()
+        self.oracle = oracle
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let Dynamo compile (and this mode see the compiled graph's ops) while the eager stance holds."""
+        return compiled.visible()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        o = self.oracle
+        if o.paused():
+            return func(*args, **kwargs)
+        impl = custom_op_impl(func, args)
+        if impl is not None:
+            with DeviceTorchMode(o):  # a custom op's own body, seen op by op
+                return impl(*args, **kwargs)
+        if python_kernel(func, args):  # ``Library.impl`` (vLLM's direct_register_custom_op): its body, op by op
+            _push_mode(DeviceTorchMode(o))
+            try:
+                return func.redispatch(_keys_below_python(args, kwargs), *args, **kwargs)
+            except NotImplementedError:  # no kernel for those keys: nothing ran
+                pass
+            finally:
+                _pop_mode()
+        tensors = [t for t in fx.leaves((args, kwargs)) if fx.has_memory(t) and t.device.type == o.device.type]
+        if not any(o.tracked(t) for t in tensors) or func in fx.STORAGE_OPS:
+            if tensors and func.namespace == "aten":  # an index out of range would end the process
+                args = self._bounds(func, func._schema.name.split("::")[-1], args)
+            out = func(*args, **kwargs)
+            self._allocations(func, args, kwargs, out)
+            return out
+        return self._modelled(func, args, kwargs)
+
+    def _modelled(self, func, args, kwargs):
+        """An op touching tracked memory: check its reads, run it, stamp its writes."""
+        name = func._schema.name.split("::")[-1]
+        reads, writes = fx.classify(func, args, kwargs)
+        base = name.rstrip("_") if func.namespace == "aten" else ""
+        if (base in _SCATTERS or base in _ACCUMULATE and name.endswith("_")) and args \
+                and isinstance(args[0], torch.Tensor):  # self's read, if any, is modelled in _write
+            reads = [t for t in reads if t is not args[0]]
+            if not name.endswith("_"):
+                self._scatter_read(func, args, kwargs)
+        if base == "embedding_renorm":  # F.embedding(max_norm=): rescales the rows it looks up, in place
+            self._gather_read(aten.embedding.default, (args[0], args[1]), {}, args[0])
+            reads = [t for t in reads if t is not args[0]]
+            writes = [t for t in writes if t is not args[0]]
+            self._rows_written(args[0], args[1])
+        gathered = args[0] if base in _GATHER_READS else None
+        picked = self._where_sides(func, base, args)
+        for t in reads:
+            if t is gathered:
+                self._gather_read(func, args, kwargs, t)
+            elif id(t) in picked:
+                self._picked_read(func, t, picked[id(t)])
+            else:
+                self._read(func, t)
+        args = self._bounds(func, name, args)
+        out = func(*args, **kwargs)
+        for t in writes:
+            self._write(func, name, args, t, kwargs)
+        self._allocations(func, args, kwargs, out)
+        return out
+
+    # -- reads -----------------------------------------------------------------------------
+    def _read(self, func, t: torch.Tensor) -> None:
+        o = self.oracle
+        if _capturing(t):
+            return  # a read inside a CUDA-graph capture: its log row would be rewritten at each replay
+        for r, sh, exact in shadow_parts(t, o.regions_of(t), write=False):
+            if r.clean(o.epoch):
+                continue
+            row = o.log_read(func, r, t, exact, caller_line(3))
+            if row is None:
+                return
+            flat = sh.reshape(-1) if sh.is_contiguous() else sh.contiguous().reshape(-1)
+            dc.check_epochs[(1,)](flat, flat, flat.numel(), o.shadow.cell, o.log[row], PER_STEP=r.per_step,
+                                  HAS_ELEM=False, BLOCK=1024)
+            if r.maybe_never and exact and 0 not in t.stride():  # it saw garbage: make what follows deterministic
+                t.masked_fill_(sh == dc.NEVER, 0)
+
+    def _gather_read(self, func, args, kwargs, src: torch.Tensor) -> None:
+        """``embedding(W, idx)`` reads the rows ``idx`` of ``W``: the same op on ``W``'s shadow (and on
+        its element numbers, to name the element) gives exactly the epochs read."""
+        o = self.oracle
+        if _capturing(src):
+            return
+        for r, sh, exact in shadow_parts(src, o.regions_of(src), write=False):
+            if r.clean(o.epoch) or not exact:
+                if not exact and not r.clean(o.epoch):
+                    self._read(func, src)
+                continue
+            row = o.log_read(func, r, src, False, caller_line(3))
+            if row is None:
+                return
+            n = r.shadow.numel()  # type: ignore[union-attr]
+            numbers = torch.arange(n, device=sh.device).as_strided(sh.shape, sh.stride(), sh.storage_offset())
+            try:
+                epochs = func(sh, *args[1:], **kwargs).contiguous().reshape(-1)
+                elems = func(numbers, *args[1:], **kwargs).contiguous().reshape(-1)
+            except (RuntimeError, IndexError):  # an index out of range: read whole (the bounds check reports it)
+                o.log_cancel(row)
+                self._read(func, src)
+                continue
+            dc.check_epochs[(1,)](epochs, elems, epochs.numel(), o.shadow.cell, o.log[row], PER_STEP=r.per_step,
+                                  HAS_ELEM=True, BLOCK=1024)
+
+    def _rows_written(self, t: torch.Tensor, rows: torch.Tensor) -> None:
+        o = self.oracle
+        for _r, sh, exact in shadow_parts(t, o.regions_of(t), write=True):
+            if exact:
+                sh.index_fill_(0, rows.reshape(-1).to(torch.int64), o.epoch)
+
+    @staticmethod
+    def _where_sides(func, base: str, args) -> dict:
+        """``torch.where(c, a, b)`` reads ``a`` only where ``c`` holds and ``b`` only where it does not."""
+        if base != "where" or len(args) != 3 or not all(isinstance(a, torch.Tensor) for a in args):
+            return {}
+        shape = torch.broadcast_shapes(args[0].shape, args[1].shape, args[2].shape)
+        return {id(args[1]): (args[0], shape, True), id(args[2]): (args[0], shape, False)}
+
+    def _picked_read(self, func, t: torch.Tensor, pick) -> None:
+        """A read of ``t``'s elements where the condition picks it: the others pass (the current epoch)."""
+        o = self.oracle
+        cond, shape, side = pick
+        if _capturing(t):
+            return
+        for r, sh, exact in shadow_parts(t, o.regions_of(t), write=False):
+            if r.clean(o.epoch):
+                continue
+            if not exact or sh.shape != shape:
+                self._read(func, t)
+                return
+            c = cond.expand(shape) if side else ~cond.expand(shape)
+            seen = torch.where(c, sh, o.shadow.epoch_like(shape)).contiguous().reshape(-1)
+            row = o.log_read(func, r, t, True, caller_line(3))
+            if row is None:
+                return
+            dc.check_epochs[(1,)](seen, seen, seen.numel(), o.shadow.cell, o.log[row], PER_STEP=r.per_step,
+                                  HAS_ELEM=False, BLOCK=1024)
+
+    def _scatter_read(self, func, args, kwargs) -> None:
+        """A functional indexed write (``index_put``, ``scatter``) reads ``self`` except what it overwrites."""
+        o = self.oracle
+        if _capturing(args[0]):
+            return
+        for r, sh, exact in shadow_parts(args[0], o.regions_of(args[0]), write=False):
+            if r.clean(o.epoch) or not exact:
+                continue
+            try:
+                after = func(*self._on_shadow(func, args, kwargs, sh)).contiguous().reshape(-1)
+            except (RuntimeError, IndexError, TypeError):
+                continue
+            row = o.log_read(func, r, args[0], True, caller_line(3))
+            if row is None:
+                return
+            dc.check_epochs[(1,)](after, after, after.numel(), o.shadow.cell, o.log[row], PER_STEP=r.per_step,
+                                  HAS_ELEM=False, BLOCK=1024)
+
+    def _on_shadow(self, func, args, kwargs, sh: torch.Tensor) -> list:
+        """The op's arguments with ``self`` replaced by its shadow and every value by the epoch."""
+        o = self.oracle
+        out: list = [sh]
+        schema = func._schema.arguments
+        for i, a in enumerate(args[1:], start=1):
+            name = schema[i].name if i < len(schema) else ""
+            if name in _INDEX_ARGS or name == "accumulate" or name == "reduce" or name == "include_self":
+                out.append(False if name == "accumulate" else a)
+            elif isinstance(a, torch.Tensor):  # materialized: CUDA's masked_scatter_ refuses an expanded source
+                out.append(o.shadow.epoch_like(a.shape).contiguous())
+            elif isinstance(a, (int, float, bool)):  # a Scalar operand: CUDA takes no device tensor there
+                out.append(o.epoch)
+            else:
+                out.append(a)
+        return out
+
+    # -- index bounds ----------------------------------------------------------------------
+    def _bounds(self, func, name: str, args):
+        o = self.oracle
+        for where, ix, src, dim, neg in fx.index_slots(name, args):
+            if ix.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8) or ix.numel() == 0:
+                continue
+            try:
+                n = src.size(dim) if src.dim() else 1
+            except (IndexError, RuntimeError):
+                continue
+            bad = (ix < (-n if neg else 0)) | (ix >= n)
+            if not _capturing(ix):  # inside a capture: redirected, not logged (replays rewrite the row)
+                o.log_oob(func, src, bad, ix, n, caller_line(3))
+            args = fx.replace_index(args, where, ix.masked_fill(bad, 0))
+        return args
+
+    # -- writes ----------------------------------------------------------------------------
+    def _write(self, func, name: str, args, t: torch.Tensor, kwargs=None) -> None:
+        o = self.oracle
+        base = name.rstrip("_")
+        for r, sh, exact in shadow_parts(t, o.regions_of(t), write=True):
+            if exact and t is args[0] and name.endswith("_") and base in _SCATTERS | _ACCUMULATE:
+                try:
+                    if base in _ACCUMULATE:  # reads what it adds to: check those, then stamp them
+                        self._accumulated(func, args, r, sh, (kwargs or {}).get("include_self", True))
+                    else:
+                        self._accumulating_put(func, name, args, kwargs or {}, r, sh)
+                        func(*self._on_shadow(func, args, {}, sh))
+                    continue
+                except (RuntimeError, IndexError, TypeError):
+                    pass  # the model failed: the whole view counts as written (a possible miss)
+            sh.copy_(o.shadow.epoch_like(sh.shape))
+            if covers(t, r):
+                r.fully_at, r.maybe_never = o.epoch, False
+
+    def _accumulating_put(self, func, name: str, args, kwargs: dict, r, sh) -> None:
+        """``index_put_(..., accumulate=True)`` and ``put_(..., accumulate=True)`` read what they add to."""
+        if name not in ("index_put_", "_index_put_impl_", "put_"):
+            return
+        acc = kwargs.get("accumulate", args[3] if len(args) > 3 else False)  # (self, index, values, accumulate)
+        if not acc or r.clean(self.oracle.epoch) or _capturing(sh):
+            return
+        picked = (sh.take(args[1]) if name == "put_" else aten.index.Tensor(sh, list(args[1]))).contiguous()
+        o = self.oracle
+        row = o.log_read(func, r, sh, False, caller_line(4))
+        if row is not None:
+            dc.check_epochs[(1,)](picked, picked, picked.numel(), o.shadow.cell, o.log[row],
+                                  PER_STEP=r.per_step, HAS_ELEM=False, BLOCK=1024)
+
+    def _accumulated(self, func, args, r, sh, include_self: bool = True) -> None:
+        """``index_add_``/``scatter_add_``/``*_reduce_``: the elements they add into are read, then written."""
+        o = self.oracle
+        marked = torch.zeros_like(sh)
+        name = func._schema.name.split("::")[-1].rstrip("_")
+        if name in ("index_add", "index_reduce"):
+            marked.index_fill_(args[1], args[2], 1)
+        else:
+            marked.scatter_(args[1], args[2], 1)
+        if include_self and not r.clean(o.epoch) and not _capturing(sh):  # without self: an overwrite
+            picked = sh[marked.bool()].contiguous()
+            row = o.log_read(func, r, sh, False, caller_line(4))
+            if row is not None:
+                dc.check_epochs[(1,)](picked, picked, picked.numel(), o.shadow.cell, o.log[row],
+                                      PER_STEP=r.per_step, HAS_ELEM=False, BLOCK=1024)
+        sh.masked_scatter_(marked.bool(), o.shadow.epoch_like(sh.shape))
+
+    # -- allocations -----------------------------------------------------------------------
+    def _allocations(self, func, args, kwargs, out) -> None:
+        if getattr(func, "is_view", False):
+            return
+        inputs = {t.untyped_storage().data_ptr() for t in fx.leaves((args, kwargs)) if fx.has_memory(t)}
+        for t in fx._tensors(out):
+            if fx.has_memory(t) and t.untyped_storage().data_ptr() not in inputs:
+                self.oracle.allocated(t, func in fx.EMPTY_OPS, caller_line(4))
