@@ -1,0 +1,162 @@
+"""SGLang's LoRA backends as the target drives them, across releases (API generations).
+
+What is SGLang's code, imported from the release's own files and run unchanged: the backends
+``TritonLoRABackend`` (``triton``: ``sgemm_lora_a`` / ``sgemm_lora_b`` segment GEMMs) and
+``ChunkedSgmvLoRABackend`` (``csgmv``: ``chunked_sgmv_shrink`` / ``_expand``), their
+``init_cuda_graph_batch_info`` (``init_decode_cuda_graph_batch_info`` from 0.5.2x),
+``prepare_lora_batch`` and ``run_lora_a_sgemm`` / ``run_lora_b_sgemm``, the Triton kernels behind
+them, ``LoRABatchInfo`` and ``ForwardMode``.
+
+Generations (``GENERATIONS``), found by what the release has, never by its version string:
+
+* ``g1`` (0.5.x until the kernels moved): kernels in ``sglang.srt.lora.triton_ops``;
+* ``g2``: kernels in ``sglang.kernels.ops.gemm``;
+* ``g3`` (0.5.2x): kernels in ``sglang.kernels.ops.lora.dense``, graph batch info made by
+  ``init_decode_cuda_graph_batch_info``, the chunked backend's chunk size read from the runtime
+  context (answered here: ``make_backend``).
+
+On the CPU (``cpu_torch``): SGLang allocates its graph batch info under ``with torch.device("cuda")``
+and pins host tensors (``pin_memory=True``); the backend modules see a ``torch`` whose ``device("cuda")``
+is the CPU and whose factories drop ``pin_memory``. Everything else is torch itself. The csgmv kernels'
+tuned-config lookup (``lora_tuning_config``) names the device with ``get_device_name()``, None without
+CUDA: it is answered ``"cpu"``, for which no JSON exists, so SGLang's default block sizes are used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+KERNEL_PACKAGES = (("g3", "sglang.kernels.ops.lora.dense"), ("g2", "sglang.kernels.ops.gemm"),
+                   ("g1", "sglang.srt.lora.triton_ops"))
+BACKENDS = {"triton": ("sglang.srt.lora.backend.triton_backend", "TritonLoRABackend"),
+            "csgmv": ("sglang.srt.lora.backend.chunked_backend", "ChunkedSgmvLoRABackend")}
+_FACTORIES = ("tensor", "empty", "zeros", "ones", "full", "arange", "empty_like", "zeros_like")
+
+
+def cpu_torch() -> types.ModuleType:
+    """``torch`` for SGLang's modules on a machine without CUDA: ``device("cuda")`` is the CPU, no pinning."""
+    proxy = types.ModuleType("torch")
+    proxy.__dict__.update({k: v for k, v in vars(torch).items() if not k.startswith("__")})
+
+    def device(*args, **kwargs):
+        if args and isinstance(args[0], str) and args[0].startswith("cuda"):
+            return torch.device("cpu")
+        return torch.device(*args, **kwargs)
+
+    def unpinned(fn):
+        def call(*args, **kwargs):
+            kwargs.pop("pin_memory", None)
+            if isinstance(kwargs.get("device"), str) and kwargs["device"].startswith("cuda"):
+                kwargs["device"] = "cpu"
+            return fn(*args, **kwargs)
+        return call
+    proxy.device = device  # type: ignore[attr-defined]
+    for name in _FACTORIES:
+        setattr(proxy, name, unpinned(getattr(torch, name)))
+    return proxy
+
+
+@dataclass
+class API:
+    version: str
+    generation: str
+    backends: dict = field(default_factory=dict)   # name -> class
+    kernels: dict = field(default_factory=dict)    # kernel module name -> module
+    forward_mode: Any = None
+    batch_info_cls: Any = None
+    found: list = field(default_factory=list)
+
+    def make_backend(self, name: str, max_loras: int, device: torch.device, chunk: int):
+        cls = self.backends[name]
+        params = inspect.signature(cls.__init__).parameters
+        args: dict = {}
+        if "server_args" in params:
+            args["server_args"] = types.SimpleNamespace(max_lora_chunk_size=chunk)
+        try:
+            return cls(max_loras, device, **args)
+        except ValueError as e:
+            if "not published" not in str(e):
+                raise
+        # g3 reads max_lora_chunk_size from the runtime context the server publishes: the constructor's
+        # one line, re-stated (the base class's __init__ is SGLang's)
+        backend = cls.__new__(cls)
+        cls.__mro__[1].__init__(backend, max_loras, device)
+        backend.max_chunk_size = chunk
+        return backend
+
+    def init_graph(self, backend, max_bs: int) -> None:
+        if hasattr(backend, "init_decode_cuda_graph_batch_info"):
+            backend.init_decode_cuda_graph_batch_info(max_bs, 1)
+        else:
+            backend.init_cuda_graph_batch_info(max_bs, 1)
+
+    @staticmethod
+    def batch_infos(backend) -> dict:
+        """Every ``LoRABatchInfo`` the backend holds now (``batch_info``, ``sgemm_batch_info``, ...): what the
+        kernels of a forward read, and so what a CUDA graph captured now would point at."""
+        from sglang.srt.lora.utils import LoRABatchInfo
+        return {k: v for k, v in vars(backend).items() if isinstance(v, LoRABatchInfo) or
+                (v is None and k.endswith("batch_info") and not k.startswith(("cuda_graph", "prefill_cuda_graph")))}
+
+    def prepare(self, backend, fb, weight_indices, ranks, scalings, use_cuda_graph: bool) -> None:
+        backend.prepare_lora_batch(fb, list(weight_indices), list(ranks), list(scalings), use_cuda_graph)
+
+    def lora_linear(self, backend, x, a, b, base):
+        """One LoRA linear layer as SGLang's ``ColumnParallelLinearWithLoRA.apply_lora``: shrink, then expand
+        added into ``base`` (scaled by the adapter's scaling in the expand kernel)."""
+        lora_a = backend.run_lora_a_sgemm(x, a)
+        offset = torch.tensor([0, b.shape[-2]], dtype=torch.int32, device=x.device)
+        return backend.run_lora_b_sgemm(x=lora_a, weights=b, output_offset=offset, base_output=base,
+                                        output_offset_cpu=torch.tensor([0, b.shape[-2]], dtype=torch.int32))
+
+
+def _version(tree: Path) -> str:
+    for d in tree.glob("sglang-*.dist-info"):
+        return d.name.split("-")[1].removesuffix(".dist-info")
+    v = tree / "sglang" / "version.py"
+    if v.exists():
+        m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", v.read_text())
+        if m:
+            return m.group(1)
+    return "unknown"
+
+
+def load(device: str, tree: Path) -> API:
+    gen, kernels = None, {}
+    for g, pkg in KERNEL_PACKAGES:
+        if (tree / pkg.replace(".", "/")).is_dir():
+            gen = g
+            break
+    if gen is None:
+        raise ImportError("no LoRA Triton kernels found (sglang.srt.lora.triton_ops, sglang.kernels.ops.*)")
+    backends = {}
+    for name, (mod, cls) in BACKENDS.items():
+        backends[name] = getattr(importlib.import_module(mod), cls)
+    from sglang.srt.lora.utils import LoRABatchInfo
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    if device == "cpu":
+        proxy = cpu_torch()
+        import sys
+        for name, m in list(sys.modules.items()):
+            if name.endswith("lora_tuning_config") and hasattr(m, "get_device_name"):
+                m.get_device_name = lambda: "cpu"  # no tuned JSON for it: SGLang's default block sizes
+            if name.startswith(("sglang.srt.lora", "sglang.kernels.ops", "sglang.kernels.ops.gemm")) \
+                    and getattr(m, "torch", None) is torch:
+                m.torch = proxy
+    for name, m in __import__("sys").modules.items():
+        if name.startswith(dict(KERNEL_PACKAGES)[gen]) and m is not None:
+            kernels[name.rsplit(".", 1)[-1]] = m
+    a = API(version=_version(tree), generation=gen, backends=backends, kernels=kernels, forward_mode=ForwardMode,
+            batch_info_cls=LoRABatchInfo)
+    a.found = [f"{n} backend ({c.__module__}.{c.__name__})" for n, c in backends.items()]
+    a.found.append("graph batch info: " + ("init_decode_cuda_graph_batch_info" if hasattr(
+        backends["triton"], "init_decode_cuda_graph_batch_info") else "init_cuda_graph_batch_info"))
+    return a
