@@ -80,6 +80,7 @@ def make_target():
         run=functools.partial(runner.run, api=a),
         faults=tuple(runner.FAULTS),
         fault_descriptions=dict(runner.FAULTS),
+        seeds=os.path.join(os.path.dirname(os.path.abspath(__file__)), "seeds"),  # the known bugs' minimal cases
         features=features.features,
         feature_space=features.FEATURE_SPACE,
         details=tuple(describe_sglang()),

@@ -106,6 +106,10 @@ class API:
         return {k: v for k, v in vars(backend).items() if isinstance(v, LoRABatchInfo) or
                 (v is None and k.endswith("batch_info") and not k.startswith(("cuda_graph", "prefill_cuda_graph")))}
 
+    @staticmethod
+    def graph_batch_info(backend):
+        return getattr(backend, "cuda_graph_batch_info", None)
+
     def prepare(self, backend, fb, weight_indices, ranks, scalings, use_cuda_graph: bool) -> None:
         backend.prepare_lora_batch(fb, list(weight_indices), list(ranks), list(scalings), use_cuda_graph)
 

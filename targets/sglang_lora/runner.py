@@ -50,6 +50,11 @@ FAULTS = {
         "#25507/#25799/#26028): the graph freezes whatever batch info the backend held (none: no LoRA kernels "
         "in the graph; the last eager batch's: its tensors, read stale at every replay).",
 }
+# graph batch-info tensors SGLang writes once at start-up, by design (from its source): the triton backend's
+# per-request segments (decode: one token each, cumsum'd at init) and, from the merged sgemm routing on
+# (0.5.2x), that routing's segment -> slot table (arange(max_loras_per_batch))
+STATIC = {("triton", "cuda_graph_batch_info"): ("seg_lens", "seg_indptr"),
+          ("triton", "cuda_graph_sgemm_batch_info"): ("weight_indices",)}
 HOST_FIELDS = ("bs", "num_segments", "max_len", "use_cuda_graph")
 NONE_UID = 0  # a request without an adapter
 
@@ -125,14 +130,24 @@ class Session:
         gi.seg_indptr = fresh
 
     def _track_graph_info(self) -> None:
-        gi = self.graph_info
-        # rewritten by every prepare_lora_batch (per step); the triton backend's seg_lens / seg_indptr are
-        # written once at start-up and meant to stay (decode: one token per request)
-        static = {"seg_lens", "seg_indptr"} if self.c["backend"] == "triton" else set()
-        for name in ("weight_indices", "lora_ranks", "scalings", "seg_indptr", "seg_lens", "permutation"):
-            t = getattr(gi, name, None)
-            if isinstance(t, torch.Tensor):
-                self.ctx.track(t, f"graph_batch_info.{name}", per_step=name not in static)
+        self._track_infos()
+
+    def _track_infos(self) -> None:
+        """Name every batch info's tensors. All are rewritten by each prepare_lora_batch that uses them (valid
+        for that step only), except those ``STATIC`` names: written once at start-up and meant to stay."""
+        if not hasattr(self, "_static"):  # the start-up objects, whatever other attribute later points at them
+            self._graph_names = {id(v): k for k, v in self.api.batch_infos(self.backend).items() if v is not None}
+            self._static = {id(getattr(getattr(self.backend, attr), f)) for (b, attr), fields in STATIC.items()
+                            if b == self.c["backend"] and getattr(self.backend, attr, None) is not None
+                            for f in fields}
+        for attr, info in self.api.batch_infos(self.backend).items():
+            if info is None:
+                continue
+            label = self._graph_names.get(id(info), attr)
+            for name in ("weight_indices", "lora_ranks", "scalings", "seg_indptr", "seg_lens", "permutation"):
+                t = getattr(info, name, None)
+                if isinstance(t, torch.Tensor):
+                    self.ctx.track(t, f"{label}.{name}", per_step=id(t) not in self._static)
 
     # -- adapters (LoRAMemoryPool, re-stated) ------------------------------------------------------
     def _adapter(self, uid: int) -> Adapter:
@@ -189,12 +204,7 @@ class Session:
     def _prepare(self, fb, uids: list, use_cuda_graph: bool) -> None:
         indices, ranks, scalings = self._weights(uids)
         self.api.prepare(self.backend, fb, indices, ranks, scalings, use_cuda_graph)
-        bi = getattr(self.backend, "batch_info", None)
-        if bi is not None and bi is not self.graph_info:  # an eager batch's own tensors: valid for this step only
-            for name in ("weight_indices", "lora_ranks", "scalings", "seg_indptr", "seg_lens", "permutation"):
-                t = getattr(bi, name, None)
-                if isinstance(t, torch.Tensor):
-                    self.ctx.track(t, f"batch_info.{name}", per_step=True)
+        self._track_infos()
 
     def _layer(self, x):
         base = torch.zeros(x.size(0), self.c["out"], dtype=self.dtype, device=self.device)
