@@ -7,8 +7,10 @@ What is SGLang's code, imported from the release's own files and run unchanged: 
 ``prepare_lora_batch`` and ``run_lora_a_sgemm`` / ``run_lora_b_sgemm``, the Triton kernels behind
 them, ``LoRABatchInfo`` and ``ForwardMode``.
 
-Generations (``GENERATIONS``), found by what the release has, never by its version string:
+Generations, found by what the release has, never by its version string:
 
+* ``g0`` (0.5.5 and before): the LoRA manager allocates the graph batch info and passes it to the backend's
+  ``init_cuda_graph_batch_info`` and ``prepare_lora_batch`` (re-stated: ``init_graph``, ``prepare``);
 * ``g1`` (0.5.x until the kernels moved): kernels in ``sglang.srt.lora.triton_ops``;
 * ``g2``: kernels in ``sglang.kernels.ops.gemm``;
 * ``g3`` (0.5.2x): kernels in ``sglang.kernels.ops.lora.dense``, graph batch info made by
@@ -24,6 +26,7 @@ CUDA: it is answered ``"cpu"``, for which no JSON exists, so SGLang's default bl
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import re
@@ -95,6 +98,16 @@ class API:
     def init_graph(self, backend, max_bs: int) -> None:
         if hasattr(backend, "init_decode_cuda_graph_batch_info"):
             backend.init_decode_cuda_graph_batch_info(max_bs, 1)
+        elif "cuda_graph_batch_info" in inspect.signature(backend.init_cuda_graph_batch_info).parameters:
+            # g0: LoRAManager.init_cuda_graph_batch_info allocates the graph batch info (re-stated: its
+            # LoRABatchInfo(...) call, all torch.zeros) and hands it to the backend's, which is SGLang's
+            z = functools.partial(torch.zeros, dtype=torch.int32, device=backend.device)
+            info = self.batch_info_cls(
+                bs=max_bs, use_cuda_graph=True, num_segments=None, seg_lens=z(max_bs), seg_indptr=z(max_bs + 1),
+                max_len=1, weight_indices=z(max_bs), permutation=z(max_bs), lora_ranks=z(backend.max_loras_per_batch),
+                scalings=torch.zeros(backend.max_loras_per_batch, dtype=torch.float, device=backend.device))
+            backend.init_cuda_graph_batch_info(cuda_graph_batch_info=info, max_bs_in_cuda_graph=max_bs)
+            backend.cuda_graph_batch_info = info  # where later generations keep it (the manager held it)
         else:
             backend.init_cuda_graph_batch_info(max_bs, 1)
 
@@ -111,7 +124,11 @@ class API:
         return getattr(backend, "cuda_graph_batch_info", None)
 
     def prepare(self, backend, fb, weight_indices, ranks, scalings, use_cuda_graph: bool) -> None:
-        backend.prepare_lora_batch(fb, list(weight_indices), list(ranks), list(scalings), use_cuda_graph)
+        args = (fb, list(weight_indices), list(ranks), list(scalings))
+        if "batch_info" in inspect.signature(backend.prepare_lora_batch).parameters:  # g0: the manager passes it
+            backend.prepare_lora_batch(*args, batch_info=backend.cuda_graph_batch_info if use_cuda_graph else None)
+        else:
+            backend.prepare_lora_batch(*args, use_cuda_graph)
 
     def lora_linear(self, backend, x, a, b, base):
         """One LoRA linear layer as SGLang's ``ColumnParallelLinearWithLoRA.apply_lora``: shrink, then expand
@@ -134,10 +151,10 @@ def _version(tree: Path) -> str:
 
 
 def load(device: str, tree: Path) -> API:
-    gen, kernels = None, {}
+    gen, kernels, kernel_pkg = None, {}, ""
     for g, pkg in KERNEL_PACKAGES:
         if (tree / pkg.replace(".", "/")).is_dir():
-            gen = g
+            gen, kernel_pkg = g, pkg
             break
     if gen is None:
         raise ImportError("no LoRA Triton kernels found (sglang.srt.lora.triton_ops, sglang.kernels.ops.*)")
@@ -146,6 +163,9 @@ def load(device: str, tree: Path) -> API:
         backends[name] = getattr(importlib.import_module(mod), cls)
     from sglang.srt.lora.utils import LoRABatchInfo
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    init = getattr(backends["triton"], "init_cuda_graph_batch_info", None)
+    if init is not None and "cuda_graph_batch_info" in inspect.signature(init).parameters:
+        gen = "g0"
     if device == "cpu":
         proxy = cpu_torch()
         import sys
@@ -156,7 +176,7 @@ def load(device: str, tree: Path) -> API:
                     and getattr(m, "torch", None) is torch:
                 m.torch = proxy
     for name, m in __import__("sys").modules.items():
-        if name.startswith(dict(KERNEL_PACKAGES)[gen]) and m is not None:
+        if name.startswith(kernel_pkg) and m is not None:
             kernels[name.rsplit(".", 1)[-1]] = m
     a = API(version=_version(tree), generation=gen, backends=backends, kernels=kernels, forward_mode=ForwardMode,
             batch_info_cls=LoRABatchInfo)
