@@ -8,8 +8,7 @@
 3. import the modules the target drives (with site.py's stubs) and ``pip install --no-deps --target
    .cache/sglang/VERSION/deps`` whatever is missing, until they import (never torch or Triton).
 
-``--for-gpu FILE`` also archives the tree (``site/sglang`` and ``deps``, Python files only where pure) for
-a GPU machine with no network (scripts/gpu_sglang.sh).
+``--for-gpu FILE`` also archives the trees for a GPU machine with no network (gpu_tree.py, scripts/gpu_sglang.sh).
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 import zipfile
 from pathlib import Path
@@ -114,26 +112,15 @@ def install(version: str) -> Path:
     return root
 
 
-def archive(version: str, out: Path) -> None:
-    """The tree for a GPU machine: SGLang's Python files and the pure-Python deps (compiled ones are
-    left out: the GPU image has its own Python 3.12, and the modules here import without them)."""
-    site, deps = site_dirs(version)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(out, "w:xz") as tar:
-        for base, arc in ((site, "site"), (deps, "site/deps")):
-            for f in sorted(base.rglob("*")):
-                if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".so" and "bin" not in f.parts[:1]:
-                    tar.add(f, arcname=f"{arc}/{f.relative_to(base)}", recursive=False)
-    print(f"sglang {version}: {out} ({out.stat().st_size >> 20} MB)")
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="sglang_setup")
-    p.add_argument("version")
-    p.add_argument("--for-gpu", metavar="FILE", help="also write a carryable archive (tar.xz) of the tree")
+    p.add_argument("version", nargs="+")
+    p.add_argument("--for-gpu", metavar="FILE", help="also write one carryable archive (tar.xz) of these releases")
     a = p.parse_args(argv)
-    install(a.version)
+    for v in a.version:
+        install(v)
     if a.for_gpu:
+        from .gpu_tree import archive
         archive(a.version, Path(a.for_gpu))
     return 0
 
