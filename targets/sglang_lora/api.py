@@ -44,26 +44,33 @@ BACKENDS = {"triton": ("sglang.srt.lora.backend.triton_backend", "TritonLoRABack
 _FACTORIES = ("tensor", "empty", "zeros", "ones", "full", "arange", "empty_like", "zeros_like")
 
 
+_CPU_TORCH = """
+def device(*args, **kwargs):
+    if args and isinstance(args[0], str) and args[0].startswith("cuda"):
+        return torch.device("cpu")
+    return torch.device(*args, **kwargs)
+
+def unpinned(fn):
+    def call(*args, **kwargs):
+        kwargs.pop("pin_memory", None)
+        if isinstance(kwargs.get("device"), str) and kwargs["device"].startswith("cuda"):
+            kwargs["device"] = "cpu"
+        return fn(*args, **kwargs)
+    return call
+"""
+
+
 def cpu_torch() -> types.ModuleType:
-    """``torch`` for SGLang's modules on a machine without CUDA: ``device("cuda")`` is the CPU, no pinning."""
+    """``torch`` for SGLang's modules on a machine without CUDA: ``device("cuda")`` is the CPU, no pinning.
+    Its two functions are compiled under a ``<...>`` file name, which the oracles skip when they name the
+    line that allocated a tensor: a ``torch.empty`` is SGLang's line, not this module's."""
     proxy = types.ModuleType("torch")
     proxy.__dict__.update({k: v for k, v in vars(torch).items() if not k.startswith("__")})
-
-    def device(*args, **kwargs):
-        if args and isinstance(args[0], str) and args[0].startswith("cuda"):
-            return torch.device("cpu")
-        return torch.device(*args, **kwargs)
-
-    def unpinned(fn):
-        def call(*args, **kwargs):
-            kwargs.pop("pin_memory", None)
-            if isinstance(kwargs.get("device"), str) and kwargs["device"].startswith("cuda"):
-                kwargs["device"] = "cpu"
-            return fn(*args, **kwargs)
-        return call
-    proxy.device = device  # type: ignore[attr-defined]
+    ns: dict = {"torch": torch}
+    exec(compile(_CPU_TORCH, "<sglang_lora: torch on the CPU>", "exec"), ns)
+    proxy.device = ns["device"]  # type: ignore[attr-defined]
     for name in _FACTORIES:
-        setattr(proxy, name, unpinned(getattr(torch, name)))
+        setattr(proxy, name, ns["unpinned"](getattr(torch, name)))
     return proxy
 
 
