@@ -76,7 +76,7 @@ def make_target():
         name="sglang_lora",
         description=f"SGLang {a.version}'s LoRA backends (triton sgemm, csgmv) with their batch-info preparation, "
                     f"CUDA-graph batch info, capture/replay, idle and padded batches, adapter churn, overlap thread",
-        cases=functools.partial(cases.sglang_lora_cases),
+        cases=functools.partial(cases.sglang_lora_cases, idle=a.handles_idle),
         run=functools.partial(runner.run, api=a),
         faults=tuple(runner.FAULTS),
         fault_descriptions=dict(runner.FAULTS),

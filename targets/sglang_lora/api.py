@@ -82,6 +82,7 @@ class API:
     kernels: dict = field(default_factory=dict)    # kernel module name -> module
     forward_mode: Any = None
     batch_info_cls: Any = None
+    handles_idle: bool = False  # the release's LoRA path takes DP-attention idle batches (is_idle branches)
     found: list = field(default_factory=list)
 
     def make_backend(self, name: str, max_loras: int, device: torch.device, chunk: int):
@@ -187,7 +188,10 @@ def load(device: str, tree: Path) -> API:
             kernels[name.rsplit(".", 1)[-1]] = m
     a = API(version=_version(tree), generation=gen, backends=backends, kernels=kernels, forward_mode=ForwardMode,
             batch_info_cls=LoRABatchInfo)
+    a.handles_idle = any("is_idle()" in (tree / f).read_text(encoding="utf-8") for f in
+                         ("sglang/srt/lora/lora_manager.py", "sglang/srt/lora/utils.py") if (tree / f).exists())
     a.found = [f"{n} backend ({c.__module__}.{c.__name__})" for n, c in backends.items()]
+    a.found.append("idle batches: " + ("handled (is_idle)" if a.handles_idle else "not drawn (no is_idle branch)"))
     a.found.append("graph batch info: " + ("init_decode_cuda_graph_batch_info" if hasattr(
         backends["triton"], "init_decode_cuda_graph_batch_info") else "init_cuda_graph_batch_info"))
     return a

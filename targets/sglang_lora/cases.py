@@ -6,7 +6,8 @@ the no-adapter request included, as SGLang's ``max_loras_per_batch`` counts them
 * ``step``: an eager batch, ``mode`` ``decode`` (one token a request) or ``extend`` (``lens`` tokens each);
 * ``capture``: a CUDA graph for ``bs`` decode requests (one of ``graph_sizes``), SGLang's dummy batch;
 * ``replay``: a decode batch run through the smallest captured graph that fits it (padded);
-* ``idle``: a DP-attention idle batch (no request);
+* ``idle``: a DP-attention idle batch (no request), drawn only where the release's LoRA path has an idle branch
+  (0.5.2x; before, DP attention and LoRA did not meet there: ``generate_sequence_lengths`` refuses the mode);
 * ``unload``: an adapter leaves the memory pool (its slot is free for the next batch's adapters).
 
 Draw order puts the simple choices first so that shrinking reaches a minimal case.
@@ -31,8 +32,8 @@ def _uids(draw, max_loras: int, n: int) -> list[int]:
 
 
 @st.composite
-def sglang_lora_op(draw, cfg: dict, captured: list) -> list[dict]:
-    kind = draw(st.sampled_from(OP_KINDS))
+def sglang_lora_op(draw, cfg: dict, captured: list, idle: bool = True) -> list[dict]:
+    kind = draw(st.sampled_from([k for k in OP_KINDS if idle or k != "idle"]))
     L, top = cfg["max_loras"], max(cfg["graph_sizes"])
     if kind == "idle":
         return [{"op": "idle"}]
@@ -56,7 +57,7 @@ def sglang_lora_op(draw, cfg: dict, captured: list) -> list[dict]:
 
 @st.composite
 def sglang_lora_cases(draw, faults: tuple = (), max_ops: int = 8, *, backends=("triton", "csgmv"),
-                      dtypes=("float16",)) -> Case:
+                      dtypes=("float16",), idle: bool = True) -> Case:
     cfg = {
         "backend": draw(st.sampled_from(list(backends))),
         "max_loras": draw(st.integers(2, 4)),
@@ -71,10 +72,10 @@ def sglang_lora_cases(draw, faults: tuple = (), max_ops: int = 8, *, backends=("
     ops: list = []
     captured: list = []
     while True:
-        ops += draw(sglang_lora_op(cfg, captured))
+        ops += draw(sglang_lora_op(cfg, captured, idle))
         if len(ops) >= max_ops or draw(st.integers(0, 3)) == 0:
             break
     ops = ops[:max_ops]
     if ops and ops[-1]["op"] == "capture":
-        ops = ops[:-1] or [{"op": "idle"}]
+        ops = ops[:-1] or [{"op": "unload", "uid": 1}]
     return Case("sglang_lora", cfg, tuple(ops), tuple(faults))

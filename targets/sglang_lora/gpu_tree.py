@@ -3,7 +3,9 @@
 Layout: ``sglang/VERSION/sglang/`` (SGLang's Python and JSON files, no compiled code) per release, and one
 ``sglang/deps/``: the pure-Python packages of the releases' ``deps/`` as installed here, and the compiled ones
 (``COMPILED``) from their CPython 3.12 manylinux wheels at the same versions (the GPU image's Python). Packages
-the GPU image already has (``IN_IMAGE``: pillow, psutil, charset-normalizer) are left out.
+the GPU image already has (``IN_IMAGE``: pillow, psutil, charset-normalizer) are left out, and so are the JIT CUDA
+sources (0.5.2x's ``sglang/kernels/jit/include`` and ``csrc``: their folders are there, empty, because importing
+``sglang.kernels.jit`` on CUDA looks for them; nothing the target drives compiles them).
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ def _add_release(tar: tarfile.TarFile, version: str, seen: set, compiled: dict) 
     for f in sorted((site / "sglang").rglob("*")):
         if f.is_file() and f.suffix in (".py", ".json") and "__pycache__" not in f.parts:
             tar.add(f, arcname=f"sglang/{version}/{f.relative_to(site)}", recursive=False)
+    if (site / "sglang/kernels/jit").is_dir():  # imported on CUDA, it looks for its C++ source folders (left out:
+        for sub in ("include", "csrc"):        # no code the target drives compiles them): empty folders
+            d = tarfile.TarInfo(f"sglang/{version}/sglang/kernels/jit/{sub}")
+            d.type, d.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(d)
     for top, (dist, ver, is_compiled) in _dists(deps).items():
         if top in IN_IMAGE or top in seen:
             continue
