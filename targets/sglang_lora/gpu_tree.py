@@ -43,8 +43,8 @@ def _dists(deps: Path) -> dict:
 
 def _add_release(tar: tarfile.TarFile, version: str, seen: set, compiled: dict) -> None:
     site, deps = site_dirs(version)
-    for f in sorted((site / "sglang").rglob("*")):
-        if f.is_file() and f.suffix in (".py", ".json") and "__pycache__" not in f.parts:
+    for f in sorted([*(site / "sglang").rglob("*"), *site.glob("sglang-*.dist-info/METADATA")]):
+        if f.is_file() and f.suffix in (".py", ".json", "") and "__pycache__" not in f.parts:
             tar.add(f, arcname=f"sglang/{version}/{f.relative_to(site)}", recursive=False)
     if (site / "sglang/kernels/jit").is_dir():  # imported on CUDA, it looks for its C++ source folders (left out:
         for sub in ("include", "csrc"):        # no code the target drives compiles them): empty folders
