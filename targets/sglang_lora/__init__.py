@@ -80,7 +80,9 @@ def make_target():
         run=functools.partial(runner.run, api=a),
         faults=tuple(runner.FAULTS),
         fault_descriptions=dict(runner.FAULTS),
-        seeds=os.path.join(os.path.dirname(os.path.abspath(__file__)), "seeds"),  # the known bugs' minimal cases
+        # the known bugs' minimal cases, replayed first; FUZZRUNNER_SGLANG_SEEDS=0 leaves them out (from scratch)
+        seeds=None if os.environ.get("FUZZRUNNER_SGLANG_SEEDS") == "0" else
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "seeds"),
         features=features.features,
         feature_space=features.FEATURE_SPACE,
         details=tuple(describe_sglang()),

@@ -110,9 +110,12 @@ def test_cli_short_fault_free_campaign_finds_nothing(tmp_path):
 @pytest.mark.parametrize("fault", ["graph_seg_indptr_uninitialized", "csgmv_grid_frozen_at_capture",
                                    "capture_without_lora_batch"])
 def test_each_planted_fault_is_found_from_scratch_within_300_examples(tmp_path, fault):
-    r = _cli("fuzz", "--target", "sglang_lora", "--fault", fault, "--max-examples", "300", "--seed", "0", "--budget", "1800",
-             "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"))
+    r = _cli("fuzz", "--target", "sglang_lora", "--fault", fault, "--max-examples", "300", "--seed", "0",
+             "--budget", "1800", "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"),
+             env={"FUZZRUNNER_SGLANG_SEEDS": "0"})  # from scratch: not the seeds' minimal cases
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    [run] = json.loads((tmp_path / "r.json").read_text())["runs"]
+    assert run["replayed"] == [] and run["findings"], run["replayed"]
 
 
 @needs_sglang
