@@ -20,8 +20,9 @@ Re-implemented here from SGLang's source (it needs the engine around it):
   which the kernel wrappers turn into grids and scalar arguments. A replay prepares the real batch
   (``use_cuda_graph=True``, unpadded, as ``ForwardBatch.init_new`` does), then runs the graph of the
   smallest captured size that fits, over the padded rows, with the frozen values.
-* The overlap scheduler (``overlap``): SGLang's ``TpModelWorkerClient`` runs ``forward_batch_generation``
-  (batch preparation and the forward) on its own thread fed by a queue; the session does the same.
+* The overlap scheduler (``overlap``): batch preparation and the forward on a thread of their own fed by a queue,
+  as earlier SGLang's ``TpModelWorkerClient`` ran them (0.5.x launches the forward on a second CUDA stream from
+  the scheduler's thread instead: not modelled; docs/sglang.md).
 
 The float64 reference uses only each request's intended adapter (weights, rank, scaling), never
 SGLang's metadata.
@@ -320,7 +321,7 @@ def _set_host(info, host) -> None:
 
 
 class _ForwardThread:
-    """SGLang's ``TpModelWorkerClient``: the forward runs on a thread of its own, fed through a queue."""
+    """Earlier SGLang's ``TpModelWorkerClient``: the forward runs on a thread of its own, fed through a queue."""
 
     def __init__(self):
         self.jobs: queue.Queue = queue.Queue()
