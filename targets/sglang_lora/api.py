@@ -149,7 +149,7 @@ class API:
 
 def _version(tree: Path) -> str:
     for d in tree.glob("sglang-*.dist-info"):
-        return d.name.split("-")[1].removesuffix(".dist-info")
+        return d.name.removeprefix("sglang-").removesuffix(".dist-info")
     v = tree / "sglang" / "version.py"
     if v.exists():
         m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", v.read_text())
