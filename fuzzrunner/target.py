@@ -28,6 +28,7 @@ BUILTIN = {
     "reference_runner": "fuzzrunner.targets.reference_runner:TARGET",
     "lora_kernels": "fuzzrunner.targets.lora_kernels:TARGET",
     "vllm_lora": "fuzzrunner.targets.vllm_lora:TARGET",
+    "sglang_lora": "fuzzrunner.targets.sglang_lora:TARGET",
 }
 
 

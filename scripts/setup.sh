@@ -31,6 +31,12 @@ if [ -z "${FUZZRUNNER_SKIP_VLLM:-}" ]; then
     "FUZZRUNNER_SKIP_VLLM=1 skips it) ..." >&2
   bash scripts/vllm_setup.sh "$pinned" >&2 || echo "vllm_setup $pinned failed (above): the vllm_lora tests will skip" >&2
 fi
+# The pinned SGLang for the sglang_lora target's CI tests (docs/sglang.md): a 39 MB wheel and ~20 small packages,
+# ~20 s once, cached in .cache/sglang/. A failure is printed, never fatal: the sglang_lora tests then skip.
+if [ -z "${FUZZRUNNER_SKIP_SGLANG:-}" ]; then
+  spinned=$(.venv/bin/python -c 'import sys; sys.path.insert(0, "."); from targets.sglang_lora.site import PINNED; print(PINNED)')
+  bash scripts/sglang_setup.sh "$spinned" >&2 || echo "sglang_setup $spinned failed (above): the sglang_lora tests will skip" >&2
+fi
 # Opt-in (FUZZRUNNER_BROWSER_TESTS=1): the browser test of the HTML report needs playwright (~13 s
 # from the registry) and a chromium. Debian's chromium took 86 s to apt-get install here, more than
 # CI's spare minute, so CI leaves both out and the test skips with the reason (docs/report.md).

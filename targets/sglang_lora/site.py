@@ -1,0 +1,123 @@
+"""Where the SGLang under test comes from, and how its LoRA modules are imported without the engine.
+
+Order: ``FUZZRUNNER_SGLANG_SITE`` (a directory holding ``sglang/``, e.g. a tree carried to a GPU
+machine; its ``deps/`` sub-directory too, if any); else the tree ``scripts/sglang_setup.sh VERSION``
+made under ``.cache/sglang/VERSION/`` for ``FUZZRUNNER_SGLANG_VERSION`` (default ``PINNED``).
+
+SGLang's LoRA backends import, for type names and configuration only, modules that pull the whole
+engine (model configs, transformers, torchvision, the HTTP server). Four modules are replaced, each
+by a module holding exactly the names the LoRA code takes from it (``STUBS``, docs/sglang.md):
+
+* ``sglang`` itself: the package object, without running ``sglang/__init__.py`` (the front-end
+  language API and Hugging Face patches; no LoRA code lives there);
+* ``sglang.srt.model_executor.forward_batch_info``: ``ForwardMode`` and ``CaptureHiddenMode``
+  compiled from the release's own file (SGLang's code), ``ForwardBatch`` our plain record of the
+  fields the LoRA code reads (``batch.ForwardBatch``);
+* ``sglang.srt.utils.hf_transformers_utils``: ``AutoConfig`` (an annotation in ``lora/utils.py``);
+* ``sglang.srt.server_args``: ``ServerArgs`` (an annotation in the chunked backend; the target
+  passes its own record with ``max_lora_chunk_size``);
+* ``torchvision.io`` where no torchvision matching this torch is importable: ``decode_jpeg``, which
+  ``sglang.srt.utils.common`` of 0.5.10 - 0.5.20 imports at module level for image inputs.
+
+A stubbed name that the code under test calls raises ``StubCalled`` (a target error, never a
+silent wrong answer).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("FUZZRUNNER_SGLANG_CACHE") or ROOT / ".cache" / "sglang")
+PINNED = "0.5.23"  # what scripts/setup.sh sets up for CI
+STUBS = ("sglang", "sglang.srt.model_executor.forward_batch_info", "sglang.srt.utils.hf_transformers_utils",
+         "sglang.srt.server_args", "torchvision.io")
+
+
+class StubCalled(RuntimeError):
+    """SGLang's LoRA code used a name of a module the target replaces (site.STUBS) at run time."""
+
+
+def site_dirs(version: str) -> tuple[Path, Path]:
+    return CACHE / version / "site", CACHE / version / "deps"
+
+
+def wanted_version() -> str:
+    return os.environ.get("FUZZRUNNER_SGLANG_VERSION") or PINNED
+
+
+def candidate_paths() -> list[Path] | None:
+    """Directories to put on sys.path, or None when no SGLang tree is there."""
+    explicit = os.environ.get("FUZZRUNNER_SGLANG_SITE")
+    if explicit:
+        base = Path(explicit)
+        return [base] + ([base / "deps"] if (base / "deps").is_dir() else [])
+    site, deps = site_dirs(wanted_version())
+    if (site.parent / "ok").exists():
+        return [site, deps]
+    return None
+
+
+def _placeholder(module: str, name: str) -> type:
+    def refuse(*args, **kwargs):
+        raise StubCalled(f"{module}.{name} is a type name the target stubs (targets/sglang_lora/site.py); "
+                         f"this SGLang calls it at run time: drive it another way.")
+    return type(name, (), {"__new__": staticmethod(refuse), "__module__": module})
+
+
+def _module(name: str, **names) -> types.ModuleType:
+    m = types.ModuleType(name)
+    m.__dict__.update(names)
+    sys.modules[name] = m
+    return m
+
+
+def _forward_modes(tree: Path, module: types.ModuleType) -> None:
+    """``ForwardMode`` / ``CaptureHiddenMode`` as the release defines them: their class bodies, compiled
+    from the release's ``forward_batch_info.py`` (the rest of that file imports the whole engine)."""
+    src = (tree / "sglang/srt/model_executor/forward_batch_info.py").read_text(encoding="utf-8")
+    body = [n for n in ast.parse(src).body if isinstance(n, ast.ClassDef)
+            and n.name in ("ForwardMode", "CaptureHiddenMode")]
+    exec("from __future__ import annotations\nfrom enum import IntEnum, auto\n"
+         "from functools import total_ordering, lru_cache\n", module.__dict__)
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(tree / "sglang/srt/model_executor/forward_batch_info.py"),
+                 "exec"), module.__dict__)
+
+
+def install_stubs(tree: Path) -> None:
+    from .batch import ForwardBatch
+    pkg = _module("sglang")
+    pkg.__path__ = [str(tree / "sglang")]  # a package: its sub-modules import from the tree
+    fb = _module("sglang.srt.model_executor.forward_batch_info", ForwardBatch=ForwardBatch)
+    _forward_modes(tree, fb)
+    _module("sglang.srt.utils.hf_transformers_utils",
+            AutoConfig=_placeholder("sglang.srt.utils.hf_transformers_utils", "AutoConfig"))
+    _module("sglang.srt.server_args", ServerArgs=_placeholder("sglang.srt.server_args", "ServerArgs"),
+            get_global_server_args=_placeholder("sglang.srt.server_args", "get_global_server_args"))
+    try:
+        import torchvision.io  # noqa: F401
+    except Exception:  # absent, or built for another torch (its operators fail to register)
+        for k in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
+            del sys.modules[k]
+        tv = _module("torchvision")
+        tv.__path__ = []
+        tv.io = _module("torchvision.io", decode_jpeg=_placeholder("torchvision.io", "decode_jpeg"))
+
+
+def prepare_environment(device: str) -> None:
+    os.environ.setdefault("SGLANG_LOGGING_LEVEL", "ERROR")
+    if device == "cpu":
+        os.environ.setdefault("SGLANG_IS_IN_CI", "false")
+
+
+def activate(paths: list[Path]) -> None:
+    if "sglang" in sys.modules and not hasattr(sys.modules["sglang"], "__path__"):
+        raise RuntimeError("a module named sglang was imported before the tree under test")
+    for p in paths:
+        if str(p) not in sys.path:
+            sys.path.append(str(p))
+    install_stubs(paths[0])

@@ -1,0 +1,105 @@
+"""``scripts/sglang_sweep.sh``'s table: one row per (release, finding) from the campaigns' JSON reports.
+
+    python -m targets.sglang_lora.sweep OUT_DIR VERSION...   (reads OUT_DIR/VERSION.json, prints markdown)
+
+Each finding is put in a triage category from where its violations happened (docs/sglang.md):
+``#14177`` (the triton graph batch info's ``seg_indptr[0]`` read never written), ``#28371`` (a csgmv replay
+that drops adapters or reads the stale segment tail), ``padding`` (a replay's padded rows reading the previous
+batch's ``weight_indices``), ``n-mask`` (``sgemm_lora_b`` loading B and loading/storing the output without a
+column mask, past ``N`` when ``N < BLOCK_N``: whatever lies beyond is reported, out of bounds or a neighbouring
+tensor's unwritten or stale bytes; told by the source line the access is on, read from the release's tree),
+``target`` (an exception of the target's own code), else ``untriaged``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _ops(case: dict) -> str:
+    c = case["config"]
+    out = []
+    for op in case["ops"]:
+        k = op["op"]
+        if k in ("step", "replay"):
+            out.append(f"{k}{op['uids']}" + (f"({op.get('mode')})" if k == "step" else ""))
+        elif k == "capture":
+            out.append(f"capture({op['bs']})")
+        elif k == "unload":
+            out.append(f"unload({op['uid']})")
+        else:
+            out.append(k)
+    return f"{c['backend']} L={c['max_loras']}: " + " → ".join(out)
+
+
+def _source_line(location: str, version: str | None) -> str:
+    """The text of ``file:line`` (as a finding names it, a path suffix) in the release's set-up tree."""
+    if not version or ":" not in location:
+        return ""
+    from .site import site_dirs
+    path, _, line = location.rpartition(":")
+    tree = site_dirs(version)[0] / "sglang"
+    for f in tree.rglob(Path(path).name):
+        if str(f).endswith(path) and line.isdigit():
+            lines = f.read_text(encoding="utf-8").splitlines()
+            n = int(line)
+            return "\n".join(lines[n - 1:n + 2])  # the statement and its first arguments (tl.load(\n ptrs, ...)
+    return ""
+
+
+def category(f: dict, version: str | None = None) -> str:
+    sig = f["signature"]
+    vs = [f.get("violation") or {"kind": sig["kind"], "tensor": sig["tensor"]}] + f.get("others", [])
+    backend = f["case"]["config"].get("backend")
+    if sig["tool"] == "target":
+        return "target"
+    if sig.get("kernel") == "_sgemm_lora_b_kernel" and sig["kind"] in ("out-of-bounds", "uninitialized-read",
+                                                                      "stale-read"):
+        text = _source_line(sig.get("location", ""), version)
+        if "w_ptrs" in text or "output_ptr" in text:
+            return "n-mask"
+    tensors = {v.get("tensor", "") for v in vs}
+    if any(t.endswith("cuda_graph_batch_info.seg_indptr") for t in tensors) and \
+            any(v.get("kind") == "uninitialized-read" for v in vs):
+        return "#14177"
+    if backend == "csgmv" and any(t.startswith("replay.") or t.startswith("cuda_graph_batch_info.") for t in tensors):
+        return "#28371"
+    if backend == "triton" and any(v.get("kind") == "stale-read"
+                                   and v.get("tensor", "").startswith("cuda_graph_batch_info.weight_indices")
+                                   for v in vs):
+        return "padding"
+    return "untriaged"
+
+
+def rows(out: Path, versions: list[str]) -> list[str]:
+    lines = ["| SGLang | cases | finding (signature) | triage | first found after | minimal case |",
+             "|---|---|---|---|---|---|"]
+    for v in versions:
+        p = out / f"{v}.json"
+        if not p.exists():
+            lines.append(f"| {v} | — | no report (set-up or campaign failed: see {v}.log) | | | |")
+            continue
+        r = json.loads(p.read_text())
+        run = r["runs"][0] if r.get("runs") else {}
+        n = run.get("examples", r.get("summary", {}).get("examples", "?"))
+        found = run.get("findings", [])
+        if not found:
+            lines.append(f"| {v} | {n} | none | | | |")
+        for f in found:
+            s = f["signature"]
+            sig = f"{s['kind']} of `{s['tensor']}` in {s.get('kernel', '')} at {s.get('location', '')} [{s['tool']}]"
+            after = f.get("first_found_after_examples", "?")
+            lines.append(f"| {v} | {n} | {sig} | {category(f, v)} | {after} ex | {_ops(f['case'])} |")
+    return lines
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    print("\n".join(rows(Path(argv[0]), argv[1:])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
