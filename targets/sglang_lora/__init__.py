@@ -52,6 +52,8 @@ def load_api():
     except Exception as e:
         raise TargetUnavailable(f"SGLang failed to import ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                                 f"{INSTALL_HINT.format(v=site.wanted_version())}.") from None
+    finally:
+        site.drop_import_stubs()
     return _API[device]
 
 

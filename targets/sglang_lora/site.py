@@ -106,6 +106,20 @@ def install_stubs(tree: Path) -> None:
         tv = _module("torchvision")
         tv.__path__ = []
         tv.io = _module("torchvision.io", decode_jpeg=_placeholder("torchvision.io", "decode_jpeg"))
+        _IMPORT_ONLY.extend([tv, tv.io])
+
+
+# Stubs needed only while SGLang's modules import (they bind the names then): once imported, they leave
+# sys.modules, so that nothing else in the process takes them for the real package (vLLM's
+# importlib.util.find_spec("torchvision") raised "torchvision.__spec__ is None" on the stub).
+_IMPORT_ONLY: list[types.ModuleType] = []
+
+
+def drop_import_stubs() -> None:
+    for m in _IMPORT_ONLY:
+        if sys.modules.get(m.__name__) is m:
+            del sys.modules[m.__name__]
+    _IMPORT_ONLY.clear()
 
 
 def prepare_environment(device: str) -> None:

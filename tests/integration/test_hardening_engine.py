@@ -59,6 +59,14 @@ def test_a_campaign_whose_target_raises_keyboard_interrupt_goes_on_and_reports_i
     assert run["stop_reason"] != "interrupted" and run["generated"] >= 20
 
 
+def _as_from_a_terminal() -> None:
+    """The child's SIGINT as a terminal gives it (default, not blocked): a test process may have it ignored
+    or blocked (a pytest-xdist worker after other tests), and a child inherits both, so Python would
+    install no KeyboardInterrupt handler and the Ctrl-C below would never arrive."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_sleepy_campaign(tmp_path, *extra, sleep_s="60"):
     """``python -m fuzzrunner fuzz`` on SLEEPY; returns once a case runs in its worker."""
     started = tmp_path / "started"
@@ -67,7 +75,7 @@ def _start_sleepy_campaign(tmp_path, *extra, sleep_s="60"):
         proc = subprocess.Popen([sys.executable, "-m", "fuzzrunner", "fuzz", "--target", spec("SLEEPY"),
                                  "--seed", "1", "-q", "--corpus", str(tmp_path / "corpus"),
                                  "--report", str(tmp_path / "r.json"), *extra],
-                                env=env, stdout=out, stderr=subprocess.STDOUT)
+                                env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_as_from_a_terminal)
     deadline = time.monotonic() + 180
     while not started.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -84,6 +92,7 @@ def test_a_real_ctrl_c_still_stops_the_campaign_with_its_report(tmp_path):
         code = proc.wait(timeout=60)
     finally:
         proc.kill()
+        proc.wait()  # reaped here: never a ResourceWarning in a later test
     out = (tmp_path / "out.txt").read_text()
     assert code == 130, out
     run = report(tmp_path)

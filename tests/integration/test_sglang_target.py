@@ -64,6 +64,18 @@ def test_without_sglang_the_target_is_unavailable_and_says_how_to_set_it_up():
 
 
 @needs_sglang
+def test_loading_sglang_leaves_no_stub_that_another_engine_would_take_for_a_real_package():
+    """SGLang's import-only stubs (torchvision) leave sys.modules once it is loaded: vLLM's PunicaWrapperGPU,
+    loaded later in the same process, failed on find_spec("torchvision") ("__spec__ is None")."""
+    import importlib.util
+    _run(FAULT_FREE_OPS[:1])
+    for name in ("torchvision", "torchvision.io"):
+        module = sys.modules.get(name)
+        assert module is None or module.__spec__ is not None, name
+    importlib.util.find_spec("torchvision")  # raises on a stub
+
+
+@needs_sglang
 @pytest.mark.parametrize("backend,overlap", [("triton", False), ("csgmv", True)])
 def test_fault_free_ops_are_silent(backend, overlap):
     assert _run(FAULT_FREE_OPS, backend=backend, overlap=overlap) == []
