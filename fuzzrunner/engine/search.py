@@ -290,6 +290,10 @@ class Shard:
                 self._count(features, generating)
                 return
             violations = self.execute(case)
+        except BudgetSpent:  # stopped by the budget, not run: not counted (a run of only that tested nothing)
+            r.examples -= 1
+            r.generated -= generating
+            raise
         except InvalidCase:
             from hypothesis import reject
             if generating:

@@ -133,10 +133,13 @@ def test_a_case_running_when_the_budget_ends_is_stopped_and_is_not_a_timeout_fin
         code = proc.wait(timeout=150)  # a hang guard only: without a hard budget it waits out the 600 s timeout
     finally:
         proc.kill()
+        proc.wait()
     out = (tmp_path / "out.txt").read_text()
     run = report(tmp_path)
-    assert code == 0, out
+    # the one case was stopped, not run: the campaign tested nothing, and never passes on that (exit 2)
+    assert code == 2, out
     assert run["stop_reason"] == "budget" and run["findings"] == [] and run["budget_cut_cases"] == 1, out
+    assert run["generated"] == 0 and any("only 0 valid case(s) ran" in e for e in run["errors"]), run["errors"]
     assert any("budget ran out during a case" in w for w in run["warnings"]), run["warnings"]
     assert time.monotonic() - started < 600
 
