@@ -22,6 +22,11 @@ class NewerSchema(InvalidCase):
     """A file written by a newer fuzzrunner: not broken, so never quarantined (a teammate's corpus)."""
 
 
+class UnregisteredKind(NewerSchema):
+    """A finding whose violation kind this process has not registered (a plug-in's, or a newer release's):
+    not broken, so never quarantined; the message says what is missing."""
+
+
 class SkippedFile(InvalidCase):
     """Not a regular file (a FIFO, a device, a folder), a symlink loop, or too big: never read, never
     quarantined, left where it is (fuzzrunner.safe_io)."""

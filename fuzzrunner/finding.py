@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from . import names
 from .case import Case, parse_json
-from .errors import InvalidCase, NewerSchema
+from .errors import InvalidCase, NewerSchema, UnregisteredKind
 from .safe_io import read_text
 from .signature import Signature
 from .violation import Violation, cause_lines, window_lines
@@ -215,6 +215,7 @@ class Finding:
         if not isinstance(d.get("schema", 0), int) or d.get("schema", 0) > FINDING_SCHEMA:
             raise NewerSchema(f"{source}: finding schema {d.get('schema')!r} is newer than this fuzzrunner "
                               f"understands ({FINDING_SCHEMA}); upgrade fuzzrunner.")
+        _check_kinds(d, source)
         try:
             v = Violation.from_dict(d["violation"])
             return cls(v.signature, Case.from_dict(d["case"], source=source), v,
@@ -246,6 +247,17 @@ class Finding:
         if not access or any(v.signature.matches(self.id) for v in violations):
             return []
         return [v for v in violations if v.signature.access_id == access]
+
+
+def _check_kinds(d: dict, source: str) -> None:
+    """``UnregisteredKind`` for a kind this process does not know: left in place, with what is missing."""
+    seen = [d.get("violation"), *(d.get("others") or [])]
+    for v in seen:
+        kind = v.get("kind") if isinstance(v, dict) else None
+        if isinstance(kind, str) and kind not in names.KINDS:
+            raise UnregisteredKind(f"{source}: violation kind {kind!r} is not registered in this fuzzrunner (a "
+                                   f"plug-in's, or a newer release's): register it (names.register_kind) or "
+                                   f"upgrade; the file is left where it is.")
 
 
 def is_finding_dict(data) -> bool:

@@ -201,3 +201,32 @@ def test_an_older_finding_without_access_id_is_matched_by_its_access_at_a_rename
     out_of_bounds = _v("out-of-bounds", "buf", 0, 0)
     assert finding.reproduced_by([other_tensor, out_of_bounds]) == []
     assert finding.moved([renamed, finding.violation]) == []  # its own site still shows: not moved
+
+
+def test_a_finding_of_an_unregistered_kind_is_left_in_place_saying_what_is_missing(tmp_path):
+    """New-user trial: a plug-in's finding was quarantined as 'not a fuzzrunner finding' by the next campaign."""
+    import json
+
+    from fuzzrunner.case import Case
+    from fuzzrunner.corpus import Corpus
+    from fuzzrunner.errors import NewerSchema
+    from fuzzrunner.finding import Finding
+    from fuzzrunner.violation import Violation
+    v = Violation("shadow", "uninitialized-read", "k", "a.py:1", "t", "read", {"op_index": 0})
+    case = Case("reference_runner", {"max_loras": 1, "capture_sizes": [1]},
+                ({"op": "dummy_run", "num_tokens": 1, "kind": "warmup"},))
+    corpus = Corpus(tmp_path)
+    path = corpus.save_finding("reference_runner", Finding(v.signature, case, v, []))
+    data = json.loads(path.read_text())
+    data["violation"]["kind"] = "racy-read"
+    path.write_text(json.dumps(data))
+    bad = []
+    assert corpus.entries("reference_runner", on_bad=lambda p, moved, e: bad.append((moved, e))) == []
+    [(moved, error)] = bad
+    assert moved is None and path.exists() and isinstance(error, NewerSchema)
+    assert "violation kind 'racy-read' is not registered" in str(error)
+    data["violation"]["kind"] = 7  # a broken file is still quarantined
+    path.write_text(json.dumps(data))
+    bad.clear()
+    corpus.entries("reference_runner", on_bad=lambda p, moved, e: bad.append((moved, e)))
+    assert bad[0][0] is not None and not path.exists()
