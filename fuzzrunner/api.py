@@ -26,6 +26,9 @@ def fuzz(target: str | Target = "reference_runner", *, settings: Settings | None
     ``ray="local"|"auto"|"ray://host:port"`` runs its ``workers`` shards as Ray actors, sharing the
     example database at ``db="redis://..."`` or, without it, the one the driver serves."""
     spec = target if isinstance(target, str) else spec_of(target)
+    if settings is not None and not isinstance(settings, Settings):
+        raise InvalidArgument(f"fuzz(settings=...) takes a fuzzrunner.Settings, not {type(settings).__name__}: "
+                              f"Settings(**fields), or pass the fields as keywords.")
     if settings is not None and profile is not None:
         raise InvalidArgument(f"fuzz(settings=..., profile={profile!r}): pass one of the two (a profile is a "
                               f"ready-made Settings: fuzzrunner.settings.profile(name)).")

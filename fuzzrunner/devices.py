@@ -36,8 +36,10 @@ def resolve(requested: str | None, *, sanitizer: str = "none", on_cluster: bool 
         return requested or _env.device_type()
     if not _env.cuda_present():
         need = asked_as or (f"compute-sanitizer --tool {sanitizer}" if sanitizer != "none" else "device 'cuda'")
-        raise DeviceUnavailable(f"{need} needs a CUDA GPU and none is visible here; on the CPU drop it: the "
-                                f"shadow oracle checks the same reads in Triton's interpreter.")
+        reads = sanitizer in ("none", "initcheck", "memcheck")
+        instead = ("the shadow oracle checks the same reads in Triton's interpreter" if reads
+                   else "nothing on the CPU checks what it checks (races and barriers inside a launch)")
+        raise DeviceUnavailable(f"{need} needs a CUDA GPU and none is visible here; on the CPU drop it: {instead}.")
     if sanitizer != "none":
         from .sanitizer.locate import find_sanitizer
         find_sanitizer()

@@ -22,6 +22,8 @@ def test_a_gpu_that_is_not_here_is_a_device_error_naming_what_asked_for_it():
         devices.resolve("cuda")
     with pytest.raises(DeviceUnavailable, match="compute-sanitizer --tool memcheck needs a CUDA GPU"):
         devices.resolve(None, sanitizer="memcheck")
+    with pytest.raises(DeviceUnavailable, match="nothing on the CPU checks what it checks"):
+        devices.resolve(None, sanitizer="racecheck")
     assert issubclass(DeviceUnavailable, InvalidArgument)  # the CLI's exit 2, as every bad argument
 
 
@@ -36,3 +38,5 @@ def test_use_is_undone_by_restore():
 def test_fuzz_takes_a_settings_or_a_profile_never_both():
     with pytest.raises(InvalidArgument, match="pass one of the two"):
         fuzz("reference_runner", settings=Settings(), profile="ci")
+    with pytest.raises(InvalidArgument, match="takes a fuzzrunner.Settings, not dict"):
+        fuzz("reference_runner", settings={"max_examples": 5})
