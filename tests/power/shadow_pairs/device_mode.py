@@ -44,8 +44,12 @@ CPU_CAUSES = DEVICE_CAUSES + ("custom-op", "style-vllm-v2", "compiled", "indexed
 def run(program, bug: bool, device: str):
     """(violations, crash traceback or None) of one program under the device mode on ``device``."""
     oracle = GpuShadowOracle(device)
-    old = torch.get_default_device()
-    torch.set_default_device(device)
+    # The programs' tensors on ``device``. set_default_device leaves a global device mode behind even when
+    # "restored" to the CPU (it then changed later tests: numpy reads of tracked tensors went unseen), so
+    # it is set only off the CPU, and undone with None.
+    moved = device != "cpu"
+    if moved:
+        torch.set_default_device(device)
     oracle.start()
     crash = None
     try:
@@ -56,7 +60,8 @@ def run(program, bug: bool, device: str):
         crash = traceback.format_exc()
     finally:
         vs = oracle.finish()
-        torch.set_default_device(old)
+        if moved:
+            torch.set_default_device(None)
     return vs, crash
 
 
