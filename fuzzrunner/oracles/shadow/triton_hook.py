@@ -174,15 +174,16 @@ class _Args:
             self.kwargs[name] = value
 
 
-def _flatten(bound: dict):
-    """(name, tensor) for tensor arguments, including those inside tuples (``name[i]``)."""
+def _flatten(bound: dict, descriptor=lambda d: d.base):
+    """(name, tensor) for tensor arguments, including those inside tuples (``name[i]``); a host
+    TensorDescriptor gives ``descriptor(it)`` (its base tensor by default)."""
     for k, v in bound.items():
         if hasattr(v, "data_ptr") and hasattr(v, "untyped_storage"):
             yield k, v
         elif isinstance(v, (tuple, list)):
-            yield from _flatten({f"{k}[{i}]": x for i, x in enumerate(v)})
+            yield from _flatten({f"{k}[{i}]": x for i, x in enumerate(v)}, descriptor)
         elif hasattr(v, "base") and hasattr(v.base, "data_ptr"):  # a host TensorDescriptor
-            yield k, v.base
+            yield k, descriptor(v)
 
 
 def live_storages(addrs: np.ndarray):

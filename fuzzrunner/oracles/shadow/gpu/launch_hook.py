@@ -8,6 +8,8 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
+from ..triton_hook import _flatten
+
 
 def _classes() -> list:
     from triton.runtime.jit import JITFunction
@@ -30,17 +32,7 @@ def tensor_args(kernel, args, kwargs) -> list:
         bound = inspect.signature(python_function(kernel)).bind_partial(*args, **known).arguments
     except TypeError:
         bound = {}
-    return list(_flatten(bound))
-
-
-def _flatten(bound: dict):
-    for k, v in bound.items():
-        if hasattr(v, "data_ptr") and hasattr(v, "untyped_storage"):
-            yield k, v
-        elif isinstance(v, (tuple, list)):
-            yield from _flatten({f"{k}[{i}]": x for i, x in enumerate(v)})
-        elif hasattr(v, "base") and hasattr(v.base, "data_ptr"):
-            yield k, _Descriptor()
+    return list(_flatten(bound, lambda d: _Descriptor()))
 
 
 class _Descriptor:
