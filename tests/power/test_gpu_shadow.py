@@ -6,7 +6,7 @@ import os
 
 import pytest
 import torch
-from shadow_pairs import PAIRS
+from shadow_pairs import GPU_PAIRS, PAIRS
 from shadow_pairs.device_mode import CPU_CAUSES, DEVICE_CAUSES, NOT_ON_DEVICE, verdict
 
 from fuzzrunner import Case, _env, replay
@@ -14,7 +14,7 @@ from fuzzrunner.finding import primary
 from fuzzrunner.oracles.shadow import shadow_oracle
 from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
 
-CHECKED = [p for p in PAIRS if p.cause in DEVICE_CAUSES and p.name not in NOT_ON_DEVICE]
+CHECKED = [p for p in PAIRS + GPU_PAIRS if p.cause in DEVICE_CAUSES and p.name not in NOT_ON_DEVICE]
 CHECKED_ON_CPU = [p for p in PAIRS if p.cause in CPU_CAUSES and p.name not in NOT_ON_DEVICE]
 MEMORY_FAULTS = {  # fault: ops, and the CPU oracle's report (tests/power/test_oracles_catch_faults.py)
     "dummy_run_skips_mapping": ([{"op": "dummy_run", "num_tokens": 1, "kind": "warmup"}],
@@ -76,3 +76,83 @@ def test_device_mode_finds_the_memory_faults_on_the_cpu(fault):
 def test_device_mode_finds_the_memory_faults_on_the_gpu(fault):
     assert torch.cuda.is_available()
     _faults_found("cuda", fault)
+
+
+# Replays of real CUDA graphs (the dummy-run bug class): what the CPU oracle reports for the replay ops of
+# these cases (its graphs are emulated: the body re-runs), the device mode must report from the replays.
+ADD = {"op": "add_adapter", "adapter_id": 1, "rank": 4}
+GRAPH_FAULTS = {  # fault: ops, the CPU oracle's reports in the replay ops (kind, tensor, kernel, line, op)
+    "stale_after_all_no_lora": (
+        [ADD, {"op": "capture", "size": 4},
+         {"op": "replay", "requests": [{"adapter_id": 1, "tokens": [1, 2, 3]}]},
+         {"op": "replay", "requests": [{"adapter_id": 0, "tokens": [1, 2, 3]}]}],
+        {("stale-read", "token_meta.token_lora_mapping", "_lora_bgmv_kernel", "fuzzrunner/kernels/lora_bgmv.py:28",
+          3)}),
+    "padding_not_mapped": (
+        [{"op": "capture", "size": 4}, {"op": "replay", "requests": [{"adapter_id": 0, "tokens": [1, 2, 3]}]}],
+        {("stale-read", "embeddings_indices", "aten.add.Tensor", "fuzzrunner/runner/punica.py:103", 1),
+         ("stale-read", "token_meta.token_lora_mapping", "_lora_bgmv_kernel", "fuzzrunner/kernels/lora_bgmv.py:28",
+          1)}),
+}
+
+
+def _graph_fault(device: str, fault: str) -> None:
+    ops, want = GRAPH_FAULTS[fault]
+    first_replay = next(i for i, op in enumerate(ops) if op["op"] == "replay")
+    vs = replay(Case("reference_runner", CFG, ops, [fault]), oracles=["shadow"], device=device)
+    got = {(v.kind, v.tensor, v.kernel, v.location, v.details.get("op_index")) for v in vs
+           if v.details.get("op_index", -1) >= first_replay}
+    assert got == want, vs
+    assert replay(Case("reference_runner", CFG, ops), oracles=["shadow"], device=device) == []
+
+
+@pytest.mark.skipif(not _env.interpreted(), reason="the CPU half (Triton's interpreter)")
+def test_device_mode_reports_what_a_replayed_graph_reads_on_the_cpu(monkeypatch):
+    monkeypatch.setenv("FUZZRUNNER_SHADOW", "device")
+    _graph_fault("cpu", "padding_not_mapped")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fault", sorted(GRAPH_FAULTS))
+def test_device_mode_reports_what_a_replayed_cuda_graph_reads(fault, monkeypatch):
+    """Kernels and torch ops captured in a real ``torch.cuda.CUDAGraph`` are checked at every replay,
+    against the replaying op's epoch: their reports name that op."""
+    assert torch.cuda.is_available()
+    monkeypatch.setenv("FUZZRUNNER_SHADOW", "device")
+    _graph_fault("cuda", fault)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bug", [True, False])
+def test_a_captured_torch_read_and_kernel_read_are_checked_at_each_replay(bug):
+    import triton
+    import triton.language as tl
+
+    from fuzzrunner import track
+
+    @triton.jit
+    def _copy(src, dst, N: tl.constexpr):
+        i = tl.arange(0, N)
+        tl.store(dst + i, tl.load(src + i))
+
+    o = GpuShadowOracle("cuda")
+    o.start()
+    try:
+        o.begin_op(0, {"op": "capture"})
+        m = track(torch.zeros(8, device="cuda"), "m", per_step=True)
+        y, z = torch.empty(8, device="cuda"), torch.empty(8, device="cuda")
+        _copy[(1,)](m, z, N=8)  # compiles outside the capture
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            torch.add(m, 1, out=y)
+            _copy[(1,)](m, z, N=8)
+        for op in (1, 2):
+            o.begin_op(op, {"op": "replay"})
+            if op == 1 or not bug:
+                m.fill_(float(op))
+            g.replay()
+        o.end_op()
+    finally:
+        vs = o.finish()
+    got = sorted((v.kind, v.tensor, v.kernel, v.details.get("op_index")) for v in vs)
+    assert got == ([("stale-read", "m", "_copy", 2), ("stale-read", "m", "aten.add.out", 2)] if bug else [])

@@ -166,3 +166,43 @@ def test_a_pointer_array_target_is_followed_and_an_untracked_one_is_named_never_
     if bug:
         want = [("tool-limitation", -1, ()), ("uninitialized-read", 0, (2,)), ("uninitialized-read", 1, (2,))]
     assert got == want
+
+
+@triton.jit
+def _records(ring, launch, B: tl.constexpr):
+    from fuzzrunner.oracles.shadow.gpu.device_checks import _sh_record
+    i = tl.arange(0, B).to(tl.int64)
+    # lane 0: out of bounds (no region: row -1, an address as element); lane 1: stale, written in epoch 7;
+    # lane 2: never written (epoch -1); lane 3: fine (not recorded)
+    kind = tl.where(i == 0, 3, tl.where(i == 1, 2, tl.where(i == 2, 1, 0))).to(tl.int64)
+    reg = tl.where(i == 0, -1, i + 40)
+    elem = tl.where(i == 0, 0x7F0012345678, i * 1000)
+    wep = tl.where(i == 1, 7, -1).to(tl.int64)  # int64, as _sh_check passes it
+    _sh_record(kind, reg, elem, wep, ring, launch, 2, 745, 32)
+
+
+def test_a_ring_entry_unpacks_to_what_the_kernel_recorded():
+    """The packed ring words (device_checks._sh_record) read back as they were written, the negative
+    ones too: no region (-1), never written (-1)."""
+    from fuzzrunner.oracles.shadow.gpu import device_checks as dc
+    ring = torch.zeros(1 + 32 * dc.WORDS, dtype=torch.int64)
+    _records[(3, 1, 2)](ring, 123456, B=4)
+    n = int(ring[0])
+    got = sorted(dc.unpack(w) for w in ring[1:1 + n * dc.WORDS].view(n, dc.WORDS).tolist())
+    want = sorted([k, 2, r, e, p0, 0, p2, 745, w, 123456]
+                  for p0 in range(3) for p2 in range(2)
+                  for k, r, e, w in ((3, -1, 0x7F0012345678, -1), (2, 41, 1000, 7), (1, 42, 2000, -1)))
+    assert n == len(want) and got == want
+
+
+def test_a_ring_entry_of_an_unknown_launch_is_named_never_dropped_silently():
+    """Launch records live for the case, so an entry naming no launch is the oracle's own fault: the
+    case says reports may be missing (a tool-limitation), rather than passing in silence."""
+    from fuzzrunner.oracles.shadow.gpu import device_checks as dc
+    o = GpuShadowOracle("cpu")
+    o.start()
+    o.begin_op(0, {"op": "step"})
+    o._kernel_entries([[dc.STALE, 0, 0, 3, 0, 0, 0, 10, 1, 999]])
+    vs = o.finish()
+    assert [(v.kind, v.kernel) for v in vs] == [("tool-limitation", "<gpu shadow>")]
+    assert "launch 999" in vs[0].message and "may be missing" in vs[0].message

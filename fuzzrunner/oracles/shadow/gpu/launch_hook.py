@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 
@@ -26,13 +27,19 @@ def tensor_args(kernel, args, kwargs) -> list:
     """(name, tensor) of every tensor argument, inside tuples too; a host TensorDescriptor is
     returned as (name, descriptor) so the caller can refuse it."""
     from .instrument import python_function
-    params = inspect.signature(python_function(kernel)).parameters
-    known = {k: v for k, v in kwargs.items() if k in params}
+    sig = _signature(python_function(kernel))
+    known = {k: v for k, v in kwargs.items() if k in sig.parameters}
     try:
-        bound = inspect.signature(python_function(kernel)).bind_partial(*args, **known).arguments
+        bound = sig.bind_partial(*args, **known).arguments
     except TypeError:
         bound = {}
     return list(_flatten(bound, lambda d: _Descriptor()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature(fn) -> inspect.Signature:
+    """A kernel's signature, computed once (it is read at every launch)."""
+    return inspect.signature(fn)
 
 
 class _Descriptor:

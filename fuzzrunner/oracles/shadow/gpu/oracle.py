@@ -27,7 +27,7 @@ from . import device_checks as dc
 from .instrument import INSTRUMENTER, NotInstrumentable, python_function
 from .launch_hook import LaunchHook
 from .regions import CAP, DeviceShadow, Region
-from .torch_mode import LOG_ROWS, DeviceTorchMode
+from .torch_mode import GRAPH_ROWS, LOG_ROWS, DeviceTorchMode
 from .views import byte_span
 
 _KINDS = {dc.UNINIT: "uninitialized-read", dc.STALE: "stale-read", dc.OOB: "out-of-bounds"}
@@ -46,6 +46,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self.log: torch.Tensor | None = None   # device rows of torch-side checks
         self.shadow: DeviceShadow = None  # type: ignore[assignment]
         self._rows: list = []                 # per log row: what it checked
+        self._graph_rows: list = []           # per graph row (captured checks, for the case): what it checks
         self._tls = threading.local()
         self._mode: DeviceTorchMode | None = None
         self._compiled = CompiledRegions()
@@ -68,7 +69,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     # -- protocol -------------------------------------------------------------------------
     def start(self) -> None:
         self.shadow = DeviceShadow(self.device)
-        self.log = torch.zeros((LOG_ROWS, 4), dtype=torch.int64, device=self.device)
+        self.log = torch.zeros((LOG_ROWS + GRAPH_ROWS, 4), dtype=torch.int64, device=self.device)
         self._watch = tracking.watch(self)  # type: ignore[assignment]
         self._watch.__enter__()  # type: ignore[attr-defined]
         self._hook = LaunchHook(self._launch, self.pause, self._unchecked_launch)
@@ -165,6 +166,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         """A region inside ``outer`` sharing its shadow elements (a view of its shadow): its own name
         and per-step flag, the same epochs."""
         a, b = (lo - outer.start) // outer.itemsize, (hi - outer.start) // outer.itemsize
+        self.shadow.changed()
         for r in self.shadow.regions:
             if r.start == lo and r.end == hi:
                 r.per_step = r.per_step or per_step
@@ -198,14 +200,33 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
 
     # -- torch-side log -------------------------------------------------------------------
     def log_read(self, func, region: Region, t: torch.Tensor, exact: bool, where: tuple) -> int | None:
+        """A log row for one torch-side read check (None: the log is full). Inside a CUDA-graph capture
+        the row is one of the graph rows, kept for the case: the captured check writes it at every
+        replay (adding to what it holds), and every read-back reads and empties it."""
+        view = (t.shape, t.stride(), t.storage_offset(), t.untyped_storage().data_ptr(), t.element_size())
+        desc = ("read", str(func), region, view if exact else None, source_location(*where))
+        if torch.cuda.is_available() and t.is_cuda and torch.cuda.is_current_stream_capturing():
+            if len(self._graph_rows) >= GRAPH_ROWS:
+                return None
+            self._graph_rows.append(desc)
+            return LOG_ROWS + len(self._graph_rows) - 1
         if len(self._rows) >= LOG_ROWS:
             return None
-        view = (t.shape, t.stride(), t.storage_offset(), t.untyped_storage().data_ptr(), t.element_size())
-        self._rows.append(("read", str(func), region, view if exact else None, source_location(*where)))
+        self._rows.append(desc)
         return len(self._rows) - 1
 
+    def check_read(self, row: int, epochs: torch.Tensor, elems: torch.Tensor | None, per_step: bool) -> None:
+        """Queue the check of a torch op's read of ``epochs`` (int32, contiguous) into log row ``row``;
+        ``elems``: the element number of each epoch (else its position)."""
+        dc.check_epochs[(1,)](epochs, epochs if elems is None else elems, epochs.numel(), self.shadow.cell,
+                              self.log[row], PER_STEP=per_step, HAS_ELEM=elems is not None,  # type: ignore[index]
+                              ACCUM=row >= LOG_ROWS, BLOCK=1024)
+
     def log_cancel(self, row: int) -> None:
-        self._rows[row] = ("cancelled",)
+        if row >= LOG_ROWS:
+            self._graph_rows[row - LOG_ROWS] = ("cancelled",)
+        else:
+            self._rows[row] = ("cancelled",)
 
     def log_oob(self, func, src: torch.Tensor, bad: torch.Tensor, ix: torch.Tensor, n: int, where: tuple) -> None:
         if len(self._rows) >= LOG_ROWS:
@@ -255,12 +276,17 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         if self.shadow is None:
             return
         rows, self._rows = self._rows, []
-        logged = self.log[:len(rows)].tolist() if rows else []  # type: ignore[index]
-        count, entries = self.shadow.read_ring()
-        for desc, values in zip(rows, logged):
+        graph = len(self._graph_rows)
+        ring, log = self.shadow.ring, self.log
+        assert log is not None
+        host = torch.cat([ring, log[:len(rows)].reshape(-1), log[LOG_ROWS:LOG_ROWS + graph].reshape(-1)]).cpu()  # sync
+        entries = self.shadow.ring_entries(host[:ring.numel()])
+        logged = host[ring.numel():].view(-1, 4).tolist()
+        if graph and any(values[1] for values in logged[len(rows):]):
+            log[LOG_ROWS:LOG_ROWS + graph].zero_()  # replays add to them
+        for desc, values in zip(rows + self._graph_rows, logged):
             self._torch_row(desc, values)
         self._kernel_entries(entries)
-        self.shadow.launches.clear()
 
     def _torch_row(self, desc, values) -> None:
         kind_code, count, where, wep = values
@@ -293,7 +319,9 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._adopt(entries)
         for kind, access, reg, elem, p0, p1, p2, line, wep, launch in entries:
             rec = launches.get(launch)
-            if rec is None:
+            if rec is None:  # every launch's record lives for the case: this is the oracle's own fault
+                self.unchecked.setdefault("<gpu shadow>", f"a ring entry named launch {launch}, which it never made: "
+                                          f"bad reads of this case may be missing (a fuzzrunner bug: please report it)")
                 continue
             loc = source_location(self._kernel_file(rec), line)
             details = {"program_id": [p0, p1, p2], "access": ("read", "write", "read")[access]}

@@ -3,9 +3,12 @@
 A *region* is a tracked byte range ``[start, end)`` with an element size; its shadow is an int32
 device tensor with one epoch per element (``NEVER`` = never written), allocated on the region's
 device. Per launch, the host writes a small table (the launch id, then one row per region: start,
-end, shadow offset from the arena base, itemsize, flags) and copies it to the device from pinned
-memory without waiting (a CUDA graph capturing the launch keeps the pinned rows alive). Bad lanes
-come back through the ring (``device_checks.py``), read once per op.
+end, shadow offset from the arena base, log2 of the itemsize, flags) and copies it to the device
+from pinned memory without waiting. A table depends only on the launch's argument storages and the
+regions, so it is made once per (kernel, argument storages, regions version) and reused: a step that
+launches the same kernels on the same buffers copies nothing. Tables and their launch records live
+for the case (a CUDA graph capturing a launch replays its table, and its ring entries name it).
+Bad lanes come back through the ring (``device_checks.py``), read once per op.
 """
 
 from __future__ import annotations
@@ -59,6 +62,13 @@ class Launch:
     keep: list = field(default_factory=list)
 
 
+def _log2(itemsize: int) -> int:
+    """The shift that turns a byte offset into an element number (torch's item sizes are powers of two)."""
+    if itemsize <= 0 or itemsize & (itemsize - 1):
+        raise ValueError(f"an item size of {itemsize} bytes is not a power of two")
+    return itemsize.bit_length() - 1
+
+
 class DeviceShadow:
     """Regions on one device, the arena base, the ring and the epoch cell."""
 
@@ -66,11 +76,12 @@ class DeviceShadow:
         self.device = torch.device(device)
         self.regions: list[Region] = []
         self.arena = torch.zeros(1, dtype=torch.int32, device=self.device)   # base of shadow offsets
-        self.ring = torch.zeros(1 + CAP * dc.FIELDS, dtype=torch.int64, device=self.device)
+        self.ring = torch.zeros(1 + CAP * dc.WORDS, dtype=torch.int64, device=self.device)
         self.cell = torch.zeros(1, dtype=torch.int64, device=self.device)
         self.epoch = 0
-        self.launches: dict[int, Launch] = {}
-        self.tables: list[torch.Tensor] = []
+        self.launches: dict[int, Launch] = {}   # launch id -> record, for the case (graphs replay them)
+        self._tables: dict[tuple, tuple] = {}   # (kernel, argument spans, version) -> (table, nreg, id, record)
+        self.version = 0                        # bumped by every change of the regions or their flags
         self._next = 0
         self._pool_at = 0  # the pinned pool's slots are never reused within a case (graphs replay them)
 
@@ -110,6 +121,7 @@ class DeviceShadow:
             shape: tuple, auto: bool = False) -> Region:
         """Track ``[start, start+nbytes)``; an overlapping record (freed memory reused) is dropped,
         except one of exactly these bytes, whose epochs are kept (re-tracking is harmless)."""
+        self.changed()
         old = [r for r in self.overlapping(start, nbytes)]
         same = next((r for r in old if r.start == start and r.nbytes == nbytes and r.itemsize == itemsize), None)
         for r in old:
@@ -131,29 +143,39 @@ class DeviceShadow:
     def remove(self, region: Region) -> None:
         if region in self.regions:
             self.regions.remove(region)
+            self.changed()
+
+    def changed(self) -> None:
+        """The regions or a region's flags changed: launch tables made before are not reused."""
+        self.version += 1
 
     # -- launches ----------------------------------------------------------------------
     def table(self, args: list[tuple[str, torch.Tensor]], kernel: str, path: str, op_index: int):
         """(device table, rows allocated, launch id, record): the argument storages as written memory
         first, then the tracked regions inside them (they win), and, when an argument could be a
         pointer array (int64), every other tracked region too (what its pointers may reach)."""
-        rows: list[tuple] = []
-        regions: list[Region | None] = []
-        base = self.arena.data_ptr()
         spans = []
         for name, t in args:
             st = t.untyped_storage()
-            spans.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
-            rows.append((st.data_ptr(), st.data_ptr() + st.nbytes(), 0, 1, 0))
-            regions.append(Region(st.data_ptr(), st.nbytes(), f"{kernel}:{name}", False, t.element_size(),
-                                  (st.nbytes() // max(t.element_size(), 1),), None, auto=True))
-        pointers = any(t.dtype in (torch.int64, torch.uint64) for _, t in args)
+            spans.append((name, st.data_ptr(), st.nbytes(), t.element_size(), t.dtype in (torch.int64, torch.uint64)))
+        key = (kernel, path, tuple(spans), self.version)
+        hit = self._tables.get(key)
+        if hit is not None:
+            return hit
+        rows: list[tuple] = []
+        regions: list[Region | None] = []
+        base = self.arena.data_ptr()
+        for name, ptr, nbytes, item, _ in spans:
+            rows.append((ptr, ptr + nbytes, 0, 0, 0))
+            regions.append(Region(ptr, nbytes, f"{kernel}:{name}", False, item, (nbytes // max(item, 1),), None,
+                                  auto=True))
+        pointers = any(s[4] for s in spans)
         for r in self.regions:
-            if not pointers and not any(lo < r.end and r.start < hi for lo, hi in spans):
+            if not pointers and not any(ptr < r.end and r.start < ptr + nbytes for _, ptr, nbytes, _, _ in spans):
                 continue
             off = (r.shadow.data_ptr() - base) // 4 if r.shadow is not None else 0
             flags = (dc.PER_STEP if r.per_step else 0) | (dc.SHADOWED if r.shadow is not None else 0)
-            rows.append((r.start, r.end, off, r.itemsize, flags))
+            rows.append((r.start, r.end, off, _log2(r.itemsize), flags))
             regions.append(r)
         nreg = 4
         while nreg < len(rows):
@@ -165,21 +187,19 @@ class DeviceShadow:
         host[0], host[1] = launch, len(rows)
         if rows:
             host[dc.ROW:dc.ROW * (1 + len(rows))] = torch.tensor(rows, dtype=torch.int64, device="cpu").reshape(-1)
-        host[dc.ROW * (1 + len(rows)) + 3::dc.ROW] = 1  # padding rows: itemsize 1 (never matched)
         table = torch.empty_like(host, device=self.device)
         table.copy_(host, non_blocking=True)  # a CUDA graph capturing the launch replays this copy
-        self.tables.append(table)  # alive for the case: a captured launch reads it at every replay
-        rec = Launch(kernel, path, regions, op_index, keep=[host])
+        rec = Launch(kernel, path, regions, op_index, keep=[host, table])
         self.launches[launch] = rec
-        return table, nreg, launch, rec
+        self._tables[key] = (table, nreg, launch, rec)
+        return self._tables[key]
 
-    def read_ring(self) -> tuple[int, list[list[int]]]:
-        """(bad lanes counted, entries kept): one copy to the host, then the ring is emptied."""
-        host = self.ring.cpu()  # the op's one synchronisation
+    def ring_entries(self, host: torch.Tensor) -> list[list[int]]:
+        """The entries kept in ``host`` (the ring, read back with the op's one synchronisation); the
+        device ring is emptied for the next op when it held any."""
         count = int(host[0])
         if not count:
-            return 0, []
+            return []
         self.ring[0:1].zero_()
         n = min(count, CAP)
-        entries = host[1:1 + n * dc.FIELDS].view(n, dc.FIELDS).tolist()
-        return count, entries
+        return [dc.unpack(w) for w in host[1:1 + n * dc.WORDS].view(n, dc.WORDS).tolist()]

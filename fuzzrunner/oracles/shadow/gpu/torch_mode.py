@@ -5,7 +5,9 @@ the indexed reads (``embedding``, ``index``, ``index_select``, ``gather``) read 
 elements, found by running the same op on the source's shadow, and the indexed writes
 (``index_put_``, ``masked_fill_``) stamp only what they write, the same way. A read is checked by
 one small kernel (``device_checks.check_epochs``) that writes a row of a device log; nothing is
-read back before the end of the op. Out-of-range indices are counted on the device, logged, and
+read back before the end of the op. Inside a CUDA-graph capture the checks are captured too, each
+with a row of its own that every replay adds to (``GRAPH_ROWS``), so a replay's reads are checked
+against the epoch of the op that replays it. Out-of-range indices are counted on the device, logged, and
 redirected to 0 before the op runs (a device-side assert would end the process), as the CPU
 oracle redirects them. Never-written elements a read saw are set to 0 after the check, so what
 follows is the same on every run.
@@ -34,7 +36,8 @@ _SCATTERS = {"index_put", "_index_put_impl", "_unsafe_index_put", "index_copy", 
              "masked_scatter", "scatter", "put", "select_scatter", "slice_scatter", "diagonal_scatter"}
 _ACCUMULATE = {"index_add", "scatter_add", "scatter_reduce", "index_reduce"}
 _INDEX_ARGS = {"index", "indices", "mask", "dim", "start", "end", "step", "offset", "dim1", "dim2"}
-LOG_ROWS = 4096
+LOG_ROWS = 4096    # torch-side read checks per op
+GRAPH_ROWS = 1024  # torch-side read checks captured in CUDA graphs, per case
 
 
 def _capturing(t: torch.Tensor) -> bool:
@@ -113,17 +116,15 @@ class DeviceTorchMode(TorchDispatchMode):
     # -- reads -----------------------------------------------------------------------------
     def _read(self, func, t: torch.Tensor) -> None:
         o = self.oracle
-        if _capturing(t):
-            return  # a read inside a CUDA-graph capture: its log row would be rewritten at each replay
+        captured = _capturing(t)  # checked at every replay: what the host knows at capture does not hold then
         for r, sh, exact in shadow_parts(t, o.regions_of(t), write=False):
-            if r.clean(o.epoch):
+            if r.clean(o.epoch) and not captured:
                 continue
             row = o.log_read(func, r, t, exact, caller_line(3))
             if row is None:
                 return
             flat = sh.reshape(-1) if sh.is_contiguous() else sh.contiguous().reshape(-1)
-            dc.check_epochs[(1,)](flat, flat, flat.numel(), o.shadow.cell, o.log[row], PER_STEP=r.per_step,
-                                  HAS_ELEM=False, BLOCK=1024)
+            o.check_read(row, flat, None, r.per_step)
             if r.maybe_never and exact and 0 not in t.stride():  # it saw garbage: make what follows deterministic
                 t.masked_fill_(sh == dc.NEVER, 0)
 
@@ -131,12 +132,12 @@ class DeviceTorchMode(TorchDispatchMode):
         """``embedding(W, idx)`` reads the rows ``idx`` of ``W``: the same op on ``W``'s shadow (and on
         its element numbers, to name the element) gives exactly the epochs read."""
         o = self.oracle
-        if _capturing(src):
-            return
+        captured = _capturing(src)
         for r, sh, exact in shadow_parts(src, o.regions_of(src), write=False):
-            if r.clean(o.epoch) or not exact:
-                if not exact and not r.clean(o.epoch):
-                    self._read(func, src)
+            if r.clean(o.epoch) and not captured:
+                continue
+            if not exact:
+                self._read(func, src)
                 continue
             row = o.log_read(func, r, src, False, caller_line(3))
             if row is None:
@@ -150,8 +151,7 @@ class DeviceTorchMode(TorchDispatchMode):
                 o.log_cancel(row)
                 self._read(func, src)
                 continue
-            dc.check_epochs[(1,)](epochs, elems, epochs.numel(), o.shadow.cell, o.log[row], PER_STEP=r.per_step,
-                                  HAS_ELEM=True, BLOCK=1024)
+            o.check_read(row, epochs, elems, r.per_step)
 
     def _rows_written(self, t: torch.Tensor, rows: torch.Tensor) -> None:
         o = self.oracle
@@ -171,10 +171,9 @@ class DeviceTorchMode(TorchDispatchMode):
         """A read of ``t``'s elements where the condition picks it: the others pass (the current epoch)."""
         o = self.oracle
         cond, shape, side = pick
-        if _capturing(t):
-            return
+        captured = _capturing(t)
         for r, sh, exact in shadow_parts(t, o.regions_of(t), write=False):
-            if r.clean(o.epoch):
+            if r.clean(o.epoch) and not captured:
                 continue
             if not exact or sh.shape != shape:
                 self._read(func, t)
@@ -184,16 +183,14 @@ class DeviceTorchMode(TorchDispatchMode):
             row = o.log_read(func, r, t, True, caller_line(3))
             if row is None:
                 return
-            dc.check_epochs[(1,)](seen, seen, seen.numel(), o.shadow.cell, o.log[row], PER_STEP=r.per_step,
-                                  HAS_ELEM=False, BLOCK=1024)
+            o.check_read(row, seen, None, r.per_step)
 
     def _scatter_read(self, func, args, kwargs) -> None:
         """A functional indexed write (``index_put``, ``scatter``) reads ``self`` except what it overwrites."""
         o = self.oracle
-        if _capturing(args[0]):
-            return
+        captured = _capturing(args[0])
         for r, sh, exact in shadow_parts(args[0], o.regions_of(args[0]), write=False):
-            if r.clean(o.epoch) or not exact:
+            if (r.clean(o.epoch) and not captured) or not exact:
                 continue
             try:
                 after = func(*self._on_shadow(func, args, kwargs, sh)).contiguous().reshape(-1)
@@ -202,8 +199,7 @@ class DeviceTorchMode(TorchDispatchMode):
             row = o.log_read(func, r, args[0], True, caller_line(3))
             if row is None:
                 return
-            dc.check_epochs[(1,)](after, after, after.numel(), o.shadow.cell, o.log[row], PER_STEP=r.per_step,
-                                  HAS_ELEM=False, BLOCK=1024)
+            o.check_read(row, after, None, r.per_step)
 
     def _on_shadow(self, func, args, kwargs, sh: torch.Tensor) -> list:
         """The op's arguments with ``self`` replaced by its shadow and every value by the epoch."""
@@ -254,7 +250,7 @@ class DeviceTorchMode(TorchDispatchMode):
                 except (RuntimeError, IndexError, TypeError):
                     pass  # the model failed: the whole view counts as written (a possible miss)
             sh.copy_(o.shadow.epoch_like(sh.shape))
-            if covers(t, r):
+            if covers(t, r) and not _capturing(t):  # a captured write happens at the replays, not now
                 r.fully_at, r.maybe_never = o.epoch, False
 
     def _accumulating_put(self, func, name: str, args, kwargs: dict, r, sh) -> None:
@@ -262,14 +258,13 @@ class DeviceTorchMode(TorchDispatchMode):
         if name not in ("index_put_", "_index_put_impl_", "put_"):
             return
         acc = kwargs.get("accumulate", args[3] if len(args) > 3 else False)  # (self, index, values, accumulate)
-        if not acc or r.clean(self.oracle.epoch) or _capturing(sh):
+        if not acc or (r.clean(self.oracle.epoch) and not _capturing(sh)):
             return
         picked = (sh.take(args[1]) if name == "put_" else aten.index.Tensor(sh, list(args[1]))).contiguous()
         o = self.oracle
         row = o.log_read(func, r, sh, False, caller_line(4))
         if row is not None:
-            dc.check_epochs[(1,)](picked, picked, picked.numel(), o.shadow.cell, o.log[row],
-                                  PER_STEP=r.per_step, HAS_ELEM=False, BLOCK=1024)
+            o.check_read(row, picked, None, r.per_step)
 
     def _accumulated(self, func, args, r, sh, include_self: bool = True) -> None:
         """``index_add_``/``scatter_add_``/``*_reduce_``: the elements they add into are read, then written."""
@@ -280,12 +275,11 @@ class DeviceTorchMode(TorchDispatchMode):
             marked.index_fill_(args[1], args[2], 1)
         else:
             marked.scatter_(args[1], args[2], 1)
-        if include_self and not r.clean(o.epoch) and not _capturing(sh):  # without self: an overwrite
+        if include_self and (not r.clean(o.epoch) or _capturing(sh)):  # without self: an overwrite
             picked = sh[marked.bool()].contiguous()
             row = o.log_read(func, r, sh, False, caller_line(4))
             if row is not None:
-                dc.check_epochs[(1,)](picked, picked, picked.numel(), o.shadow.cell, o.log[row],
-                                      PER_STEP=r.per_step, HAS_ELEM=False, BLOCK=1024)
+                o.check_read(row, picked, None, r.per_step)
         sh.masked_scatter_(marked.bool(), o.shadow.epoch_like(sh.shape))
 
     # -- allocations -----------------------------------------------------------------------
