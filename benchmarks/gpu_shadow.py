@@ -4,13 +4,18 @@ Rows, each timed interleaved with its plain twin in this one process:
   * kernels: one LoRA layer step (shrink + expand + bgmv launches and their torch ops, as the reference
     runner issues them) per size, plain vs under the device shadow (instrumented twins, device
     dispatch mode, one read-back per step): median ms per step and the ratio;
-  * gather: a load-heavy kernel (an index load and a row load per token) with per-step buffers;
+  * gather: a load-heavy kernel (an index load and a row load per token) with per-step buffers, at
+    65536 tokens (launch-bound) and 2^20 tokens (device-bound: the instrumented kernel's own cost);
   * cases: generated reference_runner cases replayed on cuda with no oracle vs ``--oracle shadow``
     (the device mode): ms per case (median) and cases/s, the ratio; and the CPU shadow oracle
     (Triton's interpreter, FUZZRUNNER_DEVICE=cpu, in a subprocess on this host's CPUs) on the first
-    ``--cpu-cases`` of the same cases: cases/s, for the GPU/CPU throughput ratio.
+    ``--cpu-cases`` of the same cases: cases/s, for the GPU/CPU throughput ratio;
+  * campaigns (``--campaigns W``): `fuzzrunner fuzz --target reference_runner` campaigns with W workers
+    and the same budget and seed on this one host: on cuda with the default oracles, on cuda with
+    ``--oracle shadow`` (the device mode), and on the CPU with ``--oracle shadow`` (the interpreter);
+    cases/s of each. A short shadow campaign first fills the Triton cache (as a nightly machine's is).
 Usage: PYTHONPATH=. python benchmarks/gpu_shadow.py [--reps 20] [--cases 100] [--cpu-cases 20] [--seed 7]
-       [--rows small,gather] [--skip-cases]
+       [--rows small,gather] [--skip-cases] [--campaigns W --campaign-budget S]
 """
 
 from __future__ import annotations
@@ -82,7 +87,7 @@ def _step(size, torch):
     return step
 
 
-def _gather(torch, T=65536, rows=4096, W=64):
+def _gather(torch, T=65536, rows=4096, W=64):  # noqa: N803
     import triton
     import triton.language as tl
 
@@ -144,6 +149,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--rows", default="", help="comma-separated row name prefixes (default: all)")
     ap.add_argument("--skip-cases", action="store_true", help="kernel rows only")
+    ap.add_argument("--campaigns", type=int, default=0, metavar="W", help="also run campaigns with W workers")
+    ap.add_argument("--campaign-budget", type=int, default=60)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also profile the host side of N shadow replays (cProfile, top functions)")
     args = ap.parse_args()
     os.environ.setdefault("FUZZRUNNER_DEVICE", "cuda")
     from fuzzrunner import _env
@@ -153,12 +162,14 @@ def main() -> None:
     assert torch.cuda.is_available(), "a GPU benchmark"
     print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}", flush=True)
 
+    # M, K, R, L, N per slice (lora_bgmv holds all of K and N in one block: at most 256; a larger R
+    # needs more shared memory than an H200 has for the reference runner's launch configuration)
     sizes = {"small 4,32,8,2,3": (4, 32, 8, 2, (32, 16, 16)), "medium 16,64,16,4,3": (16, 64, 16, 4, (64, 32, 32)),
-             "large 64,128,64,8,3": (64, 128, 64, 8, (128, 64, 64)),
-             "vllm-like 256,4096,16,4,3": (256, 4096, 16, 4, (4096, 1024, 1024))}
+             "wide 64,256,16,4,3": (64, 256, 16, 4, (256, 128, 128))}
     print(f"{'row':28} {'plain ms':>9} {'shadow ms':>10} {'ratio':>6}")
     rows = [(name, (lambda s=s: _step(s, torch))) for name, s in sizes.items()]
     rows.append(("gather/per_step 65536x64", lambda: _gather(torch)))
+    rows.append(("gather/per_step 2^20x64", lambda: _gather(torch, T=1 << 20)))
     for name, make in rows:
         if args.rows and not any(name.startswith(r) for r in args.rows.split(",")):
             continue
@@ -174,9 +185,57 @@ def main() -> None:
         p, s = statistics.median(plain) * 1e3, statistics.median(shadow) * 1e3
         print(f"{name:28} {p:9.3f} {s:10.3f} {s / p:6.2f}   ({time.perf_counter() - t0:.0f} s with compiles)",
               flush=True)
-    if args.skip_cases:
-        return
+    if not args.skip_cases:
+        _case_rows(args, torch)
+    if args.campaigns:
+        _campaign_rows(args.campaigns, args.campaign_budget, args.seed)
 
+
+def _campaign(device: str, oracle: str | None, workers: int, budget: int, seed: int) -> dict:
+    import tempfile
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "r.json")
+        cmd = [sys.executable, "-m", "fuzzrunner", "fuzz", "--target", "reference_runner", "--device", device,
+               "--workers", str(workers), "--seed", str(seed), "--max-examples", "100000", "--budget", str(budget),
+               "--no-shrink", "--corpus", os.path.join(tmp, "c"), "-q", "--report", report]
+        cmd += ["--oracle", oracle] if oracle else []
+        env = {k: v for k, v in os.environ.items() if k not in ("FUZZRUNNER_DEVICE", "FUZZRUNNER_SHADOW")}
+        p = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=dict(env, PYTHONPATH=root))
+        try:
+            run = json.load(open(report))["runs"][0]
+        except (OSError, ValueError, KeyError, IndexError):
+            return {"error": f"exit {p.returncode}: {p.stderr.strip()[-300:]}"}
+    line = run.get("timeline") or [[0.0, 0, 0]]
+    half = next((p for p in line if p[0] >= run["duration_s"] / 2), line[-1])
+    end = line[-1]
+    steady = (end[1] - half[1]) / (end[0] - half[0]) if end[0] > half[0] else 0.0
+    return {"examples": run["examples"], "s": run["duration_s"], "findings": len(run["findings"]), "steady": steady}
+
+
+def _campaign_rows(workers: int, budget: int, seed: int) -> None:
+    print(f"\ncampaigns: reference_runner, {workers} workers, {budget} s budget, seed {seed}, {os.cpu_count()} CPUs",
+          flush=True)
+    warm = _campaign("cuda", "shadow", workers, max(30, budget // 2), seed + 1)  # fills the Triton cache
+    print(f"(warm-up shadow campaign on cuda: {warm})", flush=True)
+    print(f"{'campaign':34} {'cases':>7} {'s':>7} {'cases/s':>8} {'2nd half':>9} {'findings':>9}")
+    rates, steady = {}, {}
+    for label, device, oracle in (("cuda, default oracles", "cuda", None), ("cuda, --oracle shadow (device)", "cuda",
+                                  "shadow"), ("cpu, --oracle shadow (interpreter)", "cpu", "shadow")):
+        r = _campaign(device, oracle, workers, budget, seed)
+        if "error" in r:
+            print(f"{label:34} failed: {r['error']}", flush=True)
+            continue
+        rates[label], steady[label] = r["examples"] / r["s"], r["steady"]
+        print(f"{label:34} {r['examples']:7} {r['s']:7.1f} {rates[label]:8.2f} {r['steady']:9.2f} {r['findings']:9}",
+              flush=True)
+    g, c = "cuda, --oracle shadow (device)", "cpu, --oracle shadow (interpreter)"
+    if rates.get(g) and rates.get(c):
+        print(f"GPU shadow campaign / CPU shadow campaign, cases/s: {rates[g] / rates[c]:.1f}x over the whole "
+              f"campaign, {steady[g] / max(steady[c], 1e-9):.1f}x over its second half (kernels compiled)", flush=True)
+
+
+def _case_rows(args, torch) -> None:
     from fuzzrunner import replay
     cases = _cases(args.cases, args.seed)
     os.environ["FUZZRUNNER_SHADOW"] = "device"
@@ -204,6 +263,17 @@ def main() -> None:
     print(f"{'shadow, CPU (interpreter)':28} {1e3 / rate:9.2f} {rate:9.1f}   on the first {n} cases, in a "
           f"subprocess on this host's CPUs")
     print(f"GPU shadow cases/s / CPU shadow cases/s: {rs / rate:.1f}x", flush=True)
+    if args.profile:
+        import cProfile
+        import pstats
+        prof = cProfile.Profile()
+        prof.enable()
+        for c in cases[:args.profile]:
+            replay(c, oracles=["shadow"], device="cuda")
+        prof.disable()
+        print(f"\nhost profile of {args.profile} shadow replays (tottime):", flush=True)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,6 @@ from . import (  # noqa: F401  (they register)
     tracking_api,
     triton_pairs,
 )
-from .harness import PAIRS, Pair, run, verdict
+from .harness import GPU_PAIRS, PAIRS, Pair, run, verdict
 
-__all__ = ["PAIRS", "Pair", "run", "verdict"]
+__all__ = ["GPU_PAIRS", "PAIRS", "Pair", "run", "verdict"]

@@ -15,7 +15,7 @@ import torch
 
 from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
 
-from . import PAIRS, harness
+from . import GPU_PAIRS, PAIRS, harness
 
 # Pairs whose CPU verdict the device mode does not reproduce, by design or not yet (docs/shadow.md,
 # "On the GPU": what it cannot see). Every other pair of DEVICE_CAUSES must be exact.
@@ -80,7 +80,8 @@ def main(argv: list[str]) -> None:
     table: dict = collections.defaultdict(collections.Counter)
     same = 0
     skipped = 0
-    for p in PAIRS:
+    pairs = PAIRS + (GPU_PAIRS if device == "cuda" else [])
+    for p in pairs:
         if device == "cuda" and p.cause in HOST_ONLY:
             skipped += 1
             continue
@@ -91,7 +92,7 @@ def main(argv: list[str]) -> None:
         if verbose and v != "exact":
             print(f"{v:7} {p.cause:14} {p.name}: {why.strip().splitlines()[-1][:200] if why else ''}", flush=True)
     cols = ("exact", "missed", "wrong", "noisy", "crash")
-    print(f"device mode on {device}; verdicts equal to the CPU oracle's: {same}/{len(PAIRS) - skipped} "
+    print(f"device mode on {device}; verdicts equal to the CPU oracle's: {same}/{len(pairs) - skipped} "
           f"({skipped} pairs of {', '.join(HOST_ONLY)} not run on cuda)")
     print(f"{'cause':22} {'pairs':>5} " + " ".join(f"{c:>6}" for c in cols))
     total: collections.Counter = collections.Counter()

@@ -20,6 +20,7 @@ from fuzzrunner.oracles.base import source_location
 from fuzzrunner.oracles.shadow import ShadowOracle
 
 PAIRS: list[Pair] = []
+GPU_PAIRS: list[Pair] = []  # pairs that need a GPU driver (Triton's autotuner): run by the device mode on cuda
 
 
 @dataclass
@@ -53,11 +54,12 @@ class Pair:
         return (self.kind, tensor, self.marked_line("# BAD"))
 
 
-def pair(cause: str, kind: str, tensor: str, *, views: bool = False):
-    """Decorator: register ``program(ctx, bug)`` as a pair (``views``: run with out-of-view checks)."""
+def pair(cause: str, kind: str, tensor: str, *, views: bool = False, gpu_only: bool = False):
+    """Decorator: register ``program(ctx, bug)`` as a pair (``views``: run with out-of-view checks;
+    ``gpu_only``: it needs a GPU driver, so it goes to ``GPU_PAIRS``, run by the device mode on cuda)."""
     def register(fn):
         fn.check_views = views
-        PAIRS.append(Pair(fn.__name__, cause, fn, kind, tensor, views))
+        (GPU_PAIRS if gpu_only else PAIRS).append(Pair(fn.__name__, cause, fn, kind, tensor, views))
         return fn
     return register
 

@@ -65,6 +65,15 @@ def _lookup_kernel(slots, table, out, n, BLOCK: tl.constexpr, W: tl.constexpr):
     tl.store(out + i[:, None] * W + w[None, :], row, mask=(i < n)[:, None])
 
 
+@triton.autotune(configs=[triton.Config({"BLOCK": 4}), triton.Config({"BLOCK": 8}, num_warps=2)], key=["n"])
+@triton.heuristics({"EVEN": lambda a: a["n"] % a["BLOCK"] == 0})
+@triton.jit
+def _autotuned_gather(slots, table, out, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    s = tl.load(slots + i, mask=i < n, other=0)  # BAD:autotuned_kernel_reads_stale_slots
+    tl.store(out + i, tl.load(table + s, mask=i < n), mask=i < n)
+
+
 @pair("triton", U, "{alloc}")
 def kernel_reads_unwritten_tail(ctx, bug):
     buf = torch.empty(8)  # ALLOC
@@ -238,3 +247,20 @@ def base_pointer_with_explicit_adapter_stride(ctx, bug):
     stacked = track(torch.randn(3, 4), "lora_b_stacked")  # 3 adapters, 4 outputs each
     out = torch.zeros(4)
     _base_pointer_kernel[(1,)](stacked[0], out, 3 if bug else 2, stacked.stride(0), K=4)
+
+
+@pair("triton", S, "token_slots", gpu_only=True)
+def autotuned_kernel_reads_stale_slots(ctx, bug):
+    """An autotuned (and heuristics-wrapped) kernel: every configuration the autotuner launches is
+    checked, and the report names the kernel, not the wrapper. GPU only: the autotuner times its
+    configurations through a GPU driver ("0 active drivers" under the interpreter with none)."""
+    slots = track(torch.empty(8, dtype=torch.int32), "token_slots", per_step=True, initialized=False)
+    table = track(torch.arange(4, dtype=torch.float32), "table")
+    out = torch.zeros(8)
+    slots[:] = 1
+    _autotuned_gather[lambda meta: (triton.cdiv(6, meta["BLOCK"]),)](slots, table, out, 6)  # tunes: all fresh
+    ctx.step()
+    slots[:5] = 2
+    if not bug:
+        slots[5:6] = 3
+    _autotuned_gather[lambda meta: (triton.cdiv(6, meta["BLOCK"]),)](slots, table, out, 6)
