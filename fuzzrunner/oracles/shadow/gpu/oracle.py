@@ -47,6 +47,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self.shadow: DeviceShadow = None  # type: ignore[assignment]
         self._rows: list = []                 # per log row: what it checked
         self._graph_rows: list = []           # per graph row (captured checks, for the case): what it checks
+        self._oob: list = []                  # this op's index bounds checks: (what, out-of-range mask, indices)
         self._tls = threading.local()
         self._mode: DeviceTorchMode | None = None
         self._compiled = CompiledRegions()
@@ -139,6 +140,14 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         st = t.untyped_storage()
         return bool(self.shadow.overlapping(st.data_ptr(), st.nbytes()))
 
+    def any_tracked(self, tensors: list) -> bool:
+        """Whether any of ``tensors`` shares storage with a tracked region."""
+        if not tensors:
+            return False
+        self._purge()
+        return any(self.shadow.overlapping(st.data_ptr(), st.nbytes())
+                   for st in (t.untyped_storage() for t in tensors))
+
     def regions_of(self, t: torch.Tensor) -> list[Region]:
         lo, hi = byte_span(t)
         return self.shadow.overlapping(lo, hi - lo)
@@ -184,13 +193,13 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             for _r, sh, _ in shadow_parts(tensor, self.regions_of(tensor), write=True):
                 sh.copy_(torch.where(sh != dc.NEVER, self.shadow.epoch_like(sh.shape), sh))
 
-    def allocated(self, t: torch.Tensor, uninitialized: bool, where: tuple) -> None:
+    def allocated(self, t: torch.Tensor, uninitialized: bool, where: tuple | None) -> None:
         """A result in fresh storage: tracked as never written if made by the ``empty`` family, else its
         memory is new (a record there is of freed memory)."""
         st = t.untyped_storage()
         self._purge()
         if uninitialized and self.auto_track_empty:
-            name = f"torch.empty@{source_location(*where)}"
+            name = f"torch.empty@{source_location(*(where or ('?', 0)))}"
             self.shadow.add(st.data_ptr(), st.nbytes(), name, per_step=False, initialized=False,
                             itemsize=t.element_size(), shape=tuple(t.shape), auto=True)
             self._on_death(st)
@@ -204,7 +213,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         the row is one of the graph rows, kept for the case: the captured check writes it at every
         replay (adding to what it holds), and every read-back reads and empties it."""
         view = (t.shape, t.stride(), t.storage_offset(), t.untyped_storage().data_ptr(), t.element_size())
-        desc = ("read", str(func), region, view if exact else None, source_location(*where))
+        desc = ("read", str(func), region, view if exact else None, where)  # the line is formatted if reported
         if torch.cuda.is_available() and t.is_cuda and torch.cuda.is_current_stream_capturing():
             if len(self._graph_rows) >= GRAPH_ROWS:
                 return None
@@ -229,15 +238,13 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             self._rows[row] = ("cancelled",)
 
     def log_oob(self, func, src: torch.Tensor, bad: torch.Tensor, ix: torch.Tensor, n: int, where: tuple) -> None:
-        if len(self._rows) >= LOG_ROWS:
+        """An indexing op's out-of-range entries (``bad``): counted at the read-back, in its one copy to
+        the host; where and which only for an op that had one."""
+        if len(self._oob) >= LOG_ROWS:
             return
         regions = self.regions_of(src) if has_memory(src) and src.numel() else []
         name = regions[-1].name if regions else f"<{tuple(src.shape)} tensor>"
-        row = len(self._rows)
-        self._rows.append(("oob", str(func), name, n, source_location(*where)))
-        flat = bad.reshape(-1)
-        first = flat.to(torch.int8).argmax()
-        torch.stack([flat.sum(), flat.sum(), first, ix.reshape(-1)[first].to(torch.int64)], out=self.log[row])  # type: ignore[index]
+        self._oob.append((("oob", str(func), name, n, where), bad.reshape(-1), ix.reshape(-1)))
 
     # -- Triton launches ------------------------------------------------------------------
     def _launch(self, kernel, args: list):
@@ -277,15 +284,23 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             return
         rows, self._rows = self._rows, []
         graph = len(self._graph_rows)
+        oob, self._oob = self._oob, []
         ring, log = self.shadow.ring, self.log
         assert log is not None
-        host = torch.cat([ring, log[:len(rows)].reshape(-1), log[LOG_ROWS:LOG_ROWS + graph].reshape(-1)]).cpu()  # sync
+        parts = [ring, log[:len(rows)].reshape(-1), log[LOG_ROWS:LOG_ROWS + graph].reshape(-1)]
+        if oob:
+            parts.append(torch.stack([bad.sum() for _, bad, _ in oob]))
+        host = torch.cat(parts).cpu()  # the op's one synchronisation
         entries = self.shadow.ring_entries(host[:ring.numel()])
-        logged = host[ring.numel():].view(-1, 4).tolist()
+        logged = host[ring.numel():host.numel() - len(oob)].view(-1, 4).tolist()
         if graph and any(values[1] for values in logged[len(rows):]):
             log[LOG_ROWS:LOG_ROWS + graph].zero_()  # replays add to them
         for desc, values in zip(rows + self._graph_rows, logged):
             self._torch_row(desc, values)
+        for (desc, bad, ix), count in zip(oob, host[host.numel() - len(oob):].tolist() if oob else []):
+            if count:  # rare: this op indexed out of range; which entry, and its value
+                first = int(bad.to(torch.int8).argmax())
+                self._torch_row(desc, [count, count, first, int(ix[first])])
         self._kernel_entries(entries)
 
     def _torch_row(self, desc, values) -> None:
@@ -293,13 +308,15 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         if desc[0] == "cancelled" or not count:
             return
         if desc[0] == "oob":
-            _, func, name, n, loc = desc
+            _, func, name, n, site = desc
+            loc = source_location(*site)
             self._add(Violation("shadow", "out-of-bounds", func, loc, name,
                                 f"{func} indexed row {wep} of {name} (size {n} along the indexed dim); {count} such "
                                 f"index(es); redirected to row 0 so the case could go on",
                                 {"index": wep, "rows": n, "op_index": self.op_index, "op": self.op_name}), count)
             return
-        _, func, region, view, loc = desc
+        _, func, region, view, site = desc
+        loc = source_location(*site)
         elem = where if view is None else self._view_element(region, view, where)
         self._bad(_KINDS[kind_code], region, elem, wep, func, loc, {"torch_op": func}, count)
 

@@ -37,9 +37,10 @@ class Region:
     fully_at: int | None = None      # epoch of a write that covered every element (host knowledge, no sync)
     maybe_never: bool = True         # some element may still be never written
 
-    @property
-    def end(self) -> int:
-        return self.start + self.nbytes
+    end: int = field(init=False)     # start + nbytes (read at every lookup: a field, not a property)
+
+    def __post_init__(self) -> None:
+        self.end = self.start + self.nbytes
 
     def allocation(self) -> Allocation:
         """The CPU oracle's record of the same bytes, for its report words (``report.describe``)."""
@@ -78,6 +79,7 @@ class DeviceShadow:
         self.arena = torch.zeros(1, dtype=torch.int32, device=self.device)   # base of shadow offsets
         self.ring = torch.zeros(1 + CAP * dc.WORDS, dtype=torch.int64, device=self.device)
         self.cell = torch.zeros(1, dtype=torch.int64, device=self.device)
+        self.cell32 = torch.zeros(1, dtype=torch.int32, device=self.device)  # the same epoch, as shadows hold it
         self.epoch = 0
         self.launches: dict[int, Launch] = {}   # launch id -> record, for the case (graphs replay them)
         self._tables: dict[tuple, tuple] = {}   # (kernel, argument spans, version) -> (table, nreg, id, record)
@@ -103,11 +105,12 @@ class DeviceShadow:
     def epoch_like(self, shape) -> torch.Tensor:
         """The current epoch as an int32 tensor of ``shape``, read from the device cell: a write stamped
         inside a CUDA graph stamps the epoch of the op that replays it, not of the capture."""
-        return self.cell[0].to(torch.int32).expand(shape)
+        return self.cell32[0].expand(shape)  # a view: no kernel
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         self.cell.fill_(epoch)  # stream-ordered: kernels queued before see the old epoch
+        self.cell32.fill_(epoch)
 
     # -- regions -----------------------------------------------------------------------
     def overlapping(self, start: int, nbytes: int) -> list[Region]:

@@ -40,6 +40,17 @@ LOG_ROWS = 4096    # torch-side read checks per op
 GRAPH_ROWS = 1024  # torch-side read checks captured in CUDA graphs, per case
 
 
+def _flat(args, kwargs) -> list:
+    """The tensors among an op's arguments (``torch_effects.leaves`` of both, faster for flat ones)."""
+    out = []
+    for v in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple, dict)):
+            out.extend(fx.leaves(v))
+    return out
+
+
 def _capturing(t: torch.Tensor) -> bool:
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
@@ -73,8 +84,8 @@ class DeviceTorchMode(TorchDispatchMode):
                 pass
             finally:
                 _pop_mode()
-        tensors = [t for t in fx.leaves((args, kwargs)) if fx.has_memory(t) and t.device.type == o.device.type]
-        if not any(o.tracked(t) for t in tensors) or func in fx.STORAGE_OPS:
+        tensors = [t for t in _flat(args, kwargs) if fx.has_memory(t) and t.device.type == o.device.type]
+        if not o.any_tracked(tensors) or func in fx.STORAGE_OPS:
             if tensors and func.namespace == "aten":  # an index out of range would end the process
                 args = self._bounds(func, func._schema.name.split("::")[-1], args)
             out = func(*args, **kwargs)
@@ -286,7 +297,12 @@ class DeviceTorchMode(TorchDispatchMode):
     def _allocations(self, func, args, kwargs, out) -> None:
         if getattr(func, "is_view", False):
             return
-        inputs = {t.untyped_storage().data_ptr() for t in fx.leaves((args, kwargs)) if fx.has_memory(t)}
-        for t in fx._tensors(out):
-            if fx.has_memory(t) and t.untyped_storage().data_ptr() not in inputs:
-                self.oracle.allocated(t, func in fx.EMPTY_OPS, caller_line(4))
+        results = [t for t in fx._tensors(out) if fx.has_memory(t)]
+        if not results:
+            return
+        inputs = {t.untyped_storage().data_ptr() for t in _flat(args, kwargs) if fx.has_memory(t)}
+        empty = func in fx.EMPTY_OPS
+        where = caller_line(4) if empty else None  # named only for what the ``empty`` family made
+        for t in results:
+            if t.untyped_storage().data_ptr() not in inputs:
+                self.oracle.allocated(t, empty, where)

@@ -1,0 +1,94 @@
+"""Host cost per torch op of the shadow oracles' torch dispatch: no oracle, the CPU oracle, and the
+device mode (fuzzrunner/oracles/shadow/gpu/), on CPU tensors, in this one run, interleaved.
+
+On a GPU, a reference_runner case issues about 1,200 torch ops, and the device mode's per-case cost is
+mostly this Python per op (an H200 profile: 7,043 dispatches took 0.66 s of 0.9 s in 6 cases), so this
+row is what bounds the device mode's per-case ratio there. Rows, each a loop of small ops among
+``--tracked`` tracked tensors (typical of a case: about 24 regions):
+  * untracked: ``a + 1`` and ``torch.mul`` on untracked tensors (a fresh result each);
+  * index: ``index_select`` of an untracked tensor (its indices are bounds-checked, as on a GPU);
+  * tracked write: ``add_`` on a tracked tensor (its shadow is stamped);
+  * tracked read: ``sum`` of a per-step tracked tensor written in this op (its read is checked).
+Usage: PYTHONPATH=. python benchmarks/shadow_dispatch.py [--ops 2000] [--reps 5] [--tracked 24]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("FUZZRUNNER_DEVICE", "cpu")
+
+
+def _rows(torch, tracking, n_tracked: int) -> dict:
+    a, idx = torch.randn(64), torch.randint(0, 64, (16,))
+    tracked = [tracking.track(torch.zeros(32), f"t{i}") for i in range(n_tracked)]
+    step = tracking.track(torch.zeros(32), "per_step", per_step=True)
+
+    def untracked(i):
+        torch.mul(a + 1, 2)
+
+    def index(i):
+        a.index_select(0, idx)
+
+    def tracked_write(i):
+        tracked[i % n_tracked].add_(1)
+
+    def tracked_read(i):
+        step.fill_(1.0)
+        step.sum()
+    return {"untracked (2 ops)": (untracked, 2), "index (1 op)": (index, 1), "tracked write (1 op)": (tracked_write, 1),
+            "tracked read (2 ops)": (tracked_read, 2)}
+
+
+def _time(make_oracle, name: str, ops: int, n_tracked: int) -> float:
+    import torch
+
+    from fuzzrunner import tracking
+    oracle = make_oracle()
+    if oracle is not None:
+        oracle.start()
+        oracle.begin_op(0, {"op": "bench"})
+    try:
+        fn, per = _rows(torch, tracking, n_tracked)[name]
+        t = time.perf_counter()
+        for i in range(ops):
+            fn(i)
+        return (time.perf_counter() - t) / (ops * per) * 1e6
+    finally:
+        if oracle is not None:
+            oracle.finish()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ops", type=int, default=2000)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--tracked", type=int, default=24)
+    args = ap.parse_args()
+    from fuzzrunner import _env
+    _env.configure()
+    import torch
+
+    from fuzzrunner.oracles.shadow import ShadowOracle
+    from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
+    oracles = {"none": lambda: None, "CPU oracle": ShadowOracle, "device mode": lambda: GpuShadowOracle("cpu")}
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; us per torch op (median of {args.reps}), "
+          f"{args.tracked} tracked tensors")
+    print(f"{'row':22} " + " ".join(f"{o:>12}" for o in oracles) + f" {'device/none':>12}")
+    for name in _rows(torch, __import__("fuzzrunner").tracking, 1):
+        got: dict = {o: [] for o in oracles}
+        for _ in range(args.reps):  # interleaved
+            for o, make in oracles.items():
+                got[o].append(_time(make, name, args.ops, args.tracked))
+        med = {o: statistics.median(v) for o, v in got.items()}
+        print(f"{name:22} " + " ".join(f"{med[o]:12.1f}" for o in oracles) +
+              f" {med['device mode'] / med['none']:12.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
