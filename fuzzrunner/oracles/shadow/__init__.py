@@ -8,8 +8,6 @@ threads), ``compiled.py`` (``torch.compile``); bounds of views and sub-buffers a
 ``launch_views.py`` and ``sub_buffers.py``; ``locations.py`` names the user's line.
 """
 
-import os
-
 from .oracle import ShadowOracle
 
 __all__ = ["ShadowOracle", "shadow_oracle"]
@@ -20,7 +18,7 @@ def shadow_oracle():
     with Triton's interpreter, the CPU oracle. ``FUZZRUNNER_SHADOW=device|cpu`` forces one (the
     device mode runs on the CPU too, through the interpreter: its tests do)."""
     from ... import _env
-    choice = os.environ.get("FUZZRUNNER_SHADOW", "")
+    choice = _env.shadow_mode()
     if choice == "device" or (choice != "cpu" and not _env.interpreted() and _env.device_type() == "cuda"):
         from .gpu.oracle import GpuShadowOracle
         return GpuShadowOracle()

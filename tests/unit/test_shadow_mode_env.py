@@ -1,0 +1,33 @@
+"""``FUZZRUNNER_SHADOW`` picks the shadow oracle's mode; a value it does not know is refused by name
+(a new user's typo once ran the other mode in silence)."""
+
+import pytest
+
+from fuzzrunner import fuzz, replay
+from fuzzrunner.case import Case
+from fuzzrunner.errors import InvalidArgument
+from fuzzrunner.oracles.shadow import ShadowOracle, shadow_oracle
+from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
+
+
+@pytest.mark.parametrize("value, mode", [("device", GpuShadowOracle), ("cpu", ShadowOracle), (" cpu ", ShadowOracle)])
+def test_a_named_mode_is_the_mode_given(monkeypatch, value, mode):
+    monkeypatch.setenv("FUZZRUNNER_SHADOW", value)
+    assert type(shadow_oracle()) is mode
+
+
+def test_unset_on_the_cpu_is_the_cpu_oracle(monkeypatch):
+    monkeypatch.delenv("FUZZRUNNER_SHADOW", raising=False)
+    monkeypatch.setenv("FUZZRUNNER_DEVICE", "cpu")
+    assert type(shadow_oracle()) is ShadowOracle
+
+
+def test_an_unknown_mode_is_refused_in_one_line_before_anything_runs(monkeypatch, tmp_path):
+    monkeypatch.setenv("FUZZRUNNER_SHADOW", "gpu")
+    with pytest.raises(InvalidArgument, match=r"^FUZZRUNNER_SHADOW='gpu': expected one of device, cpu, or unset"):
+        shadow_oracle()
+    with pytest.raises(InvalidArgument, match="FUZZRUNNER_SHADOW='gpu'"):
+        fuzz("reference_runner", max_examples=1, corpus=str(tmp_path / "c"))
+    with pytest.raises(InvalidArgument, match="FUZZRUNNER_SHADOW='gpu'"):
+        replay(Case("reference_runner", {"max_loras": 2}, []), oracles=["shadow"])
+    assert not (tmp_path / "c").exists()
