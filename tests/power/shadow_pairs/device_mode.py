@@ -38,7 +38,8 @@ DEVICE_CAUSES = ("triton", "tracking-api", "oob-index", "out-variants", "metadat
                  "style-adapters")
 # Exact under the device mode on the CPU too, not yet run on a GPU (their Library.impl ops are
 # registered for the CPU only, so on cuda they test the pair, not the oracle).
-CPU_CAUSES = DEVICE_CAUSES + ("custom-op", "style-vllm-v2", "compiled", "indexed-read", "indexed-write", "adversarial")
+CPU_CAUSES = DEVICE_CAUSES + ("custom-op", "style-vllm-v2", "compiled", "indexed-read", "indexed-write", "adversarial",
+                              "allocation")
 
 
 def run(program, bug: bool, device: str):

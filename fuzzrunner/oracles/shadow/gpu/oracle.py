@@ -20,8 +20,10 @@ from .... import tracking
 from ....violation import Violation
 from ...base import Oracle, ViolationLog, source_location
 from ..compiled import CompiledRegions
+from ..locations import caller_line
 from ..memory import BadAccess
 from ..report import describe
+from ..storage_hook import StorageHook
 from ..torch_effects import has_memory
 from . import device_checks as dc
 from .instrument import INSTRUMENTER, NotInstrumentable, python_function
@@ -52,6 +54,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._mode: DeviceTorchMode | None = None
         self._compiled = CompiledRegions()
         self._hook: LaunchHook | None = None
+        self._storages: StorageHook | None = None
         self._watch = None
         self._dead: list = []
         self.op_index, self.op_name = -1, ""
@@ -75,6 +78,8 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._watch.__enter__()  # type: ignore[attr-defined]
         self._hook = LaunchHook(self._launch, self.pause, self._unchecked_launch)
         self._hook.install()
+        self._storages = StorageHook(self.new_storage, self.storage_resized)
+        self._storages.install()
         self._compiled.install()  # torch.compile'd regions run their graphs op by op (compiled.py)
         self._mode = DeviceTorchMode(self)
         self._mode.__enter__()
@@ -97,6 +102,9 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             self._mode.__exit__(None, None, None)
             self._mode = None
         self._compiled.uninstall()
+        if self._storages is not None:
+            self._storages.uninstall()
+            self._storages = None
         if self._hook is not None:
             self._hook.uninstall()
             self._hook = None
@@ -192,6 +200,48 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         with self.pause():
             for _r, sh, _ in shadow_parts(tensor, self.regions_of(tensor), write=True):
                 sh.copy_(torch.where(sh != dc.NEVER, self.shadow.epoch_like(sh.shape), sh))
+
+    def new_storage(self, st) -> None:
+        """``torch.UntypedStorage(n)`` (no aten op sees it): n bytes never written."""
+        if self.paused() or not self.auto_track_empty or not st.nbytes() or st.device.type != self.device.type:
+            return
+        self._purge()
+        self.shadow.add(st.data_ptr(), st.nbytes(), f"UntypedStorage@{source_location(*caller_line())}",
+                        per_step=False, initialized=False, itemsize=1, shape=(st.nbytes(),), auto=True)
+        self._on_death(st)
+
+    def storage_resized(self, st, before: tuple) -> None:
+        """``UntypedStorage.resize_`` (no aten op sees it): as a tensor's ``resize_``, byte by byte."""
+        if not self.paused() and st.device.type == self.device.type:
+            self.resized(st, before, 1, (st.nbytes(),), caller_line())
+
+    def resized(self, st, before: tuple, itemsize: int, shape: tuple, where: tuple) -> None:
+        """A storage moved or grew: its old bytes keep their epochs, the new ones are never written."""
+        self._purge()
+        olds = self.shadow.overlapping(*before)
+        if not olds and not self.auto_track_empty:
+            return
+        with self.pause():
+            name = olds[0].name if olds else f"resize_@{source_location(*where)}"
+            kept = [(r, r.shadow) for r in olds if r.shadow is not None]
+            for r in olds:
+                self.shadow.remove(r)
+            if not st.nbytes() or not st.data_ptr():
+                return
+            new = self.shadow.add(st.data_ptr(), st.nbytes(), name, per_step=any(r.per_step for r, _ in kept),
+                                  initialized=False, itemsize=itemsize, shape=shape, auto=not olds)
+            self._on_death(st)
+            if new.shadow is not None:  # the old bytes (untracked: written) keep their contents
+                new.shadow[:min(before[1], st.nbytes()) // itemsize] = self.shadow.epoch
+            for r, sh in kept:  # the old bytes' epochs, at their offsets in the new storage
+                lo, hi = max(r.start, before[0]), min(r.end, before[0] + min(before[1], st.nbytes()))
+                if hi <= lo:
+                    continue
+                per_byte = sh.repeat_interleave(r.itemsize)[lo - r.start:hi - r.start]
+                a, b = (lo - before[0]) // itemsize, (hi - before[0]) // itemsize
+                if b > a:  # an element with any never-written byte is never written
+                    new.shadow[a:b] = per_byte[:(b - a) * itemsize].view(b - a, itemsize).amin(1)  # type: ignore[index]
+            new.maybe_never = True
 
     def allocated(self, t: torch.Tensor, uninitialized: bool, where: tuple | None) -> None:
         """A result in fresh storage: tracked as never written if made by the ``empty`` family, else its

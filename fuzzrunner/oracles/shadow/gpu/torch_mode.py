@@ -72,6 +72,8 @@ class DeviceTorchMode(TorchDispatchMode):
         o = self.oracle
         if o.paused():
             return func(*args, **kwargs)
+        if func in fx.STORAGE_OPS and args and isinstance(args[0], torch.Tensor):
+            return self._storage_change(func, args, kwargs)
         impl = custom_op_impl(func, args)
         if impl is not None:
             with DeviceTorchMode(o):  # a custom op's own body, seen op by op
@@ -292,6 +294,18 @@ class DeviceTorchMode(TorchDispatchMode):
             if row is not None:
                 o.check_read(row, picked, None, r.per_step)
         sh.masked_scatter_(marked.bool(), o.shadow.epoch_like(sh.shape))
+
+    # -- storages --------------------------------------------------------------------------
+    def _storage_change(self, func, args, kwargs):
+        """``resize_`` may move and grow the storage (the new bytes unwritten); ``set_`` swaps it."""
+        t = args[0]
+        before = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+        out = func(*args, **kwargs)
+        st = t.untyped_storage()
+        if (st.data_ptr(), st.nbytes()) != before and func in (aten.resize_.default, aten.resize_as_.default) \
+                and t.device.type == self.oracle.device.type:
+            self.oracle.resized(st, before, t.element_size(), tuple(t.shape), caller_line(3))
+        return out
 
     # -- allocations -----------------------------------------------------------------------
     def _allocations(self, func, args, kwargs, out) -> None:
