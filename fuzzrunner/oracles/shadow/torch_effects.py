@@ -268,19 +268,25 @@ def _gathers(name, args, kwargs):
     return [(s, _flat(aten.index.Tensor(addr_tensor(s), list(args[1]))))] + [(i, None) for i in ixs]
 
 
-def _bag_reads(func_args, kwargs) -> list:
-    """``embedding_bag``: the rows its indices name (but ``padding_idx``, which is skipped), the
-    indices, offsets and per-sample weights whole."""
+def bag_rows(func_args, kwargs) -> tuple:
+    """``embedding_bag``'s (weight, the rows of it that it reads: its indices but ``padding_idx``, which
+    is skipped, the indices, offsets and per-sample weights, read whole)."""
     a = list(func_args) + [None] * (9 - len(func_args))
     weight, indices, pad = a[0], a[1], kwargs.get("padding_idx", a[8])
     rows = indices.reshape(-1)
     if pad is not None and pad >= 0:
         rows = rows[rows != pad]
     whole = [indices, kwargs.get("offsets", a[2]), kwargs.get("per_sample_weights", a[6])]
-    return [(weight, rows_addresses(weight, 0, rows))] + [(x, None) for x in whole if isinstance(x, torch.Tensor)]
+    return weight, rows, [x for x in whole if isinstance(x, torch.Tensor)]
 
 
-_BAGS = {"embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"}
+def _bag_reads(func_args, kwargs) -> list:
+    """``embedding_bag``: the rows its indices name, and its other tensors whole (``bag_rows``)."""
+    weight, rows, whole = bag_rows(func_args, kwargs)
+    return [(weight, rows_addresses(weight, 0, rows))] + [(x, None) for x in whole]
+
+
+BAGS = _BAGS = {"embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"}
 _EMBEDDINGS = {"embedding", "embedding_renorm_"} | _BAGS
 _GATHERS = {"embedding", "index_select", "gather", "take", "masked_select", "index", "_unsafe_index"} | _BAGS
 # Indexed writes: name -> (reads what it overwrites, written set of self from (A(self), args))

@@ -28,7 +28,6 @@ NOT_ON_DEVICE = {
     "triton_descriptor_per_program_tile": "tensor descriptors: named as unchecked",
     "block_pointer_load": "block pointers: named as unchecked",
     "compiled_on_a_worker_thread": "ops on other threads are not followed by the device mode",
-    "embedding_bag_padding_row": "embedding_bag reads its whole table on the device",
     "select_fill_column": "missed by the device mode (not yet investigated)",
 }
 # Not run on a GPU: numpy views of device tensors do not exist, and ops on other threads are not

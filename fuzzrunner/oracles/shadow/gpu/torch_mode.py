@@ -110,6 +110,10 @@ class DeviceTorchMode(TorchDispatchMode):
             reads = [t for t in reads if t is not args[0]]
             writes = [t for t in writes if t is not args[0]]
             self._rows_written(args[0], args[1])
+        if base in fx.BAGS and args:  # embedding_bag reads the rows its indices name, but padding_idx
+            weight, rows, _ = fx.bag_rows(args, kwargs)
+            self._gather_read(func, args, kwargs, weight, lambda x: aten.embedding.default(x, rows))
+            reads = [t for t in reads if t is not weight]
         gathered = args[0] if base in _GATHER_READS else None
         picked = self._where_sides(func, base, args)
         for t in reads:
@@ -141,9 +145,10 @@ class DeviceTorchMode(TorchDispatchMode):
             if r.maybe_never and exact and 0 not in t.stride():  # it saw garbage: make what follows deterministic
                 t.masked_fill_(sh == dc.NEVER, 0)
 
-    def _gather_read(self, func, args, kwargs, src: torch.Tensor) -> None:
+    def _gather_read(self, func, args, kwargs, src: torch.Tensor, pick=None) -> None:
         """``embedding(W, idx)`` reads the rows ``idx`` of ``W``: the same op on ``W``'s shadow (and on
-        its element numbers, to name the element) gives exactly the epochs read."""
+        its element numbers, to name the element) gives exactly the epochs read. ``pick(x)``: what
+        the op reads of ``x`` when that is not the op itself on ``x`` (``embedding_bag``)."""
         o = self.oracle
         captured = _capturing(src)
         for r, sh, exact in shadow_parts(src, o.regions_of(src), write=False):
@@ -158,8 +163,9 @@ class DeviceTorchMode(TorchDispatchMode):
             n = r.shadow.numel()  # type: ignore[union-attr]
             numbers = torch.arange(n, device=sh.device).as_strided(sh.shape, sh.stride(), sh.storage_offset())
             try:
-                epochs = func(sh, *args[1:], **kwargs).contiguous().reshape(-1)
-                elems = func(numbers, *args[1:], **kwargs).contiguous().reshape(-1)
+                pick = pick or (lambda x: func(x, *args[1:], **kwargs))
+                epochs = pick(sh).contiguous().reshape(-1)
+                elems = pick(numbers).contiguous().reshape(-1)
             except (RuntimeError, IndexError):  # an index out of range: read whole (the bounds check reports it)
                 o.log_cancel(row)
                 self._read(func, src)
