@@ -24,6 +24,7 @@ from ..locations import caller_line
 from ..memory import BadAccess
 from ..report import describe
 from ..storage_hook import StorageHook
+from ..threads import ThreadCoverage, locked
 from ..torch_effects import has_memory
 from . import device_checks as dc
 from .instrument import INSTRUMENTER, NotInstrumentable, python_function
@@ -61,6 +62,8 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self.op_names: dict[int, str] = {}
         self.unchecked: dict[str, str] = {}   # kernel -> why it runs unchecked (named in the report)
         self._reported: set = set()           # (region id, element, op): one report per bad element per op
+        self.lock = threading.RLock()          # ops on the case's other threads share the shadow (threads.py)
+        self._threads = ThreadCoverage(lambda: DeviceTorchMode(self))
 
     # the protocol's log of violations (``Oracle.seen`` counts it)
     @property
@@ -83,6 +86,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._compiled.install()  # torch.compile'd regions run their graphs op by op (compiled.py)
         self._mode = DeviceTorchMode(self)
         self._mode.__enter__()
+        self._threads.install()  # pool work and threads started during the case: a mode of their own
 
     def begin_op(self, index: int, op: dict) -> None:
         with self.pause():
@@ -98,6 +102,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     def finish(self) -> list[Violation]:
         with self.pause():
             self._collect()
+        self._threads.uninstall()
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._mode = None
@@ -143,11 +148,13 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     def _on_death(self, st) -> None:
         weakref.finalize(st, self._dead.append, (st.data_ptr(), st.nbytes()))
 
+    @locked
     def tracked(self, t: torch.Tensor) -> bool:
         self._purge()
         st = t.untyped_storage()
         return bool(self.shadow.overlapping(st.data_ptr(), st.nbytes()))
 
+    @locked
     def any_tracked(self, tensors: list) -> bool:
         """Whether any of ``tensors`` shares storage with a tracked region."""
         if not tensors:
@@ -156,10 +163,12 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         return any(self.shadow.overlapping(st.data_ptr(), st.nbytes())
                    for st in (t.untyped_storage() for t in tensors))
 
+    @locked
     def regions_of(self, t: torch.Tensor) -> list[Region]:
         lo, hi = byte_span(t)
         return self.shadow.overlapping(lo, hi - lo)
 
+    @locked
     def on_track(self, tensor, name: str, per_step: bool, initialized: bool) -> None:
         if self.paused() or tensor.numel() == 0 or not has_memory(tensor) or tensor.device.type != self.device.type:
             return
@@ -193,6 +202,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self.shadow.regions.append(sub)
         self.shadow.regions.sort(key=lambda r: -r.nbytes)  # the launch table lists inner regions last
 
+    @locked
     def on_carry_over(self, tensor) -> None:
         if self.paused() or not has_memory(tensor) or tensor.device.type != self.device.type:
             return
@@ -201,6 +211,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             for _r, sh, _ in shadow_parts(tensor, self.regions_of(tensor), write=True):
                 sh.copy_(torch.where(sh != dc.NEVER, self.shadow.epoch_like(sh.shape), sh))
 
+    @locked
     def new_storage(self, st) -> None:
         """``torch.UntypedStorage(n)`` (no aten op sees it): n bytes never written."""
         if self.paused() or not self.auto_track_empty or not st.nbytes() or st.device.type != self.device.type:
@@ -215,6 +226,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         if not self.paused() and st.device.type == self.device.type:
             self.resized(st, before, 1, (st.nbytes(),), caller_line())
 
+    @locked
     def resized(self, st, before: tuple, itemsize: int, shape: tuple, where: tuple) -> None:
         """A storage moved or grew: its old bytes keep their epochs, the new ones are never written."""
         self._purge()
@@ -243,6 +255,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
                     new.shadow[a:b] = per_byte[:(b - a) * itemsize].view(b - a, itemsize).amin(1)  # type: ignore[index]
             new.maybe_never = True
 
+    @locked
     def allocated(self, t: torch.Tensor, uninitialized: bool, where: tuple | None) -> None:
         """A result in fresh storage: tracked as never written if made by the ``empty`` family, else its
         memory is new (a record there is of freed memory)."""
@@ -258,6 +271,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
                 self.shadow.remove(r)
 
     # -- torch-side log -------------------------------------------------------------------
+    @locked
     def log_read(self, func, region: Region, t: torch.Tensor, exact: bool, where: tuple) -> int | None:
         """A log row for one torch-side read check (None: the log is full). Inside a CUDA-graph capture
         the row is one of the graph rows, kept for the case: the captured check writes it at every
@@ -281,12 +295,14 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
                               self.log[row], PER_STEP=per_step, HAS_ELEM=elems is not None,  # type: ignore[index]
                               ACCUM=row >= LOG_ROWS, BLOCK=1024)
 
+    @locked
     def log_cancel(self, row: int) -> None:
         if row >= LOG_ROWS:
             self._graph_rows[row - LOG_ROWS] = ("cancelled",)
         else:
             self._rows[row] = ("cancelled",)
 
+    @locked
     def log_oob(self, func, src: torch.Tensor, bad: torch.Tensor, ix: torch.Tensor, n: int, where: tuple) -> None:
         """An indexing op's out-of-range entries (``bad``): counted at the read-back, in its one copy to
         the host; where and which only for an op that had one."""
@@ -297,6 +313,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._oob.append((("oob", str(func), name, n, where), bad.reshape(-1), ix.reshape(-1)))
 
     # -- Triton launches ------------------------------------------------------------------
+    @locked
     def _launch(self, kernel, args: list):
         """(twin, extra launch arguments) for a user kernel; None: run it as it is."""
         if self.paused() or kernel in dc.INTERNAL:
@@ -318,6 +335,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         return twin, dict(_sh_table=table, _sh_arena=self.shadow.arena, _sh_ring=self.shadow.ring,
                           _sh_cell=self.shadow.cell, _SH_CAP=CAP)
 
+    @locked
     def _unchecked_launch(self, args: list) -> None:
         """Every tracked element of an unchecked kernel's tensor arguments counts as written by it."""
         from .views import shadow_parts
@@ -328,6 +346,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
                         sh.copy_(self.shadow.epoch_like(sh.shape))
 
     # -- read-back ------------------------------------------------------------------------
+    @locked
     def _collect(self) -> None:
         """The op's one read-back: the ring (kernels) and the log (torch ops)."""
         if self.shadow is None:

@@ -62,6 +62,15 @@ class DeviceTorchMode(TorchDispatchMode):
         super().__init__()
         self.oracle = oracle
 
+    @property
+    def checker(self):
+        """``threads.ThreadCoverage`` turns a mode left on another thread inert through this name."""
+        return self.oracle
+
+    @checker.setter
+    def checker(self, value) -> None:
+        self.oracle = value
+
     @classmethod
     def ignore_compile_internals(cls) -> bool:
         """Let Dynamo compile (and this mode see the compiled graph's ops) while the eager stance holds."""
