@@ -49,18 +49,3 @@ def device_type() -> str:
 def interpreted() -> bool:
     device_type()  # decide first if nobody has yet
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-SHADOW_MODES = ("device", "cpu")
-
-
-def shadow_mode() -> str:
-    """``FUZZRUNNER_SHADOW``: "device" or "cpu" forces the shadow oracle's mode, "" picks it (the device
-    mode with compiled Triton on a GPU). Any other value is refused, by name, never silently ignored."""
-    value = os.environ.get("FUZZRUNNER_SHADOW", "").strip()
-    if value and value not in SHADOW_MODES:
-        from .errors import InvalidArgument
-        raise InvalidArgument(f"FUZZRUNNER_SHADOW={value!r}: expected one of {', '.join(SHADOW_MODES)}, or unset to "
-                              f"let the shadow oracle pick (the device mode with compiled Triton on a GPU).")
-    return value
-

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from . import _env
 from .case import Case
 from .corpus import load_any
 from .engine.campaign import run_campaign
 from .engine.result import CampaignResult
 from .errors import InvalidArgument
 from .execute import run_case
+from .oracles.shadow import shadow_mode
 from .settings import Settings
 from .settings import profile as _profile
 from .target import Target, load_target, spec_of
@@ -34,7 +34,7 @@ def fuzz(target: str | Target = "reference_runner", *, settings: Settings | None
         raise InvalidArgument(f"fuzz(settings=..., profile={profile!r}): pass one of the two (a profile is a "
                               f"ready-made Settings: fuzzrunner.settings.profile(name)).")
     settings = (settings or _profile(profile or "dev")).override(**overrides)
-    _env.shadow_mode()  # a bad FUZZRUNNER_SHADOW is refused here, not in every worker
+    shadow_mode()  # a bad FUZZRUNNER_SHADOW is refused here, not in every worker
     return run_campaign(spec, settings, faults=tuple(faults), corpus_dir=corpus, database=database,
                         on_event=on_event, ray=ray, db=db)
 
@@ -49,7 +49,7 @@ def replay(case: Case | str | os.PathLike, *, target: str | Target | None = None
     ``sanitizer`` names a tool. ``target`` defaults to the spec a finding file recorded, else the
     case's target name.
     """
-    _env.shadow_mode()
+    shadow_mode()
     finding = None
     if not isinstance(case, Case):
         case, finding = load_any(case)

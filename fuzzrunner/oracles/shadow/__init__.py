@@ -10,7 +10,22 @@ threads), ``compiled.py`` (``torch.compile``); bounds of views and sub-buffers a
 
 from .oracle import ShadowOracle
 
-__all__ = ["ShadowOracle", "shadow_oracle"]
+__all__ = ["ShadowOracle", "shadow_mode", "shadow_oracle"]
+
+SHADOW_MODES = ("device", "cpu")
+
+
+def shadow_mode() -> str:
+    """``FUZZRUNNER_SHADOW``: "device" or "cpu" forces the shadow oracle's mode, "" picks it (the device
+    mode with compiled Triton on a GPU). Any other value is refused, by name, never silently ignored."""
+    import os
+
+    from ...errors import InvalidArgument
+    value = os.environ.get("FUZZRUNNER_SHADOW", "").strip()
+    if value and value not in SHADOW_MODES:
+        raise InvalidArgument(f"FUZZRUNNER_SHADOW={value!r}: expected one of {', '.join(SHADOW_MODES)}, or unset to "
+                              f"let the shadow oracle pick (the device mode with compiled Triton on a GPU).")
+    return value
 
 
 def shadow_oracle():
@@ -18,7 +33,7 @@ def shadow_oracle():
     with Triton's interpreter, the CPU oracle. ``FUZZRUNNER_SHADOW=device|cpu`` forces one (the
     device mode runs on the CPU too, through the interpreter: its tests do)."""
     from ... import _env
-    choice = _env.shadow_mode()
+    choice = shadow_mode()
     if choice == "device" or (choice != "cpu" and not _env.interpreted() and _env.device_type() == "cuda"):
         from .gpu.oracle import GpuShadowOracle
         return GpuShadowOracle()
