@@ -142,15 +142,17 @@ def _time_step(make, shadow: bool, reps: int, torch) -> list[float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--cases", type=int, default=100)
-    ap.add_argument("--cpu-cases", type=int, default=20)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--rows", default="", help="comma-separated row name prefixes (default: all)")
-    ap.add_argument("--skip-cases", action="store_true", help="kernel rows only")
-    ap.add_argument("--campaigns", type=int, default=0, metavar="W", help="also run campaigns with W workers")
-    ap.add_argument("--campaign-budget", type=int, default=60)
+    ap = argparse.ArgumentParser(description="The shadow oracle's device mode against plain compiled runs, side by "
+                                 "side in one run. Needs a CUDA GPU (rows: see this file's docstring).",
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--reps", type=int, default=20, help="timed steps per kernel row and mode (x3, interleaved)")
+    ap.add_argument("--cases", type=int, default=100, help="generated reference_runner cases replayed per mode")
+    ap.add_argument("--cpu-cases", type=int, default=20, help="of those, replayed under the CPU shadow oracle")
+    ap.add_argument("--seed", type=int, default=7, help="seed of the generated cases and campaigns")
+    ap.add_argument("--rows", default="", help="comma-separated kernel row name prefixes ('' = all; 'none' = none)")
+    ap.add_argument("--skip-cases", action="store_true", help="no case rows")
+    ap.add_argument("--campaigns", type=int, default=0, metavar="W", help="also run campaigns with W workers (0: none)")
+    ap.add_argument("--campaign-budget", type=int, default=60, help="seconds per campaign")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also profile the host side of N shadow replays (cProfile, top functions)")
     args = ap.parse_args()
@@ -159,7 +161,10 @@ def main() -> None:
     _env.configure()
     import torch
     import triton
-    assert torch.cuda.is_available(), "a GPU benchmark"
+    if not torch.cuda.is_available():
+        print("gpu_shadow.py: no CUDA GPU here: this benchmark compares compiled runs on a GPU "
+              "(benchmarks/shadow_dispatch.py measures the host side on the CPU)", file=sys.stderr)
+        sys.exit(2)
     print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}", flush=True)
 
     # M, K, R, L, N per slice (lora_bgmv holds all of K and N in one block: at most 256; a larger R

@@ -74,8 +74,11 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
         match = f"v.signature.matches({_lit(finding.id)})"
     moved = [] if not sig.access_id else [  # else by the bad access alone: a renamed function is not a fix
         f"found = found or [v for v in violations if getattr(v.signature, 'access_id', 0) == {_lit(sig.access_id)}]"]
-    imports = ["import os", "import sys"] if "os.environ" in body[-1] else ["import sys"]
+    device_mode = finding.violation.details.get("shadow_mode") == "device"
+    imports = ["import os", "import sys"] if "os.environ" in body[-1] or device_mode else ["import sys"]
     lines = _header(finding, name) + imports + [""]
+    if device_mode:  # found by the shadow oracle's device mode: replay in it (on a CPU, through the interpreter)
+        lines += ['os.environ.setdefault("FUZZRUNNER_SHADOW", "device")  # the mode that found it', ""]
     lines += ["try:", "    from fuzzrunner import Case, replay", "", *("    " + b for b in body),
               "except Exception as e:  # noqa: BLE001 - anything that stops the replay is 'could not run'",
               '    print(f"could not run: {type(e).__name__}: {e}", file=sys.stderr)', "    sys.exit(2)",

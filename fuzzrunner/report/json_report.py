@@ -68,8 +68,9 @@ def upgrade(report: dict) -> dict:
 
 
 def provenance() -> dict:
-    """Where a report comes from: versions, device, host, time, command, and the git commit of the
-    code under test (the working directory's), so two reports can be told apart a year later."""
+    """Where a report comes from: versions, device, host, time, command, the git commit of the code
+    under test (the working directory's) and the ``FUZZRUNNER_*`` variables that changed how it ran
+    (``FUZZRUNNER_SHADOW``: which shadow mode), so two reports can be told apart a year later."""
     from .._version import __version__
     versions = {"fuzzrunner": __version__, "python": platform.python_version()}
     for name in ("torch", "triton", "hypothesis", "vllm"):
@@ -78,7 +79,8 @@ def provenance() -> dict:
             versions[name] = str(getattr(module, "__version__", "?"))
     return {"versions": versions, "device": devices.current(), "host": platform.node(),
             "platform": platform.platform(), "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": _command()[:1000], "cwd": os.getcwd(), "git": _git_commit()}
+            "command": _command()[:1000], "cwd": os.getcwd(), "git": _git_commit(),
+            "environment": {k: v[:500] for k, v in sorted(os.environ.items()) if k.startswith("FUZZRUNNER_")}}
 
 
 def _command() -> str:

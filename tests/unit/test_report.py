@@ -473,3 +473,13 @@ def test_the_text_summary_says_plainly_when_most_cases_were_skipped(finding):
     text = out.getvalue()
     assert "MOST CASES WERE NOT RUN ON THE GPU: 8 of 12 generated" in text
     assert "8 x uninitialized-read of slots" in text and "tool limitation (3 case(s))" in text
+
+
+def test_provenance_records_the_fuzzrunner_environment(monkeypatch):
+    """Which shadow mode ran (``FUZZRUNNER_SHADOW``) and the other FUZZRUNNER_* switches are in every
+    report's provenance; other variables are not."""
+    from fuzzrunner.report.json_report import provenance
+    monkeypatch.setenv("FUZZRUNNER_SHADOW", "device")
+    monkeypatch.setenv("SOME_SECRET_TOKEN", "x")
+    env = provenance()["environment"]
+    assert env["FUZZRUNNER_SHADOW"] == "device" and "SOME_SECRET_TOKEN" not in env

@@ -244,3 +244,20 @@ def test_the_script_rebuilds_the_case_exactly():
     namespace: dict = {}
     exec(textwrap.dedent(body), namespace)  # builds `case`, runs nothing
     assert namespace["case"] == case
+
+
+def test_a_device_mode_finding_replays_in_the_device_mode(tmp_path, monkeypatch):
+    """A finding of the shadow oracle's device mode says so (``details["shadow_mode"]``), and its
+    script sets ``FUZZRUNNER_SHADOW=device`` (unless the user set a mode) before it replays."""
+    monkeypatch.setenv("FUZZRUNNER_SHADOW", "device")
+    violations = replay(CASE)
+    main = primary(violations)
+    assert main.details.get("shadow_mode") == "device"
+    monkeypatch.delenv("FUZZRUNNER_SHADOW")
+    path = export_repro(Finding(main.signature, CASE, main), tmp_path / "repro.py")
+    text = path.read_text()
+    assert 'os.environ.setdefault("FUZZRUNNER_SHADOW", "device")' in text
+    assert text.index("FUZZRUNNER_SHADOW") < text.index("from fuzzrunner import")
+    done = run_script(path, tmp_path)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert 'setdefault("FUZZRUNNER_SHADOW"' not in repro_script(_finding("shadow", "stale-read"))  # the CPU oracle's

@@ -485,6 +485,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         return f"op {self.op_index} ({self.op_name}) never wrote {element}; {last}"
 
     def _add(self, v: Violation, count: int) -> None:
+        v.details.setdefault("shadow_mode", "device")  # a repro replays it in the same mode (repro.py)
         self.log_violations.add(v, count)
 
 
