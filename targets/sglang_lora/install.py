@@ -14,15 +14,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
+from ..wheel_site import extract, missing_module, pip, wheel
 from .site import CACHE, site_dirs
 
 DIST = {"zmq": "pyzmq", "yaml": "pyyaml", "PIL": "pillow", "google": "protobuf", "IPython": "ipython",
@@ -32,56 +30,14 @@ DIST = {"zmq": "pyzmq", "yaml": "pyyaml", "PIL": "pillow", "google": "protobuf",
 BASE = ("orjson", "msgspec", "psutil", "pybase64", "anyio", "sniffio", "starlette", "tqdm", "pillow", "pyzmq",
         "pydantic", "pydantic-core", "typing-inspection", "annotated-types", "ipython", "requests", "urllib3",
         "idna", "certifi", "charset-normalizer")
-_SKIP = {".so", ".h", ".hpp", ".cuh", ".inl", ".cu", ".cpp", ".cc"}
 PROBE = ("sglang.srt.lora.utils", "sglang.srt.lora.backend.triton_backend", "sglang.srt.lora.backend.chunked_backend")
-
-
-def _pip(*args: str) -> None:
-    cmd = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check", *args]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        err = [ln for ln in (r.stderr or r.stdout).splitlines() if not ln.startswith("WARNING")]
-        raise SystemExit(f"sglang_setup: pip {' '.join(args[:3])} ... failed: {' '.join(err[-3:])[:400]}")
-
-
-def wheel(version: str) -> Path:
-    wheels = CACHE / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
-    if not found:
-        _pip("download", f"sglang=={version}", "--no-deps", "-d", str(wheels))
-        found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
-    if not found:
-        raise SystemExit(f"sglang_setup: no wheel of sglang=={version} was downloaded.")
-    return found[0]
-
-
-def extract(whl: Path, site: Path) -> None:
-    tmp = site.with_name("site.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    with zipfile.ZipFile(whl) as z:
-        for name in z.namelist():
-            if Path(name).suffix in _SKIP or ".so." in name:
-                continue
-            z.extract(name, tmp)
-    shutil.rmtree(site, ignore_errors=True)
-    tmp.rename(site)
 
 
 def _missing_module(site: Path, deps: Path, env: dict) -> str | None:
     root = Path(__file__).resolve().parents[2]
-    probe = ("import sys, json; sys.path.insert(0, %r)\n"  # noqa: UP031 - a template for a subprocess
-             "from pathlib import Path\nfrom targets.sglang_lora import site\n"
-             "site.activate([Path(%r), Path(%r)])\n"
-             "try:\n    import %s\nexcept ModuleNotFoundError as e:\n    print(json.dumps(e.name))\n"
-             % (str(root), str(site), str(deps), ", ".join(PROBE)))
-    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith('"')]
-    if lines:
-        return json.loads(lines[-1]).split(".")[0]
-    if r.returncode:
-        raise SystemExit(f"sglang_setup: importing SGLang's LoRA modules failed: {r.stderr.strip().splitlines()[-3:]}")
-    return None
+    setup = (f"sys.path.insert(0, {str(root)!r})\nfrom pathlib import Path\nfrom targets.sglang_lora import site\n"
+             f"site.activate([Path({str(site)!r}), Path({str(deps)!r})])")
+    return missing_module("sglang_setup", setup, PROBE, env)
 
 
 def install(version: str) -> Path:
@@ -92,10 +48,10 @@ def install(version: str) -> Path:
     if stamp.exists():
         print(f"sglang {version}: ready in {root}")
         return root
-    whl = wheel(version)
+    whl = wheel("sglang_setup", "sglang", version, CACHE / "wheels")
     extract(whl, site)
     shutil.rmtree(deps, ignore_errors=True)
-    _pip("install", "--no-deps", "--target", str(deps), *BASE)
+    pip("sglang_setup", "install", "--no-deps", "--target", str(deps), *BASE)
     env = dict(os.environ, TRITON_INTERPRET="1")
     for _ in range(30):
         mod = _missing_module(site, deps, env)
@@ -103,7 +59,7 @@ def install(version: str) -> Path:
             break
         dist = DIST.get(mod, mod)
         print(f"sglang {version}: installing {dist} (imported by SGLang's LoRA modules)")
-        _pip("install", "--no-deps", "--target", str(deps), dist)
+        pip("sglang_setup", "install", "--no-deps", "--target", str(deps), dist)
     else:
         raise SystemExit(f"sglang_setup: sglang {version} still misses modules after 30 installs.")
     size = sum(f.stat().st_size for d in (site, deps) for f in d.rglob("*") if f.is_file()) >> 20

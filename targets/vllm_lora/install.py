@@ -18,16 +18,14 @@ dependencies' compiled parts rebuilt for Python 3.12. Nothing here stubs vLLM.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
+from ..wheel_site import extract, missing_module, pip, wheel
 from .site import CACHE, IMPORTS, site_dirs
 
 # module name -> distribution name, where they differ
@@ -45,39 +43,6 @@ BASE = ("psutil", "pyzmq", "urllib3", "regex", "transformers", "huggingface-hub"
         "frozenlist", "openai-harmony", "openai", "sniffio", "anyio", "httpx", "httpcore", "jiter", "distro",
         "pillow", "pybase64", "uvloop", "py-cpuinfo", "prometheus-client", "xgrammar", "apache-tvm-ffi",
         "fastapi", "starlette", "annotated-doc", "partial-json-parser", "llguidance")
-_SKIP = {".so", ".h", ".hpp", ".cuh", ".inl", ".cu", ".cpp"}
-
-
-def _pip(*args: str) -> None:
-    cmd = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check", *args]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        err = [ln for ln in (r.stderr or r.stdout).splitlines() if not ln.startswith("WARNING")]
-        raise SystemExit(f"vllm_setup: pip {' '.join(args[:3])} ... failed: {' '.join(err[-3:])[:400]}")
-
-
-def wheel(version: str) -> Path:
-    wheels = CACHE / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
-    if not found:
-        _pip("download", f"vllm=={version}", "--no-deps", "--only-binary=:all:", "-d", str(wheels))
-        found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
-    if not found:
-        raise SystemExit(f"vllm_setup: no wheel of vllm=={version} was downloaded.")
-    return found[0]
-
-
-def extract(whl: Path, site: Path) -> None:
-    tmp = site.with_name("site.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    with zipfile.ZipFile(whl) as z:
-        for name in z.namelist():
-            if Path(name).suffix in _SKIP or ".so." in name:
-                continue
-            z.extract(name, tmp)
-    shutil.rmtree(site, ignore_errors=True)
-    tmp.rename(site)
 
 
 def requirements(site: Path) -> dict:
@@ -102,16 +67,7 @@ def _pinned(dists, reqs: dict) -> list[str]:
 
 
 def _missing_module(site: Path, deps: Path, env: dict) -> str | None:
-    probe = ("import sys, json; sys.path[:0] = %r\n"  # noqa: UP031 - a template for a subprocess
-             "try:\n    import %s\nexcept ModuleNotFoundError as e:\n    print(json.dumps(e.name))\n"
-             % ([str(site), str(deps)], ", ".join(IMPORTS)))
-    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith('"')]
-    if lines:
-        return json.loads(lines[-1]).split(".")[0]
-    if r.returncode:
-        raise SystemExit(f"vllm_setup: importing vLLM's LoRA modules failed: {r.stderr.strip().splitlines()[-1:]}")
-    return None
+    return missing_module("vllm_setup", f"sys.path[:0] = {[str(site), str(deps)]!r}", IMPORTS, env)
 
 
 def _donor(version: str, reqs: dict) -> Path | None:
@@ -141,7 +97,7 @@ def install(version: str) -> Path:
     if stamp.exists():
         print(f"vllm {version}: ready in {root}")
         return root
-    whl = wheel(version)
+    whl = wheel("vllm_setup", "vllm", version, CACHE / "wheels", "--only-binary=:all:")
     extract(whl, site)
     reqs = requirements(site)
     shutil.rmtree(deps, ignore_errors=True)
@@ -155,9 +111,10 @@ def install(version: str) -> Path:
         # transformers with its own dependencies resolved (it needs a matching huggingface-hub and tokenizers;
         # none of them pulls torch), the rest --no-deps (several, e.g. xgrammar, would pull a second torch):
         # all pinned as vLLM pins them.
-        _pip("install", "--target", str(deps), *_pinned(["transformers"], reqs))
+        pip("vllm_setup", "install", "--target", str(deps), *_pinned(["transformers"], reqs))
         have = {_norm(d.name.split("-")[0]) for d in deps.glob("*.dist-info")}
-        _pip("install", "--no-deps", "--target", str(deps), *_pinned([b for b in BASE if _norm(b) not in have], reqs))
+        rest = _pinned([b for b in BASE if _norm(b) not in have], reqs)
+        pip("vllm_setup", "install", "--no-deps", "--target", str(deps), *rest)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1", VLLM_LOGGING_LEVEL="ERROR")
     for _ in range(30):
         mod = _missing_module(site, deps, env)
@@ -165,7 +122,7 @@ def install(version: str) -> Path:
             break
         dist = DIST.get(mod, mod)
         print(f"vllm {version}: installing {reqs.get(_norm(dist), dist)} (imported by vLLM)")
-        _pip("install", "--no-deps", "--target", str(deps), reqs.get(_norm(dist), dist))
+        pip("vllm_setup", "install", "--no-deps", "--target", str(deps), reqs.get(_norm(dist), dist))
     else:
         raise SystemExit(f"vllm_setup: vllm {version} still misses modules after 30 installs.")
     size = sum(f.stat().st_size for d in (site, deps) for f in d.rglob("*") if f.is_file()) >> 20

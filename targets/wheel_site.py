@@ -1,0 +1,66 @@
+"""A release's Python files from its wheel, for the engine targets (vllm_lora, sglang_lora).
+
+``pip`` runs pip quietly and turns a failure into one line; ``wheel`` downloads a release's wheel once
+into a cache folder; ``extract`` unpacks it without compiled code (``*.so``, CUDA and C++ sources);
+``missing_module`` imports the modules a target drives in a fresh interpreter and names the first
+top-level module that is missing (None when they all import).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+SKIP = {".so", ".h", ".hpp", ".cuh", ".inl", ".cu", ".cpp", ".cc"}
+
+
+def pip(prog: str, *args: str) -> None:
+    """``python -m pip -q ARGS``; a failure ends the setup with its last lines (``prog``: whose setup)."""
+    cmd = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check", *args]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        err = [ln for ln in (r.stderr or r.stdout).splitlines() if not ln.startswith("WARNING")]
+        raise SystemExit(f"{prog}: pip {' '.join(args[:3])} ... failed: {' '.join(err[-3:])[:400]}")
+
+
+def wheel(prog: str, package: str, version: str, wheels: Path, *download_args: str) -> Path:
+    """``package==version``'s wheel in ``wheels/``, downloaded (no dependencies) if it is not there yet."""
+    wheels.mkdir(parents=True, exist_ok=True)
+    found = sorted(wheels.glob(f"{package}-{version}-*.whl"))
+    if not found:
+        pip(prog, "download", f"{package}=={version}", "--no-deps", *download_args, "-d", str(wheels))
+        found = sorted(wheels.glob(f"{package}-{version}-*.whl"))
+    if not found:
+        raise SystemExit(f"{prog}: no wheel of {package}=={version} was downloaded.")
+    return found[0]
+
+
+def extract(whl: Path, site: Path) -> None:
+    """The wheel's files but compiled code, into ``site`` (replaced whole, through a temporary folder)."""
+    tmp = site.with_name("site.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with zipfile.ZipFile(whl) as z:
+        for name in z.namelist():
+            if Path(name).suffix in SKIP or ".so." in name:
+                continue
+            z.extract(name, tmp)
+    shutil.rmtree(site, ignore_errors=True)
+    tmp.rename(site)
+
+
+def missing_module(prog: str, setup: str, imports, env: dict) -> str | None:
+    """Run ``setup`` (Python that puts the release on ``sys.path``), then import ``imports``: the first
+    missing top-level module's name, or None when they all import."""
+    probe = (f"import sys, json\n{setup}\ntry:\n    import {', '.join(imports)}\n"
+             f"except ModuleNotFoundError as e:\n    print(json.dumps(e.name))\n")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith('"')]
+    if lines:
+        return json.loads(lines[-1]).split(".")[0]
+    if r.returncode:
+        raise SystemExit(f"{prog}: importing the target's modules failed: {r.stderr.strip().splitlines()[-3:]}")
+    return None
