@@ -33,6 +33,23 @@ WRITE_ONLY = {aten.copy_.default, aten.fill_.Scalar, aten.fill_.Tensor, aten.zer
 # Storage swaps and resizes: no data read or written (the shadow hook handles them first).
 STORAGE_OPS = {aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor, aten.set_.source_Storage,
                aten.set_.default, aten.resize_.default, aten.resize_as_.default}
+RESIZES = {aten.resize_.default, aten.resize_as_.default}
+
+
+def run_storage_op(func, args, kwargs, on_change):
+    """Run a ``STORAGE_OPS`` op on ``args[0]``; if its storage moved or changed size, call
+    ``on_change(tensor, (old address, old size), resized)`` (``resized``: a ``resize_``, whose grown bytes
+    are unwritten; else a ``set_``, which swaps the storage)."""
+    t = args[0]
+    old = t.untyped_storage()
+    before = (old.data_ptr(), old.nbytes())
+    out = func(*args, **kwargs)
+    st = t.untyped_storage()
+    if (st.data_ptr(), st.nbytes()) != before:
+        on_change(t, before, func in RESIZES)
+    return out
+
+
 # Ops that read no tensor data at all: allocation, shape and storage metadata.
 NO_READ = EMPTY_OPS | STORAGE_OPS | {
     aten.zeros_like.default, aten.ones_like.default, aten.full_like.default, aten.new_zeros.default,

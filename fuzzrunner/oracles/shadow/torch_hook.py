@@ -188,11 +188,4 @@ class TorchShadowMode(TorchDispatchMode):
 
     def _storage_change(self, func, args, kwargs):
         """``resize_`` may move and grow the storage (new bytes unwritten); ``set_`` swaps it."""
-        t = args[0]
-        old = t.untyped_storage()
-        before = (old.data_ptr(), old.nbytes())
-        out = func(*args, **kwargs)
-        st = t.untyped_storage()
-        if (st.data_ptr(), st.nbytes()) != before:
-            self.checker.torch_storage_changed(t, before, func in (aten.resize_.default, aten.resize_as_.default))
-        return out
+        return fx.run_storage_op(func, args, kwargs, self.checker.torch_storage_changed)

@@ -30,7 +30,7 @@ from . import device_checks as dc
 from .instrument import INSTRUMENTER, NotInstrumentable, python_function
 from .launch_hook import LaunchHook
 from .regions import CAP, DeviceShadow, Region
-from .torch_mode import GRAPH_ROWS, LOG_ROWS, DeviceTorchMode
+from .torch_mode import GRAPH_ROWS, LOG_ROWS, DeviceTorchMode, _capturing
 from .views import byte_span
 
 _KINDS = {dc.UNINIT: "uninitialized-read", dc.STALE: "stale-read", dc.OOB: "out-of-bounds"}
@@ -149,12 +149,6 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         weakref.finalize(st, self._dead.append, (st.data_ptr(), st.nbytes()))
 
     @locked
-    def tracked(self, t: torch.Tensor) -> bool:
-        self._purge()
-        st = t.untyped_storage()
-        return bool(self.shadow.overlapping(st.data_ptr(), st.nbytes()))
-
-    @locked
     def any_tracked(self, tensors: list) -> bool:
         """Whether any of ``tensors`` shares storage with a tracked region."""
         if not tensors:
@@ -253,7 +247,6 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
                 a, b = (lo - before[0]) // itemsize, (hi - before[0]) // itemsize
                 if b > a:  # an element with any never-written byte is never written
                     new.shadow[a:b] = per_byte[:(b - a) * itemsize].view(b - a, itemsize).amin(1)  # type: ignore[index]
-            new.maybe_never = True
 
     @locked
     def allocated(self, t: torch.Tensor, uninitialized: bool, where: tuple | None) -> None:
@@ -278,7 +271,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         replay (adding to what it holds), and every read-back reads and empties it."""
         view = (t.shape, t.stride(), t.storage_offset(), t.untyped_storage().data_ptr(), t.element_size())
         desc = ("read", str(func), region, view if exact else None, where)  # the line is formatted if reported
-        if torch.cuda.is_available() and t.is_cuda and torch.cuda.is_current_stream_capturing():
+        if _capturing(t):
             if len(self._graph_rows) >= GRAPH_ROWS:
                 return None
             self._graph_rows.append(desc)
@@ -331,7 +324,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             return "unchecked"
         self._purge()
         with self.pause():
-            table, nreg, _, _ = self.shadow.table(tensors, fn.__name__, fn.__code__.co_filename, self.op_index)
+            table, nreg, _, _ = self.shadow.table(tensors, fn.__name__, fn.__code__.co_filename)
         return twin, dict(_sh_table=table, _sh_arena=self.shadow.arena, _sh_ring=self.shadow.ring,
                           _sh_cell=self.shadow.cell, _SH_CAP=CAP)
 

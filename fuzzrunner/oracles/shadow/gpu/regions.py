@@ -59,7 +59,6 @@ class Launch:
     kernel: str
     path: str
     regions: list
-    op_index: int
     keep: list = field(default_factory=list)
 
 
@@ -153,7 +152,7 @@ class DeviceShadow:
         self.version += 1
 
     # -- launches ----------------------------------------------------------------------
-    def table(self, args: list[tuple[str, torch.Tensor]], kernel: str, path: str, op_index: int):
+    def table(self, args: list[tuple[str, torch.Tensor]], kernel: str, path: str):
         """(device table, rows allocated, launch id, record): the argument storages as written memory
         first, then the tracked regions inside them (they win), and, when an argument could be a
         pointer array (int64), every other tracked region too (what its pointers may reach)."""
@@ -192,7 +191,7 @@ class DeviceShadow:
             host[dc.ROW:dc.ROW * (1 + len(rows))] = torch.tensor(rows, dtype=torch.int64, device="cpu").reshape(-1)
         table = torch.empty_like(host, device=self.device)
         table.copy_(host, non_blocking=True)  # a CUDA graph capturing the launch replays this copy
-        rec = Launch(kernel, path, regions, op_index, keep=[host, table])
+        rec = Launch(kernel, path, regions, keep=[host, table])
         self.launches[launch] = rec
         self._tables[key] = (table, nreg, launch, rec)
         return self._tables[key]

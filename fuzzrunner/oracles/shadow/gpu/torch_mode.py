@@ -313,14 +313,12 @@ class DeviceTorchMode(TorchDispatchMode):
     # -- storages --------------------------------------------------------------------------
     def _storage_change(self, func, args, kwargs):
         """``resize_`` may move and grow the storage (the new bytes unwritten); ``set_`` swaps it."""
-        t = args[0]
-        before = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
-        out = func(*args, **kwargs)
-        st = t.untyped_storage()
-        if (st.data_ptr(), st.nbytes()) != before and func in (aten.resize_.default, aten.resize_as_.default) \
-                and t.device.type == self.oracle.device.type:
-            self.oracle.resized(st, before, t.element_size(), tuple(t.shape), caller_line(3))
-        return out
+        o, where = self.oracle, caller_line(3)
+
+        def changed(t, before, resized):
+            if resized and t.device.type == o.device.type:
+                o.resized(t.untyped_storage(), before, t.element_size(), tuple(t.shape), where)
+        return fx.run_storage_op(func, args, kwargs, changed)
 
     # -- allocations -----------------------------------------------------------------------
     def _allocations(self, func, args, kwargs, out) -> None:
