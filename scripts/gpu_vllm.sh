@@ -53,6 +53,7 @@ step moe-compiled          "1: fused_moe_lora on the previous batch's mapping" -
 step fault-shadow         "1: uninitialized or stale read of the never-prepared metadata (the device shadow alone)" --oracle shadow --fault dummy_run_skips_prepare --max-examples "$n"
 step moe-shadow           "1: stale read of token_lora_mapping in the fused MoE kernel (the device shadow alone)" --oracle shadow --fault fused_moe_ignores_no_lora_flag --max-examples "$n"
 step clean-shadow         "0: the device shadow silent on vLLM's kernels" --oracle shadow --max-examples "$((n * 3))"
+step clean-shadow-cpu     "0: the CPU shadow (interpreter) on this host's CPU, the device shadow's yardstick" --oracle shadow --device cpu --max-examples "$((n * 3))"
 step fault-initcheck       "1: initcheck reads of active_lora_ids" --sanitizer initcheck --fault dummy_run_skips_prepare --max-examples 10
 step fault-memcheck        "1: memcheck out-of-bounds (stale metadata)" --sanitizer memcheck --fault dummy_run_skips_prepare --max-examples 10
 step clean-initcheck       "0, or triaged findings"      --sanitizer initcheck --max-examples 10
