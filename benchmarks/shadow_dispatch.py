@@ -6,6 +6,8 @@ mostly this Python per op (an H200 profile: 7,043 dispatches took 0.66 s of 0.9 
 row is what bounds the device mode's per-case ratio there. Rows, each a loop of small ops among
 ``--tracked`` tracked tensors (typical of a case: about 24 regions):
   * untracked: ``a + 1`` and ``torch.mul`` on untracked tensors (a fresh result each);
+  * views: ``a[3:9].view(2, 3).t()`` (no byte read or written: about a third of a case's ops);
+  * empty: ``torch.empty(8)`` (tracked as never written, named by its line, freed at once);
   * index: ``index_select`` of an untracked tensor (its indices are bounds-checked, as on a GPU);
   * tracked write: ``add_`` on a tracked tensor (its shadow is stamped);
   * tracked read: ``sum`` of a per-step tracked tensor written in this op (its read is checked).
@@ -32,6 +34,12 @@ def _rows(torch, tracking, n_tracked: int) -> dict:
     def untracked(i):
         torch.mul(a + 1, 2)
 
+    def view(i):
+        a[3:9].view(2, 3).t()
+
+    def empty(i):
+        torch.empty(8)
+
     def index(i):
         a.index_select(0, idx)
 
@@ -41,7 +49,8 @@ def _rows(torch, tracking, n_tracked: int) -> dict:
     def tracked_read(i):
         step.fill_(1.0)
         step.sum()
-    return {"untracked (2 ops)": (untracked, 2), "index (1 op)": (index, 1), "tracked write (1 op)": (tracked_write, 1),
+    return {"untracked (2 ops)": (untracked, 2), "views (3 ops)": (view, 3), "empty (1 op)": (empty, 1),
+            "index (1 op)": (index, 1), "tracked write (1 op)": (tracked_write, 1),
             "tracked read (2 ops)": (tracked_read, 2)}
 
 

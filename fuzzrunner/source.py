@@ -22,7 +22,12 @@ _EMBEDDED = re.compile(r"(?P<loc>[\w./\\-]+\.py:\d+)")
 
 def import_root(path: str) -> str:
     """The folder from which ``path`` is imported: above its outermost package (``__init__.py``)."""
-    folder = os.path.dirname(path)
+    return _root_of(os.path.dirname(path))
+
+
+@functools.lru_cache(maxsize=1024)
+def _root_of(folder: str) -> str:
+    """Cached per folder: a shadow oracle names every allocation by its line, a few file checks each."""
     while os.path.isfile(os.path.join(folder, "__init__.py")):
         parent = os.path.dirname(folder)
         if parent == folder:

@@ -50,14 +50,19 @@ def run_storage_op(func, args, kwargs, on_change):
     return out
 
 
+# Ops that read and write no tensor data and allocate nothing: metadata queries and no-op lifts.
+METADATA_ONLY = {
+    aten.lift_fresh.default, aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default,
+    aten.sym_storage_offset.default, aten.is_pinned.default, aten.is_same_size.default, aten.record_stream.default,
+    aten.is_set_to.default, aten.is_coalesced.default, aten._nested_tensor_size.default,
+}
+
+
 # Ops that read no tensor data at all: allocation, shape and storage metadata.
-NO_READ = EMPTY_OPS | STORAGE_OPS | {
+NO_READ = EMPTY_OPS | STORAGE_OPS | METADATA_ONLY | {
     aten.zeros_like.default, aten.ones_like.default, aten.full_like.default, aten.new_zeros.default,
-    aten.new_ones.default, aten.new_full.default, aten.lift_fresh.default, aten.sym_size.int,
-    aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default, aten.is_pinned.default,
-    aten.is_same_size.default,
-    aten.record_stream.default, aten.is_set_to.default, aten.rand_like.default, aten.randn_like.default,
-    aten.randint_like.default, aten.is_coalesced.default, aten._nested_tensor_size.default,
+    aten.new_ones.default, aten.new_full.default, aten.rand_like.default, aten.randn_like.default,
+    aten.randint_like.default,
 }
 
 
@@ -204,6 +209,11 @@ _DIM_INDEXED = {"index_select": (0, 1, 2), "gather": (0, 1, 2), "scatter": (0, 1
 _LISTED = {"index", "_unsafe_index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index_put"}
 # Dim-indexed ops that wrap a negative index (``index_fill_(1, tensor([-1]), v)`` fills the last column).
 _WRAPS = {"index_fill", "index_fill_"}
+
+
+def may_index(name: str) -> bool:
+    """Whether ``index_slots`` can find an index operand in an op of this name."""
+    return name in _EMBEDDINGS or name in ("take", "put_", "put") or name in _DIM_INDEXED or name in _LISTED
 
 
 def index_slots(name: str, args) -> list:

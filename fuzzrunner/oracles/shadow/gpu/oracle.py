@@ -149,13 +149,11 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         weakref.finalize(st, self._dead.append, (st.data_ptr(), st.nbytes()))
 
     @locked
-    def any_tracked(self, tensors: list) -> bool:
-        """Whether any of ``tensors`` shares storage with a tracked region."""
-        if not tensors:
-            return False
-        self._purge()
-        return any(self.shadow.overlapping(st.data_ptr(), st.nbytes())
-                   for st in (t.untyped_storage() for t in tensors))
+    def any_tracked(self, spans: list) -> bool:
+        """Whether any storage ``(address, bytes)`` of ``spans`` shares a byte with a tracked region."""
+        if self._dead:
+            self._purge()
+        return self.shadow.any_overlapping(spans)
 
     @locked
     def regions_of(self, t: torch.Tensor) -> list[Region]:
@@ -186,14 +184,13 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         """A region inside ``outer`` sharing its shadow elements (a view of its shadow): its own name
         and per-step flag, the same epochs."""
         a, b = (lo - outer.start) // outer.itemsize, (hi - outer.start) // outer.itemsize
-        self.shadow.changed()
         for r in self.shadow.regions:
             if r.start == lo and r.end == hi:
                 r.per_step = r.per_step or per_step
                 return
         sub = Region(lo, hi - lo, name, per_step, outer.itemsize, (b - a,), outer.shadow[a:b],  # type: ignore[index]
                      fully_at=None, maybe_never=outer.maybe_never)
-        self.shadow.regions.append(sub)
+        self.shadow.append(sub)
         self.shadow.regions.sort(key=lambda r: -r.nbytes)  # the launch table lists inner regions last
 
     @locked
@@ -249,11 +246,11 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
                     new.shadow[a:b] = per_byte[:(b - a) * itemsize].view(b - a, itemsize).amin(1)  # type: ignore[index]
 
     @locked
-    def allocated(self, t: torch.Tensor, uninitialized: bool, where: tuple | None) -> None:
-        """A result in fresh storage: tracked as never written if made by the ``empty`` family, else its
-        memory is new (a record there is of freed memory)."""
-        st = t.untyped_storage()
-        self._purge()
+    def allocated(self, t: torch.Tensor, st, uninitialized: bool, where: tuple | None) -> None:
+        """A result ``t`` in fresh storage ``st``: tracked as never written if made by the ``empty``
+        family, else its memory is new (a record there is of freed memory)."""
+        if self._dead:
+            self._purge()
         if uninitialized and self.auto_track_empty:
             name = f"torch.empty@{source_location(*(where or ('?', 0)))}"
             self.shadow.add(st.data_ptr(), st.nbytes(), name, per_step=False, initialized=False,

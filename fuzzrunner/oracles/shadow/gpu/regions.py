@@ -5,14 +5,16 @@ device tensor with one epoch per element (``NEVER`` = never written), allocated 
 device. Per launch, the host writes a small table (the launch id, then one row per region: start,
 end, shadow offset from the arena base, log2 of the itemsize, flags) and copies it to the device
 from pinned memory without waiting. A table depends only on the launch's argument storages and the
-regions, so it is made once per (kernel, argument storages, regions version) and reused: a step that
-launches the same kernels on the same buffers copies nothing. Tables and their launch records live
+regions it lists, so it is made once per (kernel, argument storages, those regions and their flags) and
+reused: a step that launches the same kernels on the same buffers copies nothing, whatever was
+allocated or freed elsewhere since. Tables and their launch records live
 for the case (a CUDA graph capturing a launch replays its table, and its ring entries name it).
 Bad lanes come back through the ring (``device_checks.py``), read once per op.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 import torch
@@ -81,10 +83,15 @@ class DeviceShadow:
         self.cell32 = torch.zeros(1, dtype=torch.int32, device=self.device)  # the same epoch, as shadows hold it
         self.epoch = 0
         self.launches: dict[int, Launch] = {}   # launch id -> record, for the case (graphs replay them)
-        self._tables: dict[tuple, tuple] = {}   # (kernel, argument spans, version) -> (table, nreg, id, record)
-        self.version = 0                        # bumped by every change of the regions or their flags
+        self._tables: dict[tuple, tuple] = {}   # (kernel, argument spans, listed regions) -> (table, nreg, id, record)
         self._next = 0
         self._pool_at = 0  # the pinned pool's slots are never reused within a case (graphs replay them)
+        # The lookup index, kept with ``regions``: the regions by start, their starts, and the running
+        # maximum of their ends (every torch op asks it, most of them about untracked memory: a
+        # bisection, not a walk of every region).
+        self._by_start: list[Region] = []
+        self._starts: list[int] = []
+        self._max_end: list[int] = []
 
     def _pinned(self, n: int) -> torch.Tensor:
         """``n`` int64 of pinned host memory from a process-wide pool made outside any graph capture
@@ -112,9 +119,57 @@ class DeviceShadow:
         self.cell32.fill_(epoch)
 
     # -- regions -----------------------------------------------------------------------
+    def append(self, r: Region) -> None:
+        """Track the region ``r`` (its bytes may lie inside another region's)."""
+        self.regions.append(r)
+        i = bisect_right(self._starts, r.start)
+        self._starts.insert(i, r.start)
+        self._by_start.insert(i, r)
+        self._max_end.insert(i, r.end)
+        self._running_max(i)
+
+    def remove(self, region: Region) -> None:
+        if region in self.regions:
+            self.regions.remove(region)
+            i = next(k for k in range(bisect_left(self._starts, region.start), len(self._by_start))
+                     if self._by_start[k] is region)
+            del self._starts[i], self._by_start[i], self._max_end[i]
+            self._running_max(i)
+
+    def _running_max(self, i: int) -> None:
+        """Recompute the running maximum of ends from position ``i`` (an insertion or a deletion
+        there); once an entry past ``i`` comes out unchanged, the rest are unchanged too."""
+        ends, by_start = self._max_end, self._by_start
+        for k in range(i, len(ends)):
+            m = max(ends[k - 1], by_start[k].end) if k else by_start[k].end
+            if k > i and m == ends[k]:
+                return
+            ends[k] = m
+
     def overlapping(self, start: int, nbytes: int) -> list[Region]:
+        """The regions sharing a byte with ``[start, start+nbytes)`` (at least one byte), in the
+        order of ``regions``."""
         end = start + max(nbytes, 1)
-        return [r for r in self.regions if r.start < end and start < r.end]
+        i = bisect_left(self._starts, end) - 1  # regions [0, i] start before ``end``
+        max_end, by_start = self._max_end, self._by_start
+        found = []
+        while i >= 0 and max_end[i] > start:  # none before i ends after ``start``: stop there
+            if by_start[i].end > start:
+                found.append(by_start[i])
+            i -= 1
+        if len(found) > 1:
+            order = {id(r): k for k, r in enumerate(self.regions)}
+            found.sort(key=lambda r: order[id(r)])
+        return found
+
+    def any_overlapping(self, spans) -> bool:
+        """Whether any ``(start, nbytes)`` of ``spans`` shares a byte with a region."""
+        starts, max_end = self._starts, self._max_end
+        for start, nbytes in spans:
+            i = bisect_left(starts, start + max(nbytes, 1)) - 1
+            if i >= 0 and max_end[i] > start:
+                return True
+        return False
 
     def containing(self, address: int) -> Region | None:
         return next((r for r in self.regions if r.start <= address < r.end), None)
@@ -123,12 +178,11 @@ class DeviceShadow:
             shape: tuple, auto: bool = False) -> Region:
         """Track ``[start, start+nbytes)``; an overlapping record (freed memory reused) is dropped,
         except one of exactly these bytes, whose epochs are kept (re-tracking is harmless)."""
-        self.changed()
-        old = [r for r in self.overlapping(start, nbytes)]
+        old = self.overlapping(start, nbytes)
         same = next((r for r in old if r.start == start and r.nbytes == nbytes and r.itemsize == itemsize), None)
         for r in old:
             if r is not same:
-                self.regions.remove(r)
+                self.remove(r)
         if same is not None:
             if not same.auto or auto:
                 same.per_step = same.per_step or per_step
@@ -139,19 +193,9 @@ class DeviceShadow:
         shadow = torch.full((n,), self.epoch if initialized else NEVER, dtype=torch.int32, device=self.device)
         r = Region(start, nbytes, name, per_step, itemsize, tuple(shape), shadow, auto,
                    fully_at=self.epoch if initialized else None, maybe_never=not initialized)
-        self.regions.append(r)
+        self.append(r)
         return r
 
-    def remove(self, region: Region) -> None:
-        if region in self.regions:
-            self.regions.remove(region)
-            self.changed()
-
-    def changed(self) -> None:
-        """The regions or a region's flags changed: launch tables made before are not reused."""
-        self.version += 1
-
-    # -- launches ----------------------------------------------------------------------
     def table(self, args: list[tuple[str, torch.Tensor]], kernel: str, path: str):
         """(device table, rows allocated, launch id, record): the argument storages as written memory
         first, then the tracked regions inside them (they win), and, when an argument could be a
@@ -160,7 +204,15 @@ class DeviceShadow:
         for name, t in args:
             st = t.untyped_storage()
             spans.append((name, st.data_ptr(), st.nbytes(), t.element_size(), t.dtype in (torch.int64, torch.uint64)))
-        key = (kernel, path, tuple(spans), self.version)
+        if any(s[4] for s in spans):
+            selected = list(self.regions)
+        else:
+            near = {id(r) for _, ptr, nbytes, _, _ in spans for r in self.overlapping(ptr, nbytes)}
+            selected = [r for r in self.regions if id(r) in near] if near else []
+        # What the table holds: the same storages and the same regions with the same flags give the same
+        # table (regions tracked or freed elsewhere do not matter). The records keep their regions alive,
+        # so an ``id`` here is never another region's.
+        key = (kernel, path, tuple(spans), tuple((id(r), r.per_step) for r in selected))
         hit = self._tables.get(key)
         if hit is not None:
             return hit
@@ -171,10 +223,7 @@ class DeviceShadow:
             rows.append((ptr, ptr + nbytes, 0, 0, 0))
             regions.append(Region(ptr, nbytes, f"{kernel}:{name}", False, item, (nbytes // max(item, 1),), None,
                                   auto=True))
-        pointers = any(s[4] for s in spans)
-        for r in self.regions:
-            if not pointers and not any(ptr < r.end and r.start < ptr + nbytes for _, ptr, nbytes, _, _ in spans):
-                continue
+        for r in selected:
             off = (r.shadow.data_ptr() - base) // 4 if r.shadow is not None else 0
             flags = (dc.PER_STEP if r.per_step else 0) | (dc.SHADOWED if r.shadow is not None else 0)
             rows.append((r.start, r.end, off, _log2(r.itemsize), flags))

@@ -40,6 +40,34 @@ LOG_ROWS = 4096    # torch-side read checks per op
 GRAPH_ROWS = 1024  # torch-side read checks captured in CUDA graphs, per case
 
 
+class _Op:
+    """What the mode needs to know of one op overload, worked out at its first dispatch."""
+    __slots__ = ("name", "base", "aten", "passthrough", "storage", "indexes", "empty")
+
+    def __init__(self, func):
+        self.name = func._schema.name.split("::")[-1]
+        self.base = self.name.rstrip("_")
+        self.aten = func.namespace == "aten"
+        self.storage = func in fx.STORAGE_OPS
+        self.empty = func in fx.EMPTY_OPS
+        self.indexes = self.aten and fx.may_index(self.name)
+        # A view or a metadata op reads and writes no bytes and allocates nothing: nothing to do but run it
+        # (about a third of a case's ops).
+        self.passthrough = (func.namespace in ("aten", "prims") and not self.storage
+                            and (getattr(func, "is_view", False) or func in fx.METADATA_ONLY
+                                 or fx._is_metadata_inplace(func)))
+
+
+_OPS: dict = {}
+
+
+def _op(func) -> _Op:
+    info = _OPS.get(func)
+    if info is None:
+        info = _OPS[func] = _Op(func)
+    return info
+
+
 def _flat(args, kwargs) -> list:
     """The tensors among an op's arguments (``torch_effects.leaves`` of both, faster for flat ones)."""
     out = []
@@ -48,6 +76,21 @@ def _flat(args, kwargs) -> list:
             out.append(v)
         elif isinstance(v, (list, tuple, dict)):
             out.extend(fx.leaves(v))
+    return out
+
+
+def _spans(args, kwargs, device_type: str) -> list:
+    """(storage address, bytes) of each tensor argument on the oracle's device that has memory."""
+    out = []
+    for t in _flat(args, kwargs):
+        if t.layout == torch.strided and t.device.type == device_type:
+            try:
+                st = t.untyped_storage()
+            except (RuntimeError, NotImplementedError):
+                continue
+            ptr = st.data_ptr()
+            if ptr:
+                out.append((ptr, st.nbytes()))
     return out
 
 
@@ -77,38 +120,42 @@ class DeviceTorchMode(TorchDispatchMode):
         return compiled.visible()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        op = _OPS.get(func) or _op(func)
+        if op.passthrough:
+            return func(*args, **kwargs) if kwargs else func(*args)
         kwargs = kwargs or {}
         o = self.oracle
         if o.paused():
             return func(*args, **kwargs)
-        if func in fx.STORAGE_OPS and args and isinstance(args[0], torch.Tensor):
+        if op.storage and args and isinstance(args[0], torch.Tensor):
             return self._storage_change(func, args, kwargs)
-        impl = custom_op_impl(func, args)
-        if impl is not None:
-            with DeviceTorchMode(o):  # a custom op's own body, seen op by op
-                return impl(*args, **kwargs)
-        if python_kernel(func, args):  # ``Library.impl`` (vLLM's direct_register_custom_op): its body, op by op
-            _push_mode(DeviceTorchMode(o))
-            try:
-                return func.redispatch(_keys_below_python(args, kwargs), *args, **kwargs)
-            except NotImplementedError:  # no kernel for those keys: nothing ran
-                pass
-            finally:
-                _pop_mode()
-        tensors = [t for t in _flat(args, kwargs) if fx.has_memory(t) and t.device.type == o.device.type]
-        if not o.any_tracked(tensors) or func in fx.STORAGE_OPS:
-            if tensors and func.namespace == "aten":  # an index out of range would end the process
-                args = self._bounds(func, func._schema.name.split("::")[-1], args)
+        if not op.aten:
+            impl = custom_op_impl(func, args)
+            if impl is not None:
+                with DeviceTorchMode(o):  # a custom op's own body, seen op by op
+                    return impl(*args, **kwargs)
+            if python_kernel(func, args):  # ``Library.impl`` (vLLM's direct_register_custom_op): its body, op by op
+                _push_mode(DeviceTorchMode(o))
+                try:
+                    return func.redispatch(_keys_below_python(args, kwargs), *args, **kwargs)
+                except NotImplementedError:  # no kernel for those keys: nothing ran
+                    pass
+                finally:
+                    _pop_mode()
+        spans = _spans(args, kwargs, o.device.type)
+        if not spans or op.storage or not o.any_tracked(spans):
+            if op.indexes and spans:  # an index out of range would end the process
+                args = self._bounds(func, op.name, args)
             out = func(*args, **kwargs)
-            self._allocations(func, args, kwargs, out)
+            self._allocations(func, op, spans, out)
             return out
-        return self._modelled(func, args, kwargs)
+        return self._modelled(func, op, args, kwargs, spans)
 
-    def _modelled(self, func, args, kwargs):
+    def _modelled(self, func, op: _Op, args, kwargs, spans: list):
         """An op touching tracked memory: check its reads, run it, stamp its writes."""
-        name = func._schema.name.split("::")[-1]
+        name = op.name
         reads, writes = fx.classify(func, args, kwargs)
-        base = name.rstrip("_") if func.namespace == "aten" else ""
+        base = op.base if op.aten else ""
         if (base in _SCATTERS or base in _ACCUMULATE and name.endswith("_")) and args \
                 and isinstance(args[0], torch.Tensor):  # self's read, if any, is modelled in _write
             reads = [t for t in reads if t is not args[0]]
@@ -126,17 +173,18 @@ class DeviceTorchMode(TorchDispatchMode):
         gathered = args[0] if base in _GATHER_READS else None
         picked = self._where_sides(func, base, args)
         for t in reads:
-            if t is gathered:
+            if gathered is not None and t is gathered:
                 self._gather_read(func, args, kwargs, t)
             elif id(t) in picked:
                 self._picked_read(func, t, picked[id(t)])
             else:
                 self._read(func, t)
-        args = self._bounds(func, name, args)
+        if op.indexes:
+            args = self._bounds(func, name, args)
         out = func(*args, **kwargs)
         for t in writes:
             self._write(func, name, args, t, kwargs)
-        self._allocations(func, args, kwargs, out)
+        self._allocations(func, op, spans, out)
         return out
 
     # -- reads -----------------------------------------------------------------------------
@@ -321,15 +369,17 @@ class DeviceTorchMode(TorchDispatchMode):
         return fx.run_storage_op(func, args, kwargs, changed)
 
     # -- allocations -----------------------------------------------------------------------
-    def _allocations(self, func, args, kwargs, out) -> None:
+    def _allocations(self, func, op: _Op, spans: list, out) -> None:
+        """Results in storage none of the inputs has: fresh memory (``allocated``)."""
         if getattr(func, "is_view", False):
             return
-        results = [t for t in fx._tensors(out) if fx.has_memory(t)]
+        dev = self.oracle.device.type
+        results = [t for t in fx._tensors(out) if t.device.type == dev and fx.has_memory(t)]
         if not results:
             return
-        inputs = {t.untyped_storage().data_ptr() for t in _flat(args, kwargs) if fx.has_memory(t)}
-        empty = func in fx.EMPTY_OPS
-        where = caller_line(4) if empty else None  # named only for what the ``empty`` family made
+        inputs = {start for start, _ in spans}
+        where = caller_line(4) if op.empty else None  # named only for what the ``empty`` family made
         for t in results:
-            if t.untyped_storage().data_ptr() not in inputs:
-                self.oracle.allocated(t, empty, where)
+            st = t.untyped_storage()
+            if st.data_ptr() not in inputs:
+                self.oracle.allocated(t, st, op.empty, where)

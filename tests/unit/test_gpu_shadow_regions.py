@@ -1,0 +1,60 @@
+"""The device shadow's region lookup (fuzzrunner/oracles/shadow/gpu/regions.py): every torch op asks
+which tracked regions its storages touch, through an index kept beside the regions (sorted starts and
+a running maximum of ends). It must answer what a walk of every region answers, through any sequence of
+tracking, nested regions, re-tracking and frees."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fuzzrunner.oracles.shadow.gpu.regions import DeviceShadow, Region
+
+_SPAN = st.tuples(st.integers(0, 200), st.integers(0, 60))  # (start, bytes): small, so spans collide often
+_STEP = st.one_of(
+    st.tuples(st.just("add"), _SPAN, st.sampled_from([1, 2, 4])),
+    st.tuples(st.just("inner"), _SPAN, st.just(1)),   # a region inside others, as a tracked view's
+    st.tuples(st.just("remove"), st.integers(0, 30), st.just(0)),
+)
+
+
+def _walk(regions: list, start: int, nbytes: int) -> list:
+    end = start + max(nbytes, 1)
+    return [r for r in regions if r.start < end and start < r.end]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_STEP, max_size=25), st.lists(_SPAN, min_size=1, max_size=8))
+def test_the_index_answers_what_a_walk_of_every_region_answers(steps, queries):
+    shadow = DeviceShadow("cpu")
+    for kind, a, b in steps:
+        if kind == "add":
+            start, nbytes = a
+            shadow.add(start, max(nbytes, b), "t", per_step=False, initialized=True, itemsize=b, shape=(1,))
+        elif kind == "inner":
+            start, nbytes = a
+            shadow.append(Region(start, max(nbytes, 1), "v", False, 1, (1,), None))
+        elif shadow.regions:
+            shadow.remove(shadow.regions[a % len(shadow.regions)])
+        for start, nbytes in queries:  # asked after every step, as each op asks
+            assert shadow.overlapping(start, nbytes) == _walk(shadow.regions, start, nbytes)
+            assert shadow.any_overlapping([(start, nbytes)]) == bool(_walk(shadow.regions, start, nbytes))
+    assert shadow.any_overlapping(queries) == any(_walk(shadow.regions, s, n) for s, n in queries)
+
+
+def test_a_region_re_tracked_with_the_same_bytes_keeps_its_epochs_and_its_place():
+    shadow = DeviceShadow("cpu")
+    first = shadow.add(64, 32, "a", per_step=False, initialized=False, itemsize=4, shape=(8,))
+    again = shadow.add(64, 32, "a", per_step=True, initialized=True, itemsize=4, shape=(8,))
+    assert again is first and first.per_step
+    assert shadow.overlapping(70, 1) == [first] and shadow.regions == [first]
+
+
+@pytest.mark.parametrize("gap", [0, 1])
+def test_a_span_ending_where_a_region_starts_does_not_touch_it(gap):
+    shadow = DeviceShadow("cpu")
+    r = shadow.add(100, 16, "a", per_step=False, initialized=True, itemsize=4, shape=(4,))
+    assert shadow.overlapping(84 + gap, 16) == ([r] if gap else [])
+    assert shadow.overlapping(116, 8) == []
+    assert not shadow.any_overlapping([(0, 100), (116, 50)])
+    assert torch.equal(r.shadow, torch.zeros(4, dtype=torch.int32))  # type: ignore[arg-type]
