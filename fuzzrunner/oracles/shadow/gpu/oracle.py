@@ -51,6 +51,8 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._rows: list = []                 # per log row: what it checked
         self._graph_rows: list = []           # per graph row (captured checks, for the case): what it checks
         self._oob: list = []                  # this op's index bounds checks: (what, out-of-range mask, indices)
+        self._launched = False                # an instrumented kernel ran since the last read-back
+        self._captured = False                # one was captured in a CUDA graph: its replays write the ring
         self._tls = threading.local()
         self._mode: DeviceTorchMode | None = None
         self._compiled = CompiledRegions()
@@ -322,6 +324,9 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._purge()
         with self.pause():
             table, nreg, _, _ = self.shadow.table(tensors, fn.__name__, fn.__code__.co_filename)
+        self._launched = True
+        if not self._captured and self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            self._captured = True
         return twin, dict(_sh_table=table, _sh_arena=self.shadow.arena, _sh_ring=self.shadow.ring,
                           _sh_cell=self.shadow.cell, _SH_CAP=CAP)
 
@@ -341,6 +346,9 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         """The op's one read-back: the ring (kernels) and the log (torch ops)."""
         if self.shadow is None:
             return
+        if not (self._launched or self._captured or self._rows or self._oob or self._graph_rows):
+            return  # nothing since the last read-back can have written the ring or the log: no sync
+        self._launched = False
         rows, self._rows = self._rows, []
         graph = len(self._graph_rows)
         oob, self._oob = self._oob, []

@@ -17,6 +17,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from ..memory import NEVER, Allocation
@@ -234,10 +235,11 @@ class DeviceShadow:
         launch = self._next
         self._next += 1
         host = self._pinned((1 + nreg) * dc.ROW)
-        host.zero_()
-        host[0], host[1] = launch, len(rows)
+        filled = host.numpy()  # written through numpy: no torch op per field
+        filled[:] = 0
+        filled[0], filled[1] = launch, len(rows)
         if rows:
-            host[dc.ROW:dc.ROW * (1 + len(rows))] = torch.tensor(rows, dtype=torch.int64, device="cpu").reshape(-1)
+            filled[dc.ROW:dc.ROW * (1 + len(rows))] = np.asarray(rows, dtype=np.int64).reshape(-1)
         table = torch.empty_like(host, device=self.device)
         table.copy_(host, non_blocking=True)  # a CUDA graph capturing the launch replays this copy
         rec = Launch(kernel, path, regions, keep=[host, table])

@@ -370,16 +370,25 @@ class DeviceTorchMode(TorchDispatchMode):
 
     # -- allocations -----------------------------------------------------------------------
     def _allocations(self, func, op: _Op, spans: list, out) -> None:
-        """Results in storage none of the inputs has: fresh memory (``allocated``)."""
-        if getattr(func, "is_view", False):
-            return
-        dev = self.oracle.device.type
-        results = [t for t in fx._tensors(out) if t.device.type == dev and fx.has_memory(t)]
-        if not results:
-            return
-        inputs = {start for start, _ in spans}
-        where = caller_line(4) if op.empty else None  # named only for what the ``empty`` family made
+        """Results in storage none of the inputs has: fresh memory (``allocated``). Most are neither
+        made by the ``empty`` family nor where a record lies: those are let go here, without the lock."""
+        o = self.oracle
+        results = (out,) if isinstance(out, torch.Tensor) else fx._tensors(out)
+        inputs = None
         for t in results:
-            st = t.untyped_storage()
-            if st.data_ptr() not in inputs:
-                self.oracle.allocated(t, st, op.empty, where)
+            if t.device.type != o.device.type or t.layout != torch.strided:
+                continue
+            try:
+                st = t.untyped_storage()
+            except (RuntimeError, NotImplementedError):
+                continue
+            ptr = st.data_ptr()
+            if not ptr:
+                continue
+            if inputs is None:
+                inputs = {start for start, _ in spans}
+            if ptr in inputs:
+                continue
+            if op.empty or o._dead or o.shadow.any_overlapping(((ptr, st.nbytes()),)):
+                where = caller_line(4) if op.empty else None  # named only for what the ``empty`` family made
+                o.allocated(t, st, op.empty, where)
