@@ -1,9 +1,10 @@
-"""Host cost per torch op of the shadow oracles' torch dispatch: no oracle, the CPU oracle, and the
-device mode (fuzzrunner/oracles/shadow/gpu/), on CPU tensors, in this one run, interleaved.
+"""Host cost per torch op of the shadow oracles' torch dispatch, on CPU tensors, in this one run, interleaved.
 
-On a GPU, a reference_runner case issues about 1,200 torch ops, and the device mode's per-case cost is
-mostly this Python per op (an H200 profile: 7,043 dispatches took 0.66 s of 0.9 s in 6 cases), so this
-row is what bounds the device mode's per-case ratio there. Rows, each a loop of small ops among
+Columns: ``none`` (no oracle, no mode), ``bare mode`` (a ``TorchDispatchMode`` that only runs the op: the
+floor any Python dispatch mode pays), the CPU oracle, and the device mode (fuzzrunner/oracles/shadow/gpu/).
+On a GPU, a reference_runner case issues about 1,500 torch ops (an H200 profile: 14,938 dispatches in 10
+cases), and the device mode's per-case cost is mostly this Python per op, so these rows are what bound
+its per-case ratio there. Rows, each a loop of small ops among
 ``--tracked`` tracked tensors (typical of a case: about 24 regions):
   * untracked: ``a + 1`` and ``torch.mul`` on untracked tensors (a fresh result each);
   * views: ``a[3:9].view(2, 3).t()`` (no byte read or written: about a third of a case's ops);
@@ -54,6 +55,28 @@ def _rows(torch, tracking, n_tracked: int) -> dict:
             "tracked read (2 ops)": (tracked_read, 2)}
 
 
+class _Bare:
+    """A dispatch mode that only runs each op, with the oracle protocol's start and finish."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Bare(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                return func(*args, **(kwargs or {}))
+        self.mode = Bare()
+
+    def start(self) -> None:
+        self.mode.__enter__()
+
+    def begin_op(self, index: int, op: dict) -> None:
+        pass
+
+    def finish(self) -> list:
+        self.mode.__exit__(None, None, None)
+        return []
+
+
 def _time(make_oracle, name: str, ops: int, n_tracked: int) -> float:
     import torch
 
@@ -74,10 +97,11 @@ def _time(make_oracle, name: str, ops: int, n_tracked: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ops", type=int, default=2000)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--tracked", type=int, default=24)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--ops", type=int, default=2000, help="loop iterations per row and column")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions, interleaved (the median is shown)")
+    ap.add_argument("--tracked", type=int, default=24, help="tracked tensors alive (a case has about 24)")
     args = ap.parse_args()
     from fuzzrunner import _env
     _env.configure()
@@ -85,7 +109,8 @@ def main() -> None:
 
     from fuzzrunner.oracles.shadow import ShadowOracle
     from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
-    oracles = {"none": lambda: None, "CPU oracle": ShadowOracle, "device mode": lambda: GpuShadowOracle("cpu")}
+    oracles = {"none": lambda: None, "bare mode": _Bare, "CPU oracle": ShadowOracle,
+               "device mode": lambda: GpuShadowOracle("cpu")}
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; us per torch op (median of {args.reps}), "
           f"{args.tracked} tracked tensors")
     print(f"{'row':22} " + " ".join(f"{o:>12}" for o in oracles) + f" {'device/none':>12} {'device/CPU':>11}")
@@ -97,9 +122,9 @@ def main() -> None:
         med = {o: statistics.median(v) for o, v in got.items()}
         print(f"{name:22} " + " ".join(f"{med[o]:12.1f}" for o in oracles) +
               f" {med['device mode'] / med['none']:11.1f}x {med['device mode'] / med['CPU oracle']:10.1f}x", flush=True)
-    print("Each row is Python per op plus the oracle's own torch ops, here on CPU tensors. On a GPU the device "
-          "mode's own ops are kernel launches\n(an index op's bounds check, a tracked write's stamp), so fewer of them "
-          "is what lowers its per-case cost there; the CPU oracle\ndoes the same work in numpy and has no GPU form.")
+    print("Each row: microseconds per torch op, Python plus the oracle's own torch ops (here on CPU tensors). On a "
+          "GPU each of the device\nmode's own ops is a kernel launch (an index op's bounds check, a tracked write's "
+          "stamp), which adds to these rows there.")
 
 
 if __name__ == "__main__":

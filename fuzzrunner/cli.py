@@ -727,6 +727,8 @@ def _main(argv: list[str] | None) -> int:
         # only where compiled)
         devices.use(getattr(args, "device", None))
         _env.configure()  # decide the device (TRITON_INTERPRET) before any command imports Triton
+        from .oracles.shadow import shadow_mode
+        shadow_mode()  # a bad FUZZRUNNER_SHADOW: one line from every command, never a worker's traceback
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         print("fuzzrunner: interrupted; findings so far are in the corpus", file=sys.stderr)

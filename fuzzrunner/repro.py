@@ -78,7 +78,8 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
     imports = ["import os", "import sys"] if "os.environ" in body[-1] or device_mode else ["import sys"]
     lines = _header(finding, name) + imports + [""]
     if device_mode:  # found by the shadow oracle's device mode: replay in it (on a CPU, through the interpreter)
-        lines += ['os.environ.setdefault("FUZZRUNNER_SHADOW", "device")  # the mode that found it', ""]
+        lines += ['if not os.environ.get("FUZZRUNNER_SHADOW", "").strip():  # the mode that found it, unless set',
+                  '    os.environ["FUZZRUNNER_SHADOW"] = "device"', ""]
     lines += ["try:", "    from fuzzrunner import Case, replay", "", *("    " + b for b in body),
               "except Exception as e:  # noqa: BLE001 - anything that stops the replay is 'could not run'",
               '    print(f"could not run: {type(e).__name__}: {e}", file=sys.stderr)', "    sys.exit(2)",

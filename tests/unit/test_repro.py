@@ -256,8 +256,9 @@ def test_a_device_mode_finding_replays_in_the_device_mode(tmp_path, monkeypatch)
     monkeypatch.delenv("FUZZRUNNER_SHADOW")
     path = export_repro(Finding(main.signature, CASE, main), tmp_path / "repro.py")
     text = path.read_text()
-    assert 'os.environ.setdefault("FUZZRUNNER_SHADOW", "device")' in text
+    assert 'if not os.environ.get("FUZZRUNNER_SHADOW", "").strip():' in text  # unset or empty: the device mode
+    assert 'os.environ["FUZZRUNNER_SHADOW"] = "device"' in text
     assert text.index("FUZZRUNNER_SHADOW") < text.index("from fuzzrunner import")
     done = run_script(path, tmp_path)
     assert done.returncode == 1, done.stderr[-2000:]
-    assert 'setdefault("FUZZRUNNER_SHADOW"' not in repro_script(_finding("shadow", "stale-read"))  # the CPU oracle's
+    assert "FUZZRUNNER_SHADOW" not in repro_script(_finding("shadow", "stale-read"))  # the CPU oracle's

@@ -31,3 +31,17 @@ def test_an_unknown_mode_is_refused_in_one_line_before_anything_runs(monkeypatch
     with pytest.raises(InvalidArgument, match="FUZZRUNNER_SHADOW='gpu'"):
         replay(Case("reference_runner", {"max_loras": 2}, []), oracles=["shadow"])
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("command", [["replay", "{case}"], ["check-target", "reference_runner"], ["doctor"]])
+def test_every_command_refuses_an_unknown_mode_in_one_line(monkeypatch, tmp_path, capsys, command):
+    """``replay`` once printed a worker's traceback for the typo, and ``check-target`` blamed the
+    target; every command now gives ``fuzz``'s one line and exit 2."""
+    from fuzzrunner import cli
+    case = tmp_path / "case.json"
+    case.write_text(Case("reference_runner", {"max_loras": 2}, []).to_json())
+    monkeypatch.setenv("FUZZRUNNER_SHADOW", "gpu")
+    code = cli.main([part.format(case=case) for part in command])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and "FUZZRUNNER_SHADOW='gpu': expected one of device, cpu" in err[0], err
