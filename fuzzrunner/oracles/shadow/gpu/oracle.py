@@ -66,6 +66,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._reported: set = set()           # (region id, element, op): one report per bad element per op
         self.lock = threading.RLock()          # ops on the case's other threads share the shadow (threads.py)
         self._threads = ThreadCoverage(lambda: DeviceTorchMode(self))
+        self._pauser = _Pause(self._tls)
 
     # the protocol's log of violations (``Oracle.seen`` counts it)
     @property
@@ -129,15 +130,8 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         return getattr(self._tls, "pause", 0) > 0 or tracking.is_quiet()
 
     def pause(self):
-        oracle = self
-
-        class _Pause:
-            def __enter__(self):
-                oracle._tls.pause = getattr(oracle._tls, "pause", 0) + 1
-
-            def __exit__(self, *exc):
-                oracle._tls.pause -= 1
-        return _Pause()
+        """A context in which this thread's ops and launches are the oracle's own (reentrant)."""
+        return self._pauser
 
     # -- regions --------------------------------------------------------------------------
     def _purge(self) -> None:
@@ -485,6 +479,19 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     def _add(self, v: Violation, count: int) -> None:
         v.details.setdefault("shadow_mode", "device")  # a repro replays it in the same mode (repro.py)
         self.log_violations.add(v, count)
+
+
+class _Pause:
+    """``GpuShadowOracle.pause()``: one object per oracle, counting per thread (no class made per call)."""
+
+    def __init__(self, tls):
+        self.tls = tls
+
+    def __enter__(self):
+        self.tls.pause = getattr(self.tls, "pause", 0) + 1
+
+    def __exit__(self, *exc):
+        self.tls.pause -= 1
 
 
 def _driver_range(address: int) -> dict:
