@@ -28,7 +28,7 @@ NOT_ON_DEVICE = {
     "triton_descriptor_per_program_tile": "tensor descriptors: named as unchecked",
     "block_pointer_load": "block pointers: named as unchecked",
     "worker_reads_numpy_view": "numpy views (host memory) are not followed by the device mode",
-    "select_fill_column": "missed by the device mode (not yet investigated)",
+    "select_fill_column": "its bad read is a CPU tensor's tolist() (host memory): not followed by the device mode",
 }
 # Not run on a GPU: numpy views of device tensors do not exist; the thread pairs are followed by the
 # device mode (threads.ThreadCoverage, exact on the CPU) but have not run on a GPU yet.
