@@ -16,6 +16,7 @@ import re
 
 # location text -> absolute path, for the files this process has located (site needs the source)
 _PATHS: dict[str, str] = {}
+_LOCATED: dict[tuple[str, int], str] = {}  # (absolute path, line) -> location text
 _LOCATION = re.compile(r"^(?P<file>.+\.py):(?P<line>\d+)$")
 _EMBEDDED = re.compile(r"(?P<loc>[\w./\\-]+\.py:\d+)")
 
@@ -40,10 +41,15 @@ def location(path: str, line: int) -> str:
     """``file:line``, the file relative to its import root (a bare module name outside packages)."""
     if not path or path == "?" or path.startswith("<"):
         return f"{path or '?'}:{line}"
+    text = _LOCATED.get((path, line))
+    if text is not None:
+        return text
     full = os.path.abspath(path)
     rel = os.path.relpath(full, import_root(full)).replace(os.sep, "/")
     text = f"{rel}:{line}"
     _PATHS[text] = full
+    if os.path.isabs(path):  # the same text from any working directory: kept (a shadow oracle names every allocation)
+        _LOCATED[(path, line)] = text
     return text
 
 
