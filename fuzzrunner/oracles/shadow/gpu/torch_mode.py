@@ -371,7 +371,7 @@ class DeviceTorchMode(TorchDispatchMode):
     # -- allocations -----------------------------------------------------------------------
     def _allocations(self, func, op: _Op, spans: list, out) -> None:
         """Results in storage none of the inputs has: fresh memory (``allocated``). Most are neither
-        made by the ``empty`` family nor where a record lies: those are let go here, without the lock."""
+        made by the ``empty`` family nor where a record lies: those are let go here."""
         o = self.oracle
         results = (out,) if isinstance(out, torch.Tensor) else fx._tensors(out)
         inputs = None
@@ -389,6 +389,9 @@ class DeviceTorchMode(TorchDispatchMode):
                 inputs = {start for start, _ in spans}
             if ptr in inputs:
                 continue
-            if op.empty or o._dead or o.shadow.any_overlapping(((ptr, st.nbytes()),)):
-                where = caller_line(4) if op.empty else None  # named only for what the ``empty`` family made
-                o.allocated(t, st, op.empty, where)
+            if not op.empty and not o._dead:
+                with o.lock:  # the index's lists change together under it (other threads' ops)
+                    if not o.shadow.any_overlapping(((ptr, st.nbytes()),)):
+                        continue
+            where = caller_line(4) if op.empty else None  # named only for what the ``empty`` family made
+            o.allocated(t, st, op.empty, where)
