@@ -19,10 +19,15 @@ EXPECTED = {  # fault -> (allowed kinds, tensor fragment)
     "graph_freezes_active_loras": ({"invariant-violation", "numeric-mismatch"}, ""),
 }
 REPRO_SCRIPT = {"dummy_run_skips_mapping", "graph_freezes_active_loras"}  # exported and run; the rest replayed
-SEEDS = {"graph_freezes_active_loras": "4"}  # seed 1 happens not to reach a capture-then-replay in 60 cases
-# From generated case 37 on (seed 1), the stateful strategy also shows this fault as numeric mismatches
-# (bgmv ignoring the no-LoRA flag in later steps): more findings, each shrunk, past the ci budget.
-EXAMPLES = {"stale_after_all_no_lora": "30", "dummy_run_skips_mapping": "20", "padding_not_mapped": "20"}  # found in 1-3
+# Each fault is first hit by a seed case (example 1-4); "minimized" needs a generated case that fails too, and
+# its shrink is most of the test's time. Seed and count pick a search whose failing case shrinks in few steps:
+# padding_not_mapped, seed 2: ~35 shrink steps (seed 1: ~130). graph_freezes_active_loras, seed 1 with 20
+# cases: ~150 steps to 3 ops (seed 4 with 60: ~195 to 4 ops; seed 1 with 60 reaches no capture-then-replay).
+SEEDS = {"padding_not_mapped": "2"}
+# From generated case 37 on (seed 1), the stateful strategy also shows stale_after_all_no_lora as numeric
+# mismatches (bgmv ignoring the no-LoRA flag in later steps): more findings, each shrunk, past the ci budget.
+EXAMPLES = {"stale_after_all_no_lora": "30", "dummy_run_skips_mapping": "20", "padding_not_mapped": "20",
+            "graph_freezes_active_loras": "20"}
 MAPPING_BUFFERS = ("embeddings_indices", "token_lora_mapping", "active_lora_ids", "token_indices_sorted_by_lora_ids",
                    "num_tokens_per_lora", "lora_token_start_loc")
 
