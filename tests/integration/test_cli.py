@@ -26,7 +26,7 @@ REPRO_SCRIPT = {"dummy_run_skips_mapping", "graph_freezes_active_loras"}  # expo
 SEEDS = {"padding_not_mapped": "2"}
 # From generated case 37 on (seed 1), the stateful strategy also shows stale_after_all_no_lora as numeric
 # mismatches (bgmv ignoring the no-LoRA flag in later steps): more findings, each shrunk, past the ci budget.
-EXAMPLES = {"stale_after_all_no_lora": "30", "dummy_run_skips_mapping": "20", "padding_not_mapped": "20",
+EXAMPLES = {"stale_after_all_no_lora": "30", "dummy_run_skips_mapping": "10", "padding_not_mapped": "20",
             "graph_freezes_active_loras": "20"}
 MAPPING_BUFFERS = ("embeddings_indices", "token_lora_mapping", "active_lora_ids", "token_indices_sorted_by_lora_ids",
                    "num_tokens_per_lora", "lora_token_start_loc")
@@ -68,7 +68,8 @@ def test_each_fault_is_found_exported_and_reproduced(tmp_path, fault, capsys):
 
 
 def test_no_fault_no_finding(tmp_path):
-    assert fuzz(tmp_path) == 0
+    # 30 cases and the seeds; more: test_the_300_example_runs_of_the_issue (-m slow); every oracle: test_silence.py
+    assert fuzz(tmp_path, examples="30") == 0
     assert json.loads((tmp_path / "r.json").read_text())["runs"][0]["findings"] == []
 
 

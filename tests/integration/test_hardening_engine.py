@@ -39,16 +39,23 @@ def report(tmp_path) -> dict:
 
 # -- 1. a BaseException raised by the target is the target's ------------------------------------
 
-@pytest.mark.parametrize("what", ["KeyboardInterrupt", "GeneratorExit", "TargetsOwnBaseException"])
-def test_a_base_exception_raised_in_run_is_a_crash_finding_at_the_targets_line(what):
+@pytest.fixture(scope="module")
+def raises_hub():
+    """One worker for the three exceptions (a worker start each cost seconds): each must leave it running."""
     with Hub(WorkerSpec(spec("RAISES")), timeout_s=60.0) as hub:
-        result = hub.run(Case("raises", {}, ({"op": "x", "n": 1, "what": what},)))
-        pid = hub.worker.proc.pid
-        [v] = result.violations
-        assert (v.tool, v.kind, v.kernel) == ("python", "crash", what)
-        assert v.location.endswith("hostile_targets.py:46") and "raised by the target" in v.message
-        assert not result.crashed and hub.run(Case("raises", {}, ({"op": "x", "n": 1},))).violations == []
-        assert hub.worker.proc.pid == pid  # the same worker goes on
+        yield hub
+
+
+@pytest.mark.parametrize("what", ["KeyboardInterrupt", "GeneratorExit", "TargetsOwnBaseException"])
+def test_a_base_exception_raised_in_run_is_a_crash_finding_at_the_targets_line(raises_hub, what):
+    hub = raises_hub
+    result = hub.run(Case("raises", {}, ({"op": "x", "n": 1, "what": what},)))
+    pid = hub.worker.proc.pid
+    [v] = result.violations
+    assert (v.tool, v.kind, v.kernel) == ("python", "crash", what)
+    assert v.location.endswith("hostile_targets.py:46") and "raised by the target" in v.message
+    assert not result.crashed and hub.run(Case("raises", {}, ({"op": "x", "n": 1},))).violations == []
+    assert hub.worker.proc.pid == pid  # the same worker goes on
 
 
 def test_a_campaign_whose_target_raises_keyboard_interrupt_goes_on_and_reports_it(tmp_path):
