@@ -137,6 +137,7 @@ class Shard:
         hanging case must not overrun it by the case timeout). A worker recycled for its memory is told."""
         b = self.settings.budget_s
         result = self.hub.run(case, cut_at=math.inf if b is None else self.start + b)
+        self.result.worker_s += result.seconds
         if result.recycled:
             self._recycled(result.recycled)
         if result.budget_cut:

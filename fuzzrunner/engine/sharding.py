@@ -77,7 +77,8 @@ class Merger:
 
     def done(self, r: CampaignResult) -> None:
         into = self.result
-        for name in ("examples", "generated", "invalid", "worker_restarts", "worker_recycles", "budget_cut_cases"):
+        for name in ("examples", "generated", "invalid", "worker_restarts", "worker_recycles", "budget_cut_cases",
+                     "worker_s"):
             setattr(into, name, getattr(into, name) + getattr(r, name))
         for cause, c in getattr(r, "known_crash_causes", {}).items():  # every skip is counted under its cause
             into.count_known_crash_skip(cause, c["short"], c["count"])

@@ -114,6 +114,7 @@ def _run_dict(r) -> dict:
             "tool_limitations": [{"id": i, **c} for i, c in getattr(r, "tool_limitations", {}).items()],
             "worker_recycles": getattr(r, "worker_recycles", 0),
             "budget_cut_cases": getattr(r, "budget_cut_cases", 0),
+            "worker_s": round(getattr(r, "worker_s", 0.0), 3),
             "replayed": [{"path": str(p), "id": i, "still_failing": bool(s)} for p, i, s in r.replayed],
             "findings": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.findings],
             "timeline": [[round(t, 3), n, k] for t, n, k in r.timeline],

@@ -146,3 +146,42 @@ def test_the_targets_seed_cases_run_with_the_campaigns_planted_faults(tmp_path):
     hits = [p for p, _, hit in r.replayed if hit]
     assert any(p.endswith("dummy_run_first.json") for p in hits), r.replayed
     assert [f.case.faults for f in r.findings] == [("dummy_run_skips_mapping",)]
+
+
+NAPPING = '''
+import time
+from hypothesis import strategies as st
+from fuzzrunner.case import Case
+from fuzzrunner.target import Target
+
+def cases(faults=(), *, max_ops=5):
+    return st.integers(0, 10**6).map(lambda n: Case("napping", {"n": n}, ({"op": "nap"},), tuple(faults)))
+
+def run(case, ctx):
+    with ctx.op(0, case.ops[0]):
+        time.sleep(0.1)
+
+TARGET = Target("napping", "each case naps 0.1 s in its worker", cases, run)
+'''
+
+
+def test_the_report_says_how_long_the_worker_spent_on_cases(tmp_path):
+    from fuzzrunner.report import report_dict
+    (tmp_path / "napping_target.py").write_text(NAPPING)
+    r = run_campaign(f"{tmp_path / 'napping_target.py'}:TARGET", Settings(max_examples=6, seed=1, device="cpu"),
+                     corpus_dir=tmp_path / "c")
+    assert r.examples >= 6 and 0.1 * r.examples <= r.worker_s < r.duration_s  # each nap, and not the start-up
+    [run] = report_dict(r)["runs"]
+    assert run["worker_s"] == round(r.worker_s, 3)
+
+
+def test_shards_sum_their_worker_seconds():
+    from fuzzrunner.engine.result import CampaignResult
+    from fuzzrunner.engine.sharding import Merger
+    merged = CampaignResult("t", Settings(), 0, ())
+    merger = Merger(2, None, merged)
+    for s in (1.5, 2.25):
+        r = CampaignResult("t", Settings(), 0, ())
+        r.worker_s = s
+        merger.done(r)
+    assert merged.worker_s == 3.75
