@@ -13,9 +13,11 @@ Rows, each timed interleaved with its plain twin in this one process:
   * campaigns (``--campaigns W``): `fuzzrunner fuzz --target reference_runner` campaigns with W workers
     and the same budget and seed on this one host: on cuda with the default oracles, on cuda with
     ``--oracle shadow`` (the device mode), and on the CPU with ``--oracle shadow`` (the interpreter);
-    cases/s of each. A short shadow campaign first fills the Triton cache (as a nightly machine's is).
+    cases/s of each, the workers' busy share (the report's ``worker_s``) and the kernels each compiled.
+    Shadow campaigns with other seeds first fill the Triton cache (``--warm-up`` s; as a nightly
+    machine's cache is, which keeps what earlier nights compiled).
 Usage: PYTHONPATH=. python benchmarks/gpu_shadow.py [--reps 20] [--cases 100] [--cpu-cases 20] [--seed 7]
-       [--rows small,gather] [--skip-cases] [--campaigns W --campaign-budget S]
+       [--rows small,gather] [--skip-cases] [--campaigns W[,W] --campaign-budget S --warm-up S]
 """
 
 from __future__ import annotations
@@ -151,7 +153,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7, help="seed of the generated cases and campaigns")
     ap.add_argument("--rows", default="", help="comma-separated kernel row name prefixes ('' = all; 'none' = none)")
     ap.add_argument("--skip-cases", action="store_true", help="no case rows")
-    ap.add_argument("--campaigns", type=int, default=0, metavar="W", help="also run campaigns with W workers (0: none)")
+    ap.add_argument("--campaigns", default="", metavar="W[,W]",
+                    help="also run campaigns with W workers (comma-separated: each count; '': none)")
+    ap.add_argument("--warm-up", type=int, default=60, metavar="S",
+                    help="before the campaigns, shadow campaigns on cuda for up to S s fill Triton's cache")
     ap.add_argument("--campaign-budget", type=int, default=60, help="seconds per campaign")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also profile the host side of N shadow replays (cProfile, top functions)")
@@ -193,12 +198,22 @@ def main() -> None:
     if not args.skip_cases:
         _case_rows(args, torch)
     if args.campaigns:
-        _campaign_rows(args.campaigns, args.campaign_budget, args.seed)
+        _campaign_rows([int(w) for w in args.campaigns.split(",")], args.campaign_budget, args.seed, args.warm_up)
+
+
+def _cache_entries() -> int:
+    """Compiled kernels in Triton's cache (one folder each): how many compiles a run added."""
+    d = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    try:
+        return sum(1 for e in os.scandir(d) if e.is_dir())
+    except OSError:
+        return 0
 
 
 def _campaign(device: str, oracle: str | None, workers: int, budget: int, seed: int) -> dict:
     import tempfile
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    before = _cache_entries()
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "r.json")
         cmd = [sys.executable, "-m", "fuzzrunner", "fuzz", "--target", "reference_runner", "--device", device,
@@ -215,29 +230,51 @@ def _campaign(device: str, oracle: str | None, workers: int, budget: int, seed: 
     half = next((p for p in line if p[0] >= run["duration_s"] / 2), line[-1])
     end = line[-1]
     steady = (end[1] - half[1]) / (end[0] - half[0]) if end[0] > half[0] else 0.0
-    return {"examples": run["examples"], "s": run["duration_s"], "findings": len(run["findings"]), "steady": steady}
+    busy = run.get("worker_s", 0.0) / max(run["duration_s"] * workers, 1e-9)
+    return {"examples": run["examples"], "s": run["duration_s"], "findings": len(run["findings"]), "steady": steady,
+            "busy": busy, "compiles": _cache_entries() - before,
+            "restarts": run["worker_restarts"] + run.get("worker_recycles", 0)}
 
 
-def _campaign_rows(workers: int, budget: int, seed: int) -> None:
-    print(f"\ncampaigns: reference_runner, {workers} workers, {budget} s budget, seed {seed}, {os.cpu_count()} CPUs",
-          flush=True)
-    warm = _campaign("cuda", "shadow", workers, max(30, budget // 2), seed + 1)  # fills the Triton cache
-    print(f"(warm-up shadow campaign on cuda: {warm})", flush=True)
-    print(f"{'campaign':34} {'cases':>7} {'s':>7} {'cases/s':>8} {'2nd half':>9} {'findings':>9}")
-    rates, steady = {}, {}
-    for label, device, oracle in (("cuda, default oracles", "cuda", None), ("cuda, --oracle shadow (device)", "cuda",
-                                  "shadow"), ("cpu, --oracle shadow (interpreter)", "cpu", "shadow")):
-        r = _campaign(device, oracle, workers, budget, seed)
-        if "error" in r:
-            print(f"{label:34} failed: {r['error']}", flush=True)
-            continue
-        rates[label], steady[label] = r["examples"] / r["s"], r["steady"]
-        print(f"{label:34} {r['examples']:7} {r['s']:7.1f} {rates[label]:8.2f} {r['steady']:9.2f} {r['findings']:9}",
-              flush=True)
-    g, c = "cuda, --oracle shadow (device)", "cpu, --oracle shadow (interpreter)"
-    if rates.get(g) and rates.get(c):
-        print(f"GPU shadow campaign / CPU shadow campaign, cases/s: {rates[g] / rates[c]:.1f}x over the whole "
-              f"campaign, {steady[g] / max(steady[c], 1e-9):.1f}x over its second half (kernels compiled)", flush=True)
+def _warm_up(workers: int, seconds: int, seed: int) -> None:
+    """Shadow campaigns on cuda (other seeds) until ``seconds`` are spent or one compiles nothing new:
+    a nightly machine's Triton cache, which keeps what every earlier night compiled."""
+    spent, round_ = 0.0, 1
+    while spent < seconds:
+        budget = int(min(60, max(20, seconds - spent)))
+        r = _campaign("cuda", "shadow", workers, budget, seed + round_)
+        spent += r.get("s", budget)
+        print(f"(warm-up {round_}: shadow campaign on cuda, seed {seed + round_}: {r.get('examples')} cases in "
+              f"{r.get('s', 0):.0f} s, {r.get('compiles')} kernels compiled)", flush=True)
+        if "error" in r or not r.get("compiles"):
+            return
+        round_ += 1
+
+
+def _campaign_rows(workers: list[int], budget: int, seed: int, warm_s: int) -> None:
+    print(f"\ncampaigns: reference_runner, {budget} s budget, seed {seed}, {os.cpu_count()} CPUs; busy: the workers' "
+          f"share of the time on cases (worker_s);\ncompiled: kernels the campaign added to Triton's cache; "
+          f"restarts: workers started again (deaths and memory recycles)", flush=True)
+    _warm_up(max(workers), warm_s, seed)
+    print(f"{'campaign':38} {'cases':>7} {'s':>6} {'cases/s':>8} {'2nd half':>9} {'busy':>5} {'compiled':>9} "
+          f"{'restarts':>9} {'findings':>9}")
+    for w in workers:
+        rates, steady = {}, {}
+        for label, device, oracle in (("cuda, default oracles", "cuda", None),
+                                      ("cuda, --oracle shadow (device)", "cuda", "shadow"),
+                                      ("cpu, --oracle shadow (interpreter)", "cpu", "shadow")):
+            r = _campaign(device, oracle, w, budget, seed)
+            label = f"{w} worker(s), {label}"
+            if "error" in r:
+                print(f"{label:38} failed: {r['error']}", flush=True)
+                continue
+            rates[device + str(oracle)], steady[device + str(oracle)] = r["examples"] / r["s"], r["steady"]
+            print(f"{label:38} {r['examples']:7} {r['s']:6.1f} {r['examples'] / r['s']:8.2f} {r['steady']:9.2f} "
+                  f"{100 * r['busy']:4.0f}% {r['compiles']:9} {r['restarts']:9} {r['findings']:9}", flush=True)
+        g, c = "cudashadow", "cpushadow"
+        if rates.get(g) and rates.get(c):
+            print(f"{w} worker(s): GPU shadow campaign / CPU shadow campaign, cases/s: {rates[g] / rates[c]:.1f}x "
+                  f"over the whole campaign, {steady[g] / max(steady[c], 1e-9):.1f}x over its second half", flush=True)
 
 
 def _case_rows(args, torch) -> None:
@@ -246,7 +283,8 @@ def _case_rows(args, torch) -> None:
     os.environ["FUZZRUNNER_SHADOW"] = "device"
     times: dict = {"plain": [], "shadow": []}
     found = 0
-    for c in cases[:3]:  # compile every kernel and twin once, outside the timing
+    t_warm = time.perf_counter()
+    for c in cases:  # compile every kernel and twin the cases reach, outside the timing (a warm cache)
         replay(c, oracles=[], device="cuda")
         replay(c, oracles=["shadow"], device="cuda")
     for c in cases:
@@ -259,10 +297,14 @@ def _case_rows(args, torch) -> None:
                 found += sum(1 for v in vs if v.kind != "tool-limitation")
     p, s = (statistics.median(times[m]) * 1e3 for m in ("plain", "shadow"))
     rp, rs = (len(cases) / sum(times[m]) for m in ("plain", "shadow"))
-    print(f"\ncases: {len(cases)} generated reference_runner cases (seed {args.seed}, no fault), replayed on cuda")
-    print(f"{'mode':28} {'ms/case':>9} {'cases/s':>9}")
+    per_case = statistics.median(b / a for a, b in zip(times["plain"], times["shadow"]))
+    print(f"\ncases: {len(cases)} generated reference_runner cases (seed {args.seed}, no fault), replayed on cuda "
+          f"after one untimed pass of each mode ({time.perf_counter() - t_warm - sum(map(sum, times.values())):.0f} s: "
+          f"the compiles)")
+    print(f"{'mode':28} {'ms/case':>9} {'cases/s':>9}   (ms/case: the median case)")
     print(f"{'plain (no oracle)':28} {p:9.2f} {rp:9.1f}")
-    print(f"{'shadow, device mode':28} {s:9.2f} {rs:9.1f}   ratio {s / p:.2f} (median), {rp / rs:.2f} (total)")
+    print(f"{'shadow, device mode':28} {s:9.2f} {rs:9.1f}   ratio per case {per_case:.2f} (median), "
+          f"of the totals {rp / rs:.2f}")
     print(f"violations reported by the device mode on these fault-free cases: {found}")
     rate, n = _cpu_rate(cases[:args.cpu_cases])
     print(f"{'shadow, CPU (interpreter)':28} {1e3 / rate:9.2f} {rate:9.1f}   on the first {n} cases, in a "
