@@ -21,9 +21,10 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .. import names
 from ..case import Case
 from ..errors import HarnessError, InvalidCase
 from ..violation import Violation
@@ -90,6 +91,8 @@ class RunResult:
     log: str = ""                           # the worker's output during this case (sanitized workers)
     budget_cut: bool = False                # the campaign's time ran out mid-case: stopped, not a finding
     recycled: str = ""                      # why the worker was recycled after this case (its memory grew)
+    confirmed: bool = False                 # its crash happened again in a fresh worker, launching blocking:
+    #                                         these are that run's violations (they name the right kernel)
 
 
 # Signals a process does not send itself by faulting: someone else ended it.
@@ -462,6 +465,12 @@ class Hub:
         self.restarts = 0
         self.starts = 0
         self.recycles = 0                     # workers closed because their memory grew (rss.py)
+        # A case that lost the CUDA context runs again in a worker launching blocking (its own hub,
+        # made at the first such case), which names the kernel that broke it
+        self._rerun_blocking = spec.device == "cuda" and not spec.wrapper \
+            and spec.env.get("CUDA_LAUNCH_BLOCKING") != "1"
+        self._blocking: Hub | None = None
+        self.reruns = 0                       # cases run again so (the confirmations of their crash)
 
     def _new_worker(self) -> Worker:
         failures = 0
@@ -557,13 +566,37 @@ class Hub:
             result.violations += violations_in_log(result.log, result.case_no, tool=tool)
         if result.crashed:
             self._replace()
-            return result
+            return self._named_by_blocking_rerun(case, result, cut_at)
         w.cut_log(LOG_CAP)  # this case's reports are read: what is left is only the tail
         result.recycled = w.rss.check(w.proc.pid)
         if result.recycled:
             self.recycles += 1
             self._retire()
         return result
+
+    def _named_by_blocking_rerun(self, case: Case, result: RunResult, cut_at: float) -> RunResult:
+        """A case that lost the CUDA context, run again in a worker whose launches block.
+
+        GPU workers launch asynchronously (blocking launches cost each case several times over when
+        workers share a GPU), so the error that broke the context surfaces at a later launch or
+        synchronisation, and "the last kernel launch" can name a kernel after the culprit. With
+        ``CUDA_LAUNCH_BLOCKING=1`` it surfaces at the launch that caused it. When the rerun loses its
+        context too, its violations stand for the case and it is the crash's confirmation in a fresh
+        worker (``confirmed``); otherwise the first run's are kept, as they are."""
+        if not self._rerun_blocking or not any(names.tool(v.tool).context_lost for v in result.violations):
+            return result
+        if self._blocking is None:
+            env = {**self.spec.env, "CUDA_LAUNCH_BLOCKING": "1"}
+            self._blocking = Hub(replace(self.spec, env=env), oracles=self.oracles, timeout_s=self.timeout_s,
+                                 max_restarts=self.max_restarts, standby=None if self._auto_standby else self.standby,
+                                 max_spares=self.max_spares, stop_early=self.stop_early,
+                                 zygote=self._use_zygote)
+        self._blocking.timeout_s = self.timeout_s
+        again = self._blocking.run(case, cut_at)
+        self.reruns += 1
+        if again.budget_cut or not any(names.tool(v.tool).context_lost for v in again.violations):
+            return result
+        return replace(again, seconds=result.seconds + again.seconds, confirmed=True)
 
     def _retire(self) -> None:
         """Close the worker between cases (not a death: no restart counted); the next case gets a fresh one."""
@@ -588,6 +621,9 @@ class Hub:
             self.worker.close()
             self.worker = None
         self._close_zygote()
+        if self._blocking is not None:
+            self._blocking.close()
+            self._blocking = None
 
     def __enter__(self) -> Hub:
         return self

@@ -118,6 +118,7 @@ class Shard:
         self.shrink_once = worker.device == "cuda"
         self._precheck: Hub | None = None
         self._crash_heads: dict[str, str] = {}  # root-cause id -> its short name
+        self._rerun_confirmed: set[int] = set()  # ids of the last run's violations, if the hub confirmed its crash
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -138,6 +139,8 @@ class Shard:
         b = self.settings.budget_s
         result = self.hub.run(case, cut_at=math.inf if b is None else self.start + b)
         self.result.worker_s += result.seconds
+        # a crash the hub already ran again in a fresh worker (to name its kernel) needs no other rerun
+        self._rerun_confirmed = {id(v) for v in result.violations} if result.confirmed else set()
         if result.recycled:
             self._recycled(result.recycled)
         if result.budget_cut:
@@ -209,7 +212,8 @@ class Shard:
         """A dead worker is confirmed by a rerun in a fresh one; one that does not die again is flaky.
         (Crashes of the process, not Python exceptions: ``Tool.process_death`` and ``Kind.process_death``.)"""
         v = finding.violation
-        if not names.tool(v.tool).process_death or not names.kind(v.kind).process_death:
+        if not names.tool(v.tool).process_death or not names.kind(v.kind).process_death \
+                or id(v) in self._rerun_confirmed:
             return True
         again = self._run(case)
         if any(names.kind(a.kind).process_death for a in again):

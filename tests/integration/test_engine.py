@@ -185,3 +185,54 @@ def test_shards_sum_their_worker_seconds():
         r.worker_s = s
         merger.done(r)
     assert merged.worker_s == 3.75
+
+
+class _FakeGpuWorker:
+    """A worker whose case loses the CUDA context: an asynchronous launch names a later kernel than the
+    culprit; with ``CUDA_LAUNCH_BLOCKING=1`` it names the culprit (``crashes``: whether it crashes at all)."""
+
+    def __init__(self, spec, crashes):
+        self.spec, self.crashes = spec, crashes
+        self.proc = type("P", (), {"poll": staticmethod(lambda: None), "pid": 0})()
+        self.rss = type("R", (), {"check": staticmethod(lambda pid: "")})()
+
+    def cut_log(self, cap):
+        pass
+
+    def run(self, case, oracles, timeout_s, stop_early=False, cut_at=None):
+        from fuzzrunner.engine.hub import RunResult
+        from fuzzrunner.violation import Violation
+        blocking = self.spec.env.get("CUDA_LAUNCH_BLOCKING") == "1"
+        self.crashes["runs"].append(blocking)
+        if not self.crashes["blocking" if blocking else "async"]:
+            return RunResult([], 0.01)
+        kernel = "_culprit_kernel" if blocking else "_a_later_kernel"
+        return RunResult([Violation("python", "crash", kernel, "", "", f"CUDA error: an illegal memory access; "
+                                    f"last kernel launch: {kernel}"),
+                          Violation("cuda", "crash", kernel, "an illegal memory access", "", "context lost")],
+                         0.01, True, 1)
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("blocking_crashes", [True, False])
+def test_a_lost_cuda_context_runs_again_with_blocking_launches_to_name_its_kernel(monkeypatch, blocking_crashes):
+    crashes = {"async": True, "blocking": blocking_crashes, "runs": []}
+    monkeypatch.setattr(Hub, "_new_worker", lambda self: _FakeGpuWorker(self.spec, crashes))
+    with Hub(WorkerSpec(CRASHY, device="cuda"), standby=False, zygote=False) as hub:
+        r = hub.run(_case("ok"))
+        assert crashes["runs"] == [False, True]  # launched asynchronously, then again blocking
+        assert r.crashed and r.confirmed == blocking_crashes and hub.reruns == 1
+        assert {v.kernel for v in r.violations} == {"_culprit_kernel" if blocking_crashes else "_a_later_kernel"}
+        crashes["async"] = False
+        assert hub.run(_case("ok")).violations == [] and crashes["runs"] == [False, True, False]  # no crash, no rerun
+    with Hub(WorkerSpec(CRASHY, device="cuda", env={"CUDA_LAUNCH_BLOCKING": "1"}), standby=False, zygote=False) as h:
+        crashes["runs"].clear()
+        h.run(_case("ok"))
+        assert crashes["runs"] == [True] and h.reruns == 0  # launching blocking already: nothing to run again
+
+
+def test_a_campaign_worker_on_a_gpu_launches_asynchronously():
+    from fuzzrunner.engine.plan import worker_spec
+    assert "CUDA_LAUNCH_BLOCKING" not in worker_spec(CRASHY, Settings(), 0, "cuda").env
