@@ -471,6 +471,7 @@ class Hub:
             and spec.env.get("CUDA_LAUNCH_BLOCKING") != "1"
         self._blocking: Hub | None = None
         self.reruns = 0                       # cases run again so (the confirmations of their crash)
+        self.rerun_error: str | None = None   # why such reruns stopped (their workers could not start)
 
     def _new_worker(self) -> Worker:
         failures = 0
@@ -592,7 +593,14 @@ class Hub:
                                  max_spares=self.max_spares, stop_early=self.stop_early,
                                  zygote=self._use_zygote)
         self._blocking.timeout_s = self.timeout_s
-        again = self._blocking.run(case, cut_at)
+        before = self._blocking.restarts
+        try:
+            again = self._blocking.run(case, cut_at)
+        except HarnessError as e:  # the rerun only names the kernel better: its failure costs nothing found
+            self._rerun_blocking, self.rerun_error = False, str(e)
+            return result
+        finally:
+            self.restarts += self._blocking.restarts - before
         self.reruns += 1
         if again.budget_cut or not any(names.tool(v.tool).context_lost for v in again.violations):
             return result

@@ -204,6 +204,8 @@ class _FakeGpuWorker:
         from fuzzrunner.violation import Violation
         blocking = self.spec.env.get("CUDA_LAUNCH_BLOCKING") == "1"
         self.crashes["runs"].append(blocking)
+        if blocking and self.crashes["blocking"] == "cannot start":
+            raise HarnessError("worker failed outside the target: worker set-up failed")
         if not self.crashes["blocking" if blocking else "async"]:
             return RunResult([], 0.01)
         kernel = "_culprit_kernel" if blocking else "_a_later_kernel"
@@ -216,15 +218,21 @@ class _FakeGpuWorker:
         pass
 
 
-@pytest.mark.parametrize("blocking_crashes", [True, False])
+@pytest.mark.parametrize("blocking_crashes", [True, False, "cannot start"])
 def test_a_lost_cuda_context_runs_again_with_blocking_launches_to_name_its_kernel(monkeypatch, blocking_crashes):
     crashes = {"async": True, "blocking": blocking_crashes, "runs": []}
     monkeypatch.setattr(Hub, "_new_worker", lambda self: _FakeGpuWorker(self.spec, crashes))
+    confirmed = blocking_crashes is True
     with Hub(WorkerSpec(CRASHY, device="cuda"), standby=False, zygote=False) as hub:
         r = hub.run(_case("ok"))
         assert crashes["runs"] == [False, True]  # launched asynchronously, then again blocking
-        assert r.crashed and r.confirmed == blocking_crashes and hub.reruns == 1
-        assert {v.kernel for v in r.violations} == {"_culprit_kernel" if blocking_crashes else "_a_later_kernel"}
+        assert r.crashed and r.confirmed == confirmed and hub.reruns == (blocking_crashes != "cannot start")
+        assert {v.kernel for v in r.violations} == {"_culprit_kernel" if confirmed else "_a_later_kernel"}
+        assert hub.restarts == 1 + confirmed  # the blocking worker's death counts too
+        if blocking_crashes == "cannot start":  # the first run's report stands; no more reruns are tried
+            assert "set-up failed" in hub.rerun_error and hub.run(_case("ok")).crashed
+            assert crashes["runs"] == [False, True, False]
+            return
         crashes["async"] = False
         assert hub.run(_case("ok")).violations == [] and crashes["runs"] == [False, True, False]  # no crash, no rerun
     with Hub(WorkerSpec(CRASHY, device="cuda", env={"CUDA_LAUNCH_BLOCKING": "1"}), standby=False, zygote=False) as h:
