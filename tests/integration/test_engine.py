@@ -244,3 +244,19 @@ def test_a_lost_cuda_context_runs_again_with_blocking_launches_to_name_its_kerne
 def test_a_campaign_worker_on_a_gpu_launches_asynchronously():
     from fuzzrunner.engine.plan import worker_spec
     assert "CUDA_LAUNCH_BLOCKING" not in worker_spec(CRASHY, Settings(), 0, "cuda").env
+
+
+def test_a_crash_the_hub_confirmed_with_its_blocking_rerun_is_not_run_a_third_time(tmp_path, monkeypatch):
+    from fuzzrunner.engine.hub import RunResult
+    from fuzzrunner.violation import Violation
+    calls = []
+
+    def lost_context(self, case, cut_at=None):  # every case breaks the context; the hub's rerun confirmed it
+        calls.append(case)
+        return RunResult([Violation("cuda", "crash", "_culprit_kernel", "an illegal memory access", "",
+                                    "the CUDA context was lost")], 0.01, True, 1, confirmed=True)
+    monkeypatch.setattr(Hub, "run", lost_context)
+    r = run_campaign(CRASHY, Settings(max_examples=3, seed=3, device="cpu", shrink=False), corpus_dir=tmp_path)
+    [f] = r.findings
+    assert f.violation.kernel == "_culprit_kernel" and not f.flaky and not r.flaky
+    assert len(calls) == r.examples  # one call per case: no confirmation run on top of the hub's
