@@ -1,7 +1,9 @@
 """Host cost per torch op of the shadow oracles' torch dispatch, on CPU tensors, in this one run, interleaved.
 
 Columns: ``none`` (no oracle, no mode), ``bare mode`` (a ``TorchDispatchMode`` that only runs the op: the
-floor any Python dispatch mode pays), the CPU oracle, and the device mode (fuzzrunner/oracles/shadow/gpu/).
+floor any Python dispatch mode pays, torch's Dynamo-disabling wrapper of its dispatch included), the CPU
+oracle, the device mode (fuzzrunner/oracles/shadow/gpu/), and ``torch's wrap``: the device mode with that
+wrapper (which it now does without, ``torch_mode._dynamo_hooks``).
 On a GPU, a reference_runner case issues about 1,500 torch ops (an H200 profile: 14,938 dispatches in 10
 cases), and the device mode's per-case cost is mostly this Python per op, so these rows are what bound
 its per-case ratio there. Rows, each a loop of small ops among
@@ -77,6 +79,25 @@ class _Bare:
         return []
 
 
+def _wrapped_device_mode():
+    """The device mode with torch's own Dynamo-disabling wrapper around its dispatch (as before it skipped
+    Dynamo itself, torch_mode._dynamo_hooks): what that wrapper costs per op."""
+    from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
+    from fuzzrunner.oracles.shadow.gpu.torch_mode import DeviceTorchMode
+
+    class Wrapped(DeviceTorchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return True
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return self._dispatch(func, types, args, kwargs)
+
+    class Oracle(GpuShadowOracle):
+        mode_class = Wrapped
+    return Oracle("cpu")
+
+
 def _time(make_oracle, name: str, ops: int, n_tracked: int) -> float:
     import torch
 
@@ -110,7 +131,7 @@ def main() -> None:
     from fuzzrunner.oracles.shadow import ShadowOracle
     from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
     oracles = {"none": lambda: None, "bare mode": _Bare, "CPU oracle": ShadowOracle,
-               "device mode": lambda: GpuShadowOracle("cpu")}
+               "device mode": lambda: GpuShadowOracle("cpu"), "torch's wrap": _wrapped_device_mode}
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; us per torch op (median of {args.reps}), "
           f"{args.tracked} tracked tensors")
     print(f"{'row':22} " + " ".join(f"{o:>12}" for o in oracles) + f" {'device/none':>12} {'device/CPU':>11}")

@@ -38,6 +38,7 @@ _KINDS = {dc.UNINIT: "uninitialized-read", dc.STALE: "stale-read", dc.OOB: "out-
 
 class GpuShadowOracle(Oracle, tracking.Watcher):
     name = "shadow"
+    mode_class = DeviceTorchMode  # the dispatch mode it runs (benchmarks/shadow_dispatch.py swaps it)
 
     def __init__(self, device: str | torch.device | None = None, *, auto_track_empty: bool = True):
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -65,7 +66,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self.unchecked: dict[str, str] = {}   # kernel -> why it runs unchecked (named in the report)
         self._reported: set = set()           # (region id, element, op): one report per bad element per op
         self.lock = threading.RLock()          # ops on the case's other threads share the shadow (threads.py)
-        self._threads = ThreadCoverage(lambda: DeviceTorchMode(self))
+        self._threads = ThreadCoverage(lambda: self.mode_class(self))
         self._pauser = _Pause(self._tls)
 
     # the protocol's log of violations (``Oracle.seen`` counts it)
@@ -87,7 +88,8 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._storages = StorageHook(self.new_storage, self.storage_resized)
         self._storages.install()
         self._compiled.install()  # torch.compile'd regions run their graphs op by op (compiled.py)
-        self._mode = DeviceTorchMode(self)
+        self.mode_class.skip_dynamo()
+        self._mode = self.mode_class(self)
         self._mode.__enter__()
         self._threads.install()  # pool work and threads started during the case: a mode of their own
 
