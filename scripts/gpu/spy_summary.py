@@ -1,0 +1,81 @@
+"""Sum up ``py-spy record --subprocesses --format raw`` of a campaign: where each kind of process spent
+its (active) samples. Kinds: the campaign's main process, its shards (Hypothesis, the hub), the zygote,
+and the workers (forked from the zygote, or started directly), told apart by their stacks.
+Usage: python scripts/gpu/spy_summary.py RAW.txt [--top 25] [--rate HZ]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections import Counter, defaultdict
+
+_PROCESS = re.compile(r'process \d+:"[^"]*";?')
+_FRAME = re.compile(r"^(?P<fn>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
+
+
+def kind_of(frames: list[str]) -> str:
+    text = ";".join(frames)
+    if "_become_worker" in text or "worker.py" in text and "main (fuzzrunner/engine/worker.py" in text:
+        return "worker"
+    if "fuzzrunner.engine.worker" in frames[0]:
+        return "worker"
+    if "zygote" in frames[0]:
+        return "zygote"
+    if "spawn_main" in text or "_shard_process" in text:
+        return "shard"
+    return "main"
+
+
+def short(frame: str) -> str:
+    m = _FRAME.match(frame)
+    if not m:
+        return frame
+    f = m["file"]
+    for cut in ("site-packages/", "/work/main/", "lib/python3.12/", "lib/python3.11/"):
+        if cut in f:
+            f = f.split(cut, 1)[1]
+    return f"{m['fn']} ({f})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("raw")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--rate", type=float, default=100.0, help="py-spy's sampling rate (samples/s)")
+    args = ap.parse_args()
+    total: Counter = Counter()
+    incl: dict = defaultdict(Counter)
+    self_: dict = defaultdict(Counter)
+    pids: dict = defaultdict(set)
+    for line in open(args.raw):
+        stack, _, n = line.rstrip("\n").rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        procs = [p.rstrip(";") for p in _PROCESS.findall(stack)]
+        frames = [p for p in _PROCESS.sub("", stack).split(";") if p]
+        if not frames:
+            continue
+        k = kind_of(procs[-1:] + frames)
+        pids[k].add(procs[-1].split(":")[0] if procs else "?")
+        c = int(n)
+        total[k] += c
+        seen = set()
+        for f in frames:
+            s = short(f)
+            if s not in seen:
+                incl[k][s] += c
+                seen.add(s)
+        self_[k][short(frames[-1])] += c
+    for k, n in total.most_common():
+        print(f"\n=== {k}: {n} samples ({n / args.rate:.1f} CPU-s), {len(pids[k])} process(es)")
+        print("  inclusive:")
+        for s, c in incl[k].most_common(args.top):
+            print(f"    {100 * c / n:5.1f}%  {s}")
+        print("  self:")
+        for s, c in self_[k].most_common(args.top // 2):
+            print(f"    {100 * c / n:5.1f}%  {s}")
+
+
+if __name__ == "__main__":
+    main()
