@@ -468,7 +468,7 @@ class Hub:
         # A case that lost the CUDA context runs again in a worker launching blocking (its own hub,
         # made at the first such case), which names the kernel that broke it
         self._rerun_blocking = spec.device == "cuda" and not spec.wrapper \
-            and spec.env.get("CUDA_LAUNCH_BLOCKING") != "1"
+            and {**os.environ, **spec.env}.get("CUDA_LAUNCH_BLOCKING") != "1"  # else its workers do already
         self._blocking: Hub | None = None
         self.reruns = 0                       # cases run again so (the confirmations of their crash)
         self.rerun_error: str | None = None   # why such reruns stopped (their workers could not start)
