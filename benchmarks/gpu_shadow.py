@@ -230,7 +230,8 @@ def _campaign(device: str, oracle: str | None, workers: int, budget: int, seed: 
     half = next((p for p in line if p[0] >= run["duration_s"] / 2), line[-1])
     end = line[-1]
     steady = (end[1] - half[1]) / (end[0] - half[0]) if end[0] > half[0] else 0.0
-    busy = run.get("worker_s", 0.0) / max(run["duration_s"] * workers, 1e-9)
+    shards = run["settings"].get("workers") or workers  # a one-worker GPU campaign runs its pre-check's shards
+    busy = run.get("worker_s", 0.0) / max(run["duration_s"] * shards, 1e-9)
     return {"examples": run["examples"], "s": run["duration_s"], "findings": len(run["findings"]), "steady": steady,
             "busy": busy, "compiles": _cache_entries() - before,
             "restarts": run["worker_restarts"] + run.get("worker_recycles", 0)}

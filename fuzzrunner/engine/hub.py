@@ -82,6 +82,9 @@ class WorkerSpec:
         return self.env.get("FUZZRUNNER_SANITIZER")
 
 
+RERUN_MIN_S = 30.0  # a lost context is run again (blocking) only with at least this much budget left
+
+
 @dataclass
 class RunResult:
     violations: list
@@ -576,35 +579,46 @@ class Hub:
         return result
 
     def _named_by_blocking_rerun(self, case: Case, result: RunResult, cut_at: float) -> RunResult:
-        """A case that lost the CUDA context, run again in a worker whose launches block.
+        """A case that lost the CUDA context, run again in a fresh worker whose launches block.
 
-        GPU workers launch asynchronously (blocking launches cost each case several times over when
-        workers share a GPU), so the error that broke the context surfaces at a later launch or
-        synchronisation, and "the last kernel launch" can name a kernel after the culprit. With
-        ``CUDA_LAUNCH_BLOCKING=1`` it surfaces at the launch that caused it. When the rerun loses its
-        context too, its violations stand for the case and it is the crash's confirmation in a fresh
-        worker (``confirmed``); otherwise the first run's are kept, as they are."""
+        GPU workers launch asynchronously, so the error that broke the context surfaces at a later
+        launch or synchronisation, and "the last kernel launch" can name a kernel after the culprit.
+        With ``CUDA_LAUNCH_BLOCKING=1`` it surfaces at the launch that caused it. When the rerun loses
+        its context too, its violations stand for the case and it is the crash's confirmation in a
+        fresh worker (``confirmed``); otherwise the first run's are kept, as they are. The rerun only
+        names the kernel better: when it cannot run (its worker does not start, the budget is nearly
+        spent), the first run's report stands. Deaths by a signal and hangs are not run again here
+        (they carry no lost context): the shard confirms them as any death, named by the last launch."""
         if not self._rerun_blocking or not any(names.tool(v.tool).context_lost for v in result.violations):
             return result
-        if self._blocking is None:
+        if cut_at - time.monotonic() < RERUN_MIN_S:  # a worker's start-up would overrun the budget
+            return result
+        if self._blocking is None:  # no spares, its own zygote: made at the first such case
             env = {**self.spec.env, "CUDA_LAUNCH_BLOCKING": "1"}
             self._blocking = Hub(replace(self.spec, env=env), oracles=self.oracles, timeout_s=self.timeout_s,
-                                 max_restarts=self.max_restarts, standby=None if self._auto_standby else self.standby,
-                                 max_spares=self.max_spares, stop_early=self.stop_early,
+                                 max_restarts=self.max_restarts, standby=False, stop_early=self.stop_early,
                                  zygote=self._use_zygote)
         self._blocking.timeout_s = self.timeout_s
-        before = self._blocking.restarts
         try:
             again = self._blocking.run(case, cut_at)
-        except HarnessError as e:  # the rerun only names the kernel better: its failure costs nothing found
-            self._rerun_blocking, self.rerun_error = False, str(e)
+        except Exception as e:  # noqa: BLE001 - whatever stops the rerun, nothing found is lost
+            self._stop_reruns(f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
             return result
         finally:
-            self.restarts += self._blocking.restarts - before
+            if self._blocking is not None:
+                self._blocking._retire()  # a rerun that did not crash leaves its worker: the next gets a fresh one
         self.reruns += 1
+        result = replace(result, seconds=result.seconds + again.seconds)
         if again.budget_cut or not any(names.tool(v.tool).context_lost for v in again.violations):
             return result
-        return replace(again, seconds=result.seconds + again.seconds, confirmed=True)
+        return replace(again, seconds=result.seconds, confirmed=True)
+
+    def _stop_reruns(self, why: str) -> None:
+        """No more blocking reruns in this hub (said by the shard, once: ``rerun_error``)."""
+        self._rerun_blocking, self.rerun_error = False, why
+        if self._blocking is not None:
+            self._blocking.close()
+            self._blocking = None
 
     def _retire(self) -> None:
         """Close the worker between cases (not a death: no restart counted); the next case gets a fresh one."""

@@ -44,9 +44,9 @@ def split(total: int, n: int) -> list[int]:
 
 def worker_spec(target_spec: str, settings: Settings, index: int, device: str) -> WorkerSpec:
     """The worker of shard ``index``: its GPU, and compute-sanitizer around it if asked."""
-    # Launches stay asynchronous on a GPU: blocking ones cost each case several times over when workers
-    # share a GPU. A case that loses the CUDA context runs again with blocking launches, in a worker
-    # of its own (``Hub``), so the crash finding still names the kernel and line that caused it.
+    # Launches stay asynchronous on a GPU (docs/concepts.md, "GPU launches"). A case that loses the CUDA
+    # context runs again with blocking launches, in a worker of its own (``Hub``), so the crash finding
+    # still names the kernel and line that caused it.
     wrapper, env = [], {}  # type: ignore[var-annotated]
     if settings.sanitizer != "none":
         from ..sanitizer.session import sanitizer_wrapper

@@ -119,6 +119,7 @@ class Shard:
         self._precheck: Hub | None = None
         self._crash_heads: dict[str, str] = {}  # root-cause id -> its short name
         self._rerun_confirmed: set[int] = set()  # ids of the last run's violations, if the hub confirmed its crash
+        self._rerun_warned = False
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -141,6 +142,13 @@ class Shard:
         self.result.worker_s += result.seconds
         # a crash the hub already ran again in a fresh worker (to name its kernel) needs no other rerun
         self._rerun_confirmed = {id(v) for v in result.violations} if result.confirmed else set()
+        if self.hub.rerun_error and not self._rerun_warned:
+            self._rerun_warned = True
+            message = (f"crashes that lose the CUDA context are no longer run again with blocking launches "
+                       f"({self.hub.rerun_error}): their findings name the last kernel launched, which may "
+                       f"come after the one that broke the context")
+            self.result.warnings.append(message)
+            self.emit(events.warning(message, self.index))
         if result.recycled:
             self._recycled(result.recycled)
         if result.budget_cut:

@@ -113,9 +113,14 @@ class _Session:
                                       stop_early=msg.stop_early)
             lost = _context_lost(self.reporter.last) if self.device == "cuda" else None
         except InvalidCase as e:
-            _marker("case-end", self.case_no)
-            protocol.send(self.sock, protocol.Invalid(str(e)))
-            return None
+            # launches are asynchronous: a kernel of this case may have broken the context before the
+            # target refused the case; then it is that crash, or the next case would be blamed for it
+            lost = _context_lost(self.reporter.last) if self.device == "cuda" else None
+            if lost is None:
+                _marker("case-end", self.case_no)
+                protocol.send(self.sock, protocol.Invalid(str(e)))
+                return None
+            violations = []
         except BaseException as e:  # noqa: B036 - a bug in fuzzrunner itself: the harness broke
             protocol.send(self.sock, protocol.Harness(f"{type(e).__name__}: {e}", traceback.format_exc()[-4000:]))
             return protocol.EXIT_HARNESS

@@ -1,6 +1,7 @@
 """The engine survives the crashes it provokes and never loses a finding."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -220,6 +221,7 @@ class _FakeGpuWorker:
 
 @pytest.mark.parametrize("blocking_crashes", [True, False, "cannot start"])
 def test_a_lost_cuda_context_runs_again_with_blocking_launches_to_name_its_kernel(monkeypatch, blocking_crashes):
+    monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
     crashes = {"async": True, "blocking": blocking_crashes, "runs": []}
     monkeypatch.setattr(Hub, "_new_worker", lambda self: _FakeGpuWorker(self.spec, crashes))
     confirmed = blocking_crashes is True
@@ -228,17 +230,34 @@ def test_a_lost_cuda_context_runs_again_with_blocking_launches_to_name_its_kerne
         assert crashes["runs"] == [False, True]  # launched asynchronously, then again blocking
         assert r.crashed and r.confirmed == confirmed and hub.reruns == (blocking_crashes != "cannot start")
         assert {v.kernel for v in r.violations} == {"_culprit_kernel" if confirmed else "_a_later_kernel"}
-        assert hub.restarts == 1 + confirmed  # the blocking worker's death counts too
+        assert hub.restarts == 1  # the rerun's worker is not the shard's: its death counts against no limit
         if blocking_crashes == "cannot start":  # the first run's report stands; no more reruns are tried
             assert "set-up failed" in hub.rerun_error and hub.run(_case("ok")).crashed
-            assert crashes["runs"] == [False, True, False]
+            assert crashes["runs"] == [False, True, False] and hub._blocking is None  # closed
             return
+        assert hub._blocking.worker is None  # retired after each rerun: the next one gets a fresh worker
         crashes["async"] = False
         assert hub.run(_case("ok")).violations == [] and crashes["runs"] == [False, True, False]  # no crash, no rerun
     with Hub(WorkerSpec(CRASHY, device="cuda", env={"CUDA_LAUNCH_BLOCKING": "1"}), standby=False, zygote=False) as h:
         crashes["runs"].clear()
         h.run(_case("ok"))
         assert crashes["runs"] == [True] and h.reruns == 0  # launching blocking already: nothing to run again
+
+
+def test_no_blocking_rerun_under_a_sanitizer_on_the_cpu_or_with_too_little_budget_left(monkeypatch):
+    import time as _time
+
+    from fuzzrunner.engine.hub import RERUN_MIN_S
+    monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
+    crashes = {"async": True, "blocking": True, "runs": []}
+    monkeypatch.setattr(Hub, "_new_worker", lambda self: _FakeGpuWorker(self.spec, crashes))
+    for spec, cut_at in ((WorkerSpec(CRASHY, device="cuda", wrapper=["compute-sanitizer"]), math.inf),
+                         (WorkerSpec(CRASHY, device="cpu"), math.inf),
+                         (WorkerSpec(CRASHY, device="cuda"), _time.monotonic() + RERUN_MIN_S / 2)):
+        crashes["runs"].clear()
+        with Hub(spec, standby=False, zygote=False) as hub:
+            r = hub.run(_case("ok"), cut_at=cut_at)
+        assert crashes["runs"] == [False] and not r.confirmed and hub.reruns == 0, spec
 
 
 def test_a_campaign_worker_on_a_gpu_launches_asynchronously():

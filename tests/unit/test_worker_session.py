@@ -27,3 +27,25 @@ def test_other_violations_and_cpu_runs_are_left_alone():
     cpu = _Session(None, None, "cpu")
     cpu.reporter.last = "_lora_shrink_kernel"
     assert cpu._with_last_launch(_cuda_error()) == _cuda_error()
+
+
+def test_a_case_refused_after_a_kernel_broke_the_context_is_that_crash(monkeypatch):
+    """Launches are asynchronous on a GPU: the context can be gone when the target refuses the case; the
+    worker then reports the crash (and retires), not an invalid case that would leave the next one blamed."""
+    import fuzzrunner.execute
+    from fuzzrunner.engine import protocol, worker
+    from fuzzrunner.errors import InvalidCase
+    sent = []
+    monkeypatch.setattr(protocol, "send", lambda sock, msg: sent.append(msg))
+    monkeypatch.setattr(fuzzrunner.execute, "run_case", lambda *a, **k: (_ for _ in ()).throw(InvalidCase("no")))
+    case = {"target": "t", "config": {}, "ops": [{"op": "x"}]}
+    for lost, expect in ((None, protocol.Invalid), (Violation("cuda", "crash", "k", "illegal", "", "lost"),
+                                                     protocol.Result)):
+        monkeypatch.setattr(worker, "_context_lost", lambda last, lost=lost: lost)
+        sent.clear()
+        code = _Session(None, None, "cuda").run(protocol.Run(case, ["shadow"], False))
+        [msg] = sent
+        assert isinstance(msg, expect)
+        assert code == (protocol.EXIT_CONTEXT_LOST if lost else None)
+        if lost:
+            assert msg.fatal and [v["tool"] for v in msg.violations] == ["cuda"]

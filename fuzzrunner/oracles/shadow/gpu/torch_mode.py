@@ -109,16 +109,17 @@ def _dynamo_hooks():
     try:
         from torch._C._dynamo import eval_frame as ef
         strategy = ef._FrameExecStrategy(ef._FrameAction.SKIP, ef._FrameAction.DEFAULT)
-
-        def skip(code) -> None:
-            ef.set_code_exec_strategy(code, strategy)
-        return ef.get_eval_frame_callback, skip
+        set_strategy, callback = ef.set_code_exec_strategy, ef.get_eval_frame_callback
     except (ImportError, AttributeError, TypeError):
         return None
 
+    def skip(code) -> None:
+        set_strategy(code, strategy)
+    return callback, skip
+
 
 _DYNAMO = _dynamo_hooks()
-_DISABLED: list = []  # torch's Dynamo-disabling wrapper of the mode's dispatch, made at its first need
+_DISABLED: dict = {}  # per mode class: torch's Dynamo-disabling wrapper of its dispatch, made at its first need
 
 
 class DeviceTorchMode(TorchDispatchMode):
@@ -150,16 +151,17 @@ class DeviceTorchMode(TorchDispatchMode):
 
     @staticmethod
     def skip_dynamo() -> None:
-        """(Again) mark ``__torch_dispatch__`` as a frame Dynamo runs as it is (each oracle start: a
-        ``torch._dynamo.reset()`` between cases must not leave it traceable)."""
+        """Mark ``__torch_dispatch__`` as a frame Dynamo runs as it is (at import, and again at each
+        oracle start: cheap, and nothing can leave it unmarked for a case)."""
         if _DYNAMO is not None:
             _DYNAMO[1](DeviceTorchMode.__dict__["__torch_dispatch__"].__code__)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if _DYNAMO is not None and _DYNAMO[0]() is not None:  # inside a compiled region: Dynamo stays out
-            if not _DISABLED:
-                _DISABLED.append(torch._disable_dynamo(DeviceTorchMode._dispatch, recursive=True))
-            return _DISABLED[0](self, func, types, args, kwargs)
+        if _DYNAMO is not None and _DYNAMO[0]() is not None:  # a Dynamo callback is set: keep Dynamo out
+            cls = type(self)
+            if cls not in _DISABLED:
+                _DISABLED[cls] = torch._disable_dynamo(cls._dispatch, recursive=True)
+            return _DISABLED[cls](self, func, types, args, kwargs)
         return self._dispatch(func, types, args, kwargs)
 
     def _dispatch(self, func, types, args=(), kwargs=None):
@@ -438,3 +440,6 @@ class DeviceTorchMode(TorchDispatchMode):
                         continue
             where = caller_line(4) if op.empty else None  # named only for what the ``empty`` family made
             o.allocated(t, st, op.empty, where)
+
+
+DeviceTorchMode.skip_dynamo()
