@@ -4,19 +4,23 @@
 #   bash scripts/gpu_shadow.sh pairs   # the whole pair suite on cuda: scoreboard against the CPU verdicts
 #   bash scripts/gpu_shadow.sh faults  # only the reference runner's memory faults, compiled (-m gpu -k faults)
 #   bash scripts/gpu_shadow.sh bench   # benchmarks/gpu_shadow.py: plain vs shadow, kernels and cases
-#   bash scripts/gpu_shadow.sh campaigns  # 8- and 1-worker campaigns (cuda default, cuda shadow, CPU shadow),
-#                                         # the loops without the hub, and a crash's blocking rerun naming its kernel
+#   bash scripts/gpu_shadow.sh loops   # the case loop without the hub (1 and 8 processes), one worker through a
+#                                      # hub, and a crash's blocking rerun naming its kernel
+#   bash scripts/gpu_shadow.sh campaigns  # campaigns (cuda default, cuda shadow, CPU shadow); CAMPAIGN_WORKERS
+#                                         # (default 8,1) and CAMPAIGN_S (45) size them
+# Several stages run in one call in the order given: bash scripts/gpu_shadow.sh tests loops
 # A fresh machine has a cold Triton cache: the first launches of each kernel and twin compile (the
 # reference runner's LoRA kernels took minutes there on 2026-12-02); run what compiles first, in one call.
 # Uses the machine's python3 as it is (nothing is installed). Outputs also go to $OUT when set.
 # A Triton cache carried as .cache/triton-gpu.tar.gz (a tarball of a warm TRITON_CACHE_DIR, e.g. one an
-# earlier run left in $OUT) is unpacked first and used: the compiles are then skipped.
+# earlier run left in $OUT) is unpacked first and used: the compiles are then skipped. With $OUT set, the
+# cache is left there at the end as triton-gpu.tar.gz, to carry to the next call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 unset TRITON_INTERPRET
 export FUZZRUNNER_DEVICE=cuda PYTHONPATH=.:tests/power
 out="${OUT:-/tmp}"
-stage="${1:-tests}"
+stages=("${@:-tests}")
 if [ -f .cache/triton-gpu.tar.gz ] && [ ! -d .cache/triton-gpu ]; then tar xzf .cache/triton-gpu.tar.gz -C .cache; fi
 export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$PWD/.cache/triton-gpu}"
 
@@ -31,7 +35,8 @@ except Exception as e:
     print("cuda.bindings unavailable:", e)
 PY
 
-case "$stage" in
+run_stage() {
+  case "$1" in
   tests)
     time python3 -u -m pytest -v -p no:cacheprovider -m gpu tests/power/test_gpu_shadow.py -rs 2>&1 | tee "$out/gpu_tests.txt" | tail -40
     ;;
@@ -42,20 +47,27 @@ case "$stage" in
     time python3 -m shadow_pairs.device_mode cuda -v 2>&1 | tee "$out/gpu_pairs.txt" | tail -60
     ;;
   bench)
-    time python3 benchmarks/gpu_shadow.py "${@:2}" 2>&1 | tee "$out/gpu_bench.txt"
+    time python3 benchmarks/gpu_shadow.py ${BENCH_ARGS:-} 2>&1 | tee "$out/gpu_bench.txt"
     ;;
-  campaigns)
+  loops)
     echo "== loops without the hub: 1 process, then 8 at once (cases/s; run_ms: in run_case, rest_ms: generation)"
     for o in shadow none; do timeout 120 python3 scripts/gpu/campaign_loop.py --oracle $o --warm 15 --cases 60 | tail -1; done
     for o in shadow none; do timeout 150 python3 scripts/gpu/campaign_loop.py --oracle $o --warm 15 --cases 40 --procs 8 | tail -1; done
     echo "== one worker through a hub (ms per case)"
     timeout 120 python3 scripts/gpu/campaign_loop.py --oracle shadow --warm 10 --cases 60 --via-hub | tail -1
-    echo "== campaigns"
-    time python3 benchmarks/gpu_shadow.py --rows none --skip-cases --campaigns 8,1 --campaign-budget "${CAMPAIGN_S:-45}" \
-      --warm-up 30 2>&1 | tee "$out/gpu_campaigns.txt" | grep -v "^ "
     echo "== a crash on the GPU: its finding names the kernel (the blocking rerun)"
-    timeout 150 python3 -m fuzzrunner fuzz --device cuda --fault dummy_run_skips_mapping --max-examples 10 --seed 1 \
+    timeout 150 python3 -m fuzzrunner fuzz --target reference_runner --device cuda --fault dummy_run_skips_mapping --max-examples 10 --seed 1 \
       --profile ci --no-shrink --corpus /tmp/gpu-crash-corpus --report "$out/gpu_crash.json" 2>&1 | grep -v "cases/s" | head -14
     ;;
-  *) echo "unknown stage $stage"; exit 2 ;;
-esac
+  campaigns)
+    echo "== campaigns"
+    time python3 benchmarks/gpu_shadow.py --rows none --skip-cases --campaigns "${CAMPAIGN_WORKERS:-8,1}" --campaign-budget "${CAMPAIGN_S:-45}" \
+      --warm-up 30 2>&1 | tee "$out/gpu_campaigns.txt" | grep -v "^ "
+    ;;
+  *) echo "unknown stage $1 (tests, loops, campaigns, pairs, faults, bench)"; exit 2 ;;
+  esac
+}
+for st in "${stages[@]}"; do echo "== stage $st"; run_stage "$st"; done
+if [ -n "${OUT:-}" ] && [ -d "$TRITON_CACHE_DIR" ]; then
+  tar czf "$OUT/triton-gpu.tar.gz" -C "$(dirname "$TRITON_CACHE_DIR")" "$(basename "$TRITON_CACHE_DIR")" && echo "Triton cache: $OUT/triton-gpu.tar.gz ($(du -h "$OUT/triton-gpu.tar.gz" | cut -f1))"
+fi

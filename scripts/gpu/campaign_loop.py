@@ -3,8 +3,11 @@ and each runs through ``execute.run_case`` as a worker runs it. Splits a case's 
 (Hypothesis, the strategy, the target's check) and the run (the runner and the oracles), and with
 ``--profile`` prints where the host's time goes. Started N at once (``--procs``) it shows how cases/s
 scale with processes sharing one GPU, as a campaign's workers do.
-Usage: PYTHONPATH=. python scripts/gpu/campaign_loop.py [--cases 100] [--oracle shadow|none|default]
-       [--seed 7] [--profile] [--procs 1]
+A clean runner is expected: a case with any violation (a crash included) stops the loop with an error,
+since its timings would not be a clean campaign's.
+Usage: PYTHONPATH=. python scripts/gpu/campaign_loop.py [--cases 100] [--warm 30]
+       [--oracle shadow|none|default|NAME] [--seed 7] [--profile] [--procs 1 | --via-hub]
+       (FUZZRUNNER_DEVICE=cpu for the CPU; cuda by default)
 """
 
 from __future__ import annotations
@@ -36,11 +39,16 @@ def loop(n: int, oracle: str, seed: int, profile: bool, warm: int) -> dict:
     def test(case) -> None:
         target.check_case(case)
         t = time.perf_counter()
-        run_case(case, target, oracles=oracles, device=device, sanitizer=None, on_op=lambda i, op: None)
+        found = run_case(case, target, oracles=oracles, device=device, sanitizer=None, on_op=lambda i, op: None)
         spent["run"] += time.perf_counter() - t
+        if found:
+            raise SystemExit(f"campaign_loop: a case gave {len(found)} violation(s), first: {_one(found[0])}; "
+                             "its timings would not be a clean campaign's")
         spent["cases"] += 1
 
     def search(count: int, s: int) -> None:
+        if count <= 0:
+            return
         hs = settings(max_examples=count, database=None, phases=[Phase.generate], deadline=None,
                       suppress_health_check=list(HealthCheck))
         hs(hseed(s)(given(strategy)(test)))()
@@ -85,17 +93,20 @@ def via_hub(n: int, oracle: str, seed: int, warm: int) -> dict:
     strategy = load_target("reference_runner").strategy((), 8)
     cases: list = []
     for count, s in ((warm, seed + 1), (n, seed)):
+        if count <= 0:
+            continue
         hs = settings(max_examples=count, database=None, phases=[Phase.generate], deadline=None,
                       suppress_health_check=list(HealthCheck))
         hs(hseed(s)(given(strategy)(lambda c: cases.append(c))))()
     with Hub(WorkerSpec("reference_runner", device=device), oracles=oracles, timeout_s=300) as hub:
         for c in cases[:-n]:
-            hub.run(c)
+            _clean(hub.run(c))
         times = []
         for c in cases[-n:]:
             t = time.perf_counter()
-            hub.run(c)
+            result = hub.run(c)
             times.append(time.perf_counter() - t)
+            _clean(result)
         restarts = hub.restarts + hub.recycles
     import statistics
     return {"cases": n, "hub_ms_median": round(statistics.median(times) * 1e3, 2),
@@ -103,8 +114,29 @@ def via_hub(n: int, oracle: str, seed: int, warm: int) -> dict:
             "restarts": restarts}
 
 
+def _one(v) -> str:
+    return f"{v.kind} of {v.tensor or '?'} in {v.kernel or '?'} ({v.message.splitlines()[0] if v.message else ''})"
+
+
+def _clean(result) -> None:
+    if result.violations:
+        raise SystemExit(f"campaign_loop: a case gave {len(result.violations)} violation(s), first: "
+                         f"{_one(result.violations[0])}; its timings would not be a clean campaign's")
+
+
+def _oracles(name: str) -> None:
+    """Fail on an unknown oracle before Hypothesis starts (one line, not a traceback from inside a test)."""
+    from fuzzrunner.errors import InvalidArgument
+    from fuzzrunner.names import validate_oracles
+    if name not in ("none", "default"):
+        try:
+            validate_oracles([name])
+        except InvalidArgument as e:
+            raise SystemExit(f"campaign_loop: {e}") from None
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=int, default=100)
     ap.add_argument("--warm", type=int, default=30, help="cases run first (another seed), not timed")
     ap.add_argument("--oracle", default="shadow", help="shadow, none, default (the device's), or an oracle's name")
@@ -113,6 +145,11 @@ def main() -> None:
     ap.add_argument("--procs", type=int, default=1, help="this many loops at once, each its own process")
     ap.add_argument("--via-hub", action="store_true", help="run the cases in a worker process through a Hub")
     args = ap.parse_args()
+    if args.cases < 1 or args.warm < 0 or args.procs < 1:
+        ap.error("--cases and --procs must be at least 1, --warm at least 0")
+    if args.via_hub and (args.procs != 1 or args.profile):
+        ap.error("--via-hub runs one worker and is not profiled: drop --procs and --profile")
+    _oracles(args.oracle)
     if args.via_hub:
         print(json.dumps(via_hub(args.cases, args.oracle, args.seed, args.warm)), flush=True)
         return

@@ -1,15 +1,21 @@
 """Sum up ``py-spy record --subprocesses --format raw`` of a campaign: where each kind of process spent
 its (active) samples. Kinds: the campaign's main process, its shards (Hypothesis, the hub), the zygote,
 and the workers (forked from the zygote, or started directly), told apart by their stacks.
+Record (py-spy needs ptrace rights over the processes: root, or kernel.yama.ptrace_scope=0; --idle is
+left out, so samples are of threads running Python, not waiting):
+  py-spy record --subprocesses --format raw --rate 100 -o RAW.txt -- python -m fuzzrunner fuzz ...
 Usage: python scripts/gpu/spy_summary.py RAW.txt [--top 25] [--rate HZ]
+"seconds" below are thread samples over the rate: a process with two busy threads counts twice.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from collections import Counter, defaultdict
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + "/"  # the checkout
 _PROCESS = re.compile(r'process \d+:"[^"]*";?')
 _FRAME = re.compile(r"^(?P<fn>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 
@@ -32,14 +38,14 @@ def short(frame: str) -> str:
     if not m:
         return frame
     f = m["file"]
-    for cut in ("site-packages/", "/work/main/", "lib/python3.12/", "lib/python3.11/"):
+    for cut in ("site-packages/", _ROOT, "/lib/python3"):
         if cut in f:
-            f = f.split(cut, 1)[1]
+            f = f.split(cut, 1)[1].split("/", 1)[-1] if cut == "/lib/python3" else f.split(cut, 1)[1]
     return f"{m['fn']} ({f})"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("raw")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--rate", type=float, default=100.0, help="py-spy's sampling rate (samples/s)")
@@ -68,7 +74,7 @@ def main() -> None:
                 seen.add(s)
         self_[k][short(frames[-1])] += c
     for k, n in total.most_common():
-        print(f"\n=== {k}: {n} samples ({n / args.rate:.1f} CPU-s), {len(pids[k])} process(es)")
+        print(f"\n=== {k}: {n} samples ({n / args.rate:.1f} thread-s), {len(pids[k])} process(es)")
         print("  inclusive:")
         for s, c in incl[k].most_common(args.top):
             print(f"    {100 * c / n:5.1f}%  {s}")
