@@ -589,10 +589,15 @@ class Hub:
         names the kernel better: when it cannot run (its worker does not start, the budget is nearly
         spent), the first run's report stands. Deaths by a signal and hangs are not run again here
         (they carry no lost context): the shard confirms them as any death, named by the last launch."""
-        if not self._rerun_blocking or not any(names.tool(v.tool).context_lost for v in result.violations):
+        lost = [v for v in result.violations if names.tool(v.tool).context_lost]
+        if not lost:
             return result
+        if self.rerun_error:
+            return _launched(result, f"asynchronous: no blocking rerun ({self.rerun_error})")
+        if not self._rerun_blocking:  # launching blocking already (a sanitizer, the user's CUDA_LAUNCH_BLOCKING=1)
+            return _launched(result, "blocking") if self.spec.device == "cuda" else result
         if cut_at - time.monotonic() < RERUN_MIN_S:  # a worker's start-up would overrun the budget
-            return result
+            return _launched(result, f"asynchronous: no blocking rerun (under {RERUN_MIN_S} s of the budget left)")
         if self._blocking is None:  # no spares, its own zygote: made at the first such case
             env = {**self.spec.env, "CUDA_LAUNCH_BLOCKING": "1"}
             self._blocking = Hub(replace(self.spec, env=env), oracles=self.oracles, timeout_s=self.timeout_s,
@@ -603,15 +608,16 @@ class Hub:
             again = self._blocking.run(case, cut_at)
         except Exception as e:  # noqa: BLE001 - whatever stops the rerun, nothing found is lost
             self._stop_reruns(f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
-            return result
+            return _launched(result, f"asynchronous: the blocking rerun failed ({self.rerun_error})")
         finally:
             if self._blocking is not None:
                 self._blocking._retire()  # a rerun that did not crash leaves its worker: the next gets a fresh one
         self.reruns += 1
         result = replace(result, seconds=result.seconds + again.seconds)
         if again.budget_cut or not any(names.tool(v.tool).context_lost for v in again.violations):
-            return result
-        return replace(again, seconds=result.seconds, confirmed=True)
+            why = "cut by the budget" if again.budget_cut else "did not lose the context"
+            return _launched(result, f"asynchronous: the blocking rerun {why}")
+        return _launched(replace(again, seconds=result.seconds, confirmed=True), "blocking (the rerun)")
 
     def _stop_reruns(self, why: str) -> None:
         """No more blocking reruns in this hub (said by the shard, once: ``rerun_error``)."""
@@ -652,3 +658,14 @@ class Hub:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _launched(result: RunResult, how: str) -> RunResult:
+    """Say in each context-lost violation's details how the launches ran in the run it comes from:
+    blocking (the rerun: the error surfaced at the launch that caused it) or asynchronous (and why no
+    rerun named it), so a reader knows whether "the last kernel launch" is the culprit."""
+    for v in result.violations:
+        if names.tool(v.tool).context_lost or (names.tool(v.tool).raised and v.kind == "crash"):
+            v.details["launches"] = how
+    return result
+

@@ -230,9 +230,14 @@ def test_a_lost_cuda_context_runs_again_with_blocking_launches_to_name_its_kerne
         assert crashes["runs"] == [False, True]  # launched asynchronously, then again blocking
         assert r.crashed and r.confirmed == confirmed and hub.reruns == (blocking_crashes != "cannot start")
         assert {v.kernel for v in r.violations} == {"_culprit_kernel" if confirmed else "_a_later_kernel"}
+        how = {True: "blocking (the rerun)", False: "asynchronous: the blocking rerun did not lose the context",
+               "cannot start": "asynchronous: the blocking rerun failed (HarnessError"}[blocking_crashes]
+        assert all(v.details["launches"].startswith(how) for v in r.violations), r.violations  # said in the report
         assert hub.restarts == 1  # the rerun's worker is not the shard's: its death counts against no limit
         if blocking_crashes == "cannot start":  # the first run's report stands; no more reruns are tried
-            assert "set-up failed" in hub.rerun_error and hub.run(_case("ok")).crashed
+            again = hub.run(_case("ok"))
+            assert "set-up failed" in hub.rerun_error and again.crashed
+            assert again.violations[0].details["launches"].startswith("asynchronous: no blocking rerun (HarnessError")
             assert crashes["runs"] == [False, True, False] and hub._blocking is None  # closed
             return
         assert hub._blocking.worker is None  # retired after each rerun: the next one gets a fresh worker
@@ -240,8 +245,10 @@ def test_a_lost_cuda_context_runs_again_with_blocking_launches_to_name_its_kerne
         assert hub.run(_case("ok")).violations == [] and crashes["runs"] == [False, True, False]  # no crash, no rerun
     with Hub(WorkerSpec(CRASHY, device="cuda", env={"CUDA_LAUNCH_BLOCKING": "1"}), standby=False, zygote=False) as h:
         crashes["runs"].clear()
-        h.run(_case("ok"))
+        crashes.update({"async": True, "blocking": True})
+        r = h.run(_case("ok"))
         assert crashes["runs"] == [True] and h.reruns == 0  # launching blocking already: nothing to run again
+        assert r.violations[0].details["launches"] == "blocking"
 
 
 def test_no_blocking_rerun_under_a_sanitizer_on_the_cpu_or_with_too_little_budget_left(monkeypatch):
@@ -258,6 +265,9 @@ def test_no_blocking_rerun_under_a_sanitizer_on_the_cpu_or_with_too_little_budge
         with Hub(spec, standby=False, zygote=False) as hub:
             r = hub.run(_case("ok"), cut_at=cut_at)
         assert crashes["runs"] == [False] and not r.confirmed and hub.reruns == 0, spec
+        how = {"cpu": None, "cuda": "blocking" if spec.wrapper else  # a sanitizer launches blocking
+               f"asynchronous: no blocking rerun (under {RERUN_MIN_S} s of the budget left)"}[spec.device]
+        assert r.violations[0].details.get("launches") == how, spec  # how the reported run launched, and why
 
 
 def test_a_campaign_worker_on_a_gpu_launches_asynchronously():
