@@ -156,3 +156,48 @@ def test_a_captured_torch_read_and_kernel_read_are_checked_at_each_replay(bug):
         vs = o.finish()
     got = sorted((v.kind, v.tensor, v.kernel, v.details.get("op_index")) for v in vs)
     assert got == ([("stale-read", "m", "_copy", 2), ("stale-read", "m", "aten.add.out", 2)] if bug else [])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bug", [True, False])
+def test_a_table_made_inside_a_capture_serves_no_launch_outside_its_graph(bug):
+    """A launch table made inside a capture is filled only when its graph replays. A launch of the same
+    kernel on the same buffers after the capture (eager, or in a second capture of the same step, as a
+    runner that captures one size twice does) must not use it: it would check against an unfilled table
+    and find every lane outside it (what a reference_runner campaign showed on an H200, 2026-12-03)."""
+    import triton
+    import triton.language as tl
+
+    from fuzzrunner import track
+
+    @triton.jit
+    def _copy(src, dst, N: tl.constexpr):
+        i = tl.arange(0, N)
+        tl.store(dst + i, tl.load(src + i))
+
+    o = GpuShadowOracle("cuda")
+    o.start()
+    try:
+        o.begin_op(0, {"op": "capture"})
+        _copy[(1,)](torch.zeros(8, device="cuda"), torch.empty(8, device="cuda"), N=8)  # compiles, other buffers
+        m = track(torch.zeros(8, device="cuda"), "m", per_step=True)
+        z = torch.empty(8, device="cuda")
+        first = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(first):
+            _copy[(1,)](m, z, N=8)  # the table of (m, z) is made here: filled at first's replays only
+        o.begin_op(1, {"op": "step"})
+        m.fill_(1.0)
+        _copy[(1,)](m, z, N=8)  # eager, before any replay of first
+        second = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(second):
+            _copy[(1,)](m, z, N=8)
+        del first
+        o.begin_op(2, {"op": "replay"})
+        if not bug:
+            m.fill_(2.0)
+        second.replay()
+        o.end_op()
+    finally:
+        vs = o.finish()
+    got = sorted((v.kind, v.tensor, v.kernel, v.details.get("op_index")) for v in vs)
+    assert got == ([("stale-read", "m", "_copy", 2)] if bug else []), vs

@@ -7,7 +7,8 @@ end, shadow offset from the arena base, log2 of the itemsize, flags) and copies 
 from pinned memory without waiting. A table depends only on the launch's argument storages and the
 regions it lists, so it is made once per (kernel, argument storages, those regions and their flags) and
 reused: a step that launches the same kernels on the same buffers copies nothing, whatever was
-allocated or freed elsewhere since. Tables and their launch records live
+allocated or freed elsewhere since (except a table made inside a CUDA-graph capture, which holds
+nothing until its graph replays: it serves that launch only). Tables and their launch records live
 for the case (a CUDA graph capturing a launch replays its table, and its ring entries name it).
 Bad lanes come back through the ring (``device_checks.py``), read once per op.
 """
@@ -63,6 +64,11 @@ class Launch:
     path: str
     regions: list
     keep: list = field(default_factory=list)
+
+
+def capturing(device: torch.device) -> bool:
+    """Whether launches on ``device`` are being captured into a CUDA graph now (recorded, not run)."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 def _log2(itemsize: int) -> int:
@@ -244,8 +250,13 @@ class DeviceShadow:
         table.copy_(host, non_blocking=True)  # a CUDA graph capturing the launch replays this copy
         rec = Launch(kernel, path, regions, keep=[host, table])
         self.launches[launch] = rec
-        self._tables[key] = (table, nreg, launch, rec)
-        return self._tables[key]
+        made = (table, nreg, launch, rec)
+        # A table made inside a capture is filled only when its graph replays (a captured copy does not
+        # run at capture): no launch outside that graph (an eager one, or another capture of the same
+        # step's buffers, before any replay) may use it. A table made outside serves captures too.
+        if not capturing(self.device):
+            self._tables[key] = made
+        return made
 
     def ring_entries(self, host: torch.Tensor) -> list[list[int]]:
         """The entries kept in ``host`` (the ring, read back with the op's one synchronisation); the
