@@ -232,7 +232,9 @@ def _campaign(device: str, oracle: str | None, workers: int, budget: int, seed: 
     steady = (end[1] - half[1]) / (end[0] - half[0]) if end[0] > half[0] else 0.0
     shards = run["settings"].get("workers") or workers  # a one-worker GPU campaign runs its pre-check's shards
     busy = run.get("worker_s", 0.0) / max(run["duration_s"] * shards, 1e-9)
+    unchecked = sum(c.get("count", 1) for c in run.get("tool_limitations", []))
     return {"examples": run["examples"], "s": run["duration_s"], "findings": len(run["findings"]), "steady": steady,
+            "unchecked": unchecked,
             "busy": busy, "compiles": _cache_entries() - before,
             "restarts": run["worker_restarts"] + run.get("worker_recycles", 0)}
 
@@ -255,10 +257,11 @@ def _warm_up(workers: int, seconds: int, seed: int) -> None:
 def _campaign_rows(workers: list[int], budget: int, seed: int, warm_s: int) -> None:
     print(f"\ncampaigns: reference_runner, {budget} s budget, seed {seed}, {os.cpu_count()} CPUs; busy: the workers' "
           f"share of the time on cases (worker_s);\ncompiled: kernels the campaign added to Triton's cache; "
-          f"restarts: workers started again (deaths and memory recycles)", flush=True)
+          f"restarts: workers started again (deaths and memory recycles); unchecked: tool limitations (kernels run "
+          f"unchecked, in that many cases; a clean runner should show 0)", flush=True)
     _warm_up(max(workers), warm_s, seed)
     print(f"{'campaign':38} {'cases':>7} {'s':>6} {'cases/s':>8} {'2nd half':>9} {'busy':>5} {'compiled':>9} "
-          f"{'restarts':>9} {'findings':>9}")
+          f"{'restarts':>9} {'findings':>9} {'unchecked':>9}")
     for w in workers:
         rates, steady = {}, {}
         for label, device, oracle in (("cuda, default oracles", "cuda", None),
@@ -271,7 +274,8 @@ def _campaign_rows(workers: list[int], budget: int, seed: int, warm_s: int) -> N
                 continue
             rates[device + str(oracle)], steady[device + str(oracle)] = r["examples"] / r["s"], r["steady"]
             print(f"{label:38} {r['examples']:7} {r['s']:6.1f} {r['examples'] / r['s']:8.2f} {r['steady']:9.2f} "
-                  f"{100 * r['busy']:4.0f}% {r['compiles']:9} {r['restarts']:9} {r['findings']:9}", flush=True)
+                  f"{100 * r['busy']:4.0f}% {r['compiles']:9} {r['restarts']:9} {r['findings']:9} "
+                  f"{r['unchecked']:9}", flush=True)
         g, c = "cudashadow", "cpushadow"
         if rates.get(g) and rates.get(c):
             print(f"{w} worker(s): GPU shadow campaign / CPU shadow campaign, cases/s: {rates[g] / rates[c]:.1f}x "
