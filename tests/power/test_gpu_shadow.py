@@ -201,3 +201,16 @@ def test_a_table_made_inside_a_capture_serves_no_launch_outside_its_graph(bug):
         vs = o.finish()
     got = sorted((v.kind, v.tensor, v.kernel, v.details.get("op_index")) for v in vs)
     assert got == ([("stale-read", "m", "_copy", 2)] if bug else []), vs
+
+
+@pytest.mark.gpu
+def test_pinned_table_slots_are_never_handed_out_twice_in_a_process():
+    """A graph captured under one DeviceShadow (an earlier case, another oracle) replays its table copy
+    from its pinned slot: a later DeviceShadow must not be given that slot."""
+    from fuzzrunner.oracles.shadow.gpu import regions
+    a = regions.DeviceShadow("cuda")
+    first = a._pinned(7)
+    b = regions.DeviceShadow("cuda")  # the next case's
+    second = b._pinned(7)
+    lo, hi = first.data_ptr(), first.data_ptr() + 7 * 8
+    assert not (lo <= second.data_ptr() < hi or second.data_ptr() <= lo < second.data_ptr() + 7 * 8)

@@ -29,7 +29,7 @@ from ..torch_effects import has_memory
 from . import device_checks as dc
 from .instrument import INSTRUMENTER, NotInstrumentable, python_function
 from .launch_hook import LaunchHook
-from .regions import CAP, DeviceShadow, Region
+from .regions import CAP, DeviceShadow, Region, capturing
 from .torch_mode import GRAPH_ROWS, LOG_ROWS, DeviceTorchMode, _capturing
 from .views import byte_span
 
@@ -321,7 +321,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         with self.pause():
             table, nreg, _, _ = self.shadow.table(tensors, fn.__name__, fn.__code__.co_filename)
         self._launched = True
-        if not self._captured and self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        if not self._captured and capturing(self.device):
             self._captured = True
         return twin, dict(_sh_table=table, _sh_arena=self.shadow.arena, _sh_ring=self.shadow.ring,
                           _sh_cell=self.shadow.cell, _SH_CAP=CAP)

@@ -26,6 +26,7 @@ from . import device_checks as dc
 
 CAP = 1024  # ring entries kept per op; the counter counts every bad lane
 _POOL: torch.Tensor | None = None  # pinned launch tables, shared by the cases of a process
+_POOL_AT = 0  # the pool's next free slot (slots are never reused: graphs may replay their copies)
 
 
 @dataclass(eq=False)
@@ -92,7 +93,6 @@ class DeviceShadow:
         self.launches: dict[int, Launch] = {}   # launch id -> record, for the case (graphs replay them)
         self._tables: dict[tuple, tuple] = {}   # (kernel, argument spans, listed regions) -> (table, nreg, id, record)
         self._next = 0
-        self._pool_at = 0  # the pinned pool's slots are never reused within a case (graphs replay them)
         # The lookup index, kept with ``regions``: the regions by start, their starts, and the running
         # maximum of their ends (every torch op asks it, most of them about untracked memory: a
         # bisection, not a walk of every region).
@@ -102,17 +102,22 @@ class DeviceShadow:
 
     def _pinned(self, n: int) -> torch.Tensor:
         """``n`` int64 of pinned host memory from a process-wide pool made outside any graph capture
-        (pinning memory during a capture is not allowed); a slot is used once per case."""
-        global _POOL
+        (pinning memory during a capture is not allowed). A slot is never handed out twice while its pool
+        lives: the cursor belongs to the pool, not to a case, so a graph captured in one case (or by
+        another oracle of the process) that replays its copy reads what it captured. A pool that is
+        replaced lives on through the records holding its slots. Outside a capture a pool with under a
+        quarter left is replaced early, so that a long capture does not run it out."""
+        global _POOL, _POOL_AT
         if self.device.type != "cuda":
             return torch.zeros(n, dtype=torch.int64, device="cpu")
-        if _POOL is None or self._pool_at + n > _POOL.numel():
-            if torch.cuda.is_current_stream_capturing():
+        left = 0 if _POOL is None else _POOL.numel() - _POOL_AT
+        if left < n or (left < _POOL.numel() // 4 and not capturing(self.device)):  # type: ignore[union-attr]
+            if capturing(self.device):
                 raise RuntimeError("the GPU shadow's pinned pool ran out inside a CUDA-graph capture")
-            _POOL = torch.zeros(max(1 << 20, 2 * n), dtype=torch.int64, device="cpu", pin_memory=True)
-            self._pool_at = 0
-        out = _POOL[self._pool_at:self._pool_at + n]
-        self._pool_at += n
+            _POOL = torch.zeros(max(1 << 20, 4 * n), dtype=torch.int64, device="cpu", pin_memory=True)
+            _POOL_AT = 0
+        out = _POOL[_POOL_AT:_POOL_AT + n]  # type: ignore[index]
+        _POOL_AT += n
         return out
 
     def epoch_like(self, shape) -> torch.Tensor:
@@ -219,7 +224,9 @@ class DeviceShadow:
         # What the table holds: the same storages and the same regions with the same flags give the same
         # table (regions tracked or freed elsewhere do not matter). The records keep their regions alive,
         # so an ``id`` here is never another region's.
-        key = (kernel, path, tuple(spans), tuple((id(r), r.per_step) for r in selected))
+        # The launching stream too: a table copied on another stream is not ordered before this launch.
+        stream = torch.cuda.current_stream(self.device).cuda_stream if self.device.type == "cuda" else 0
+        key = (kernel, path, stream, tuple(spans), tuple((id(r), r.per_step) for r in selected))
         hit = self._tables.get(key)
         if hit is not None:
             return hit
