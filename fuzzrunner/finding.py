@@ -19,7 +19,7 @@ from .case import Case, parse_json
 from .errors import InvalidCase, NewerSchema, UnregisteredKind
 from .safe_io import read_text
 from .signature import Signature
-from .violation import Violation, cause_lines, window_lines
+from .violation import Violation, cause_lines, raised_cuda_error, window_lines
 
 __all__ = ["FINDING_SCHEMA", "Finding", "Signature", "group", "limitations", "merge", "primary"]
 
@@ -130,8 +130,7 @@ def group(violations: list[Violation]) -> list[tuple[Violation, list[Violation]]
     if first is not None and first.kind != "out-of-bounds":  # wild accesses follow the garbage read
         heads = {op: (first if h.kind == "out-of-bounds" else h) for op, h in heads.items()}
     groups: dict[str, tuple[Violation, list[Violation]]] = {}
-    raised = next((v for v in sorted(violations, key=_seq) if names.tool(v.tool).raised and v.kind == "crash"
-                   and "CUDA" in v.message), None)
+    raised = next((v for v in sorted(violations, key=_seq) if raised_cuda_error(v)), None)
     all_heads = sorted([*heads.values(), *explained.values()], key=_seq)
     for head in all_heads:
         groups.setdefault(head.signature.id, (head, []))

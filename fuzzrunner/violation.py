@@ -46,6 +46,12 @@ class Violation:
                    d.get("message", ""), dict(d.get("details", {})), d.get("site", ""))
 
 
+def raised_cuda_error(v: Violation) -> bool:
+    """A CUDA error raised in the runner's Python code (a crash whose message names CUDA): what the
+    launch that broke the context, or a later one, raised."""
+    return names.tool(v.tool).raised and v.kind == "crash" and "CUDA" in v.message
+
+
 def _num(v) -> str:
     return f"{v:.6g}" if isinstance(v, (int, float)) else str(v)
 

@@ -27,7 +27,7 @@ from typing import Any
 from .. import names
 from ..case import Case
 from ..errors import HarnessError, InvalidCase
-from ..violation import Violation
+from ..violation import Violation, raised_cuda_error
 from . import protocol
 from .forking import ForkedProcess, Zygote
 from .lifeline import alive
@@ -589,15 +589,19 @@ class Hub:
         names the kernel better: when it cannot run (its worker does not start, the budget is nearly
         spent), the first run's report stands. Deaths by a signal and hangs are not run again here
         (they carry no lost context): the shard confirms them as any death, named by the last launch."""
-        lost = [v for v in result.violations if names.tool(v.tool).context_lost]
-        if not lost:
+        if self.spec.device != "cuda":
             return result
+        blocking = {**os.environ, **self.spec.env}.get("CUDA_LAUNCH_BLOCKING") == "1"  # a sanitizer's, the user's
+        if not any(names.tool(v.tool).context_lost for v in result.violations):  # a signal, a hang: no rerun
+            return _launched(result, "blocking" if blocking else "asynchronous: a death by a signal or a hang is "
+                                                                 "not run again")
         if self.rerun_error:
             return _launched(result, f"asynchronous: no blocking rerun ({self.rerun_error})")
-        if not self._rerun_blocking:  # launching blocking already (a sanitizer, the user's CUDA_LAUNCH_BLOCKING=1)
-            return _launched(result, "blocking") if self.spec.device == "cuda" else result
+        if not self._rerun_blocking:
+            return _launched(result, "blocking" if blocking else
+                             "asynchronous: no blocking rerun (the workers run under a wrapper)")
         if cut_at - time.monotonic() < RERUN_MIN_S:  # a worker's start-up would overrun the budget
-            return _launched(result, f"asynchronous: no blocking rerun (under {RERUN_MIN_S} s of the budget left)")
+            return _launched(result, f"asynchronous: no blocking rerun (under {RERUN_MIN_S:g} s of the budget left)")
         if self._blocking is None:  # no spares, its own zygote: made at the first such case
             env = {**self.spec.env, "CUDA_LAUNCH_BLOCKING": "1"}
             self._blocking = Hub(replace(self.spec, env=env), oracles=self.oracles, timeout_s=self.timeout_s,
@@ -615,7 +619,9 @@ class Hub:
         self.reruns += 1
         result = replace(result, seconds=result.seconds + again.seconds)
         if again.budget_cut or not any(names.tool(v.tool).context_lost for v in again.violations):
-            why = "cut by the budget" if again.budget_cut else "did not lose the context"
+            why = "was cut by the budget" if again.budget_cut else "did not lose the context" + (
+                f" (it ended: {again.violations[0].kind} in {again.violations[0].kernel or '?'})"
+                if again.crashed and again.violations else "")
             return _launched(result, f"asynchronous: the blocking rerun {why}")
         return _launched(replace(again, seconds=result.seconds, confirmed=True), "blocking (the rerun)")
 
@@ -661,11 +667,12 @@ class Hub:
 
 
 def _launched(result: RunResult, how: str) -> RunResult:
-    """Say in each context-lost violation's details how the launches ran in the run it comes from:
+    """Say in each crash's details (a lost context, a death, a hang, a CUDA error raised) how the
+    launches ran in the run it comes from:
     blocking (the rerun: the error surfaced at the launch that caused it) or asynchronous (and why no
     rerun named it), so a reader knows whether "the last kernel launch" is the culprit."""
     for v in result.violations:
-        if names.tool(v.tool).context_lost or (names.tool(v.tool).raised and v.kind == "crash"):
+        if names.tool(v.tool).process_death or raised_cuda_error(v):
             v.details["launches"] = how
     return result
 

@@ -19,7 +19,7 @@ import traceback
 from contextlib import ExitStack
 from typing import Any
 
-from .. import names, tracking
+from .. import tracking
 from . import protocol
 
 
@@ -132,8 +132,8 @@ class _Session:
 
     def _with_last_launch(self, v):
         """A CUDA error raised in Python names the last kernel launched before it (crash triage)."""
-        if self.device != "cuda" or not self.reporter.last or not names.tool(v.tool).raised or v.kind != "crash" \
-                or "CUDA" not in v.message:
+        from ..violation import raised_cuda_error
+        if self.device != "cuda" or not self.reporter.last or not raised_cuda_error(v):
             return v
         from dataclasses import replace
         return replace(v, message=f"{v.message}; last kernel launch: {self.reporter.last}",

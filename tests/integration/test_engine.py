@@ -207,6 +207,8 @@ class _FakeGpuWorker:
         self.crashes["runs"].append(blocking)
         if blocking and self.crashes["blocking"] == "cannot start":
             raise HarnessError("worker failed outside the target: worker set-up failed")
+        if blocking and self.crashes["blocking"] == "cut":  # the campaign's budget ran out during the rerun
+            return RunResult([], 0.01, True, 1, budget_cut=True)
         if not self.crashes["blocking" if blocking else "async"]:
             return RunResult([], 0.01)
         kernel = "_culprit_kernel" if blocking else "_a_later_kernel"
@@ -219,7 +221,7 @@ class _FakeGpuWorker:
         pass
 
 
-@pytest.mark.parametrize("blocking_crashes", [True, False, "cannot start"])
+@pytest.mark.parametrize("blocking_crashes", [True, False, "cannot start", "cut"])
 def test_a_lost_cuda_context_runs_again_with_blocking_launches_to_name_its_kernel(monkeypatch, blocking_crashes):
     monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
     crashes = {"async": True, "blocking": blocking_crashes, "runs": []}
@@ -231,7 +233,8 @@ def test_a_lost_cuda_context_runs_again_with_blocking_launches_to_name_its_kerne
         assert r.crashed and r.confirmed == confirmed and hub.reruns == (blocking_crashes != "cannot start")
         assert {v.kernel for v in r.violations} == {"_culprit_kernel" if confirmed else "_a_later_kernel"}
         how = {True: "blocking (the rerun)", False: "asynchronous: the blocking rerun did not lose the context",
-               "cannot start": "asynchronous: the blocking rerun failed (HarnessError"}[blocking_crashes]
+               "cannot start": "asynchronous: the blocking rerun failed (HarnessError",
+               "cut": "asynchronous: the blocking rerun was cut by the budget"}[blocking_crashes]
         assert all(v.details["launches"].startswith(how) for v in r.violations), r.violations  # said in the report
         assert hub.restarts == 1  # the rerun's worker is not the shard's: its death counts against no limit
         if blocking_crashes == "cannot start":  # the first run's report stands; no more reruns are tried
@@ -258,16 +261,37 @@ def test_no_blocking_rerun_under_a_sanitizer_on_the_cpu_or_with_too_little_budge
     monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
     crashes = {"async": True, "blocking": True, "runs": []}
     monkeypatch.setattr(Hub, "_new_worker", lambda self: _FakeGpuWorker(self.spec, crashes))
-    for spec, cut_at in ((WorkerSpec(CRASHY, device="cuda", wrapper=["compute-sanitizer"]), math.inf),
+    sanitizer = WorkerSpec(CRASHY, device="cuda", wrapper=["compute-sanitizer"], env={"CUDA_LAUNCH_BLOCKING": "1"})
+    for spec, cut_at in ((sanitizer, math.inf),
+                         (WorkerSpec(CRASHY, device="cuda", wrapper=["nsys", "profile"]), math.inf),
                          (WorkerSpec(CRASHY, device="cpu"), math.inf),
                          (WorkerSpec(CRASHY, device="cuda"), _time.monotonic() + RERUN_MIN_S / 2)):
         crashes["runs"].clear()
         with Hub(spec, standby=False, zygote=False) as hub:
             r = hub.run(_case("ok"), cut_at=cut_at)
-        assert crashes["runs"] == [False] and not r.confirmed and hub.reruns == 0, spec
-        how = {"cpu": None, "cuda": "blocking" if spec.wrapper else  # a sanitizer launches blocking
-               f"asynchronous: no blocking rerun (under {RERUN_MIN_S} s of the budget left)"}[spec.device]
-        assert r.violations[0].details.get("launches") == how, spec  # how the reported run launched, and why
+        assert crashes["runs"] == [spec is sanitizer] and not r.confirmed and hub.reruns == 0, spec  # one run
+        how = None if spec.device == "cpu" else "blocking" if spec is sanitizer else \
+            "asynchronous: no blocking rerun (the workers run under a wrapper)" if spec.wrapper else \
+            "asynchronous: no blocking rerun (under 30 s of the budget left)"
+        assert [v.details.get("launches") for v in r.violations] == [how, how], spec  # how the run launched, why
+
+
+def test_a_gpu_death_by_a_signal_says_it_was_not_run_again_with_blocking_launches(monkeypatch):
+    from fuzzrunner.engine.hub import RunResult
+    from fuzzrunner.violation import Violation
+    monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
+    runs = []
+
+    class Segfaulting(_FakeGpuWorker):
+        def run(self, case, oracles, timeout_s, stop_early=False, cut_at=None):
+            runs.append(self.spec.env.get("CUDA_LAUNCH_BLOCKING") == "1")
+            return RunResult([Violation("worker", "crash", "_a_later_kernel", "SIGSEGV", "", "killed by SIGSEGV")],
+                             0.01, True, 1)
+    monkeypatch.setattr(Hub, "_new_worker", lambda self: Segfaulting(self.spec, {}))
+    with Hub(WorkerSpec(CRASHY, device="cuda"), standby=False, zygote=False) as hub:
+        r = hub.run(_case("ok"))
+    assert runs == [False] and hub.reruns == 0  # no lost context: not run again here (the shard confirms it)
+    assert r.violations[0].details["launches"] == "asynchronous: a death by a signal or a hang is not run again"
 
 
 def test_a_campaign_worker_on_a_gpu_launches_asynchronously():
