@@ -257,8 +257,8 @@ def _warm_up(workers: int, seconds: int, seed: int) -> None:
 def _campaign_rows(workers: list[int], budget: int, seed: int, warm_s: int) -> None:
     print(f"\ncampaigns: reference_runner, {budget} s budget, seed {seed}, {os.cpu_count()} CPUs; busy: the workers' "
           f"share of the time on cases (worker_s);\ncompiled: kernels the campaign added to Triton's cache; "
-          f"restarts: workers started again (deaths and memory recycles); unchecked: tool limitations (kernels run "
-          f"unchecked, in that many cases; a clean runner should show 0)", flush=True)
+          f"restarts: workers started again (deaths and memory recycles); unchecked: the report's tool-limitation "
+          f"counts summed (kernels run unchecked, and any other limit; a clean runner should show 0)", flush=True)
     _warm_up(max(workers), warm_s, seed)
     print(f"{'campaign':38} {'cases':>7} {'s':>6} {'cases/s':>8} {'2nd half':>9} {'busy':>5} {'compiled':>9} "
           f"{'restarts':>9} {'findings':>9} {'unchecked':>9}")

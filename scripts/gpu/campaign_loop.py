@@ -7,7 +7,8 @@ A clean runner is expected: a case with any violation (a crash included) stops t
 since its timings would not be a clean campaign's.
 Usage: PYTHONPATH=. python scripts/gpu/campaign_loop.py [--cases 100] [--warm 30]
        [--oracle shadow|none|default|NAME] [--seed 7] [--profile] [--procs 1 | --via-hub]
-       (FUZZRUNNER_DEVICE=cpu for the CPU; cuda by default)
+       [--fault NAME]  (a planted fault of the reference runner: shows the stop at the first violation)
+       (on a GPU if there is one, else on the CPU; FUZZRUNNER_DEVICE=cpu|cuda forces one)
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ import sys
 import time
 
 
-def loop(n: int, oracle: str, seed: int, profile: bool, warm: int) -> dict:
-    os.environ.setdefault("FUZZRUNNER_DEVICE", "cuda")
+def loop(n: int, oracle: str, seed: int, profile: bool, warm: int, faults: tuple = ()) -> dict:
     from fuzzrunner import _env
     _env.configure()
     from hypothesis import HealthCheck, Phase, given, settings
@@ -33,17 +33,20 @@ def loop(n: int, oracle: str, seed: int, profile: bool, warm: int) -> dict:
     device = os.environ["FUZZRUNNER_DEVICE"]
     target = load_target("reference_runner")
     oracles = {"none": [], "default": effective_oracles(None, device, None)}.get(oracle, [oracle])
-    strategy = target.strategy((), 8)
+    strategy = target.strategy(faults, 8)
     spent = {"run": 0.0, "cases": 0}
+    bad: list = []  # the first bad case's violations, then the case (raised after the search: Hypothesis
+    #                 would run a raising case again)
 
     def test(case) -> None:
+        if bad:
+            return
         target.check_case(case)
         t = time.perf_counter()
         found = run_case(case, target, oracles=oracles, device=device, sanitizer=None, on_op=lambda i, op: None)
         spent["run"] += time.perf_counter() - t
         if found:
-            raise SystemExit(f"campaign_loop: a case gave {len(found)} violation(s), first: {_one(found[0])}; "
-                             "its timings would not be a clean campaign's")
+            bad.extend([found, case])
         spent["cases"] += 1
 
     def search(count: int, s: int) -> None:
@@ -52,6 +55,11 @@ def loop(n: int, oracle: str, seed: int, profile: bool, warm: int) -> dict:
         hs = settings(max_examples=count, database=None, phases=[Phase.generate], deadline=None,
                       suppress_health_check=list(HealthCheck))
         hs(hseed(s)(given(strategy)(test)))()
+        if bad:
+            found, case = bad
+            raise SystemExit(f"campaign_loop: a case gave {len(found)} violation(s), first: {_one(found[0])}; "
+                             f"its timings would not be a clean campaign's. The case (fuzzrunner replay FILE):\n"
+                             f"{case.to_json()}")
 
     search(warm, seed + 1)  # compiles, the first launches
     if os.environ.get("CAMPAIGN_LOOP_BARRIER"):  # --procs: all start timing together
@@ -79,7 +87,6 @@ def loop(n: int, oracle: str, seed: int, profile: bool, warm: int) -> dict:
 def via_hub(n: int, oracle: str, seed: int, warm: int) -> dict:
     """The same kind of cases run through a Hub (a real worker process, as a campaign's shard runs them):
     generated first, then timed one by one from sending the case to reading its result."""
-    os.environ.setdefault("FUZZRUNNER_DEVICE", "cuda")
     from fuzzrunner import _env
     _env.configure()
     from hypothesis import HealthCheck, Phase, given, settings
@@ -124,15 +131,27 @@ def _clean(result) -> None:
                          f"{_one(result.violations[0])}; its timings would not be a clean campaign's")
 
 
-def _oracles(name: str) -> None:
-    """Fail on an unknown oracle before Hypothesis starts (one line, not a traceback from inside a test)."""
+def _arguments(oracle: str, faults: list) -> None:
+    """Fail on an unknown oracle or fault before Hypothesis starts (one line, not a traceback)."""
     from fuzzrunner.errors import InvalidArgument
     from fuzzrunner.names import validate_oracles
-    if name not in ("none", "default"):
-        try:
-            validate_oracles([name])
-        except InvalidArgument as e:
-            raise SystemExit(f"campaign_loop: {e}") from None
+    from fuzzrunner.oracles.shadow import shadow_mode
+    from fuzzrunner.target import load_target
+    try:
+        if oracle not in ("none", "default"):
+            try:
+                validate_oracles([oracle])
+            except InvalidArgument as e:
+                raise InvalidArgument(f"{e} Or: none, default.") from None
+        load_target("reference_runner").check_faults(faults)
+        shadow_mode()  # a bad FUZZRUNNER_SHADOW
+    except InvalidArgument as e:
+        raise SystemExit(f"campaign_loop: {e}") from None
+    if os.environ.get("FUZZRUNNER_DEVICE") == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise SystemExit("campaign_loop: FUZZRUNNER_DEVICE=cuda, but no CUDA device is here (unset it, or "
+                             "FUZZRUNNER_DEVICE=cpu, to loop on the CPU)")
 
 
 def main() -> None:
@@ -144,29 +163,45 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--procs", type=int, default=1, help="this many loops at once, each its own process")
     ap.add_argument("--via-hub", action="store_true", help="run the cases in a worker process through a Hub")
+    ap.add_argument("--fault", action="append", default=[], help="plant this reference_runner fault (the loop "
+                    "then stops at its first violation; not with --via-hub)")
     args = ap.parse_args()
     if args.cases < 1 or args.warm < 0 or args.procs < 1:
         ap.error("--cases and --procs must be at least 1, --warm at least 0")
-    if args.via_hub and (args.procs != 1 or args.profile):
-        ap.error("--via-hub runs one worker and is not profiled: drop --procs and --profile")
-    _oracles(args.oracle)
+    if args.via_hub and (args.procs != 1 or args.profile or args.fault):
+        ap.error("--via-hub runs one worker, clean and not profiled: drop --procs, --profile and --fault")
+    _arguments(args.oracle, args.fault)
     if args.via_hub:
         print(json.dumps(via_hub(args.cases, args.oracle, args.seed, args.warm)), flush=True)
         return
     if args.procs == 1:
-        print(json.dumps(loop(args.cases, args.oracle, args.seed, args.profile, args.warm)), flush=True)
+        print(json.dumps(loop(args.cases, args.oracle, args.seed, args.profile, args.warm, tuple(args.fault))),
+              flush=True)
         return
     cmd = [sys.executable, __file__, "--cases", str(args.cases), "--warm", str(args.warm), "--oracle", args.oracle]
+    cmd += [a for f in args.fault for a in ("--fault", f)]
     env = dict(os.environ, CAMPAIGN_LOOP_BARRIER="1")
     procs = [subprocess.Popen(cmd + ["--seed", str(args.seed + 100 * i)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env=env) for i in range(args.procs)]
-    for p in procs:
-        assert p.stdout is not None and p.stdout.readline().strip() == "warm"
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    rows = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+    try:
+        for i, p in enumerate(procs):
+            assert p.stdout is not None
+            if p.stdout.readline().strip() != "warm":
+                raise SystemExit(f"campaign_loop: process {i} stopped while warming up (exit {p.wait()})")
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = [p.communicate()[0] for p in procs]
+    finally:
+        for p in procs:  # one stopped: the others are not left running with nobody reading them
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    failed = [i for i, p in enumerate(procs) if p.returncode]
+    if failed:
+        raise SystemExit(f"campaign_loop: process(es) {failed} failed (see above): no total")
+    rows = [json.loads(o.strip().splitlines()[-1]) for o in outs]
     print(json.dumps({"procs": args.procs, "cases": sum(r["cases"] for r in rows),
                       "cases_per_s": round(sum(r["cases_per_s"] for r in rows), 2),
                       "run_ms": [r["run_ms"] for r in rows], "rest_ms": [r["rest_ms"] for r in rows]}), flush=True)

@@ -1,11 +1,13 @@
 """Sum up ``py-spy record --subprocesses --format raw`` of a campaign: where each kind of process spent
-its (active) samples. Kinds: the campaign's main process, its shards (Hypothesis, the hub), the zygote,
-and the workers (forked from the zygote, or started directly), told apart by their stacks.
+its (active) samples, in thread-seconds. Kinds: the campaign's main process, its shards (Hypothesis,
+the hub), the zygote, and the workers (forked from the zygote, or started directly), told apart by their stacks.
 Record (py-spy needs ptrace rights over the processes: root, or kernel.yama.ptrace_scope=0; --idle is
 left out, so samples are of threads running Python, not waiting):
   py-spy record --subprocesses --format raw --rate 100 -o RAW.txt -- python -m fuzzrunner fuzz ...
 Usage: python scripts/gpu/spy_summary.py RAW.txt [--top 25] [--rate HZ]
-"seconds" below are thread samples over the rate: a process with two busy threads counts twice.
+"seconds" below are thread samples over the rate: a process with two busy threads counts twice. Paths
+are shortened after site-packages/, the Python library, and this checkout's folder (summarise a profile
+in a checkout at the same path as the one it was recorded in, or read the full paths).
 """
 
 from __future__ import annotations
@@ -50,12 +52,18 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--rate", type=float, default=100.0, help="py-spy's sampling rate (samples/s)")
     args = ap.parse_args()
+    if args.rate <= 0:
+        ap.error("--rate must be above 0 (py-spy's samples per second)")
+    try:
+        lines = open(args.raw).read().splitlines()
+    except OSError as e:
+        raise SystemExit(f"spy_summary: cannot read {args.raw}: {e.strerror}") from None
     total: Counter = Counter()
     incl: dict = defaultdict(Counter)
     self_: dict = defaultdict(Counter)
     pids: dict = defaultdict(set)
-    for line in open(args.raw):
-        stack, _, n = line.rstrip("\n").rpartition(" ")
+    for line in lines:
+        stack, _, n = line.rpartition(" ")
         if not stack or not n.isdigit():
             continue
         procs = [p.rstrip(";") for p in _PROCESS.findall(stack)]
@@ -73,6 +81,8 @@ def main() -> None:
                 incl[k][s] += c
                 seen.add(s)
         self_[k][short(frames[-1])] += c
+    if not total:
+        raise SystemExit(f"spy_summary: no stack lines in {args.raw} (record it with --format raw)")
     for k, n in total.most_common():
         print(f"\n=== {k}: {n} samples ({n / args.rate:.1f} thread-s), {len(pids[k])} process(es)")
         print("  inclusive:")
