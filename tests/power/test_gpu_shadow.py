@@ -6,6 +6,8 @@ import os
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from shadow_pairs import GPU_PAIRS, PAIRS
 from shadow_pairs.device_mode import CPU_CAUSES, DEVICE_CAUSES, NOT_ON_DEVICE, verdict
 
@@ -13,6 +15,13 @@ from fuzzrunner import Case, _env, replay
 from fuzzrunner.finding import primary
 from fuzzrunner.oracles.shadow import shadow_oracle
 from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
+
+
+@triton.jit
+def _copy(src, dst, N: tl.constexpr):  # the captured kernel of the CUDA-graph tests
+    i = tl.arange(0, N)
+    tl.store(dst + i, tl.load(src + i))
+
 
 CHECKED = [p for p in PAIRS + GPU_PAIRS if p.cause in DEVICE_CAUSES and p.name not in NOT_ON_DEVICE]
 CHECKED_ON_CPU = [p for p in PAIRS if p.cause in CPU_CAUSES and p.name not in NOT_ON_DEVICE]
@@ -125,15 +134,7 @@ def test_device_mode_reports_what_a_replayed_cuda_graph_reads(fault, monkeypatch
 @pytest.mark.gpu
 @pytest.mark.parametrize("bug", [True, False])
 def test_a_captured_torch_read_and_kernel_read_are_checked_at_each_replay(bug):
-    import triton
-    import triton.language as tl
-
     from fuzzrunner import track
-
-    @triton.jit
-    def _copy(src, dst, N: tl.constexpr):
-        i = tl.arange(0, N)
-        tl.store(dst + i, tl.load(src + i))
 
     o = GpuShadowOracle("cuda")
     o.start()
@@ -165,15 +166,7 @@ def test_a_table_made_inside_a_capture_serves_no_launch_outside_its_graph(bug):
     kernel on the same buffers after the capture (eager, or in a second capture of the same step, as a
     runner that captures one size twice does) must not use it: it would check against an unfilled table
     and find every lane outside it (what a reference_runner campaign showed on an H200, 2026-12-03)."""
-    import triton
-    import triton.language as tl
-
     from fuzzrunner import track
-
-    @triton.jit
-    def _copy(src, dst, N: tl.constexpr):
-        i = tl.arange(0, N)
-        tl.store(dst + i, tl.load(src + i))
 
     o = GpuShadowOracle("cuda")
     o.start()
