@@ -610,6 +610,8 @@ class Hub:
         self._blocking.timeout_s = self.timeout_s
         try:
             again = self._blocking.run(case, cut_at)
+        except InvalidCase:  # this case only (the target refused it there): reruns go on
+            return _launched(result, "asynchronous: the blocking rerun's target refused the case")
         except Exception as e:  # noqa: BLE001 - whatever stops the rerun, nothing found is lost
             self._stop_reruns(f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
             return _launched(result, f"asynchronous: the blocking rerun failed ({self.rerun_error})")

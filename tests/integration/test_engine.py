@@ -207,6 +207,9 @@ class _FakeGpuWorker:
         self.crashes["runs"].append(blocking)
         if blocking and self.crashes["blocking"] == "cannot start":
             raise HarnessError("worker failed outside the target: worker set-up failed")
+        if blocking and self.crashes["blocking"] == "refuses":  # the target refuses the case in that worker
+            from fuzzrunner.errors import InvalidCase
+            raise InvalidCase("the target refused the case")
         if blocking and self.crashes["blocking"] == "cut":  # the campaign's budget ran out during the rerun
             return RunResult([], 0.01, True, 1, budget_cut=True)
         if not self.crashes["blocking" if blocking else "async"]:
@@ -221,7 +224,7 @@ class _FakeGpuWorker:
         pass
 
 
-@pytest.mark.parametrize("blocking_crashes", [True, False, "cannot start", "cut"])
+@pytest.mark.parametrize("blocking_crashes", [True, False, "cannot start", "cut", "refuses"])
 def test_a_lost_cuda_context_runs_again_with_blocking_launches_to_name_its_kernel(monkeypatch, blocking_crashes):
     monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
     crashes = {"async": True, "blocking": blocking_crashes, "runs": []}
@@ -230,11 +233,13 @@ def test_a_lost_cuda_context_runs_again_with_blocking_launches_to_name_its_kerne
     with Hub(WorkerSpec(CRASHY, device="cuda"), standby=False, zygote=False) as hub:
         r = hub.run(_case("ok"))
         assert crashes["runs"] == [False, True]  # launched asynchronously, then again blocking
-        assert r.crashed and r.confirmed == confirmed and hub.reruns == (blocking_crashes != "cannot start")
+        assert r.crashed and r.confirmed == confirmed and hub.reruns == (blocking_crashes not in ("cannot start",
+                                                                                                 "refuses"))
         assert {v.kernel for v in r.violations} == {"_culprit_kernel" if confirmed else "_a_later_kernel"}
         how = {True: "blocking (the rerun)", False: "asynchronous: the blocking rerun did not lose the context",
                "cannot start": "asynchronous: the blocking rerun failed (HarnessError",
-               "cut": "asynchronous: the blocking rerun was cut by the budget"}[blocking_crashes]
+               "cut": "asynchronous: the blocking rerun was cut by the budget",
+               "refuses": "asynchronous: the blocking rerun's target refused the case"}[blocking_crashes]
         assert all(v.details["launches"].startswith(how) for v in r.violations), r.violations  # said in the report
         assert hub.restarts == 1  # the rerun's worker is not the shard's: its death counts against no limit
         if blocking_crashes == "cannot start":  # the first run's report stands; no more reruns are tried
@@ -243,6 +248,7 @@ def test_a_lost_cuda_context_runs_again_with_blocking_launches_to_name_its_kerne
             assert again.violations[0].details["launches"].startswith("asynchronous: no blocking rerun (HarnessError")
             assert crashes["runs"] == [False, True, False] and hub._blocking is None  # closed
             return
+        assert hub.rerun_error is None  # reruns go on (a refused case refuses only itself)
         assert hub._blocking.worker is None  # retired after each rerun: the next one gets a fresh worker
         crashes["async"] = False
         assert hub.run(_case("ok")).violations == [] and crashes["runs"] == [False, True, False]  # no crash, no rerun
