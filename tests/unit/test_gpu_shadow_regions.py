@@ -62,7 +62,7 @@ def test_a_span_ending_where_a_region_starts_does_not_touch_it(gap):
 
 def test_a_table_made_during_a_capture_is_never_reused(monkeypatch):
     """A captured table is filled only when its graph replays: a later launch on the same buffers (eager,
-    or in another capture) gets a table of its own; one made outside a capture is reused, in captures too.
+    or in another capture) gets a table of its own; one made outside a capture is reused, in captures on its stream too.
     (The GPU half: tests/power/test_gpu_shadow.py, test_a_table_made_inside_a_capture_...)."""
     from fuzzrunner.oracles.shadow.gpu import regions
     shadow = DeviceShadow("cpu")

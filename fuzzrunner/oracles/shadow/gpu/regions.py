@@ -260,7 +260,7 @@ class DeviceShadow:
         made = (table, nreg, launch, rec)
         # A table made inside a capture is filled only when its graph replays (a captured copy does not
         # run at capture): no launch outside that graph (an eager one, or another capture of the same
-        # step's buffers, before any replay) may use it. A table made outside serves captures too.
+        # step's buffers, before any replay) may use it. A table made outside serves captures on its stream too.
         if not capturing(self.device):
             self._tables[key] = made
         return made
