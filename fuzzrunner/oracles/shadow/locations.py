@@ -44,17 +44,34 @@ def _fx_source(frame) -> tuple[str, int] | None:
     return None
 
 
+# Per code file name: its path with forward slashes, and what a frame there is: 0 a caller, 1 skipped
+# (torch, the oracles, ...), 2 generated code (angle brackets), 3 fx code (``<eval_with_key>``). Every
+# torch op under a shadow oracle asks ``caller_line``: a dict lookup per frame, not a scan of NOT_CALLERS.
+_KINDS: dict[str, tuple[str, int]] = {}
+
+
+def _kind(filename: str) -> tuple[str, int]:
+    known = _KINDS.get(filename)
+    if known is None:
+        path = filename.replace("\\", "/")
+        kind = (3 if path.startswith("<eval_with_key>") else 2) if path.startswith("<") else \
+            1 if any(s in path for s in NOT_CALLERS) else 0
+        if len(_KINDS) > 20000:  # generated files (one per fx graph) come and go: keep the table small
+            _KINDS.clear()
+        known = _KINDS[filename] = (path, kind)
+    return known
+
+
 def caller_line(depth: int = 2) -> tuple[str, int]:
     """The innermost frame outside torch and the oracles: the code that called the torch op."""
     f = sys._getframe(depth)
     while f is not None:
-        path = f.f_code.co_filename.replace("\\", "/")
-        if path.startswith("<"):
-            if path.startswith("<eval_with_key>"):
-                found = _fx_source(f)
-                if found is not None:
-                    return found
-        elif not any(s in path for s in NOT_CALLERS):
+        path, kind = _kind(f.f_code.co_filename)
+        if kind == 0:
             return path, f.f_lineno
+        if kind == 3:
+            found = _fx_source(f)
+            if found is not None:
+                return found
         f = f.f_back  # type: ignore[assignment]
     return getattr(ORIGIN, "site", None) or ("?", 0)  # a builtin handed to a pool: its submit line
