@@ -157,22 +157,50 @@ def _is_metadata_inplace(func) -> bool:
     return bool(getattr(ov, "is_view", False))
 
 
+_READ, _WRITE_READ, _WRITE = 0, 1, 2
+_PLANS: dict = {}  # op -> ((position, name, keyword only, how it is used), ...): its schema, read once
+
+
+def _plan(func) -> tuple:
+    """What each schema argument of ``func`` is to ``classify``: read, written and read, or only written
+    (``()``: the op reads and writes nothing). The schema's Python objects are made once per op."""
+    plan: tuple = ()
+    if not (func in NO_READ or getattr(func, "is_view", False) or _is_metadata_inplace(func)):
+        rows = []
+        for i, a in enumerate(func._schema.arguments):
+            how = _READ
+            if a.alias_info is not None and a.alias_info.is_write:
+                how = _WRITE if func in WRITE_ONLY or getattr(a, "is_out", False) else _WRITE_READ
+            rows.append((i, a.name, a.kwarg_only, how))
+        plan = tuple(rows)
+    try:
+        _PLANS[func] = plan
+    except TypeError:  # an op that cannot be a key: planned at each call
+        pass
+    return plan
+
+
 def classify(func, args, kwargs) -> tuple[list, list]:
     """(read tensors, written tensors) of one aten call, from its schema (whole views)."""
-    if func in NO_READ or getattr(func, "is_view", False) or _is_metadata_inplace(func):
-        return [], []
-    reads, writes = [], []
-    for i, a in enumerate(func._schema.arguments):
-        value = kwargs.get(a.name) if a.kwarg_only or i >= len(args) else args[i]
-        ts = _tensors(value)
+    try:
+        plan = _PLANS.get(func)
+    except TypeError:
+        plan = None
+    if plan is None:
+        plan = _plan(func)
+    reads: list = []
+    writes: list = []
+    n = len(args)
+    for i, name, kw_only, how in plan:
+        ts = _tensors(kwargs.get(name) if kw_only or i >= n else args[i])
         if not ts:
             continue
-        if a.alias_info is not None and a.alias_info.is_write:
-            writes += ts
-            if not (func in WRITE_ONLY or getattr(a, "is_out", False)):
-                reads += ts
-        else:
+        if how == _READ:
             reads += ts
+        else:
+            writes += ts
+            if how == _WRITE_READ:
+                reads += ts
     return reads, writes
 
 
