@@ -42,14 +42,20 @@ def fuzz(tmp_path, *extra, examples="60", seed="1"):
 def test_each_fault_is_found_exported_and_reproduced(tmp_path, fault, capsys):
     assert fuzz(tmp_path, "--fault", fault, seed=SEEDS.get(fault, "1"), examples=EXAMPLES.get(fault, "60")) == 1
     report = json.loads((tmp_path / "r.json").read_text())
-    [finding] = report["runs"][0]["findings"]
+    findings = report["runs"][0]["findings"]
     kinds, tensor = EXPECTED[fault]
+    [finding] = [f for f in findings if f["signature"]["kind"] in kinds and tensor in f["signature"]["tensor"]]
+    # Anything else is wrong values a later op computed from the planted bad read (a capture's dummy run
+    # reading the stale mapping, then a step's logits): findings are grouped per op, and a finding's
+    # values depend on what the unwritten memory held (seen on 2026-12-03 in about 1 run in 4).
+    assert all(f["signature"]["kind"] in ("numeric-mismatch", "poison-divergence") for f in findings
+               if f is not finding), [f["signature"] for f in findings]
     sig = finding["signature"]
     assert sig["kind"] in kinds and tensor in sig["tensor"]
     if sig["kind"] not in ("numeric-mismatch", "invariant-violation"):
         assert sig["tensor"].split(".")[-1] in MAPPING_BUFFERS
     assert finding["case"]["faults"] == [fault] and finding["minimized"]
-    finding_file = next((tmp_path / "corpus" / "expected" / "reference_runner").glob("*.json"))
+    finding_file = next((tmp_path / "corpus" / "expected" / "reference_runner").glob(f"*{finding['id']}*.json"))
     if fault not in REPRO_SCRIPT:  # the other half replays in a worker (each costs a fresh torch import)
         assert main(["replay", str(finding_file)]) == 1
         assert "REPRODUCED" in capsys.readouterr().out
