@@ -470,8 +470,8 @@ class Hub:
         self.recycles = 0                     # workers closed because their memory grew (rss.py)
         # A case that lost the CUDA context runs again in a worker launching blocking (its own hub,
         # made at the first such case), which names the kernel that broke it
-        self._rerun_blocking = spec.device == "cuda" and not spec.wrapper \
-            and {**os.environ, **spec.env}.get("CUDA_LAUNCH_BLOCKING") != "1"  # else its workers do already
+        self._launches_blocking = {**os.environ, **spec.env}.get("CUDA_LAUNCH_BLOCKING") == "1"  # a sanitizer's
+        self._rerun_blocking = spec.device == "cuda" and not spec.wrapper and not self._launches_blocking
         self._blocking: Hub | None = None
         self.reruns = 0                       # cases run again so (the confirmations of their crash)
         self.rerun_error: str | None = None   # why such reruns stopped (their workers could not start)
@@ -591,7 +591,7 @@ class Hub:
         (they carry no lost context): the shard confirms them as any death, named by the last launch."""
         if self.spec.device != "cuda":
             return result
-        blocking = {**os.environ, **self.spec.env}.get("CUDA_LAUNCH_BLOCKING") == "1"  # a sanitizer's, the user's
+        blocking = self._launches_blocking  # a sanitizer's, or the user's
         if not any(names.tool(v.tool).context_lost for v in result.violations):  # a signal, a hang: no rerun
             return _launched(result, "blocking" if blocking else "asynchronous: a death by a signal or a hang is "
                                                                  "not run again")
@@ -621,10 +621,7 @@ class Hub:
         self.reruns += 1
         result = replace(result, seconds=result.seconds + again.seconds)
         if again.budget_cut or not any(names.tool(v.tool).context_lost for v in again.violations):
-            why = "was cut by the budget" if again.budget_cut else "did not lose the context" + (
-                f" (it ended: {again.violations[0].kind} in {again.violations[0].kernel or '?'})"
-                if again.crashed and again.violations else "")
-            return _launched(result, f"asynchronous: the blocking rerun {why}")
+            return _launched(result, f"asynchronous: the blocking rerun {_not_lost(again)}")
         return _launched(replace(again, seconds=result.seconds, confirmed=True), "blocking (the rerun)")
 
     def _stop_reruns(self, why: str) -> None:
@@ -666,6 +663,16 @@ class Hub:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _not_lost(again: RunResult) -> str:
+    """Why a blocking rerun did not confirm a lost context, in a phrase."""
+    if again.budget_cut:
+        return "was cut by the budget"
+    if again.crashed and again.violations:
+        v = again.violations[0]
+        return f"did not lose the context (it ended: {v.kind} in {v.kernel or '?'})"
+    return "did not lose the context"
 
 
 def _launched(result: RunResult, how: str) -> RunResult:

@@ -173,19 +173,13 @@ def _plan(func) -> tuple:
                 how = _WRITE if func in WRITE_ONLY or getattr(a, "is_out", False) else _WRITE_READ
             rows.append((i, a.name, a.kwarg_only, how))
         plan = tuple(rows)
-    try:
-        _PLANS[func] = plan
-    except TypeError:  # an op that cannot be a key: planned at each call
-        pass
+    _PLANS[func] = plan
     return plan
 
 
 def classify(func, args, kwargs) -> tuple[list, list]:
     """(read tensors, written tensors) of one aten call, from its schema (whole views)."""
-    try:
-        plan = _PLANS.get(func)
-    except TypeError:
-        plan = None
+    plan = _PLANS.get(func)
     if plan is None:
         plan = _plan(func)
     reads: list = []

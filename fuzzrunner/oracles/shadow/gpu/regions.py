@@ -110,13 +110,14 @@ class DeviceShadow:
         global _POOL, _POOL_AT
         if self.device.type != "cuda":
             return torch.zeros(n, dtype=torch.int64, device="cpu")
+        in_capture = capturing(self.device)
         left = 0 if _POOL is None else _POOL.numel() - _POOL_AT
-        if left < n or (left < _POOL.numel() // 4 and not capturing(self.device)):  # type: ignore[union-attr]
-            if capturing(self.device):
+        if _POOL is None or left < n or (left < _POOL.numel() // 4 and not in_capture):
+            if in_capture:
                 raise RuntimeError("the GPU shadow's pinned pool ran out inside a CUDA-graph capture")
             _POOL = torch.zeros(max(1 << 20, 4 * n), dtype=torch.int64, device="cpu", pin_memory=True)
             _POOL_AT = 0
-        out = _POOL[_POOL_AT:_POOL_AT + n]  # type: ignore[index]
+        out = _POOL[_POOL_AT:_POOL_AT + n]
         _POOL_AT += n
         return out
 
