@@ -206,3 +206,27 @@ def test_a_ring_entry_of_an_unknown_launch_is_named_never_dropped_silently():
     vs = o.finish()
     assert [(v.kind, v.kernel) for v in vs] == [("tool-limitation", "<gpu shadow>")]
     assert "launch 999" in vs[0].message and "may be missing" in vs[0].message
+
+
+@pytest.mark.parametrize("make", [ShadowOracle, lambda: GpuShadowOracle("cpu")], ids=["cpu", "device"])
+def test_a_kernel_launched_inside_quiet_is_checked_in_both_modes(make):
+    """``tracking.quiet()`` hides the harness's own torch ops, not kernels: vLLM's registered ops run
+    inside it (targets/vllm_lora/api.py) and their kernels' loads are what is checked. A stale read by
+    a kernel launched there is reported in both modes, and the quiet torch ops around it are not."""
+    from fuzzrunner import tracking
+    o = make()
+    o.start()
+    try:
+        slots = track(torch.empty(8, dtype=torch.int32), "slots", per_step=True, initialized=False)
+        table = track(torch.arange(32, dtype=torch.float32).reshape(4, 8), "table")
+        out, counter = torch.zeros(8, 8), torch.zeros(8, dtype=torch.int32)
+        for op, (written, n) in enumerate([(8, 8), (5, 6)]):
+            o.begin_op(op, {"op": "step"})
+            slots[:written] = 1
+            with tracking.quiet():
+                slots.sum()  # the harness's own read of the whole buffer: unseen
+                _gather[(1,)](slots, table, out, counter, n, W=8, B=8)
+    finally:
+        vs = o.finish()
+    assert [(v.kind, v.tensor, v.details.get("op_index"), tuple(v.details.get("element", ()))) for v in vs] == \
+        [("stale-read", "slots", 1, (5,))]
