@@ -37,6 +37,13 @@ class Watcher:
     def on_kernel_launch(self, kernel: str, meta: dict) -> None:
         pass
 
+    def quiet_begin(self) -> Any:
+        """This thread enters its outermost ``quiet`` block; what is returned goes to ``quiet_end``."""
+        return None
+
+    def quiet_end(self, token: Any) -> None:
+        pass
+
 
 _watchers: list[Watcher] = []
 
@@ -82,11 +89,17 @@ _quiet = threading.local()  # per thread: a worker thread's accesses are the cas
 
 @contextmanager
 def quiet() -> Iterator[None]:
-    """Accesses made inside, on this thread, are the harness's own (poison fills, invariant reads): unseen."""
-    _quiet.depth = getattr(_quiet, "depth", 0) + 1
+    """Torch ops made inside, on this thread, are the harness's own (poison fills, invariant reads, a
+    reference model's computation): unseen. Kernels launched inside are still the code's own, and checked.
+    Watchers hear the outermost block begin and end (the GPU shadow steps its dispatch mode aside there)."""
+    depth = getattr(_quiet, "depth", 0)
+    _quiet.depth = depth + 1
+    tokens = [(w, w.quiet_begin()) for w in _watchers] if not depth else []
     try:
         yield
     finally:
+        for w, token in reversed(tokens):
+            w.quiet_end(token)
         _quiet.depth -= 1
 
 

@@ -135,6 +135,22 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         """A context in which this thread's ops and launches are the oracle's own (reentrant)."""
         return self._pauser
 
+    def quiet_begin(self):
+        """``tracking.quiet()`` hides this thread's torch ops: where this oracle's dispatch mode is the
+        innermost one, it steps aside for the block, so that those ops (a reference model's, hundreds
+        per case) cost nothing rather than a pass through the mode each; else each op passes it quietly
+        (``paused``). Kernels launched inside are still checked (``_launch``)."""
+        from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode
+        top = _get_current_dispatch_mode()
+        if isinstance(top, DeviceTorchMode) and top.oracle is self:
+            return _pop_mode()
+        return None
+
+    def quiet_end(self, mode) -> None:
+        if mode is not None:
+            from torch.utils._python_dispatch import _push_mode
+            _push_mode(mode)
+
     # -- regions --------------------------------------------------------------------------
     def _purge(self) -> None:
         while self._dead:
