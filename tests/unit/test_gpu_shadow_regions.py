@@ -79,3 +79,19 @@ def test_a_table_made_during_a_capture_is_never_reused(monkeypatch):
     assert all(i in shadow.launches for i in ids + eager)  # every record lives for the case (ring entries name it)
     now["capturing"] = True
     assert shadow.table(args, "k", "k.py")[2] == eager[0]  # filled already: a capture may use it
+
+
+@pytest.mark.parametrize("kept", [0, 3, 8, 9, 40])
+def test_ring_entries_beyond_the_head_read_back_are_fetched_and_the_ring_emptied(kept):
+    """Each op reads back the ring's head only (its counter and first entries): an op that kept more
+    entries fetches the rest, none is lost, and the ring is emptied for the next op."""
+    from fuzzrunner.oracles.shadow.gpu import device_checks as dc
+    from fuzzrunner.oracles.shadow.gpu.regions import HEAD
+    shadow = DeviceShadow("cpu")
+    want = [[dc.STALE, dc.READ, i % 7, 100 + i, i, 0, 0, 40 + i, 3, 5] for i in range(kept)]
+    for i, _ in enumerate(want):  # packed as _sh_record packs them
+        w0 = dc.STALE | (dc.READ << 2) | ((i % 7) << 4) | ((40 + i) << 20)
+        shadow.ring[1 + i * dc.WORDS:1 + (i + 1) * dc.WORDS] = torch.tensor([w0, i, 100 + i, 3 | (5 << 32)])
+    shadow.ring[0] = kept
+    assert shadow.ring_entries(shadow.ring[:HEAD].clone()) == want
+    assert int(shadow.ring[0]) == 0

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Callable
+
+import torch
 
 from ..triton_hook import _flatten
 
@@ -26,6 +29,21 @@ def _classes() -> list:
 def tensor_args(kernel, args, kwargs) -> list:
     """(name, tensor) of every tensor argument, inside tuples too; a host TensorDescriptor is
     returned as (name, descriptor) so the caller can refuse it."""
+    names = _PARAMS.get(kernel)
+    if names is None:
+        names = _PARAMS[kernel] = _params(kernel)
+    if names:  # the usual kernel: named parameters only, bound by position and by name
+        bound = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k in names:
+                bound[k] = v
+        out = []
+        for k, v in bound.items():
+            if isinstance(v, torch.Tensor):
+                out.append((k, v))
+            elif not isinstance(v, (int, float, bool, str)) and v is not None:
+                out += _flatten({k: v}, lambda d: _Descriptor())
+        return out
     from .instrument import python_function
     sig = _signature(python_function(kernel))
     known = {k: v for k, v in kwargs.items() if k in sig.parameters}
@@ -34,6 +52,18 @@ def tensor_args(kernel, args, kwargs) -> list:
     except TypeError:
         bound = {}
     return list(_flatten(bound, lambda d: _Descriptor()))
+
+
+_PARAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kernel -> its parameter names (() if it has *args)
+
+
+def _params(kernel) -> tuple:
+    """A kernel's parameter names in order; () when it takes ``*args`` or ``**kwargs`` (bound the slow way)."""
+    from .instrument import python_function
+    params = _signature(python_function(kernel)).parameters.values()
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return ()
+    return tuple(p.name for p in params)
 
 
 @functools.lru_cache(maxsize=1024)

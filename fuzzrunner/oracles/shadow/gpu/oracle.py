@@ -29,7 +29,7 @@ from ..torch_effects import has_memory
 from . import device_checks as dc
 from .instrument import INSTRUMENTER, NotInstrumentable, python_function
 from .launch_hook import LaunchHook
-from .regions import CAP, DeviceShadow, Region, capturing
+from .regions import CAP, HEAD, DeviceShadow, Region, capturing
 from .torch_mode import GRAPH_ROWS, LOG_ROWS, DeviceTorchMode, _capturing
 from .views import byte_span
 
@@ -170,9 +170,14 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         return self.shadow.any_overlapping(spans)
 
     @locked
-    def regions_of(self, t: torch.Tensor) -> list[Region]:
-        lo, hi = byte_span(t)
+    def regions_of(self, t: torch.Tensor, span: tuple[int, int] | None = None) -> list[Region]:
+        """The regions sharing a byte with the view ``t`` (``span``: its ``byte_span``, if known)."""
+        lo, hi = span or byte_span(t)
         return self.shadow.overlapping(lo, hi - lo)
+
+    def clean_now(self, region: Region) -> bool:
+        """No read of ``region`` can be reported in this op (``Region.clean``)."""
+        return region.clean(self.shadow.epoch)
 
     @locked
     def on_track(self, tensor, name: str, per_step: bool, initialized: bool) -> None:
@@ -324,20 +329,22 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         kernels (vLLM's registered ops run there, and their kernels' loads are what is checked)."""
         if getattr(self._tls, "pause", 0) > 0 or kernel in dc.INTERNAL:
             return None
-        fn = python_function(kernel)
-        try:
-            twin = INSTRUMENTER.kernel(kernel)
-        except NotInstrumentable as e:
-            self.unchecked.setdefault(fn.__name__, str(e))
+        known = _KERNELS.get(kernel)
+        if known is None:
+            known = _KERNELS[kernel] = _kernel(kernel)
+        twin, name, path = known
+        if twin is None:  # ``path``: why it cannot be instrumented
+            self.unchecked.setdefault(name, path)
             return "unchecked"
-        tensors = [(n, t) for n, t in args if getattr(t, "device", None) is not None
-                   and t.device.type == self.device.type]
-        if len(tensors) != len(args):
-            self.unchecked.setdefault(fn.__name__, "an argument is a tensor descriptor or on another device")
-            return "unchecked"
-        self._purge()
-        with self.pause():
-            table, nreg, _, _ = self.shadow.table(tensors, fn.__name__, fn.__code__.co_filename)
+        device = self.device.type
+        for _, t in args:
+            d = getattr(t, "device", None)
+            if d is None or d.type != device:
+                self.unchecked.setdefault(name, "an argument is a tensor descriptor or on another device")
+                return "unchecked"
+        if self._dead:
+            self._purge()
+        table, nreg, _, _ = self.shadow.table(args, name, path)
         self._launched = True
         if not self._captured and capturing(self.device):
             self._captured = True
@@ -366,16 +373,17 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         rows, self._rows = self._rows, []
         graph = len(self._graph_rows)
         oob, self._oob = self._oob, []
-        ring, log = self.shadow.ring, self.log
+        log = self.log
         assert log is not None
-        parts = [ring, log[:len(rows)].reshape(-1), log[LOG_ROWS:LOG_ROWS + graph].reshape(-1)]
-        if oob:
-            parts.append(torch.stack([bad.sum() for _, bad, _ in oob]))
-        host = torch.cat(parts).cpu()  # the op's one synchronisation
-        entries = self.shadow.ring_entries(host[:ring.numel()])
-        logged = host[ring.numel():host.numel() - len(oob)].view(-1, 4).tolist()
-        if graph and any(values[1] for values in logged[len(rows):]):
-            log[LOG_ROWS:LOG_ROWS + graph].zero_()  # replays add to them
+        with torch._C._DisableTorchDispatch():  # the oracle's own ops: past every dispatch mode
+            parts = [self.shadow.ring[:HEAD], log[:len(rows)].reshape(-1), log[LOG_ROWS:LOG_ROWS + graph].reshape(-1)]
+            if oob:
+                parts.append(torch.stack([bad.sum() for _, bad, _ in oob]))
+            host = torch.cat(parts).cpu()  # the op's one synchronisation
+            entries = self.shadow.ring_entries(host[:HEAD])
+            logged = host[HEAD:host.numel() - len(oob)].view(-1, 4).tolist()
+            if graph and any(values[1] for values in logged[len(rows):]):
+                log[LOG_ROWS:LOG_ROWS + graph].zero_()  # replays add to them
         for desc, values in zip(rows + self._graph_rows, logged):
             self._torch_row(desc, values)
         for (desc, bad, ix), count in zip(oob, host[host.numel() - len(oob):].tolist() if oob else []):
@@ -499,6 +507,18 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     def _add(self, v: Violation, count: int) -> None:
         v.details.setdefault("shadow_mode", "device")  # a repro replays it in the same mode (repro.py)
         self.log_violations.add(v, count)
+
+
+_KERNELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kernel -> _kernel(kernel), per process
+
+
+def _kernel(kernel) -> tuple:
+    """(instrumented twin, name, source file) of a kernel; (None, name, why) for one that cannot be."""
+    fn = python_function(kernel)
+    try:
+        return INSTRUMENTER.kernel(kernel), fn.__name__, fn.__code__.co_filename
+    except NotInstrumentable as e:
+        return None, fn.__name__, str(e)
 
 
 class _Pause:

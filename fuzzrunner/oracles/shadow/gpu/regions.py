@@ -18,15 +18,16 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from ..memory import NEVER, Allocation
 from . import device_checks as dc
 
 CAP = 1024  # ring entries kept per op; the counter counts every bad lane
+HEAD = 1 + 8 * dc.WORDS  # the ring's words read back at every op: the counter and the first 8 entries
 _POOL: torch.Tensor | None = None  # pinned launch tables, shared by the cases of a process
 _POOL_AT = 0  # the pool's next free slot (slots are never reused: graphs may replay their copies)
+_WIDE = (torch.int64, torch.uint64)  # argument dtypes that may hold pointers
 
 
 @dataclass(eq=False)
@@ -43,9 +44,11 @@ class Region:
     maybe_never: bool = True         # some element may still be never written
 
     end: int = field(init=False)     # start + nbytes (read at every lookup: a field, not a property)
+    shift: int = field(init=False)   # log2 of itemsize (a table row's, made once)
 
     def __post_init__(self) -> None:
         self.end = self.start + self.nbytes
+        self.shift = _log2(self.itemsize)
 
     def allocation(self) -> Allocation:
         """The CPU oracle's record of the same bytes, for its report words (``report.describe``)."""
@@ -58,13 +61,22 @@ class Region:
         return not self.maybe_never
 
 
-@dataclass
 class Launch:
-    """What the ring's entries of one launch refer to."""
-    kernel: str
-    path: str
-    regions: list
-    keep: list = field(default_factory=list)
+    """What the ring's entries of one launch refer to: its table's rows as regions (``regions``, made
+    at the first read of a ring entry naming the launch: the argument storages' rows then, as written
+    memory with no shadow, followed by the tracked regions), and what the table's copy needs alive."""
+    __slots__ = ("kernel", "path", "_args", "_tracked", "_regions", "keep")
+
+    def __init__(self, kernel: str, path: str, args: list, tracked: list, keep: list):
+        self.kernel, self.path, self._args, self._tracked, self.keep = kernel, path, args, tracked, keep
+        self._regions: list | None = None
+
+    @property
+    def regions(self) -> list:
+        if self._regions is None:
+            self._regions = [Region(ptr, nbytes, f"{self.kernel}:{name}", False, item, (nbytes // max(item, 1),),
+                                    None, auto=True) for name, ptr, nbytes, item, _ in self._args] + self._tracked
+        return self._regions
 
 
 def capturing(device: torch.device) -> bool:
@@ -89,6 +101,7 @@ class DeviceShadow:
         self.ring = torch.zeros(1 + CAP * dc.WORDS, dtype=torch.int64, device=self.device)
         self.cell = torch.zeros(1, dtype=torch.int64, device=self.device)
         self.cell32 = torch.zeros(1, dtype=torch.int32, device=self.device)  # the same epoch, as shadows hold it
+        self._cell0 = self.cell32[0]  # its element, as a 0-d view (expanded for every stamp: made once)
         self.epoch = 0
         self.launches: dict[int, Launch] = {}   # launch id -> record, for the case (graphs replay them)
         self._tables: dict[tuple, tuple] = {}   # (kernel, argument spans, listed regions) -> (table, nreg, id, record)
@@ -124,7 +137,7 @@ class DeviceShadow:
     def epoch_like(self, shape) -> torch.Tensor:
         """The current epoch as an int32 tensor of ``shape``, read from the device cell: a write stamped
         inside a CUDA graph stamps the epoch of the op that replays it, not of the capture."""
-        return self.cell32[0].expand(shape)  # a view: no kernel
+        return self._cell0.expand(shape)  # a view: no kernel
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -214,10 +227,13 @@ class DeviceShadow:
         first, then the tracked regions inside them (they win), and, when an argument could be a
         pointer array (int64), every other tracked region too (what its pointers may reach)."""
         spans = []
+        pointers = False
         for name, t in args:
             st = t.untyped_storage()
-            spans.append((name, st.data_ptr(), st.nbytes(), t.element_size(), t.dtype in (torch.int64, torch.uint64)))
-        if any(s[4] for s in spans):
+            wide = t.dtype in _WIDE
+            pointers = pointers or wide
+            spans.append((name, st.data_ptr(), st.nbytes(), t.element_size(), wide))
+        if pointers:
             selected = list(self.regions)
         else:
             near = {id(r) for _, ptr, nbytes, _, _ in spans for r in self.overlapping(ptr, nbytes)}
@@ -226,37 +242,38 @@ class DeviceShadow:
         # table (regions tracked or freed elsewhere do not matter). The records keep their regions alive,
         # so an ``id`` here is never another region's.
         # The launching stream too: a table copied on another stream is not ordered before this launch.
-        stream = torch.cuda.current_stream(self.device).cuda_stream if self.device.type == "cuda" else 0
+        cuda = self.device.type == "cuda"
+        stream = torch.cuda.current_stream(self.device).cuda_stream if cuda else 0
         key = (kernel, path, stream, tuple(spans), tuple((id(r), r.per_step) for r in selected))
         hit = self._tables.get(key)
         if hit is not None:
             return hit
-        rows: list[tuple] = []
-        regions: list[Region | None] = []
-        base = self.arena.data_ptr()
-        for name, ptr, nbytes, item, _ in spans:
-            rows.append((ptr, ptr + nbytes, 0, 0, 0))
-            regions.append(Region(ptr, nbytes, f"{kernel}:{name}", False, item, (nbytes // max(item, 1),), None,
-                                  auto=True))
-        for r in selected:
-            off = (r.shadow.data_ptr() - base) // 4 if r.shadow is not None else 0
-            flags = (dc.PER_STEP if r.per_step else 0) | (dc.SHADOWED if r.shadow is not None else 0)
-            rows.append((r.start, r.end, off, _log2(r.itemsize), flags))
-            regions.append(r)
+        n = len(spans) + len(selected)
         nreg = 4
-        while nreg < len(rows):
+        while nreg < n:
             nreg *= 2
         launch = self._next
         self._next += 1
-        host = self._pinned((1 + nreg) * dc.ROW)
-        filled = host.numpy()  # written through numpy: no torch op per field
-        filled[:] = 0
-        filled[0], filled[1] = launch, len(rows)
-        if rows:
-            filled[dc.ROW:dc.ROW * (1 + len(rows))] = np.asarray(rows, dtype=np.int64).reshape(-1)
-        table = torch.empty_like(host, device=self.device)
-        table.copy_(host, non_blocking=True)  # a CUDA graph capturing the launch replays this copy
-        rec = Launch(kernel, path, regions, keep=[host, table])
+        flat = [launch, n, 0, 0, 0]
+        for _, ptr, nbytes, _, _ in spans:
+            flat += (ptr, ptr + nbytes, 0, 0, 0)
+        base = self.arena.data_ptr()
+        for r in selected:
+            sh = r.shadow
+            if sh is None:
+                flat += (r.start, r.end, 0, r.shift, dc.PER_STEP if r.per_step else 0)
+            else:
+                flat += (r.start, r.end, (sh.data_ptr() - base) >> 2, r.shift,
+                         dc.SHADOWED | dc.PER_STEP if r.per_step else dc.SHADOWED)
+        size = (1 + nreg) * dc.ROW
+        with torch._C._DisableTorchDispatch():  # the oracle's own ops: past every dispatch mode
+            host = self._pinned(size)
+            filled = host.numpy()  # written through numpy: no torch op per field
+            filled[:len(flat)] = flat
+            filled[len(flat):] = 0
+            table = torch.empty_like(host, device=self.device)
+            table.copy_(host, non_blocking=True)  # a CUDA graph capturing the launch replays this copy
+        rec = Launch(kernel, path, spans, selected, keep=[host, table])
         self.launches[launch] = rec
         made = (table, nreg, launch, rec)
         # A table made inside a capture is filled only when its graph replays (a captured copy does not
@@ -266,12 +283,14 @@ class DeviceShadow:
             self._tables[key] = made
         return made
 
-    def ring_entries(self, host: torch.Tensor) -> list[list[int]]:
-        """The entries kept in ``host`` (the ring, read back with the op's one synchronisation); the
+    def ring_entries(self, head: torch.Tensor) -> list[list[int]]:
+        """The entries kept in the ring, from ``head`` (its first ``HEAD`` words, read back with the op's
+        one synchronisation; the rest is read only when more entries were kept than it holds); the
         device ring is emptied for the next op when it held any."""
-        count = int(host[0])
+        count = int(head[0])
         if not count:
             return []
-        self.ring[0:1].zero_()
         n = min(count, CAP)
-        return [dc.unpack(w) for w in host[1:1 + n * dc.WORDS].view(n, dc.WORDS).tolist()]
+        words = head if 1 + n * dc.WORDS <= head.numel() else self.ring[:1 + n * dc.WORDS].cpu()
+        self.ring[0:1].zero_()
+        return [dc.unpack(w) for w in words[1:1 + n * dc.WORDS].view(n, dc.WORDS).tolist()]

@@ -24,7 +24,7 @@ from ..locations import caller_line
 from ..torch_fallback import custom_op_impl, python_kernel
 from ..torch_hook import _keys_below_python
 from . import device_checks as dc
-from .views import covers, shadow_parts
+from .views import byte_span, covers, shadow_parts
 
 aten = torch.ops.aten
 _GATHER_READS = {"embedding": 0, "index": 0, "index_select": 0, "gather": 0, "take": 0, "_unsafe_index": 0,
@@ -236,9 +236,8 @@ class DeviceTorchMode(TorchDispatchMode):
     def _read(self, func, t: torch.Tensor) -> None:
         o = self.oracle
         captured = _capturing(t)  # checked at every replay: what the host knows at capture does not hold then
-        for r, sh, exact in shadow_parts(t, o.regions_of(t), write=False):
-            if r.clean(o.epoch) and not captured:
-                continue
+        span = byte_span(t)
+        for r, sh, exact in shadow_parts(t, o.regions_of(t, span), False, span, None if captured else o.clean_now):
             row = o.log_read(func, r, t, exact, caller_line(3))
             if row is None:
                 return
@@ -359,7 +358,9 @@ class DeviceTorchMode(TorchDispatchMode):
     def _write(self, func, name: str, args, t: torch.Tensor, kwargs=None) -> None:
         o = self.oracle
         base = name.rstrip("_")
-        for r, sh, exact in shadow_parts(t, o.regions_of(t), write=True):
+        span = byte_span(t)
+        captured = _capturing(t)
+        for r, sh, exact in shadow_parts(t, o.regions_of(t, span), True, span):
             if exact and t is args[0] and name.endswith("_") and base in _SCATTERS | _ACCUMULATE:
                 try:
                     if base in _ACCUMULATE:  # reads what it adds to: check those, then stamp them
@@ -371,7 +372,7 @@ class DeviceTorchMode(TorchDispatchMode):
                 except (RuntimeError, IndexError, TypeError):
                     pass  # the model failed: the whole view counts as written (a possible miss)
             sh.copy_(o.shadow.epoch_like(sh.shape))
-            if covers(t, r) and not _capturing(t):  # a captured write happens at the replays, not now
+            if not captured and covers(t, r, span):  # a captured write happens at the replays, not now
                 r.fully_at, r.maybe_never = o.epoch, False
 
     def _accumulating_put(self, func, name: str, args, kwargs: dict, r, sh) -> None:

@@ -30,17 +30,22 @@ def byte_span(t: torch.Tensor) -> tuple[int, int]:
     return int(base + lo_el * item), int(base + (hi_el + 1) * item)
 
 
-def shadow_parts(t: torch.Tensor, regions: list[Region], write: bool) -> list[tuple[Region, torch.Tensor, bool]]:
+def shadow_parts(t: torch.Tensor, regions: list[Region], write: bool, span: tuple[int, int] | None = None,
+                 skip=None) -> list[tuple[Region, torch.Tensor, bool]]:
     """(region, shadow elements, exact) for each region the view touches; ``exact``: the shadow is
-    shaped like ``t`` element for element (a position in it is a position in ``t``)."""
+    shaped like ``t`` element for element (a position in it is a position in ``t``). ``span``: the
+    view's ``byte_span``, where the caller has it; ``skip(region)``: a region chosen but not wanted
+    (nothing to check in it): no view of its shadow is made."""
     if t.numel() == 0:
         return []
-    lo, hi = byte_span(t)
+    lo, hi = span or byte_span(t)
     out = []
     touched = [r for r in regions if r.start < hi and lo < r.end and r.shadow is not None]
     inner = [r for r in touched if r.start <= lo and hi <= r.end]
     if inner:  # the smallest region holding the whole view (a tracked view inside a tracked storage)
-        r = min(inner, key=lambda r: r.nbytes)
+        r = min(inner, key=lambda r: r.nbytes) if len(inner) > 1 else inner[0]
+        if skip is not None and skip(r):
+            return []
         item = t.element_size()
         base = t.untyped_storage().data_ptr() + t.storage_offset() * item - r.start
         if item == r.itemsize and base % item == 0:
@@ -49,6 +54,8 @@ def shadow_parts(t: torch.Tensor, regions: list[Region], write: bool) -> list[tu
     if not t.is_contiguous() and not write:
         return []  # a strided view across regions or dtypes: not followed (a possible miss, never a report)
     for r in touched:
+        if skip is not None and skip(r):
+            continue
         a, b = max(lo, r.start) - r.start, min(hi, r.end) - r.start
         if write:
             first, last = -(-a // r.itemsize), b // r.itemsize
@@ -59,7 +66,7 @@ def shadow_parts(t: torch.Tensor, regions: list[Region], write: bool) -> list[tu
     return out
 
 
-def covers(t: torch.Tensor, r: Region) -> bool:
-    """Whether a write of the whole view ``t`` writes every element of ``r``."""
-    lo, hi = byte_span(t)
+def covers(t: torch.Tensor, r: Region, span: tuple[int, int] | None = None) -> bool:
+    """Whether a write of the whole view ``t`` (whose ``byte_span`` is ``span``) writes every element of ``r``."""
+    lo, hi = span or byte_span(t)
     return t.is_contiguous() and lo <= r.start and r.end <= hi
