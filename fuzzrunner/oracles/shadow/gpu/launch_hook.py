@@ -82,8 +82,9 @@ class LaunchHook:
     launch (None: not a kernel of the case, run as is); after an unchecked launch ``on_unchecked``
     hears its tensor arguments."""
 
-    def __init__(self, on_launch: Callable, pause: Callable, on_unchecked: Callable):
+    def __init__(self, on_launch: Callable, pause: Callable, on_unchecked: Callable, internal: tuple = ()):
         self.on_launch, self.pause, self.on_unchecked = on_launch, pause, on_unchecked
+        self.internal = frozenset(internal)  # the oracle's own kernels: run as they are, nothing bound
         self._saved: dict = {}
 
     def install(self) -> None:
@@ -93,7 +94,7 @@ class LaunchHook:
             self._saved[cls] = orig
 
             def run(kernel, *args, _orig=orig, **kwargs):
-                if getattr(kernel, "shadow_of", None) is not None:
+                if kernel in hook.internal or getattr(kernel, "shadow_of", None) is not None:
                     return _orig(kernel, *args, **kwargs)
                 tensors = tensor_args(kernel, args, kwargs)
                 plan = hook.on_launch(kernel, tensors)

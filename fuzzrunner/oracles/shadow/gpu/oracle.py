@@ -45,6 +45,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
         self.device = dev
+        self.cuda = dev.type == "cuda"  # else the CPU (Triton's interpreter): read at every op
         self.auto_track_empty = auto_track_empty
         self.log_violations = ViolationLog()
         self.log: torch.Tensor | None = None   # device rows of torch-side checks
@@ -83,7 +84,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self.log = torch.zeros((LOG_ROWS + GRAPH_ROWS, 4), dtype=torch.int64, device=self.device)
         self._watch = tracking.watch(self)  # type: ignore[assignment]
         self._watch.__enter__()  # type: ignore[attr-defined]
-        self._hook = LaunchHook(self._launch, self.pause, self._unchecked_launch)
+        self._hook = LaunchHook(self._launch, self.pause, self._unchecked_launch, dc.INTERNAL)
         self._hook.install()
         self._storages = StorageHook(self.new_storage, self.storage_resized)
         self._storages.install()
@@ -314,12 +315,15 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     @locked
     def log_oob(self, func, src: torch.Tensor, bad: torch.Tensor, ix: torch.Tensor, n: int, where: tuple) -> None:
         """An indexing op's out-of-range entries (``bad``): counted at the read-back, in its one copy to
-        the host; where and which only for an op that had one."""
-        if len(self._oob) >= LOG_ROWS:
-            return
+        the host; where and which, and the indexed tensor's name, only for an op that had one."""
+        if len(self._oob) < LOG_ROWS:
+            self._oob.append(((func, src, n, where), bad, ix))
+
+    def _oob_desc(self, func, src: torch.Tensor, n: int, where: tuple) -> tuple:
+        """The log description of an indexing op that indexed out of range (made at its read-back)."""
         regions = self.regions_of(src) if has_memory(src) and src.numel() else []
         name = regions[-1].name if regions else f"<{tuple(src.shape)} tensor>"
-        self._oob.append((("oob", str(func), name, n, where), bad.reshape(-1), ix.reshape(-1)))
+        return ("oob", str(func), name, n, where)
 
     # -- Triton launches ------------------------------------------------------------------
     @locked
@@ -386,10 +390,11 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
                 log[LOG_ROWS:LOG_ROWS + graph].zero_()  # replays add to them
         for desc, values in zip(rows + self._graph_rows, logged):
             self._torch_row(desc, values)
-        for (desc, bad, ix), count in zip(oob, host[host.numel() - len(oob):].tolist() if oob else []):
+        for (what, bad, ix), count in zip(oob, host[host.numel() - len(oob):].tolist() if oob else []):
             if count:  # rare: this op indexed out of range; which entry, and its value
+                bad, ix = bad.reshape(-1), ix.reshape(-1)
                 first = int(bad.to(torch.int8).argmax())
-                self._torch_row(desc, [count, count, first, int(ix[first])])
+                self._torch_row(self._oob_desc(*what), [count, count, first, int(ix[first])])
         self._kernel_entries(entries)
 
     def _torch_row(self, desc, values) -> None:

@@ -15,6 +15,7 @@ Bad lanes come back through the ring (``device_checks.py``), read once per op.
 
 from __future__ import annotations
 
+import sys
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
@@ -84,6 +85,18 @@ def capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # a CUDA build's; None on a CPU build
+
+
+def _raw_stream(device: torch.device) -> int:
+    """The handle of the current stream on ``device`` (0 off CUDA), without making a ``Stream`` object."""
+    if device.type != "cuda":
+        return 0
+    if _RAW_STREAM is not None:
+        return _RAW_STREAM(device.index if device.index is not None else torch.cuda.current_device())
+    return torch.cuda.current_stream(device).cuda_stream
+
+
 def _log2(itemsize: int) -> int:
     """The shift that turns a byte offset into an element number (torch's item sizes are powers of two)."""
     if itemsize <= 0 or itemsize & (itemsize - 1):
@@ -100,7 +113,9 @@ class DeviceShadow:
         self.arena = torch.zeros(1, dtype=torch.int32, device=self.device)   # base of shadow offsets
         self.ring = torch.zeros(1 + CAP * dc.WORDS, dtype=torch.int64, device=self.device)
         self.cell = torch.zeros(1, dtype=torch.int64, device=self.device)
-        self.cell32 = torch.zeros(1, dtype=torch.int32, device=self.device)  # the same epoch, as shadows hold it
+        # The same epoch as shadows hold it (int32): the cell's low word (epochs stay far below 2**31, and
+        # the device's byte order is the host's), so one fill sets both.
+        self.cell32 = self.cell.view(torch.int32)[:1] if sys.byteorder == "little" else self.cell.view(torch.int32)[1:]
         self._cell0 = self.cell32[0]  # its element, as a 0-d view (expanded for every stamp: made once)
         self.epoch = 0
         self.launches: dict[int, Launch] = {}   # launch id -> record, for the case (graphs replay them)
@@ -141,8 +156,8 @@ class DeviceShadow:
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
-        self.cell.fill_(epoch)  # stream-ordered: kernels queued before see the old epoch
-        self.cell32.fill_(epoch)
+        with torch._C._DisableTorchDispatch():  # the oracle's own op: past every dispatch mode
+            self.cell.fill_(epoch)  # stream-ordered: kernels queued before see the old epoch (cell32 too)
 
     # -- regions -----------------------------------------------------------------------
     def append(self, r: Region) -> None:
@@ -242,8 +257,7 @@ class DeviceShadow:
         # table (regions tracked or freed elsewhere do not matter). The records keep their regions alive,
         # so an ``id`` here is never another region's.
         # The launching stream too: a table copied on another stream is not ordered before this launch.
-        cuda = self.device.type == "cuda"
-        stream = torch.cuda.current_stream(self.device).cuda_stream if cuda else 0
+        stream = _raw_stream(self.device)
         key = (kernel, path, stream, tuple(spans), tuple((id(r), r.per_step) for r in selected))
         hit = self._tables.get(key)
         if hit is not None:

@@ -79,11 +79,12 @@ def _flat(args, kwargs) -> list:
     return out
 
 
-def _spans(args, kwargs, device_type: str) -> list:
-    """(storage address, bytes) of each tensor argument on the oracle's device that has memory."""
+def _spans(args, kwargs, cuda: bool) -> list:
+    """(storage address, bytes) of each tensor argument on the oracle's device (CUDA, or else the CPU)
+    that has memory."""
     out = []
     for t in _flat(args, kwargs):
-        if t.layout == torch.strided and t.device.type == device_type:
+        if (t.is_cuda if cuda else t.is_cpu) and t.layout is _STRIDED:
             try:
                 st = t.untyped_storage()
             except (RuntimeError, NotImplementedError):
@@ -94,8 +95,20 @@ def _spans(args, kwargs, device_type: str) -> list:
     return out
 
 
+_STRIDED = torch.strided
+_STREAM_CAPTURING = torch._C._cuda_isCurrentStreamCapturing  # torch.cuda.is_current_stream_capturing, unwrapped
+
+
+def _among(ptr: int, spans: list) -> bool:
+    """Whether ``ptr`` starts one of the storages ``spans`` (a handful: a scan, no set made)."""
+    for start, _ in spans:
+        if start == ptr:
+            return True
+    return False
+
+
 def _capturing(t: torch.Tensor) -> bool:
-    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+    return t.is_cuda and _STREAM_CAPTURING()
 
 
 def _dynamo_hooks():
@@ -162,10 +175,13 @@ class DeviceTorchMode(TorchDispatchMode):
             if cls not in _DISABLED:
                 _DISABLED[cls] = torch._disable_dynamo(cls._dispatch, recursive=True)
             return _DISABLED[cls](self, func, types, args, kwargs)
-        return self._dispatch(func, types, args, kwargs)
-
-    def _dispatch(self, func, types, args=(), kwargs=None):
         op = _OPS.get(func) or _op(func)
+        if op.passthrough:  # (as _dispatch: one Python frame fewer for a third of the ops)
+            return func(*args, **kwargs) if kwargs else func(*args)
+        return self._dispatch(func, types, args, kwargs, op)
+
+    def _dispatch(self, func, types, args=(), kwargs=None, op=None):
+        op = op or _OPS.get(func) or _op(func)
         if op.passthrough:
             return func(*args, **kwargs) if kwargs else func(*args)
         kwargs = kwargs or {}
@@ -187,7 +203,7 @@ class DeviceTorchMode(TorchDispatchMode):
                     pass
                 finally:
                     _pop_mode()
-        spans = _spans(args, kwargs, o.device.type)
+        spans = _spans(args, kwargs, o.cuda)
         if not spans or op.storage or not o.any_tracked(spans):
             if op.indexes and spans:  # an index out of range would end the process
                 args = self._bounds(func, op.name, args)
@@ -419,10 +435,9 @@ class DeviceTorchMode(TorchDispatchMode):
         """Results in storage none of the inputs has: fresh memory (``allocated``). Most are neither
         made by the ``empty`` family nor where a record lies: those are let go here."""
         o = self.oracle
-        results = (out,) if isinstance(out, torch.Tensor) else fx._tensors(out)
-        inputs = None
-        for t in results:
-            if t.device.type != o.device.type or t.layout != torch.strided:
+        cuda = o.cuda
+        for t in (out,) if isinstance(out, torch.Tensor) else fx._tensors(out):
+            if not (t.is_cuda if cuda else t.is_cpu) or t.layout is not _STRIDED:
                 continue
             try:
                 st = t.untyped_storage()
@@ -431,9 +446,7 @@ class DeviceTorchMode(TorchDispatchMode):
             ptr = st.data_ptr()
             if not ptr:
                 continue
-            if inputs is None:
-                inputs = {start for start, _ in spans}
-            if ptr in inputs:
+            if _among(ptr, spans):  # an input's storage (an in-place op, out=, a view): not fresh
                 continue
             if not op.empty and not o._dead:
                 with o.lock:  # the index's lists change together under it (other threads' ops)
