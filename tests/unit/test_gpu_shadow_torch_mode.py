@@ -4,6 +4,8 @@ both cases the block's ops are unseen and the ops after it are checked again."""
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 from fuzzrunner import track, tracking
@@ -77,3 +79,36 @@ def test_a_mode_above_the_device_mode_keeps_it_and_quiet_ops_are_still_unseen():
     assert counting.ops >= 2  # the mode above saw the block's ops; the device mode stayed below it
     counting = _Counting()
     assert _stale_reads(GpuShadowOracle("cpu"), quiet_read=False, above=counting) == [("stale-read", "buf", 1)]
+
+
+_OP = st.lists(st.tuples(st.sampled_from(["write", "read"]), st.integers(0, 8), st.integers(0, 8)),
+               min_size=1, max_size=4)
+
+
+def _torch_program(oracle, ops: list) -> list:
+    """Per op: writes and reads of slices of a per-step buffer inside a tracked storage (whole writes,
+    partial writes after them, reads of either), run under ``oracle``; its verdicts."""
+    oracle.start()
+    try:
+        storage = track(torch.zeros(12), "storage")
+        buf = track(storage[2:10], "buf", per_step=True)
+        for i, steps in enumerate(ops):
+            oracle.begin_op(i, {"op": "step"})
+            for kind, a, b in steps:
+                lo, hi = min(a, b), max(a, b) + 1
+                if kind == "write":
+                    buf[lo:hi].fill_(float(i)) if hi - lo < 9 else buf.fill_(float(i))
+                else:
+                    buf[lo:hi].sum()
+    finally:
+        vs = oracle.finish()
+    return sorted((v.kind, v.tensor, v.details.get("op_index"), tuple(v.details.get("element", ()))) for v in vs)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_OP, min_size=1, max_size=3))
+def test_writes_after_a_whole_write_in_one_op_give_the_cpu_oracles_verdicts(ops):
+    """A region written whole in an op is not stamped again by later writes in that op (they would stamp
+    the same epoch): the verdicts stay the CPU oracle's, op by op and element by element."""
+    from fuzzrunner.oracles.shadow import ShadowOracle
+    assert _torch_program(GpuShadowOracle("cpu"), ops) == _torch_program(ShadowOracle(), ops)

@@ -180,6 +180,11 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         """No read of ``region`` can be reported in this op (``Region.clean``)."""
         return region.clean(self.shadow.epoch)
 
+    def stamped_now(self, region: Region) -> bool:
+        """A write in this op covered ``region`` whole, outside any capture: every element of its shadow holds
+        this op's epoch (a write to it now would stamp the same), and no read of it can be reported."""
+        return region.fully_at == self.shadow.epoch
+
     @locked
     def on_track(self, tensor, name: str, per_step: bool, initialized: bool) -> None:
         if self.paused() or tensor.numel() == 0 or not has_memory(tensor) or tensor.device.type != self.device.type:

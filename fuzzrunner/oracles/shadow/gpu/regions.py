@@ -258,7 +258,7 @@ class DeviceShadow:
         # so an ``id`` here is never another region's.
         # The launching stream too: a table copied on another stream is not ordered before this launch.
         stream = _raw_stream(self.device)
-        key = (kernel, path, stream, tuple(spans), tuple((id(r), r.per_step) for r in selected))
+        key = (kernel, path, stream, tuple(spans), tuple([(id(r), r.per_step) for r in selected]))
         hit = self._tables.get(key)
         if hit is not None:
             return hit

@@ -376,7 +376,10 @@ class DeviceTorchMode(TorchDispatchMode):
         base = name.rstrip("_")
         span = byte_span(t)
         captured = _capturing(t)
-        for r, sh, exact in shadow_parts(t, o.regions_of(t, span), True, span):
+        # A region a write covered whole in this op (not captured) holds this op's epoch in every element
+        # already (its reads are clean): another write to it here would stamp the same values. Skipped.
+        skip = None if captured else o.stamped_now
+        for r, sh, exact in shadow_parts(t, o.regions_of(t, span), True, span, skip):
             if exact and t is args[0] and name.endswith("_") and base in _SCATTERS | _ACCUMULATE:
                 try:
                     if base in _ACCUMULATE:  # reads what it adds to: check those, then stamp them
