@@ -94,13 +94,27 @@ def quiet() -> Iterator[None]:
     Watchers hear the outermost block begin and end (the GPU shadow steps its dispatch mode aside there)."""
     depth = getattr(_quiet, "depth", 0)
     _quiet.depth = depth + 1
-    tokens = [(w, w.quiet_begin()) for w in _watchers] if not depth else []
+    tokens: list = []
     try:
+        if not depth:
+            for w in list(_watchers):
+                tokens.append((w, w.quiet_begin()))
         yield
     finally:
-        for w, token in reversed(tokens):
+        try:
+            _end(tokens)
+        finally:
+            _quiet.depth -= 1  # whatever a watcher raised: this thread is not left quiet
+
+
+def _end(tokens: list) -> None:
+    """Every watcher hears the block end, in reverse order, even after one of them raised (raised again)."""
+    if tokens:
+        (w, token), rest = tokens[-1], tokens[:-1]
+        try:
             w.quiet_end(token)
-        _quiet.depth -= 1
+        finally:
+            _end(rest)
 
 
 def is_quiet() -> bool:

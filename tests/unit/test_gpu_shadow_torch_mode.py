@@ -112,3 +112,51 @@ def test_writes_after_a_whole_write_in_one_op_give_the_cpu_oracles_verdicts(ops)
     the same epoch): the verdicts stay the CPU oracle's, op by op and element by element."""
     from fuzzrunner.oracles.shadow import ShadowOracle
     assert _torch_program(GpuShadowOracle("cpu"), ops) == _torch_program(ShadowOracle(), ops)
+
+
+def test_a_mode_entered_inside_quiet_and_left_after_it_keeps_the_device_mode_below_it():
+    """The device mode goes back where it was, under a mode entered during the block: that mode's exit
+    takes itself off, and the device mode goes on checking (a stale read after it is reported)."""
+    o = GpuShadowOracle("cpu")
+    user = _Counting()
+    o.start()
+    try:
+        buf = track(torch.zeros(8), "buf", per_step=True)
+        o.begin_op(0, {"op": "step"})
+        buf.fill_(1.0)
+        o.begin_op(1, {"op": "step"})
+        with tracking.quiet():
+            user.__enter__()
+        assert _get_current_dispatch_mode() is user
+        user.__exit__(None, None, None)
+        assert isinstance(_get_current_dispatch_mode(), DeviceTorchMode)
+        buf.sum()
+    finally:
+        vs = o.finish()
+    assert [(v.kind, v.tensor, v.details.get("op_index")) for v in vs] == [("stale-read", "buf", 1)]
+    assert _get_current_dispatch_mode() is None
+
+
+def test_finish_inside_quiet_leaves_no_mode_behind():
+    o = GpuShadowOracle("cpu")
+    o.start()
+    with tracking.quiet():
+        assert o.finish() == []
+        assert _get_current_dispatch_mode() is None
+    assert _get_current_dispatch_mode() is None  # the block's end did not put the finished mode back
+
+
+def test_a_watcher_raising_at_the_block_end_leaves_the_thread_not_quiet():
+    class Raising(tracking.Watcher):
+        def quiet_end(self, token):
+            raise RuntimeError("watcher failed")
+    o = GpuShadowOracle("cpu")
+    o.start()
+    try:
+        with tracking.watch(Raising()):
+            with pytest.raises(RuntimeError, match="watcher failed"), tracking.quiet():
+                pass
+        assert not tracking.is_quiet()
+        assert isinstance(_get_current_dispatch_mode(), DeviceTorchMode)  # the oracle heard the end too
+    finally:
+        o.finish()

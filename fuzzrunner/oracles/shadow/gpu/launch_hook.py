@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import weakref
 from collections.abc import Callable
 
 import torch
@@ -29,9 +28,10 @@ def _classes() -> list:
 def tensor_args(kernel, args, kwargs) -> list:
     """(name, tensor) of every tensor argument, inside tuples too; a host TensorDescriptor is
     returned as (name, descriptor) so the caller can refuse it."""
-    names = _PARAMS.get(kernel)
-    if names is None:
-        names = _PARAMS[kernel] = _params(kernel)
+    known = _PARAMS.get(id(kernel))
+    if known is None or known[0] is not kernel:
+        known = _PARAMS[id(kernel)] = (kernel, _params(kernel))
+    names = known[1]
     if names:  # the usual kernel: named parameters only, bound by position and by name
         bound = dict(zip(names, args))
         for k, v in kwargs.items():
@@ -54,7 +54,9 @@ def tensor_args(kernel, args, kwargs) -> list:
     return list(_flatten(bound, lambda d: _Descriptor()))
 
 
-_PARAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kernel -> its parameter names (() if it has *args)
+# id(kernel) -> (kernel, its parameter names: () if it takes *args), per process (by id: a JITFunction's hash
+# takes a lock; the kernel held, so an id is never another kernel's)
+_PARAMS: dict = {}
 
 
 def _params(kernel) -> tuple:
@@ -84,7 +86,7 @@ class LaunchHook:
 
     def __init__(self, on_launch: Callable, pause: Callable, on_unchecked: Callable, internal: tuple = ()):
         self.on_launch, self.pause, self.on_unchecked = on_launch, pause, on_unchecked
-        self.internal = frozenset(internal)  # the oracle's own kernels: run as they are, nothing bound
+        self.internal = frozenset(map(id, internal))  # the oracle's own kernels (by id): run as they are
         self._saved: dict = {}
 
     def install(self) -> None:
@@ -94,7 +96,7 @@ class LaunchHook:
             self._saved[cls] = orig
 
             def run(kernel, *args, _orig=orig, **kwargs):
-                if kernel in hook.internal or getattr(kernel, "shadow_of", None) is not None:
+                if id(kernel) in hook.internal or getattr(kernel, "shadow_of", None) is not None:
                     return _orig(kernel, *args, **kwargs)
                 tensors = tensor_args(kernel, args, kwargs)
                 plan = hook.on_launch(kernel, tensors)

@@ -30,7 +30,7 @@ from . import device_checks as dc
 from .instrument import INSTRUMENTER, NotInstrumentable, python_function
 from .launch_hook import LaunchHook
 from .regions import CAP, HEAD, DeviceShadow, Region, capturing
-from .torch_mode import GRAPH_ROWS, LOG_ROWS, DeviceTorchMode, _capturing
+from .torch_mode import GRAPH_ROWS, LOG_ROWS, DeviceTorchMode, _capturing, exit_mode, insert_mode
 from .views import byte_span
 
 _KINDS = {dc.UNINIT: "uninitialized-read", dc.STALE: "stale-read", dc.OOB: "out-of-bounds"}
@@ -109,8 +109,12 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         with self.pause():
             self._collect()
         self._threads.uninstall()
+        stepped = getattr(self._tls, "stepped_aside", None)
+        if stepped is not None:  # finished inside a quiet block: its mode back first, then left in its place
+            self._tls.stepped_aside = None
+            insert_mode(stepped[0], stepped[1])
         if self._mode is not None:
-            self._mode.__exit__(None, None, None)
+            exit_mode(self._mode)
             self._mode = None
         self._compiled.uninstall()
         if self._storages is not None:
@@ -140,17 +144,23 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         """``tracking.quiet()`` hides this thread's torch ops: where this oracle's dispatch mode is the
         innermost one, it steps aside for the block, so that those ops (a reference model's, hundreds
         per case) cost nothing rather than a pass through the mode each; else each op passes it quietly
-        (``paused``). Kernels launched inside are still checked (``_launch``)."""
-        from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode
+        (``paused``). Kernels launched inside are still checked (``_launch``). The token: (the mode, its
+        place on the stack), also kept for this thread, so that ``finish`` inside the block puts it back."""
+        from torch.utils._python_dispatch import _get_current_dispatch_mode, _len_torch_dispatch_stack, _pop_mode
         top = _get_current_dispatch_mode()
-        if isinstance(top, DeviceTorchMode) and top.oracle is self:
-            return _pop_mode()
-        return None
+        if not (isinstance(top, DeviceTorchMode) and top.oracle is self):
+            return None
+        token = (top, _len_torch_dispatch_stack() - 1)
+        _pop_mode()
+        self._tls.stepped_aside = token
+        return token
 
-    def quiet_end(self, mode) -> None:
-        if mode is not None:
-            from torch.utils._python_dispatch import _push_mode
-            _push_mode(mode)
+    def quiet_end(self, token: tuple | None) -> None:
+        """Back in its place (under any mode entered during the block and still on), unless ``finish`` did it."""
+        stepped = getattr(self._tls, "stepped_aside", None)
+        if token is not None and stepped is token:
+            self._tls.stepped_aside = None
+            insert_mode(stepped[0], stepped[1])
 
     # -- regions --------------------------------------------------------------------------
     def _purge(self) -> None:
@@ -321,13 +331,14 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     def log_oob(self, func, src: torch.Tensor, bad: torch.Tensor, ix: torch.Tensor, n: int, where: tuple) -> None:
         """An indexing op's out-of-range entries (``bad``): counted at the read-back, in its one copy to
         the host; where and which, and the indexed tensor's name, only for an op that had one."""
-        if len(self._oob) < LOG_ROWS:
-            self._oob.append(((func, src, n, where), bad, ix))
+        if len(self._oob) < LOG_ROWS:  # the indexed tensor's bytes, not the tensor: nothing kept alive
+            span = byte_span(src) if has_memory(src) and src.numel() else None
+            self._oob.append(((func, span, tuple(src.shape), n, where), bad, ix))
 
-    def _oob_desc(self, func, src: torch.Tensor, n: int, where: tuple) -> tuple:
+    def _oob_desc(self, func, span: tuple | None, shape: tuple, n: int, where: tuple) -> tuple:
         """The log description of an indexing op that indexed out of range (made at its read-back)."""
-        regions = self.regions_of(src) if has_memory(src) and src.numel() else []
-        name = regions[-1].name if regions else f"<{tuple(src.shape)} tensor>"
+        regions = self.shadow.overlapping(span[0], span[1] - span[0]) if span else []
+        name = regions[-1].name if regions else f"<{shape} tensor>"
         return ("oob", str(func), name, n, where)
 
     # -- Triton launches ------------------------------------------------------------------
@@ -338,10 +349,10 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         kernels (vLLM's registered ops run there, and their kernels' loads are what is checked)."""
         if getattr(self._tls, "pause", 0) > 0 or kernel in dc.INTERNAL:
             return None
-        known = _KERNELS.get(kernel)
-        if known is None:
-            known = _KERNELS[kernel] = _kernel(kernel)
-        twin, name, path = known
+        known = _KERNELS.get(id(kernel))
+        if known is None or known[0] is not kernel:
+            known = _KERNELS[id(kernel)] = (kernel, *_kernel(kernel))
+        _, twin, name, path = known
         if twin is None:  # ``path``: why it cannot be instrumented
             self.unchecked.setdefault(name, path)
             return "unchecked"
@@ -519,7 +530,9 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self.log_violations.add(v, count)
 
 
-_KERNELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kernel -> _kernel(kernel), per process
+# id(kernel) -> (kernel, *_kernel(kernel)), per process (by id: a JITFunction's hash takes a lock; the kernel
+# held, so an id is never another kernel's)
+_KERNELS: dict = {}
 
 
 def _kernel(kernel) -> tuple:
