@@ -229,4 +229,29 @@ def check_epochs(sh, elem, n, cell, log, PER_STEP: tl.constexpr, HAS_ELEM: tl.co
     tl.store(log + 3, ep0)
 
 
-INTERNAL = (sh_load, sh_store, sh_atomic, sh_atomic_cas, check_epochs)
+@triton.jit
+def index_bounds(ix, out, n, lo, hi, log, BLOCK: tl.constexpr):
+    """An indexing op's ``n`` indices ``ix`` (contiguous) into ``out``, each one outside ``[lo, hi)``
+    replaced by 0 (as the CPU oracle redirects it, so that the op cannot fault); one log row: the bad
+    count (twice, the row's kind and count), the first bad position, its index. One launch in place of a
+    comparison, a mask and a sum of torch ops."""
+    count = tl.sum(tl.zeros((BLOCK,), dtype=tl.int64), axis=0)
+    first = count + n
+    for start in range(0, n, BLOCK):
+        i = start + tl.arange(0, BLOCK)
+        m = i < n
+        v = tl.load(ix + i, mask=m, other=0)
+        wide = v.to(tl.int64)
+        bad = m & ((wide < lo) | (wide >= hi))
+        tl.store(out + i, tl.where(bad, 0, v).to(v.dtype), mask=m)
+        count += tl.sum(bad.to(tl.int64), axis=0)
+        first = tl.minimum(first, tl.min(tl.where(bad, i.to(tl.int64), n + 0 * i.to(tl.int64)), axis=0))
+    hit = first < n
+    value = tl.load(ix + first, mask=hit, other=0).to(tl.int64)
+    tl.store(log, count)
+    tl.store(log + 1, count)
+    tl.store(log + 2, tl.where(hit, first, 0))
+    tl.store(log + 3, value)
+
+
+INTERNAL = (sh_load, sh_store, sh_atomic, sh_atomic_cas, check_epochs, index_bounds)

@@ -30,7 +30,7 @@ from . import device_checks as dc
 from .instrument import INSTRUMENTER, NotInstrumentable, python_function
 from .launch_hook import LaunchHook
 from .regions import CAP, HEAD, DeviceShadow, Region, capturing
-from .torch_mode import GRAPH_ROWS, LOG_ROWS, DeviceTorchMode, _capturing, exit_mode, insert_mode
+from .torch_mode import GRAPH_ROWS, LOG_ROWS, SCRATCH_ROW, DeviceTorchMode, _capturing, exit_mode, insert_mode
 from .views import byte_span
 
 _KINDS = {dc.UNINIT: "uninitialized-read", dc.STALE: "stale-read", dc.OOB: "out-of-bounds"}
@@ -46,6 +46,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             dev = torch.device("cuda", torch.cuda.current_device())
         self.device = dev
         self.cuda = dev.type == "cuda"  # else the CPU (Triton's interpreter): read at every op
+        self.bounds_kernel = self.cuda  # index bounds by one launch (``index_bounds``); on the CPU by torch ops
         self.auto_track_empty = auto_track_empty
         self.log_violations = ViolationLog()
         self.log: torch.Tensor | None = None   # device rows of torch-side checks
@@ -68,6 +69,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._reported: set = set()           # (region id, element, op): one report per bad element per op
         self.lock = threading.RLock()          # ops on the case's other threads share the shadow (threads.py)
         self._threads = ThreadCoverage(lambda: self.mode_class(self))
+        self._skipping: list = []              # regions holding this op's left-out writes (``unstamped``)
         self._pauser = _Pause(self._tls)
 
     # the protocol's log of violations (``Oracle.seen`` counts it)
@@ -81,7 +83,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     # -- protocol -------------------------------------------------------------------------
     def start(self) -> None:
         self.shadow = DeviceShadow(self.device)
-        self.log = torch.zeros((LOG_ROWS + GRAPH_ROWS, 4), dtype=torch.int64, device=self.device)
+        self.log = torch.zeros((SCRATCH_ROW + 1, 4), dtype=torch.int64, device=self.device)
         self._watch = tracking.watch(self)  # type: ignore[assignment]
         self._watch.__enter__()  # type: ignore[attr-defined]
         self._hook = LaunchHook(self._launch, self.pause, self._unchecked_launch, dc.INTERNAL)
@@ -100,6 +102,9 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             self.op_index, self.op_name = index, op.get("op", "")
             self.op_names[index] = self.op_name
             self.shadow.set_epoch(index + 1)
+            for r in self._skipping:  # the writes kept for the op that ended: let go
+                r.skipped = None
+            self._skipping.clear()
 
     def end_op(self) -> None:
         with self.pause():
@@ -108,6 +113,9 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     def finish(self) -> list[Violation]:
         with self.pause():
             self._collect()
+        for r in self._skipping:
+            r.skipped = None
+        self._skipping.clear()
         self._threads.uninstall()
         stepped = getattr(self._tls, "stepped_aside", None)
         if stepped is not None:  # finished inside a quiet block: its mode back first, then left in its place
@@ -195,6 +203,35 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         this op's epoch (a write to it now would stamp the same), and no read of it can be reported."""
         return region.fully_at == self.shadow.epoch
 
+    def unstamped(self, region: Region, t: torch.Tensor) -> bool:
+        """Whether an eager write of the view ``t`` leaves ``region``'s shadow as it is: it holds this op's
+        epoch already (``stamped_now``), or the region is ``settled`` (the write is kept, for this op, in
+        case the region becomes per-step before the op ends: ``_restamp``)."""
+        epoch = self.shadow.epoch
+        if region.fully_at == epoch:
+            return True
+        if not region.settled():
+            return False
+        if region.skipped_at != epoch or region.skipped is None:
+            region.skipped, region.skipped_at = [], epoch
+            self._skipping.append(region)
+        if len(region.skipped) >= _SKIPPED:
+            return False  # (a bound on what an op keeps: this write is stamped)
+        region.skipped.append(t)
+        return True
+
+    def _restamp(self, region: Region) -> None:
+        """``region`` became per-step or shared: the stamps left out in this op are made now (those of
+        earlier ops give the same verdicts, see ``Region.settled``)."""
+        from .views import shadow_parts
+        done, region.skipped = region.skipped, None
+        if not done or region.skipped_at != self.shadow.epoch:
+            return
+        with self.pause():
+            for t in done:
+                for _r, sh, _ in shadow_parts(t, [region], True):
+                    sh.fill_(self.shadow.epoch)
+
     @locked
     def on_track(self, tensor, name: str, per_step: bool, initialized: bool) -> None:
         if self.paused() or tensor.numel() == 0 or not has_memory(tensor) or tensor.device.type != self.device.type:
@@ -209,6 +246,8 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
                 return
             r = self.shadow.add(lo, hi - lo, name, per_step=per_step, initialized=initialized,
                                 itemsize=tensor.element_size(), shape=tuple(tensor.shape))
+            if r.skipped is not None and r.per_step:  # a settled region made per-step
+                self._restamp(r)
             if r.name != name and not r.auto and outer is None:
                 pass
             if outer is not None and outer is r and outer.auto:
@@ -219,12 +258,16 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         """A region inside ``outer`` sharing its shadow elements (a view of its shadow): its own name
         and per-step flag, the same epochs."""
         a, b = (lo - outer.start) // outer.itemsize, (hi - outer.start) // outer.itemsize
+        self._restamp(outer)  # its shadow is the new region's too from now on: no stamp left out
+        outer.shared = True
         for r in self.shadow.regions:
             if r.start == lo and r.end == hi:
                 r.per_step = r.per_step or per_step
+                r.shared = True
+                self._restamp(r)
                 return
         sub = Region(lo, hi - lo, name, per_step, outer.itemsize, (b - a,), outer.shadow[a:b],  # type: ignore[index]
-                     fully_at=None, maybe_never=outer.maybe_never)
+                     fully_at=None, maybe_never=outer.maybe_never, shared=True)
         self.shadow.append(sub)
         self.shadow.regions.sort(key=lambda r: -r.nbytes)  # the launch table lists inner regions last
 
@@ -261,6 +304,8 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             return
         with self.pause():
             name = olds[0].name if olds else f"resize_@{source_location(*where)}"
+            for r in olds:
+                self._restamp(r)
             kept = [(r, r.shadow) for r in olds if r.shadow is not None]
             for r in olds:
                 self.shadow.remove(r)
@@ -334,6 +379,16 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         if len(self._oob) < LOG_ROWS:  # the indexed tensor's bytes, not the tensor: nothing kept alive
             span = byte_span(src) if has_memory(src) and src.numel() else None
             self._oob.append(((func, span, tuple(src.shape), n, where), bad, ix))
+
+    @locked
+    def log_bounds(self, func, src: torch.Tensor, n: int, where: tuple, captured: bool) -> int:
+        """The log row of one ``index_bounds`` launch (the scratch row inside a capture, as ``log_oob``
+        logs nothing there, or when the op's rows ran out); read back as ``log_oob``'s counts are."""
+        if captured or len(self._rows) >= LOG_ROWS:
+            return SCRATCH_ROW
+        span = byte_span(src) if has_memory(src) and src.numel() else None
+        self._rows.append(("bounds", func, span, tuple(src.shape), n, where))
+        return len(self._rows) - 1
 
     def _oob_desc(self, func, span: tuple | None, shape: tuple, n: int, where: tuple) -> tuple:
         """The log description of an indexing op that indexed out of range (made at its read-back)."""
@@ -417,6 +472,8 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         kind_code, count, where, wep = values
         if desc[0] == "cancelled" or not count:
             return
+        if desc[0] == "bounds":  # an index_bounds row that counted out-of-range entries: named now
+            desc = self._oob_desc(*desc[1:])
         if desc[0] == "oob":
             _, func, name, n, site = desc
             loc = source_location(*site)
@@ -529,6 +586,8 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         v.details.setdefault("shadow_mode", "device")  # a repro replays it in the same mode (repro.py)
         self.log_violations.add(v, count)
 
+
+_SKIPPED = 32  # writes left unstamped per settled region and op (kept until the op ends)
 
 # id(kernel) -> (kernel, *_kernel(kernel)), per process (by id: a JITFunction's hash takes a lock; the kernel
 # held, so an id is never another kernel's)

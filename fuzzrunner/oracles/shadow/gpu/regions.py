@@ -43,6 +43,9 @@ class Region:
     auto: bool = False
     fully_at: int | None = None      # epoch of a write that covered every element (host knowledge, no sync)
     maybe_never: bool = True         # some element may still be never written
+    shared: bool = False             # its shadow is (in part) another region's too (a tracked view inside it)
+    skipped: list | None = None      # the writes whose stamps were left out in epoch ``skipped_at`` (``settled``)
+    skipped_at: int = -1
 
     end: int = field(init=False)     # start + nbytes (read at every lookup: a field, not a property)
     shift: int = field(init=False)   # log2 of itemsize (a table row's, made once)
@@ -60,6 +63,14 @@ class Region:
         if self.per_step:
             return self.fully_at == epoch
         return not self.maybe_never
+
+    def settled(self) -> bool:
+        """Written whole, not per-step, its shadow its own: a read of it is never reported and its epochs
+        say nothing but "written", so a write to it needs no stamp, unless it becomes per-step later
+        (``track(..., per_step=True)``): the oracle then stamps the writes left out in that op
+        (``skipped``); those of earlier ops hold older epochs, which give the same verdicts there (every
+        one is older than the op that made it per-step), only an earlier "last written" op."""
+        return not (self.per_step or self.maybe_never or self.shared)
 
 
 class Launch:

@@ -40,6 +40,7 @@ _ACCUMULATE = {"index_add", "scatter_add", "scatter_reduce", "index_reduce"}
 _INDEX_ARGS = {"index", "indices", "mask", "dim", "start", "end", "step", "offset", "dim1", "dim2"}
 LOG_ROWS = 4096    # torch-side read checks per op
 GRAPH_ROWS = 1024  # torch-side read checks captured in CUDA graphs, per case
+SCRATCH_ROW = LOG_ROWS + GRAPH_ROWS  # a row nobody reads (index bounds captured in a graph, or past the log's end)
 
 
 class _Op:
@@ -391,7 +392,15 @@ class DeviceTorchMode(TorchDispatchMode):
                 n = src.size(dim) if src.dim() else 1
             except (IndexError, RuntimeError):
                 continue
-            bad = (ix < (-n if neg else 0)) | (ix >= n)
+            lo = -n if neg else 0
+            if o.bounds_kernel and ix.device.type == o.device.type:  # one kernel: redirect, count, first bad one
+                ix = ix.contiguous()
+                fixed = torch.empty_like(ix)
+                row = o.log_bounds(func, src, n, caller_line(3), _capturing(ix))
+                dc.index_bounds[(1,)](ix, fixed, ix.numel(), lo, n, o.log[row], BLOCK=1024)  # type: ignore[index]
+                args = fx.replace_index(args, where, fixed)
+                continue
+            bad = (ix < lo) | (ix >= n)  # (torch ops: on the CPU a kernel launch is the interpreter's, far dearer)
             if not _capturing(ix):  # inside a capture: redirected, not logged (replays rewrite the row)
                 o.log_oob(func, src, bad, ix, n, caller_line(3))
             args = fx.replace_index(args, where, ix.masked_fill(bad, 0))
@@ -403,9 +412,10 @@ class DeviceTorchMode(TorchDispatchMode):
         base = name.rstrip("_")
         span = byte_span(t)
         captured = _capturing(t)
-        # A region a write covered whole in this op (not captured) holds this op's epoch in every element
-        # already (its reads are clean): another write to it here would stamp the same values. Skipped.
-        skip = None if captured else o.stamped_now
+        # A region a write covered whole in this op holds this op's epoch in every element already, and a
+        # settled one's epochs say only "written" (``Region.settled``): no stamp (not for a captured
+        # write, which happens at the replays).
+        skip = None if captured else (lambda r: o.unstamped(r, t))
         for r, sh, exact in shadow_parts(t, o.regions_of(t, span), True, span, skip):
             if exact and t is args[0] and name.endswith("_") and base in _SCATTERS | _ACCUMULATE:
                 try:
@@ -417,7 +427,10 @@ class DeviceTorchMode(TorchDispatchMode):
                     continue
                 except (RuntimeError, IndexError, TypeError):
                     pass  # the model failed: the whole view counts as written (a possible miss)
-            sh.copy_(o.shadow.epoch_like(sh.shape))
+            if captured:  # the epoch of the op that replays it: read from the device cell
+                sh.copy_(o.shadow.epoch_like(sh.shape))
+            else:
+                sh.fill_(o.epoch)
             if not captured and covers(t, r, span):  # a captured write happens at the replays, not now
                 r.fully_at, r.maybe_never = o.epoch, False
 
