@@ -207,3 +207,31 @@ def test_pinned_table_slots_are_never_handed_out_twice_in_a_process():
     second = b._pinned(7)
     lo, hi = first.data_ptr(), first.data_ptr() + 7 * 8
     assert not (lo <= second.data_ptr() < hi or second.data_ptr() <= lo < second.data_ptr() + 7 * 8)
+
+
+@pytest.mark.gpu
+def test_the_oracles_kernels_launched_past_the_binder_give_what_their_jit_launches_give():
+    """``internal_launch`` reuses a compiled kernel only for arguments of its specialization: unaligned views,
+    1 and multiples of 16 as sizes, per-step or not; each launch's output equals ``kernel[grid](...)``'s."""
+    from fuzzrunner.oracles.shadow.gpu import device_checks as dc
+    from fuzzrunner.oracles.shadow.gpu import internal_launch as il
+    dev = torch.device("cuda", torch.cuda.current_device())
+    il._COMPILED.clear()
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(60):
+        n, off = [1, 3, 16, 17, 1500][trial % 5], trial % 3
+        lo, hi = (-5 if trial % 2 else 0), 30
+        ix = torch.randint(-8, 40, (n + 4,), generator=gen, dtype=(torch.int32, torch.int64)[trial % 2]).cuda()[off:off + n]
+        got = [torch.empty_like(ix), torch.full((4,), -7, dtype=torch.int64, device=dev)]
+        want = [torch.empty_like(ix), torch.full((4,), -7, dtype=torch.int64, device=dev)]
+        il.launch(dc.index_bounds, dev, (ix, got[0], n, lo, hi, got[1]), (1024,))
+        dc.index_bounds[(1,)](ix, want[0], n, lo, hi, want[1], 1024)
+        assert all(torch.equal(a, b) for a, b in zip(got, want)), (trial, got, want)
+        epochs = torch.randint(-1, 6, (n + 4,), generator=gen, dtype=torch.int32).cuda()[off:off + n]
+        cell = torch.full((1,), 4, dtype=torch.int64, device=dev)
+        rows = torch.zeros((2, 4), dtype=torch.int64, device=dev)
+        consts = (bool(trial % 2), False, False, 1024)
+        il.launch(dc.check_epochs, dev, (epochs, epochs, n, cell, rows[0]), consts)
+        dc.check_epochs[(1,)](epochs, epochs, n, cell, rows[1], *consts)
+        assert torch.equal(rows[0], rows[1]), (trial, rows)
+    assert il._STATE["direct"] and il._COMPILED  # the direct path ran (and never fell back)

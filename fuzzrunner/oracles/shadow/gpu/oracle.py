@@ -28,6 +28,7 @@ from ..threads import ThreadCoverage, locked
 from ..torch_effects import has_memory
 from . import device_checks as dc
 from .instrument import INSTRUMENTER, NotInstrumentable, python_function
+from .internal_launch import launch as launch_internal
 from .launch_hook import LaunchHook
 from .regions import CAP, HEAD, DeviceShadow, Region, capturing
 from .torch_mode import GRAPH_ROWS, LOG_ROWS, SCRATCH_ROW, DeviceTorchMode, _capturing, exit_mode, insert_mode
@@ -361,9 +362,9 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     def check_read(self, row: int, epochs: torch.Tensor, elems: torch.Tensor | None, per_step: bool) -> None:
         """Queue the check of a torch op's read of ``epochs`` (int32, contiguous) into log row ``row``;
         ``elems``: the element number of each epoch (else its position)."""
-        dc.check_epochs[(1,)](epochs, epochs if elems is None else elems, epochs.numel(), self.shadow.cell,
-                              self.log[row], PER_STEP=per_step, HAS_ELEM=elems is not None,  # type: ignore[index]
-                              ACCUM=row >= LOG_ROWS, BLOCK=1024)
+        args = (epochs, epochs if elems is None else elems, epochs.numel(), self.shadow.cell, self.log[row])  # type: ignore[index]
+        launch_internal(dc.check_epochs, self.device, args,
+                        (per_step, elems is not None, row >= LOG_ROWS, 1024))  # PER_STEP, HAS_ELEM, ACCUM, BLOCK
 
     @locked
     def log_cancel(self, row: int) -> None:

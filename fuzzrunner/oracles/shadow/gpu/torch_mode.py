@@ -26,6 +26,7 @@ from ..locations import caller_line
 from ..torch_fallback import custom_op_impl, python_kernel
 from ..torch_hook import _keys_below_python
 from . import device_checks as dc
+from .internal_launch import launch
 from .views import byte_span, covers, shadow_parts
 
 aten = torch.ops.aten
@@ -397,7 +398,7 @@ class DeviceTorchMode(TorchDispatchMode):
                 ix = ix.contiguous()
                 fixed = torch.empty_like(ix)
                 row = o.log_bounds(func, src, n, caller_line(3), _capturing(ix))
-                dc.index_bounds[(1,)](ix, fixed, ix.numel(), lo, n, o.log[row], BLOCK=1024)  # type: ignore[index]
+                launch(dc.index_bounds, o.device, (ix, fixed, ix.numel(), lo, n, o.log[row]), (1024,))  # type: ignore[index]
                 args = fx.replace_index(args, where, fixed)
                 continue
             bad = (ix < lo) | (ix >= n)  # (torch ops: on the CPU a kernel launch is the interpreter's, far dearer)
