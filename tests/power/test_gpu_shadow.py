@@ -234,4 +234,6 @@ def test_the_oracles_kernels_launched_past_the_binder_give_what_their_jit_launch
         il.launch(dc.check_epochs, dev, (epochs, epochs, n, cell, rows[0]), consts)
         dc.check_epochs[(1,)](epochs, epochs, n, cell, rows[1], *consts)
         assert torch.equal(rows[0], rows[1]), (trial, rows)
-    assert il._STATE["direct"] and il._COMPILED  # the direct path ran (and never fell back)
+    probe = dc.index_bounds[(1,)](ix, want[0], n, lo, hi, want[1], 1024)
+    assert il._STATE["direct"] and il._COMPILED, (  # the direct path ran (and never fell back)
+        type(probe), il._hooks(), [a for a in ("run", "function", "packed_metadata") if not hasattr(probe, a)])

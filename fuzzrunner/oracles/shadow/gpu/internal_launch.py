@@ -9,7 +9,7 @@ specialization, the constexpr values) and later launches call its launcher direc
 ``JITFunction.run`` does at its end. The specialization is worked out as Triton's is: a tensor by its
 dtype and whether its address is 16-byte aligned; an integer by whether it fits 32 bits, is 1 and is
 a multiple of 16; so a kernel is never reused for arguments it was not compiled for. Anything
-unexpected (a launch hook set, as profilers do; another Triton's compiled-kernel API) goes through
+unexpected (a launch hook registered, as profilers do; another Triton's compiled-kernel API) goes through
 ``kernel[grid](...)`` as before. On the CPU (the interpreter) every launch does.
 """
 
@@ -57,9 +57,10 @@ def launch(kernel, device: torch.device, args: tuple, consts: tuple) -> None:
     key = (id(kernel), device.index, consts, *[_spec(a) for a in args])
     compiled = _COMPILED.get(key)
     enter, leave = _hooks()
-    if compiled is None or enter is not None:
+    hooked = enter is not None and bool(getattr(enter, "calls", True))  # Triton >= 3.4: an empty HookChain
+    if compiled is None or hooked:
         compiled = kernel[(1,)](*args, *consts)
-        if enter is None and compiled is not None and hasattr(compiled, "packed_metadata"):
+        if not hooked and compiled is not None and hasattr(compiled, "packed_metadata"):
             _COMPILED[key] = compiled
         return
     try:
