@@ -202,9 +202,9 @@ def test_pinned_table_slots_are_never_handed_out_twice_in_a_process():
     from its pinned slot: a later DeviceShadow must not be given that slot."""
     from fuzzrunner.oracles.shadow.gpu import regions
     a = regions.DeviceShadow("cuda")
-    first = a._pinned(7)
+    first = a._pinned(7, False)
     b = regions.DeviceShadow("cuda")  # the next case's
-    second = b._pinned(7)
+    second = b._pinned(7, False)
     lo, hi = first.data_ptr(), first.data_ptr() + 7 * 8
     assert not (lo <= second.data_ptr() < hi or second.data_ptr() <= lo < second.data_ptr() + 7 * 8)
 

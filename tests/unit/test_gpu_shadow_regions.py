@@ -60,25 +60,20 @@ def test_a_span_ending_where_a_region_starts_does_not_touch_it(gap):
     assert torch.equal(r.shadow, torch.zeros(4, dtype=torch.int32))  # type: ignore[arg-type]
 
 
-def test_a_table_made_during_a_capture_is_never_reused(monkeypatch):
+def test_a_table_made_during_a_capture_is_never_reused():
     """A captured table is filled only when its graph replays: a later launch on the same buffers (eager,
     or in another capture) gets a table of its own; one made outside a capture is reused, in captures on its stream too.
     (The GPU half: tests/power/test_gpu_shadow.py, test_a_table_made_inside_a_capture_...)."""
-    from fuzzrunner.oracles.shadow.gpu import regions
     shadow = DeviceShadow("cpu")
     a, b = torch.zeros(8), torch.zeros(8)
     shadow.add(a.data_ptr(), 32, "a", per_step=True, initialized=True, itemsize=4, shape=(8,))
     args = [("src", a), ("dst", b)]
-    now = {"capturing": True}
-    monkeypatch.setattr(regions, "capturing", lambda device: now["capturing"])
-    ids = [shadow.table(args, "k", "k.py")[2] for _ in range(2)]
+    ids = [shadow.table(args, "k", "k.py", True)[2] for _ in range(2)]
     assert ids[0] != ids[1]  # each captured launch: its own table
-    now["capturing"] = False
-    eager = [shadow.table(args, "k", "k.py")[2] for _ in range(2)]
+    eager = [shadow.table(args, "k", "k.py", False)[2] for _ in range(2)]
     assert eager[0] == eager[1]  # the first eager launch made one, the next reused it
     assert all(i in shadow.launches for i in ids + eager)  # every record lives for the case (ring entries name it)
-    now["capturing"] = True
-    assert shadow.table(args, "k", "k.py")[2] == eager[0]  # filled already: a capture may use it
+    assert shadow.table(args, "k", "k.py", True)[2] == eager[0]  # filled already: a capture may use it
 
 
 @pytest.mark.parametrize("kept", [0, 3, 8, 9, 40])

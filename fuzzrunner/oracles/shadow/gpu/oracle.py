@@ -270,7 +270,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         sub = Region(lo, hi - lo, name, per_step, outer.itemsize, (b - a,), outer.shadow[a:b],  # type: ignore[index]
                      fully_at=None, maybe_never=outer.maybe_never, shared=True)
         self.shadow.append(sub)
-        self.shadow.regions.sort(key=lambda r: -r.nbytes)  # the launch table lists inner regions last
+        self.shadow.sort_by_size()  # the launch table lists inner regions last
 
     @locked
     def on_carry_over(self, tensor) -> None:
@@ -420,10 +420,10 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
                 return "unchecked"
         if self._dead:
             self._purge()
-        table, nreg, _, _ = self.shadow.table(args, name, path)
+        in_capture = capturing(self.device)
+        table, nreg, _, _ = self.shadow.table(args, name, path, in_capture)
         self._launched = True
-        if not self._captured and capturing(self.device):
-            self._captured = True
+        self._captured = self._captured or in_capture
         return twin, dict(_sh_table=table, _sh_arena=self.shadow.arena, _sh_ring=self.shadow.ring,
                           _sh_cell=self.shadow.cell, _SH_CAP=CAP)
 

@@ -138,8 +138,9 @@ class DeviceShadow:
         self._by_start: list[Region] = []
         self._starts: list[int] = []
         self._max_end: list[int] = []
+        self._rank: dict | None = None  # id(region) -> its place in ``regions`` (made again after a change)
 
-    def _pinned(self, n: int) -> torch.Tensor:
+    def _pinned(self, n: int, in_capture: bool) -> torch.Tensor:
         """``n`` int64 of pinned host memory from a process-wide pool made outside any graph capture
         (pinning memory during a capture is not allowed). A slot is never handed out twice while its pool
         lives: the cursor belongs to the pool, not to a case, so a graph captured in one case (or by
@@ -149,7 +150,6 @@ class DeviceShadow:
         global _POOL, _POOL_AT
         if self.device.type != "cuda":
             return torch.zeros(n, dtype=torch.int64, device="cpu")
-        in_capture = capturing(self.device)
         left = 0 if _POOL is None else _POOL.numel() - _POOL_AT
         if _POOL is None or left < n or (left < _POOL.numel() // 4 and not in_capture):
             if in_capture:
@@ -174,6 +174,7 @@ class DeviceShadow:
     def append(self, r: Region) -> None:
         """Track the region ``r`` (its bytes may lie inside another region's)."""
         self.regions.append(r)
+        self._rank = None
         i = bisect_right(self._starts, r.start)
         self._starts.insert(i, r.start)
         self._by_start.insert(i, r)
@@ -183,6 +184,7 @@ class DeviceShadow:
     def remove(self, region: Region) -> None:
         if region in self.regions:
             self.regions.remove(region)
+            self._rank = None
             i = next(k for k in range(bisect_left(self._starts, region.start), len(self._by_start))
                      if self._by_start[k] is region)
             del self._starts[i], self._by_start[i], self._max_end[i]
@@ -210,9 +212,20 @@ class DeviceShadow:
                 found.append(by_start[i])
             i -= 1
         if len(found) > 1:
-            order = {id(r): k for k, r in enumerate(self.regions)}
-            found.sort(key=lambda r: order[id(r)])
+            rank = self._ranks()
+            found.sort(key=lambda r: rank[id(r)])
         return found
+
+    def _ranks(self) -> dict:
+        rank = self._rank
+        if rank is None:
+            rank = self._rank = {id(r): k for k, r in enumerate(self.regions)}
+        return rank
+
+    def sort_by_size(self) -> None:
+        """Larger regions first (a launch table then lists the regions inside others after them)."""
+        self.regions.sort(key=lambda r: -r.nbytes)
+        self._rank = None
 
     def any_overlapping(self, spans) -> bool:
         """Whether any ``(start, nbytes)`` of ``spans`` shares a byte with a region."""
@@ -248,8 +261,8 @@ class DeviceShadow:
         self.append(r)
         return r
 
-    def table(self, args: list[tuple[str, torch.Tensor]], kernel: str, path: str):
-        """(device table, rows allocated, launch id, record): the argument storages as written memory
+    def table(self, args: list[tuple[str, torch.Tensor]], kernel: str, path: str, in_capture: bool):
+        """(device table, its rows, launch id, record): the argument storages as written memory
         first, then the tracked regions inside them (they win), and, when an argument could be a
         pointer array (int64), every other tracked region too (what its pointers may reach)."""
         spans = []
@@ -261,9 +274,15 @@ class DeviceShadow:
             spans.append((name, st.data_ptr(), st.nbytes(), t.element_size(), wide))
         if pointers:
             selected = list(self.regions)
-        else:
-            near = {id(r) for _, ptr, nbytes, _, _ in spans for r in self.overlapping(ptr, nbytes)}
-            selected = [r for r in self.regions if id(r) in near] if near else []
+        else:  # the regions sharing a byte with an argument storage, in the order of ``regions``
+            near: dict = {}
+            for _, ptr, nbytes, _, _ in spans:
+                for r in self.overlapping(ptr, nbytes):
+                    near[id(r)] = r
+            selected = list(near.values())
+            if len(selected) > 1:
+                rank = self._ranks()
+                selected.sort(key=lambda r: rank[id(r)])
         # What the table holds: the same storages and the same regions with the same flags give the same
         # table (regions tracked or freed elsewhere do not matter). The records keep their regions alive,
         # so an ``id`` here is never another region's.
@@ -274,9 +293,6 @@ class DeviceShadow:
         if hit is not None:
             return hit
         n = len(spans) + len(selected)
-        nreg = 4
-        while nreg < n:
-            nreg *= 2
         launch = self._next
         self._next += 1
         flat = [launch, n, 0, 0, 0]
@@ -290,21 +306,18 @@ class DeviceShadow:
             else:
                 flat += (r.start, r.end, (sh.data_ptr() - base) >> 2, r.shift,
                          dc.SHADOWED | dc.PER_STEP if r.per_step else dc.SHADOWED)
-        size = (1 + nreg) * dc.ROW
         with torch._C._DisableTorchDispatch():  # the oracle's own ops: past every dispatch mode
-            host = self._pinned(size)
-            filled = host.numpy()  # written through numpy: no torch op per field
-            filled[:len(flat)] = flat
-            filled[len(flat):] = 0
+            host = self._pinned(len(flat), in_capture)  # (the kernels read the header's count of rows, no more)
+            host.numpy()[:] = flat  # written through numpy: no torch op per field
             table = torch.empty_like(host, device=self.device)
             table.copy_(host, non_blocking=True)  # a CUDA graph capturing the launch replays this copy
         rec = Launch(kernel, path, spans, selected, keep=[host, table])
         self.launches[launch] = rec
-        made = (table, nreg, launch, rec)
+        made = (table, n, launch, rec)
         # A table made inside a capture is filled only when its graph replays (a captured copy does not
         # run at capture): no launch outside that graph (an eager one, or another capture of the same
         # step's buffers, before any replay) may use it. A table made outside serves captures on its stream too.
-        if not capturing(self.device):
+        if not in_capture:
             self._tables[key] = made
         return made
 
