@@ -183,11 +183,20 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         weakref.finalize(st, self._dead.append, (st.data_ptr(), st.nbytes()))
 
     @locked
-    def any_tracked(self, spans: list) -> bool:
-        """Whether any storage ``(address, bytes)`` of ``spans`` shares a byte with a tracked region."""
+    def tracked_near(self, spans: list) -> list:
+        """The tracked regions sharing a byte with any storage ``(address, bytes)`` of ``spans`` (most ops
+        touch none: one bisection per storage answers that)."""
         if self._dead:
             self._purge()
-        return self.shadow.any_overlapping(spans)
+        shadow = self.shadow
+        if not shadow.any_overlapping(spans):
+            return []
+        return [r for start, nbytes in spans for r in shadow.overlapping(start, nbytes)]
+
+    def all_clean(self, regions: list) -> bool:
+        """No read of any of ``regions`` can be reported in this op (``Region.clean``), outside a capture."""
+        epoch = self.shadow.epoch
+        return all(r.clean(epoch) for r in regions)
 
     @locked
     def regions_of(self, t: torch.Tensor, span: tuple[int, int] | None = None) -> list[Region]:
@@ -452,10 +461,14 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         log = self.log
         assert log is not None
         with torch._C._DisableTorchDispatch():  # the oracle's own ops: past every dispatch mode
-            parts = [self.shadow.ring[:HEAD], log[:len(rows)].reshape(-1), log[LOG_ROWS:LOG_ROWS + graph].reshape(-1)]
+            parts = [self.shadow.ring[:HEAD]]
+            if rows:
+                parts.append(log[:len(rows)].reshape(-1))
+            if graph:
+                parts.append(log[LOG_ROWS:LOG_ROWS + graph].reshape(-1))
             if oob:
                 parts.append(torch.stack([bad.sum() for _, bad, _ in oob]))
-            host = torch.cat(parts).cpu()  # the op's one synchronisation
+            host = (torch.cat(parts) if len(parts) > 1 else parts[0]).cpu()  # the op's one synchronisation
             entries = self.shadow.ring_entries(host[:HEAD])
             logged = host[HEAD:host.numel() - len(oob)].view(-1, 4).tolist()
             if graph and any(values[1] for values in logged[len(rows):]):

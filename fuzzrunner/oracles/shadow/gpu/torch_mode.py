@@ -140,6 +140,11 @@ def _capturing(t: torch.Tensor) -> bool:
     return t.is_cuda and _STREAM_CAPTURING()
 
 
+def _no_read_reportable(oracle, regions: list) -> bool:
+    """``oracle.all_clean(regions)``, and no capture under way (a captured read is checked at the replays)."""
+    return oracle.all_clean(regions) and not (oracle.cuda and _STREAM_CAPTURING())
+
+
 def _dynamo_hooks():
     """``(get_eval_frame_callback, skip)`` from Dynamo's C module, where this torch has them; else None.
 
@@ -233,24 +238,29 @@ class DeviceTorchMode(TorchDispatchMode):
                 finally:
                     _pop_mode()
         spans = _spans(args, kwargs, o.cuda)
-        if not spans or op.storage or not o.any_tracked(spans):
+        near = o.tracked_near(spans) if spans and not op.storage else None
+        if not near:
             if op.indexes and spans:  # an index out of range would end the process
                 args = self._bounds(func, op.name, args)
             out = func(*args, **kwargs)
             self._allocations(func, op, spans, out)
             return out
-        return self._modelled(func, op, args, kwargs, spans)
+        return self._modelled(func, op, args, kwargs, spans, near)
 
-    def _modelled(self, func, op: _Op, args, kwargs, spans: list):
-        """An op touching tracked memory: check its reads, run it, stamp its writes."""
+    def _modelled(self, func, op: _Op, args, kwargs, spans: list, near: list):
+        """An op touching tracked memory (the regions ``near`` its storages): check its reads, run it, stamp
+        its writes. When no read of those regions can be reported now (every one written whole, in this op
+        if per-step; not inside a capture), no read is looked at."""
         name = op.name
         reads, writes = fx.classify(func, args, kwargs)
+        if _no_read_reportable(self.oracle, near):
+            reads = []
         base = op.base if op.aten else ""
         if (base in _SCATTERS or base in _ACCUMULATE and name.endswith("_")) and args \
                 and isinstance(args[0], torch.Tensor):  # self's read, if any, is modelled in _write
             reads = [t for t in reads if t is not args[0]]
             if not name.endswith("_"):
-                self._scatter_read(func, args, kwargs)
+                self._scatter_read(func, args, kwargs)  # (nothing, when every region is clean)
         if base == "embedding_renorm":  # F.embedding(max_norm=): rescales the rows it looks up, in place
             self._gather_read(aten.embedding.default, (args[0], args[1]), {}, args[0])
             reads = [t for t in reads if t is not args[0]]
