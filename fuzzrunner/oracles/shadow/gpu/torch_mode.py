@@ -283,7 +283,7 @@ class DeviceTorchMode(TorchDispatchMode):
             args = self._bounds(func, name, args)
         out = func(*args, **kwargs)
         for t in writes:
-            self._write(func, name, args, t, kwargs)
+            self._write(func, name, args, t, kwargs, near)
         self._allocations(func, op, spans, out)
         return out
 
@@ -418,11 +418,13 @@ class DeviceTorchMode(TorchDispatchMode):
         return args
 
     # -- writes ----------------------------------------------------------------------------
-    def _write(self, func, name: str, args, t: torch.Tensor, kwargs=None) -> None:
+    def _write(self, func, name: str, args, t: torch.Tensor, kwargs=None, near=None) -> None:
         o = self.oracle
+        captured = _capturing(t)
+        if near and not captured and all(o.unstamped(r, t) for r in near):
+            return  # every region near the op's storages needs no stamp: not even looked up (``unstamped``)
         base = name.rstrip("_")
         span = byte_span(t)
-        captured = _capturing(t)
         # A region a write covered whole in this op holds this op's epoch in every element already, and a
         # settled one's epochs say only "written" (``Region.settled``): no stamp (not for a captured
         # write, which happens at the replays).
