@@ -311,6 +311,8 @@ def _case_rows(args, torch) -> None:
     print(f"{'shadow, device mode':28} {s:9.2f} {rs:9.1f}   ratio per case {per_case:.2f} (median), "
           f"of the totals {rp / rs:.2f}")
     print(f"violations reported by the device mode on these fault-free cases: {found}")
+    if args.cpu_cases <= 0:  # (no CPU row asked for: no ratio to it)
+        return
     rate, n = _cpu_rate(cases[:args.cpu_cases])
     print(f"{'shadow, CPU (interpreter)':28} {1e3 / rate:9.2f} {rate:9.1f}   on the first {n} cases, in a "
           f"subprocess on this host's CPUs")

@@ -5,6 +5,8 @@
 #   bash scripts/gpu_shadow.sh faults  # only the reference runner's memory faults, compiled (-m gpu -k faults)
 #   bash scripts/gpu_shadow.sh bench   # benchmarks/gpu_shadow.py: plain vs shadow, kernels and cases (its
 #                                      # arguments in BENCH_ARGS, e.g. BENCH_ARGS="--cases 60 --rows none")
+#   bash scripts/gpu_shadow.sh work    # scripts/gpu/gpu_work.py: per case, the GPU's kernels, time and the host's
+#                                      # waits, plain and shadow (torch.profiler; WORK_ARGS, e.g. "--cases 20")
 #   bash scripts/gpu_shadow.sh loops   # the case loop without the hub (1 and 8 processes), one worker through a
 #                                      # hub, and a crash's blocking rerun naming its kernel
 #   bash scripts/gpu_shadow.sh campaigns  # campaigns (cuda default, cuda shadow, CPU shadow); CAMPAIGN_WORKERS
@@ -27,8 +29,8 @@ out="${OUT:-/tmp}"
 case "${1:-}" in -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;; esac
 stages=("${@:-tests}")
 for st in "${stages[@]}"; do
-  case "$st" in tests|faults|pairs|bench|loops|campaigns) ;;
-    *) echo "gpu_shadow.sh: unknown stage $st (tests, faults, pairs, bench, loops, campaigns)" >&2; exit 2 ;;
+  case "$st" in tests|faults|pairs|bench|work|loops|campaigns) ;;
+    *) echo "gpu_shadow.sh: unknown stage $st (tests, faults, pairs, bench, work, loops, campaigns)" >&2; exit 2 ;;
   esac
 done
 if [ -f .cache/triton-gpu.tar.gz ] && [ ! -d .cache/triton-gpu ]; then tar xzf .cache/triton-gpu.tar.gz -C .cache; fi
@@ -66,6 +68,9 @@ run_stage() {
     ;;
   bench)
     time python3 benchmarks/gpu_shadow.py ${BENCH_ARGS:-} 2>&1 | tee "$out/gpu_bench.txt"
+    ;;
+  work)
+    time python3 scripts/gpu/gpu_work.py ${WORK_ARGS:-} 2>&1 | tee "$out/gpu_work.txt"
     ;;
   loops)
     local s=0
