@@ -4,6 +4,7 @@ past the case, and concurrent threads keep the shadow memory consistent."""
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import torch
 
 from fuzzrunner import tracking
@@ -54,15 +55,19 @@ def test_nothing_is_left_on_pool_threads_or_patched_after_the_case():
     ex.shutdown()
 
 
-def test_a_thread_that_outlives_its_case_keeps_an_inert_mode():
+@pytest.mark.parametrize("mode", ["cpu oracle", "device mode"])
+def test_a_thread_that_outlives_its_case_keeps_an_inert_mode(mode):
+    from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
     go, done = threading.Event(), threading.Event()
     out = {}
-    oracle = ShadowOracle(check_triton=False)
+    oracle = ShadowOracle(check_triton=False) if mode == "cpu oracle" else GpuShadowOracle("cpu")
 
     def worker():
         go.wait()
-        out["sum"] = torch.empty(3).fill_(1).sum()  # after the case: runs, reports nothing
-        done.set()
+        try:
+            out["sum"] = torch.empty(3).fill_(1).sum()  # after the case: runs, reports nothing
+        finally:
+            done.set()
 
     oracle.start()
     t = threading.Thread(target=worker)
@@ -71,7 +76,9 @@ def test_a_thread_that_outlives_its_case_keeps_an_inert_mode():
     go.set()
     done.wait()
     t.join()
-    assert vs == [] and oracle.log.violations() == [] and float(out["sum"]) == 3.0
+    log = oracle.log if mode == "cpu oracle" else oracle.log_violations
+    assert "sum" in out, "the thread's op raised under the mode left on it"
+    assert vs == [] and log.violations() == [] and float(out["sum"]) == 3.0
 
 
 def test_quiet_on_one_thread_does_not_silence_another():

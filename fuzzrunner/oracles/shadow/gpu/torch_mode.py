@@ -20,7 +20,6 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack as _mode_stack
 from torch.utils._python_dispatch import _len_torch_dispatch_stack as _len_stack
 
-from .... import tracking
 from .. import compiled
 from .. import torch_effects as fx
 from ..locations import caller_line
@@ -219,7 +218,7 @@ class DeviceTorchMode(TorchDispatchMode):
             return func(*args, **kwargs) if kwargs else func(*args)
         kwargs = kwargs or {}
         o = self.oracle
-        if getattr(o._tls, "pause", 0) > 0 or tracking.is_quiet():  # (``o.paused()``, one frame fewer)
+        if o.paused():  # (``threads.OFF`` too: a mode left on a thread after its case, inert)
             return func(*args, **kwargs)
         if op.storage and args and isinstance(args[0], torch.Tensor):
             return self._storage_change(func, args, kwargs)
