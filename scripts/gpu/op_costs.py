@@ -33,7 +33,6 @@ _PARTS = (("torch_mode.DeviceTorchMode", "_dispatch", "dispatch (incl. the op)")
           ("torch_mode.DeviceTorchMode", "_write", "    write stamps (_write)"),
           ("torch_mode.DeviceTorchMode", "_bounds", "  index bounds"),
           ("torch_mode.DeviceTorchMode", "_allocations", "  allocations"),
-          ("torch_mode.DeviceTorchMode", "_fresh", "  one fresh result (untracked ops)"),
           ("oracle.GpuShadowOracle", "_launch", "launch plans (_launch)"),
           ("regions.DeviceShadow", "table", "  tables (made or reused)"),
           ("oracle.GpuShadowOracle", "_collect", "read-backs (_collect)"),

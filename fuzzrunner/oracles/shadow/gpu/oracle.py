@@ -182,17 +182,16 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     def _on_death(self, st) -> None:
         weakref.finalize(st, self._dead.append, (st.data_ptr(), st.nbytes()))
 
+    @locked
     def tracked_near(self, spans: list) -> list:
         """The tracked regions sharing a byte with any storage ``(address, bytes)`` of ``spans`` (most ops
-        touch none: one bisection per storage answers that). Under the lock (not ``locked``: a frame fewer
-        on every op)."""
-        with self.lock:
-            if self._dead:
-                self._purge()
-            shadow = self.shadow
-            if not shadow.any_overlapping(spans):
-                return []
-            return [r for start, nbytes in spans for r in shadow.overlapping(start, nbytes)]
+        touch none: one bisection per storage answers that)."""
+        if self._dead:
+            self._purge()
+        shadow = self.shadow
+        if not shadow.any_overlapping(spans):
+            return []
+        return [r for start, nbytes in spans for r in shadow.overlapping(start, nbytes)]
 
     def all_clean(self, regions: list) -> bool:
         """No read of any of ``regions`` can be reported in this op (``Region.clean``), outside a capture."""

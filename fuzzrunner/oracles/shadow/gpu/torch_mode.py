@@ -72,32 +72,34 @@ def _op(func) -> _Op:
     return info
 
 
+def _flat(args, kwargs) -> list:
+    """The tensors among an op's arguments (``torch_effects.leaves`` of both, faster for flat ones)."""
+    out = []
+    for v in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple, dict)):
+            out.extend(fx.leaves(v))
+    return out
+
+
 def _spans(args, kwargs, cuda: bool) -> list:
     """(storage address, bytes) of each tensor argument on the oracle's device (CUDA, or else the CPU)
-    that has memory (one loop, no list of the tensors made first: this runs for every op)."""
+    that has memory."""
     out = []
-    for group in (args, kwargs.values()) if kwargs else (args,):
-        for v in group:
-            if isinstance(v, _TENSOR):
-                tensors: tuple | list = (v,)
-            elif isinstance(v, (list, tuple, dict)):
-                tensors = fx.leaves(v)
-            else:
+    for t in _flat(args, kwargs):
+        if (t.is_cuda if cuda else t.is_cpu) and t.layout is _STRIDED:
+            try:
+                st = t.untyped_storage()
+            except (RuntimeError, NotImplementedError):
                 continue
-            for t in tensors:
-                if (t.is_cuda if cuda else t.is_cpu) and t.layout is _STRIDED:
-                    try:
-                        st = t.untyped_storage()
-                    except (RuntimeError, NotImplementedError):
-                        continue
-                    ptr = st.data_ptr()
-                    if ptr:
-                        out.append((ptr, st.nbytes()))
+            ptr = st.data_ptr()
+            if ptr:
+                out.append((ptr, st.nbytes()))
     return out
 
 
 _STRIDED = torch.strided
-_TENSOR = torch.Tensor
 _STREAM_CAPTURING = torch._C._cuda_isCurrentStreamCapturing  # torch.cuda.is_current_stream_capturing, unwrapped
 
 
@@ -218,7 +220,7 @@ class DeviceTorchMode(TorchDispatchMode):
             return func(*args, **kwargs) if kwargs else func(*args)
         kwargs = kwargs or {}
         o = self.oracle
-        if o.paused():  # (``threads.OFF`` too: a mode left on a thread after its case, inert)
+        if o.paused():
             return func(*args, **kwargs)
         if op.storage and args and isinstance(args[0], torch.Tensor):
             return self._storage_change(func, args, kwargs)
@@ -241,10 +243,7 @@ class DeviceTorchMode(TorchDispatchMode):
             if op.indexes and spans:  # an index out of range would end the process
                 args = self._bounds(func, op.name, args)
             out = func(*args, **kwargs)
-            if type(out) is _TENSOR and not op.empty:  # most ops: one result, most often in fresh memory
-                self._fresh(out, spans)
-            else:
-                self._allocations(func, op, spans, out)
+            self._allocations(func, op, spans, out)
             return out
         return self._modelled(func, op, args, kwargs, spans, near)
 
@@ -488,25 +487,6 @@ class DeviceTorchMode(TorchDispatchMode):
         return fx.run_storage_op(func, args, kwargs, changed)
 
     # -- allocations -----------------------------------------------------------------------
-    def _fresh(self, t: torch.Tensor, spans: list) -> None:
-        """``_allocations`` of one result not made by the ``empty`` family (most ops): a record where its
-        fresh storage lies is of freed memory."""
-        o = self.oracle
-        if not (t.is_cuda if o.cuda else t.is_cpu) or t.layout is not _STRIDED:
-            return
-        try:
-            st = t.untyped_storage()
-        except (RuntimeError, NotImplementedError):
-            return
-        ptr = st.data_ptr()
-        if not ptr or _among(ptr, spans):
-            return
-        if not o._dead:
-            with o.lock:  # the index's lists change together under it (other threads' ops)
-                if not o.shadow.any_overlapping(((ptr, st.nbytes()),)):
-                    return
-        o.allocated(t, st, False, None)
-
     def _allocations(self, func, op: _Op, spans: list, out) -> None:
         """Results in storage none of the inputs has: fresh memory (``allocated``). Most are neither
         made by the ``empty`` family nor where a record lies: those are let go here."""
