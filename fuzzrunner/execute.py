@@ -52,6 +52,7 @@ class RunContext:
         self.outputs: dict = {}
         self._record: OpRecord | None = None
         self.op_index: int | None = None
+        self._pending: dict = {}  # id(host tensor) -> device, for outputs still being copied to the host
 
     @contextmanager
     def op(self, index: int, op: dict):
@@ -84,7 +85,32 @@ class RunContext:
 
     def output(self, label: str, tensor: torch.Tensor) -> None:
         with tracking.quiet():
-            self._current().outputs[label] = tensor.detach().clone().cpu()
+            t = tensor.detach()
+            if t.device.type == "cuda":  # to pinned host memory, stream-ordered; the host waits once, at the
+                host = t.to("cpu", non_blocking=True)  # case's end (settle): on a GPU shared by several
+                self._pending[id(host)] = t.device      # processes each wait costs a switch of contexts
+                self._current().outputs[label] = host
+            else:
+                self._current().outputs[label] = t.clone().cpu()
+
+    def settle(self) -> None:
+        """Wait for the outputs' copies to the host. Inside the case's run, so that a device fault that
+        surfaces here is this case's crash (at its last op), never the next case's."""
+        for device in set(self._pending.values()):
+            torch.cuda.synchronize(device)
+        self._pending.clear()
+
+    def drop_unsettled(self) -> None:
+        """After a failed run: outputs whose copies cannot be known to have landed (the device is broken)
+        are dropped, so that no comparison reads host memory the copy never wrote."""
+        if not self._pending:
+            return
+        pending = set(self._pending)
+        try:
+            self.settle()
+        except Exception:  # noqa: BLE001 - the run's own error is already recorded
+            self._pending.clear()
+            self.outputs = {k: v for k, v in self.outputs.items() if id(v) not in pending}
 
 
 class _StopCase(Exception):
@@ -225,11 +251,13 @@ def _run_target(case: Case, target, device: str, oracles: list[Oracle], on_op, s
         for o in oracles:
             o.start()
             started.append(o)
-        target.run(case, ctx)
+        try:
+            target.run(case, ctx)
+        except _StopCase:
+            pass
+        ctx.settle()
     except InvalidCase:
         raise
-    except _StopCase:
-        pass
     except SystemExit as exc:  # a target must not end the worker: that would read as a crash of the runner
         record.error = f"SystemExit: {exc.code}"
         record.violations.append(crash_violation(exc, ctx.op_index, getattr(target, "own_code", ())))
@@ -244,6 +272,7 @@ def _run_target(case: Case, target, device: str, oracles: list[Oracle], on_op, s
     finally:
         for o in reversed(started):
             record.violations[:0] = o.finish()
+    ctx.drop_unsettled()
     record.outputs = ctx.outputs
     return record
 

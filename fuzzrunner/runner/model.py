@@ -14,6 +14,7 @@ from .. import tracking
 from .adapters import AdapterWeights
 from .config import RunnerConfig
 from .punica import PunicaWrapper
+from .uploads import upload
 
 
 def base_weights(config: RunnerConfig) -> dict[str, torch.Tensor]:
@@ -37,13 +38,13 @@ class TinyLoRAModel:
         self.config, self.device, self.punica = config, device, punica
         self.dtype = getattr(torch, config.dtype)
         H, V, L, R = config.hidden_size, config.vocab_size, config.max_loras, config.max_lora_rank
-        self.base = {k: v.to(device, self.dtype) for k, v in base_weights(config).items()}
+        self.base = {k: upload(v.to(self.dtype), device) for k, v in base_weights(config).items()}
 
         def zeros(name, *shape):
             return tracking.track(torch.zeros(*shape, dtype=self.dtype, device=device), name)
 
         def ints(name, values):
-            return tracking.track(torch.tensor(values, dtype=torch.int32, device=device), name)
+            return tracking.track(upload(torch.tensor(values, dtype=torch.int32), device), name)
 
         self.emb_a = zeros("lora.embed.a", (L + 1) * V, R)  # +1: the all-zero "no adapter" table
         self.emb_b = zeros("lora.embed.b", 1, L, H, R)
@@ -62,7 +63,7 @@ class TinyLoRAModel:
         V, r = self.config.vocab_size, a.rank
         with torch.no_grad():
             self.reset_slot(slot)
-            cast = lambda t: t.to(self.device, self.dtype)  # noqa: E731
+            cast = lambda t: upload(t.to(self.dtype), self.device)  # noqa: E731
             self.emb_a[slot * V:(slot + 1) * V, :r] = cast(a.emb_a)
             self.emb_b[0, slot, :, :r] = cast(a.emb_b)
             for s, n in enumerate(self.config.qkv_slices):

@@ -22,6 +22,7 @@ from .graphs import GraphPool
 from .lora_mapping import LoRAMapping, convert_mapping, embedding_offsets
 from .model import TinyLoRAModel
 from .punica import PunicaWrapper
+from .uploads import upload, write
 
 DUMMY_KINDS = ("warmup", "capture", "dp_idle", "profile")
 
@@ -85,12 +86,12 @@ class ModelRunner:
         slots = convert_mapping(token_ids, table)
         n = len(slots)
         offsets = embedding_offsets(slots, self.config.vocab_size, self.config.max_loras)
-        p.embeddings_indices[:n].copy_(torch.tensor(offsets, dtype=torch.int64))
+        write(p.embeddings_indices[:n], torch.tensor(offsets, dtype=torch.int64))
         early_copy = not self.faults.stale_after_all_no_lora
-        p.token_meta.prepare(torch.tensor(slots, dtype=torch.int32, device=self.device),
+        p.token_meta.prepare(upload(torch.tensor(slots, dtype=torch.int32), self.device),
                              copy_before_early_return=early_copy)
-        p.prompt_meta.prepare(torch.tensor(convert_mapping(prompt_ids, table), dtype=torch.int32,
-                                           device=self.device), copy_before_early_return=early_copy)
+        p.prompt_meta.prepare(upload(torch.tensor(convert_mapping(prompt_ids, table), dtype=torch.int32),
+                                     self.device), copy_before_early_return=early_copy)
         self._last_mapping, self._last_slots_version = mapping, self.adapters.slots_changed
 
     def _set_dummy_mapping(self, num_tokens: int, num_reqs: int) -> None:
@@ -125,13 +126,13 @@ class ModelRunner:
     def _program_inputs(self, requests: list[Request], padded: int):
         ids, token_adapters, rows, row_adapters = self._layout(requests)
         n = len(ids)
-        self.input_ids[:n].copy_(torch.tensor(ids, dtype=torch.long))
+        write(self.input_ids[:n], torch.tensor(ids, dtype=torch.long))
         mapped = n if self.faults.padding_not_mapped else padded
         self.set_mapping(token_adapters + [0] * (mapped - n), row_adapters)
         return ids, token_adapters, rows, row_adapters
 
     def _finish(self, hidden, ids, token_adapters, rows, row_adapters, padded, graph_size=None):
-        idx = torch.tensor(rows, dtype=torch.long, device=self.device)
+        idx = upload(torch.tensor(rows, dtype=torch.long), self.device)
         logits = self.model.compute_logits(hidden, idx)
         return StepOutput(hidden[:len(ids)], logits, ids, token_adapters, rows, row_adapters,
                           padded, graph_size)

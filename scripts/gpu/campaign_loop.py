@@ -7,6 +7,7 @@ A clean runner is expected: a case with any violation (a crash included) stops t
 since its timings would not be a clean campaign's.
 Usage: PYTHONPATH=. python scripts/gpu/campaign_loop.py [--cases 100] [--warm 30]
        [--oracle shadow|none|default|NAME] [--seed 7] [--profile] [--procs 1 | --via-hub]
+       [--sched auto|spin|yield|blocking]  (the CUDA context's host-wait policy, scripts/gpu/contention.py)
        [--fault NAME]  (a planted fault of the reference runner: shows the stop at the first violation)
        (on a GPU if there is one, else on the CPU; FUZZRUNNER_DEVICE=cpu|cuda forces one)
 """
@@ -21,7 +22,10 @@ import sys
 import time
 
 
-def loop(n: int, oracle: str, seed: int, profile: bool, warm: int, faults: tuple = ()) -> dict:
+def loop(n: int, oracle: str, seed: int, profile: bool, warm: int, faults: tuple = (), sched: str = "auto") -> dict:
+    if os.environ.get("FUZZRUNNER_DEVICE") == "cuda":
+        from contention import set_sched
+        set_sched(sched)  # before torch makes the context
     from fuzzrunner import _env
     _env.configure()
     from hypothesis import HealthCheck, Phase, given, settings
@@ -163,6 +167,8 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--procs", type=int, default=1, help="this many loops at once, each its own process")
     ap.add_argument("--via-hub", action="store_true", help="run the cases in a worker process through a Hub")
+    ap.add_argument("--sched", choices=["auto", "spin", "yield", "blocking"], default="auto",
+                    help="the CUDA context's host-wait policy (CUDA's default: auto)")
     ap.add_argument("--fault", action="append", default=[], help="plant this reference_runner fault (the loop "
                     "then stops at its first violation; not with --via-hub)")
     args = ap.parse_args()
@@ -175,10 +181,12 @@ def main() -> None:
         print(json.dumps(via_hub(args.cases, args.oracle, args.seed, args.warm)), flush=True)
         return
     if args.procs == 1:
-        print(json.dumps(loop(args.cases, args.oracle, args.seed, args.profile, args.warm, tuple(args.fault))),
+        print(json.dumps(loop(args.cases, args.oracle, args.seed, args.profile, args.warm, tuple(args.fault),
+                              args.sched)),
               flush=True)
         return
-    cmd = [sys.executable, __file__, "--cases", str(args.cases), "--warm", str(args.warm), "--oracle", args.oracle]
+    cmd = [sys.executable, __file__, "--cases", str(args.cases), "--warm", str(args.warm), "--oracle", args.oracle,
+           "--sched", args.sched]
     cmd += [a for f in args.fault for a in ("--fault", f)]
     env = dict(os.environ, CAMPAIGN_LOOP_BARRIER="1")
     procs = [subprocess.Popen(cmd + ["--seed", str(args.seed + 100 * i)], stdin=subprocess.PIPE,

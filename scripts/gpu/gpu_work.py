@@ -6,7 +6,10 @@ and their summed time, copies and fills by kind, the host's calls that wait for 
 and blocking copies), and the host's wall time. With several processes sharing one GPU (a campaign's
 workers), the GPU's summed kernel time per case bounds the cases/s of all of them together, and each wait
 can sit behind the other processes' work.
-Usage: PYTHONPATH=. python scripts/gpu/gpu_work.py [--cases 20] [--seed 7] [--top 12]
+With ``--sites``, the same cases run again under ``torch.cuda.set_sync_debug_mode("warn")`` and each wait
+torch knows of (``.item()``, ``.cpu()``, a copy from pageable memory, ``unique``...) is counted at its
+innermost line outside torch: which waits are the runner's and which the tool's.
+Usage: PYTHONPATH=. python scripts/gpu/gpu_work.py [--cases 20] [--seed 7] [--top 12] [--sites]
 """
 
 from __future__ import annotations
@@ -63,11 +66,52 @@ def _print(mode: str, t: dict, wall: float, top: int) -> None:
         print(f"  {name:60} {c / n:7.1f}")
 
 
+def _sites(cases, target, oracles, top: int) -> None:
+    """Count each synchronising call at its innermost frame outside torch (per case)."""
+    import traceback
+    import warnings
+
+    import torch
+
+    from fuzzrunner.execute import run_case
+    here = os.sep + "torch" + os.sep
+    seen: collections.Counter = collections.Counter()
+
+    def note(message, category, filename, lineno, file=None, line=None) -> None:
+        if "synchroniz" not in str(message):  # torch's other warnings (one when the debug mode is set)
+            return
+        own = [f for f in traceback.extract_stack()[:-1] if here not in f.filename and "warnings" not in f.filename]
+        f = own[-1] if own else None
+        seen[f"{os.path.relpath(f.filename)}:{f.lineno} {f.name}" if f else "?"] += 1
+
+    torch.cuda.synchronize()
+    old = warnings.showwarning
+    warnings.showwarning = note
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = note
+            torch.cuda.set_sync_debug_mode("warn")
+            seen.clear()  # torch warns once per process as the mode is set (seen on an H200): not a case's
+            try:
+                for c in cases:
+                    run_case(c, target, oracles=oracles, device="cuda")
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    finally:
+        warnings.showwarning = old
+    n = len(cases)
+    print(f"  synchronising calls torch reports: {sum(seen.values()) / n:.1f} per case, by site:")
+    for site, c in seen.most_common(top):
+        print(f"  {c / n:7.1f}  {site}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=20)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--sites", action="store_true", help="count the waits by their line (sync debug mode)")
     args = ap.parse_args()
     os.environ.setdefault("FUZZRUNNER_DEVICE", "cuda")
     os.environ["FUZZRUNNER_SHADOW"] = "device"
@@ -97,6 +141,8 @@ def main() -> None:
             torch.cuda.synchronize()
             wall = time.perf_counter() - t
         _print(mode, _tally(prof, len(cases)), wall, args.top)
+        if args.sites:
+            _sites(cases, target, oracles, args.top + 8)
 
 
 if __name__ == "__main__":
