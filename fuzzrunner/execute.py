@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -52,7 +53,8 @@ class RunContext:
         self.outputs: dict = {}
         self._record: OpRecord | None = None
         self.op_index: int | None = None
-        self._pending: dict = {}  # id(host tensor) -> device, for outputs still being copied to the host
+        self._pending: list = []  # (host tensor, device) of outputs still being copied to the host
+        self.output_site: tuple[str, int] | None = None  # where the last such output was kept
 
     @contextmanager
     def op(self, index: int, op: dict):
@@ -88,15 +90,16 @@ class RunContext:
             t = tensor.detach()
             if t.device.type == "cuda":  # to pinned host memory, stream-ordered; the host waits once, at the
                 host = t.to("cpu", non_blocking=True)  # case's end (settle): on a GPU shared by several
-                self._pending[id(host)] = t.device      # processes each wait costs a switch of contexts
+                self._pending.append((host, t.device))  # processes each wait costs a switch of contexts
                 self._current().outputs[label] = host
+                self.output_site = _caller_outside_this_file()
             else:
                 self._current().outputs[label] = t.clone().cpu()
 
     def settle(self) -> None:
         """Wait for the outputs' copies to the host. Inside the case's run, so that a device fault that
         surfaces here is this case's crash (at its last op), never the next case's."""
-        for device in set(self._pending.values()):
+        for device in {d for _, d in self._pending}:
             torch.cuda.synchronize(device)
         self._pending.clear()
 
@@ -105,16 +108,33 @@ class RunContext:
         are dropped, so that no comparison reads host memory the copy never wrote."""
         if not self._pending:
             return
-        pending = set(self._pending)
+        pending = [h for h, _ in self._pending]
         try:
             self.settle()
         except Exception:  # noqa: BLE001 - the run's own error is already recorded
             self._pending.clear()
-            self.outputs = {k: v for k, v in self.outputs.items() if id(v) not in pending}
+            self.outputs = {k: v for k, v in self.outputs.items() if not any(v is h for h in pending)}
+
+
+def _caller_outside_this_file() -> tuple[str, int] | None:
+    """The file and line of the innermost caller outside execute.py (the target's ``ctx.output`` or
+    ``ctx.compare``)."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename == __file__:
+        f = f.f_back  # type: ignore[assignment]
+    return (f.f_code.co_filename, f.f_lineno) if f is not None else None
 
 
 class _StopCase(Exception):
     """Raised after the first op that showed a violation, when the run was asked to stop there."""
+
+
+class _AtSettle(Exception):
+    """A device error raised by ``RunContext.settle`` (the case's end), carried to the crash report."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
 
 
 _OWN = os.path.dirname(os.path.abspath(__file__))
@@ -139,6 +159,13 @@ def _versions() -> dict:
     return {"triton": version, "numpy": numpy.__version__, "torch": torch.__version__.split("+")[0]}
 
 
+def _device_fault(exc: BaseException) -> bool:
+    """A CUDA error: a kernel's fault, which surfaces at the next wait for the GPU whoever waits (an
+    oracle's read of a result included), so never the tool's own failure."""
+    text = str(exc)
+    return type(exc).__name__ == "AcceleratorError" or text.startswith("CUDA error") or "device-side assert" in text
+
+
 def _limitation(exc: BaseException, op_index: int | None) -> Violation | None:
     """The tool's own failure, if ``exc`` is one: an exception of Triton's interpreter machinery (not of
     the kernel's semantics: an assert, or Triton's language checks, are the kernel's), or one
@@ -147,7 +174,7 @@ def _limitation(exc: BaseException, op_index: int | None) -> Violation | None:
     while type(cause).__name__ == "InterpreterError" and cause.__cause__ is not None:  # nested launches wrap twice
         cause = cause.__cause__
         frames += traceback.extract_tb(cause.__traceback__)
-    if not frames or isinstance(cause, AssertionError):
+    if not frames or isinstance(cause, AssertionError) or _device_fault(cause):
         return None
     inner = frames[-1].filename
     if cause is not exc and any(s in inner for s in _INTERPRETER):
@@ -255,9 +282,19 @@ def _run_target(case: Case, target, device: str, oracles: list[Oracle], on_op, s
             target.run(case, ctx)
         except _StopCase:
             pass
-        ctx.settle()
+        try:
+            ctx.settle()
+        except Exception as exc:  # a device fault surfaced at the case's end: named where the last output was kept
+            raise _AtSettle(exc) from exc
     except InvalidCase:
         raise
+    except _AtSettle as at:
+        fault = at.error
+        record.error = f"{type(fault).__name__}: {fault}"
+        v = crash_violation(fault, ctx.op_index, getattr(target, "own_code", ()))
+        if ctx.output_site is not None:
+            v = replace(v, location=source_location(*ctx.output_site), site="")
+        record.violations.append(v)
     except SystemExit as exc:  # a target must not end the worker: that would read as a crash of the runner
         record.error = f"SystemExit: {exc.code}"
         record.violations.append(crash_violation(exc, ctx.op_index, getattr(target, "own_code", ())))

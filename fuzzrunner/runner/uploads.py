@@ -6,7 +6,7 @@ synchronises after it). vLLM stages its inputs and mapping in pinned buffers and
 stream, so every later op on it sees the values; the pinned block is not reused before its copy ran
 (torch's host allocator records the copy). On an H200 these uploads were 34 of a reference_runner case's
 49 waits, and with several processes on one GPU each wait costs a switch between their contexts
-(``scripts/gpu/contention.py``). On other devices both are a plain copy.
+(``scripts/gpu/contention.py``). On other devices ``values.to(device)`` and ``dst.copy_(values)``.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import time
 
 
 def loop(n: int, oracle: str, seed: int, profile: bool, warm: int, faults: tuple = (), sched: str = "auto") -> dict:
-    if os.environ.get("FUZZRUNNER_DEVICE") == "cuda":
+    if sched != "auto":
         from contention import set_sched
         set_sched(sched)  # before torch makes the context
     from fuzzrunner import _env
@@ -174,8 +174,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.cases < 1 or args.warm < 0 or args.procs < 1:
         ap.error("--cases and --procs must be at least 1, --warm at least 0")
-    if args.via_hub and (args.procs != 1 or args.profile or args.fault):
-        ap.error("--via-hub runs one worker, clean and not profiled: drop --procs, --profile and --fault")
+    if args.via_hub and (args.procs != 1 or args.profile or args.fault or args.sched != "auto"):
+        ap.error("--via-hub runs one worker, clean and not profiled: drop --procs, --profile, --fault and --sched")
     _arguments(args.oracle, args.fault)
     if args.via_hub:
         print(json.dumps(via_hub(args.cases, args.oracle, args.seed, args.warm)), flush=True)

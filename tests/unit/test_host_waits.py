@@ -14,11 +14,13 @@ import warnings
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+import fuzzrunner
 from fuzzrunner.case import Case
-from fuzzrunner.execute import RunContext, run_case
+from fuzzrunner.execute import RunContext, _caller_outside_this_file, _limitation, crash_violation, run_case
 from fuzzrunner.runner.uploads import upload, write
-from fuzzrunner.target import load_target
+from fuzzrunner.target import Target, load_target
 
 
 def test_upload_and_write_give_the_values_on_the_device(device):
@@ -39,7 +41,7 @@ def test_a_failed_runs_outputs_whose_copies_never_landed_are_dropped(monkeypatch
     ctx = RunContext(Case("reference_runner", {}, ()), "cpu", [])
     kept, pending = torch.ones(2), torch.full((2,), 3.0)
     ctx.outputs = {(0, "step", "hidden"): kept, (1, "step", "hidden"): pending}
-    ctx._pending[id(pending)] = torch.device("cuda", 0)
+    ctx._pending.append((pending, torch.device("cuda", 0)))
 
     def broken(_device):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -55,11 +57,72 @@ def test_settled_outputs_are_all_kept(monkeypatch):
     ctx = RunContext(Case("reference_runner", {}, ()), "cpu", [])
     out = torch.ones(2)
     ctx.outputs = {(0, "step", "hidden"): out}
-    ctx._pending[id(out)] = torch.device("cuda", 0)
+    ctx._pending.append((out, torch.device("cuda", 0)))
     waited = []
     monkeypatch.setattr(torch.cuda, "synchronize", waited.append)
     ctx.drop_unsettled()
     assert waited == [torch.device("cuda", 0)] and list(ctx.outputs) == [(0, "step", "hidden")]
+
+
+KEPT: list = []
+
+
+def _keep_gpu_outputs(case, ctx):
+    """Two ops, each keeping an output as a GPU tensor does: copied without a wait, pending until the case
+    settles (a CPU tensor stands in for it)."""
+    KEPT.clear()
+    for i, op in enumerate(case.ops):
+        with ctx.op(i, op):
+            ctx.output("y", torch.full((2,), float(i)))
+            host = ctx._current().outputs["y"]
+            ctx._pending.append((host, torch.device("cuda", 0)))
+            ctx.output_site = _caller_outside_this_file()
+            KEPT.append(host)
+
+
+KEEPER = Target("keeper", "keeps outputs the way a GPU run does",
+                lambda faults=(), *, max_ops=4: st.just(Case("keeper", {}, ())), _keep_gpu_outputs)
+
+
+def test_a_case_waits_for_its_outputs_once_at_its_end(monkeypatch):
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", waited.append)
+    ops = ({"op": "a"}, {"op": "b"})
+    assert run_case(Case("keeper", {}, ops), KEEPER, oracles=[], device="cpu") == []
+    assert waited == [torch.device("cuda", 0)]  # once, for both outputs
+
+
+def test_a_device_fault_at_the_cases_end_is_its_crash_where_it_kept_its_last_output(monkeypatch):
+    """The fault surfaces while the case waits for its outputs: a crash of this case at its last op,
+    located at the target's line that kept the output (not in torch), never the next case's."""
+    from fuzzrunner.execute import _one_run
+
+    def broken(_device):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", broken)
+    record = _one_run(Case("keeper", {}, ({"op": "a"}, {"op": "b"})), KEEPER, "cpu", [], None)
+    (v,) = record.violations
+    assert (v.tool, v.kind, v.details["op_index"]) == ("python", "crash", 1)
+    assert v.site.endswith("test_host_waits.py::_keep_gpu_outputs") and "illegal memory access" in v.message
+    assert record.outputs == {}  # neither copy can be known to have landed
+
+
+def test_a_device_fault_surfacing_in_an_oracles_read_is_the_runners_crash_not_the_tools():
+    """A kernel's fault surfaces at the next wait, whoever waits: when that is an oracle reading a
+    result, it is still a crash, not a tool-limitation; the oracle's own errors stay the tool's."""
+    code = compile("def read(e):\n    raise e\n", os.path.join(os.path.dirname(fuzzrunner.__file__), "oracles",
+                                                               "numeric.py"), "exec")
+    space: dict = {}
+    exec(code, space)
+    for error, tool_limit in ((RuntimeError("CUDA error: an illegal memory access was encountered"), False),
+                              (RuntimeError("device-side assert triggered"), False),
+                              (KeyError("the oracle's own bug"), True)):
+        try:
+            space["read"](error)
+        except Exception as exc:  # noqa: BLE001
+            assert (_limitation(exc, 0) is not None) == tool_limit, error
+            assert (crash_violation(exc, 0, ()).kind == "tool-limitation") == tool_limit
 
 
 def _waits(fn) -> dict:
@@ -89,20 +152,27 @@ def _waits(fn) -> dict:
 
 
 @pytest.mark.gpu
-def test_upload_and_write_do_not_wait(device):
+def test_upload_and_write_do_not_wait(device, monkeypatch):
     if device != "cuda":
         pytest.skip("FUZZRUNNER_DEVICE is not cuda")
     d = torch.device(device)
     dst = torch.zeros(12, dtype=torch.int32, device=d)
     seen = _waits(lambda: (upload(torch.arange(10), d), write(dst[:10], torch.arange(10, dtype=torch.int32))))
     assert seen == {}
+    pinned = []  # the copies start from pinned memory (a non_blocking copy from pageable memory still waits,
+    real = torch.Tensor.pin_memory  # and the sync debug mode does not say so)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t, *a: pinned.append(t) or real(t, *a))
+    upload(torch.arange(3), d)
+    write(dst[:3], torch.arange(3, dtype=torch.int32))
+    assert len(pinned) == 2
     assert _waits(lambda: dst[:3].copy_(torch.arange(3, dtype=torch.int32))), "the check sees a pageable copy"
 
 
 @pytest.mark.gpu
 def test_a_reference_runner_case_waits_only_where_vllm_does(device):
     """A plain case waits in the mapping's preparation alone (``torch.all`` read on the host and
-    ``torch.unique``, as vLLM's ``LoRAKernelMeta.prepare_tensors`` does) and once at its end."""
+    ``torch.unique``, as vLLM's ``LoRAKernelMeta.prepare_tensors`` does); its wait at the end
+    (``torch.cuda.synchronize``) is one the sync debug mode does not count."""
     if device != "cuda":
         pytest.skip("FUZZRUNNER_DEVICE is not cuda")
     target = load_target("reference_runner")
