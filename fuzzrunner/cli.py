@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("fuzz", help="fuzz one target", formatter_class=_Help,
                        epilog="example:\n  fuzzrunner fuzz --target reference_runner --fault dummy_run_skips_mapping "
-                              "--max-examples 300 --seed 1 --report r.json")
+                              "--max-examples 20 --seed 1 --report r.json")
     f.add_argument("--target", required=True,
                    help="a built-in name (see `fuzzrunner targets`), FILE.py:OBJ or package.module:OBJ")
     f.add_argument("--fault", action="append", default=[], metavar="NAME",
