@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -189,26 +188,12 @@ def main() -> None:
            "--sched", args.sched]
     cmd += [a for f in args.fault for a in ("--fault", f)]
     env = dict(os.environ, CAMPAIGN_LOOP_BARRIER="1")
-    procs = [subprocess.Popen(cmd + ["--seed", str(args.seed + 100 * i)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env) for i in range(args.procs)]
-    try:
-        for i, p in enumerate(procs):
-            assert p.stdout is not None
-            if p.stdout.readline().strip() != "warm":
-                raise SystemExit(f"campaign_loop: process {i} stopped while warming up (exit {p.wait()})")
-        for p in procs:
-            assert p.stdin is not None
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        outs = [p.communicate()[0] for p in procs]
-    finally:
-        for p in procs:  # one stopped: the others are not left running with nobody reading them
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    failed = [i for i, p in enumerate(procs) if p.returncode]
+    from contention import run_together
+    ran = run_together([cmd + ["--seed", str(args.seed + 100 * i)] for i in range(args.procs)], "campaign_loop", env)
+    failed = [i for i, (_, rc) in enumerate(ran) if rc]
     if failed:
         raise SystemExit(f"campaign_loop: process(es) {failed} failed (see above): no total")
+    outs = [o for o, _ in ran]
     rows = [json.loads(o.strip().splitlines()[-1]) for o in outs]
     print(json.dumps({"procs": args.procs, "cases": sum(r["cases"] for r in rows),
                       "cases_per_s": round(sum(r["cases_per_s"] for r in rows), 2),

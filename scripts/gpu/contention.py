@@ -72,26 +72,32 @@ def worker(workload: str, seconds: float, kernels: int, host_us: float, sched: s
     print(json.dumps({"its_per_s": n / (time.perf_counter() - t0)}), flush=True)
 
 
-def together(procs: int, args: argparse.Namespace, workload: str) -> float:
-    cmd = [sys.executable, __file__, "--worker", workload, "--seconds", str(args.seconds), "--kernels",
-           str(args.kernels), "--host-us", str(args.host_us), "--sched", args.sched]
-    ps = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(procs)]
+def run_together(cmds: list[list[str]], what: str, env: dict | None = None) -> list:
+    """Start every command, wait until each has printed "warm", then let them all go at once (a line on
+    their stdin); their outputs, or SystemExit when one stopped while warming up. None is left running."""
+    ps = [subprocess.Popen(c, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env) for c in cmds]
     try:
-        for p in ps:
+        for i, p in enumerate(ps):
             assert p.stdout is not None
             if p.stdout.readline().strip() != "warm":
-                raise SystemExit(f"contention: a {workload} process stopped while warming up (exit {p.wait()})")
+                raise SystemExit(f"{what}: process {i} stopped while warming up (exit {p.wait()})")
         for p in ps:
             assert p.stdin is not None
             p.stdin.write("go\n")
             p.stdin.flush()
-        outs = [p.communicate()[0] for p in ps]
+        return [(p.communicate()[0], p.returncode) for p in ps]
     finally:
-        for p in ps:
+        for p in ps:  # one stopped: the others are not left running with nobody reading them
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    return sum(json.loads(o.strip().splitlines()[-1])["its_per_s"] for o in outs)
+
+
+def together(procs: int, args: argparse.Namespace, workload: str) -> float:
+    cmd = [sys.executable, __file__, "--worker", workload, "--seconds", str(args.seconds), "--kernels",
+           str(args.kernels), "--host-us", str(args.host_us), "--sched", args.sched]
+    outs = run_together([cmd] * procs, f"contention ({workload})")
+    return sum(json.loads(o.strip().splitlines()[-1])["its_per_s"] for o, _ in outs)
 
 
 def main() -> None:

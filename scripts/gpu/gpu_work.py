@@ -85,21 +85,16 @@ def _sites(cases, target, oracles, top: int) -> None:
         seen[f"{os.path.relpath(f.filename)}:{f.lineno} {f.name}" if f else "?"] += 1
 
     torch.cuda.synchronize()
-    old = warnings.showwarning
-    warnings.showwarning = note
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("always")
-            warnings.showwarning = note
-            torch.cuda.set_sync_debug_mode("warn")
-            seen.clear()  # torch warns once per process as the mode is set (seen on an H200): not a case's
-            try:
-                for c in cases:
-                    run_case(c, target, oracles=oracles, device="cuda")
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-    finally:
-        warnings.showwarning = old
+    with warnings.catch_warnings():  # (restores showwarning too)
+        warnings.simplefilter("always")
+        warnings.showwarning = note
+        torch.cuda.set_sync_debug_mode("warn")
+        seen.clear()  # torch warns once per process as the mode is set (seen on an H200): not a case's
+        try:
+            for c in cases:
+                run_case(c, target, oracles=oracles, device="cuda")
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
     n = len(cases)
     print(f"  synchronising calls torch reports: {sum(seen.values()) / n:.1f} per case, by site:")
     for site, c in seen.most_common(top):
