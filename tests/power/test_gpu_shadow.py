@@ -87,6 +87,25 @@ def test_device_mode_finds_the_memory_faults_on_the_gpu(fault):
     _faults_found("cuda", fault)
 
 
+@pytest.mark.gpu
+def test_a_case_gives_the_same_reports_in_every_run(monkeypatch):
+    """A kernel's programs race to append their bad reads to the ring: still, every run of a case reports
+    the same bad reads, with the same element and program id first, as the CPU oracle's interpreter meets
+    them (``DeviceShadow.ring_entries``). The dummy run reads several unwritten entries, in several programs."""
+    monkeypatch.setenv("FUZZRUNNER_SHADOW", "device")
+    ops, _ = MEMORY_FAULTS["dummy_run_skips_mapping"]
+    case = Case("reference_runner", CFG, ops + [ADD, {"op": "step", "requests": [{"adapter_id": 1, "tokens": [4, 5]}]}],
+                ["dummy_run_skips_mapping"])
+
+    def reports() -> list:
+        return [(v.kind, v.tensor, v.kernel, v.location, v.message, v.details.get("op_index"))
+                for v in replay(case, oracles=["shadow"], device="cuda")]
+
+    first = reports()
+    assert len({r[1] for r in first}) > 1, first
+    assert [reports() for _ in range(5)] == [first] * 5
+
+
 # Replays of real CUDA graphs (the dummy-run bug class): what the CPU oracle reports for the replay ops of
 # these cases (its graphs are emulated: the body re-runs), the device mode must report from the replays.
 ADD = {"op": "add_adapter", "adapter_id": 1, "rank": 4}

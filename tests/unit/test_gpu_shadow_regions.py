@@ -76,6 +76,30 @@ def test_a_table_made_during_a_capture_is_never_reused():
     assert shadow.table(args, "k", "k.py", True)[2] == eager[0]  # filled already: a capture may use it
 
 
+def test_ring_entries_come_back_in_the_order_the_cpu_oracle_reads_them():
+    """Racing programs append to the ring in any order: the entries are read back by launch, program id
+    (x, y, z, as Triton's interpreter runs them), line and element, so a case's first report of a bad
+    read is the same in every run (and the CPU oracle's)."""
+    import random
+
+    from fuzzrunner.oracles.shadow.gpu import device_checks as dc
+    from fuzzrunner.oracles.shadow.gpu.regions import HEAD
+    shadow = DeviceShadow("cpu")
+    want = [[dc.UNINIT, dc.READ, 0, elem, x, y, z, line, 0, launch]
+            for launch in (3, 4) for x in range(2) for y in range(2) for z in range(2) for line in (30, 31)
+            for elem in (1, 0)][:HEAD // dc.WORDS]
+    want.sort(key=lambda e: (e[9], e[4], e[5], e[6], e[7], e[3]))
+    raced = want[:]
+    random.Random(5).shuffle(raced)
+    assert raced != want
+    for i, (_, _, reg, elem, x, y, z, line, wep, launch) in enumerate(raced):
+        w0 = dc.UNINIT | (dc.READ << 2) | (reg << 4) | (line << 20)
+        words = [w0, x | (y << 31) | (z << 47), elem, wep | (launch << 32)]
+        shadow.ring[1 + i * dc.WORDS:1 + (i + 1) * dc.WORDS] = torch.tensor(words)
+    shadow.ring[0] = len(raced)
+    assert shadow.ring_entries(shadow.ring[:HEAD].clone()) == want
+
+
 @pytest.mark.parametrize("kept", [0, 3, 8, 9, 40])
 def test_ring_entries_beyond_the_head_read_back_are_fetched_and_the_ring_emptied(kept):
     """Each op reads back the ring's head only (its counter and first entries): an op that kept more

@@ -324,11 +324,22 @@ class DeviceShadow:
     def ring_entries(self, head: torch.Tensor) -> list[list[int]]:
         """The entries kept in the ring, from ``head`` (its first ``HEAD`` words, read back with the op's
         one synchronisation; the rest is read only when more entries were kept than it holds); the
-        device ring is emptied for the next op when it held any."""
+        device ring is emptied for the next op when it held any.
+        In the order the CPU oracle meets the same reads, whatever order the GPU's programs wrote them
+        in (their atomic appends race): by launch, program id (x, then y, then z, as Triton's interpreter
+        runs them), kernel line, element. So the first report of a bad read (``ViolationLog`` keeps it,
+        with a count) is the same in every run of a case; only past ``CAP`` entries in one op does which
+        are kept depend on the race."""
         count = int(head[0])
         if not count:
             return []
         n = min(count, CAP)
         words = head if 1 + n * dc.WORDS <= head.numel() else self.ring[:1 + n * dc.WORDS].cpu()
         self.ring[0:1].zero_()
-        return [dc.unpack(w) for w in words[1:1 + n * dc.WORDS].view(n, dc.WORDS).tolist()]
+        entries = [dc.unpack(w) for w in words[1:1 + n * dc.WORDS].view(n, dc.WORDS).tolist()]
+        return sorted(entries, key=_program_order)
+
+
+def _program_order(e: list) -> tuple:
+    """A ring entry's place among the reads of its op (``FIELDS``): launch, program id x, y, z, line, element."""
+    return e[9], e[4], e[5], e[6], e[7], e[3]
