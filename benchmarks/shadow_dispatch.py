@@ -3,7 +3,7 @@
 Columns: ``none`` (no oracle, no mode), ``bare mode`` (a ``TorchDispatchMode`` that only runs the op: the
 floor any Python dispatch mode pays, torch's Dynamo-disabling wrapper of its dispatch included), the CPU
 oracle, the device mode (fuzzrunner/oracles/shadow/gpu/), and ``torch's wrap``: the device mode with that
-wrapper (which it now does without, ``torch_mode._dynamo_hooks``).
+wrapper (which it now does without, ``oracles/dynamo_free.py``).
 On a GPU, a reference_runner case issues about 1,500 torch ops (an H200 profile: 14,938 dispatches in 10
 cases), and the device mode's per-case cost is mostly this Python per op, so these rows are what bound
 its per-case ratio there. Rows, each a loop of small ops among
@@ -81,7 +81,7 @@ class _Bare:
 
 def _wrapped_device_mode():
     """The device mode with torch's own Dynamo-disabling wrapper around its dispatch (as before it skipped
-    Dynamo itself, torch_mode._dynamo_hooks): what that wrapper costs per op."""
+    Dynamo itself, oracles/dynamo_free.py): what that wrapper costs per op."""
     from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
     from fuzzrunner.oracles.shadow.gpu.torch_mode import DeviceTorchMode
 

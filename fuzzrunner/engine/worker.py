@@ -157,9 +157,8 @@ def _set_up(sock: socket.socket, start: protocol.WorkerEnv):
         device = start.device
         import torch
 
-        # The oracles' dispatch and function modes make torch import torch._dynamo at the first
-        # op (~2 s): pay it here, so a warm spare's first case runs at full speed.
-        import torch._dynamo  # noqa: F401
+        # (torch._dynamo is not imported: no oracle needs it (oracles/dynamo_free.py), and it costs
+        # seconds; a target that compiles imports it at its own import, in the zygote)
         if device == "cuda":
             torch.cuda.init()
     except BaseException as e:  # noqa: B036 - SystemExit at import is a broken harness too

@@ -42,7 +42,6 @@ def _preload() -> str | None:
         from ..target import load_target
         load_target(protocol.WorkerEnv.read().target)
         import torch
-        import torch._dynamo  # noqa: F401 - see worker._set_up
 
         from . import worker  # noqa: F401
         if torch.cuda.is_initialized():

@@ -18,11 +18,11 @@ import math
 from dataclasses import dataclass
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import tracking
 from ..violation import Violation
 from .base import Oracle, RunRecord
+from .dynamo_free import DynamoFreeMode
 from .shadow.torch_effects import EMPTY_OPS, classify
 
 
@@ -46,12 +46,12 @@ def fill(t: torch.Tensor, p: Pattern) -> None:
             t.fill_(p.int_value)
 
 
-class _FillEmpties(TorchDispatchMode):
+class _FillEmpties(DynamoFreeMode):
     def __init__(self, poison: PoisonFill):
         super().__init__()
         self.poison = poison
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def _dispatch(self, func, types, args=(), kwargs=None):  # (DynamoFreeMode.__torch_dispatch__ calls it)
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if tracking.is_quiet():

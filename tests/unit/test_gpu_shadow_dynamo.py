@@ -1,4 +1,4 @@
-"""The device mode keeps Dynamo out of its dispatch itself (``torch_mode._dynamo_hooks``): torch does not
+"""The device mode keeps Dynamo out of its dispatch itself (``oracles/dynamo_free.py``): torch does not
 wrap its ``__torch_dispatch__``; an op reached while a Dynamo callback is set (code a compiled region
 calls through a non-recursive ``torch.compiler.disable``) goes through torch's disabling wrapper, and is
 checked as any other."""
@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from fuzzrunner import tracking
+from fuzzrunner.oracles import dynamo_free
 from fuzzrunner.oracles.shadow.gpu import torch_mode as tm
 from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
 
-pytestmark = pytest.mark.skipif(tm._DYNAMO is None, reason="this torch lacks Dynamo's C hooks: torch wraps the mode")
+pytestmark = pytest.mark.skipif(dynamo_free.HOOKS is None, reason="this torch lacks Dynamo's C hooks: torch wraps the mode")
 
 
 def test_torch_does_not_wrap_the_device_modes_dispatch():
@@ -35,7 +36,7 @@ def test_an_op_under_a_dynamo_callback_goes_through_torchs_wrapper_and_is_checke
             return wrapped(*args, **kwargs)
         return call
     monkeypatch.setattr(torch, "_disable_dynamo", spy)
-    monkeypatch.setattr(tm, "_DISABLED", {})
+    monkeypatch.setattr(dynamo_free, "_DISABLED", {})
 
     @torch.compiler.disable(recursive=False)
     def helper(t):

@@ -15,10 +15,18 @@ code, which no hook could see) are not used inside it. The stance is restored at
 
 Where torch has no ``force_backend`` stance, or the user set a stance of their own, compiled
 regions run eagerly (as before) and one warning says so.
+
+Until something imports ``torch._dynamo`` nothing can be compiled, and importing it costs seconds (a
+worker's start-up would pay them for nothing): while it is not loaded, ``install`` only watches for
+its import (a finder on ``sys.meta_path``) and sets the stance as soon as that import has run, so a
+``torch.compile`` first called inside a case is seen as one called before it.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
+import sys
 import warnings
 
 _visible = 0  # oracles active with the eager stance: the shadow mode may let Dynamo compile
@@ -32,9 +40,17 @@ def visible() -> bool:
 class CompiledRegions:
     def __init__(self):
         self._prior = None
+        self._waiting: _AfterImport | None = None  # watching for Dynamo's import (not loaded at install)
 
     def install(self) -> None:
+        if "torch._dynamo" not in sys.modules:
+            self._waiting = _AfterImport("torch._dynamo", self._set_stance)
+            return
+        self._set_stance()
+
+    def _set_stance(self) -> None:
         global _visible
+        self._waiting = None
         try:
             from torch._dynamo import eval_frame as ef
             prior = ef._stance
@@ -48,12 +64,55 @@ class CompiledRegions:
 
     def uninstall(self) -> None:
         global _visible
+        if self._waiting is not None:  # Dynamo was never imported: nothing to restore
+            self._waiting.remove()
+            self._waiting = None
         if self._prior is None:
             return
         from torch._dynamo import eval_frame as ef
         ef._set_stance(self._prior)
         self._prior = None
         _visible -= 1
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``then()`` once the module ``name`` has been imported (its body run), on whichever thread
+    imports it; removed from ``sys.meta_path`` at that import or by ``remove``."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+        sys.meta_path.insert(0, self)
+
+    def remove(self) -> None:
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        self.remove()
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ThenLoader(spec.loader, self.then)
+        return spec
+
+
+class _ThenLoader(importlib.abc.Loader):
+    def __init__(self, loader, then):
+        self.loader, self.then = loader, then
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        module.__loader__ = module.__spec__.loader = self.loader  # the module keeps its own loader
+        self.loader.exec_module(module)
+        try:
+            self.then()
+        except Exception as exc:  # noqa: BLE001 - never the import's failure: compiled regions run eagerly
+            _warn_once(exc)
 
 
 _warned = False

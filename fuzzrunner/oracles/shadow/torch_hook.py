@@ -19,8 +19,9 @@ interpreter hook at its own line, the more precise report of the same read.
 from __future__ import annotations
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
+from torch.utils._python_dispatch import _pop_mode, _push_mode
 
+from ..dynamo_free import DynamoFreeMode
 from . import compiled
 from . import torch_effects as fx
 from .torch_effects import EMPTY_OPS, NO_READ, WRITE_ONLY, addresses, classify, element_offsets  # noqa: F401
@@ -50,7 +51,7 @@ def _capturing(t: torch.Tensor) -> bool:
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
-class TorchShadowMode(TorchDispatchMode):
+class TorchShadowMode(DynamoFreeMode):
     """Calls the checker's ``torch_read`` / ``torch_write`` / ``torch_alloc`` / ``torch_oob``."""
 
     def __init__(self, checker):
@@ -62,7 +63,7 @@ class TorchShadowMode(TorchDispatchMode):
         """Let Dynamo compile (and see the compiled graph's ops) while the eager stance holds."""
         return compiled.visible()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def _dispatch(self, func, types, args=(), kwargs=None):  # (DynamoFreeMode.__torch_dispatch__ calls it)
         kwargs = kwargs or {}
         c = self.checker
         if c.paused():

@@ -20,6 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack as _mode_stack
 from torch.utils._python_dispatch import _len_torch_dispatch_stack as _len_stack
 
+from ...dynamo_free import HOOKS, DynamoFreeMode, disabled
 from .. import compiled
 from .. import torch_effects as fx
 from ..locations import caller_line
@@ -145,31 +146,10 @@ def _no_read_reportable(oracle, regions: list) -> bool:
     return oracle.all_clean(regions) and not (oracle.cuda and _STREAM_CAPTURING())
 
 
-def _dynamo_hooks():
-    """``(get_eval_frame_callback, skip)`` from Dynamo's C module, where this torch has them; else None.
-
-    torch wraps a dispatch mode's ``__torch_dispatch__`` in a Dynamo-disabling wrapper, so that a
-    compiled region running Python (a graph break) never traces into the mode: about 5 us of every op's
-    ~38 us under the mode (an H200 profile). With these hooks the mode does it itself, for less: its
-    ``__torch_dispatch__`` frame is one Dynamo always runs as it is (``skip``), and while a Dynamo
-    callback is set it goes through torch's wrapper after all (``_DISABLED``); otherwise it runs as it is."""
-    try:
-        from torch._C._dynamo import eval_frame as ef
-        strategy = ef._FrameExecStrategy(ef._FrameAction.SKIP, ef._FrameAction.DEFAULT)
-        set_strategy, callback = ef.set_code_exec_strategy, ef.get_eval_frame_callback
-    except (ImportError, AttributeError, TypeError):
-        return None
-
-    def skip(code) -> None:
-        set_strategy(code, strategy)
-    return callback, skip
+_HOOKS = HOOKS  # (read inline by the dispatch: the check costs no call)
 
 
-_DYNAMO = _dynamo_hooks()
-_DISABLED: dict = {}  # per mode class: torch's Dynamo-disabling wrapper of its dispatch, made at its first need
-
-
-class DeviceTorchMode(TorchDispatchMode):
+class DeviceTorchMode(DynamoFreeMode):
     """Calls the oracle's ``regions``, ``log_read``, ``log_oob`` and ``allocated``."""
 
     def __init__(self, oracle):
@@ -190,25 +170,9 @@ class DeviceTorchMode(TorchDispatchMode):
         """Let Dynamo compile (and this mode see the compiled graph's ops) while the eager stance holds."""
         return compiled.visible()
 
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        """Whether torch must wrap ``__torch_dispatch__`` to skip Dynamo: only where ``_dynamo_hooks`` are
-        missing (the mode skips it itself, see there)."""
-        return _DYNAMO is None
-
-    @staticmethod
-    def skip_dynamo() -> None:
-        """Mark ``__torch_dispatch__`` as a frame Dynamo runs as it is (at import, and again at each
-        oracle start: cheap, and nothing can leave it unmarked for a case)."""
-        if _DYNAMO is not None:
-            _DYNAMO[1](DeviceTorchMode.__dict__["__torch_dispatch__"].__code__)
-
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if _DYNAMO is not None and _DYNAMO[0]() is not None:  # a Dynamo callback is set: keep Dynamo out
-            cls = type(self)
-            if cls not in _DISABLED:
-                _DISABLED[cls] = torch._disable_dynamo(cls._dispatch, recursive=True)
-            return _DISABLED[cls](self, func, types, args, kwargs)
+        if _HOOKS is not None and _HOOKS[0]() is not None:  # a Dynamo callback is set: keep Dynamo out (dynamo_free.py)
+            return disabled(type(self))(self, func, types, args, kwargs)
         op = _OPS.get(func) or _op(func)
         if op.passthrough:  # (as _dispatch: one Python frame fewer for a third of the ops)
             return func(*args, **kwargs) if kwargs else func(*args)
@@ -512,4 +476,3 @@ class DeviceTorchMode(TorchDispatchMode):
             o.allocated(t, st, op.empty, where)
 
 
-DeviceTorchMode.skip_dynamo()
