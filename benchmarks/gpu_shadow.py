@@ -233,7 +233,9 @@ def _campaign(device: str, oracle: str | None, workers: int, budget: int, seed: 
     shards = run["settings"].get("workers") or workers  # a one-worker GPU campaign runs its pre-check's shards
     busy = run.get("worker_s", 0.0) / max(run["duration_s"] * shards, 1e-9)
     unchecked = sum(c.get("count", 1) for c in run.get("tool_limitations", []))
+    first = line[0][0] if run.get("timeline") else run["duration_s"]  # when the first case ended
     return {"examples": run["examples"], "s": run["duration_s"], "findings": len(run["findings"]), "steady": steady,
+            "first": first,
             "unchecked": unchecked,
             "busy": busy, "compiles": _cache_entries() - before,
             "restarts": run["worker_restarts"] + run.get("worker_recycles", 0)}
@@ -255,13 +257,16 @@ def _warm_up(workers: int, seconds: int, seed: int) -> None:
 
 
 def _campaign_rows(workers: list[int], budget: int, seed: int, warm_s: int) -> None:
-    print(f"\ncampaigns: reference_runner, {budget} s budget, seed {seed}, {os.cpu_count()} CPUs; busy: the workers' "
+    print(f"\ncampaigns: reference_runner, {budget} s budget, seed {seed}, {os.cpu_count()} CPUs; 1st at: s from the "
+          f"shards' search start to their first case's end (the workers' start-up: zygote imports, CUDA; the shards' own "
+          f"imports come before, within s); "
+          f"busy: the workers' "
           f"share of the time on cases (worker_s);\ncompiled: kernels the campaign added to Triton's cache; "
           f"restarts: workers started again (deaths and memory recycles); unchecked: the report's tool-limitation "
           f"counts summed (kernels run unchecked, and any other limit; a clean runner should show 0)", flush=True)
     _warm_up(max(workers), warm_s, seed)
-    print(f"{'campaign':38} {'cases':>7} {'s':>6} {'cases/s':>8} {'2nd half':>9} {'busy':>5} {'compiled':>9} "
-          f"{'restarts':>9} {'findings':>9} {'unchecked':>9}")
+    print(f"{'campaign':38} {'cases':>7} {'s':>6} {'1st at':>6} {'cases/s':>8} {'2nd half':>9} {'busy':>5} "
+          f"{'compiled':>9} {'restarts':>9} {'findings':>9} {'unchecked':>9}")
     for w in workers:
         rates, steady = {}, {}
         for label, device, oracle in (("cuda, default oracles", "cuda", None),
@@ -273,7 +278,8 @@ def _campaign_rows(workers: list[int], budget: int, seed: int, warm_s: int) -> N
                 print(f"{label:38} failed: {r['error']}", flush=True)
                 continue
             rates[device + str(oracle)], steady[device + str(oracle)] = r["examples"] / r["s"], r["steady"]
-            print(f"{label:38} {r['examples']:7} {r['s']:6.1f} {r['examples'] / r['s']:8.2f} {r['steady']:9.2f} "
+            print(f"{label:38} {r['examples']:7} {r['s']:6.1f} {r['first']:6.1f} {r['examples'] / r['s']:8.2f} "
+                  f"{r['steady']:9.2f} "
                   f"{100 * r['busy']:4.0f}% {r['compiles']:9} {r['restarts']:9} {r['findings']:9} "
                   f"{r['unchecked']:9}", flush=True)
         g, c = "cudashadow", "cpushadow"

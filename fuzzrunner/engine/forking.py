@@ -25,9 +25,14 @@ REPLY_TIMEOUT_S = 30.0  # a fork, or the status of a child known to be gone
 
 class Zygote:
     """One zygote process started with a worker's ``env``, its socket and log in ``directory``
-    (removed at ``close``), shared by one hub's workers."""
+    (removed at ``close``), shared by one hub's workers.
 
-    def __init__(self, env: dict, directory: str, startup_timeout_s: float):
+    ``wait=False``: return as soon as the process is started; the hand-shake (its imports done) is
+    waited for at the first ``fork``, within ``startup_timeout_s`` of the start, and a zygote that
+    cannot serve raises ``HarnessError`` there (as the constructor does with ``wait=True``)."""
+
+    def __init__(self, env: dict, directory: str, startup_timeout_s: float, *, wait: bool = True):
+        self.env = env
         self.directory, self.path = directory, os.path.join(directory, "z")
         self.sock: socket.socket | None = None
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -41,14 +46,23 @@ class Zygote:
             self.proc = subprocess.Popen([sys.executable, "-m", "fuzzrunner.engine.zygote"],
                                          env=dict(env, **control), stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self._deadline: float | None = time.monotonic() + startup_timeout_s  # until the hand-shake
+        if wait:
+            self._ready()
+
+    def _ready(self) -> None:
+        """The hand-shake, if still due (under the lock, or in the constructor)."""
+        if self._deadline is None:
+            return
+        deadline, self._deadline = self._deadline, None
         try:
-            self.sock = self._hand_shake(startup_timeout_s)
+            self.sock = self._hand_shake(deadline - time.monotonic())
         except BaseException:
-            self.close()
+            self._close()
             raise
 
     def _hand_shake(self, timeout_s: float) -> socket.socket:
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + max(timeout_s, 0.0)
         conn = protocol.accept(self.server, self.proc, deadline)
         if conn is None:
             raise HarnessError("the zygote did not start")
@@ -68,6 +82,7 @@ class Zygote:
 
     def fork(self, socket_path: str, log_path: str) -> ForkedProcess:
         with self._lock:
+            self._ready()
             if self.sock is None:
                 raise HarnessError("the zygote is closed")
             try:
@@ -106,20 +121,25 @@ class Zygote:
     def close(self) -> None:
         """End the zygote (its children die with it: close the hub's workers first)."""
         with self._lock:
-            sock, self.sock = self.sock, None
-            if sock is not None and self.proc.poll() is None:
-                try:
-                    protocol.send(sock, protocol.Exit())
-                    self.proc.wait(timeout=5)
-                except (OSError, subprocess.TimeoutExpired):
-                    pass
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            for s in (sock, self.server):
-                if s is not None:
-                    s.close()
-            shutil.rmtree(self.directory, ignore_errors=True)
+            self._close()
+
+    def _close(self) -> None:
+        """``close``, under the lock (also from a failed hand-shake)."""
+        self._deadline = None  # no hand-shake after this
+        sock, self.sock = self.sock, None
+        if sock is not None and self.proc.poll() is None:
+            try:
+                protocol.send(sock, protocol.Exit())
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for s in (sock, self.server):
+            if s is not None:
+                s.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 class ForkedProcess:

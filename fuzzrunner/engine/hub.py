@@ -125,6 +125,37 @@ def worker_environment(spec: WorkerSpec, socket_path: str) -> dict:
     return env
 
 
+_EARLY: list[Zygote] = []  # zygotes started ahead of their hub (``prestart_zygote``), not yet taken
+
+
+def prestart_zygote(spec: WorkerSpec) -> None:
+    """Start now, without waiting for it, the zygote that a hub made later in this process for ``spec``
+    forks its workers from: its imports (seconds: torch, Triton, the target) run while this process
+    does its own (a shard process: the target, Hypothesis, the corpus). That hub takes it if its
+    workers' environment is still the same (``worker_environment``); else, or if no hub takes it, it is
+    closed at ``drop_prestarted``. Nothing is started where the hub would start no zygote."""
+    if spec.wrapper or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        _EARLY.append(Zygote(worker_environment(spec, ""), _hub_dir(), STARTUP_TIMEOUT_S, wait=False))
+    except (HarnessError, OSError):
+        pass  # the hub starts its own when it needs one
+
+
+def _take_prestarted(env: dict) -> Zygote | None:
+    for z in _EARLY:
+        if z.env == env and z.alive():
+            _EARLY.remove(z)
+            return z
+    return None
+
+
+def drop_prestarted() -> None:
+    """Close the zygotes started ahead that no hub took."""
+    while _EARLY:
+        _EARLY.pop().close()
+
+
 class _Progress:
     """What the worker said during one case: the op and the last kernel launch."""
 
@@ -501,8 +532,9 @@ class Hub:
             self._drop_zygote("the zygote died")
             return None
         if self._zygote is None:
+            env = worker_environment(self.spec, "")
             try:
-                self._zygote = Zygote(worker_environment(self.spec, ""), _hub_dir(), STARTUP_TIMEOUT_S)
+                self._zygote = _take_prestarted(env) or Zygote(env, _hub_dir(), STARTUP_TIMEOUT_S)
             except HarnessError as e:
                 self._drop_zygote(str(e))
         return self._zygote

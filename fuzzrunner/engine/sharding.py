@@ -22,15 +22,21 @@ SHUTDOWN_WAIT_S = 60.0
 
 
 def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: int) -> None:
+    from .hub import drop_prestarted, prestart_zygote
     from .lifeline import die_with, sigterm_as_interrupt
-    from .shard_run import run_shard
     die_with(parent)
     sigterm_as_interrupt()
     try:
+        # The worker's zygote imports torch, Triton and the target while this process imports them too
+        # (run_shard loads the target): seconds of every shard's start, once rather than one after the other.
+        prestart_zygote(plan.worker(index))
+        from .shard_run import run_shard
         res = run_shard(plan, index, quota, lambda e: queue.put(events.portable(e)))
         queue.put(events.done(portable_result(res)))
     except BaseException as e:  # noqa: B036 - report, never hang the parent
         queue.put(events.error(f"{type(e).__name__}: {e}"))
+    finally:
+        drop_prestarted()
 
 
 def portable_result(res: CampaignResult) -> CampaignResult:

@@ -64,3 +64,87 @@ def test_a_killed_zygote_costs_no_finding_and_workers_are_then_started_directly(
 def test_a_sanitized_hub_never_forks():
     spec = WorkerSpec(CRASHY, wrapper=[sys.executable, "-c", "pass"])
     assert Hub(spec)._use_zygote is False
+
+
+def test_a_hub_takes_the_zygote_started_ahead_for_its_spec():
+    from fuzzrunner.engine import hub as hub_module
+    spec = WorkerSpec(CRASHY)
+    hub_module.prestart_zygote(spec)
+    (early,) = hub_module._EARLY
+    assert early.sock is None  # started, not waited for
+    try:
+        with Hub(spec, timeout_s=5.0, standby=False) as hub:
+            assert hub.run(_case("ok")).violations == []
+            assert hub._zygote is early and not hub_module._EARLY
+            assert _ppid(hub.worker.proc.pid) == early.proc.pid
+    finally:
+        hub_module.drop_prestarted()
+    assert not alive(early.proc.pid)
+
+
+def test_a_zygote_started_ahead_for_another_environment_is_not_taken_and_is_closed(monkeypatch):
+    from fuzzrunner.engine import hub as hub_module
+    spec = WorkerSpec(CRASHY)
+    hub_module.prestart_zygote(spec)
+    (early,) = hub_module._EARLY
+    monkeypatch.setenv("FUZZRUNNER_TEST_CHANGED", "1")  # the workers' environment changed since
+    try:
+        with Hub(spec, timeout_s=5.0, standby=False) as hub:
+            assert hub.run(_case("ok")).violations == []
+            assert hub._zygote is not early and hub_module._EARLY == [early]
+    finally:
+        hub_module.drop_prestarted()
+    early.proc.wait(timeout=30)
+    assert not hub_module._EARLY and not os.path.exists(early.directory)
+
+
+def test_a_zygote_started_ahead_that_cannot_serve_costs_only_the_fallback(tmp_path):
+    target = tmp_path / "picky.py"
+    target.write_text(f"import os, sys\nsys.path.insert(0, {str(Path(CRASHY.split(':')[0]).parent)!r})\n"
+                      "if os.environ.get('FUZZRUNNER_ZYGOTE_SOCKET'):\n"
+                      "    raise ImportError('not in a zygote')\n"
+                      "from crashy_target import TARGET\n")
+    from fuzzrunner.engine import hub as hub_module
+    spec = WorkerSpec(f"{target}:TARGET")
+    hub_module.prestart_zygote(spec)
+    try:
+        with Hub(spec, timeout_s=5.0, standby=False) as hub:
+            assert hub.run(_case("ok")).violations == []
+            assert "not in a zygote" in hub.zygote_error and hub._zygote is None
+            assert _ppid(hub.worker.proc.pid) == os.getpid()
+    finally:
+        hub_module.drop_prestarted()
+
+
+def test_a_shard_process_forks_its_workers_from_the_zygote_it_started_first(tmp_path):
+    """The real path (``sharding._shard_process``, in a fresh interpreter, the reference runner loaded
+    there): one zygote is started, before the shard imports torch, and the shard's hub takes it."""
+    import subprocess
+    import textwrap
+    root = str(Path(__file__).resolve().parents[2])
+    prog = tmp_path / "shard.py"
+    prog.write_text(textwrap.dedent(f"""
+        import os, sys
+        from fuzzrunner.engine import forking
+        made = []
+        real = forking.Zygote.__init__
+        def spy(self, *args, wait=True, **kwargs):
+            made.append(("torch" in sys.modules, wait))
+            real(self, *args, wait=wait, **kwargs)
+        forking.Zygote.__init__ = spy
+        from fuzzrunner.engine.plan import CampaignPlan
+        from fuzzrunner.engine.sharding import _shard_process
+        from fuzzrunner.settings import Settings
+        s = Settings(max_examples=2, seed=1, device="cpu", workers=2, cpu_triage=False)
+        plan = CampaignPlan("reference_runner", "reference_runner", s, (), 1, "cpu", {str(tmp_path / 'corpus')!r})
+
+        class Q(list):
+            put = list.append
+        q = Q()
+        _shard_process(q, os.getppid(), plan, 0, 2)
+        print(made, [e.get("type") for e in q][-1:])
+    """))
+    p = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": root})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.strip().splitlines()[-1] == "[(False, False)] ['done']", p.stdout + p.stderr[-2000:]
