@@ -258,8 +258,8 @@ def _warm_up(workers: int, seconds: int, seed: int) -> None:
 
 def _campaign_rows(workers: list[int], budget: int, seed: int, warm_s: int) -> None:
     print(f"\ncampaigns: reference_runner, {budget} s budget, seed {seed}, {os.cpu_count()} CPUs; 1st at: s from the "
-          f"shards' search start to their first case's end (the workers' start-up: zygote imports, CUDA; the shards' own "
-          f"imports come before, within s); "
+          f"shards' search start to their first case's end (the workers' start-up: zygote imports, CUDA; the "
+          f"shards' own imports come before, within s); "
           f"busy: the workers' "
           f"share of the time on cases (worker_s);\ncompiled: kernels the campaign added to Triton's cache; "
           f"restarts: workers started again (deaths and memory recycles); unchecked: the report's tool-limitation "
