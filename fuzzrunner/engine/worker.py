@@ -158,7 +158,7 @@ def _set_up(sock: socket.socket, start: protocol.WorkerEnv):
         import torch
 
         # (torch._dynamo is not imported: no oracle needs it (oracles/dynamo_free.py), and it costs
-        # seconds; a target that compiles imports it at its own import, in the zygote)
+        # seconds; code that compiles imports it when it does, at the target's import or in a case)
         if device == "cuda":
             torch.cuda.init()
     except BaseException as e:  # noqa: B036 - SystemExit at import is a broken harness too

@@ -11,9 +11,10 @@ frame hooks (``HOOKS``): its ``__torch_dispatch__`` frame is one Dynamo always r
 makes a worker import Dynamo; only code under test that uses it does. Without the hooks torch wraps
 the mode as it always did.
 
-A subclass defines ``_dispatch(self, func, types, args, kwargs)`` (its work) and a
-``__torch_dispatch__`` that begins with ``if dynamo_active(): return disabled(type(self))(self, ...)``
-(one frame more than its work: ``DynamoFreeMode.__torch_dispatch__`` does just that).
+A subclass defines ``_dispatch(self, func, types, args, kwargs)`` (its work) and either keeps
+``DynamoFreeMode.__torch_dispatch__`` or defines its own that begins with ``if dynamo_active(): return
+disabled(type(self))(self, ...)``: the frame is marked as one Dynamo skips whatever it does, so one
+without that check would let Dynamo trace what it calls.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _hooks():
 
 
 HOOKS = _hooks()
-_TORCH = os.path.dirname(torch.__file__)
+_TORCH = os.path.dirname(torch.__file__) + os.sep  # (not torchvision's, torchao's...)
 _DISABLED: dict = {}  # per mode class: torch's Dynamo-disabling wrapper of its _dispatch, made at its first need
 
 
@@ -68,8 +69,9 @@ class DynamoFreeMode(TorchDispatchMode):
 
     @classmethod
     def skip_dynamo(cls) -> None:
-        """Mark the class's ``__torch_dispatch__`` frames as ones Dynamo runs as they are (at import, and
-        again at each oracle start: cheap, and nothing can leave them unmarked for a case)."""
+        """Mark the class's ``__torch_dispatch__`` frames as ones Dynamo runs as they are (at the class's
+        definition, and again at each start of an oracle using it: cheap, and nothing can leave them
+        unmarked for a case)."""
         if HOOKS is None:
             return
         for klass in cls.__mro__:

@@ -79,6 +79,7 @@ class PoisonFill(tracking.Watcher):
     def start(self) -> None:
         self._watch = tracking.watch(self)  # type: ignore[assignment]
         self._watch.__enter__()  # type: ignore[attr-defined]
+        _FillEmpties.skip_dynamo()
         self._mode = _FillEmpties(self)  # type: ignore[assignment]
         self._mode.__enter__()  # type: ignore[attr-defined]
 

@@ -90,8 +90,8 @@ def test_device_mode_finds_the_memory_faults_on_the_gpu(fault):
 @pytest.mark.gpu
 def test_a_case_gives_the_same_reports_in_every_run(monkeypatch):
     """A kernel's programs race to append their bad reads to the ring: still, every run of a case reports
-    the same bad reads, with the same element and program id first, as the CPU oracle's interpreter meets
-    them (``DeviceShadow.ring_entries``). The dummy run reads several unwritten entries, in several programs."""
+    the same bad reads, with the same element and program id first (``DeviceShadow.ring_entries``). The
+    dummy run reads several unwritten entries, in several programs."""
     monkeypatch.setenv("FUZZRUNNER_SHADOW", "device")
     ops, _ = MEMORY_FAULTS["dummy_run_skips_mapping"]
     case = Case("reference_runner", CFG, ops + [ADD, {"op": "step", "requests": [{"adapter_id": 1, "tokens": [4, 5]}]}],

@@ -93,3 +93,42 @@ def test_a_compile_first_called_inside_a_case_runs_its_compiled_branch_checked(s
         print([(v.kind, v.tensor, v.location.split(":")[0]) for v in found], eval_frame._stance.backend)
     """, tmp_path)
     assert out.strip() == "[('uninitialized-read', 'buf', 'prog.py')] None", out
+
+
+def test_a_dynamo_import_still_running_when_the_case_ends_leaves_the_stance_alone(tmp_path):
+    """A thread of the case imports Dynamo (seconds) and the case ends meanwhile: the stance is not set
+    after ``uninstall`` (it would stay on the eager backend for every later case of the worker)."""
+    out = _fresh("""
+        import sys, threading, time
+        import torch
+        from fuzzrunner.oracles.shadow import compiled
+        c = compiled.CompiledRegions()
+        c.install()
+        t = threading.Thread(target=lambda: __import__("torch._dynamo"))
+        t.start()
+        while "torch._dynamo" not in sys.modules:  # its body is running
+            time.sleep(0.001)
+        c.uninstall()
+        t.join()
+        from torch._dynamo import eval_frame as ef
+        print(ef._stance.backend, compiled.visible(), c in sys.meta_path)
+    """, tmp_path)
+    assert out.strip() == "None False False", out
+
+
+def test_a_probe_for_dynamo_does_not_use_up_the_watch_for_its_import(tmp_path):
+    """``importlib.util.find_spec`` (a library asking whether Dynamo is there) loads nothing: the import
+    that comes later still sets the stance."""
+    out = _fresh("""
+        import importlib.util
+        import torch
+        from fuzzrunner.oracles.shadow import compiled
+        c = compiled.CompiledRegions()
+        c.install()
+        importlib.util.find_spec("torch._dynamo")
+        import torch._dynamo
+        print(torch._dynamo.eval_frame._stance.backend, compiled.visible())
+        c.uninstall()
+        print(torch._dynamo.eval_frame._stance.backend, compiled.visible())
+    """, tmp_path)
+    assert out.split() == ["eager", "True", "None", "False"], out

@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+import threading
 import warnings
 
 _visible = 0  # oracles active with the eager stance: the shadow mode may let Dynamo compile
@@ -50,7 +51,6 @@ class CompiledRegions:
 
     def _set_stance(self) -> None:
         global _visible
-        self._waiting = None
         try:
             from torch._dynamo import eval_frame as ef
             prior = ef._stance
@@ -64,9 +64,9 @@ class CompiledRegions:
 
     def uninstall(self) -> None:
         global _visible
-        if self._waiting is not None:  # Dynamo was never imported: nothing to restore
-            self._waiting.remove()
-            self._waiting = None
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None:  # no stance set after this (one being set on another thread is waited for)
+            waiting.cancel()
         if self._prior is None:
             return
         from torch._dynamo import eval_frame as ef
@@ -76,26 +76,45 @@ class CompiledRegions:
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Calls ``then()`` once the module ``name`` has been imported (its body run), on whichever thread
-    imports it; removed from ``sys.meta_path`` at that import or by ``remove``."""
+    """Calls ``then()`` once, right after the module ``name`` has been imported (its body run), on
+    whichever thread imports it, unless ``cancel`` came first; ``cancel`` returns only once a ``then()``
+    under way has ended. Only an import fires it: a ``find_spec`` probe whose spec is never loaded
+    does not. ``sys.meta_path`` is rebound, never changed in place (another thread's import may be
+    walking it)."""
 
     def __init__(self, name: str, then):
         self.name, self.then = name, then
-        sys.meta_path.insert(0, self)
+        self._lock = threading.Lock()
+        self._done = False          # fired or cancelled
+        self._inside = threading.local()
+        sys.meta_path = [self, *sys.meta_path]
 
-    def remove(self) -> None:
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
+    def cancel(self) -> None:
+        with self._lock:
+            self._done = True
+        self._remove()
+
+    def _remove(self) -> None:
+        sys.meta_path = [f for f in sys.meta_path if f is not self]
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            self.then()
+        self._remove()
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != self.name:
+        if fullname != self.name or self._done or getattr(self._inside, "finding", False):
             return None
-        self.remove()
-        spec = importlib.util.find_spec(fullname)
+        self._inside.finding = True  # the search below asks the finders again, this one included
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._inside.finding = False
         if spec is not None and spec.loader is not None:
-            spec.loader = _ThenLoader(spec.loader, self.then)
+            spec.loader = _ThenLoader(spec.loader, self._fire)
         return spec
 
 

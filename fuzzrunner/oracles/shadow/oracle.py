@@ -114,6 +114,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self._storages = StorageHook(self._new_storage, self.storage_resized)
         self._storages.install()
         self._compiled.install()  # before the mode enters: it reads whether Dynamo may compile
+        TorchShadowMode.skip_dynamo()
         self._mode = TorchShadowMode(self)
         self._mode.__enter__()
         self._owner = threading.get_ident()

@@ -325,11 +325,13 @@ class DeviceShadow:
         """The entries kept in the ring, from ``head`` (its first ``HEAD`` words, read back with the op's
         one synchronisation; the rest is read only when more entries were kept than it holds); the
         device ring is emptied for the next op when it held any.
-        In the order the CPU oracle meets the same reads, whatever order the GPU's programs wrote them
-        in (their atomic appends race): by launch, program id (x, then y, then z, as Triton's interpreter
-        runs them), kernel line, element. So the first report of a bad read (``ViolationLog`` keeps it,
-        with a count) is the same in every run of a case; only past ``CAP`` entries in one op does which
-        are kept depend on the race."""
+        In one order whatever order the GPU's programs wrote them in (their atomic appends race): by
+        launch, program id (x, then y, then z, as Triton's interpreter runs the programs), kernel line,
+        element, then the rest of the entry. So the first report of a bad read (``ViolationLog`` keeps
+        it, with a count) is the same in every run of a case; only past ``CAP`` entries in one op does
+        which are kept depend on the race. Within a program the order is by line and element, close to
+        the CPU oracle's but not always the same (a loop revisits lines; a gather's lanes are not in
+        element order)."""
         count = int(head[0])
         if not count:
             return []
@@ -341,5 +343,6 @@ class DeviceShadow:
 
 
 def _program_order(e: list) -> tuple:
-    """A ring entry's place among the reads of its op (``FIELDS``): launch, program id x, y, z, line, element."""
-    return e[9], e[4], e[5], e[6], e[7], e[3]
+    """A ring entry's place among the reads of its op (``FIELDS``): launch, program id x, y, z, line, element,
+    then kind, access, region and written epoch (a total order: two replays of a graph in one op differ there)."""
+    return e[9], e[4], e[5], e[6], e[7], e[3], e[0], e[1], e[2], e[8]
