@@ -32,20 +32,24 @@ class Zygote:
     cannot serve raises ``HarnessError`` there (as the constructor does with ``wait=True``)."""
 
     def __init__(self, env: dict, directory: str, startup_timeout_s: float, *, wait: bool = True):
-        self.env = env
         self.directory, self.path = directory, os.path.join(directory, "z")
         self.sock: socket.socket | None = None
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.server.bind(self.path)
-        self.server.listen(1)
         self._lock = threading.Lock()      # spares wait for their hand-shake in threads and poll
         self._exits: dict[int, int] = {}   # pid -> returncode, as the zygote reported them
         self.log_path = os.path.join(directory, "zygote.log")
         control = protocol.WorkerEnv("", "", zygote_socket=self.path).environ({})
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "fuzzrunner.engine.zygote"],
-                                         env=dict(env, **control), stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            self.server.bind(self.path)
+            self.server.listen(1)
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen([sys.executable, "-m", "fuzzrunner.engine.zygote"],
+                                             env=dict(env, **control), stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
+        except BaseException:  # nothing started: nothing left behind
+            self.server.close()
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
         self._deadline: float | None = time.monotonic() + startup_timeout_s  # until the hand-shake
         if wait:
             self._ready()

@@ -125,35 +125,41 @@ def worker_environment(spec: WorkerSpec, socket_path: str) -> dict:
     return env
 
 
-_EARLY: list[Zygote] = []  # zygotes started ahead of their hub (``prestart_zygote``), not yet taken
+_EARLY: list[tuple[WorkerSpec, Zygote]] = []  # zygotes started ahead of their hub (``prestart_zygote``), not taken
 
 
 def prestart_zygote(spec: WorkerSpec) -> None:
     """Start now, without waiting for it, the zygote that a hub made later in this process for ``spec``
     forks its workers from: its imports (seconds: torch, Triton, the target) run while this process
-    does its own (a shard process: the target, Hypothesis, the corpus). That hub takes it if its
-    workers' environment is still the same (``worker_environment``); else, or if no hub takes it, it is
-    closed at ``drop_prestarted``. Nothing is started where the hub would start no zygote."""
+    does its own (a shard process: the target, Hypothesis, the corpus). The first hub for ``spec`` takes
+    it; one that no hub takes is closed at ``drop_prestarted``. Nothing is started where the hub would
+    start no zygote. The environment it was started with lacks what this process's own imports set
+    later (a target that sets variables when imported, ``_env.configure``): the zygote's imports, the
+    same ones, set those in its own (and its workers'), as they would in a zygote started later."""
     if spec.wrapper or not hasattr(os, "pidfd_open"):
         return
+    directory = _hub_dir()
     try:
-        _EARLY.append(Zygote(worker_environment(spec, ""), _hub_dir(), STARTUP_TIMEOUT_S, wait=False))
+        _EARLY.append((spec, Zygote(worker_environment(spec, ""), directory, STARTUP_TIMEOUT_S, wait=False)))
     except (HarnessError, OSError):
-        pass  # the hub starts its own when it needs one
+        shutil.rmtree(directory, ignore_errors=True)  # the hub starts its own when it needs one
 
 
-def _take_prestarted(env: dict) -> Zygote | None:
-    for z in _EARLY:
-        if z.env == env and z.alive():
-            _EARLY.remove(z)
-            return z
+def _take_prestarted(spec: WorkerSpec) -> Zygote | None:
+    for i, (s, z) in enumerate(_EARLY):
+        if s == spec:
+            del _EARLY[i]
+            if z.alive():
+                return z
+            z.close()  # it died (its log says why): the hub starts its own
+            return None
     return None
 
 
 def drop_prestarted() -> None:
     """Close the zygotes started ahead that no hub took."""
     while _EARLY:
-        _EARLY.pop().close()
+        _EARLY.pop()[1].close()
 
 
 class _Progress:
@@ -532,9 +538,9 @@ class Hub:
             self._drop_zygote("the zygote died")
             return None
         if self._zygote is None:
-            env = worker_environment(self.spec, "")
             try:
-                self._zygote = _take_prestarted(env) or Zygote(env, _hub_dir(), STARTUP_TIMEOUT_S)
+                self._zygote = (_take_prestarted(self.spec)
+                                or Zygote(worker_environment(self.spec, ""), _hub_dir(), STARTUP_TIMEOUT_S))
             except HarnessError as e:
                 self._drop_zygote(str(e))
         return self._zygote

@@ -69,7 +69,8 @@ def measure(mode: str, hubs: int, cases: list, spares: bool) -> str:
         t.start()
     for t in threads:
         t.join()
-    errors = [o["error"] for o in outs if "error" in o]
+    errors = [o["error"] for o in outs if "error" in o] + [f"a hub ran {len(o.get('done', []))} of {len(cases)} cases"
+                                                          for o in outs if "error" not in o and len(o.get("done", [])) < 2]
     if errors:
         return f"{mode:12} {hubs:4}  failed: {errors[0]}"
     ready = statistics.median(o["ready"] for o in outs)
@@ -90,6 +91,8 @@ def main() -> None:
                     help="comma-separated: an oracle on cuda (none: no oracle), or cpu-ORACLE on the CPU")
     ap.add_argument("--spares", action="store_true", help="GPU hubs keep their warm spare worker, as in a campaign")
     args = ap.parse_args()
+    if args.cases < 2:
+        ap.error("--cases must be at least 2 (the first case's time and the next are shown apart)")
     from fuzzrunner import _env
     _env.configure()
     cases = _cases(args.cases, args.seed)

@@ -70,7 +70,7 @@ def test_a_hub_takes_the_zygote_started_ahead_for_its_spec():
     from fuzzrunner.engine import hub as hub_module
     spec = WorkerSpec(CRASHY)
     hub_module.prestart_zygote(spec)
-    (early,) = hub_module._EARLY
+    ((_, early),) = hub_module._EARLY
     assert early.sock is None  # started, not waited for
     try:
         with Hub(spec, timeout_s=5.0, standby=False) as hub:
@@ -82,20 +82,42 @@ def test_a_hub_takes_the_zygote_started_ahead_for_its_spec():
     assert not alive(early.proc.pid)
 
 
-def test_a_zygote_started_ahead_for_another_environment_is_not_taken_and_is_closed(monkeypatch):
+def test_a_zygote_started_ahead_for_another_spec_is_not_taken_and_is_closed():
     from fuzzrunner.engine import hub as hub_module
-    spec = WorkerSpec(CRASHY)
-    hub_module.prestart_zygote(spec)
-    (early,) = hub_module._EARLY
-    monkeypatch.setenv("FUZZRUNNER_TEST_CHANGED", "1")  # the workers' environment changed since
+    hub_module.prestart_zygote(WorkerSpec(CRASHY, env={"FUZZRUNNER_TEST_OTHER": "1"}))
+    ((_, early),) = hub_module._EARLY
     try:
-        with Hub(spec, timeout_s=5.0, standby=False) as hub:
+        with Hub(WorkerSpec(CRASHY), timeout_s=5.0, standby=False) as hub:
             assert hub.run(_case("ok")).violations == []
-            assert hub._zygote is not early and hub_module._EARLY == [early]
+            assert hub._zygote is not early and [z for _, z in hub_module._EARLY] == [early]
     finally:
         hub_module.drop_prestarted()
     early.proc.wait(timeout=30)
     assert not hub_module._EARLY and not os.path.exists(early.directory)
+
+
+def test_a_zygote_started_ahead_is_taken_when_the_target_sets_variables_as_it_is_imported(tmp_path, monkeypatch):
+    """vLLM's and SGLang's modules set environment variables when imported: the shard imports the target
+    after the zygote started, so its environment differs by those; the zygote imports the target too (and
+    sets them in its own), and is taken."""
+    target = tmp_path / "setter.py"
+    target.write_text(f"import os, sys\nsys.path.insert(0, {str(Path(CRASHY.split(':')[0]).parent)!r})\n"
+                      "os.environ['FUZZRUNNER_TEST_SET_AT_IMPORT'] = '1'\n"
+                      "from crashy_target import TARGET\n")
+    monkeypatch.delenv("FUZZRUNNER_TEST_SET_AT_IMPORT", raising=False)
+    from fuzzrunner.engine import hub as hub_module
+    from fuzzrunner.target import load_target
+    spec = WorkerSpec(f"{target}:TARGET")
+    hub_module.prestart_zygote(spec)
+    ((_, early),) = hub_module._EARLY
+    load_target(spec.target)  # as the shard does, after the prestart
+    assert os.environ["FUZZRUNNER_TEST_SET_AT_IMPORT"] == "1"
+    try:
+        with Hub(spec, timeout_s=5.0, standby=False) as hub:
+            assert hub.run(_case("ok")).violations == []
+            assert hub._zygote is early and not hub_module._EARLY
+    finally:
+        hub_module.drop_prestarted()
 
 
 def test_a_zygote_started_ahead_that_cannot_serve_costs_only_the_fallback(tmp_path):
