@@ -69,8 +69,9 @@ def measure(mode: str, hubs: int, cases: list, spares: bool) -> str:
         t.start()
     for t in threads:
         t.join()
-    errors = [o["error"] for o in outs if "error" in o] + [f"a hub ran {len(o.get('done', []))} of {len(cases)} cases"
-                                                          for o in outs if "error" not in o and len(o.get("done", [])) < 2]
+    errors = [o["error"] for o in outs if "error" in o]
+    errors += [f"a hub ran {len(o.get('done', []))} of {len(cases)} cases" for o in outs
+               if "error" not in o and len(o.get("done", [])) < 2]
     if errors:
         return f"{mode:12} {hubs:4}  failed: {errors[0]}"
     ready = statistics.median(o["ready"] for o in outs)
