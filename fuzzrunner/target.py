@@ -178,6 +178,9 @@ def _exec_file(module_part: str):
     sys.modules[mod_name] = module
     try:
         s.loader.exec_module(module)
+    except KeyboardInterrupt:  # the user's stop (Ctrl-C, SIGTERM) during the import: not the target's failure
+        del sys.modules[mod_name]
+        raise
     except BaseException as e:  # noqa: B036 - SystemExit at import must not end the campaign
         del sys.modules[mod_name]
         raise HarnessError(f"target file {module_part!r} failed to import: {type(e).__name__}: {e}") from None
@@ -189,6 +192,8 @@ def _import_module(module_part: str):
         return importlib.import_module(module_part)
     except ImportError as e:
         raise InvalidArgument(f"cannot import target module {module_part!r}: {e}.") from None
+    except KeyboardInterrupt:  # the user's stop during the import: not the target's failure
+        raise
     except BaseException as e:  # noqa: B036 - SystemExit at import must not end the campaign
         raise HarnessError(f"target module {module_part!r} failed to import: {type(e).__name__}: {e}") from None
 

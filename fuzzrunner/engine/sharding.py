@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import time
 
 from ..errors import HarnessError
@@ -19,19 +20,31 @@ from .plan import CampaignPlan
 from .result import CampaignResult
 
 SHUTDOWN_WAIT_S = 60.0
+_AT_START = {signal.SIGINT, signal.SIGTERM}  # blocked while a shard process starts (run_sharded)
 
 
 def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: int) -> None:
     from .hub import drop_prestarted, prestart_zygote
     from .lifeline import die_with, sigterm_as_interrupt
+    # A terminal's Ctrl-C reaches the whole process group: the campaign process decides and stops each
+    # shard once (SIGTERM, ``run_sharded``); a shard taking the SIGINT too would have that SIGTERM land in
+    # its clean-up, and its result would be lost. SIGINT goes to a handler that does nothing (not SIG_IGN,
+    # which the processes it starts would keep). The shard started with SIGINT and SIGTERM blocked
+    # (``run_sharded``): a SIGTERM that came before its handler was in place is taken now, as an interrupt.
+    signal.signal(signal.SIGINT, lambda *_: None)
     die_with(parent)
     sigterm_as_interrupt()
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _AT_START)
         # The worker's zygote imports torch, Triton and the target while this process imports them too
         # (run_shard loads the target): seconds of every shard's start, once rather than one after the other.
         prestart_zygote(plan.worker(index))
         from .shard_run import run_shard
         res = run_shard(plan, index, quota, lambda e: queue.put(events.portable(e)))
+        queue.put(events.done(portable_result(res)))
+    except KeyboardInterrupt:  # stopped before its search began (importing the target): nothing found, no failure
+        res = CampaignResult(plan.target_name, plan.settings, plan.seed, plan.faults)
+        res.stop_reason = R.STOP_INTERRUPTED
         queue.put(events.done(portable_result(res)))
     except BaseException as e:  # noqa: B036 - report, never hang the parent
         queue.put(events.error(f"{type(e).__name__}: {e}"))
@@ -111,8 +124,15 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
     quotas = plan.quotas()
     procs = [ctx.Process(target=_shard_process, args=(queue, os.getpid(), plan, i, quota), daemon=True)
              for i, quota in enumerate(quotas)]
-    for p in procs:
-        p.start()
+    # Each shard starts with SIGINT and SIGTERM blocked (a mask outlives exec): either, during its
+    # interpreter's start, would end it before it could report (``_shard_process`` takes them once its
+    # handlers are in place). Here a Ctrl-C meanwhile waits until the shards are started.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _AT_START)
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     merged = CampaignResult(plan.target_name, plan.settings, plan.seed, plan.faults)
     merger, start = Merger(len(procs), on_event, merged), time.monotonic()
     try:

@@ -106,6 +106,51 @@ def test_a_real_ctrl_c_still_stops_the_campaign_with_its_report(tmp_path):
     assert run["stop_reason"] == "interrupted" and run["findings"] == [], out
 
 
+def _terminal_job() -> None:
+    """As a shell's foreground job: SIGINT as a terminal gives it, in a process group of its own, which a
+    Ctrl-C reaches whole (the campaign process and its shard processes)."""
+    _as_from_a_terminal()
+    os.setpgid(0, 0)
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+@pytest.mark.parametrize("when", ["starting", "searching"])
+def test_a_ctrl_c_reaching_every_shard_ends_the_campaign_with_their_results_and_blames_no_target(tmp_path, when):
+    """A terminal's Ctrl-C reaches the campaign and its shards at once. The campaign process stops each shard
+    once; a shard that also took the SIGINT had the campaign's SIGTERM land in its clean-up and lost its
+    result ("a shard failed: KeyboardInterrupt"), and one still importing the target reported the target as
+    failing to import. ``starting``: the Ctrl-C comes as the shard processes start; ``searching``: once a
+    case runs."""
+    started = tmp_path / "started"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HOSTILE_MARK_FILE=str(started), HOSTILE_SLEEP_S="60")
+    with open(tmp_path / "out.txt", "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "fuzzrunner", "fuzz", "--target", spec("SLEEPY"),
+                                 "--seed", "1", "-q", "--workers", "2", "--max-examples", "1000", "--corpus",
+                                 str(tmp_path / "corpus"), "--report", str(tmp_path / "r.json")],
+                                env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_terminal_job)
+    try:
+        deadline = time.monotonic() + 180
+        ready = (lambda: len(_children(proc.pid)) >= 2) if when == "starting" else started.exists
+        while not ready():
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out.txt").read_text()
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    out = (tmp_path / "out.txt").read_text()
+    assert code == 130, out
+    assert "a shard failed" not in out and "failed to import" not in out, out
+    run = report(tmp_path)
+    assert run["stop_reason"] == "interrupted" and run["findings"] == [] and not run["errors"], out
+
+
 # -- 4. a worker whose memory grows is recycled, with a word ------------------------------------
 
 def test_a_leaking_target_gets_its_worker_recycled_counted_and_warned_once_not_a_finding(tmp_path, monkeypatch,
