@@ -117,10 +117,11 @@ def _check_floor(r: CampaignResult, settings: Settings) -> None:
     if r.stop_reason == R.STOP_INTERRUPTED:
         return
     if r.valid < settings.min_valid:
+        why = ("See the error(s) above." if r.errors  # (a shard or the target failed: that is the cause)
+               else "Check the target's strategy, or raise the budget.")
         r.errors.append(f"only {r.valid} valid case(s) ran ({r.generated} generated, {r.invalid} rejected by "
                         f"the target; stop: {r.stop_reason or 'unknown'}), below the floor of "
-                        f"{settings.min_valid}: this campaign tested (almost) nothing. Check the target's "
-                        f"strategy, or raise the budget.")
+                        f"{settings.min_valid}: this campaign tested (almost) nothing. {why}")
     elif r.stop_reason == R.STOP_BUDGET and r.valid < FEW_CASES:
         r.warnings.append(f"only {r.valid} valid case(s) ran before the {settings.budget_s:g} s budget ended "
                           f"(of {settings.max_examples} asked): this run tested little of the case space; "

@@ -146,13 +146,13 @@ def prestart_zygote(spec: WorkerSpec) -> None:
 
 
 def _take_prestarted(spec: WorkerSpec) -> Zygote | None:
+    """The zygote started ahead for ``spec``, also one that has ended: its hand-shake (at the first fork)
+    says why it cannot serve, and the hub starts its workers directly, not another zygote that would
+    end the same way (a target that cannot be imported in a worker)."""
     for i, (s, z) in enumerate(_EARLY):
         if s == spec:
             del _EARLY[i]
-            if z.alive():
-                return z
-            z.close()  # it died (its log says why): the hub starts its own
-            return None
+            return z
     return None
 
 

@@ -152,6 +152,10 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
     return merged
 
 
+def _failed(message: str, shards: int) -> str:
+    return f"a shard failed: {message}" if shards == 1 else f"{shards} shards failed: {message}"
+
+
 def _collect(queue, procs, merger: Merger, deadline: float | None = None) -> None:
     ended = []
 
@@ -159,9 +163,15 @@ def _collect(queue, procs, merger: Merger, deadline: float | None = None) -> Non
         ended.append(e)
         merger.done(e["result"])
 
+    failed: dict[str, int] = {}  # message -> shards that failed so: said once, counted
+
     def error(e: dict) -> None:
         ended.append(e)
-        merger.result.errors.append(f"a shard failed: {e['message']}")
+        errors, message = merger.result.errors, e["message"]
+        if message in failed:
+            errors.remove(_failed(message, failed[message]))
+        failed[message] = failed.get(message, 0) + 1
+        errors.append(_failed(message, failed[message]))
     handlers = {events.DONE: done, events.ERROR: error}
     n = len(procs)
     while len(ended) < n and (deadline is None or time.monotonic() < deadline):
