@@ -127,15 +127,15 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
     # Each shard starts with SIGINT and SIGTERM blocked (a mask outlives exec): either, during its
     # interpreter's start, would end it before it could report (``_shard_process`` takes them once its
     # handlers are in place). Here a Ctrl-C meanwhile waits until the shards are started.
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _AT_START)
-    try:
-        for p in procs:
-            p.start()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     merged = CampaignResult(plan.target_name, plan.settings, plan.seed, plan.faults)
     merger, start = Merger(len(procs), on_event, merged), time.monotonic()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _AT_START)
     try:
+        try:
+            for p in procs:
+                p.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C that came meanwhile is raised here
         _collect(queue, procs, merger)
     except KeyboardInterrupt:
         for p in procs:
@@ -145,6 +145,8 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
         merged.stop_reason = R.STOP_INTERRUPTED
     finally:
         for p in procs:
+            if p.pid is None:  # never started (a start failed)
+                continue
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()

@@ -251,14 +251,17 @@ def test_hypothesis_own_shrink_time_limit_does_not_end_a_shrink_that_is_then_cal
     assert f.minimized and f.case.ops[0]["n"] == 500  # the smallest n that raises
 
 
-def test_a_target_that_cannot_be_imported_in_its_workers_is_said_once_with_its_cause(tmp_path, capsys):
-    """The target imports in the campaign and its shards, and fails in every worker (here: where no GPU is
-    visible). Each shard fails the same way: one error, counted, and the floor's error points at it rather
-    than at the target's strategy or the budget."""
-    target = tmp_path / "gpu_needed.py"
+def test_a_target_that_cannot_be_imported_in_its_workers_is_said_once_with_its_cause(tmp_path, capsys,
+                                                                                     monkeypatch):
+    """The target imports in the campaign and its shards, and fails in every worker and zygote (as a
+    GPU-only import does on CPU workers). Each shard fails the same way: one error, counted, and the
+    floor's error points at it rather than at the target's strategy or the budget."""
+    for var in ("FUZZRUNNER_HUB_SOCKET", "FUZZRUNNER_ZYGOTE_SOCKET"):
+        monkeypatch.delenv(var, raising=False)
+    target = tmp_path / "worker_shy.py"
     target.write_text(f"import os, sys\nsys.path.insert(0, {str(Path(TARGETS).parent)!r})\n"
-                      "if os.environ.get('CUDA_VISIBLE_DEVICES') == '':\n"
-                      "    raise RuntimeError('this target needs a GPU in its workers')\n"
+                      "if os.environ.get('FUZZRUNNER_HUB_SOCKET') or os.environ.get('FUZZRUNNER_ZYGOTE_SOCKET'):\n"
+                      "    raise RuntimeError('this target cannot be imported in a worker')\n"
                       "from hostile_targets import SLEEPY as TARGET\n")
     code = main(["fuzz", "--target", f"{target}:TARGET", "--max-examples", "4", "--seed", "1", "-q", "--workers",
                  "2", "--device", "cpu", "--corpus", str(tmp_path / "corpus"), "--report", str(tmp_path / "r.json")])
@@ -266,5 +269,5 @@ def test_a_target_that_cannot_be_imported_in_its_workers_is_said_once_with_its_c
     run = report(tmp_path)
     assert code != 0, out
     [failed, floor] = run["errors"]
-    assert failed.startswith("2 shards failed: ") and "this target needs a GPU in its workers" in failed, run["errors"]
+    assert failed.startswith("2 shards failed: ") and "cannot be imported in a worker" in failed, run["errors"]
     assert "tested (almost) nothing. See the error(s) above." in floor, run["errors"]
