@@ -138,11 +138,10 @@ def prestart_zygote(spec: WorkerSpec) -> None:
     same ones, set those in its own (and its workers'), as they would in a zygote started later."""
     if spec.wrapper or not hasattr(os, "pidfd_open"):
         return
-    directory = _hub_dir()
-    try:
-        _EARLY.append((spec, Zygote(worker_environment(spec, ""), directory, STARTUP_TIMEOUT_S, wait=False)))
-    except (HarnessError, OSError):
-        shutil.rmtree(directory, ignore_errors=True)  # the hub starts its own when it needs one
+    try:  # (wait=False: nothing to hand-shake yet; a Zygote that cannot start removes its folder)
+        _EARLY.append((spec, Zygote(worker_environment(spec, ""), _hub_dir(), STARTUP_TIMEOUT_S, wait=False)))
+    except OSError:
+        pass  # the hub starts its own when it needs one
 
 
 def _take_prestarted(spec: WorkerSpec) -> Zygote | None:

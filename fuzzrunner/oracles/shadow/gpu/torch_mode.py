@@ -146,9 +146,6 @@ def _no_read_reportable(oracle, regions: list) -> bool:
     return oracle.all_clean(regions) and not (oracle.cuda and _STREAM_CAPTURING())
 
 
-_HOOKS = HOOKS  # (read inline by the dispatch: the check costs no call)
-
-
 class DeviceTorchMode(DynamoFreeMode):
     """Calls the oracle's ``regions``, ``log_read``, ``log_oob`` and ``allocated``."""
 
@@ -171,7 +168,7 @@ class DeviceTorchMode(DynamoFreeMode):
         return compiled.visible()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if _HOOKS is not None and _HOOKS[0]() is not None:  # a Dynamo callback is set: keep Dynamo out (dynamo_free.py)
+        if HOOKS is not None and HOOKS[0]() is not None:  # dynamo_free.dynamo_active(), inline: one call less per op
             return disabled(type(self))(self, func, types, args, kwargs)
         op = _OPS.get(func) or _op(func)
         if op.passthrough:  # (as _dispatch: one Python frame fewer for a third of the ops)
