@@ -272,3 +272,27 @@ def test_an_index_out_of_range_reads_the_same_by_either_bounds_check(kernel):
     assert rows[:, 0].tolist() == [2.0, 0.0, 4.0, 0.0, 0.0]
     assert [(v.kind, v.tensor, v.details["index"], v.details["rows"], v.details["op_index"], "3 such" in v.message) for v in vs] == [
         ("out-of-bounds", "table", 9, 6, 0, True)]
+
+
+def test_a_storage_tracked_every_op_is_watched_once_and_not_past_the_case():
+    """A runner may track its buffers at every step: one watch for its storage's death (not one per track, each
+    living as long as the storage), and none left after the case (``finish``)."""
+    import weakref
+
+    def watches() -> int:
+        return len(weakref.finalize._registry)  # type: ignore[attr-defined]  (the live finalizers)
+    buf = torch.zeros(8)
+    before = watches()
+    oracle = GpuShadowOracle("cpu")
+    oracle.start()
+    try:
+        for i in range(10):
+            oracle.begin_op(i, {"op": "step"})
+            track(buf, "buf", per_step=True)
+        during = watches()
+    finally:
+        oracle.finish()
+    after = watches()
+    assert during - before == 1
+    assert after == before
+

@@ -64,6 +64,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._storages: StorageHook | None = None
         self._watch = None
         self._dead: list = []
+        self._deaths: dict = {}                # (address, bytes) -> the finalizer that reports its storage freed
         self.op_index, self.op_name = -1, ""
         self.op_names: dict[int, str] = {}
         self.unchecked: dict[str, str] = {}   # kernel -> why it runs unchecked (named in the report)
@@ -117,6 +118,9 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         for r in self._skipping:
             r.skipped = None
         self._skipping.clear()
+        for watch in self._deaths.values():
+            watch.detach()
+        self._deaths.clear()
         self._threads.uninstall()
         stepped = getattr(self._tls, "stepped_aside", None)
         if stepped is not None:  # finished inside a quiet block: its mode back first, then left in its place
@@ -180,7 +184,12 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
                     self.shadow.remove(r)
 
     def _on_death(self, st) -> None:
-        weakref.finalize(st, self._dead.append, (st.data_ptr(), st.nbytes()))
+        """When ``st`` is freed its regions go (``_purge``): one watch per storage, however often it is
+        tracked again, and none outlives the case (``finish`` ends them)."""
+        key = (st.data_ptr(), st.nbytes())
+        watch = self._deaths.get(key)
+        if watch is None or not watch.alive:
+            self._deaths[key] = weakref.finalize(st, self._dead.append, key)
 
     @locked
     def tracked_near(self, spans: list) -> list:
