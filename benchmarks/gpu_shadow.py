@@ -317,6 +317,8 @@ def _case_rows(args, torch) -> None:
     print(f"{'shadow, device mode':28} {s:9.2f} {rs:9.1f}   ratio per case {per_case:.2f} (median), "
           f"of the totals {rp / rs:.2f}")
     print(f"violations reported by the device mode on these fault-free cases: {found}")
+    from fuzzrunner.oracles.shadow.gpu import dispatch_filter
+    print(f"dispatch filter: {dispatch_filter.status()}")
     if args.cpu_cases <= 0:  # (no CPU row asked for: no ratio to it)
         return
     rate, n = _cpu_rate(cases[:args.cpu_cases])

@@ -34,6 +34,9 @@ def report() -> tuple[list[str], bool]:
     if not gpu:
         lines.append("sanitizer    not checked: compute-sanitizer needs a GPU (the shadow oracle covers the CPU)")
         return lines, True
+    from .oracles.shadow.gpu import dispatch_filter  # built here once per machine and torch (about 30 s)
+    lines.append(f"shadow on GPU  dispatch filter {dispatch_filter.status()}" + (
+        "" if dispatch_filter.get() is not None else ": every torch op goes through Python (slower, same reports)"))
     more, ok = _sanitizer_lines()
     return lines + more, ok
 

@@ -6,6 +6,8 @@ in one process, interleaved, under variants of the oracle that each leave a part
     read-back (what any Python dispatch mode and the oracle's protocol cost);
   * ``no twins``: the full torch side (checks, stamps, read-backs), kernels launched uninstrumented;
   * ``full``: the device shadow as a campaign runs it;
+  * ``full, no filter``: ``full`` with every op through the Python mode (no dispatch filter,
+    fuzzrunner/oracles/shadow/gpu/dispatch_filter.py);
   * ``full, timed``: ``full`` with the host time of its parts added up (the read-back's wait for the GPU
     apart from the rest of it, the launch hook, the modelled torch ops).
 
@@ -47,6 +49,37 @@ def _nothing():
     yield None
 
 
+def _floor(name: str, stack) -> None:
+    """The floor variants: a mode that only runs each op, less the named part."""
+    from fuzzrunner.oracles.shadow.gpu import torch_mode
+    from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
+    class Floor(torch_mode.DeviceTorchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **kwargs) if kwargs else func(*args)
+
+    class Unentered(Floor):  # made, never entered on the case's thread
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+    stack.enter_context(_patched(GpuShadowOracle, "mode_class", Unentered if name == "floor - mode" else Floor))
+    stack.enter_context(_patched(GpuShadowOracle, "_launch", lambda self, kernel, args: None))
+    stack.enter_context(_patched(GpuShadowOracle, "_collect", lambda self: None))
+    from fuzzrunner import tracking
+    from fuzzrunner.oracles.shadow.compiled import CompiledRegions
+    from fuzzrunner.oracles.shadow.gpu.launch_hook import LaunchHook
+    from fuzzrunner.oracles.shadow.storage_hook import StorageHook
+    from fuzzrunner.oracles.shadow.threads import ThreadCoverage
+    parts = {"floor - launch hook": LaunchHook, "floor - storage hook": StorageHook,
+             "floor - threads": ThreadCoverage, "floor - compiled": CompiledRegions}
+    if name in parts:
+        stack.enter_context(_patched(parts[name], "install", lambda self: None))
+        stack.enter_context(_patched(parts[name], "uninstall", lambda self: None))
+    if name == "floor - watcher":
+        stack.enter_context(_patched(tracking, "watch", lambda watcher: _nothing()))
+
+
 def _variant(name: str, spent: dict):
     """A context in which ``replay(..., oracles=["shadow"])`` runs the variant ``name``."""
     from contextlib import ExitStack
@@ -55,31 +88,10 @@ def _variant(name: str, spent: dict):
     from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
     stack = ExitStack()
     if name.startswith("floor"):
-        class Floor(torch_mode.DeviceTorchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                return func(*args, **kwargs) if kwargs else func(*args)
-
-        class Unentered(Floor):  # made, never entered on the case's thread
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc):
-                return None
-        stack.enter_context(_patched(GpuShadowOracle, "mode_class", Unentered if name == "floor - mode" else Floor))
-        stack.enter_context(_patched(GpuShadowOracle, "_launch", lambda self, kernel, args: None))
-        stack.enter_context(_patched(GpuShadowOracle, "_collect", lambda self: None))
-        from fuzzrunner import tracking
-        from fuzzrunner.oracles.shadow.compiled import CompiledRegions
-        from fuzzrunner.oracles.shadow.gpu.launch_hook import LaunchHook
-        from fuzzrunner.oracles.shadow.storage_hook import StorageHook
-        from fuzzrunner.oracles.shadow.threads import ThreadCoverage
-        parts = {"floor - launch hook": LaunchHook, "floor - storage hook": StorageHook,
-                 "floor - threads": ThreadCoverage, "floor - compiled": CompiledRegions}
-        if name in parts:
-            stack.enter_context(_patched(parts[name], "install", lambda self: None))
-            stack.enter_context(_patched(parts[name], "uninstall", lambda self: None))
-        if name == "floor - watcher":
-            stack.enter_context(_patched(tracking, "watch", lambda watcher: _nothing()))
+        _floor(name, stack)
+    elif name == "full, no filter":  # every op through the Python mode (dispatch_filter.py off)
+        from fuzzrunner.oracles.shadow.gpu import dispatch_filter
+        stack.enter_context(_patched(dispatch_filter, "get", lambda: None))
     elif name == "no twins":
         stack.enter_context(_patched(GpuShadowOracle, "_launch", lambda self, kernel, args: None))
     elif name == "full, timed":
@@ -121,6 +133,21 @@ def _kernel_ms(cases, oracles, replay, torch, dev) -> float:
     return total_us / 1e3 / len(cases)
 
 
+def _profile(cases, replay, dev: str, spent: dict) -> None:
+    """cProfile of ``plain`` and ``floor`` over ``cases``."""
+    import cProfile
+    import pstats
+    for v in ("plain", "floor"):
+        prof = cProfile.Profile()
+        with _variant(v, spent):
+            prof.enable()
+            for c in cases:
+                replay(c, oracles=[] if v == "plain" else ["shadow"], device=dev)
+            prof.disable()
+        print(f"\n== cProfile, {v}, {len(cases)} cases", flush=True)
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(22)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=int, default=60)
@@ -143,7 +170,7 @@ def main() -> None:
 
     from fuzzrunner import replay
     cases = _cases(args.cases, args.seed)
-    variants = ["plain", "floor", "no twins", "full", "full, timed"]
+    variants = ["plain", "floor", "no twins", "full", "full, no filter", "full, timed"]
     if args.floor_parts:
         variants[2:2] = ["floor - mode", "floor - launch hook", "floor - watcher", "floor - storage hook",
                          "floor - threads", "floor - compiled"]
@@ -151,6 +178,8 @@ def main() -> None:
     for c in cases:  # compiles, first launches
         replay(c, oracles=[], device=dev)
         replay(c, oracles=["shadow"], device=dev)
+    from fuzzrunner.oracles.shadow.gpu import dispatch_filter
+    print(f"dispatch filter: {dispatch_filter.status()}")
     times: dict = {v: [] for v in variants}
     for c in cases:
         for v in variants:
@@ -167,21 +196,14 @@ def main() -> None:
     for v in variants:
         m = statistics.median(times[v])
         print(f"{v:14} {m * 1e3:8.2f} {m / plain:8.2f} {statistics.mean(times[v]) * 1e3:8.2f}")
+    if dispatch_filter.get() is not None:
+        native, routed = dispatch_filter.get().counts()
+        print(f"ops past the mode (native) / sent to it, over the whole run: {native} / {routed}")
     print("host time of the parts in 'full, timed', ms per case (nested: the read-back includes its wait):")
     for k, s in sorted(spent.items(), key=lambda kv: -kv[1]):
         print(f"  {k:28} {s / len(cases) * 1e3:8.2f}")
     if args.profile:
-        import cProfile
-        import pstats
-        for v in ("plain", "floor"):
-            prof = cProfile.Profile()
-            with _variant(v, spent):
-                prof.enable()
-                for c in cases[:args.profile]:
-                    replay(c, oracles=[] if v == "plain" else ["shadow"], device=dev)
-                prof.disable()
-            print(f"\n== cProfile, {v}, {args.profile} cases", flush=True)
-            pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(22)
+        _profile(cases[:args.profile], replay, dev, spent)
     n = min(args.profiled, len(cases))
     if n and dev == "cuda":
         plain_ms, full_ms = (_kernel_ms(cases[:n], o, replay, torch, dev) for o in ([], ["shadow"]))

@@ -27,6 +27,7 @@ from ..storage_hook import StorageHook
 from ..threads import ThreadCoverage, locked
 from ..torch_effects import has_memory
 from . import device_checks as dc
+from . import dispatch_filter, torch_mode
 from .instrument import INSTRUMENTER, NotInstrumentable, python_function
 from .internal_launch import launch as launch_internal
 from .launch_hook import LaunchHook
@@ -71,6 +72,8 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._reported: set = set()           # (region id, element, op): one report per bad element per op
         self.lock = threading.RLock()          # ops on the case's other threads share the shadow (threads.py)
         self._threads = ThreadCoverage(lambda: self.mode_class(self))
+        self._filter = None                    # the dispatch filter's module while this oracle uses it
+        self._filter_was = False               # whether this thread had its key included before
         self._skipping: list = []              # regions holding this op's left-out writes (``unstamped``)
         self._pauser = _Pause(self._tls)
 
@@ -96,7 +99,32 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self.mode_class.skip_dynamo()
         self._mode = self.mode_class(self)
         self._mode.__enter__()
+        if self.mode_class is DeviceTorchMode:  # (a mode of another class may do more with an op than it knows)
+            self._start_filter()
         self._threads.install()  # pool work and threads started during the case: a mode of their own
+
+    def _start_filter(self) -> None:
+        """Ops that the mode would only run skip it on this thread (dispatch_filter.py), where it can be built."""
+        filt = dispatch_filter.get()
+        if filt is None:
+            return
+        torch_mode.FILTER[0] = filt
+        filt.take_fresh()  # (an earlier case's)
+        filt.set_regions(self.shadow._starts, self.shadow._max_end)
+        self.shadow.on_change = filt.set_regions
+        filt.set_mode(self._mode, str(self.device))
+        self._filter, self._filter_was = filt, filt.included()
+        filt.include(True)
+
+    def _stop_filter(self) -> None:
+        filt, self._filter = self._filter, None
+        if filt is None:
+            return
+        filt.include(self._filter_was)
+        filt.set_mode(None, str(self.device))
+        filt.set_regions([], [])
+        filt.take_fresh()
+        self.shadow.on_change = None
 
     def begin_op(self, index: int, op: dict) -> None:
         with self.pause():
@@ -122,6 +150,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             watch.detach()
         self._deaths.clear()
         self._threads.uninstall()
+        self._stop_filter()
         stepped = getattr(self._tls, "stepped_aside", None)
         if stepped is not None:  # finished inside a quiet block: its mode back first, then left in its place
             self._tls.stepped_aside = None
@@ -176,7 +205,17 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             insert_mode(stepped[0], stepped[1])
 
     # -- regions --------------------------------------------------------------------------
+    def _settle(self) -> None:
+        """Records of freed memory dropped (``_purge``), if any storage died or the dispatch filter ran an op
+        whose result lies where a record does, since the last time."""
+        if self._dead or (self._filter is not None and self._filter.has_fresh()):
+            self._purge()
+
     def _purge(self) -> None:
+        if self._filter is not None:  # results of ops the mode did not see, in memory a record still names
+            for ptr, nbytes in self._filter.take_fresh():
+                for r in self.shadow.overlapping(ptr, nbytes):
+                    self.shadow.remove(r)
         while self._dead:
             ptr, nbytes = self._dead.pop()
             for r in self.shadow.overlapping(ptr, nbytes):
@@ -195,8 +234,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     def tracked_near(self, spans: list) -> list:
         """The tracked regions sharing a byte with any storage ``(address, bytes)`` of ``spans`` (most ops
         touch none: one bisection per storage answers that)."""
-        if self._dead:
-            self._purge()
+        self._settle()
         shadow = self.shadow
         if not shadow.any_overlapping(spans):
             return []
@@ -295,6 +333,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         if self.paused() or not has_memory(tensor) or tensor.device.type != self.device.type:
             return
         from .views import shadow_parts
+        self._settle()
         with self.pause():
             for _r, sh, _ in shadow_parts(tensor, self.regions_of(tensor), write=True):
                 sh.copy_(torch.where(sh != dc.NEVER, self.shadow.epoch_like(sh.shape), sh))
@@ -348,8 +387,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     def allocated(self, t: torch.Tensor, st, uninitialized: bool, where: tuple | None) -> None:
         """A result ``t`` in fresh storage ``st``: tracked as never written if made by the ``empty``
         family, else its memory is new (a record there is of freed memory)."""
-        if self._dead:
-            self._purge()
+        self._settle()
         if uninitialized and self.auto_track_empty:
             name = f"torch.empty@{source_location(*(where or ('?', 0)))}"
             self.shadow.add(st.data_ptr(), st.nbytes(), name, per_step=False, initialized=False,
@@ -436,8 +474,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             if d is None or d.type != device:
                 self.unchecked.setdefault(name, "an argument is a tensor descriptor or on another device")
                 return "unchecked"
-        if self._dead:
-            self._purge()
+        self._settle()
         in_capture = capturing(self.device)
         table, nreg, _, _ = self.shadow.table(args, name, path, in_capture)
         self._launched = True
@@ -564,6 +601,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         import numpy as np
 
         from ..triton_hook import live_storages
+        self._settle()
         addrs = [e[3] for e in entries if e[0] == dc.OOB and self.shadow.containing(e[3]) is None]
         if not addrs:
             return

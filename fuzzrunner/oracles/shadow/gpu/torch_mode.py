@@ -70,7 +70,21 @@ def _op(func) -> _Op:
     info = _OPS.get(func)
     if info is None:
         info = _OPS[func] = _Op(func)
+        if FILTER[0] is not None:  # the dispatch filter learns what this mode does with the op
+            FILTER[0].categorize(func._schema.name, func._schema.overload_name, category(info))
     return info
+
+
+def category(op: _Op) -> int:
+    """What the mode does with an op, for the dispatch filter (dispatch_filter.py): only runs it (a view, a
+    metadata op); runs it unless it touches tracked memory (a plain aten op); or always looks at it."""
+    from .dispatch_filter import ALWAYS, PASS, PLAIN
+    if op.passthrough:
+        return PASS
+    return ALWAYS if op.storage or op.empty or op.indexes or not op.aten else PLAIN
+
+
+FILTER: list = [None]  # the dispatch filter's module, once an oracle has loaded it (dispatch_filter.get)
 
 
 def _flat(args, kwargs) -> list:

@@ -1,0 +1,231 @@
+// The device shadow's dispatch filter (dispatch_filter.py): a boxed fallback at a dispatch key ahead of torch's
+// Python keys that lets an op past the shadow's Python dispatch mode when the mode would only run it.
+//
+// Per op, on a thread that included the key (the case's thread, while the oracle runs) and whose dispatch-mode
+// stack is exactly the oracle's mode:
+//   * an op the mode runs as it is (a view, a metadata op: PASS) runs natively;
+//   * a PLAIN op (an aten op that neither changes a storage, allocates never-written memory nor takes an index)
+//     runs natively when none of its tensor arguments on the oracle's device shares a byte with a tracked
+//     region (the regions' index, as DeviceShadow keeps it: starts sorted, the running maximum of ends); a
+//     result in fresh memory where a region lies is queued for the mode (``take_fresh``), as its
+//     ``_allocations`` would have handled it;
+//   * an op made of other ops above the Python keys (a CompositeImplicitAutograd kernel: ``reshape``, ``to``)
+//     is never seen by the mode, only its parts: it runs on, its parts coming back here one by one;
+//   * anything else (an op the mode has not named yet, a tensor subclass argument, another mode on the
+//     stack) goes to the mode as before.
+// "Natively" is past every Python key for the op and for the ops inside it: nothing there is tracked.
+
+#include <torch/extension.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/PyInterpreter.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace {
+
+constexpr auto kKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
+enum Category : int { UNKNOWN = 0, PASS = 1, PLAIN = 2, ALWAYS = 3, COMPOSITE = 4 };
+
+struct State {
+  std::shared_mutex mu;
+  std::vector<int64_t> starts, max_end;                   // the regions' index
+  std::unordered_map<c10::OperatorName, int> categories;  // what the mode does with each op
+  std::vector<std::pair<int64_t, int64_t>> fresh;         // (address, bytes) of results where a region lies
+  PyObject* mode = nullptr;                               // the oracle's mode (borrowed: kept alive in Python)
+  c10::DeviceType device = c10::DeviceType::CUDA;
+  std::atomic<int64_t> native{0}, routed{0};
+};
+
+State& state() {
+  static State* s = new State();  // never destroyed: ops may run while the interpreter exits
+  return *s;
+}
+
+bool overlaps(const State& s, int64_t start, int64_t nbytes) {
+  const int64_t end = start + std::max<int64_t>(nbytes, 1);
+  const auto i = std::lower_bound(s.starts.begin(), s.starts.end(), end) - s.starts.begin() - 1;
+  return i >= 0 && s.max_end[i] > start;
+}
+
+// 1: a tensor on the device with memory (address, bytes set); 0: not one to look at; -1: send the op to the mode
+int span(const at::Tensor& t, c10::DeviceType device, int64_t* ptr, int64_t* nbytes) {
+  if (!t.defined()) return 0;
+  const auto* impl = t.unsafeGetTensorImpl();
+  if (impl->key_set().has(c10::DispatchKey::Python)) return -1;  // a tensor subclass: its own dispatch
+  if (t.layout() != c10::kStrided || t.device().type() != device) return 0;
+  if (!impl->has_storage()) return -1;
+  const auto& st = impl->storage();
+  *ptr = reinterpret_cast<int64_t>(st.data());
+  *nbytes = static_cast<int64_t>(st.nbytes());
+  return *ptr ? 1 : 0;
+}
+
+template <typename F>
+bool each_tensor(const c10::IValue& v, F&& f) {  // false: stop (f said so)
+  if (v.isTensor()) return f(v.toTensor());
+  if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) {
+      if (!f(t)) return false;
+    }
+    return true;
+  }
+  if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isTensor() && !f(e.toTensor())) return false;
+    }
+  }
+  return true;
+}
+
+bool ours_alone(const State& s) {
+  if (s.mode == nullptr || c10::impl::TorchDispatchModeTLS::stack_len() != 1) return false;
+  const auto& top = c10::impl::TorchDispatchModeTLS::get_stack_at(0);
+  return top && top->ptr(&top->pyinterpreter()) == s.mode;
+}
+
+void filter(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  auto& s = state();
+  const auto after = ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kKey);
+  int category = UNKNOWN;
+  std::vector<int64_t> inputs;
+  bool route = true;
+  {
+    std::shared_lock<std::shared_mutex> lock(s.mu);
+    if (ours_alone(s)) {
+      const auto found = s.categories.find(op.operator_name());
+      category = found == s.categories.end() ? UNKNOWN : found->second;
+      if (category == PASS) {
+        route = false;
+      } else if (category == PLAIN) {
+        route = false;
+        const auto n = op.schema().arguments().size();
+        for (auto it = stack->end() - static_cast<std::ptrdiff_t>(n); it != stack->end() && !route; ++it) {
+          each_tensor(*it, [&](const at::Tensor& t) {
+            int64_t ptr = 0, nbytes = 0;
+            const int got = span(t, s.device, &ptr, &nbytes);
+            if (got < 0 || (got > 0 && overlaps(s, ptr, nbytes))) {
+              route = true;
+              return false;
+            }
+            if (got > 0) inputs.push_back(ptr);
+            return true;
+          });
+        }
+      }
+    }
+  }
+  if (route && category == UNKNOWN && op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
+    // An op made of other ops above the Python keys (``reshape``, ``matmul``, ``to``): the mode never sees it,
+    // only the ops it is made of, which come back here one by one.
+    std::unique_lock<std::shared_mutex> lock(s.mu);
+    s.categories.emplace(op.operator_name(), COMPOSITE);
+    category = COMPOSITE;
+  }
+  if (category == COMPOSITE) {
+    s.native.fetch_add(1, std::memory_order_relaxed);
+    op.redispatchBoxed(after, stack);
+    return;
+  }
+  if (route) {
+    s.routed.fetch_add(1, std::memory_order_relaxed);
+    c10::impl::ExcludeDispatchKeyGuard guard(kKey);
+    op.redispatchBoxed(after, stack);
+    return;
+  }
+  s.native.fetch_add(1, std::memory_order_relaxed);
+  {
+    c10::impl::ExcludeDispatchKeyGuard guard(
+        c10::DispatchKeySet({kKey, c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+    op.redispatchBoxed(after.remove(c10::DispatchKey::Python).remove(c10::DispatchKey::PythonTLSSnapshot), stack);
+  }
+  if (category != PLAIN) return;  // a view shares its input's memory
+  const auto r = op.schema().returns().size();
+  std::vector<std::pair<int64_t, int64_t>> fresh;
+  {
+    std::shared_lock<std::shared_mutex> lock(s.mu);
+    for (auto it = stack->end() - static_cast<std::ptrdiff_t>(r); it != stack->end(); ++it) {
+      each_tensor(*it, [&](const at::Tensor& t) {
+        int64_t ptr = 0, nbytes = 0;
+        if (span(t, s.device, &ptr, &nbytes) > 0 &&
+            std::find(inputs.begin(), inputs.end(), ptr) == inputs.end() && overlaps(s, ptr, nbytes)) {
+          fresh.emplace_back(ptr, nbytes);
+        }
+        return true;
+      });
+    }
+  }
+  if (!fresh.empty()) {
+    std::unique_lock<std::shared_mutex> lock(s.mu);
+    s.fresh.insert(s.fresh.end(), fresh.begin(), fresh.end());
+  }
+}
+
+// -- the Python side's calls (with the GIL) ------------------------------------------------------------------
+
+void set_mode(py::object mode, const std::string& device) {
+  auto& s = state();
+  std::unique_lock<std::shared_mutex> lock(s.mu);
+  s.mode = mode.is_none() ? nullptr : mode.ptr();
+  s.device = c10::Device(device).type();
+}
+
+void set_regions(std::vector<int64_t> starts, std::vector<int64_t> max_end) {
+  TORCH_CHECK(starts.size() == max_end.size(), "the regions' starts and ends differ in number");
+  auto& s = state();
+  std::unique_lock<std::shared_mutex> lock(s.mu);
+  s.starts = std::move(starts);
+  s.max_end = std::move(max_end);
+}
+
+void categorize(const std::string& name, const std::string& overload, int category) {
+  auto& s = state();
+  std::unique_lock<std::shared_mutex> lock(s.mu);
+  s.categories[c10::OperatorName(name, overload)] = category;
+}
+
+std::vector<std::pair<int64_t, int64_t>> take_fresh() {
+  auto& s = state();
+  std::unique_lock<std::shared_mutex> lock(s.mu);
+  std::vector<std::pair<int64_t, int64_t>> out;
+  out.swap(s.fresh);
+  return out;
+}
+
+bool has_fresh() {
+  auto& s = state();
+  std::shared_lock<std::shared_mutex> lock(s.mu);
+  return !s.fresh.empty();
+}
+
+void include(bool on) { c10::impl::tls_set_dispatch_key_included(kKey, on); }
+
+bool included() { return c10::impl::tls_is_dispatch_key_included(kKey); }
+
+std::pair<int64_t, int64_t> counts() { return {state().native.load(), state().routed.load()}; }
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, TESTING_ONLY_GenericMode, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&filter>());
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("set_mode", &set_mode);
+  m.def("set_regions", &set_regions);
+  m.def("categorize", &categorize);
+  m.def("take_fresh", &take_fresh);
+  m.def("has_fresh", &has_fresh);
+  m.def("include", &include);
+  m.def("included", &included);
+  m.def("counts", &counts);
+}
