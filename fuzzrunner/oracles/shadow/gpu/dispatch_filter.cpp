@@ -41,7 +41,8 @@ struct State {
   std::vector<int64_t> starts, max_end;                   // the regions' index
   std::unordered_map<c10::OperatorName, int> categories;  // what the mode does with each op
   std::vector<std::pair<int64_t, int64_t>> fresh;         // (address, bytes) of results where a region lies
-  PyObject* mode = nullptr;                               // the oracle's mode (borrowed: kept alive in Python)
+  PyObject* mode = nullptr;                               // the oracle's mode, compared by address
+  py::object mode_ref;                                    // held, so no other object takes its address meanwhile
   c10::DeviceType device = c10::DeviceType::CUDA;
   std::atomic<int64_t> native{0}, routed{0};
 };
@@ -174,9 +175,15 @@ void filter(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::S
 
 void set_mode(py::object mode, const std::string& device) {
   auto& s = state();
-  std::unique_lock<std::shared_mutex> lock(s.mu);
-  s.mode = mode.is_none() ? nullptr : mode.ptr();
-  s.device = c10::Device(device).type();
+  const auto type = c10::Device(device).type();
+  py::object before;  // let go after the lock: its destructor may run Python, and torch ops, which take it
+  {
+    std::unique_lock<std::shared_mutex> lock(s.mu);
+    s.mode = mode.is_none() ? nullptr : mode.ptr();
+    before = std::move(s.mode_ref);
+    s.mode_ref = std::move(mode);
+    s.device = type;
+  }
 }
 
 void set_regions(std::vector<int64_t> starts, std::vector<int64_t> max_end) {

@@ -7,7 +7,7 @@ fallback at a dispatch key ahead of torch's Python keys (``TESTING_ONLY_GenericM
 libraries leave free), included on the case's thread while the oracle runs. It sends an op on to the mode
 unless the mode is the only one on the stack and the op is a view or metadata op, or a plain aten op none of
 whose tensor arguments touches a tracked region (the mode names each op's kind at its first dispatch:
-``categorize``); those run natively, past the Python keys, and a result of theirs in fresh memory where a
+``torch_mode.use_filter``); those run natively, past the Python keys, and a result of theirs in fresh memory where a
 region lies is handed to the oracle (``take_fresh``), as the mode's own ``_allocations`` would have.
 
 Built once per machine, source and torch the first time an oracle starts (the C++ compiler, torch's
@@ -24,7 +24,6 @@ import threading
 
 _LOCK = threading.Lock()
 _STATE: dict = {}  # "module": the built module or None, "why": the reason it is None
-PASS, PLAIN, ALWAYS = 1, 2, 3
 
 
 def get():
@@ -50,9 +49,6 @@ def _load():
         module = _build()
     except Exception as e:  # noqa: BLE001  (no compiler, no headers, a registration refused: the mode sees every op)
         return None, " ".join(f"{type(e).__name__}: {e}".split())[:300]
-    from .torch_mode import _OPS, category
-    for func, op in list(_OPS.items()):  # ops named before the filter was built
-        module.categorize(func._schema.name, func._schema.overload_name, category(op))
     return module, ""
 
 

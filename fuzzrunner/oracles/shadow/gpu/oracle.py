@@ -108,7 +108,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         filt = dispatch_filter.get()
         if filt is None:
             return
-        torch_mode.FILTER[0] = filt
+        torch_mode.use_filter(filt)
         filt.take_fresh()  # (an earlier case's)
         filt.set_regions(self.shadow._starts, self.shadow._max_end)
         self.shadow.on_change = filt.set_regions

@@ -75,16 +75,28 @@ def _op(func) -> _Op:
     return info
 
 
+PASS, PLAIN, ALWAYS = 1, 2, 3  # the dispatch filter's names for what the mode does with an op (dispatch_filter.cpp)
+
+
 def category(op: _Op) -> int:
     """What the mode does with an op, for the dispatch filter (dispatch_filter.py): only runs it (a view, a
     metadata op); runs it unless it touches tracked memory (a plain aten op); or always looks at it."""
-    from .dispatch_filter import ALWAYS, PASS, PLAIN
     if op.passthrough:
         return PASS
     return ALWAYS if op.storage or op.empty or op.indexes or not op.aten else PLAIN
 
 
-FILTER: list = [None]  # the dispatch filter's module, once an oracle has loaded it (dispatch_filter.get)
+FILTER: list = [None]  # the dispatch filter's module, once an oracle has loaded it (``use_filter``)
+
+
+def use_filter(module) -> None:
+    """From now on name each op's kind to the dispatch filter ``module`` at its first dispatch, and name those
+    named before now (an op named twice meanwhile is named the same)."""
+    if FILTER[0] is module:
+        return
+    FILTER[0] = module
+    for func, op in list(_OPS.items()):
+        module.categorize(func._schema.name, func._schema.overload_name, category(op))
 
 
 def _flat(args, kwargs) -> list:
