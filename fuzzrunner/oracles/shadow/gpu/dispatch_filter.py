@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import threading
 
 _LOCK = threading.Lock()
@@ -80,6 +81,8 @@ def _build():
     with open(os.path.join(folder, name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.path.exists(built):
+            print(f"fuzzrunner: building the GPU shadow's dispatch filter in {folder} (once per machine and torch, "
+                  f"about 30 s)", file=sys.stderr, flush=True)
             inc = os.path.join(os.path.dirname(torch.__file__), "include")
             lib = os.path.join(os.path.dirname(torch.__file__), "lib")
             tmp = f"{built}.{os.getpid()}.tmp"
