@@ -127,3 +127,131 @@ def test_without_the_filter_the_oracle_reports_the_same_and_says_why(tmp_path):
     status, result = out.stdout.strip().splitlines()[-2:]
     assert status.startswith("off (RuntimeError: the C++ build failed (false)")
     assert result == "([('stale-read', 'buf', 1)], ['add.Tensor', 'mul.Tensor'])"  # the mode saw them
+
+
+def test_a_machine_with_a_compiler_builds_the_filter():
+    """Where a C++ compiler is, the filter must build: a source that stopped compiling would otherwise only
+    make every test above skip, and the GPU shadow slow."""
+    import shlex
+    import shutil
+    compiler = shlex.split(os.environ.get("CXX", "c++"))[0]
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C++ compiler ({compiler}) here: the filter is off, and the mode sees every op")
+    assert dispatch_filter.get() is not None, dispatch_filter.status()
+
+
+@needs_filter
+def test_the_filters_copy_of_the_region_index_answers_what_the_index_answers():
+    """The filter keeps a copy of DeviceShadow's index, told each insertion and removal (not sent whole)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from fuzzrunner.oracles.shadow.gpu.regions import DeviceShadow, Region
+    filt = dispatch_filter.get()
+    span = st.tuples(st.integers(0, 200), st.integers(0, 60))
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from(["add", "inner", "remove"]), span, st.integers(0, 30)), max_size=25),
+           st.lists(span, min_size=1, max_size=8))
+    def check(steps, queries):
+        assert dispatch_filter.claim(check)
+        shadow = DeviceShadow("cpu")
+        shadow.add(500, 8, "before", per_step=False, initialized=True, itemsize=4, shape=(2,))
+        shadow.mirror_to(filt)
+        try:
+            for kind, (start, nbytes), k in steps:
+                if kind == "add":
+                    shadow.add(start, max(nbytes, 1), "t", per_step=False, initialized=True, itemsize=1, shape=(1,))
+                elif kind == "inner":
+                    shadow.append(Region(start, max(nbytes, 1), "v", False, 1, (1,), None))
+                elif shadow.regions:
+                    shadow.remove(shadow.regions[k % len(shadow.regions)])
+                for q in queries:
+                    assert filt.any_overlapping(*q) == shadow.any_overlapping([q])
+        finally:
+            shadow.mirror_to(None)
+            filt.set_regions([], [])
+            dispatch_filter.release(check)
+    check()
+
+
+@pytest.mark.parametrize("filtered", [pytest.param(True, marks=needs_filter), False])
+def test_views_of_a_tensor_subclass_stay_that_subclass(filtered, monkeypatch):
+    """A view op skips the mode, but not a subclass's own dispatch: its views are still of its class. And an op
+    on a wrapper subclass (no data of its own) runs in the mode: it raised there before (an invalid storage)."""
+    from torch.testing._internal.two_tensor import TwoTensor
+    if not filtered:
+        monkeypatch.setattr(dispatch_filter, "get", lambda: None)
+    oracle = GpuShadowOracle("cpu")
+    oracle.start()
+    try:
+        oracle.begin_op(0, {"op": "step"})
+        x = torch.randn(4, 4)
+        x.t(), x.view(16), x.detach()  # named by the mode: views
+        t = TwoTensor(torch.ones(4), torch.ones(4))
+        d, v = t.detach(), t.view(2, 2)
+        assert type(d) is TwoTensor and type(v) is TwoTensor
+        assert torch.equal((v + 1).a, torch.full((2, 2), 2.0))
+    finally:
+        oracle.finish()
+
+
+def _stale(read, warm=None) -> list:
+    oracle = GpuShadowOracle("cpu")
+    oracle.start()
+    try:
+        buf = track(torch.zeros(4, 4), "buf", per_step=True)
+        oracle.begin_op(0, {"op": "step"})
+        buf.fill_(1.0)
+        if warm is not None:
+            warm()
+        oracle.begin_op(1, {"op": "step"})
+        read(buf)
+    finally:
+        vs = oracle.finish()
+    return [(v.kind, v.tensor) for v in vs]
+
+
+@needs_filter
+@pytest.mark.parametrize("read", ["reshape", "contiguous", "to"])
+def test_an_op_made_of_others_is_checked_after_the_mode_saw_it_whole_under_inference_mode(read):
+    """Under ``torch.inference_mode`` (no autograd keys) the mode sees ``reshape`` whole and names it a view; in
+    autograd dispatch it is made of a ``clone``, which reads: the copy must still be checked."""
+    ops = {"reshape": lambda b: b.t().reshape(16), "contiguous": lambda b: b.t().contiguous(),
+           "to": lambda b: b.to(torch.float64)}
+
+    def warm():
+        with torch.inference_mode():
+            w = torch.randn(4, 4)
+            ops[read](w)
+    assert _stale(ops[read], warm) == [("stale-read", "buf")]
+
+
+@needs_filter
+def test_a_read_through_functionalization_reaches_the_mode():
+    """A functional wrapper's storage has no address: its ops go to the mode, which sees the real op beneath."""
+    torch.mul(torch.randn(2), 2)  # ``mul`` named
+    assert _stale(lambda b: torch.func.functionalize(lambda x: (x * 2).sum())(b)) == [("stale-read", "buf")]
+
+
+@needs_filter
+def test_two_oracles_finishing_out_of_order_leave_the_thread_as_it_was():
+    """One oracle at a time holds the filter; the other's mode sees every op. A starts, B starts, A finishes
+    (B still on), B finishes: both report, and the filter's key is left as before."""
+    filt = dispatch_filter.get()
+    a, b = GpuShadowOracle("cpu"), GpuShadowOracle("cpu")
+    a.start()
+    b.start()
+    buf = track(torch.zeros(8), "buf", per_step=True)
+    for o in (a, b):
+        o.begin_op(0, {"op": "step"})
+    buf.fill_(1.0)
+    for o in (a, b):
+        o.begin_op(1, {"op": "step"})
+    buf.sum()
+    got_a = [(v.kind, v.tensor) for v in a.finish()]
+    assert not filt.included()
+    buf.sum()
+    got_b = [(v.kind, v.tensor) for v in b.finish()]
+    assert got_a == got_b == [("stale-read", "buf")]
+    assert not filt.included()

@@ -34,12 +34,14 @@
 namespace {
 
 constexpr auto kKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
-enum Category : int { UNKNOWN = 0, PASS = 1, PLAIN = 2, ALWAYS = 3, COMPOSITE = 4 };
+enum Category : int { UNKNOWN = 0, PASS = 1, PLAIN = 2, ALWAYS = 3 };
 
 struct State {
   std::shared_mutex mu;
-  std::vector<int64_t> starts, max_end;                   // the regions' index
+  std::vector<int64_t> starts, ends, max_end;             // the regions' index: starts sorted, their ends, the
+                                                          // running maximum of ends (DeviceShadow's, mirrored)
   std::unordered_map<c10::OperatorName, int> categories;  // what the mode does with each op
+  std::unordered_map<c10::OperatorName, bool> composite;  // whether an op is made of others above the Python keys
   std::vector<std::pair<int64_t, int64_t>> fresh;         // (address, bytes) of results where a region lies
   PyObject* mode = nullptr;                               // the oracle's mode, compared by address
   py::object mode_ref;                                    // held, so no other object takes its address meanwhile
@@ -68,8 +70,18 @@ int span(const at::Tensor& t, c10::DeviceType device, int64_t* ptr, int64_t* nby
   const auto& st = impl->storage();
   *ptr = reinterpret_cast<int64_t>(st.data());
   *nbytes = static_cast<int64_t>(st.nbytes());
-  return *ptr ? 1 : 0;
+  if (*ptr) return 1;
+  return st.nbytes() ? -1 : 0;  // bytes but no address (a wrapper's storage): what it wraps is not seen here
 }
+
+// Keys under which an op's tensors are not what they seem (a functional or batched wrapper, vmap or grad
+// levels, nested or sparse layouts): such an op goes to the mode, as every op did before the filter.
+const c10::DispatchKeySet kWrapped({c10::DispatchKey::Functionalize, c10::DispatchKey::FuncTorchBatched,
+                                    c10::DispatchKey::BatchedNestedTensor, c10::DispatchKey::FuncTorchVmapMode,
+                                    c10::DispatchKey::Batched, c10::DispatchKey::VmapMode,
+                                    c10::DispatchKey::FuncTorchGradWrapper, c10::DispatchKey::FuncTorchDynamicLayerBackMode,
+                                    c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
+                                    c10::DispatchKey::NestedTensor, c10::DispatchKey::Sparse});
 
 template <typename F>
 bool each_tensor(const c10::IValue& v, F&& f) {  // false: stop (f said so)
@@ -94,9 +106,35 @@ bool ours_alone(const State& s) {
   return top && top->ptr(&top->pyinterpreter()) == s.mode;
 }
 
+bool is_composite(State& s, const c10::OperatorHandle& op) {
+  {
+    std::shared_lock<std::shared_mutex> lock(s.mu);
+    const auto found = s.composite.find(op.operator_name());
+    if (found != s.composite.end()) return found->second;
+  }
+  const bool made = op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+  std::unique_lock<std::shared_mutex> lock(s.mu);
+  s.composite.emplace(op.operator_name(), made);
+  return made;
+}
+
 void filter(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   auto& s = state();
   const auto after = ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kKey);
+  if (!after.has(c10::DispatchKey::Python) || !(after & kWrapped).empty()) {
+    // No Python key (the mode would not see it: ``_DisableTorchDispatch``), or wrapped tensors: as before.
+    s.routed.fetch_add(1, std::memory_order_relaxed);
+    c10::impl::ExcludeDispatchKeyGuard guard(kKey);
+    op.redispatchBoxed(after, stack);
+    return;
+  }
+  if (is_composite(s, op)) {
+    // Made of other ops above the Python keys (``reshape``, ``matmul``, ``to``): with autograd keys its parts
+    // come back here one by one; without them (``torch.inference_mode``) the mode sees it whole, as before.
+    s.native.fetch_add(1, std::memory_order_relaxed);
+    op.redispatchBoxed(after, stack);
+    return;
+  }
   int category = UNKNOWN;
   std::vector<int64_t> inputs;
   bool route = true;
@@ -105,17 +143,15 @@ void filter(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::S
     if (ours_alone(s)) {
       const auto found = s.categories.find(op.operator_name());
       category = found == s.categories.end() ? UNKNOWN : found->second;
-      if (category == PASS) {
-        route = false;
-      } else if (category == PLAIN) {
+      if (category == PASS || category == PLAIN) {
         route = false;
         const auto n = op.schema().arguments().size();
         for (auto it = stack->end() - static_cast<std::ptrdiff_t>(n); it != stack->end() && !route; ++it) {
           each_tensor(*it, [&](const at::Tensor& t) {
             int64_t ptr = 0, nbytes = 0;
             const int got = span(t, s.device, &ptr, &nbytes);
-            if (got < 0 || (got > 0 && overlaps(s, ptr, nbytes))) {
-              route = true;
+            if (got < 0 || (got > 0 && category == PLAIN && overlaps(s, ptr, nbytes))) {
+              route = true;  // a subclass (a view of one too), or tracked memory
               return false;
             }
             if (got > 0) inputs.push_back(ptr);
@@ -124,18 +160,6 @@ void filter(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::S
         }
       }
     }
-  }
-  if (route && category == UNKNOWN && op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
-    // An op made of other ops above the Python keys (``reshape``, ``matmul``, ``to``): the mode never sees it,
-    // only the ops it is made of, which come back here one by one.
-    std::unique_lock<std::shared_mutex> lock(s.mu);
-    s.categories.emplace(op.operator_name(), COMPOSITE);
-    category = COMPOSITE;
-  }
-  if (category == COMPOSITE) {
-    s.native.fetch_add(1, std::memory_order_relaxed);
-    op.redispatchBoxed(after, stack);
-    return;
   }
   if (route) {
     s.routed.fetch_add(1, std::memory_order_relaxed);
@@ -186,12 +210,46 @@ void set_mode(py::object mode, const std::string& device) {
   }
 }
 
-void set_regions(std::vector<int64_t> starts, std::vector<int64_t> max_end) {
-  TORCH_CHECK(starts.size() == max_end.size(), "the regions' starts and ends differ in number");
+void running_max(State& s, size_t i) {  // the running maximum of ends, from position i on (C speed: no early stop)
+  for (size_t k = i; k < s.starts.size(); ++k) s.max_end[k] = k ? std::max(s.max_end[k - 1], s.ends[k]) : s.ends[k];
+}
+
+void set_regions(std::vector<int64_t> starts, std::vector<int64_t> ends) {
+  TORCH_CHECK(starts.size() == ends.size(), "the regions' starts and ends differ in number");
   auto& s = state();
   std::unique_lock<std::shared_mutex> lock(s.mu);
   s.starts = std::move(starts);
-  s.max_end = std::move(max_end);
+  s.ends = std::move(ends);
+  s.max_end.assign(s.ends.size(), 0);
+  running_max(s, 0);
+}
+
+void insert_region(size_t i, int64_t start, int64_t end) {
+  auto& s = state();
+  std::unique_lock<std::shared_mutex> lock(s.mu);
+  TORCH_CHECK(i <= s.starts.size(), "a region inserted past the index's end");
+  const auto at = static_cast<std::ptrdiff_t>(i);
+  s.starts.insert(s.starts.begin() + at, start);
+  s.ends.insert(s.ends.begin() + at, end);
+  s.max_end.insert(s.max_end.begin() + at, end);
+  running_max(s, i);
+}
+
+void erase_region(size_t i) {
+  auto& s = state();
+  std::unique_lock<std::shared_mutex> lock(s.mu);
+  TORCH_CHECK(i < s.starts.size(), "a region erased past the index's end");
+  const auto at = static_cast<std::ptrdiff_t>(i);
+  s.starts.erase(s.starts.begin() + at);
+  s.ends.erase(s.ends.begin() + at);
+  s.max_end.erase(s.max_end.begin() + at);
+  running_max(s, i);
+}
+
+bool any_overlapping(int64_t start, int64_t nbytes) {
+  auto& s = state();
+  std::shared_lock<std::shared_mutex> lock(s.mu);
+  return overlaps(s, start, nbytes);
 }
 
 void categorize(const std::string& name, const std::string& overload, int category) {
@@ -229,6 +287,9 @@ TORCH_LIBRARY_IMPL(_, TESTING_ONLY_GenericMode, m) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_mode", &set_mode);
   m.def("set_regions", &set_regions);
+  m.def("insert_region", &insert_region);
+  m.def("erase_region", &erase_region);
+  m.def("any_overlapping", &any_overlapping);
   m.def("categorize", &categorize);
   m.def("take_fresh", &take_fresh);
   m.def("has_fresh", &has_fresh);

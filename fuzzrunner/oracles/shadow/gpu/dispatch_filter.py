@@ -25,6 +25,7 @@ import threading
 
 _LOCK = threading.Lock()
 _STATE: dict = {}  # "module": the built module or None, "why": the reason it is None
+_OWNER: list = [None]  # the oracle using the filter now (one at a time: it holds that oracle's mode and index)
 
 
 def get():
@@ -35,6 +36,22 @@ def get():
         if "module" not in _STATE:
             _STATE["module"], _STATE["why"] = _load()
     return _STATE["module"]
+
+
+def claim(oracle) -> bool:
+    """Make ``oracle`` the filter's one user, unless another oracle of the process is (then its mode sees every
+    op, as without the filter)."""
+    with _LOCK:
+        if _OWNER[0] is not None and _OWNER[0] is not oracle:
+            return False
+        _OWNER[0] = oracle
+        return True
+
+
+def release(oracle) -> None:
+    with _LOCK:
+        if _OWNER[0] is oracle:
+            _OWNER[0] = None
 
 
 def status() -> str:

@@ -104,14 +104,14 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._threads.install()  # pool work and threads started during the case: a mode of their own
 
     def _start_filter(self) -> None:
-        """Ops that the mode would only run skip it on this thread (dispatch_filter.py), where it can be built."""
+        """Ops that the mode would only run skip it on this thread (dispatch_filter.py), where it can be built
+        and no other oracle of the process holds it (one mode, one index: that oracle's)."""
         filt = dispatch_filter.get()
-        if filt is None:
+        if filt is None or not dispatch_filter.claim(self):
             return
         torch_mode.use_filter(filt)
         filt.take_fresh()  # (an earlier case's)
-        filt.set_regions(self.shadow._starts, self.shadow._max_end)
-        self.shadow.on_change = filt.set_regions
+        self.shadow.mirror_to(filt)
         filt.set_mode(self._mode, str(self.device))
         self._filter, self._filter_was = filt, filt.included()
         filt.include(True)
@@ -122,9 +122,10 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             return
         filt.include(self._filter_was)
         filt.set_mode(None, str(self.device))
+        self.shadow.mirror_to(None)
         filt.set_regions([], [])
         filt.take_fresh()
-        self.shadow.on_change = None
+        dispatch_filter.release(self)
 
     def begin_op(self, index: int, op: dict) -> None:
         with self.pause():

@@ -139,7 +139,7 @@ class DeviceShadow:
         self._starts: list[int] = []
         self._max_end: list[int] = []
         self._rank: dict | None = None  # id(region) -> its place in ``regions`` (made again after a change)
-        self.on_change = None  # called with (starts, running max of ends) after each change of the index
+        self.mirror = None  # the index's copy in the dispatch filter: told each insertion and removal
 
     def _pinned(self, n: int, in_capture: bool) -> torch.Tensor:
         """``n`` int64 of pinned host memory from a process-wide pool made outside any graph capture
@@ -181,8 +181,8 @@ class DeviceShadow:
         self._by_start.insert(i, r)
         self._max_end.insert(i, r.end)
         self._running_max(i)
-        if self.on_change is not None:
-            self.on_change(self._starts, self._max_end)
+        if self.mirror is not None:
+            self.mirror.insert_region(i, r.start, r.end)
 
     def remove(self, region: Region) -> None:
         if region in self.regions:
@@ -192,8 +192,14 @@ class DeviceShadow:
                      if self._by_start[k] is region)
             del self._starts[i], self._by_start[i], self._max_end[i]
             self._running_max(i)
-            if self.on_change is not None:
-                self.on_change(self._starts, self._max_end)
+            if self.mirror is not None:
+                self.mirror.erase_region(i)
+
+    def mirror_to(self, mirror) -> None:
+        """Keep ``mirror`` (the dispatch filter's module, or None) a copy of the index from now on."""
+        self.mirror = mirror
+        if mirror is not None:
+            mirror.set_regions(list(self._starts), [r.end for r in self._by_start])
 
     def _running_max(self, i: int) -> None:
         """Recompute the running maximum of ends from position ``i`` (an insertion or a deletion

@@ -118,9 +118,9 @@ def _spans(args, kwargs, cuda: bool) -> list:
         if (t.is_cuda if cuda else t.is_cpu) and t.layout is _STRIDED:
             try:
                 st = t.untyped_storage()
+                ptr = st.data_ptr()  # (a wrapper subclass's storage has no data: it raises)
             except (RuntimeError, NotImplementedError):
                 continue
-            ptr = st.data_ptr()
             if ptr:
                 out.append((ptr, st.nbytes()))
     return out
@@ -484,9 +484,9 @@ class DeviceTorchMode(DynamoFreeMode):
                 continue
             try:
                 st = t.untyped_storage()
+                ptr = st.data_ptr()
             except (RuntimeError, NotImplementedError):
                 continue
-            ptr = st.data_ptr()
             if not ptr:
                 continue
             if _among(ptr, spans):  # an input's storage (an in-place op, out=, a view): not fresh
