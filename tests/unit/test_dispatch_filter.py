@@ -148,11 +148,13 @@ def test_the_filters_copy_of_the_region_index_answers_what_the_index_answers():
 
     from fuzzrunner.oracles.shadow.gpu.regions import DeviceShadow, Region
     filt = dispatch_filter.get()
-    span = st.tuples(st.integers(0, 200), st.integers(0, 60))
+    span = st.tuples(st.integers(0, 200), st.integers(0, 120))  # nested and overlapping regions: a removed one's
+    #                                                             end may have been the running maximum past it
 
-    @settings(max_examples=150, deadline=None)
-    @given(st.lists(st.tuples(st.sampled_from(["add", "inner", "remove"]), span, st.integers(0, 30)), max_size=25),
-           st.lists(span, min_size=1, max_size=8))
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from(["add", "inner", "inner", "remove", "remove"]), span,
+                              st.integers(0, 30)), max_size=30),
+           st.lists(span, min_size=1, max_size=12))
     def check(steps, queries):
         assert dispatch_filter.claim(check)
         shadow = DeviceShadow("cpu")
@@ -235,13 +237,15 @@ def test_a_read_through_functionalization_reaches_the_mode():
 
 
 @needs_filter
-def test_two_oracles_finishing_out_of_order_leave_the_thread_as_it_was():
-    """One oracle at a time holds the filter; the other's mode sees every op. A starts, B starts, A finishes
-    (B still on), B finishes: both report, and the filter's key is left as before."""
+def test_of_two_oracles_one_holds_the_filter_and_both_report():
+    """One oracle at a time holds the filter (its mode and its index); a second one's mode sees every op. A starts,
+    B starts, B finishes (A still holds it), A finishes (oracles end in the reverse order, as ``execute`` ends
+    them): both report, and the filter's key is left as before."""
     filt = dispatch_filter.get()
     a, b = GpuShadowOracle("cpu"), GpuShadowOracle("cpu")
     a.start()
     b.start()
+    assert a._filter is filt and b._filter is None
     buf = track(torch.zeros(8), "buf", per_step=True)
     for o in (a, b):
         o.begin_op(0, {"op": "step"})
@@ -249,9 +253,15 @@ def test_two_oracles_finishing_out_of_order_leave_the_thread_as_it_was():
     for o in (a, b):
         o.begin_op(1, {"op": "step"})
     buf.sum()
-    got_a = [(v.kind, v.tensor) for v in a.finish()]
-    assert not filt.included()
-    buf.sum()
     got_b = [(v.kind, v.tensor) for v in b.finish()]
+    assert filt.included()  # still A's
+    buf.sum()
+    got_a = [(v.kind, v.tensor) for v in a.finish()]
     assert got_a == got_b == [("stale-read", "buf")]
     assert not filt.included()
+    c = GpuShadowOracle("cpu")  # released: the next oracle holds it
+    c.start()
+    try:
+        assert c._filter is filt
+    finally:
+        c.finish()
