@@ -125,8 +125,33 @@ def test_without_the_filter_the_oracle_reports_the_same_and_says_why(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     status, result = out.stdout.strip().splitlines()[-2:]
-    assert status.startswith("off (RuntimeError: the C++ build failed (false)")
+    assert status.startswith("off (RuntimeError: the C++ build failed (CXX=false, exit 1")
     assert result == "([('stale-read', 'buf', 1)], ['add.Tensor', 'mul.Tensor'])"  # the mode saw them
+    assert "building the GPU shadow's dispatch filter" in out.stderr
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert "building" not in again.stderr  # the failure is remembered: not every worker tries again
+    assert "remembered: delete" in again.stdout.strip().splitlines()[-2]
+
+
+@pytest.mark.parametrize("shadow, oracles, built", [("device", ("shadow",), True), ("", ("shadow",), False),
+                                                    ("device", ("numeric",), False)])
+def test_a_campaign_builds_the_filter_before_its_workers_and_says_when_it_is_off(monkeypatch, shadow, oracles,
+                                                                                   built):
+    """A worker building the filter spends the campaign's budget (about 30 s) and loses the build when stopped:
+    the campaign process builds it first, only when its workers run the device mode, and says if it is off."""
+    from fuzzrunner.engine import campaign
+    from fuzzrunner.settings import Settings
+    monkeypatch.setenv("FUZZRUNNER_SHADOW", shadow)
+    asked: list = []
+    monkeypatch.setattr(dispatch_filter, "get", lambda: asked.append(1))  # (returns None: a filter that is off)
+    monkeypatch.setattr(dispatch_filter, "status", lambda: "off (RuntimeError: no compiler)")
+    plan = campaign.plan_campaign("reference_runner", Settings(device="cpu", oracles=oracles))
+    said: list = []
+    campaign._prepare_dispatch_filter(plan, said.append)
+    assert bool(asked) == built
+    assert [e["message"] for e in said] == ([
+        "the GPU shadow's dispatch filter is off (RuntimeError: no compiler): every torch op goes through its "
+        "Python mode (the same reports, slower)"] if built else [])
 
 
 def test_a_machine_with_a_compiler_builds_the_filter():

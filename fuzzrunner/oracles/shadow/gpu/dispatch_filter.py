@@ -88,29 +88,46 @@ def _build():
     import sysconfig
 
     import torch
+    cxx = os.environ.get("CXX", "c++")
+    try:
+        compiler = shlex.split(cxx)
+    except ValueError as e:
+        raise RuntimeError(f"CXX={cxx!r} cannot be read as a command: {e}") from None
     source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dispatch_filter.cpp")
     with open(source, "rb") as f:
-        digest = hashlib.sha256(f.read() + torch.__version__.encode() + sysconfig.get_path("include").encode())
+        digest = hashlib.sha256(f.read() + torch.__version__.encode() + sysconfig.get_path("include").encode()
+                                + cxx.encode())
     name = f"fuzzrunner_dispatch_filter_{digest.hexdigest()[:12]}"
     folder = cache_dir()
     os.makedirs(folder, exist_ok=True)
     built = os.path.join(folder, name + ".so")
+    failed = os.path.join(folder, name + ".failed")  # a build that failed, not tried again by every process
     with open(os.path.join(folder, name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(built) and os.path.exists(failed):
+            with open(failed) as f:
+                raise RuntimeError(f"{f.read().strip()} (remembered: delete {failed} to try again)")
         if not os.path.exists(built):
             print(f"fuzzrunner: building the GPU shadow's dispatch filter in {folder} (once per machine and torch, "
                   f"about 30 s)", file=sys.stderr, flush=True)
             inc = os.path.join(os.path.dirname(torch.__file__), "include")
             lib = os.path.join(os.path.dirname(torch.__file__), "lib")
             tmp = f"{built}.{os.getpid()}.tmp"
-            cmd = [*shlex.split(os.environ.get("CXX", "c++")), f"-DTORCH_EXTENSION_NAME={name}",
+            cmd = [*compiler, f"-DTORCH_EXTENSION_NAME={name}",
                    "-DTORCH_API_INCLUDE_EXTENSION_H", "-isystem", inc, "-isystem",
                    os.path.join(inc, "torch", "csrc", "api", "include"), "-isystem", sysconfig.get_path("include"),
                    "-fPIC", "-std=c++20", "-O2", "-shared", source, f"-L{lib}", "-lc10", "-ltorch_cpu", "-ltorch",
                    "-ltorch_python", "-o", tmp]
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode:
-                raise RuntimeError(f"the C++ build failed ({cmd[0]}): {done.stderr.strip()[-240:]}")
+            try:
+                done = subprocess.run(cmd, capture_output=True, text=True)
+                why = f"exit {done.returncode}: {done.stderr.strip()[-240:]}" if done.returncode else ""
+            except OSError as e:  # no such compiler
+                why = str(e)
+            if why:
+                why = f"the C++ build failed (CXX={cxx}, {why})"
+                with open(failed, "w") as f:
+                    f.write(why)
+                raise RuntimeError(why)
             os.replace(tmp, built)
     spec = importlib.util.spec_from_file_location(name, built)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
