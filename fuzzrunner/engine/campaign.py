@@ -75,14 +75,12 @@ def _prepare_dispatch_filter(plan: CampaignPlan, on_event: Callable | None) -> N
     """When the workers will run the GPU shadow's device mode, its dispatch filter is built here, once, before
     they start: a worker building it spends the campaign's budget on it (about 30 s) and loses the build when
     the budget stops it. A filter that cannot be built is said once (the workers' mode then sees every op)."""
-    from .. import _env, names
-    from ..oracles.shadow import shadow_mode
+    from .. import names
+    from ..oracles.shadow import uses_device_mode
     from . import events
     s = plan.settings
-    if "shadow" not in names.effective_oracles(s.oracles, plan.device, s.sanitizer):
-        return
-    choice = shadow_mode()
-    if not (choice == "device" or (choice != "cpu" and not _env.interpreted() and plan.device == "cuda")):
+    if not uses_device_mode(plan.device) or "shadow" not in names.effective_oracles(s.oracles, plan.device,
+                                                                                      s.sanitizer):
         return
     from ..oracles.shadow.gpu import dispatch_filter
     if dispatch_filter.get() is None and on_event is not None:

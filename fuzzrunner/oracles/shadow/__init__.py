@@ -10,7 +10,7 @@ threads), ``compiled.py`` (``torch.compile``); bounds of views and sub-buffers a
 
 from .oracle import ShadowOracle
 
-__all__ = ["ShadowOracle", "shadow_mode", "shadow_oracle"]
+__all__ = ["ShadowOracle", "shadow_mode", "shadow_oracle", "uses_device_mode"]
 
 SHADOW_MODES = ("device", "cpu")
 
@@ -28,13 +28,19 @@ def shadow_mode() -> str:
     return value
 
 
+def uses_device_mode(device_type: str) -> bool:
+    """Whether the shadow oracle of a process on ``device_type`` runs the device mode (``shadow_oracle``)."""
+    from ... import _env
+    choice = shadow_mode()
+    return choice == "device" or (choice != "cpu" and not _env.interpreted() and device_type == "cuda")
+
+
 def shadow_oracle():
     """The shadow oracle for this process: with compiled Triton on a GPU, the device mode (``gpu/``);
     with Triton's interpreter, the CPU oracle. ``FUZZRUNNER_SHADOW=device|cpu`` forces one (the
     device mode runs on the CPU too, through the interpreter: its tests do)."""
     from ... import _env
-    choice = shadow_mode()
-    if choice == "device" or (choice != "cpu" and not _env.interpreted() and _env.device_type() == "cuda"):
+    if uses_device_mode(_env.device_type()):
         from .gpu.oracle import GpuShadowOracle
         return GpuShadowOracle()
     return ShadowOracle()

@@ -118,14 +118,19 @@ bool is_composite(State& s, const c10::OperatorHandle& op) {
   return made;
 }
 
+// The op on to the keys after this one, as it went before the filter (to the mode, where it is on the stack).
+void as_before(State& s, const c10::OperatorHandle& op, c10::DispatchKeySet after, torch::jit::Stack* stack) {
+  s.routed.fetch_add(1, std::memory_order_relaxed);
+  c10::impl::ExcludeDispatchKeyGuard guard(kKey);
+  op.redispatchBoxed(after, stack);
+}
+
 void filter(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   auto& s = state();
   const auto after = ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kKey);
   if (!after.has(c10::DispatchKey::Python) || !(after & kWrapped).empty()) {
     // No Python key (the mode would not see it: ``_DisableTorchDispatch``), or wrapped tensors: as before.
-    s.routed.fetch_add(1, std::memory_order_relaxed);
-    c10::impl::ExcludeDispatchKeyGuard guard(kKey);
-    op.redispatchBoxed(after, stack);
+    as_before(s, op, after, stack);
     return;
   }
   if (is_composite(s, op)) {
@@ -162,9 +167,7 @@ void filter(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::S
     }
   }
   if (route) {
-    s.routed.fetch_add(1, std::memory_order_relaxed);
-    c10::impl::ExcludeDispatchKeyGuard guard(kKey);
-    op.redispatchBoxed(after, stack);
+    as_before(s, op, after, stack);
     return;
   }
   s.native.fetch_add(1, std::memory_order_relaxed);

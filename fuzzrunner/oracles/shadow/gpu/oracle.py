@@ -121,10 +121,8 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         if filt is None:
             return
         filt.include(self._filter_was)
-        filt.set_mode(None, str(self.device))
+        filt.set_mode(None, str(self.device))  # (inactive: the next oracle to hold it sends its own index)
         self.shadow.mirror_to(None)
-        filt.set_regions([], [])
-        filt.take_fresh()
         dispatch_filter.release(self)
 
     def begin_op(self, index: int, op: dict) -> None:
@@ -215,8 +213,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     def _purge(self) -> None:
         if self._filter is not None:  # results of ops the mode did not see, in memory a record still names
             for ptr, nbytes in self._filter.take_fresh():
-                for r in self.shadow.overlapping(ptr, nbytes):
-                    self.shadow.remove(r)
+                self._forget(ptr, nbytes)
         while self._dead:
             ptr, nbytes = self._dead.pop()
             for r in self.shadow.overlapping(ptr, nbytes):
@@ -395,8 +392,12 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
                             itemsize=t.element_size(), shape=tuple(t.shape), auto=True)
             self._on_death(st)
         else:
-            for r in self.shadow.overlapping(st.data_ptr(), st.nbytes()):
-                self.shadow.remove(r)
+            self._forget(st.data_ptr(), st.nbytes())
+
+    def _forget(self, ptr: int, nbytes: int) -> None:
+        """New memory at ``[ptr, ptr+nbytes)``: a record there named freed memory."""
+        for r in self.shadow.overlapping(ptr, nbytes):
+            self.shadow.remove(r)
 
     # -- torch-side log -------------------------------------------------------------------
     @locked

@@ -199,7 +199,7 @@ class DeviceShadow:
         """Keep ``mirror`` (the dispatch filter's module, or None) a copy of the index from now on."""
         self.mirror = mirror
         if mirror is not None:
-            mirror.set_regions(list(self._starts), [r.end for r in self._by_start])
+            mirror.set_regions(self._starts, [r.end for r in self._by_start])
 
     def _running_max(self, i: int) -> None:
         """Recompute the running maximum of ends from position ``i`` (an insertion or a deletion
