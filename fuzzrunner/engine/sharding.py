@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import signal
 import time
+from contextlib import contextmanager
 
 from ..errors import HarnessError
 from ..finding import Finding, merge_all
@@ -129,13 +130,10 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
     # handlers are in place). Here a Ctrl-C meanwhile waits until the shards are started.
     merged = CampaignResult(plan.target_name, plan.settings, plan.seed, plan.faults)
     merger, start = Merger(len(procs), on_event, merged), time.monotonic()
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _AT_START)
     try:
-        try:
+        with _signals_held():  # a Ctrl-C that came meanwhile is raised as it ends
             for p in procs:
                 p.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C that came meanwhile is raised here
         _collect(queue, procs, merger)
     except KeyboardInterrupt:
         for p in procs:
@@ -152,6 +150,29 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
                 p.kill()
     merged.duration_s = time.monotonic() - start
     return merged
+
+
+@contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM wait while shard processes start: blocked on this thread (the children start with
+    its mask) and, since one delivered to another thread of the process (a progress display's) still runs its
+    Python handler on this one, noted by handlers of their own (one interrupting ``Process.start`` cut the
+    child's start-up data short: "died without reporting"); raised again, to the handlers before, at the end."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _AT_START)
+    came: list = []
+    try:
+        before = {s: signal.signal(s, lambda signum, frame: came.append(signum)) for s in _AT_START}
+    except ValueError:  # not the main thread: its handlers cannot be set, the mask alone holds them
+        before = {}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            if handler is not None:  # (None: set outside Python, left as it is)
+                signal.signal(s, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for s in came:
+            signal.raise_signal(s)
 
 
 def _failed(message: str, shards: int) -> str:
