@@ -95,18 +95,7 @@ def test_a_result_in_memory_a_record_still_names_drops_the_record(device):
         oracle.begin_op(0, {"op": "step"})
         a = torch.randn(256, device=device)
         torch.mul(a, 2)  # named by the mode
-        for _ in range(200):  # find a freed block that the allocator hands back
-            with torch._C._DisableTorchDispatch():  # (unseen by the mode: no record, no death watch)
-                old = torch.empty(256, device=device)
-            ptr = old.data_ptr()
-            oracle.shadow.add(ptr, 1024, "freed", per_step=True, initialized=False, itemsize=4, shape=(256,))
-            del old
-            out = torch.mul(a, 2)
-            if out.data_ptr() == ptr:
-                break
-            oracle.shadow.remove(oracle.shadow.overlapping(ptr, 1024)[0])
-        else:
-            pytest.skip(f"the {device} allocator never handed a freed block back here")
+        ptr, out = _result_on_a_freed_record(oracle, a, device)
         assert oracle.tracked_near([(ptr, 1024)]) == []  # dropped at the lookup
         out.sum()
         oracle.begin_op(1, {"op": "step"})
@@ -114,6 +103,51 @@ def test_a_result_in_memory_a_record_still_names_drops_the_record(device):
     finally:
         vs = oracle.finish()
     assert [v.kind for v in vs] == []  # a written result: nothing read of the freed record's epochs
+
+
+def _result_on_a_freed_record(oracle, a: torch.Tensor, device: str, paused: bool = False):
+    """(address, result): ``a * 2`` made in a freed block that a record of the oracle still names (one no death
+    watch ends: an adopted tensor's); in the oracle's own pause if ``paused``. Skips where the allocator never
+    hands a freed block back."""
+    for _ in range(200):
+        with torch._C._DisableTorchDispatch():  # (unseen by the mode: no record, no death watch)
+            old = torch.empty(256, device=device)
+        ptr = old.data_ptr()
+        oracle.shadow.add(ptr, 1024, "freed", per_step=True, initialized=False, itemsize=4, shape=(256,))
+        del old
+        if paused:
+            with oracle.pause():
+                out = torch.mul(a, 2)
+        else:
+            out = torch.mul(a, 2)
+        if out.data_ptr() == ptr:
+            return ptr, out
+        oracle.shadow.remove(oracle.shadow.overlapping(ptr, 1024)[0])
+    pytest.skip(f"the {device} allocator never handed a freed block back here")
+
+
+@pytest.mark.parametrize("filtered", [pytest.param(True, marks=needs_filter), False])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_oracles_own_ops_leave_records_as_the_paused_mode_does(device, filtered, monkeypatch):
+    """The oracle's own ops (in its pause) are run as they are: one whose result lands where a record of freed
+    memory lies leaves that record, with the filter as without it (the paused mode looks at nothing)."""
+    if not filtered:
+        monkeypatch.setattr(dispatch_filter, "get", lambda: None)
+    oracle = GpuShadowOracle(device)
+    oracle.start()
+    try:
+        assert (oracle._filter is not None) == filtered
+        oracle.begin_op(0, {"op": "step"})
+        a = torch.randn(256, device=device)
+        torch.mul(a, 2)  # named by the mode
+        ptr, kept = _result_on_a_freed_record(oracle, a, device, paused=True)
+        assert [r.name for r in oracle.tracked_near([(ptr, 1024)])] == ["freed"]
+        oracle.shadow.remove(oracle.shadow.overlapping(ptr, 1024)[0])
+        ptr, _ = _result_on_a_freed_record(oracle, a, device)  # the pause over: the case's ops looked at again
+        assert oracle.tracked_near([(ptr, 1024)]) == []
+        del kept
+    finally:
+        oracle.finish()
 
 
 def test_without_the_filter_the_oracle_reports_the_same_and_says_why(tmp_path):

@@ -11,6 +11,8 @@
 //     ``_allocations`` would have handled it;
 //   * an op made of other ops above the Python keys (a CompositeImplicitAutograd kernel: ``reshape``, ``to``)
 //     is never seen by the mode, only its parts: it runs on, its parts coming back here one by one;
+//   * while the oracle is paused on this thread (its own ops: ``set_paused``), any op runs natively as a PASS op
+//     does (no result queued), as the paused mode runs each op as it is;
 //   * anything else (an op the mode has not named yet, a tensor subclass argument, another mode on the
 //     stack) goes to the mode as before.
 // "Natively" is past every Python key for the op and for the ops inside it: nothing there is tracked.
@@ -48,6 +50,8 @@ struct State {
   c10::DeviceType device = c10::DeviceType::CUDA;
   std::atomic<int64_t> native{0}, routed{0};
 };
+
+thread_local int t_paused = 0;  // the oracle's pause depth on this thread (GpuShadowOracle.pause, mirrored)
 
 State& state() {
   static State* s = new State();  // never destroyed: ops may run while the interpreter exits
@@ -148,6 +152,7 @@ void filter(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::S
     if (ours_alone(s)) {
       const auto found = s.categories.find(op.operator_name());
       category = found == s.categories.end() ? UNKNOWN : found->second;
+      if (t_paused > 0) category = PASS;  // the paused mode runs any op as it is, and looks at nothing
       if (category == PASS || category == PLAIN) {
         route = false;
         const auto n = op.schema().arguments().size();
@@ -275,6 +280,8 @@ bool has_fresh() {
   return !s.fresh.empty();
 }
 
+void set_paused(int depth) { t_paused = depth; }
+
 void include(bool on) { c10::impl::tls_set_dispatch_key_included(kKey, on); }
 
 bool included() { return c10::impl::tls_is_dispatch_key_included(kKey); }
@@ -296,6 +303,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("categorize", &categorize);
   m.def("take_fresh", &take_fresh);
   m.def("has_fresh", &has_fresh);
+  m.def("set_paused", &set_paused);
   m.def("include", &include);
   m.def("included", &included);
   m.def("counts", &counts);

@@ -114,12 +114,16 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self.shadow.mirror_to(filt)
         filt.set_mode(self._mode, str(self.device))
         self._filter, self._filter_was = filt, filt.included()
+        self._pauser.filter = filt
+        filt.set_paused(getattr(self._tls, "pause", 0))
         filt.include(True)
 
     def _stop_filter(self) -> None:
         filt, self._filter = self._filter, None
         if filt is None:
             return
+        self._pauser.filter = None
+        filt.set_paused(0)
         filt.include(self._filter_was)
         filt.set_mode(None, str(self.device))  # (inactive: the next oracle to hold it sends its own index)
         self.shadow.mirror_to(None)
@@ -667,16 +671,23 @@ def _kernel(kernel) -> tuple:
 
 
 class _Pause:
-    """``GpuShadowOracle.pause()``: one object per oracle, counting per thread (no class made per call)."""
+    """``GpuShadowOracle.pause()``: one object per oracle, counting per thread (no class made per call). The
+    dispatch filter, while the oracle holds it, is told each depth, so that it lets the oracle's own ops run as
+    the paused mode would (no result of theirs taken for new memory)."""
 
     def __init__(self, tls):
         self.tls = tls
+        self.filter = None
 
     def __enter__(self):
-        self.tls.pause = getattr(self.tls, "pause", 0) + 1
+        depth = self.tls.pause = getattr(self.tls, "pause", 0) + 1
+        if self.filter is not None:
+            self.filter.set_paused(depth)
 
     def __exit__(self, *exc):
-        self.tls.pause -= 1
+        depth = self.tls.pause = self.tls.pause - 1
+        if self.filter is not None:
+            self.filter.set_paused(depth)
 
 
 def _driver_range(address: int) -> dict:
