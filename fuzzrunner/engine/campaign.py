@@ -22,7 +22,7 @@ from ..target import load_target
 from . import result as R
 from .plan import CampaignPlan
 from .result import CampaignResult
-from .shard_run import run_shard
+from .shard_run import prepare_dispatch_filter, run_shard
 
 __all__ = ["CampaignPlan", "CampaignResult", "plan_campaign", "run_campaign"]
 
@@ -57,7 +57,7 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
         raise InvalidArgument(f"db={db!r} shares the example database between Ray shards: it needs ray=ADDRESS "
                               f"(a local campaign keeps its database in the corpus).")
     else:
-        _prepare_dispatch_filter(plan, on_event)
+        prepare_dispatch_filter(plan, on_event)
         plan = _with_precheck_shards(plan)
         if plan.settings.workers == 1:
             result = run_shard(plan, 0, plan.settings.max_examples, on_event)
@@ -69,23 +69,6 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
         _triage(result, plan)
     _check_floor(result, settings)
     return result
-
-
-def _prepare_dispatch_filter(plan: CampaignPlan, on_event: Callable | None) -> None:
-    """When the workers will run the GPU shadow's device mode, its dispatch filter is built here, once, before
-    they start: a worker building it spends the campaign's budget on it (about 30 s) and loses the build when
-    the budget stops it. A filter that cannot be built is said once (the workers' mode then sees every op)."""
-    from .. import names
-    from ..oracles.shadow import uses_device_mode
-    from . import events
-    s = plan.settings
-    if not uses_device_mode(plan.device) or "shadow" not in names.effective_oracles(s.oracles, plan.device,
-                                                                                      s.sanitizer):
-        return
-    from ..oracles.shadow.gpu import dispatch_filter
-    if dispatch_filter.get() is None and on_event is not None:
-        on_event(events.warning(f"the GPU shadow's dispatch filter is {dispatch_filter.status()}: every torch op "
-                                f"goes through its Python mode (the same reports, slower)"))
 
 
 def precheck_workers(settings: Settings) -> int:

@@ -11,6 +11,7 @@ from dataclasses import replace
 from .. import devices
 from ..case import Case
 from ..names import effective_oracles
+from ..oracles.shadow import prepare_device_mode
 from ..settings import Settings
 from ..target import load_target
 from ..violation import Violation
@@ -31,6 +32,8 @@ class Replayer:
 
     def hub(self, spec: str) -> Hub:
         if spec not in self.hubs:
+            if "shadow" in self.oracles():  # built before the worker: there it would spend the case's timeout
+                prepare_device_mode(self.device)
             ws = worker_spec(spec, self.settings, 0, self.device)
             if self.inherit_gpu:
                 ws = replace(ws, gpu=None)

@@ -42,3 +42,19 @@ def run_shard(plan: CampaignPlan, index: int, quota: int, on_event: Callable | N
     finally:
         result = shard.close()
     return result
+
+
+def prepare_dispatch_filter(plan: CampaignPlan, on_event: Callable | None) -> None:
+    """When the workers will run the GPU shadow's device mode, its dispatch filter is built here, once, before
+    they start (``oracles.shadow.prepare_device_mode``), and a filter that is off is said once. Called by a
+    local campaign before its shards start, and by each Ray shard on its node before its search."""
+    from .. import names
+    from ..oracles.shadow import prepare_device_mode
+    from . import events
+    s = plan.settings
+    if "shadow" not in names.effective_oracles(s.oracles, plan.device, s.sanitizer):
+        return
+    off = prepare_device_mode(plan.device)
+    if off is not None and on_event is not None:
+        on_event(events.warning(f"the GPU shadow's dispatch filter is {off}: every torch op goes through its "
+                                f"Python mode (the same reports, slower)"))

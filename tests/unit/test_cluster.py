@@ -128,3 +128,40 @@ def test_what_a_shard_found_before_it_died_is_in_the_result_also_without_a_corpu
     [f] = merged.findings
     assert f.id == _finding(12).id and f.target_spec == "/abs/t.py:TARGET"
     assert merged.examples == 5 and merged.warnings == ["shard 1's Ray actor died"]
+
+
+def test_a_shard_on_a_node_builds_the_dispatch_filter_before_its_search_and_says_when_it_is_off(monkeypatch):
+    """A Ray shard whose worker runs the GPU shadow's device mode builds the filter in the actor, before
+    ``run_shard`` starts its worker and budget (in the worker the build spent the budget), and its warning
+    reaches the driver; a shard that does not run the device mode builds nothing."""
+    import fuzzrunner.engine.shard_run as shard_run
+    from fuzzrunner.engine import campaign, ray_shards
+    from fuzzrunner.oracles.shadow.gpu import dispatch_filter
+    order: list = []
+    monkeypatch.setattr(dispatch_filter, "get", lambda: order.append("build"))  # (None: a filter that is off)
+    monkeypatch.setattr(dispatch_filter, "status", lambda: "off (RuntimeError: no compiler)")
+    monkeypatch.setattr(shard_run, "run_shard", lambda *a, **k: order.append("search") or CampaignResult("t", Settings(), 0, ()))
+    sent: list = []
+
+    class _Put:
+        @staticmethod
+        def remote(item):
+            sent.append(item[2])
+
+    class _Inbox:
+        put = _Put
+
+    monkeypatch.setitem(sys.modules, "ray", type(sys)("ray"))
+    sys.modules["ray"].get = lambda ref: ref  # type: ignore[attr-defined]
+    for shadow, built in (("device", True), ("cpu", False)):
+        monkeypatch.setenv("FUZZRUNNER_SHADOW", shadow)
+        order.clear()
+        sent.clear()
+        plan = campaign.plan_campaign("reference_runner", Settings(device="cpu", oracles=("shadow",)))
+        job = ray_shards.ShardJob(plan, 0, 0, 10, [], None, None, _Inbox())
+        ray_shards.ShardActor().run(job)
+        assert order == (["build", "search"] if built else ["search"])
+        warned = [m["message"] for m in sent if m["type"] == "warning"]
+        assert warned == (["the GPU shadow's dispatch filter is off (RuntimeError: no compiler): every torch op "
+                           "goes through its Python mode (the same reports, slower)"] if built else [])
+        assert sent[-1]["type"] == "done", sent[-1]

@@ -173,7 +173,7 @@ def test_a_campaign_builds_the_filter_before_its_workers_and_says_when_it_is_off
                                                                                    built):
     """A worker building the filter spends the campaign's budget (about 30 s) and loses the build when stopped:
     the campaign process builds it first, only when its workers run the device mode, and says if it is off."""
-    from fuzzrunner.engine import campaign
+    from fuzzrunner.engine import campaign, shard_run
     from fuzzrunner.settings import Settings
     monkeypatch.setenv("FUZZRUNNER_SHADOW", shadow)
     asked: list = []
@@ -181,7 +181,7 @@ def test_a_campaign_builds_the_filter_before_its_workers_and_says_when_it_is_off
     monkeypatch.setattr(dispatch_filter, "status", lambda: "off (RuntimeError: no compiler)")
     plan = campaign.plan_campaign("reference_runner", Settings(device="cpu", oracles=oracles))
     said: list = []
-    campaign._prepare_dispatch_filter(plan, said.append)
+    shard_run.prepare_dispatch_filter(plan, said.append)
     assert bool(asked) == built
     assert [e["message"] for e in said] == ([
         "the GPU shadow's dispatch filter is off (RuntimeError: no compiler): every torch op goes through its "
@@ -324,3 +324,21 @@ def test_of_two_oracles_one_holds_the_filter_and_both_report():
         assert c._filter is filt
     finally:
         c.finish()
+
+
+@pytest.mark.parametrize("shadow, built", [("device", True), ("cpu", False)])
+def test_a_replay_builds_the_filter_before_its_worker_starts(monkeypatch, shadow, built):
+    """``fuzzrunner replay`` and the plugin's corpus items: a worker building the filter would spend the case's
+    timeout on it (a finding found under a 10 s timeout replays under 10 s): the replaying process builds it
+    before its worker, only where the worker runs the device mode."""
+    from fuzzrunner.engine import replay
+    from fuzzrunner.settings import Settings
+    monkeypatch.setenv("FUZZRUNNER_SHADOW", shadow)
+    order: list = []
+    monkeypatch.setattr(dispatch_filter, "get", lambda: order.append("build"))
+    monkeypatch.setattr(dispatch_filter, "status", lambda: "off (RuntimeError: no compiler)")
+    monkeypatch.setattr(replay, "Hub", lambda *a, **k: order.append("worker"))
+    replayer = replay.Replayer(Settings(device="cpu", oracles=("shadow",)))
+    replayer.hub("reference_runner")
+    replayer.hub("reference_runner")  # (one hub per target: built once)
+    assert order == (["build", "worker"] if built else ["worker"])

@@ -10,7 +10,7 @@ threads), ``compiled.py`` (``torch.compile``); bounds of views and sub-buffers a
 
 from .oracle import ShadowOracle
 
-__all__ = ["ShadowOracle", "shadow_mode", "shadow_oracle", "uses_device_mode"]
+__all__ = ["ShadowOracle", "prepare_device_mode", "shadow_mode", "shadow_oracle", "uses_device_mode"]
 
 SHADOW_MODES = ("device", "cpu")
 
@@ -33,6 +33,17 @@ def uses_device_mode(device_type: str) -> bool:
     from ... import _env
     choice = shadow_mode()
     return choice == "device" or (choice != "cpu" and not _env.interpreted() and device_type == "cuda")
+
+
+def prepare_device_mode(device_type: str) -> str | None:
+    """Before workers on ``device_type`` start the shadow oracle: where they run the device mode, its dispatch
+    filter is built (or loaded) here, once (a worker building it spends its budget or its case's timeout on
+    it, about 30 s). The reason it is off, if it is (the workers' mode then sees every op: slower, the same
+    reports); else None."""
+    if not uses_device_mode(device_type):
+        return None
+    from .gpu import dispatch_filter
+    return None if dispatch_filter.get() is not None else dispatch_filter.status()
 
 
 def shadow_oracle():
