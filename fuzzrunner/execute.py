@@ -137,6 +137,30 @@ class _AtSettle(Exception):
         self.error = error
 
 
+class _OracleFailed(Exception):
+    """An oracle's ``start`` raised: the tool's failure, not the runner's, carried to the report."""
+
+    def __init__(self, oracle: Oracle, error: Exception):
+        super().__init__(str(error))
+        self.oracle, self.error = oracle, error
+
+
+def _oracle_failed(oracle: Oracle, stage: str, exc: Exception, op_index: int | None = None) -> Violation:
+    """An oracle's ``start`` or ``finish`` raised. A device fault surfacing there (a kernel's, reported at the
+    next wait for the GPU, an oracle's read-back included) is the code under test's: a crash. Anything else
+    is the tool's: a tool limitation naming the oracle, never a finding of the runner."""
+    if _device_fault(exc):
+        return crash_violation(exc, op_index)
+    v = _versions()
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
+    return Violation("fuzzrunner", "tool-limitation", oracle.name, "", "",
+                     f"the {oracle.name} oracle failed at its {stage} (torch {v['torch']}, Triton {v['triton']}): "
+                     f"{text}. This is a limit of the tool on this installation, not a bug of the code under test"
+                     f"{' (the case did not run)' if stage == 'start' else ''}.",
+                     {"op_index": op_index, "who": f"fuzzrunner's {oracle.name} oracle", "stage": stage, **v,
+                      "traceback": "".join(traceback.format_exception(exc))[-4000:]})
+
+
 _OWN = os.path.dirname(os.path.abspath(__file__))
 # Frames that sit between a runner and torch (our hooks): never blamed for a crash.
 _NOT_BLAMED = (os.sep + "torch" + os.sep, os.sep + "triton" + os.sep, os.path.join(_OWN, "execute.py"),
@@ -264,6 +288,24 @@ def _stop_signals():
             signal.signal(s, h if h is not None else signal.SIG_DFL)
 
 
+def _start(oracles: list[Oracle], started: list[Oracle]) -> None:
+    for o in oracles:
+        started.append(o)  # before its start: one that raises halfway is finished too, its hooks undone
+        try:
+            o.start()
+        except Exception as exc:
+            raise _OracleFailed(o, exc) from exc
+
+
+def _finish(started: list[Oracle], record: RunRecord, op_index: int | None) -> None:
+    """Each started oracle finished, in reverse order, whatever another's ``finish`` raised."""
+    for o in reversed(started):
+        try:
+            record.violations[:0] = o.finish()
+        except Exception as exc:  # noqa: BLE001  (named; the other oracles are still finished)
+            record.violations.insert(0, _oracle_failed(o, "finish", exc, op_index))
+
+
 def _one_run(case: Case, target, device: str, oracles: list[Oracle], on_op, stop_early: bool = False) -> RunRecord:
     with _stop_signals() as stop_signals:
         return _run_target(case, target, device, oracles, on_op, stop_early, stop_signals)
@@ -275,9 +317,7 @@ def _run_target(case: Case, target, device: str, oracles: list[Oracle], on_op, s
     started: list[Oracle] = []
     record = RunRecord()
     try:
-        for o in oracles:
-            o.start()
-            started.append(o)
+        _start(oracles, started)
         try:
             target.run(case, ctx)
         except _StopCase:
@@ -288,6 +328,9 @@ def _run_target(case: Case, target, device: str, oracles: list[Oracle], on_op, s
             raise _AtSettle(exc) from exc
     except InvalidCase:
         raise
+    except _OracleFailed as failed:
+        record.error = f"{type(failed.error).__name__}: {failed.error}"
+        record.violations.append(_oracle_failed(failed.oracle, "start", failed.error))
     except _AtSettle as at:
         fault = at.error
         record.error = f"{type(fault).__name__}: {fault}"
@@ -307,8 +350,7 @@ def _run_target(case: Case, target, device: str, oracles: list[Oracle], on_op, s
         record.error = f"{type(exc).__name__}: {exc}"
         record.violations.append(crash_violation(exc, ctx.op_index, getattr(target, "own_code", ())))
     finally:
-        for o in reversed(started):
-            record.violations[:0] = o.finish()
+        _finish(started, record, ctx.op_index)
     ctx.drop_unsettled()
     record.outputs = ctx.outputs
     return record

@@ -33,7 +33,8 @@ class Oracle:
     passes = 1
 
     def start(self) -> None:
-        pass
+        """Install the oracle's hooks for one run. If it raises, ``finish`` is still called: it must undo
+        whatever was installed before the failure (and only that)."""
 
     def begin_op(self, index: int, op: dict) -> None:
         pass
@@ -45,6 +46,7 @@ class Oracle:
         pass
 
     def finish(self) -> list[Violation]:
+        """The run's violations, the hooks undone; called once per ``start``, even one that raised."""
         return []
 
     def seen(self) -> int:

@@ -80,8 +80,9 @@ class PoisonFill(tracking.Watcher):
         self._watch = tracking.watch(self)  # type: ignore[assignment]
         self._watch.__enter__()  # type: ignore[attr-defined]
         _FillEmpties.skip_dynamo()
-        self._mode = _FillEmpties(self)  # type: ignore[assignment]
-        self._mode.__enter__()  # type: ignore[attr-defined]
+        mode = _FillEmpties(self)
+        mode.__enter__()
+        self._mode = mode  # type: ignore[assignment]  # (once entered: ``finish`` exits only what was entered)
 
     def finish(self) -> None:
         if self._mode is not None:

@@ -115,8 +115,9 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self._storages.install()
         self._compiled.install()  # before the mode enters: it reads whether Dynamo may compile
         TorchShadowMode.skip_dynamo()
-        self._mode = TorchShadowMode(self)
-        self._mode.__enter__()
+        mode = TorchShadowMode(self)
+        mode.__enter__()
+        self._mode = mode  # (once entered: ``finish`` after a start that raised exits only what was entered)
         self._owner = threading.get_ident()
         self._threads.install()
         ACTIVE.add(self)

@@ -97,8 +97,9 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._storages.install()
         self._compiled.install()  # torch.compile'd regions run their graphs op by op (compiled.py)
         self.mode_class.skip_dynamo()
-        self._mode = self.mode_class(self)
-        self._mode.__enter__()
+        mode = self.mode_class(self)
+        mode.__enter__()
+        self._mode = mode  # (once entered: ``finish`` after a start that raised exits only what was entered)
         if self.mode_class is DeviceTorchMode:  # (a mode of another class may do more with an op than it knows)
             self._start_filter()
         self._threads.install()  # pool work and threads started during the case: a mode of their own
@@ -109,11 +110,11 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         filt = dispatch_filter.get()
         if filt is None or not dispatch_filter.claim(self):
             return
+        self._filter, self._filter_was = filt, filt.included()  # from here on, ``_stop_filter`` undoes it all
         torch_mode.use_filter(filt)
         filt.take_fresh()  # (an earlier case's)
         self.shadow.mirror_to(filt)
         filt.set_mode(self._mode, str(self.device))
-        self._filter, self._filter_was = filt, filt.included()
         self._pauser.filter = filt
         filt.set_paused(getattr(self._tls, "pause", 0))
         filt.include(True)
@@ -144,8 +145,19 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             self._collect()
 
     def finish(self) -> list[Violation]:
-        with self.pause():
-            self._collect()
+        try:
+            with self.pause():
+                self._collect()
+        finally:
+            self._uninstall()
+        for kernel, why in self.unchecked.items():
+            self.log_violations.add(Violation(
+                "shadow", "tool-limitation", kernel, "", "", f"{kernel} ran unchecked on the GPU: {why}",
+                {"op_index": -1}))
+        return self.log_violations.violations()
+
+    def _uninstall(self) -> None:
+        """Everything ``start`` installed, undone (after a ``start`` that raised halfway, what it had)."""
         for r in self._skipping:
             r.skipped = None
         self._skipping.clear()
@@ -171,11 +183,6 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         if self._watch is not None:
             self._watch.__exit__(None, None, None)
             self._watch = None
-        for kernel, why in self.unchecked.items():
-            self.log_violations.add(Violation(
-                "shadow", "tool-limitation", kernel, "", "", f"{kernel} ran unchecked on the GPU: {why}",
-                {"op_index": -1}))
-        return self.log_violations.violations()
 
     # -- pausing (the oracle's own ops) ---------------------------------------------------
     def paused(self) -> bool:
