@@ -45,3 +45,17 @@ def test_every_command_refuses_an_unknown_mode_in_one_line(monkeypatch, tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and "FUZZRUNNER_SHADOW='gpu': expected one of device, cpu" in err[0], err
+
+
+@pytest.mark.parametrize("process_device", ["cpu", "cuda"])
+def test_the_device_mode_checks_the_processs_device_even_where_a_gpu_is_present(monkeypatch, process_device):
+    """``--device cpu`` with the device mode on a GPU machine: the oracle once took the GPU because one was
+    present, and the case's CPU tensors went unchecked (a planted uninitialized read, no report)."""
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setenv("FUZZRUNNER_DEVICE", process_device)
+    monkeypatch.setenv("FUZZRUNNER_SHADOW", "device")
+    oracle = shadow_oracle()
+    assert type(oracle) is GpuShadowOracle and oracle.device == torch.device(process_device, *(
+        [0] if process_device == "cuda" else []))

@@ -125,3 +125,28 @@ def test_doctor_says_what_this_interpreter_cannot_run():
     lines = interpreter_lines()
     assert lines[0].startswith(f"interpreter  Triton {triton.__version__} + numpy ")
     assert "runs every probed feature" in lines[0], lines  # with the repair where Triton 3.6 needs it
+
+
+@pytest.mark.parametrize("mode", ["device", "cpu"])
+def test_a_shadow_oracle_started_on_its_own_repairs_the_interpreter_first(monkeypatch, mode):
+    """An oracle started outside ``run_case`` (a user's harness, the device mode's own check kernels) on an
+    installation that needs the repair: its start applies it, so kernels run (the device mode's torch-side
+    checks failed on the GPU image's Triton 3.6 with numpy 2.5 before)."""
+    from triton.runtime import interpreter
+
+    from fuzzrunner.oracles.shadow import ShadowOracle
+    from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
+    triton_compat.apply()
+    if "index-of-1-element-block" not in triton_compat.applied():
+        pytest.skip(f"Triton {triton.__version__}'s interpreter needs no repair here")
+    monkeypatch.setattr(interpreter, "_patch_lang_tensor", interpreter._patch_lang_tensor.__wrapped__)
+    monkeypatch.setattr(triton_compat, "_checked", False)
+    monkeypatch.setattr(triton_compat, "_applied", [])
+    oracle = GpuShadowOracle("cpu") if mode == "device" else ShadowOracle()
+    oracle.start()
+    try:
+        y = _launch()
+    finally:
+        vs = oracle.finish()
+    assert torch.equal(y, torch.stack([torch.arange(100, dtype=torch.float32)[j::16].sum() for j in range(16)]))
+    assert [v.kind for v in vs] == []

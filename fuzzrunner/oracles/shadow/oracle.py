@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ... import _env, tracking
+from ... import _env, tracking, triton_compat
 from ...violation import Violation
 from ..base import Oracle, ViolationLog, source_location
 from .compiled import CompiledRegions
@@ -104,6 +104,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
 
     # -- protocol -----------------------------------------------------------------------
     def start(self) -> None:
+        triton_compat.apply()  # the interpreter repaired where this installation needs it, before a kernel runs
         self._watch = tracking.watch(self)  # type: ignore[assignment]
         self._watch.__enter__()  # type: ignore[attr-defined]
         if self.check_triton:

@@ -16,7 +16,7 @@ import weakref
 
 import torch
 
-from .... import tracking
+from .... import _env, tracking, triton_compat
 from ....violation import Violation
 from ...base import Oracle, ViolationLog, source_location
 from ..compiled import CompiledRegions
@@ -43,7 +43,9 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     mode_class = DeviceTorchMode  # the dispatch mode it runs (benchmarks/shadow_dispatch.py swaps it)
 
     def __init__(self, device: str | torch.device | None = None, *, auto_track_empty: bool = True):
-        dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        """``device``: the device whose memory it checks; by default the process's (``FUZZRUNNER_DEVICE``: a
+        ``--device cpu`` run on a GPU machine checks the CPU, where its tensors are)."""
+        dev = torch.device(device or _env.device_type())
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
         self.device = dev
@@ -87,6 +89,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
 
     # -- protocol -------------------------------------------------------------------------
     def start(self) -> None:
+        triton_compat.apply()  # its own check kernels run through the interpreter off the GPU (Triton 3.6, numpy 2.4+)
         self.shadow = DeviceShadow(self.device)
         self.log = torch.zeros((SCRATCH_ROW + 1, 4), dtype=torch.int64, device=self.device)
         self._watch = tracking.watch(self)  # type: ignore[assignment]
