@@ -300,10 +300,15 @@ def _keep_watching(fn):
     return wrapper
 
 
+# A subscript store's opcodes: ``h[k] = v``, and from Python 3.12 on ``h[a:b] = v`` (its own opcode: missing it
+# took such a store's value as exported, and its reads of never-written elements went unreported there).
+STORE_OPS = frozenset({"STORE_SUBSCR", "STORE_SLICE"})
+
+
 def _storing(frame) -> bool:
     """Whether ``frame`` is executing a subscript store (``h[k] = t``: numpy converts the value)."""
     try:
-        return dis.opname[frame.f_code.co_code[frame.f_lasti]] == "STORE_SUBSCR"
+        return dis.opname[frame.f_code.co_code[frame.f_lasti]] in STORE_OPS
     except (AttributeError, IndexError, TypeError):
         return False
 
