@@ -104,7 +104,7 @@ def test_a_new_violation_kind_and_its_oracle_are_one_registry_entry_each(monkeyp
     import json
     from pathlib import Path
 
-    import jsonschema
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed: case files and reports go unchecked here")
     schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "report.schema.json").read_text())
     jsonschema.validate(json.loads(json_text(result)), schema)
     assert build_report([result])["runs"][0]["findings"][0]["signature"]["kind"] == "racy-read"
