@@ -64,12 +64,21 @@ def self_test(tool: str = "initcheck", *, sanitizer=None) -> tuple[bool, str]:
         with open(path, "w") as f:
             f.write(source)
         try:
-            done = subprocess.run([*argv, sys.executable, path], env={**os.environ, **env}, cwd=d,
+            done = subprocess.run([*argv, sys.executable, path], env=_gpu_env({**os.environ, **env}), cwd=d,
                                   capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             return False, f"the self-test did not finish within {TIMEOUT_S} s under {s.path} --tool {tool}."
         output = done.stdout + done.stderr
     return check(output, tool, kind, f"sanitizer_selftest.py:{_planted_line(source)}", s.version)
+
+
+def _gpu_env(env: dict) -> dict:
+    """The script's environment: compiled Triton on the GPU, whatever this process runs (a ``--device cpu``
+    process has ``TRITON_INTERPRET=1``: the planted kernel then ran on the host, and the self-test failed on a
+    machine whose sanitizer works)."""
+    env = {k: v for k, v in env.items() if k != "TRITON_INTERPRET"}
+    env["FUZZRUNNER_DEVICE"] = "cuda"
+    return env
 
 
 def check(output: str, tool: str, kind: str, where: str, version: str = "") -> tuple[bool, str]:

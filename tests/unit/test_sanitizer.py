@@ -451,3 +451,32 @@ def test_hub_gives_the_reports_after_a_death_to_the_case_that_died(sanitized_hub
                                   "Warning: Device backtrace buffer overflow, some frames may be missing"])
 def test_the_tools_own_process_lines_are_never_a_finding(line):
     assert parse_text(f"========= {line}\n========= ERROR SUMMARY: 0 errors\n") == []
+
+
+def test_a_gpu_worker_and_the_self_test_run_compiled_triton_from_a_process_that_interprets(monkeypatch):
+    """A ``--device cpu`` process (or a user's shell) has ``TRITON_INTERPRET=1``: a GPU worker it starts, and
+    doctor's sanitizer self-test script, once inherited it, so their kernels ran in the interpreter on the
+    host, unseen by compute-sanitizer (doctor said the self-test FAILED on a machine whose sanitizer works).
+    A CPU worker keeps it."""
+    import subprocess
+
+    from fuzzrunner.engine.hub import worker_environment
+    from fuzzrunner.engine.plan import worker_spec
+    from fuzzrunner.sanitizer import selftest
+    from fuzzrunner.settings import Settings
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    gpu = worker_environment(worker_spec("reference_runner", Settings(), 0, "cuda"), "/tmp/hub.sock")
+    cpu = worker_environment(worker_spec("reference_runner", Settings(), 0, "cpu"), "/tmp/hub.sock")
+    assert "TRITON_INTERPRET" not in gpu and gpu["FUZZRUNNER_DEVICE"] == "cuda"
+    assert cpu["TRITON_INTERPRET"] == "1" and cpu["CUDA_VISIBLE_DEVICES"] == ""
+    seen: dict = {}
+
+    def script(argv, env, **kwargs):
+        seen.update(env)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+    monkeypatch.setattr(selftest, "gpu_available", lambda: True)
+    monkeypatch.setattr(selftest, "sanitizer_wrapper", lambda tool, sanitizer: (["compute-sanitizer"], {}))
+    monkeypatch.setattr(selftest.subprocess, "run", script)
+    ok, _ = selftest.self_test(sanitizer=type("Found", (), {"path": "compute-sanitizer", "version": "2025.3"})())
+    assert not ok  # (nothing reported by the stand-in)
+    assert "TRITON_INTERPRET" not in seen and seen["FUZZRUNNER_DEVICE"] == "cuda"

@@ -916,7 +916,8 @@ def meta_profile_run_then_real_buffer(ctx, bug):
 
 @pair("indexed-read", U, "{alloc}")
 def sparse_adapter_mask_beside_a_bug(ctx, bug):
-    mask = torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.tensor([1.0, 1.0]), (4,), check_invariants=True)
+    with torch.sparse.check_sparse_tensor_invariants(enable=True):  # (torch 2.11 warns when left implicit)
+        mask = torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.tensor([1.0, 1.0]), (4,), check_invariants=True)
     dense_mask = mask.to_dense()
     scale = torch.empty(4)  # ALLOC
     scale[:3] = 2.0
