@@ -23,7 +23,7 @@ import torch
 from . import _env, names, tracking, triton_compat
 from .case import Case
 from .errors import InvalidCase
-from .oracles.base import Oracle, RunRecord, source_location
+from .oracles.base import FinishFailed, Oracle, RunRecord, source_location
 from .oracles.numeric import Comparison
 from .violation import Violation
 
@@ -298,12 +298,20 @@ def _start(oracles: list[Oracle], started: list[Oracle]) -> None:
 
 
 def _finish(started: list[Oracle], record: RunRecord, op_index: int | None) -> None:
-    """Each started oracle finished, in reverse order, whatever another's ``finish`` raised."""
+    """Each started oracle finished, in reverse order, whatever another's ``finish`` raised (an exception
+    is named, and what the oracle had found kept; a ``BaseException`` is raised again once all are done)."""
+    stop: BaseException | None = None
     for o in reversed(started):
         try:
             record.violations[:0] = o.finish()
+        except FinishFailed as failed:
+            record.violations[:0] = [_oracle_failed(o, "finish", failed.error, op_index), *failed.violations]
         except Exception as exc:  # noqa: BLE001  (named; the other oracles are still finished)
             record.violations.insert(0, _oracle_failed(o, "finish", exc, op_index))
+        except BaseException as exc:  # noqa: B036  (Ctrl-C: the others finished first, their hooks undone)
+            stop = stop or exc
+    if stop is not None:
+        raise stop
 
 
 def _one_run(case: Case, target, device: str, oracles: list[Oracle], on_op, stop_early: bool = False) -> RunRecord:
@@ -328,8 +336,8 @@ def _run_target(case: Case, target, device: str, oracles: list[Oracle], on_op, s
             raise _AtSettle(exc) from exc
     except InvalidCase:
         raise
-    except _OracleFailed as failed:
-        record.error = f"{type(failed.error).__name__}: {failed.error}"
+    except _OracleFailed as failed:  # the tool's failure, not the case's: no error to compare between runs
+        record.ran = False
         record.violations.append(_oracle_failed(failed.oracle, "start", failed.error))
     except _AtSettle as at:
         fault = at.error
@@ -372,7 +380,7 @@ def run_case(case: Case, target, *, oracles: Iterable[str] | None = None, device
     made = [s.make() for s in specs]  # two-pass oracles first: their dispatch modes sit outermost
     first = _one_run(case, target, device, made, on_op, stop_early)
     twice = [o for o in made if o.passes > 1]
-    if not twice:
+    if not twice or not first.ran:
         return first.violations
     if on_partial:
         on_partial(first.violations)
@@ -381,4 +389,6 @@ def run_case(case: Case, target, *, oracles: Iterable[str] | None = None, device
         o.begin_pass(1)
     second = _one_run(case, target, device, twice + [names.ORACLES[g].make() for g in sorted(guards)], on_op,
                       stop_early)
+    if not second.ran:  # one run only: no comparison, the failure named
+        return first.violations + second.violations
     return first.violations + [v for o in twice for v in o.verdict([first, second])]

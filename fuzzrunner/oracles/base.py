@@ -25,6 +25,16 @@ class RunRecord:
     violations: list = field(default_factory=list)
     outputs: dict = field(default_factory=dict)   # (op index, op name, label) -> tensor
     error: str | None = None
+    ran: bool = True  # False: an oracle failed to start, the case did not run (nothing to compare)
+
+
+class FinishFailed(Exception):
+    """An oracle's ``finish`` failed after it had violations to report (``violations``): raised from the
+    failure (``error``), so that the run keeps both."""
+
+    def __init__(self, error: Exception, violations: list):
+        super().__init__(str(error))
+        self.error, self.violations = error, violations
 
 
 class Oracle:
@@ -46,7 +56,8 @@ class Oracle:
         pass
 
     def finish(self) -> list[Violation]:
-        """The run's violations, the hooks undone; called once per ``start``, even one that raised."""
+        """The run's violations, the hooks undone; called once per ``start``, even one that raised. One that
+        fails with violations already found raises ``FinishFailed`` carrying them."""
         return []
 
     def seen(self) -> int:

@@ -122,6 +122,41 @@ def test_a_device_shadow_whose_last_read_back_raises_still_uninstalls_everything
     before = _installed()
     monkeypatch.setattr(GpuShadowOracle, "_collect", collect)
     vs = run_case(CASE, TARGET, oracles=["shadow"], device="cpu")
-    assert [(v.tool, v.kind, v.kernel) for v in vs] == [("fuzzrunner", "tool-limitation", "shadow")]
+    assert [(v.tool, v.kind, v.kernel if v.tool == "fuzzrunner" else v.tensor) for v in vs] == [
+        ("fuzzrunner", "tool-limitation", "shadow"), ("shadow", "uninitialized-read", "bad")]  # op 1's, kept
     assert "failed at its finish" in vs[0].message
     assert _installed() == before
+
+
+class _FailsAtStart(Oracle):
+    name = "fails_at_start"
+
+    def start(self):
+        raise RuntimeError("planted: this oracle's start failed")
+
+
+def test_a_start_failure_in_one_run_of_a_two_run_oracle_is_no_divergence(monkeypatch):
+    """The poison oracle compares two runs; the second runs poison (and its guards) alone, so a plug-in
+    oracle that fails at its start fails in the first run only: the case did not run there, and nothing is
+    compared (a comparison once reported 'only the run under pattern A failed': a finding of the tool's
+    failure)."""
+    monkeypatch.setitem(names.ORACLES, "fails_at_start", names.OracleSpec("fails_at_start",
+                                                                          f"{__name__}:_FailsAtStart"))
+    vs = run_case(CASE, TARGET, oracles=["poison", "fails_at_start"], device="cpu")
+    assert [(v.tool, v.kind, v.kernel) for v in vs] == [("fuzzrunner", "tool-limitation", "fails_at_start")]
+
+
+class _InterruptedAtFinish(Oracle):
+    name = "interrupted_at_finish"
+
+    def finish(self):
+        raise KeyboardInterrupt
+
+
+def test_a_ctrl_c_in_one_oracles_finish_still_finishes_the_others_then_stops(monkeypatch):
+    monkeypatch.setitem(names.ORACLES, "interrupted_at_finish", names.OracleSpec(
+        "interrupted_at_finish", f"{__name__}:_InterruptedAtFinish"))
+    before = _installed()
+    with pytest.raises(KeyboardInterrupt):
+        run_case(CASE, TARGET, oracles=["shadow", "interrupted_at_finish"], device="cpu")
+    assert _installed() == before  # the shadow oracle, started first, finished after it

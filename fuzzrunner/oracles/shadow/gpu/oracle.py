@@ -18,7 +18,7 @@ import torch
 
 from .... import _env, tracking, triton_compat
 from ....violation import Violation
-from ...base import Oracle, ViolationLog, source_location
+from ...base import FinishFailed, Oracle, ViolationLog, source_location
 from ..compiled import CompiledRegions
 from ..locations import caller_line
 from ..memory import BadAccess
@@ -148,15 +148,20 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             self._collect()
 
     def finish(self) -> list[Violation]:
+        failed = None
         try:
             with self.pause():
                 self._collect()
+        except Exception as e:  # noqa: BLE001  (the hooks undone, what earlier ops found kept: FinishFailed)
+            failed = e
         finally:
             self._uninstall()
         for kernel, why in self.unchecked.items():
             self.log_violations.add(Violation(
                 "shadow", "tool-limitation", kernel, "", "", f"{kernel} ran unchecked on the GPU: {why}",
                 {"op_index": -1}))
+        if failed is not None:
+            raise FinishFailed(failed, self.log_violations.violations()) from failed
         return self.log_violations.violations()
 
     def _uninstall(self) -> None:
