@@ -22,7 +22,7 @@ from ..target import load_target
 from . import result as R
 from .plan import CampaignPlan
 from .result import CampaignResult
-from .shard_run import prepare_dispatch_filter, run_shard
+from .shard_run import prepare_shadow, run_shard
 
 __all__ = ["CampaignPlan", "CampaignResult", "plan_campaign", "run_campaign"]
 
@@ -57,7 +57,7 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
         raise InvalidArgument(f"db={db!r} shares the example database between Ray shards: it needs ray=ADDRESS "
                               f"(a local campaign keeps its database in the corpus).")
     else:
-        prepare_dispatch_filter(plan, on_event)
+        prepare_shadow(plan, on_event)
         plan = _with_precheck_shards(plan)
         if plan.settings.workers == 1:
             result = run_shard(plan, 0, plan.settings.max_examples, on_event)

@@ -120,7 +120,7 @@ def worker_environment(spec: WorkerSpec, socket_path: str) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     if spec.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
-    else:  # compiled Triton, even from a process that runs the interpreter (``--device cpu``, a user's export)
+    elif spec.device == "cuda":  # compiled Triton, even from a process that interprets (``--device cpu``, an export)
         env.pop("TRITON_INTERPRET", None)
         if spec.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)

@@ -124,7 +124,7 @@ class ShardActor:
 
     def run(self, job: ShardJob) -> None:
         from .. import devices
-        from .shard_run import prepare_dispatch_filter, run_shard
+        from .shard_run import prepare_shadow, run_shard
         from .shared_db import ServedDatabase, close_database, database_from_url
         devices.use(job.plan.device)  # the worker gets it from its spec; this is for the rest of the actor
 
@@ -138,7 +138,7 @@ class ShardActor:
         def on_event(e: dict) -> None:
             self._send(job, events.portable(e), e["type"] != events.PROGRESS)
         try:
-            prepare_dispatch_filter(plan, on_event)  # on this node, before the shard's worker and its budget
+            prepare_shadow(plan, on_event)  # on this node, before the shard's worker and its budget
             res = run_shard(plan, job.index, job.quota, on_event, corpus=corpus, database=db)
             send(events.done(portable_result(res)))
         except BaseException as e:  # noqa: B036 - report, never leave the driver waiting

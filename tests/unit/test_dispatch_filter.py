@@ -181,7 +181,7 @@ def test_a_campaign_builds_the_filter_before_its_workers_and_says_when_it_is_off
     monkeypatch.setattr(dispatch_filter, "status", lambda: "off (RuntimeError: no compiler)")
     plan = campaign.plan_campaign("reference_runner", Settings(device="cpu", oracles=oracles))
     said: list = []
-    shard_run.prepare_dispatch_filter(plan, said.append)
+    shard_run.prepare_shadow(plan, said.append)
     assert bool(asked) == built
     assert [e["message"] for e in said] == ([
         "the GPU shadow's dispatch filter is off (RuntimeError: no compiler): every torch op goes through its "
@@ -342,3 +342,32 @@ def test_a_replay_builds_the_filter_before_its_worker_starts(monkeypatch, shadow
     replayer.hub("reference_runner")
     replayer.hub("reference_runner")  # (one hub per target: built once)
     assert order == (["build", "worker"] if built else ["worker"])
+
+
+def test_a_campaign_on_cuda_from_a_process_that_interprets_still_builds_for_its_compiled_workers(monkeypatch):
+    """``TRITON_INTERPRET=1`` here (a user's export, a ``--device cpu`` session replaying a cuda case): the GPU
+    workers run compiled Triton (they do not inherit it), so the device mode, and the build is needed here."""
+    from fuzzrunner.oracles.shadow import prepare_device_mode
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv("FUZZRUNNER_SHADOW", raising=False)
+    asked: list = []
+    monkeypatch.setattr(dispatch_filter, "get", lambda: asked.append(1) or object())
+    assert prepare_device_mode("cuda") is None and asked == [1]
+    assert prepare_device_mode("cpu") is None and asked == [1]  # a CPU worker interprets: the CPU oracle
+
+
+def test_the_cpu_shadow_forced_on_a_gpu_campaign_says_that_triton_kernels_go_unchecked(monkeypatch):
+    """``FUZZRUNNER_SHADOW=cpu`` with ``--device cuda``: the workers run compiled Triton, which the CPU oracle
+    cannot see (it checks kernels in the interpreter): said once, never a silent pass over every kernel."""
+    from fuzzrunner.engine import campaign, shard_run
+    from fuzzrunner.settings import Settings
+    monkeypatch.setattr(dispatch_filter, "get", lambda: object())  # (a filter that is on)
+    said: list = []
+    for shadow in ("cpu", ""):
+        monkeypatch.setenv("FUZZRUNNER_SHADOW", shadow)
+        plan = campaign.plan_campaign("reference_runner", Settings(device="cuda", oracles=("shadow",)),
+                                      on_cluster=True)  # (no GPU needed to plan)
+        said.clear()
+        shard_run.prepare_shadow(plan, said.append)
+        assert [("Triton kernels run compiled and unchecked" in e["message"]) for e in said] == (
+            [True] if shadow == "cpu" else [])

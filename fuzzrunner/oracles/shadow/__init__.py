@@ -28,19 +28,23 @@ def shadow_mode() -> str:
     return value
 
 
-def uses_device_mode(device_type: str) -> bool:
-    """Whether the shadow oracle of a process on ``device_type`` runs the device mode (``shadow_oracle``)."""
+def uses_device_mode(device_type: str, interpreted: bool | None = None) -> bool:
+    """Whether the shadow oracle of a process on ``device_type`` runs the device mode (``shadow_oracle``);
+    ``interpreted``: whether that process runs Triton's interpreter (default: this process's)."""
     from ... import _env
     choice = shadow_mode()
-    return choice == "device" or (choice != "cpu" and not _env.interpreted() and device_type == "cuda")
+    if interpreted is None:
+        interpreted = _env.interpreted()
+    return choice == "device" or (choice != "cpu" and not interpreted and device_type == "cuda")
 
 
 def prepare_device_mode(device_type: str) -> str | None:
     """Before workers on ``device_type`` start the shadow oracle: where they run the device mode, its dispatch
     filter is built (or loaded) here, once (a worker building it spends its budget or its case's timeout on
     it, about 30 s). The reason it is off, if it is (the workers' mode then sees every op: slower, the same
-    reports); else None."""
-    if not uses_device_mode(device_type):
+    reports); else None. A worker on ``cuda`` runs compiled Triton whatever this process runs
+    (``engine/hub.worker_environment``), one on ``cpu`` the interpreter."""
+    if not uses_device_mode(device_type, interpreted=device_type != "cuda"):
         return None
     from .gpu import dispatch_filter
     return None if dispatch_filter.get() is not None else dispatch_filter.status()
