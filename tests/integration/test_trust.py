@@ -316,6 +316,7 @@ def test_a_chatty_target_cannot_grow_the_worker_log_past_its_cap(monkeypatch):
 # -- 10. bad input is never a finding ------------------------------------------------------------
 
 def test_a_wrong_typed_case_is_invalid_input_never_a_finding(tmp_path, capsys):
+    pytest.importorskip("jsonschema", reason="jsonschema is not installed: case files and reports go unchecked here")
     base = {"schema": 1, "target": "reference_runner", "faults": [],
             "config": {"max_loras": 1, "capture_sizes": [1]},
             "ops": [{"op": "dummy_run", "num_tokens": 1, "kind": "warmup"}]}
@@ -465,7 +466,7 @@ def test_a_fix_shows_as_fixed_in_the_text_json_and_a_passing_junit_test(planted,
 
 
 def validate_against_published_schema(path) -> None:
-    import jsonschema
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed: case files and reports go unchecked here")
     schema = json.loads((ROOT / "docs" / "report.schema.json").read_text())
     jsonschema.validate(json.loads(Path(path).read_text()), schema)
 
