@@ -454,6 +454,10 @@ def _replay_one(replayer, path, args) -> int:
                 if moved else ""
             print(f"{path}: REPRODUCED {finding.signature.short()}{note}\n    {same[0].message}")
             return EXIT_FINDINGS
+        other = replayer.other_shadow_mode(finding)
+        if not violations and other:  # another mode sees other accesses: no proof that the bug is gone
+            _error(f"could not check {path}: not reproduced, but {other}")
+            return EXIT_ERROR
         if not violations:
             print(f"{path}: NOT REPRODUCED ({finding.signature.short()})")
             return EXIT_OK

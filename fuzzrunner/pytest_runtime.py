@@ -219,6 +219,9 @@ def replay_corpus_file(path: Path, state) -> None:
         raise CorpusRegression(f"{path} no longer runs on target {case.target!r}: {e}") from None
     if violations:
         raise CorpusRegression(_regression_report(path, case, finding, violations, spec))
+    other = _replayer(state).other_shadow_mode(finding)
+    if other:  # not reproduced in the other shadow mode: no proof that the bug is gone
+        pytest.fail(f"{path}: could not check: not reproduced, but {other}", pytrace=False)
 
 
 def _regression_report(path, case, finding, violations, spec) -> str:

@@ -11,7 +11,7 @@ from dataclasses import replace
 from .. import devices
 from ..case import Case
 from ..names import effective_oracles
-from ..oracles.shadow import prepare_device_mode
+from ..oracles.shadow import prepare_device_mode, uses_device_mode
 from ..settings import Settings
 from ..target import load_target
 from ..violation import Violation
@@ -40,6 +40,20 @@ class Replayer:
             self.hubs[spec] = Hub(ws, oracles=self.oracles(), timeout_s=self.settings.case_timeout_s,
                                   standby=False)
         return self.hubs[spec]
+
+    def other_shadow_mode(self, finding) -> str | None:
+        """Why a replay here that does not reproduce ``finding`` proves nothing, if it does not: a shadow finding
+        of the other shadow mode (each mode sees accesses the other cannot: docs/shadow.md). None: the same
+        mode, or not the shadow oracle's finding."""
+        if finding is None or finding.violation.tool != "shadow":
+            return None
+        found = "device" if finding.violation.details.get("shadow_mode") == "device" else "cpu"
+        here = "device" if uses_device_mode(self.device, interpreted=self.device != "cuda") else "cpu"
+        if found == here:
+            return None
+        return (f"it was found by the shadow oracle's {found} mode and this replay ran its {here} mode, which does "
+                f"not see every access the other does; replay it with FUZZRUNNER_SHADOW={found}"
+                f"{' (and --device cpu)' if found == 'cpu' and self.device == 'cuda' else ''}")
 
     def run(self, case: Case, spec: str, timeout_s: float | None = None) -> list[Violation]:
         """The violations of one run of ``case`` (``timeout_s``: this case's timeout, e.g. the one its

@@ -191,3 +191,31 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
     assert e.value.code == 0 and re.fullmatch(r"fuzzrunner \d+\.\d+\.\d+\S*\n", capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("found_by", ["cpu", "device"])
+def test_a_shadow_finding_not_reproduced_in_the_other_shadow_mode_proves_nothing(tmp_path, capsys, monkeypatch,
+                                                                                 found_by):
+    """Each shadow mode sees accesses the other cannot (the device mode: no numpy views). A finding of one mode
+    replayed in the other and not reproduced once printed NOT REPRODUCED, exit 0: the 'fixed' signal for a bug
+    still there (a new user's try). Now: exit 2, the mode that found it named. Both replays here run the CPU
+    mode (FUZZRUNNER_SHADOW=cpu), over a case without the bug."""
+    from fuzzrunner.case import Case
+    from fuzzrunner.corpus import Corpus
+    from fuzzrunner.finding import Finding
+    from fuzzrunner.violation import Violation
+    monkeypatch.setenv("FUZZRUNNER_SHADOW", "cpu")
+    case = Case("reference_runner", {"max_loras": 1, "capture_sizes": [1]},
+                ({"op": "dummy_run", "num_tokens": 1, "kind": "warmup"},))
+    details = {"op_index": 0, "element": [0], **({"shadow_mode": "device"} if found_by == "device" else {})}
+    v = Violation("shadow", "uninitialized-read", "_lora_shrink_kernel", "fuzzrunner/runner/punica.py:103",
+                  "token_lora_mapping", "token_lora_mapping[0] (byte 0): never written", details)
+    path = Corpus(tmp_path / "corpus").save_finding("reference_runner", Finding.of(v, [], case))
+    code = main(["replay", str(path)])
+    captured = capsys.readouterr()
+    if found_by == "cpu":
+        assert code == 0 and "NOT REPRODUCED" in captured.out
+    else:
+        assert code == 2 and "NOT REPRODUCED" not in captured.out
+        assert captured.err.count("\n") == 1 and "found by the shadow oracle's device mode and this replay ran its " \
+            "cpu mode" in captured.err and "FUZZRUNNER_SHADOW=device" in captured.err

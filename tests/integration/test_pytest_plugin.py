@@ -325,6 +325,22 @@ def test_each_corpus_finding_is_a_test_named_by_its_signature_that_fails_while_i
     result.stdout.fnmatch_lines([f"*::{sig} PASSED*"])
 
 
+def test_a_corpus_finding_of_the_other_shadow_mode_that_does_not_reproduce_fails_as_unchecked(
+        run, pytester, reference_finding, monkeypatch):
+    """A finding of the GPU shadow's device mode, replayed by the CPU mode: not reproduced proves nothing
+    (each mode sees accesses the other cannot), so the item fails saying so, never passes as fixed."""
+    from dataclasses import replace
+    monkeypatch.setenv("FUZZRUNNER_SHADOW", "cpu")
+    fixed = reference_finding([])
+    fixed = replace(fixed, violation=replace(fixed.violation, details={**fixed.violation.details,
+                                                                        "shadow_mode": "device"}))
+    Corpus(pytester.path / "corpus").save_finding("reference_runner", fixed)
+    result = run("-v", "--fuzzrunner-corpus", "corpus", "-k", "uninitialized")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*could not check: not reproduced, but it was found by the shadow oracle's device "
+                                 "mode and this replay ran its cpu mode*FUZZRUNNER_SHADOW=device*"])
+
+
 def test_a_corpus_finding_of_a_users_target_finds_it_through_the_fuzz_test(run, pytester, my_runner):
     pytester.makeini("[pytest]\nfuzzrunner_corpus = corpus\nfuzzrunner_profile = ci\n")
     run().assert_outcomes(failed=1)  # the fuzz test saves its findings in the corpus
