@@ -27,6 +27,8 @@ class _Numbers:
     def update(self, event: dict) -> None:
         self.examples, self.findings = event["examples"], event["findings"]
         self.generated = event.get("generated", self.examples)
+        if "elapsed" in event:  # the campaign's own clock: its budget starts after its set-up (a filter build)
+            self.start = time.monotonic() - event["elapsed"]
 
     def _fractions(self) -> tuple[float, float]:
         """(done by count, done by time): the campaign ends at whichever reaches 1 first."""
