@@ -5,6 +5,19 @@ from __future__ import annotations
 import platform
 
 
+def shadow_line(device: str) -> str:
+    """Which shadow mode a campaign's workers on ``device`` run (``FUZZRUNNER_SHADOW`` included), and for the
+    device mode whether its dispatch filter is on (built here once per machine and torch: about 30 s)."""
+    from .oracles.shadow import uses_device_mode
+    if not uses_device_mode(device, interpreted=device != "cuda"):
+        return "shadow       CPU mode (Triton's interpreter, torch dispatch)" + (
+            ": on cuda it sees torch ops only, Triton kernels run unchecked (FUZZRUNNER_SHADOW=cpu)"
+            if device == "cuda" else "")
+    from .oracles.shadow.gpu import dispatch_filter
+    return f"shadow       device mode on {device}, dispatch filter {dispatch_filter.status()}" + (
+        "" if dispatch_filter.get() is not None else ": every torch op goes through Python (slower, same reports)")
+
+
 def report() -> tuple[list[str], bool]:
     """(lines to print, whether everything needed here works)."""
     import hypothesis
@@ -31,12 +44,10 @@ def report() -> tuple[list[str], bool]:
         lines.append(f"target       {name}: " + (f"unavailable: {reason}" if target is None else
                                                  f"ok ({target.description})"))
         lines += [f"               {d}" for d in (target.details if target is not None else ())]
+    lines.append(shadow_line(_env.device_type()))
     if not gpu:
         lines.append("sanitizer    not checked: compute-sanitizer needs a GPU (the shadow oracle covers the CPU)")
         return lines, True
-    from .oracles.shadow.gpu import dispatch_filter  # built here once per machine and torch (about 30 s)
-    lines.append(f"shadow on GPU  dispatch filter {dispatch_filter.status()}" + (
-        "" if dispatch_filter.get() is not None else ": every torch op goes through Python (slower, same reports)"))
     more, ok = _sanitizer_lines()
     return lines + more, ok
 

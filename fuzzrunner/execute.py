@@ -154,9 +154,9 @@ def _oracle_failed(oracle: Oracle, stage: str, exc: Exception, op_index: int | N
     v = _versions()
     text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
     return Violation("fuzzrunner", "tool-limitation", oracle.name, "", "",
-                     f"the {oracle.name} oracle failed at its {stage} (torch {v['torch']}, Triton {v['triton']}): "
-                     f"{text}. This is a limit of the tool on this installation, not a bug of the code under test"
-                     f"{' (the case did not run)' if stage == 'start' else ''}.",
+                     f"the {oracle.name} oracle failed at its {stage}: {text}. A failure of the oracle (the tool, or "
+                     f"a plug-in oracle), not a bug of the code under test"
+                     f"{' (the case did not run)' if stage == 'start' else ''}; its versions are in the details.",
                      {"op_index": op_index, "who": f"fuzzrunner's {oracle.name} oracle", "stage": stage, **v,
                       "traceback": "".join(traceback.format_exception(exc))[-4000:]})
 

@@ -59,3 +59,21 @@ def test_the_device_mode_checks_the_processs_device_even_where_a_gpu_is_present(
     oracle = shadow_oracle()
     assert type(oracle) is GpuShadowOracle and oracle.device == torch.device(process_device, *(
         [0] if process_device == "cuda" else []))
+
+
+@pytest.mark.parametrize("shadow, device, says", [
+    ("", "cpu", "shadow       CPU mode (Triton's interpreter, torch dispatch)"),
+    ("device", "cpu", "shadow       device mode on cpu, dispatch filter off (RuntimeError: no compiler): every torch "
+                      "op goes through Python"),
+    ("", "cuda", "shadow       device mode on cuda, dispatch filter off (RuntimeError: no compiler)"),
+    ("cpu", "cuda", "shadow       CPU mode (Triton's interpreter, torch dispatch): on cuda it sees torch ops only"),
+])
+def test_doctor_says_which_shadow_mode_the_workers_run_and_the_filters_state(monkeypatch, shadow, device, says):
+    """Once only on a GPU machine ("shadow on GPU"); a CPU machine forcing the device mode, which builds and
+    uses the filter there too, was told nothing (a new user's try)."""
+    from fuzzrunner import doctor
+    from fuzzrunner.oracles.shadow.gpu import dispatch_filter
+    monkeypatch.setenv("FUZZRUNNER_SHADOW", shadow)
+    monkeypatch.setattr(dispatch_filter, "get", lambda: None)
+    monkeypatch.setattr(dispatch_filter, "status", lambda: "off (RuntimeError: no compiler)")
+    assert doctor.shadow_line(device).startswith(says)
