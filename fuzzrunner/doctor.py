@@ -8,8 +8,8 @@ import platform
 def shadow_line(device: str) -> str:
     """Which shadow mode a campaign's workers on ``device`` run (``FUZZRUNNER_SHADOW`` included), and for the
     device mode whether its dispatch filter is on (built here once per machine and torch: about 30 s)."""
-    from .oracles.shadow import uses_device_mode
-    if not uses_device_mode(device, interpreted=device != "cuda"):
+    from .oracles.shadow import workers_use_device_mode
+    if not workers_use_device_mode(device):
         return "shadow       CPU mode (Triton's interpreter, torch dispatch)" + (
             ": on cuda it sees torch ops only, Triton kernels run unchecked (FUZZRUNNER_SHADOW=cpu)"
             if device == "cuda" else "")

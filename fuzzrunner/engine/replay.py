@@ -11,7 +11,7 @@ from dataclasses import replace
 from .. import devices
 from ..case import Case
 from ..names import effective_oracles
-from ..oracles.shadow import prepare_device_mode, uses_device_mode
+from ..oracles.shadow import prepare_device_mode, workers_use_device_mode
 from ..settings import Settings
 from ..target import load_target
 from ..violation import Violation
@@ -48,7 +48,7 @@ class Replayer:
         if finding is None or finding.violation.tool != "shadow":
             return None
         found = "device" if finding.violation.details.get("shadow_mode") == "device" else "cpu"
-        here = "device" if uses_device_mode(self.device, interpreted=self.device != "cuda") else "cpu"
+        here = "device" if workers_use_device_mode(self.device) else "cpu"
         if found == here:
             return None
         return (f"it was found by the shadow oracle's {found} mode and this replay ran its {here} mode, which does "

@@ -50,12 +50,12 @@ def prepare_shadow(plan: CampaignPlan, on_event: Callable | None) -> None:
     forced on a GPU (``FUZZRUNNER_SHADOW=cpu``) is said to leave Triton kernels unchecked. Called by a
     local campaign before its shards start, and by each Ray shard on its node before its search."""
     from .. import names
-    from ..oracles.shadow import prepare_device_mode, shadow_mode
+    from ..oracles.shadow import prepare_device_mode, workers_use_device_mode
     from . import events
     s = plan.settings
     if "shadow" not in names.effective_oracles(s.oracles, plan.device, s.sanitizer):
         return
-    if on_event is not None and plan.device == "cuda" and shadow_mode() == "cpu":
+    if on_event is not None and plan.device == "cuda" and not workers_use_device_mode("cuda"):
         on_event(events.warning("FUZZRUNNER_SHADOW=cpu on cuda: the CPU shadow oracle sees torch ops only there; "
                                 "Triton kernels run compiled and unchecked (unset it for the device mode, which "
                                 "checks them, or use --device cpu to check them in Triton's interpreter)"))

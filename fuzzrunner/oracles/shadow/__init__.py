@@ -10,7 +10,8 @@ threads), ``compiled.py`` (``torch.compile``); bounds of views and sub-buffers a
 
 from .oracle import ShadowOracle
 
-__all__ = ["ShadowOracle", "prepare_device_mode", "shadow_mode", "shadow_oracle", "uses_device_mode"]
+__all__ = ["ShadowOracle", "prepare_device_mode", "shadow_mode", "shadow_oracle", "uses_device_mode",
+           "workers_use_device_mode"]
 
 SHADOW_MODES = ("device", "cpu")
 
@@ -38,13 +39,19 @@ def uses_device_mode(device_type: str, interpreted: bool | None = None) -> bool:
     return choice == "device" or (choice != "cpu" and not interpreted and device_type == "cuda")
 
 
+def workers_use_device_mode(device_type: str) -> bool:
+    """Whether the shadow oracle of a worker on ``device_type`` runs the device mode: a worker on ``cuda`` runs
+    compiled Triton whatever this process runs (``engine/hub.worker_environment``), one on ``cpu`` the
+    interpreter."""
+    return uses_device_mode(device_type, interpreted=device_type != "cuda")
+
+
 def prepare_device_mode(device_type: str) -> str | None:
     """Before workers on ``device_type`` start the shadow oracle: where they run the device mode, its dispatch
     filter is built (or loaded) here, once (a worker building it spends its budget or its case's timeout on
     it, about 30 s). The reason it is off, if it is (the workers' mode then sees every op: slower, the same
-    reports); else None. A worker on ``cuda`` runs compiled Triton whatever this process runs
-    (``engine/hub.worker_environment``), one on ``cpu`` the interpreter."""
-    if not uses_device_mode(device_type, interpreted=device_type != "cuda"):
+    reports); else None."""
+    if not workers_use_device_mode(device_type):
         return None
     from .gpu import dispatch_filter
     return None if dispatch_filter.get() is not None else dispatch_filter.status()

@@ -150,9 +150,12 @@ void filter(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::S
   {
     std::shared_lock<std::shared_mutex> lock(s.mu);
     if (ours_alone(s)) {
-      const auto found = s.categories.find(op.operator_name());
-      category = found == s.categories.end() ? UNKNOWN : found->second;
-      if (t_paused > 0) category = PASS;  // the paused mode runs any op as it is, and looks at nothing
+      if (t_paused > 0) {
+        category = PASS;  // the paused mode runs any op as it is, and looks at nothing
+      } else {
+        const auto found = s.categories.find(op.operator_name());
+        category = found == s.categories.end() ? UNKNOWN : found->second;
+      }
       if (category == PASS || category == PLAIN) {
         route = false;
         const auto n = op.schema().arguments().size();
