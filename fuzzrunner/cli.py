@@ -314,6 +314,9 @@ def _summary(result, out) -> None:
               f"stopped: {result.stop_reason or 'unknown'}; {n} finding{'s' * (n != 1)}\n")
     if getattr(result, "cluster", None):
         out.write(f"  {cluster_text(result.cluster)}\n")
+    if getattr(result, "code_under_test", None):
+        from .target import describe_code
+        out.write(f"  code under test: {describe_code(result.code_under_test)}\n")
     causes = [{"id": i, **c} for i, c in result.known_crash_causes.items()]
     for line in skip_lines(result.known_crash_skips, causes, result.generated):
         out.write(f"  {line}\n")

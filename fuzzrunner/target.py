@@ -48,6 +48,8 @@ class Target:
     faults_unavailable: dict = field(default_factory=dict)  # {fault: why it cannot run here (a part is missing)}
     own_code: tuple = ()               # files/folders of the target's own adapter code around the code under test:
     #                                    an exception raised there is a target error (tool "target"), not the code's
+    code_under_test: dict = field(default_factory=dict)  # which code runs (an engine's release, tree, patch and
+    #                                    its hash): reported, and every worker must load the same (engine/hub.py)
 
     def seed_files(self) -> list:
         """The target's own seed cases (replayed first by every campaign, after the corpus's)."""
@@ -107,6 +109,17 @@ class Target:
             more += f"; and {len(rest) - 3} more" if len(rest) > 3 else ""
             raise InvalidCase(f"{self.name} case: {_where(best)}: {best.message[:300]}"
                               + (f" (also {more})" if more else ""))
+
+
+def describe_code(code: dict) -> str:
+    """A target's code under test in a few words: ``vllm 0.33.0 (TREE), patched with P (sha256 0123456789ab)``."""
+    if not code:
+        return "no code named"
+    text = f"{code.get('engine', '?')} {code.get('release', '?')} ({code.get('tree', '?')})"
+    if code.get("patch"):
+        text += f", patched with {code['patch']} (sha256 {str(code.get('patch_sha256'))[:12]})"
+    return text
+
 
 
 class DrawError(BaseException):

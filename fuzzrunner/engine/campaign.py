@@ -38,7 +38,7 @@ def plan_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir
     seed = settings.seed if settings.seed is not None else random.randrange(1 << 30)
     device = devices.resolve(settings.device, sanitizer=settings.sanitizer, on_cluster=on_cluster)
     return CampaignPlan(target_spec, target.name, settings, target.check_faults(faults), seed, device,
-                        os.fspath(corpus_dir) if corpus_dir else None, database)
+                        os.fspath(corpus_dir) if corpus_dir else None, database, dict(target.code_under_test))
 
 
 def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=None, database=None,
@@ -65,6 +65,7 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
             from .sharding import run_sharded
             result = run_sharded(plan, on_event)
     result.seed = plan.seed
+    result.code_under_test = dict(plan.code)
     if plan.device == "cuda" and settings.cpu_triage and result.findings:
         _triage(result, plan)
     _check_floor(result, settings)

@@ -27,6 +27,7 @@ from typing import Any
 from .. import names
 from ..case import Case
 from ..errors import HarnessError, InvalidCase
+from ..target import describe_code
 from ..violation import Violation, raised_cuda_error
 from . import protocol
 from .forking import ForkedProcess, Zygote
@@ -76,6 +77,7 @@ class WorkerSpec:
     env: dict = field(default_factory=dict)
     log_path: str | None = None             # keep the worker's stdout+stderr here (else a temp file, deleted)
     max_rss_mb: float | None = None         # recycle a worker past this resident size (else: rss.py's default)
+    code: dict = field(default_factory=dict)  # the code under test the campaign loaded: a worker must load the same
 
     @property
     def sanitizer(self) -> str | None:
@@ -229,6 +231,11 @@ class Worker:
             conn.close()
             detail = getattr(msg, "message", "") or f"it died ({_signal_name(self.proc.poll())})"
             raise HarnessError(f"worker could not set up target {self.spec.target!r}: {detail}. {self.tail()}")
+        if self.spec.code and msg.code != self.spec.code:  # another tree, another patch: it would test other code
+            conn.close()
+            raise HarnessError(f"the worker loaded other code than the campaign: {describe_code(msg.code)}, not "
+                               f"{describe_code(self.spec.code)} (its environment differs: the engine's variables, "
+                               f"the working directory of a relative path, another machine's tree).")
         return conn
 
     # -- the log ------------------------------------------------------------------------

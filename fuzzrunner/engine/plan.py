@@ -7,7 +7,7 @@ device is resolved before the plan is made (``fuzzrunner.devices``) and never ag
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from .. import gpus
 from ..settings import Settings
@@ -24,13 +24,14 @@ class CampaignPlan:
     device: str
     corpus_dir: str | None = None
     database: object = None           # a plugged-in Hypothesis database (one shard, this process only)
+    code: dict = field(default_factory=dict)  # the target's code under test, as loaded here: every worker must match
 
     def quotas(self) -> list[int]:
         """Each shard's share of ``max_examples`` (the first ones take the remainder)."""
         return split(self.settings.max_examples, self.settings.workers)
 
     def worker(self, index: int) -> WorkerSpec:
-        return worker_spec(self.target_spec, self.settings, index, self.device)
+        return replace(worker_spec(self.target_spec, self.settings, index, self.device), code=dict(self.code))
 
     def portable(self) -> CampaignPlan:
         """The plan as it can travel to another process (a database object cannot)."""

@@ -69,6 +69,7 @@ class Ready(Message):
     kind: ClassVar[str] = "ready"
     pid: int
     device: str
+    code: dict = field(default_factory=dict)  # the loaded target's code under test (Target.code_under_test)
 
 
 @dataclass(frozen=True)

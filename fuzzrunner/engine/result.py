@@ -42,6 +42,7 @@ class CampaignResult:
     errors: list = field(default_factory=list)       # why the campaign could not finish cleanly
     coverage: Coverage = field(default_factory=Coverage)  # features of the valid cases run (replayed, generated)
     cluster: dict | None = None        # on Ray: the address, Ray's version, the nodes, CPUs and GPUs it had
+    code_under_test: dict = field(default_factory=dict)  # Target.code_under_test, as every worker loaded it
 
     @property
     def valid(self) -> int:

@@ -177,7 +177,7 @@ def main() -> int:
     target = _set_up(sock, start)
     if target is None:
         return protocol.EXIT_HARNESS
-    protocol.send(sock, protocol.Ready(os.getpid(), start.device))
+    protocol.send(sock, protocol.Ready(os.getpid(), start.device, dict(target.code_under_test)))
     return _Session(sock, target, start.device, start.sanitizer).serve()
 
 

@@ -123,7 +123,8 @@ def _run_dict(r) -> dict:
             "flaky": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.flaky],
             "quarantined": [{"path": p, "moved_to": m, "why": w} for p, m, w in r.quarantined],
             "warnings": list(r.warnings), "errors": list(r.errors),
-            **_coverage_dict(r), **({"cluster": r.cluster} if getattr(r, "cluster", None) else {})}
+            **_coverage_dict(r), **({"cluster": r.cluster} if getattr(r, "cluster", None) else {}),
+            **({"code_under_test": r.code_under_test} if getattr(r, "code_under_test", None) else {})}
 
 
 def skip_lines(skips: int, causes: list, generated: int) -> list[str]:

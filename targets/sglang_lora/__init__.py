@@ -89,6 +89,7 @@ def make_target():
         feature_space=features.FEATURE_SPACE,
         details=tuple(describe_sglang()),
         own_code=(os.path.dirname(os.path.abspath(__file__)),),
+        code_under_test={"engine": "sglang", "release": a.version, "tree": sglang_available()[1]},
     )
 
 

@@ -10,7 +10,9 @@ See docs/vllm.md.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
+import sys
 
 from fuzzrunner.errors import HarnessError, TargetUnavailable
 
@@ -54,18 +56,34 @@ def load_api():
     site.prepare_environment(device)
     paths = site.candidate_paths() or []
     patch = patching.requested()
-    if patch is not None:  # a patched copy of the same tree, imported first (patching.py)
-        site.activate_first(patching.apply(patch, site.tree_of(paths), site.CACHE))
+    tree = site.tree_of(paths)
+    patched = patching.apply(patch, tree, site.CACHE) if patch is not None else None
+    if patched is not None:  # a patched copy of the same tree, imported first (patching.py)
+        site.activate_first(patched)
     site.activate(paths)
     from . import api
     try:
-        _API[device] = api.load(device)
+        a = api.load(device)
     except HarnessError:
         raise
     except Exception as e:  # an incomplete tree or an incompatible release: say which and how to fix
         raise TargetUnavailable(f"vLLM failed to import ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                            f"{INSTALL_HINT.format(v=site.wanted_version())}.") from None
-    return _API[device]
+    if patch is not None and patched is not None:
+        patching.check_run(patch, patched, _files_run(a), a.found)
+    a.code = {"engine": "vllm", "release": a.version, "tree": str(tree),
+              "patch": str(patch) if patch else None, "patch_sha256": patching.digest(patch) if patch else None}
+    _API[device] = a
+    return a
+
+
+def _files_run(a) -> set[str]:
+    """Real paths of the vLLM files whose code the target runs: the imported modules, and the files of the
+    functions it compiled from source (dummy.py)."""
+    files = {os.path.realpath(f) for m in list(sys.modules.values()) if (f := getattr(m, "__file__", None))}
+    if a.dummy_select is not None:  # (a @contextmanager: the function it wraps holds the code)
+        files.add(os.path.realpath(inspect.unwrap(a.dummy_select).__code__.co_filename))
+    return files
 
 
 def describe_vllm() -> list[str]:
@@ -101,6 +119,7 @@ def make_target():
         feature_space=features.FEATURE_SPACE,
         details=tuple(describe_vllm()),
         faults_unavailable=_faults_unavailable(a),
+        code_under_test=a.code,
         own_code=(os.path.dirname(os.path.abspath(__file__)),),  # an exception raised here is ours, not vLLM's
     )
 

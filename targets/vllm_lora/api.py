@@ -62,6 +62,7 @@ class VllmApi:
     mapping_cls: Any = None      # LoRAMapping, where importable: the punica entry programs through update_metadata
     embedding_cls: Any = None    # VocabParallelEmbeddingWithLoRA, where it builds around a stand-in base layer
     found: list = field(default_factory=list)
+    code: dict = field(default_factory=dict)  # which vLLM runs: release, tree, patch, its sha256
     protocol: str = "lora_warmup"  # how this release's V2 model runner programs LoRA for dummy runs
     dummy_select: Any = None     # vLLM's maybe_select_dummy_loras (dummy.py), where it takes num_active_loras
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import importlib.util
+import importlib
 import inspect
+import os
 from types import SimpleNamespace
 from typing import Any
 
@@ -38,12 +39,36 @@ def load() -> tuple[Any, str]:
     return fn, f"dummy mapping: vLLM's maybe_select_dummy_loras ({how})"
 
 
+def source_file(module: str) -> str:
+    """The file of vLLM module ``module``, found from the imported ``vllm`` package alone: importing
+    (or ``find_spec``) a submodule runs its packages' ``__init__``, and on a GPU machine with a carried
+    tree ``vllm.lora.layers``' pulls quantization code that asks ``vllm._C`` (absent) at import."""
+    import vllm
+    base = os.path.join(os.path.dirname(os.path.abspath(vllm.__file__)), *module.split(".")[1:])
+    for path in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(path):
+            return path
+    raise ImportError(f"no {module} in {os.path.dirname(vllm.__file__)}")
+
+
+def _parsed(module: str) -> tuple[str, ast.Module]:
+    path = source_file(module)
+    with open(path, encoding="utf-8") as f:
+        return path, ast.parse(f.read())
+
+
+def _class_from_source(module: str, name: str) -> Any:
+    """Class ``name`` (an enum of names and values) compiled from ``module``'s source file alone."""
+    import enum
+    path, tree = _parsed(module)
+    cls = next(c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == name)
+    ns: dict = {"Enum": enum.Enum, "IntEnum": enum.IntEnum, "auto": enum.auto}
+    exec(compile(ast.Module([cls], []), path, "exec"), ns)  # noqa: S102 - vLLM's own class
+    return ns[name]
+
+
 def _compiled():
-    spec = importlib.util.find_spec(MODULE)
-    if spec is None or not spec.origin:
-        raise ImportError(f"no {MODULE}")
-    with open(spec.origin, encoding="utf-8") as f:
-        tree = ast.parse(f.read())
+    path, tree = _parsed(MODULE)
     fn = next(n for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body
               if isinstance(n, ast.FunctionDef) and n.name == "maybe_select_dummy_loras")
     for a in fn.args.args + fn.args.kwonlyargs:
@@ -52,9 +77,12 @@ def _compiled():
     import numpy as np
     from vllm.lora.request import LoRARequest
     ns: dict = {"np": np, "contextmanager": contextlib.contextmanager, "LoRARequest": LoRARequest}
-    with contextlib.suppress(ImportError, AttributeError):
+    try:  # a default value (mapping_type=LoRAMappingType.LANGUAGE, 0.33): the enum, imported or compiled
         ns["LoRAMappingType"] = importlib.import_module("vllm.lora.layers").LoRAMappingType
-    exec(compile(ast.Module([fn], []), spec.origin, "exec"), ns)  # noqa: S102 - vLLM's own function
+    except Exception:  # noqa: BLE001 - vllm.lora.layers does not import here (a carried tree on a GPU)
+        with contextlib.suppress(ImportError, StopIteration):
+            ns["LoRAMappingType"] = _class_from_source("vllm.lora.layers.utils", "LoRAMappingType")
+    exec(compile(ast.Module([fn], []), path, "exec"), ns)  # noqa: S102 - vLLM's own function
     return ns["maybe_select_dummy_loras"]
 
 

@@ -134,3 +134,30 @@ def apply(patch: Path, tree: Path, cache: Path) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def digest(patch: Path) -> str:
+    """The patch's sha256 (what a report names: the same file name can hold another fix)."""
+    return hashlib.sha256(patch.read_bytes()).hexdigest()
+
+
+def changed_files(patch: Path) -> list[str]:
+    """The files (``vllm/...``) the patch changes or adds."""
+    return [rel for rel, _ in parse(patch.read_text(encoding="utf-8"), patch.name)]
+
+
+def check_run(patch: Path, patched: Path, ran: set[str], notes: list[str]) -> None:
+    """Refuse a patch that changes a file whose code the target does not run here: a campaign would then test
+    the release as shipped (or a re-statement of it) while the user believes it tests the fix (issue 47: on a
+    GPU machine the dummy-mapping function could not be compiled and its unpatched re-statement ran).
+    ``ran``: real paths of the files the target imported or compiled code from; ``notes``: what the target
+    says of its parts (the reason a part is re-stated or left out)."""
+    missing = [rel for rel in changed_files(patch) if os.path.realpath(patched / rel) not in ran]
+    if not missing:
+        return
+    why = [n for n in notes if "re-stated" in n]
+    raise TargetUnavailable(
+        f"{ENV}={patch.name} changes {', '.join(missing)}, which the vllm_lora target does not run on this "
+        f"machine{' (' + '; '.join(why)[:300] + ')' if why else ''}: a campaign would test vLLM without the "
+        f"patch. Run where that code imports (`fuzzrunner doctor` lists what is re-stated), or leave that file out "
+        f"of the patch.")

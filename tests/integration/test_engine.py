@@ -319,3 +319,17 @@ def test_a_crash_the_hub_confirmed_with_its_blocking_rerun_is_not_run_a_third_ti
     [f] = r.findings
     assert f.violation.kernel == "_culprit_kernel" and not f.flaky and not r.flaky
     assert len(calls) == r.examples  # one call per case: no confirmation run on top of the hub's
+
+
+def test_a_worker_that_loads_other_code_than_the_campaign_is_a_harness_error(tmp_path):
+    from fuzzrunner.engine.hub import Worker, WorkerSpec
+    from fuzzrunner.errors import HarnessError
+    target = tmp_path / "t.py"
+    target.write_text("import os\nfrom fuzzrunner import Target\nfrom hypothesis import strategies as st\n"
+                      "TARGET = Target('t', 't', lambda faults, max_ops=8: st.nothing(), lambda case, ctx: None,\n"
+                      "                code_under_test={'engine': 'e', 'release': os.environ.get('REL', '1')})\n")
+    spec = WorkerSpec(f"{target}:TARGET", code={"engine": "e", "release": "2"})
+    with pytest.raises(HarnessError, match=r"loaded other code than the campaign: e 1 .*not e 2"):
+        Worker(spec)
+    w = Worker(WorkerSpec(f"{target}:TARGET", env={"REL": "2"}, code={"engine": "e", "release": "2"}))
+    w.close()

@@ -38,7 +38,7 @@ FAULT_FREE_OPS = [{"op": "dummy_run", "num_tokens": 3, "kind": "no_lora", "reqs"
 
 
 def _cli(*args, env=None, timeout=900):
-    e = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-m", "fuzzrunner", *args], capture_output=True, text=True,
                           env=e, cwd=ROOT, timeout=timeout)
 
@@ -409,3 +409,69 @@ def test_fuzzrunner_vllm_patch_fuzzes_the_patched_copy(tmp_path):
     assert "patched with v1_specialize_active_lora.patch" in r.stdout, r.stdout
     r = _cli("replay", str(case), env={**env, "FUZZRUNNER_VLLM_PATCH": str(tmp_path / "none.patch")})
     assert r.returncode == 2 and "none.patch' is not a file" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+# What a GPU machine with a carried vLLM tree does at import (issue 47, item 14): vllm._C is absent, so importing
+# vllm.lora.layers (and the model-runner mixin that imports it) raises in vLLM's quantization helpers. Played here by
+# a sitecustomize on the path of every process, the campaign's and the workers'.
+_BROKEN_IMPORTS = '''
+import os, sys
+class _Broken:
+    names = set(filter(None, os.environ.get("FAIL_IMPORTS", "").split(",")))
+    def find_spec(self, name, path=None, target=None):
+        if name in self.names:
+            raise AttributeError("'_OpNamespace' '_C' object has no attribute 'cutlass_scaled_mm_supports_block_fp8'")
+        return None
+sys.meta_path.insert(0, _Broken())
+'''
+
+
+def _as_on_a_gpu_machine(tmp_path, failing: list[str], patch: bool) -> dict:
+    (tmp_path / "site").mkdir(exist_ok=True)
+    (tmp_path / "site" / "sitecustomize.py").write_text(_BROKEN_IMPORTS)
+    env = {"FUZZRUNNER_VLLM_SITE": "", "FUZZRUNNER_VLLM_VERSION": _import_object("targets.vllm_lora.site:PINNED"),
+           "FUZZRUNNER_VLLM_CACHE": str(ROOT / ".cache" / "vllm"), "FAIL_IMPORTS": ",".join(failing),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path / "site")])}
+    if patch:
+        env["FUZZRUNNER_VLLM_PATCH"] = str(FINDINGS / "v1_specialize_active_lora.patch")
+    return env
+
+
+@needs_pinned
+def test_a_patch_runs_where_the_mixin_cannot_be_imported_or_is_refused_never_ignored(tmp_path):
+    """On the GPU machine the patched campaign found V1 again: the mixin could not be imported, compiling its
+    function from source failed on a default value (LoRAMappingType, from vllm.lora.layers), and the target fell
+    back to its re-statement of the unpatched rule. Now the function compiles from the patched source there, and
+    a patch that changes a file the target cannot run is refused (exit 2), never silently left out."""
+    case = str(FINDINGS / "cases" / "v1_specialize_active_lora.json")
+    gpu_like = ["vllm.lora.layers", "vllm.v1.worker.lora_model_runner_mixin"]
+    r = _cli("replay", case, env=_as_on_a_gpu_machine(tmp_path, gpu_like, patch=False))
+    assert r.returncode == 1 and "numeric-mismatch of replay.y" in r.stdout, r.stdout + r.stderr  # as shipped: V1
+    r = _cli("replay", case, env=_as_on_a_gpu_machine(tmp_path, gpu_like, patch=True))
+    assert r.returncode == 0 and r.stdout.strip().endswith(": ok"), r.stdout + r.stderr  # the patched source ran
+    r = _cli("doctor", env=_as_on_a_gpu_machine(tmp_path, gpu_like, patch=True))
+    assert "maybe_select_dummy_loras (compiled from its source" in r.stdout, r.stdout
+    # where even compiling it fails, the target re-states the rule: a patch of that file is refused, in one line
+    worse = [*gpu_like, "vllm.lora.request"]
+    r = _cli("replay", case, env=_as_on_a_gpu_machine(tmp_path, worse, patch=True))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "changes vllm/v1/worker/lora_model_runner_mixin.py, which the vllm_lora target does not run" in r.stderr
+    assert "re-stated" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@needs_pinned
+def test_the_report_names_the_code_under_test_and_workers_must_load_the_same(tmp_path):
+    """The report says which tree and patch ran (release, patch sha256); a worker whose environment gives it
+    another tree or patch than the campaign loaded is a harness error, not a campaign of other code."""
+    from targets.vllm_lora import patching
+    patch = FINDINGS / "v1_specialize_active_lora.patch"
+    env = {"FUZZRUNNER_VLLM_PATCH": str(patch), "FUZZRUNNER_VLLM_SITE": "",
+           "FUZZRUNNER_VLLM_VERSION": _import_object("targets.vllm_lora.site:PINNED")}
+    r = _cli("fuzz", "--target", "vllm_lora", "--max-examples", "2", "--seed", "0", "--corpus", str(tmp_path / "c"),
+             "--report", str(tmp_path / "r.json"), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    code = json.loads((tmp_path / "r.json").read_text())["runs"][0]["code_under_test"]
+    assert code["engine"] == "vllm" and code["release"] == env["FUZZRUNNER_VLLM_VERSION"]
+    assert code["patch"] == str(patch) and code["patch_sha256"] == patching.digest(patch)
+    assert f"code under test: vllm {code['release']}" in r.stdout and "patched with" in r.stdout, r.stdout
+

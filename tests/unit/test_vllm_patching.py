@@ -102,3 +102,17 @@ def test_the_shipped_v1_fix_parses_as_one_file_two_hunks():
     with open(os.path.join(root, "v1_specialize_active_lora.patch"), encoding="utf-8") as f:
         files = patching.parse(f.read(), "v1_specialize_active_lora.patch")
     assert [(path, len(hunks)) for path, hunks in files] == [("vllm/v1/worker/lora_model_runner_mixin.py", 2)]
+
+
+def test_a_patch_of_a_file_the_target_does_not_run_is_refused_naming_it(tmp_path, tree):
+    """Issue 47, item 14: the target re-stated a function the patch changed, and the campaign tested the release
+    without the fix. Every file the patch changes must be one whose code ran (imported or compiled)."""
+    patch = _patch(tmp_path)
+    out = patching.apply(patch, tree, tmp_path / "cache")
+    ran = {os.path.realpath(out / "vllm" / "mod.py"), os.path.realpath(out / "vllm" / "new.py")}
+    patching.check_run(patch, out, ran, [])  # both files ran: fine
+    notes = ["dummy mapping: re-stated (NameError: ...)", "PunicaWrapperGPU"]
+    with pytest.raises(TargetUnavailable, match=r"fix.patch changes vllm/new.py, which the vllm_lora target does not "
+                                                r"run on this machine \(dummy mapping: re-stated"):
+        patching.check_run(patch, out, ran - {os.path.realpath(out / "vllm" / "new.py")}, notes)
+    assert patching.digest(patch) == __import__("hashlib").sha256(patch.read_bytes()).hexdigest()
