@@ -32,6 +32,7 @@ from .violation import Violation
 class OpRecord:
     comparisons: list = field(default_factory=list)
     outputs: dict = field(default_factory=dict)
+    checks: list = field(default_factory=list)  # (label, problems, details) of ctx.check
 
 
 class RunContext:
@@ -39,7 +40,8 @@ class RunContext:
 
     ``ctx.op(i, op)`` marks op ``i`` (oracles count per-step buffers per op);
     ``ctx.compare(label, actual, expected, dtype)`` checks ``actual`` against a float64
-    ``expected``; ``ctx.output(label, tensor)`` keeps a result for the poison comparison;
+    ``expected``; ``ctx.check(label, problems)`` reports broken properties of the code's own state;
+    ``ctx.output(label, tensor)`` keeps a result for the poison comparison;
     ``ctx.track`` / ``ctx.carry_over`` are ``fuzzrunner.track`` / ``carry_over``.
     """
 
@@ -84,6 +86,11 @@ class RunContext:
         """Check ``actual`` against the float64 ``expected`` (numeric oracle), and keep it as an output."""
         self._current().comparisons.append(Comparison(label, actual.detach(), expected, dtype))
         self.output(label, actual)
+
+    def check(self, label: str, problems, details: dict | None = None) -> None:
+        """Report what the target found broken in the code under test's state (state oracle): each of
+        ``problems`` (one line each; none: the property holds) is a ``state-violation`` of this op."""
+        self._current().checks.append((label, [str(p) for p in problems], dict(details or {})))
 
     def output(self, label: str, tensor: torch.Tensor) -> None:
         with tracking.quiet():

@@ -52,6 +52,8 @@ ORACLES: dict[str, OracleSpec] = {o.name: o for o in (
                not_under=("initcheck",), triage=True, summary="kernel metadata consistency before each launch"),
     OracleSpec("numeric", "fuzzrunner.oracles.numeric:NumericOracle", default_on=("cpu", "cuda"), triage=True,
                summary="outputs against the float64 reference"),
+    OracleSpec("state", "fuzzrunner.oracles.state:StateOracle", default_on=("cpu", "cuda"), triage=True,
+               summary="the code under test's own state, as the target checks it (ctx.check)"),
     OracleSpec("poison", "fuzzrunner.oracles.poison:PoisonOracle", default_on=("cuda",),
                not_under=("initcheck",), needs_second_run=True, guard=("shadow",),
                summary="two runs with different fills of never-written memory must agree"),
@@ -165,6 +167,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("crash", 4, "crash", case_wide=True, process_death=True, colour="#24292f"),
     Kind("timeout", 4, "timeout", case_wide=True, process_death=True, colour="#57606a"),
     Kind("invariant-violation", 5, "invariant-violation", launch_check=True, colour="#1a7f37"),
+    Kind("state-violation", 5, "state-violation", colour="#116329"),
     # Triton's interpreter or an oracle failed on its own (not the kernel's semantics, not the
     # runner's): e.g. Triton 3.6's interpreter with numpy >= 2.4 on a runtime-bounded range().
     Kind("tool-limitation", 9, "tool-limitation", finding=False),

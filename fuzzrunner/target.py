@@ -29,6 +29,7 @@ BUILTIN = {
     "lora_kernels": "fuzzrunner.targets.lora_kernels:TARGET",
     "vllm_lora": "fuzzrunner.targets.vllm_lora:TARGET",
     "sglang_lora": "fuzzrunner.targets.sglang_lora:TARGET",
+    "sglang_engine": "fuzzrunner.targets.sglang_engine:TARGET",
 }
 
 

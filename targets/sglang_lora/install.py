@@ -6,7 +6,11 @@
 2. extract SGLang's files into ``.cache/sglang/VERSION/site/`` without compiled code (``*.so``, CUDA and
    C++ sources): Python, JSON configs, the dist-info;
 3. import the modules the target drives (with site.py's stubs) and ``pip install --no-deps --target
-   .cache/sglang/VERSION/deps`` whatever is missing, until they import (never torch or Triton).
+   .cache/sglang/VERSION/deps`` whatever is missing, until they import (never torch or Triton);
+4. for the ``sglang_engine`` target (``install_engine``, stamp ``engine-ok``): transformers at SGLang's pin
+   with its dependencies, then the engine's modules imported whole (``targets.sglang_engine.boot``) and
+   what they miss installed the same way. A release whose engine does not import here is left without
+   the stamp: ``sglang_engine`` is unavailable for it, ``sglang_lora`` is not affected.
 
 ``--for-gpu FILE`` also archives the trees for a GPU machine with no network (gpu_tree.py, scripts/gpu_sglang.sh).
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import time
@@ -30,6 +35,10 @@ DIST = {"zmq": "pyzmq", "yaml": "pyyaml", "PIL": "pillow", "google": "protobuf",
 BASE = ("orjson", "msgspec", "psutil", "pybase64", "anyio", "sniffio", "starlette", "tqdm", "pillow", "pyzmq",
         "pydantic", "pydantic-core", "typing-inspection", "annotated-types", "ipython", "requests", "urllib3",
         "idna", "certifi", "charset-normalizer")
+# the engine's pure-Python imports beyond transformers, installed up front (one pip call, --no-deps); the
+# import loop adds what a release needs beyond these
+ENGINE_BASE = ("traitlets", "dill", "einops", "compressed-tensors", "loguru", "gguf", "sentencepiece", "openai",
+               "partial-json-parser", "httpx2", "httpcore2", "truststore", "h11")
 PROBE = ("sglang.srt.lora.utils", "sglang.srt.lora.backend.triton_backend", "sglang.srt.lora.backend.chunked_backend")
 
 
@@ -40,12 +49,54 @@ def _missing_module(site: Path, deps: Path, env: dict) -> str | None:
     return missing_module("sglang_setup", setup, PROBE, env)
 
 
+def _pin(site: Path, dist: str) -> str:
+    """``dist==X`` as SGLang's METADATA pins it, else ``dist``."""
+    for meta in site.glob("sglang-*.dist-info/METADATA"):
+        for line in meta.read_text(encoding="utf-8").splitlines():
+            m = re.match(rf"Requires-Dist:\s*{re.escape(dist)}\s*==\s*([^;\s]+)", line, re.IGNORECASE)
+            if m:
+                return f"{dist}=={m.group(1)}"
+    return dist
+
+
+def install_engine(version: str) -> bool:
+    """Step 4 (module doc): True when the engine imports (stamp ``engine-ok``)."""
+    from ..sglang_engine.boot import ENGINE_PROBE, boot_lines
+    root = CACHE / version
+    site, deps = site_dirs(version)
+    stamp = root / "engine-ok"
+    if stamp.exists():
+        return True
+    t0 = time.time()
+    print(f"sglang {version}: setting up the engine's imports for sglang_engine (once: ~2 min) ...")
+    try:
+        pip("sglang_setup", "install", "--target", str(deps), "--upgrade", _pin(site, "transformers"))
+        pip("sglang_setup", "install", "--no-deps", "--target", str(deps), *ENGINE_BASE)
+        env = dict(os.environ, TRITON_INTERPRET="1")
+        for _ in range(30):
+            mod = missing_module("sglang_setup", boot_lines([site, deps]), ENGINE_PROBE, env)
+            if mod is None:
+                break
+            dist = DIST.get(mod, mod)
+            print(f"sglang {version}: installing {dist} (imported by SGLang's engine)")
+            pip("sglang_setup", "install", "--no-deps", "--target", str(deps), dist)
+        else:
+            raise SystemExit(f"sglang_setup: sglang {version}'s engine still misses modules after 30 installs.")
+    except SystemExit as e:
+        print(f"sglang {version}: the engine does not import here ({e}); sglang_engine is unavailable for it.")
+        return False
+    stamp.write_text("engine\n")
+    print(f"sglang {version}: engine ready ({time.time() - t0:.0f} s)")
+    return True
+
+
 def install(version: str) -> Path:
     t0 = time.time()
     root = CACHE / version
     site, deps = site_dirs(version)
     stamp = root / "ok"
     if stamp.exists():
+        install_engine(version)
         print(f"sglang {version}: ready in {root}")
         return root
     whl = wheel("sglang_setup", "sglang", version, CACHE / "wheels")
@@ -64,6 +115,7 @@ def install(version: str) -> Path:
         raise SystemExit(f"sglang_setup: sglang {version} still misses modules after 30 installs.")
     size = sum(f.stat().st_size for d in (site, deps) for f in d.rglob("*") if f.is_file()) >> 20
     stamp.write_text(f"{whl.name}\n")
+    install_engine(version)
     print(f"sglang {version}: ready in {root} ({size} MB, {time.time() - t0:.0f} s)")
     return root
 

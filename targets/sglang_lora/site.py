@@ -98,6 +98,8 @@ def install_stubs(tree: Path) -> None:
             AutoConfig=_placeholder("sglang.srt.utils.hf_transformers_utils", "AutoConfig"))
     _module("sglang.srt.server_args", ServerArgs=_placeholder("sglang.srt.server_args", "ServerArgs"),
             get_global_server_args=_placeholder("sglang.srt.server_args", "get_global_server_args"))
+    if not _imports_torchvision_at_load(tree):
+        return  # 0.5.2x imports it lazily: a stub would only mislead transformers' availability probe
     try:
         import torchvision.io  # noqa: F401
     except Exception:  # absent, or built for another torch (its operators fail to register)
@@ -107,6 +109,12 @@ def install_stubs(tree: Path) -> None:
         tv.__path__ = []
         tv.io = _module("torchvision.io", decode_jpeg=_placeholder("torchvision.io", "decode_jpeg"))
         _IMPORT_ONLY.extend([tv, tv.io])
+
+
+def _imports_torchvision_at_load(tree: Path) -> bool:
+    common = tree / "sglang/srt/utils/common.py"
+    return common.exists() and any(line.startswith(("from torchvision", "import torchvision"))
+                                   for line in common.read_text(encoding="utf-8").splitlines())
 
 
 # Stubs needed only while SGLang's modules import (they bind the names then): once imported, they leave

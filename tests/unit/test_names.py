@@ -29,7 +29,7 @@ def test_every_profile_and_kind_is_defined_once():
 
 
 def test_the_sanitizer_forbids_poison_and_invariants_under_initcheck():
-    assert names.effective_oracles(None, "cuda", "initcheck") == ("numeric",)
+    assert names.effective_oracles(None, "cuda", "initcheck") == ("numeric", "state")
     assert names.effective_oracles(["shadow", "poison"], "cpu", "none") == ("shadow", "poison")
     with pytest.raises(InvalidArgument, match="unknown oracle 'posion'"):
         names.effective_oracles(["posion"], "cpu")

@@ -1,0 +1,90 @@
+"""Target ``sglang_engine``: SGLang's own LoRA state machine (``LoRAManager``, ``LoRAMemoryPool``, the LoRA layer
+wrappers, adapter load/unload through ``LoRARef``), driven on a tiny model of SGLang's layer classes.
+
+Needs an SGLang release set up with its engine's imports (``scripts/sglang_setup.sh VERSION``: the stamp
+``engine-ok``). Only 0.5.2x (the runtime-context generation, ``g3`` of docs/sglang.md) is driven so far.
+See docs/sglang.md ("sglang_engine").
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+
+from fuzzrunner.errors import HarnessError, TargetUnavailable
+from targets.sglang_lora import INSTALL_HINT, site
+
+_ENGINE: dict = {}
+
+
+def engine_available() -> tuple[bool, str]:
+    """Cheap (no import of SGLang): whether a tree with the engine's imports is there, else why."""
+    paths = site.candidate_paths()
+    v = site.wanted_version()
+    if paths is None:
+        return False, f"SGLang is not set up (no tree .cache/sglang/{v}/); {INSTALL_HINT.format(v=v)}."
+    if not os.environ.get("FUZZRUNNER_SGLANG_SITE") and not (paths[0].parent / "engine-ok").exists():
+        return False, (f"SGLang {v}'s engine imports are not set up (no {paths[0].parent / 'engine-ok'}); "
+                       f"run scripts/sglang_setup.sh {v} again.")
+    if not (paths[0] / "sglang" / "srt" / "runtime_context.py").exists():
+        return False, f"SGLang {v} has no runtime context (sglang/srt/runtime_context.py): only 0.5.2x is driven yet."
+    return True, str(paths[0])
+
+
+def load_engine(device: str):
+    if device in _ENGINE:
+        return _ENGINE[device]
+    ok, why = engine_available()
+    if not ok:
+        raise TargetUnavailable(why)
+    from . import boot, model
+    try:
+        eng = boot.load(device)
+        eng.model_dir = tempfile.mkdtemp(prefix="sglang_engine-model-")
+        with open(os.path.join(eng.model_dir, "config.json"), "w") as f:
+            json.dump(model.hf_config_dict(), f)
+        from transformers import LlamaConfig
+        eng.hf_config = LlamaConfig.from_pretrained(eng.model_dir)
+    except HarnessError:
+        raise
+    except Exception as e:
+        raise TargetUnavailable(f"SGLang's engine failed to import ({type(e).__name__}: "
+                                f"{str(e).splitlines()[0][:200] if str(e) else ''}); "
+                                f"{INSTALL_HINT.format(v=site.wanted_version())}.") from None
+    _ENGINE[device] = eng
+    return eng
+
+
+def _device() -> str:
+    from fuzzrunner import _env
+    return _env.device_type()
+
+
+def _run(case, ctx, **_):
+    from . import runner
+    return runner.run(case, ctx, load_engine(ctx.device))
+
+
+def make_target():
+    from fuzzrunner.target import Target
+
+    from . import cases, faults
+    eng = load_engine(_device())
+    return Target(
+        name="sglang_engine",
+        description=f"SGLang {eng.version}'s LoRAManager, LoRAMemoryPool and LoRA layers (qkv, o, gate_up, down, "
+                    f"embedding, lm_head) with real PEFT adapters: load, unload, reload, eviction, prepare, forward",
+        cases=functools.partial(cases.sglang_engine_cases),
+        run=_run,
+        faults=tuple(faults.FAULTS),
+        fault_descriptions=dict(faults.FAULTS),
+        features=cases.features,
+        feature_space=cases.FEATURE_SPACE,
+        details=(f"sglang engine {eng.version} (from {eng.tree})",),
+        own_code=(os.path.dirname(os.path.abspath(__file__)),),
+    )
+
+
+TARGET = make_target

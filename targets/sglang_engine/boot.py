@@ -1,0 +1,162 @@
+"""Import an SGLang release whole (its engine modules, not only the LoRA kernels), on a machine without a GPU.
+
+The ``sglang_lora`` target imports only the LoRA backends and kernels, with four engine modules replaced
+by stubs. This target drives SGLang's ``LoRAManager``, ``LoRAMemoryPool`` and LoRA layer wrappers, which
+import the engine (model configs, parallel state, linear layers, the runtime context); so the release is
+imported as the server imports it, with its pure-Python dependencies (transformers at SGLang's pin, set
+up by ``scripts/sglang_setup.sh``), and only two things are not SGLang's:
+
+* ``sglang/__init__.py`` is not run (the front-end language API; no engine code lives there): the package
+  object is made with the release's folder as its path, as ``site.install_stubs`` does;
+* ``torchvision`` (image processors of multimodal model configs import it at module level; no CPU build
+  for this torch here): a finder serves ``torchvision`` and its sub-modules as empty modules whose every
+  name is a placeholder that raises ``StubCalled`` when used. It is installed after ``transformers`` is
+  imported, so that transformers' own availability probe sees no torchvision.
+
+On the CPU, three adaptations of *where* memory lives, none of *what* SGLang does (``cpu_adapt``): the LoRA
+modules see ``api.cpu_torch()`` (``device("cuda")`` is the CPU, factories drop ``pin_memory``), as in
+``sglang_lora``; ``Tensor.pin_memory()`` returns the tensor (``LoRA layers`` pin host copies of their
+offsets); the csgmv kernels' tuned-config lookup names the device ``"cpu"`` (SGLang's default blocks).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import types
+from pathlib import Path
+
+import torch
+
+from targets.sglang_lora import site
+from targets.sglang_lora.site import StubCalled
+
+ENGINE_PROBE = ("sglang.srt.lora.lora_manager", "sglang.srt.server_args", "sglang.test.parallel_groups")
+LAZY_STUBS = ("torchvision",)
+
+
+class _Placeholder(type):
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _placeholder(f"{cls.__module__}.{cls.__name__}.{name}", cls.__module__)
+
+
+def _placeholder(name: str, module: str) -> type:
+    def refuse(*args, **kwargs):
+        raise StubCalled(f"{name} belongs to a module the sglang_engine target stubs (targets/sglang_engine/boot.py); "
+                         f"this SGLang calls it at run time: drive it another way.")
+    return _Placeholder(name.rsplit(".", 1)[-1], (), {"__new__": staticmethod(refuse), "__module__": module})
+
+
+class LazyStubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves ``torchvision`` and every sub-module as a module of placeholders (see the module's doc)."""
+
+    def find_spec(self, fullname, path, target=None):
+        if any(fullname == p or fullname.startswith(p + ".") for p in LAZY_STUBS):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        m = types.ModuleType(spec.name)
+        m.__path__ = []
+
+        def attr(name: str):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return _placeholder(f"{spec.name}.{name}", spec.name)
+        m.__getattr__ = attr  # type: ignore[method-assign]
+        return m
+
+    def exec_module(self, module) -> None:
+        return None
+
+
+def boot_lines(paths: list[Path]) -> str:
+    """Python that puts the release on ``sys.path`` the way ``activate`` does (for the installer's probe)."""
+    return (f"sys.path.insert(0, {str(site.ROOT)!r})\nfrom pathlib import Path\n"
+            f"from targets.sglang_engine import boot\nboot.activate({[str(p) for p in paths]!r})")
+
+
+def activate(paths) -> None:
+    """The release on ``sys.path``, its package object without ``__init__``, the torchvision finder."""
+    paths = [Path(p) for p in paths]
+    if "sglang" in sys.modules and list(getattr(sys.modules["sglang"], "__path__", [])) != [str(paths[0] / "sglang")]:
+        raise RuntimeError("a module named sglang was imported before the tree under test")
+    for p in paths:
+        if str(p) not in sys.path:
+            sys.path.append(str(p))
+    if "sglang" not in sys.modules:
+        pkg = types.ModuleType("sglang")
+        pkg.__path__ = [str(paths[0] / "sglang")]
+        sys.modules["sglang"] = pkg
+    try:
+        import transformers  # noqa: F401  (before the finder: its torchvision probe must find none)
+    except ImportError:
+        pass
+    if not any(isinstance(f, LazyStubFinder) for f in sys.meta_path):
+        sys.meta_path.append(LazyStubFinder())  # after the real finders: a real torchvision wins
+
+
+def cpu_adapt() -> None:
+    """The CPU adaptations (module doc): after every LoRA module is imported, so each sees them."""
+    from targets.sglang_lora.api import cpu_torch
+    for pkg in ("sglang.srt.lora", "sglang.kernels.ops.lora"):
+        try:
+            root = importlib.import_module(pkg)
+        except ImportError:
+            continue
+        base = Path(list(root.__path__)[0])
+        for f in sorted(base.rglob("*.py")):  # files, not pkgutil: backend/ is a namespace package
+            rel = f.relative_to(base).with_suffix("")
+            name = ".".join((pkg, *rel.parts)).removesuffix(".__init__")
+            if "trtllm" in name or "marlin" in name:
+                continue  # experimental CUDA-only paths the drawn backends never take
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - a module of a backend or kernel family not drivable here
+                continue
+    proxy = cpu_torch()
+    for name, m in list(sys.modules.items()):
+        if m is None or not name.startswith(("sglang.srt.lora", "sglang.kernels.ops")):
+            continue
+        if name.endswith("lora_tuning_config") and hasattr(m, "get_device_name"):
+            m.get_device_name = lambda: "cpu"
+        if getattr(m, "torch", None) is torch:
+            m.torch = proxy
+    torch.Tensor.pin_memory = _unpinned  # type: ignore[method-assign]
+
+
+def _unpinned(self, *args, **kwargs):
+    return self
+
+
+def load(device: str) -> types.SimpleNamespace:
+    """Import the release in engine mode; the modules the runner drives, by name."""
+    paths = site.candidate_paths()
+    if paths is None:
+        raise ImportError("no SGLang tree")
+    site.prepare_environment(device)
+    os.environ.setdefault("SGLANG_DISABLE_REQUEST_LOGGING", "1")
+    activate(paths)
+    for m in ENGINE_PROBE:
+        importlib.import_module(m)
+    if device == "cpu":
+        cpu_adapt()
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.lora.lora_manager import LoRAManager
+    from sglang.srt.lora.lora_registry import LoRARef
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.server_args import ServerArgs
+    from sglang.test.parallel_groups import publish
+    return types.SimpleNamespace(LoRAManager=LoRAManager, LoRARef=LoRARef, ForwardMode=ForwardMode,
+                                 ServerArgs=ServerArgs, publish=publish, LoadConfig=LoadConfig,
+                                 version=_version(paths[0]), tree=paths[0])
+
+
+def _version(tree: Path) -> str:
+    from targets.sglang_lora.api import _version as v
+    return v(tree)

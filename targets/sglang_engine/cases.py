@@ -1,0 +1,148 @@
+"""Cases for ``sglang_engine``: a server configuration (the LoRA knobs), the adapters a user brings, and an
+adapter-management + batch program over them, as rules (``fuzzrunner.strategies.OpSequence``).
+
+Config (each a knob of SGLang's server, applied through its ``ServerArgs``): ``backend`` (``--lora-backend``),
+``max_loras_per_batch`` (the base model's slot included), ``eviction_policy`` (``--lora-eviction-policy``),
+``max_lora_rank``, ``target_modules`` (``--lora-target-modules``), ``graph_bs`` (0: no decode CUDA graph; else
+the largest captured batch, whose static batch info decode batches then use), ``chunk``
+(``--max-lora-chunk-size``), ``dtype``; ``adapters``: name -> ``{r, alpha, modules}`` (PEFT target modules,
+within the server's).
+
+Rules: ``load`` an adapter not loaded (``v``: which weights; a reload after an unload may bring others),
+``unload`` a loaded one, ``step`` a batch of requests (an adapter name or null each) that the scheduler would
+admit (at most ``max_loras_per_batch`` distinct, the base included). More adapters than slots make the pool
+evict and reuse slots; cycles of unload/load reuse names and slots. Ops are plain JSON: cases replay without
+Hypothesis and shrink by deleting ops.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from fuzzrunner.case import Case
+from fuzzrunner.strategies import OpSequence
+
+from .adapters import SERVER_NAME
+
+SERVER_MODULES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "embed_tokens", "lm_head")
+# PEFT target-module groups adapters are made with (q_proj always with v_proj: see docs/sglang_engine.md)
+GROUPS = {"qkv_proj": (("q_proj", "v_proj"), ("q_proj", "k_proj", "v_proj")), "o_proj": (("o_proj",),),
+          "gate_up_proj": (("gate_proj", "up_proj"),), "down_proj": (("down_proj",),),
+          "embed_tokens": (("embed_tokens",),), "lm_head": (("lm_head",),)}
+
+
+class _State:
+    def __init__(self, cfg: dict):
+        self.cfg, self.loaded, self.ever = cfg, [], set()
+
+
+@st.composite
+def _adapter(draw, server: list, max_rank: int) -> dict:
+    mods = draw(st.lists(st.sampled_from(server), min_size=1, max_size=len(server), unique=True))
+    peft = [m for s in sorted(mods, key=SERVER_MODULES.index) for m in draw(st.sampled_from(GROUPS[s]))]
+    r = draw(st.sampled_from([r for r in (2, 4, 8) if r <= max_rank]))
+    return {"r": r, "alpha": draw(st.sampled_from([r, 2 * r, 16])), "modules": peft}
+
+
+def _program() -> OpSequence:
+    seq = OpSequence()
+
+    @seq.initialize
+    def first_load(draw, s):
+        name = draw(st.sampled_from(sorted(s.cfg["adapters"])))
+        s.loaded.append(name)
+        s.ever.add(name)
+        return {"op": "load", "name": name, "v": 0}
+
+    @seq.rule(weight=lambda s: 3 if len(s.loaded) < len(s.cfg["adapters"]) else 0)
+    def load(draw, s):
+        name = draw(st.sampled_from([n for n in sorted(s.cfg["adapters"]) if n not in s.loaded]))
+        s.loaded.append(name)
+        v = draw(st.integers(0, 1)) if name in s.ever else 0
+        s.ever.add(name)
+        return {"op": "load", "name": name, "v": v}
+
+    @seq.rule(weight=2, precondition=lambda s: s.loaded)
+    def unload(draw, s):
+        name = draw(st.sampled_from(s.loaded))
+        s.loaded.remove(name)
+        return {"op": "unload", "name": name}
+
+    @seq.rule(weight=6)
+    def step(draw, s):
+        limit = s.cfg["max_loras_per_batch"]
+        n = draw(st.integers(1, 4))
+        pool = [None, *s.loaded]
+        reqs: list = []
+        for _ in range(n):
+            choice = draw(st.sampled_from(pool))
+            if choice not in reqs and len(set(reqs)) >= limit:
+                choice = reqs[0]
+            reqs.append(choice)
+        op = {"op": "step", "reqs": reqs, "mode": draw(st.sampled_from(["decode", "extend"])),
+              "seed": draw(st.integers(0, 3))}
+        if op["mode"] == "extend":
+            op["lens"] = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
+        return op
+    return seq
+
+
+PROGRAM = _program()
+
+
+@st.composite
+def sglang_engine_cases(draw, faults: tuple = (), max_ops: int = 8, device: str = "cpu") -> Case:
+    server = draw(st.lists(st.sampled_from(SERVER_MODULES), min_size=1, max_size=3, unique=True))
+    max_rank = draw(st.sampled_from([4, 8]))
+    names = [f"a{i}" for i in range(draw(st.integers(2, 4)))]
+    cfg = {
+        "backend": draw(st.sampled_from(["triton", "csgmv"])),
+        "max_loras_per_batch": draw(st.integers(2, 3)),
+        "eviction_policy": draw(st.sampled_from(["lru", "fifo"])),
+        "max_lora_rank": max_rank,
+        "target_modules": sorted(server, key=SERVER_MODULES.index),
+        "graph_bs": draw(st.sampled_from([0, 0, 2, 4])),
+        "chunk": 16,
+        "dtype": "float32",  # float16 rounding over six LoRA'd layers exceeds its tolerance: exact enough in fp32
+        "adapters": {n: draw(_adapter(server, max_rank)) for n in names},
+    }
+    ops = draw(PROGRAM.ops(lambda: _State(cfg), max_ops=max_ops))
+    return Case("sglang_engine", cfg, tuple(ops), tuple(faults))
+
+
+def features(case) -> set:
+    c, out = case.config, set()
+    out |= {f"backend={c.get('backend')}", f"eviction={c.get('eviction_policy')}",
+            f"graph={'on' if c.get('graph_bs') else 'off'}", f"max_loras_per_batch={c.get('max_loras_per_batch')}"}
+    out |= {f"target={m}" for m in c.get("target_modules", ())}
+    loaded: list = []
+    resident_names: set = set()
+    for op in case.ops:
+        kind = op.get("op")
+        out.add(f"op={kind}")
+        if kind == "load":
+            if op.get("name") in resident_names:
+                out.add("adapter=reloaded")
+            loaded.append(op.get("name"))
+        elif kind == "unload" and op.get("name") in loaded:
+            loaded.remove(op.get("name"))
+            resident_names.add(op.get("name"))
+        elif kind == "step":
+            reqs = op.get("reqs", [])
+            if None in reqs and any(reqs):
+                out.add("step=mixed")
+            if len({r for r in reqs if r}) > 1:
+                out.add("step=several-adapters")
+            out.add(f"step={op.get('mode', 'decode')}")
+    if sum(1 for op in case.ops if op.get("op") == "load") >= c.get("max_loras_per_batch", 9):
+        out.add("pool=more-adapters-than-slots")
+    return out
+
+
+FEATURE_SPACE = tuple(
+    ["backend=triton", "backend=csgmv", "eviction=lru", "eviction=fifo", "graph=on", "graph=off",
+     "max_loras_per_batch=2", "max_loras_per_batch=3", "op=load", "op=unload", "op=step", "adapter=reloaded",
+     "step=mixed", "step=several-adapters", "step=decode", "step=extend", "pool=more-adapters-than-slots"]
+    + [f"target={m}" for m in SERVER_MODULES])
+
+__all__ = ["FEATURE_SPACE", "SERVER_NAME", "features", "sglang_engine_cases"]

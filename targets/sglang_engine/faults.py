@@ -1,0 +1,71 @@
+"""Planted faults: each a small change of one SGLang object of the case (the pool, its eviction policy), made
+after start-up, so that the oracles are shown to catch the class of bug it stands for."""
+
+from __future__ import annotations
+
+FAULTS = {
+    "unload_keeps_slot":
+        "LoRAMemoryPool.remove_lora drops the adapter's uid -> slot entry but leaves buffer_id_to_uid naming it: the "
+        "slot table is no longer one-to-one and the unloaded adapter stays reachable from its slot (a later "
+        "eviction of it then looks up a uid the pool forgot).",
+    "load_keeps_residual_weights":
+        "LoRAMemoryPool.load_lora_weight_to_buffer skips zeroing the modules the new adapter does not adapt (SGLang "
+        "zeroes them 'to avoid contamination from the residual weight of the evicted adapters'): an adapter that "
+        "takes a slot after one with more target modules runs the old adapter's weights there.",
+    "evict_batch_adapter":
+        "the eviction policy's select_victim ignores its candidates and takes the least recently used resident "
+        "adapter, one of the current batch included: a full pool evicts an adapter its batch still needs.",
+}
+
+
+def plant(mgr, faults: set) -> None:
+    pool = mgr.memory_pool
+    if "unload_keeps_slot" in faults:
+        _unload_keeps_slot(pool)
+    if "load_keeps_residual_weights" in faults:
+        _load_keeps_residual_weights(pool)
+    if "evict_batch_adapter" in faults:
+        _evict_batch_adapter(pool)
+
+
+def _unload_keeps_slot(pool) -> None:
+    def remove_lora(uid):
+        slot = pool.uid_to_buffer_id.get(uid)
+        if slot is None:
+            return None
+        pool._clear_buffer_slot_for_base(slot)
+        del pool.uid_to_buffer_id[uid]
+        pool.eviction_policy.remove(uid)  # buffer_id_to_uid[slot] = EMPTY_SLOT left out
+        return slot
+    pool.remove_lora = remove_lora
+
+
+def _slot_views(pool, slot: int) -> list:
+    views = [t[slot] for bufs in (pool.A_buffer, pool.B_buffer) for layers in bufs.values() for t in layers]
+    return views + [t[slot] for bufs in (pool.embedding_A_buffer, pool.embedding_B_buffer, pool.lm_head_A_buffer,
+                                         pool.lm_head_B_buffer) for t in bufs.values()]
+
+
+def _load_keeps_residual_weights(pool) -> None:
+    original = pool.load_lora_weight_to_buffer
+
+    def load(uid, buffer_id, *args, **kwargs):
+        before = [v.clone() for v in _slot_views(pool, buffer_id)]
+        original(uid, buffer_id, *args, **kwargs)
+        if uid is None:
+            return
+        for view, old in zip(_slot_views(pool, buffer_id), before):
+            if not view.count_nonzero() and old.count_nonzero():  # zeroed as a module the adapter lacks
+                view.copy_(old)
+    pool.load_lora_weight_to_buffer = load
+
+
+def _evict_batch_adapter(pool) -> None:
+    policy = pool.eviction_policy
+    original = policy.select_victim
+
+    def select_victim(candidates):
+        order = list(getattr(policy, "access_order", getattr(policy, "insertion_order", {})))
+        resident = [u for u in order if u in pool.uid_to_buffer_id]
+        return resident[0] if resident else original(candidates)
+    policy.select_victim = select_victim

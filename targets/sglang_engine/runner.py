@@ -1,0 +1,158 @@
+"""Run one ``sglang_engine`` case: SGLang's own LoRA manager, memory pool and LoRA layers, driven as its
+model runner and scheduler drive them.
+
+Start-up, as the server does it: a ``ServerArgs`` from the case's knobs, published into SGLang's runtime
+context (``sglang.test.parallel_groups.publish``: SGLang's own fixture for tests without process groups);
+the tiny model of SGLang's layer classes (model.py); ``LoRAManager(...)`` exactly as
+``ModelRunner.init_lora_manager`` calls it (it wraps the layers, makes the pool, takes slot 0 for the base
+model); with ``graph_bs``, ``init_decode_cuda_graph_batch_info(graph_bs, 1)`` as the decode graph runner
+does before capture, so that decode batches of at most that size take the graph's static batch info.
+
+Ops:
+* ``load`` / ``unload``: ``load_lora_adapter`` / ``unload_lora_adapter`` with the ``LoRARef`` the tokenizer
+  manager makes (``pinned=False``; a fresh ``lora_id`` per load, deterministic here so cases replay);
+* ``step``: a batch (``reqs``: adapter name or null per request; ``mode`` decode or extend with ``lens``):
+  ``ForwardBatch.init_new``'s LoRA part (``fetch_new_loras`` then ``prepare_lora_batch``), then the forward.
+
+Checks, the engine's users' properties (``ctx.compare`` / ``ctx.check``): each request's logits equal the
+float64 reference of its own adapter's files (none: the base model); a request without an adapter gets the
+base model's logits exactly; after an unload nothing of the adapter is resident or reachable; and the pool's
+invariants that the kernels rely on, after each prepare.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fuzzrunner.errors import InvalidCase
+
+from . import adapters as adp
+from . import model as tiny
+from .checks import check_pool, check_unloaded
+from .faults import FAULTS, plant
+
+OPS = ("load", "unload", "step")
+
+
+def check_case(case) -> dict:
+    c = case.config
+    for k in ("backend", "max_loras_per_batch", "max_lora_rank", "target_modules", "eviction_policy", "adapters",
+              "graph_bs", "dtype"):
+        if k not in c:
+            raise InvalidCase(f"sglang_engine config is missing {k!r}.")
+    for i, op in enumerate(case.ops):
+        if op.get("op") not in OPS:
+            raise InvalidCase(f"op {i}: unknown op {op.get('op')!r}; sglang_engine ops are {', '.join(OPS)}.")
+        if op["op"] in ("load", "unload") and op.get("name") not in c["adapters"]:
+            raise InvalidCase(f"op {i}: adapter {op.get('name')!r} is not in the case's adapters.")
+    return c
+
+
+class Session:
+    def __init__(self, case, ctx, eng, workdir: str):
+        self.c = c = check_case(case)
+        self.ctx, self.eng, self.workdir = ctx, eng, workdir
+        self.dtype = getattr(torch, c["dtype"])
+        self.device = torch.device(ctx.device)
+        self.server_args = eng.ServerArgs(
+            model_path=eng.model_dir, device=ctx.device, dtype=c["dtype"], skip_tokenizer_init=True,
+            enable_lora=True, lora_backend=c["backend"], max_loras_per_batch=c["max_loras_per_batch"],
+            max_lora_rank=c["max_lora_rank"], lora_target_modules=list(c["target_modules"]),
+            lora_eviction_policy=c["eviction_policy"], max_lora_chunk_size=c.get("chunk", 16))
+        eng.publish(self.server_args, role="scheduler")
+        self.model = tiny.build(eng.hf_config, self.dtype, self.device)
+        self.base = tiny.base_weights(self.model)
+        self.mgr = eng.LoRAManager(
+            base_model=self.model, base_hf_config=eng.hf_config, max_loras_per_batch=c["max_loras_per_batch"],
+            load_config=eng.LoadConfig(), dtype=self.dtype, server_args=self.server_args, lora_backend=c["backend"],
+            max_lora_rank=c["max_lora_rank"], target_modules=set(c["target_modules"]), lora_paths=[])
+        if c["graph_bs"]:
+            self.mgr.init_decode_cuda_graph_batch_info(c["graph_bs"], 1)
+        plant(self.mgr, set(case.faults))
+        self.refs: dict = {}      # name -> LoRARef of the loaded adapter
+        self.files: dict = {}     # name -> AdapterFiles of the loaded adapter
+        self.loads = 0
+
+    # -- the adapter-management API (tokenizer manager -> scheduler -> model runner) -----------------------
+    def load(self, op) -> None:
+        name, v = op["name"], op.get("v", 0)
+        if name in self.refs:
+            raise InvalidCase(f"load: {name!r} is loaded already (the registry refuses it before the engine).")
+        path = adp.write(self.workdir, self.eng.hf_config, self.c["adapters"][name], name, v)
+        self.loads += 1
+        ref = self.eng.LoRARef(lora_id=f"{self.loads:04d}{name}", lora_name=name, lora_path=path, pinned=False)
+        result = self.mgr.load_lora_adapter(ref)
+        if not result.success:
+            self.ctx.check("load", [f"loading {name!r} (rank {self.c['adapters'][name]['r']}) failed: "
+                                    f"{result.error_message}"])
+            return
+        self.refs[name], self.files[name] = ref, adp.AdapterFiles(path)
+
+    def unload(self, op) -> None:
+        name = op["name"]
+        if name not in self.refs:
+            raise InvalidCase(f"unload: {name!r} is not loaded.")
+        ref = self.refs.pop(name)
+        self.files.pop(name)
+        result = self.mgr.unload_lora_adapter(ref)
+        problems = [] if result.success else [f"unloading {name!r} failed: {result.error_message}"]
+        self.ctx.check("unload", problems + check_unloaded(self.mgr, ref.lora_id, name))
+
+    # -- a batch -------------------------------------------------------------------------------------
+    def _forward_batch(self, mode: str, lora_ids: list, lens: list):
+        from targets.sglang_lora.batch import ForwardBatch
+        fm, bs = self.eng.ForwardMode, len(lora_ids)
+        if mode == "extend":
+            return ForwardBatch(forward_mode=fm.EXTEND, batch_size=bs, lora_ids=lora_ids,
+                                extend_seq_lens=torch.tensor(lens, dtype=torch.int32, device=self.device),
+                                extend_seq_lens_cpu=list(lens), extend_num_tokens=sum(lens),
+                                seq_lens_cpu=torch.tensor(lens), extend_prefix_lens_cpu=[0] * bs,
+                                extend_logprob_start_lens_cpu=list(lens), is_extend_in_batch=True)
+        return ForwardBatch(forward_mode=fm.DECODE, batch_size=bs, lora_ids=lora_ids,
+                            seq_lens_cpu=torch.ones(bs, dtype=torch.int32))
+
+    def step(self, op) -> None:
+        names = list(op["reqs"])
+        if any(n is not None and n not in self.refs for n in names):
+            raise InvalidCase("step: a request names an adapter that is not loaded (the registry refuses it).")
+        ids = [None if n is None else self.refs[n].lora_id for n in names]
+        if not self.mgr.validate_lora_batch(set(ids)):
+            raise InvalidCase(f"step: {len(set(ids))} adapters (base included) do not fit max_loras_per_batch "
+                              f"{self.c['max_loras_per_batch']}: the scheduler would not admit this batch.")
+        mode = op.get("mode", "decode")
+        lens = list(op.get("lens", [1] * len(names))) if mode == "extend" else [1] * len(names)
+        fb = self._forward_batch(mode, ids, lens)
+        self.mgr.fetch_new_loras(set(ids))
+        self.mgr.prepare_lora_batch(fb)
+        self.ctx.check("pool", check_pool(self.mgr, ids, self.files, names))
+        g = torch.Generator().manual_seed(op.get("seed", 0))
+        tokens = torch.randint(0, self.eng.hf_config.vocab_size, (sum(lens),), generator=g)
+        rows = [n for n, k in zip(names, lens) for _ in range(k)]
+        # the LogitsProcessor gives lm_head an extend batch's last token per request (no logprobs asked)
+        last = [sum(lens[: i + 1]) - 1 for i in range(len(lens))] if mode == "extend" else None
+        with torch.no_grad():
+            logits = tiny.forward(self.model, tokens.to(self.device), last)
+        ref = tiny.reference(self.eng.hf_config, self.base, tokens.tolist(),
+                             [None if n is None else self.files[n] for n in rows], last)
+        self.ctx.compare("step.logits", logits, ref, self.dtype)
+        kept = rows if last is None else [rows[i] for i in last]
+        base_rows = [i for i, n in enumerate(kept) if n is None]
+        if base_rows:
+            with torch.no_grad():
+                base = tiny.base_path_logits(self.model, tokens.to(self.device), last)
+            bad = [i for i in base_rows if not torch.equal(logits[i], base[i])]
+            self.ctx.check("base-rows", [f"token {i} (a request without an adapter) differs from the base model's "
+                                         f"logits (max |diff| {float((logits[i] - base[i]).abs().max()):.3g})"
+                                         for i in bad[:3]])
+
+
+def run(case, ctx, eng) -> None:
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="sglang_engine-") as workdir:
+        s = Session(case, ctx, eng, workdir)
+        for i, op in enumerate(case.ops):
+            with ctx.op(i, op):
+                getattr(s, op["op"])(op)
+
+
+__all__ = ["FAULTS", "run"]

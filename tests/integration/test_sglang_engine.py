@@ -1,0 +1,93 @@
+"""The ``sglang_engine`` target: SGLang's own LoRAManager, LoRAMemoryPool and LoRA layers (docs/sglang.md).
+
+Needs the pinned SGLang set up with its engine's imports (``scripts/setup.sh``: stamp ``engine-ok``);
+skipped with the reason otherwise. SGLang's engine is imported whole, which the ``sglang_lora`` target's
+stubs must not meet in one process: every case here runs in one subprocess (~25 s of import).
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fuzzrunner.target import _import_object
+
+ROOT = Path(__file__).resolve().parents[2]
+AVAILABLE, REASON = _import_object("targets.sglang_engine:engine_available")()
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason=f"sglang_engine: {REASON}")
+
+ALL = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj", "embed_tokens", "lm_head"]
+ADAPTERS = {"a0": {"r": 4, "alpha": 8, "modules": ["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+                                                   "embed_tokens", "lm_head"]},
+            "a1": {"r": 2, "alpha": 2, "modules": ["q_proj", "k_proj", "v_proj", "down_proj"]},
+            "a2": {"r": 4, "alpha": 16, "modules": ["o_proj"]}}
+
+
+def _cfg(backend="triton", slots=2, **kw):
+    return {"backend": backend, "max_loras_per_batch": slots, "eviction_policy": "lru", "max_lora_rank": 4,
+            "target_modules": ALL, "graph_bs": 0, "chunk": 16, "dtype": "float32", "adapters": ADAPTERS} | kw
+
+
+# every op, fault-free: mixed and base-only batches, extend and decode, a full pool (3 adapters, 2 slots:
+# evictions, reused slots), unload and reload with new weights, the decode graph's static batch info
+LIFECYCLE = [{"op": "load", "name": "a0"}, {"op": "step", "reqs": [None, "a0"], "mode": "decode"},
+             {"op": "load", "name": "a1"}, {"op": "step", "reqs": ["a1", "a1"], "mode": "extend", "lens": [2, 1]},
+             {"op": "load", "name": "a2"}, {"op": "step", "reqs": ["a2", "a0"], "mode": "decode"},
+             {"op": "unload", "name": "a0"}, {"op": "load", "name": "a0", "v": 1},
+             {"op": "step", "reqs": ["a0", None, "a0"], "mode": "decode"}]
+# the minimal case of each planted fault (faults.py), and what finds it
+FAULT_CASES = {
+    "unload_keeps_slot": (_cfg(), [{"op": "load", "name": "a0"}, {"op": "step", "reqs": ["a0"]},
+                                   {"op": "unload", "name": "a0"}], ("state-violation",)),
+    "load_keeps_residual_weights": (_cfg(slots=2), [{"op": "load", "name": "a0"}, {"op": "step", "reqs": ["a0"]},
+                                                    {"op": "load", "name": "a2"}, {"op": "step", "reqs": ["a2"]}],
+                                    ("numeric-mismatch",)),
+    # under lru the batch's adapters are marked used before a victim is chosen: only fifo can pick one of them
+    "evict_batch_adapter": (_cfg(slots=3, eviction_policy="fifo"), [{"op": "load", "name": "a0"}, {"op": "load", "name": "a1"},
+                                            {"op": "load", "name": "a2"}, {"op": "step", "reqs": ["a0", "a1"]},
+                                            {"op": "step", "reqs": ["a2", "a0"]}],
+                            ("crash",)),  # SGLang's prepare looks up the evicted adapter's slot: KeyError
+}
+RUN = """
+import json, sys
+sys.path.insert(0, {root!r})
+from fuzzrunner.case import Case
+from fuzzrunner.execute import run_case
+from fuzzrunner.target import load_target
+target = load_target("sglang_engine")
+out = []
+for cfg, ops, faults in json.load(sys.stdin):
+    vs = run_case(Case("sglang_engine", cfg, tuple(ops), tuple(faults)), target, device="cpu")
+    out.append([[v.kind, v.tool, v.message[:300]] for v in vs])
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def results():
+    cases = [[_cfg(b), LIFECYCLE, []] for b in ("triton", "csgmv")]
+    cases += [[cfg, ops, [f]] for f, (cfg, ops, _) in FAULT_CASES.items()]
+    cases += [[cfg, ops, []] for cfg, ops, _ in FAULT_CASES.values()]
+    r = subprocess.run([sys.executable, "-c", RUN.format(root=str(ROOT))], input=json.dumps(cases), text=True,
+                       capture_output=True, timeout=900, cwd=ROOT)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert line, r.stderr[-3000:]
+    return json.loads(line[-1][len("RESULT "):])
+
+
+@pytest.mark.parametrize("i,backend", [(0, "triton"), (1, "csgmv")])
+def test_the_lifecycle_is_silent_on_sglangs_own_code(results, i, backend):
+    assert results[i] == [], results[i]
+
+
+@pytest.mark.parametrize("j,fault", list(enumerate(FAULT_CASES)))
+def test_each_planted_fault_is_caught_in_its_minimal_case(results, j, fault):
+    kinds = {k for k, _, _ in results[2 + j]}
+    assert kinds & set(FAULT_CASES[fault][2]), results[2 + j]
+
+
+@pytest.mark.parametrize("j,fault", list(enumerate(FAULT_CASES)))
+def test_each_faults_minimal_case_is_silent_without_it(results, j, fault):
+    assert results[2 + len(FAULT_CASES) + j] == [], results[2 + len(FAULT_CASES) + j]
