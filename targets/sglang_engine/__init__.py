@@ -84,6 +84,7 @@ def make_target():
         feature_space=cases.FEATURE_SPACE,
         details=(f"sglang engine {eng.version} (from {eng.tree})",),
         own_code=(os.path.dirname(os.path.abspath(__file__)),),
+        code_under_test={"engine": "sglang", "release": eng.version, "tree": str(eng.tree)},
     )
 
 
