@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import names
 from .progress import Progress
+from .text import describe, safe_str
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -748,8 +749,8 @@ def _main(argv: list[str] | None) -> int:
         if debug:
             traceback.print_exc()
         if isinstance(e, FuzzrunnerError):
-            _error(str(e))
+            _error(safe_str(e))  # a target's own HarnessError (TargetUnavailable) may be anything
         else:
-            print(f"fuzzrunner: internal error: {type(e).__name__}: {clip(str(e))} (rerun with --debug for the "
+            print(f"fuzzrunner: internal error: {clip(describe(e, 2000))} (rerun with --debug for the "
                   f"traceback)", file=sys.stderr)
         return EXIT_ERROR

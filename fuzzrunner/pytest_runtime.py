@@ -123,8 +123,7 @@ def run_marked_campaign(item: pytest.Item, marker, state) -> FuzzCampaign:
     if target is None:
         pytest.fail("@pytest.mark.fuzzrunner needs a target: a built-in name ('reference_runner'), "
                     "'path/to/file.py:OBJ', 'package.module:OBJ' or a Target object.", pytrace=False)
-    faults = changes.pop("faults", ())
-    faults = (faults,) if isinstance(faults, str) else tuple(faults)
+    faults = changes.pop("faults", ())  # one name is one fault (fuzz: arguments.several), a wrong type one line
     for name in ("sanitizer", "device"):  # the command line overrides the marker, the marker the ini file
         value = getattr(state, name)
         if value is not None and (name in state.from_command_line or name not in changes):

@@ -1,0 +1,67 @@
+"""Issue 47, items 2, 4, 10 and the API/CLI part of 15, end to end: through the command line
+(``fuzzrunner.cli.main``) and the library (``fuzzrunner.fuzz``), with real workers. The targets are
+api_targets.py's, loaded as a user's FILE.py:OBJ. The classes are unit-tested in
+tests/unit/test_async_callbacks.py, test_user_objects.py and test_api_arguments.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fuzzrunner.cli import main
+from fuzzrunner.report import load_report, runs
+
+HERE = Path(__file__).parent
+
+
+def spec(name: str) -> str:
+    return f"{HERE / 'api_targets.py'}:{name}"
+
+
+def fuzz_cli(tmp_path, target, *extra, examples="3"):
+    return main(["fuzz", "--target", target, "--max-examples", examples, "--seed", "1", "-q",
+                 "--corpus", str(tmp_path / "corpus"), *extra])
+
+
+def error_lines(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith("fuzzrunner: error: ")]
+
+
+# -- item 2 ------------------------------------------------------------------------------------------
+
+def test_a_run_returning_a_coroutine_stops_the_campaign_with_the_targets_error(tmp_path, capsys, no_hang):
+    """Caught where the worker runs the case: a plain function whose value is a coroutine (before: exit 0,
+    "3 cases ... 0 findings", the code under test never ran)."""
+    with no_hang(300):
+        assert fuzz_cli(tmp_path, spec("RETURNS_COROUTINE"), "--report", str(tmp_path / "r.json")) == 2
+    out = capsys.readouterr()
+    errors = [line for line in out.err.splitlines() if line.startswith("fuzzrunner: error: ")]
+    assert errors == ["fuzzrunner: error: target 'returns_coroutine': its run returned a coroutine, so no line of "
+                      "the case would run: run(case, ctx) must run the case and return None. Let run run what it "
+                      "awaits to its end inside it (asyncio.run(...)) instead of returning it."], out.err
+    assert "0 findings" not in out.out and "Traceback" not in out.err and not (tmp_path / "r.json").exists()
+
+
+def test_check_target_says_a_generator_run_cannot_test_anything(capsys):
+    assert main(["check-target", spec("GENERATOR")]) == 2
+    assert error_lines(capsys) == ["fuzzrunner: error: target 'generator': its run is a generator function, so no "
+                                   "line of the case would run: run(case, ctx) must run the case and return None. "
+                                   "Make run a plain function that runs its loop itself instead of yielding."]
+
+
+# -- item 4 ------------------------------------------------------------------------------------------
+
+def test_an_exception_whose_str_raises_is_a_finding_with_its_report(tmp_path, capsys, no_hang):
+    """Before: "worker failed outside the target", exit 2, no report."""
+    with no_hang(300):
+        assert fuzz_cli(tmp_path, spec("STR_RAISES"), "--report", str(tmp_path / "r.json")) == 1
+    assert error_lines(capsys) == []
+    [run] = runs(load_report(tmp_path / "r.json"))
+    [finding] = run["findings"]
+    assert finding["message"] == "op 0: StrRaises: <StrRaises object: its str() failed (RuntimeError)>"
+
+
+def test_cases_raising_an_exception_whose_str_raises_is_one_line_not_an_internal_error(tmp_path, capsys):
+    assert fuzz_cli(tmp_path, spec("CASES_RAISE")) == 2
+    assert error_lines(capsys) == ["fuzzrunner: error: target 'cases_raise': its cases(faults, max_ops=8) raised "
+                                   "StrRaises: <StrRaises object: its str() failed (RuntimeError)>"]

@@ -1,0 +1,83 @@
+"""Issue 47 item 15, the library's front door: a string where several names are expected was iterated
+per character (``faults="dummy_run_skips_mapping"`` -> ``unknown fault 'd'``); ``fuzz(123)`` was an
+AttributeError; ``targets`` and ``doctor`` imported every engine; campaigns without a corpus left
+``fuzzrunner-hypothesis-<uid>`` in TMPDIR; "1 cases". One name is one item, everywhere
+(``arguments.several``); every other wrong type is one ``InvalidArgument`` line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import fuzzrunner
+from fuzzrunner import api
+from fuzzrunner.case import Case
+from fuzzrunner.errors import InvalidArgument
+from fuzzrunner.settings import Settings
+from fuzzrunner.target import Target, load_target
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _no_campaign(monkeypatch) -> list:
+    """fuzz() up to the campaign: what it would run with, recorded instead."""
+    calls: list = []
+    monkeypatch.setattr(api, "run_campaign", lambda spec, settings, **kw: calls.append((spec, settings, kw)))
+    return calls
+
+
+def test_one_fault_name_is_one_fault_not_its_letters(monkeypatch):
+    calls = _no_campaign(monkeypatch)
+    fuzzrunner.fuzz("reference_runner", faults="dummy_run_skips_mapping")
+    assert calls[0][2]["faults"] == ("dummy_run_skips_mapping",)
+    target = load_target("reference_runner")
+    assert target.check_faults("dummy_run_skips_mapping") == ("dummy_run_skips_mapping",)
+    with pytest.raises(InvalidArgument, match="unknown fault 'dummy_run_skips_mappin' for target"):
+        target.check_faults("dummy_run_skips_mappin")
+
+
+def test_one_oracle_name_is_one_oracle_in_settings_replay_and_run_case():
+    assert Settings(oracles="shadow").oracles == ("shadow",)
+    assert Settings(oracles=["shadow", "numeric"]).oracles == ("shadow", "numeric")
+    with pytest.raises(InvalidArgument, match="unknown oracle 'shadw'"):
+        Settings(oracles="shadw")
+    case = Case("reference_runner", {"max_loras": 1}, (), ())
+    target = load_target("reference_runner")
+    assert fuzzrunner.replay(case, target=target, oracles="invariants", device="cpu") == []
+
+
+def test_a_targets_fields_of_several_names_take_one_as_one():
+    t = Target("t", "", lambda *a, **k: None, lambda case, ctx: None, faults="planted", feature_space="f",
+               details="one line", own_code=Path("adapter.py"))
+    assert (t.faults, t.feature_space, t.details, t.own_code) == (("planted",), ("f",), ("one line",),
+                                                                   ("adapter.py",))
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda: fuzzrunner.fuzz(123), "fuzz(target)=123 is int: pass a built-in target's name, a 'FILE.py:OBJ' or "
+                                   "'package.module:OBJ' spec, or a fuzzrunner.Target."),
+    (lambda: fuzzrunner.fuzz("reference_runner", faults=5), "faults=5 must be a name or a list of them (strings), "
+                                                            "not int."),
+    (lambda: fuzzrunner.fuzz("reference_runner", faults=[b"x"]), "faults: item 0 is bytes (b'x'); each must be a "
+                                                                 "name (a string)."),
+    (lambda: fuzzrunner.fuzz("reference_runner", corpus=7), "fuzz(corpus)=7 is int: pass a path (str or "
+                                                           "os.PathLike), or None for no corpus."),
+    (lambda: fuzzrunner.fuzz("reference_runner", on_event="print"), "fuzz(on_event)='print' is str: pass a "
+                                                                   "function of one event (a dict), or None."),
+    (lambda: fuzzrunner.fuzz("reference_runner", profile=1), "fuzz(profile)=1 is int: pass a string, or None."),
+    (lambda: fuzzrunner.replay(3), "replay(case)=3 is int: pass a fuzzrunner.Case or a path (str or os.PathLike) "
+                                   "of a case or finding file."),
+    (lambda: fuzzrunner.replay("x.json", target=4), "replay(target)=4 is int: pass a built-in target's name, a "
+                                                    "'FILE.py:OBJ' or 'package.module:OBJ' spec, or a "
+                                                    "fuzzrunner.Target, or None for the one recorded."),
+    (lambda: fuzzrunner.replay("x.json", oracles=1), "oracles=1 must be a name or a list of them (strings), "
+                                                     "not int."),
+    (lambda: Settings(oracles={"shadow": 1}), "oracles={'shadow': 1} must be a name or a list of them (strings), "
+                                              "not dict.")])
+def test_a_wrong_type_at_the_front_door_is_one_line_naming_the_argument(monkeypatch, call, says):
+    _no_campaign(monkeypatch)
+    with pytest.raises(InvalidArgument) as e:
+        call()
+    assert str(e.value) == says
