@@ -26,7 +26,10 @@ def fuzz(target: str | Target = "reference_runner", *, settings: Settings | None
     ``overrides`` are ``Settings`` fields on top (max_examples=, budget_s=, seed=, ...).
 
     ``ray="local"|"auto"|"ray://host:port"`` runs its ``workers`` shards as Ray actors, sharing the
-    example database at ``db="redis://..."`` or, without it, the one the driver serves."""
+    example database at ``db="redis://..."`` or, without it, the one the driver serves.
+
+    ``on_event(event)`` gets each event (progress, warning, finding, regression: a dict with a
+    ``type``); an exception it raises is said once in the result's warnings and the campaign goes on."""
     _check_fuzz_arguments(target, corpus, on_event, profile, ray, db)
     spec = target if isinstance(target, str) else spec_of(target)
     if settings is not None and not isinstance(settings, Settings):

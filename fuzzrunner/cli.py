@@ -361,16 +361,23 @@ def _exit_code(results) -> int:
     return EXIT_FINDINGS if any(r.findings for r in results) else EXIT_OK
 
 
-def _load_previous(path: str | None) -> dict | None:
-    """The --previous report, read before any case runs: a bad one costs nothing."""
+def _load_previous(path: str | None, targets=()) -> dict | None:
+    """The --previous report, read before any case runs: a bad one costs nothing. A report that ran none of
+    ``targets`` (the campaign's) is refused: it would compare nothing, every finding "new", nothing "fixed"."""
     from .errors import InvalidArgument, InvalidCase
     from .report import load_report
     if not path:
         return None
     try:
-        return load_report(path)
+        previous = load_report(path)
     except InvalidCase as e:
         raise InvalidArgument(f"--previous: {e} Pass the JSON report of an earlier run, or drop --previous.") from None
+    ran = sorted({r.get("target") for r in previous.get("runs", []) if isinstance(r.get("target"), str)})
+    if targets and not set(ran) & set(targets):
+        raise InvalidArgument(f"--previous {path!r} has no run of {' or '.join(map(repr, targets))} (it ran: "
+                              f"{', '.join(ran) or 'nothing'}): there would be nothing to compare. Pass a report of "
+                              f"this target's earlier run, or drop --previous.")
+    return previous
 
 
 def _report(results, previous: dict | None, previous_path: str | None, skipped: dict | None = None) -> dict:
@@ -397,12 +404,13 @@ def cmd_fuzz(args) -> int:
     _check_distinct_files({"--report": args.report, "--junit": args.junit, "--html": args.html})
     settings = _settings(args)  # bad flags and targets first: a refused command leaves no folder behind
     spec = _absolute_spec(resolve_spec(args.target)) if ":" in args.target else args.target
-    load_target(spec).check_faults(args.fault)
+    target = load_target(spec)
+    target.check_faults(args.fault)
+    previous = _load_previous(args.previous, [target.name])
     for p in (args.report, args.junit, args.html):
         _check_writable_file(p)
     _check_corpus(args.corpus)
     _check_cluster(args)
-    previous = _load_previous(args.previous)
     progress = Progress(sys.stderr, settings, quiet=args.quiet, verbose=args.verbose)
     result = fuzz(spec, settings=settings, faults=args.fault, corpus=args.corpus, on_event=progress, ray=args.ray,
                   db=args.db)
@@ -569,6 +577,7 @@ class _NightlyHooks:
 def cmd_nightly(args) -> int:
     from .errors import InvalidArgument
     from .nightly import NightlyHooks, run_nightly
+    from .target import BUILTIN
     settings = _settings(args)  # bad flags first: a refused command leaves no folder behind
     report_dir = Path(args.report_dir)
     try:
@@ -579,7 +588,7 @@ def cmd_nightly(args) -> int:
         _check_writable_file(report_dir / name)
     _check_corpus(args.corpus)
     _check_cluster(args)
-    previous = _load_previous(args.previous)
+    previous = _load_previous(args.previous, list(BUILTIN))
     shown = _NightlyHooks(args)
     hooks = NightlyHooks(start=shown.start, done=shown.done, reported=shown.reported, skipped=shown.skipped,
                          written=shown.written)

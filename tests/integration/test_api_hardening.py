@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import fuzzrunner
 from fuzzrunner.cli import main
 from fuzzrunner.report import load_report, runs
 
@@ -65,3 +66,41 @@ def test_cases_raising_an_exception_whose_str_raises_is_one_line_not_an_internal
     assert fuzz_cli(tmp_path, spec("CASES_RAISE")) == 2
     assert error_lines(capsys) == ["fuzzrunner: error: target 'cases_raise': its cases(faults, max_ops=8) raised "
                                    "StrRaises: <StrRaises object: its str() failed (RuntimeError)>"]
+
+
+# -- item 15: on_event, --previous -------------------------------------------------------------------
+
+def test_an_on_event_that_raises_is_said_once_and_the_campaign_keeps_its_findings(tmp_path, no_hang):
+    seen: list = []
+
+    def on_event(event):
+        seen.append(event["type"])
+        raise ValueError("the user's progress bar broke")
+    with no_hang(300):
+        result = fuzzrunner.fuzz(spec("STR_RAISES"), max_examples=3, seed=1, corpus=tmp_path / "corpus",
+                                 on_event=on_event)
+    assert len(result.findings) == 1 and not result.errors and len(seen) > 1  # later events still went to it
+    [warning] = [w for w in result.warnings if "on_event" in w]
+    assert warning.startswith("on_event raised ValueError: the user's progress bar broke (on a ")
+    assert f"{len(seen)} events it failed on in all" in warning
+
+
+def test_previous_of_another_targets_report_is_refused_before_the_campaign(tmp_path, capsys):
+    """Before: the run was compared with nothing, every finding "new", nothing "fixed", not a word said."""
+    previous = _report_of_another_target(tmp_path)
+    assert fuzz_cli(tmp_path, spec("GENERATOR_FEATURES"), "--previous", str(previous)) == 2
+    assert error_lines(capsys) == [f"fuzzrunner: error: --previous '{previous}' has no run of 'generator_features' "
+                                   f"(it ran: lora_kernels): there would be nothing to compare. Pass a report of "
+                                   f"this target's earlier run, or drop --previous."]
+    assert not (tmp_path / "corpus").exists()
+
+
+def _report_of_another_target(tmp_path) -> Path:
+    from fuzzrunner.engine.result import CampaignResult
+    from fuzzrunner.report import write_reports
+    from fuzzrunner.settings import Settings
+    result = CampaignResult("lora_kernels", Settings(), 1, ())
+    result.stop_reason = "max-examples"
+    path = tmp_path / "old.json"
+    write_reports([result], json_path=path)
+    return path
