@@ -163,6 +163,9 @@ def _parser() -> argparse.ArgumentParser:
     fl = sub.add_parser("faults", help="list the planted-bug switches of a target", formatter_class=_Help)
     fl.add_argument("--target", default="reference_runner", help="the target whose faults to list")
     d = sub.add_parser("doctor", help="versions, device, interpreter mode, compute-sanitizer")
+    d.add_argument("--engines", action="store_true",
+                   help="also import the engine targets (vLLM, SGLang: 12-25 s) and list what each drives; "
+                        "without it each is said set up or not, without importing it")
     d.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     ct = sub.add_parser("check-target", help="can fuzzrunner test this target, and where (CPU, GPU)?",
                         formatter_class=_Help,
@@ -613,10 +616,13 @@ def _nightly_line(results: list, skipped: dict, errors: list, code: int) -> str:
 
 
 def cmd_targets(args) -> int:
-    from .target import BUILTIN, load_target, unavailable
-    for name in BUILTIN:
-        reason = unavailable(name)
-        print(f"{name:18} {reason and f'(unavailable: {reason})' or load_target(name).description}")
+    from .catalog import about
+    from .target import BUILTIN
+    for name in BUILTIN:  # without importing any of them (vLLM alone took 12-25 s): catalog.py
+        known = about(name)
+        said = f"(unavailable: {known.unavailable})" if known.unavailable else \
+            known.description + (f" (engine: {known.engine})" if known.engine else "")
+        print(f"{name:18} {said}")
     print("\nYour own: --target path/to/file.py:OBJ or --target package.module:OBJ (OBJ a fuzzrunner.Target)")
     return EXIT_OK
 
@@ -636,7 +642,7 @@ def cmd_faults(args) -> int:
 
 def cmd_doctor(args) -> int:
     from .doctor import report
-    lines, ok = report()
+    lines, ok = report(engines=args.engines)
     for line in lines:
         print(line)
     return EXIT_OK if ok else EXIT_ERROR
@@ -650,6 +656,7 @@ def cmd_check_target(args) -> int:
     return code
 
 
+NO_DEVICE = {"targets"}  # commands that run no kernel and load no target: no device set-up, no torch import
 COMMANDS = {"check-target": cmd_check_target, "fuzz": cmd_fuzz, "replay": cmd_replay, "export": cmd_export,
             "nightly": cmd_nightly, "targets": cmd_targets, "faults": cmd_faults, "doctor": cmd_doctor}
 
@@ -737,6 +744,8 @@ def _main(argv: list[str] | None) -> int:
         if not args.command:
             _parser().print_help()
             return EXIT_ERROR
+        if args.command in NO_DEVICE:  # no device, no torch: listing four targets took 12-25 s
+            return COMMANDS[args.command](args)
         from . import _env, devices
         from .engine.lifeline import sigterm_as_interrupt
         sigterm_as_interrupt()

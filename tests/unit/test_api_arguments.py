@@ -7,6 +7,9 @@ AttributeError; ``targets`` and ``doctor`` imported every engine; campaigns with
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,3 +84,34 @@ def test_a_wrong_type_at_the_front_door_is_one_line_naming_the_argument(monkeypa
     with pytest.raises(InvalidArgument) as e:
         call()
     assert str(e.value) == says
+
+
+# -- targets and doctor: no engine imported ----------------------------------------------------------
+
+def test_targets_imports_no_target_and_no_engine():
+    code = ("import sys; from fuzzrunner.cli import main; code = main(['targets']); "
+            "print(code, sorted(m for m in ('torch', 'triton', 'vllm', 'sglang') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
+    lines = out.stdout.splitlines()
+    assert lines[-1] == "0 []", out.stdout + out.stderr
+    listed = {line.split()[0]: line for line in lines if line and not line.startswith(("Your own", "0 "))}
+    assert set(listed) == set(fuzzrunner.target.BUILTIN)
+    assert "the reference model runner driven by op sequences" in listed["reference_runner"]
+
+
+def test_doctor_says_where_an_engine_is_without_importing_it_unless_asked(monkeypatch):
+    from fuzzrunner import doctor, target
+
+    def load(name):
+        raise AssertionError(f"doctor imported {name}")
+    monkeypatch.setattr(target, "load_target", load)
+    monkeypatch.setattr(target, "unavailable", load)
+    monkeypatch.setattr("fuzzrunner.targets.vllm_lora.vllm_available", lambda: (True, "/trees/vllm/0.33.0"))
+    [line] = doctor._target_lines("vllm_lora", engines=False)
+    assert line.startswith("target       vllm_lora: set up (/trees/vllm/0.33.0), not imported") and \
+        "--engines" in line
+    monkeypatch.setattr("fuzzrunner.targets.vllm_lora.vllm_available", lambda: (False, "no tree"))
+    assert doctor._target_lines("vllm_lora", engines=False) == ["target       vllm_lora: unavailable: no tree"]
+    with pytest.raises(AssertionError, match="doctor imported vllm_lora"):
+        doctor._target_lines("vllm_lora", engines=True)
