@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import names
 from .progress import Progress
-from .text import describe, safe_str
+from .text import describe, plural, safe_str
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -344,7 +344,7 @@ def _cases_text(result) -> str:
     """'105 cases: 5 replayed, 100 generated (0 invalid), 0 shrinking': every number the run prints
     (coverage's valid cases = replayed + generated - invalid; "found after N examples" counts them all)."""
     replayed, shrinking = len(result.replayed), max(0, result.examples - result.generated)
-    return (f"{replayed + result.examples} cases: {replayed} replayed (corpus and seeds), {result.generated} "
+    return (f"{plural(replayed + result.examples, 'case')}: {replayed} replayed (corpus and seeds), {result.generated} "
             f"generated ({result.invalid} invalid), {shrinking} shrinking")
 
 
@@ -607,8 +607,7 @@ def cmd_nightly(args) -> int:
 
 def _nightly_line(results: list, skipped: dict, errors: list, code: int) -> str:
     """The nightly's last line: every target at once, and what the exit code says."""
-    ran = ", ".join(f"{r.target} {len(r.replayed) + r.examples} cases {len(r.findings)} "
-                    f"finding{'s' * (len(r.findings) != 1)}"
+    ran = ", ".join(f"{r.target} {plural(len(r.replayed) + r.examples, 'case')} {plural(len(r.findings), 'finding')}"
                     for r in results) or "no target ran"
     notes = [f"{len(skipped)} skipped" if skipped else "", f"{len(errors)} failed" if errors else ""]
     meaning = {0: "no finding", 1: "findings", EXIT_INTERRUPTED: "interrupted"}.get(code, "error")

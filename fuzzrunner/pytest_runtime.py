@@ -22,6 +22,7 @@ from .corpus import atomic_write, load_any, safe_name
 from .coverage import PYTEST_PROPERTY
 from .errors import HarnessError, InvalidArgument, InvalidCase
 from .finding import Finding, case_text, render
+from .text import plural
 
 
 class CorpusRegression(Exception):
@@ -55,14 +56,14 @@ class FuzzCampaign:
             what = " on ".join(x for x in (kind or "any finding", tensor) if x)
             seen = "; ".join(f.signature.short() for f in self.result.findings) or "nothing"
             pytest.fail(f"fuzzrunner expected {what} in target {self.result.target!r} after "
-                        f"{self.result.examples} cases (seed {self.result.seed}); it found {seen}. "
+                        f"{plural(self.result.examples, 'case')} (seed {self.result.seed}); it found {seen}. "
                         f"Raise max_examples or budget_s if the bug needs a longer search.", pytrace=False)
         return wanted[0]
 
     def report(self) -> str:
         r = self.result
         n = len(r.findings)
-        lines = [f"fuzzrunner found {n} bug{'s' * (n != 1)} in target {r.target!r} ({r.examples} cases in "
+        lines = [f"fuzzrunner found {plural(n, 'bug')} in target {r.target!r} ({plural(r.examples, 'case')} in "
                  f"{r.duration_s:.1f} s, seed {r.seed}, profile {self.profile!r}, stopped: {r.stop_reason}):"]
         for i, f in enumerate(sorted(r.findings, key=lambda f: f.first_found_after_examples), 1):
             lines += ["", f"{i}. " + render(f, indent="   ", with_case=True)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,29 @@ def test_doctor_says_where_an_engine_is_without_importing_it_unless_asked(monkey
     assert doctor._target_lines("vllm_lora", engines=False) == ["target       vllm_lora: unavailable: no tree"]
     with pytest.raises(AssertionError, match="doctor imported vllm_lora"):
         doctor._target_lines("vllm_lora", engines=True)
+
+
+# -- TMPDIR, counts ------------------------------------------------------------------------------------
+
+def test_a_campaign_without_a_corpus_leaves_no_hypothesis_folder_in_tmpdir(tmp_path, monkeypatch):
+    from hypothesis import configuration
+
+    from fuzzrunner.engine.database import hypothesis_storage
+    monkeypatch.delenv("HYPOTHESIS_STORAGE_DIRECTORY", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with hypothesis_storage(None):
+        home = configuration.storage_directory("x", intent_to_write=True).path
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "written").write_text("Hypothesis' cache")
+        assert str(home).startswith(str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_counts_are_printed_in_the_right_number():
+    from fuzzrunner import cli
+    from fuzzrunner.engine.result import CampaignResult
+
+    r = CampaignResult("t", Settings(), 1, ())
+    r.examples = r.generated = 1
+    assert cli._cases_text(r).startswith("1 case: 0 replayed (corpus and seeds), 1 generated (0 invalid)")
+    assert cli._nightly_line([r], {}, [], 0) == "nightly: t 1 case 0 findings: exit 0 (no finding)"

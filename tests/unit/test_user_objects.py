@@ -17,7 +17,7 @@ from fuzzrunner.coverage import features_of
 from fuzzrunner.errors import HarnessError, InvalidArgument, TargetError
 from fuzzrunner.execute import run_case
 from fuzzrunner.target import Target, load_target
-from fuzzrunner.text import describe, safe_repr, safe_str, traceback_text, type_name
+from fuzzrunner.text import describe, plural, safe_repr, safe_str, traceback_text, type_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 import api_targets  # noqa: E402
@@ -127,3 +127,11 @@ def test_an_unknown_fault_that_cannot_be_printed_is_named_safely():
     target = load_target(spec("GENERATOR_FEATURES"))
     with pytest.raises(InvalidArgument, match=r"faults: item 0 is Unprintable"):
         target.check_faults([api_targets.Unprintable()])
+
+
+# -- counts ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n, noun, text", [(0, "case", "0 cases"), (1, "case", "1 case"), (2, "case", "2 cases"),
+                                           (1, "finding", "1 finding"), (3, "worker recycle", "3 worker recycles")])
+def test_plural(n, noun, text):
+    assert plural(n, noun) == text
