@@ -211,7 +211,7 @@ def replay_corpus_file(path: Path, state) -> None:
     except InvalidCase as e:
         raise CorpusRegression(f"cannot replay {path}: {e}") from None
     skip_without_gpu(state.sanitizer, state.device)
-    spec = _own_spec(finding) or _target_for(case.target, state)
+    spec = _own_spec(finding) or _target_for(case.target, state, finding.target_spec if finding else "")
     try:
         with sigterm_stops():
             violations = _replayer(state).run(case, spec, finding.case_timeout_s if finding else None)
@@ -245,19 +245,25 @@ def _regression_report(path, case, finding, violations, spec) -> str:
 def _own_spec(finding) -> str | None:
     """The ``FILE.py:OBJ`` a finding was found with, if that file is still there: several test files
     may define targets of one name, and a finding replayed with another's file passed while its bug
-    was live (issue 23)."""
+    was live (issue 23). A built-in target's finding is the built-in's, whatever the ini maps its name
+    to (a user's target may take a built-in name: ``target.recorded_for``)."""
+    from .target import is_builtin
     spec = finding.target_spec if finding is not None else ""
+    if spec and is_builtin(spec):
+        return spec
     path, sep, _ = spec.rpartition(":")
     return spec if sep and path.endswith(".py") and os.path.isfile(path) else None
 
 
-def _target_for(name: str, state) -> str:
+def _target_for(name: str, state, recorded: str | None = "") -> str:
     """A corpus case names its target; find a spec a worker can load for that name (one only: a name
-    that several fuzz tests' files define cannot tell which, and fails saying so)."""
-    from .target import BUILTIN, load_target
+    that several fuzz tests' files define cannot tell which, and fails saying so). A finding that
+    ``recorded`` a spec of the user's never goes to the built-in target of the same name
+    (``target.recorded_for``)."""
+    from .target import BUILTIN, load_target, recorded_for
     if name in state.targets:
         return state.targets[name]
-    if name in BUILTIN:
+    if name in BUILTIN and recorded_for(recorded, name):
         return name
     specs: list[str] = []
     for spec in dict.fromkeys(state.candidates):  # targets named by this session's fuzz tests, loaded only now
@@ -274,7 +280,9 @@ def _target_for(name: str, state) -> str:
     if specs:
         state.targets[name] = specs[0]
         return specs[0]
-    pytest.fail(f"corpus target {name!r} is not built in and no fuzz test of this session fuzzes it: name it "
+    what = (f"was found by {recorded} (not the built-in target of that name)" if name in BUILTIN
+            else "is not built in")
+    pytest.fail(f"corpus target {name!r} {what} and no fuzz test of this session fuzzes it: name it "
                 f"in the pytest ini file, e.g. `fuzzrunner_targets = {name} = tests/my_runner.py:TARGET`.",
                 pytrace=False)
 

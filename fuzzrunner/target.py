@@ -289,6 +289,20 @@ def resolve_spec(spec: str) -> str:
     return BUILTIN[spec]
 
 
+def is_builtin(spec: str) -> bool:
+    """Whether ``spec`` names one of our built-in targets (by its name or its module spec)."""
+    return spec in BUILTIN or spec in BUILTIN.values()
+
+
+def recorded_for(recorded: str | None, spec: str) -> bool:
+    """Whether a finding recorded with target spec ``recorded`` is one of target ``spec``'s (their names
+    being the same: the corpus folder is ``findings/<name>/``). A user's target may take a built-in
+    name; the two share the folder but never their findings: a built-in spec's findings are the
+    built-in target's, any other spec's are the user's (a user's file may move: any user spec of that
+    name). A finding that recorded no spec (an older corpus) is anyone's of that name, as before."""
+    return not recorded or is_builtin(recorded) == is_builtin(spec)
+
+
 def load_target(spec: str) -> Target:
     """A built-in name, ``file.py:OBJ`` or ``module:OBJ`` -> Target."""
     full = resolve_spec(spec)

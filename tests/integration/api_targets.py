@@ -183,3 +183,15 @@ MISUSES_OP = Target("misuses_op", "calls ctx.op with a name and a non-dict", cas
                     run_misusing_op)
 SWALLOWS_OP_MISUSE = Target("swallows_op_misuse", "catches what ctx.op raised", cases_of("swallows_op_misuse"),
                             run_swallowing_op_misuse)
+
+
+# -- item 10: a user's target named like a built-in one -------------------------------------------------
+
+def run_crashes(case, ctx):
+    for i, op in enumerate(case.ops):
+        with ctx.op(i, op):
+            raise RuntimeError("the namesake's own bug")
+
+
+NAMESAKE = Target("reference_runner", "a user's target that took a built-in name",
+                  cases_of("reference_runner"), run_crashes)

@@ -6,6 +6,8 @@ tests/unit/test_async_callbacks.py, test_user_objects.py and test_api_arguments.
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import fuzzrunner
@@ -103,4 +105,40 @@ def _report_of_another_target(tmp_path) -> Path:
     result.stop_reason = "max-examples"
     path = tmp_path / "old.json"
     write_reports([result], json_path=path)
+    return path
+
+
+# -- item 10 -----------------------------------------------------------------------------------------
+
+def test_a_users_target_named_like_a_built_in_one_keeps_its_findings_apart(tmp_path, no_hang):
+    """The built-in campaign quarantined the user's findings (its schema refused their cases), and the
+    user's campaign replayed the built-in's. Each finding belongs to the spec it recorded."""
+    corpus = tmp_path / "corpus"
+    with no_hang(600):
+        mine = fuzzrunner.fuzz(spec("NAMESAKE"), max_examples=2, seed=1, corpus=corpus)
+        [own] = list((corpus / "findings" / "reference_runner").glob("*.json"))
+        assert len(mine.findings) == 1 and json.loads(own.read_text())["target_spec"] == spec("NAMESAKE")
+        builtin = _as_the_builtins(own, corpus)
+
+        theirs = fuzzrunner.fuzz("reference_runner", max_examples=1, seed=1, corpus=corpus)
+        assert theirs.quarantined == [] and own.exists() and not (corpus / "quarantine").exists()
+        assert [Path(p).name for p, _, _ in theirs.replayed if "findings" in p] == [builtin.name]
+        assert any("1 finding of a target of your own also named 'reference_runner'" in w for w in theirs.warnings)
+
+        again = fuzzrunner.fuzz(spec("NAMESAKE"), max_examples=1, seed=1, corpus=corpus)
+    assert [Path(p).name for p, _, _ in again.replayed] == [own.name]
+    assert any("1 finding of the built-in target also named 'reference_runner'" in w for w in again.warnings)
+    assert builtin.exists() and json.loads(builtin.read_text())["target_spec"] == "reference_runner"
+
+
+def _as_the_builtins(own: Path, corpus: Path) -> Path:
+    """A finding of the built-in target beside the user's: a seed case of reference_runner, recorded as found
+    by the built-in spec (what a built-in campaign with the bug would have written)."""
+    seed = sorted((Path(fuzzrunner.target.load_target("reference_runner").seeds)).glob("*.json"))[0]
+    data = json.loads(own.read_text())
+    data["case"] = {**json.loads(seed.read_text()), "faults": []}
+    data["target_spec"] = "reference_runner"
+    path = own.with_name("builtin_" + own.name)
+    path.write_text(json.dumps(data))
+    shutil.copymode(own, path)
     return path
