@@ -22,7 +22,9 @@ from .target import BUILTIN
 
 # the targets whose code under test may be missing here: a check that imports no engine -> (ok, where or why)
 AVAILABILITY = {"vllm_lora": "fuzzrunner.targets.vllm_lora:vllm_available",
-                "sglang_lora": "fuzzrunner.targets.sglang_lora:sglang_available"}
+                "sglang_lora": "fuzzrunner.targets.sglang_lora:sglang_available",
+                "sglang_engine": "fuzzrunner.targets.sglang_engine:engine_available"}
+OURS = ("reference_runner", "lora_kernels")  # the code they test is fuzzrunner's own: always there
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,8 @@ def _docstring_line(spec: str, name: str) -> str:
     if not doc:
         return "(no description: its module has no docstring)"
     first = " ".join(doc.split("\n\n")[0].split())
-    return re.sub(rf"^Target ``{re.escape(name)}``:\s*", "", first).rstrip(".")
+    first = re.sub(rf"^Target ``{re.escape(name)}``:\s*", "", first).rstrip(".")
+    return re.sub(r"``([^`]+)``", r"\1", first)  # reST literals read as plain words on a terminal
 
 
 def _source_of(module: str) -> str | None:

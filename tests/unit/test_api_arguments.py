@@ -101,6 +101,17 @@ def test_targets_imports_no_target_and_no_engine():
     assert "the reference model runner driven by op sequences" in listed["reference_runner"]
 
 
+def test_every_engine_target_has_a_cheap_availability_check():
+    """A built-in target that tests someone else's code names the check that says, without importing it,
+    whether that code is here: without one, `targets` would list it as available where it is not."""
+    from fuzzrunner import catalog
+    assert set(fuzzrunner.target.BUILTIN) == set(catalog.AVAILABILITY) | set(catalog.OURS)
+    for name in catalog.AVAILABILITY:
+        about = catalog.about(name)
+        assert (about.unavailable is None) != (about.engine == ""), about
+        assert about.description and "``" not in about.description
+
+
 def test_doctor_says_where_an_engine_is_without_importing_it_unless_asked(monkeypatch):
     from fuzzrunner import doctor, target
 
