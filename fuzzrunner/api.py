@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterable
 
 from .arguments import kind_of, several
+from .callbacks import function_kind
 from .case import Case
 from .corpus import load_any
 from .engine.campaign import run_campaign
@@ -85,6 +86,9 @@ def _check_fuzz_arguments(target, corpus, on_event, profile, ray, db) -> None:
     kind_of(corpus, (str, os.PathLike, type(None)), "fuzz(corpus)", f"pass {_PATH}, or None for no corpus")
     if on_event is not None and not callable(on_event):
         kind_of(on_event, (), "fuzz(on_event)", "pass a function of one event (a dict), or None")
+    if on_event is not None and function_kind(on_event):  # called, never awaited or iterated: it would see nothing
+        raise InvalidArgument(f"fuzz(on_event) is {function_kind(on_event)}: it would see no event (it is called, "
+                              f"never awaited); pass a plain function of one event (a dict).")
     for name, value in (("profile", profile), ("ray", ray), ("db", db)):
         kind_of(value, (str, type(None)), f"fuzz({name})", "pass a string, or None")
 

@@ -27,7 +27,7 @@ from .case import Case
 from .errors import InvalidCase, TargetError
 from .oracles.base import FinishFailed, Oracle, RunRecord, source_location
 from .oracles.numeric import Comparison
-from .text import describe, safe_repr, safe_str, traceback_text, type_name
+from .text import describe, json_safe, safe_repr, safe_str, traceback_text, type_name
 from .violation import Violation
 
 
@@ -104,15 +104,20 @@ class RunContext:
 
     def compare(self, label: str, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
         """Check ``actual`` against the float64 ``expected`` (numeric oracle), and keep it as an output."""
+        label = _label(label)
         self._current().comparisons.append(Comparison(label, actual.detach(), expected, dtype))
         self.output(label, actual)
 
     def check(self, label: str, problems, details: dict | None = None) -> None:
         """Report what the target found broken in the code under test's state (state oracle): each of
         ``problems`` (one line each; none: the property holds) is a ``state-violation`` of this op."""
-        self._current().checks.append((label, [str(p) for p in problems], dict(details or {})))
+        problems = [problems] if isinstance(problems, str) else list(problems)  # one line is one problem
+        details = json_safe(details) if isinstance(details, dict) else {} if details is None else \
+            {"details": safe_repr(details, 300)}
+        self._current().checks.append((_label(label), [safe_str(p, 1000) for p in problems], details))
 
     def output(self, label: str, tensor: torch.Tensor) -> None:
+        label = _label(label)
         with tracking.quiet():
             t = tensor.detach()
             if t.device.type == "cuda":  # to pinned host memory, stream-ordered; the host waits once, at the
@@ -141,6 +146,11 @@ class RunContext:
         except Exception:  # noqa: BLE001 - the run's own error is already recorded
             self._pending.clear()
             self.outputs = {k: v for k, v in self.outputs.items() if not any(v is h for h in pending)}
+
+
+def _label(label) -> str:
+    """A result's label, quoted in violations: a string (a target may pass anything)."""
+    return label if isinstance(label, str) else safe_str(label, 200)
 
 
 def _caller_outside_this_file() -> tuple[str, int] | None:

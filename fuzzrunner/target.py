@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .arguments import several
-from .callbacks import refuse_async, refuse_awaitable, value_kind
+from .callbacks import function_kind, refuse_async, refuse_awaitable, value_kind
 from .case import Case
 from .errors import HarnessError, InvalidArgument, InvalidCase, TargetError, did_you_mean
 from .safe_io import json_files
@@ -308,6 +308,10 @@ def load_target(spec: str) -> Target:
     full = resolve_spec(spec)
     obj = _import_object(full)
     if not isinstance(obj, Target) and callable(obj):
+        kind = function_kind(obj)
+        if kind is not None:  # its Target would never be built (an async factory's body never runs here)
+            raise TargetError(f"target factory {full!r} is {kind}: a factory must be a plain function that builds "
+                              f"and returns the Target.")
         try:
             obj = obj()
         except HarnessError:

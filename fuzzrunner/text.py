@@ -53,6 +53,33 @@ def traceback_text(exc: BaseException, limit: int = TRACEBACK_LIMIT) -> str:
     return text[-limit:]
 
 
+def json_safe(value, depth: int = 32):
+    """``value`` if it is plain JSON data (what a violation's details and a report hold), else a copy in
+    which every other object is its ``safe_repr`` and every key a string: a target's or plug-in's
+    object in a violation's details could not travel from the worker, nor be written in a report."""
+    if _plain_json(value, depth):
+        return value
+    if depth <= 0:
+        return safe_repr(value, 200)
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else safe_str(k, 200): json_safe(v, depth - 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v, depth - 1) for v in value]
+    return safe_repr(value, 200)
+
+
+def _plain_json(value, depth: int) -> bool:
+    if value is None or type(value) in (str, int, float, bool):
+        return True
+    if depth <= 0:
+        return False
+    if type(value) is dict:
+        return all(type(k) is str and _plain_json(v, depth - 1) for k, v in value.items())
+    if type(value) in (list, tuple):
+        return all(_plain_json(v, depth - 1) for v in value)
+    return False
+
+
 def plural(n: int, noun: str, nouns: str | None = None) -> str:
     """``"1 case"``, ``"2 cases"``, ``"0 findings"``: a count with its noun, in the right number."""
     return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"

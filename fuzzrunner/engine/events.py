@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from ..callbacks import value_kind
 from ..text import describe, plural
 
 PROGRESS, WARNING, FINDING, REGRESSION = "progress", "warning", "finding", "regression"
@@ -83,15 +84,21 @@ class Listener:
         if self.on_event is None:
             return
         try:
-            self.on_event(event)
+            kind = value_kind(self.on_event(event))  # a coroutine returned: closed, and it saw nothing
         except Exception as e:  # noqa: BLE001 - the user's callback: said once, never the campaign's end
-            self.failures += 1
-            self.first = self.first or f"{describe(e)} (on a {event.get('type')!r} event)"
+            self.failed(f"raised {describe(e)} (on a {event.get('type')!r} event)")
+            return
+        if kind is not None:
+            self.failed(f"returned {kind} (on a {event.get('type')!r} event): it is called, never awaited")
+
+    def failed(self, what: str) -> None:
+        self.failures += 1
+        self.first = self.first or what
 
     def report(self, warnings: list) -> None:
         """Add the one warning about the callback's failures, if it failed."""
         if self.failures:
-            warnings.append(f"on_event raised {self.first}; {plural(self.failures, 'event')} it failed on "
+            warnings.append(f"on_event {self.first}; {plural(self.failures, 'event')} it failed on "
                             f"in all; the campaign went on without them (fix the callback)")
 
 

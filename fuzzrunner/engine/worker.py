@@ -47,7 +47,7 @@ class _LaunchReporter(tracking.Watcher):
 
     def on_kernel_launch(self, kernel: str, meta: dict) -> None:
         self.last = kernel
-        protocol.send(self.sock, protocol.Launch(kernel, str(meta.get("where", ""))))
+        protocol.send(self.sock, protocol.Launch(kernel, safe_str(meta.get("where", ""), 300)))
 
 
 def _context_lost(last_kernel: str):

@@ -77,6 +77,11 @@ def features_generator(case):  # a generator of strings is a fine iterable of fe
     yield f"n={case.ops[0]['n'] % 2}"
 
 
+async def make_target():
+    return Target("from_async_factory", "", cases_of("from_async_factory"), run_ok)
+
+
+ASYNC_FACTORY = make_target
 GENERATOR = Target("generator", "run is a generator function", cases_of("generator"), run_generator)
 ASYNC = Target("async", "run is an async def", cases_of("async"), run_async)
 ASYNC_CALL = Target("async_call", "run is an object with an async __call__", cases_of("async_call"), AsyncCall())
@@ -170,6 +175,20 @@ def run_swallowing_op_misuse(case, ctx):
         pass  # a run that catches everything still cannot hide the misuse
 
 
+def run_reporting_unprintables(case, ctx):
+    """Names, labels, problems and details a target hands fuzzrunner, each an object that cannot be printed."""
+    import torch
+
+    import fuzzrunner
+    for i, op in enumerate(case.ops):
+        with ctx.op(i, op):
+            buf = fuzzrunner.track(torch.zeros(4), Unprintable(), per_step=True)
+            fuzzrunner.kernel_launch(Unprintable(), where=Unprintable())
+            ctx.output(Unprintable(), buf + 1)
+            ctx.check(Unprintable(), [StrRaises(), "a plain problem"], {"x": Unprintable(), 3: (Unprintable(),)})
+            ctx.check("one problem", "broken")  # one string is one problem, not six
+
+
 STR_RAISES = Target("str_raises", "raises an exception whose __str__ raises", cases_of("str_raises"),
                     run_raising(StrRaises))
 CASES_RAISE = Target("cases_raise", "cases() raises an exception whose __str__ raises", cases_raising, run_ok)
@@ -177,6 +196,8 @@ FEATURES_RAISE = Target("features_raise", "features raises an exception whose __
                         cases_of("features_raise"), run_ok, features=features_raising)
 UNPRINTABLE_FEATURES = Target("unprintable_features", "features gives an object whose repr raises",
                               cases_of("unprintable_features"), run_ok, features=features_unprintable)
+REPORTS_UNPRINTABLES = Target("reports_unprintables", "hands fuzzrunner names and details that cannot be printed",
+                              cases_of("reports_unprintables"), run_reporting_unprintables)
 UNPRINTABLE_VALUES = Target("unprintable_values", "its cases hold an object that is not JSON",
                             cases_with_unprintable_values, run_ok)
 MISUSES_OP = Target("misuses_op", "calls ctx.op with a name and a non-dict", cases_of("misuses_op"),

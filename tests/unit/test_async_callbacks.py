@@ -84,3 +84,32 @@ def test_features_returning_a_coroutine_is_the_targets_error_and_a_generator_of_
         features_of(bad.features, _case(bad), bad.name)
     good = load_target(spec("GENERATOR_FEATURES"))
     assert features_of(good.features, _case(good), good.name) == ("n=1",)
+
+
+def test_an_async_target_factory_is_refused_without_calling_it():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(TargetError, match=r"target factory '.*:ASYNC_FACTORY' is an async def: a factory must be "
+                                              r"a plain function"):
+            load_target(spec("ASYNC_FACTORY"))
+
+
+def test_an_async_on_event_is_refused_and_one_returning_a_coroutine_is_said_once(monkeypatch):
+    import fuzzrunner
+    from fuzzrunner import api
+    from fuzzrunner.engine.events import Listener, progress
+    from fuzzrunner.errors import InvalidArgument
+    monkeypatch.setattr(api, "run_campaign", lambda *a, **k: None)
+
+    async def on_event(event):
+        pass
+    with pytest.raises(InvalidArgument, match=r"fuzz\(on_event\) is an async def: it would see no event"):
+        fuzzrunner.fuzz("reference_runner", on_event=on_event)
+    listener, warnings_said = Listener(lambda e: on_event(e)), []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        listener(progress(1, 1, 0, 0.1, 0))
+        listener(progress(2, 2, 0, 0.2, 0))
+    listener.report(warnings_said)
+    assert warnings_said == ["on_event returned a coroutine (on a 'progress' event): it is called, never awaited; "
+                             "2 events it failed on in all; the campaign went on without them (fix the callback)"]

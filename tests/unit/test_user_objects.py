@@ -106,6 +106,35 @@ def test_ctx_op_given_no_op_dict_is_the_targets_error_even_where_run_catches_it(
         run_case(Case(target.name, {}, ({"op": "x"},), ()), target, oracles=(), device="cpu")
 
 
+def test_names_labels_problems_and_details_a_target_hands_over_are_made_plain_text_and_json():
+    """A buffer's or kernel's name, a result's label, a state problem and its details: each quoted in
+    violations that travel from the worker as JSON and end in reports."""
+    import json
+    target = load_target(spec("REPORTS_UNPRINTABLES"))
+    violations = run_case(Case(target.name, {}, ({"op": "x"},), ()), target, device="cpu")
+    state = [v for v in violations if v.kind == "state-violation"]
+    unprintable, one = state  # one violation per label (the log keeps a signature's first)
+    assert unprintable.message.endswith(": <StrRaises object: its str() failed (RuntimeError)>")
+    assert one.message.endswith("one problem: broken")
+    assert state[0].tensor == "<Unprintable object: its str() failed (RuntimeError)>"
+    assert state[0].details["x"] == "<Unprintable object: its repr() failed (RuntimeError)>"
+    json.dumps([v.to_dict() for v in violations])  # what the worker sends and the reports write
+    assert all(v.kind in ("state-violation",) for v in violations), [v.message for v in violations]
+
+
+def test_a_violation_of_a_plug_in_with_objects_for_names_and_details_still_travels_as_json():
+    import json
+
+    from fuzzrunner.violation import Violation
+    v = Violation("state", "state-violation", api_targets.Unprintable(), 7, "t", "m",
+                  {"ok": [1, "a"], 2: {"deep": api_targets.Unprintable()}})
+    assert v.kernel == "<Unprintable object: its str() failed (RuntimeError)>" and v.location == "7"
+    assert json.loads(json.dumps(v.to_dict()))["details"]["2"] == {
+        "deep": "<Unprintable object: its repr() failed (RuntimeError)>"}
+    plain = {"ok": [1, "a"]}
+    assert Violation("state", "state-violation", "k", "", "t", "m", plain).details is plain  # no copy when plain
+
+
 @pytest.mark.parametrize("fields, says", [
     ({"name": api_targets.Unprintable()}, "Target(name=<Unprintable object: its repr() failed (RuntimeError)>): "
                                           "the name must be a non-empty string."),
