@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from .arguments import kind_of, several
+from .callbacks import function_kind
 from .case import Case
 from .corpus import load_any
 from .engine.campaign import run_campaign
@@ -25,7 +27,11 @@ def fuzz(target: str | Target = "reference_runner", *, settings: Settings | None
     ``overrides`` are ``Settings`` fields on top (max_examples=, budget_s=, seed=, ...).
 
     ``ray="local"|"auto"|"ray://host:port"`` runs its ``workers`` shards as Ray actors, sharing the
-    example database at ``db="redis://..."`` or, without it, the one the driver serves."""
+    example database at ``db="redis://..."`` or, without it, the one the driver serves.
+
+    ``on_event(event)`` gets each event (progress, warning, finding, regression: a dict with a
+    ``type``); an exception it raises is said once in the result's warnings and the campaign goes on."""
+    _check_fuzz_arguments(target, corpus, on_event, profile, ray, db)
     spec = target if isinstance(target, str) else spec_of(target)
     if settings is not None and not isinstance(settings, Settings):
         raise InvalidArgument(f"fuzz(settings=...) takes a fuzzrunner.Settings, not {type(settings).__name__}: "
@@ -35,7 +41,7 @@ def fuzz(target: str | Target = "reference_runner", *, settings: Settings | None
                               f"ready-made Settings: fuzzrunner.settings.profile(name)).")
     settings = (settings or _profile(profile or "dev")).override(**overrides)
     shadow_mode()  # a bad FUZZRUNNER_SHADOW is refused here, not in every worker
-    return run_campaign(spec, settings, faults=tuple(faults), corpus_dir=corpus, database=database,
+    return run_campaign(spec, settings, faults=several(faults, "faults"), corpus_dir=corpus, database=database,
                         on_event=on_event, ray=ray, db=db)
 
 
@@ -49,6 +55,8 @@ def replay(case: Case | str | os.PathLike, *, target: str | Target | None = None
     ``sanitizer`` names a tool. ``target`` defaults to the spec a finding file recorded, else the
     case's target name.
     """
+    _check_replay_arguments(case, target, device, isolated, sanitizer)
+    oracles = several(oracles, "oracles") if oracles is not None else None
     shadow_mode()
     finding = None
     if not isinstance(case, Case):
@@ -59,10 +67,36 @@ def replay(case: Case | str | os.PathLike, *, target: str | Target | None = None
         from .engine.replay import Replayer
         spec = target if isinstance(target, str) else spec_of(target)
         settings = Settings(device=device, sanitizer=sanitizer,
-                            oracles=tuple(oracles) if oracles is not None else None)
+                            oracles=oracles)
         with Replayer(settings) as replayer:
             return replayer.run(case, spec)
     t = target if isinstance(target, Target) else load_target(target)
     t.check_faults(case.faults)
     t.check_case(case)
     return run_case(case, t, oracles=oracles, device=device)
+
+
+_TARGET = "a built-in target's name, a 'FILE.py:OBJ' or 'package.module:OBJ' spec, or a fuzzrunner.Target"
+_PATH = "a path (str or os.PathLike)"
+
+
+def _check_fuzz_arguments(target, corpus, on_event, profile, ray, db) -> None:
+    """Each argument of ``fuzz`` of the right type, else one line (``fuzz(123)`` was an AttributeError)."""
+    kind_of(target, (str, Target), "fuzz(target)", f"pass {_TARGET}")
+    kind_of(corpus, (str, os.PathLike, type(None)), "fuzz(corpus)", f"pass {_PATH}, or None for no corpus")
+    if on_event is not None and not callable(on_event):
+        kind_of(on_event, (), "fuzz(on_event)", "pass a function of one event (a dict), or None")
+    if on_event is not None and function_kind(on_event):  # called, never awaited or iterated: it would see nothing
+        raise InvalidArgument(f"fuzz(on_event) is {function_kind(on_event)}: it would see no event (it is called, "
+                              f"never awaited); pass a plain function of one event (a dict).")
+    for name, value in (("profile", profile), ("ray", ray), ("db", db)):
+        kind_of(value, (str, type(None)), f"fuzz({name})", "pass a string, or None")
+
+
+def _check_replay_arguments(case, target, device, isolated, sanitizer) -> None:
+    kind_of(case, (Case, str, os.PathLike), "replay(case)", f"pass a fuzzrunner.Case or {_PATH} of a case or "
+                                                            f"finding file")
+    kind_of(target, (str, Target, type(None)), "replay(target)", f"pass {_TARGET}, or None for the one recorded")
+    kind_of(device, (str, type(None)), "replay(device)", "pass 'cpu', 'cuda', or None for the one present")
+    kind_of(isolated, (bool,), "replay(isolated)", "pass True or False")
+    kind_of(sanitizer, (str,), "replay(sanitizer)", "pass a sanitizer tool's name, or 'none'")

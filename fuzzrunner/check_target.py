@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+from .text import describe
+
 CHILD_TIMEOUT_S = 300.0
 
 
@@ -43,11 +45,16 @@ def _child(device: str, spec: str) -> int:
             registered.append({"name": name, "per_step": bool(per_step), "device": str(tensor.device)})
 
     memory.ShadowMemory.add = add  # type: ignore[method-assign]
+    from .errors import TargetError
     case = Case.from_dict(json.loads(sys.stdin.read()))
     t0 = time.perf_counter()
-    with tracking.watch(Seen()):
-        violations = run_case(case, load_target(spec), device=device,
-                              oracles=names.precheck_oracles() if device == "cpu" else None)
+    try:
+        with tracking.watch(Seen()):
+            violations = run_case(case, load_target(spec), device=device,
+                                  oracles=names.precheck_oracles() if device == "cpu" else None)
+    except TargetError as e:  # its run broke its contract (returned a coroutine): said as it is
+        print(json.dumps({"error": str(e), "target_error": True}))
+        return 0
     print(json.dumps({"seconds": time.perf_counter() - t0, "violations": [v.to_dict() for v in violations],
                       "registered": registered, "auto": sorted(set(auto))}, default=str))
     return 0
@@ -79,10 +86,15 @@ def _one_case(target):
     from hypothesis import HealthCheck, find, settings
 
     from .engine.database import hypothesis_storage
-    strategy = target.cases((), max_ops=4)
+    from .target import DrawError, draw_error
+    strategy = target.strategy((), max_ops=4)  # checked: what it draws is a Case of plain JSON
     with hypothesis_storage(None):  # Hypothesis' caches in a temporary folder, not ./.hypothesis
-        return find(strategy, lambda case: True, settings=settings(database=None, max_examples=50,
-                                                                   suppress_health_check=list(HealthCheck)))
+        try:
+            return find(strategy, lambda case: True,  # derandomized: no "reproduce with @seed" after an error
+                        settings=settings(database=None, max_examples=50, derandomize=True,
+                                          suppress_health_check=list(HealthCheck)))
+        except DrawError as e:  # a BaseException (Hypothesis must not shrink it): the target's error
+            raise draw_error(target.name, e) from None
 
 
 def _device_lines(device: str, run: dict) -> tuple[list[str], str | None]:
@@ -107,6 +119,7 @@ def check_target(spec: str) -> tuple[list[str], int]:
     """(lines to print, exit code): 0 all works, 1 something limits what fuzzrunner can do (a fix
     is said), 2 the target cannot even be loaded or cannot make a case."""
     from . import _env
+    from .errors import TargetError
     from .target import load_target
     target = load_target(spec)
     space = list(target.feature_space)
@@ -118,10 +131,13 @@ def check_target(spec: str) -> tuple[list[str], int]:
     try:
         case = _one_case(target)
     except Exception as e:  # the target's strategy: its own error, said in one line
-        return lines + [f"case         the target's strategy failed: {type(e).__name__}: {e}"[:400],
+        said = str(e) if isinstance(e, TargetError) else f"the target's strategy failed: {describe(e)}"
+        return lines + [f"case         {said}"[:400],
                         "verdict      cannot test: the target makes no case (fix its cases())"], 2
     lines.append(f"case         {len(case.ops)} op(s): {', '.join(str(op.get('op', '?')) for op in case.ops)}")
     cpu = _run_child("cpu", spec, case)
+    if cpu.get("target_error"):  # no device would run it: the target's own error, and its fix, in one line
+        return lines + [f"run          {cpu['error']}", "verdict      cannot test: fix the target's run (above)"], 2
     more, cpu_problem = _device_lines("cpu", cpu)
     lines += more
     fixes = []

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import names
 from .progress import Progress
+from .text import describe, plural, safe_str
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -162,6 +163,9 @@ def _parser() -> argparse.ArgumentParser:
     fl = sub.add_parser("faults", help="list the planted-bug switches of a target", formatter_class=_Help)
     fl.add_argument("--target", default="reference_runner", help="the target whose faults to list")
     d = sub.add_parser("doctor", help="versions, device, interpreter mode, compute-sanitizer")
+    d.add_argument("--engines", action="store_true",
+                   help="also import the engine targets (vLLM, SGLang: 12-25 s) and list what each drives; "
+                        "without it each is said set up or not, without importing it")
     d.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     ct = sub.add_parser("check-target", help="can fuzzrunner test this target, and where (CPU, GPU)?",
                         formatter_class=_Help,
@@ -340,7 +344,7 @@ def _cases_text(result) -> str:
     """'105 cases: 5 replayed, 100 generated (0 invalid), 0 shrinking': every number the run prints
     (coverage's valid cases = replayed + generated - invalid; "found after N examples" counts them all)."""
     replayed, shrinking = len(result.replayed), max(0, result.examples - result.generated)
-    return (f"{replayed + result.examples} cases: {replayed} replayed (corpus and seeds), {result.generated} "
+    return (f"{plural(replayed + result.examples, 'case')}: {replayed} replayed (corpus and seeds), {result.generated} "
             f"generated ({result.invalid} invalid), {shrinking} shrinking")
 
 
@@ -360,16 +364,23 @@ def _exit_code(results) -> int:
     return EXIT_FINDINGS if any(r.findings for r in results) else EXIT_OK
 
 
-def _load_previous(path: str | None) -> dict | None:
-    """The --previous report, read before any case runs: a bad one costs nothing."""
+def _load_previous(path: str | None, targets=()) -> dict | None:
+    """The --previous report, read before any case runs: a bad one costs nothing. A report that ran none of
+    ``targets`` (the campaign's) is refused: it would compare nothing, every finding "new", nothing "fixed"."""
     from .errors import InvalidArgument, InvalidCase
     from .report import load_report
     if not path:
         return None
     try:
-        return load_report(path)
+        previous = load_report(path)
     except InvalidCase as e:
         raise InvalidArgument(f"--previous: {e} Pass the JSON report of an earlier run, or drop --previous.") from None
+    ran = sorted({r.get("target") for r in previous.get("runs", []) if isinstance(r.get("target"), str)})
+    if targets and not set(ran) & set(targets):
+        raise InvalidArgument(f"--previous {path!r} has no run of {' or '.join(map(repr, targets))} (it ran: "
+                              f"{', '.join(ran) or 'nothing'}): there would be nothing to compare. Pass a report of "
+                              f"this target's earlier run, or drop --previous.")
+    return previous
 
 
 def _report(results, previous: dict | None, previous_path: str | None, skipped: dict | None = None) -> dict:
@@ -396,12 +407,13 @@ def cmd_fuzz(args) -> int:
     _check_distinct_files({"--report": args.report, "--junit": args.junit, "--html": args.html})
     settings = _settings(args)  # bad flags and targets first: a refused command leaves no folder behind
     spec = _absolute_spec(resolve_spec(args.target)) if ":" in args.target else args.target
-    load_target(spec).check_faults(args.fault)
+    target = load_target(spec)
+    target.check_faults(args.fault)
+    previous = _load_previous(args.previous, [target.name])
     for p in (args.report, args.junit, args.html):
         _check_writable_file(p)
     _check_corpus(args.corpus)
     _check_cluster(args)
-    previous = _load_previous(args.previous)
     progress = Progress(sys.stderr, settings, quiet=args.quiet, verbose=args.verbose)
     result = fuzz(spec, settings=settings, faults=args.fault, corpus=args.corpus, on_event=progress, ray=args.ray,
                   db=args.db)
@@ -568,6 +580,7 @@ class _NightlyHooks:
 def cmd_nightly(args) -> int:
     from .errors import InvalidArgument
     from .nightly import NightlyHooks, run_nightly
+    from .target import BUILTIN
     settings = _settings(args)  # bad flags first: a refused command leaves no folder behind
     report_dir = Path(args.report_dir)
     try:
@@ -578,7 +591,7 @@ def cmd_nightly(args) -> int:
         _check_writable_file(report_dir / name)
     _check_corpus(args.corpus)
     _check_cluster(args)
-    previous = _load_previous(args.previous)
+    previous = _load_previous(args.previous, list(BUILTIN))
     shown = _NightlyHooks(args)
     hooks = NightlyHooks(start=shown.start, done=shown.done, reported=shown.reported, skipped=shown.skipped,
                          written=shown.written)
@@ -594,8 +607,7 @@ def cmd_nightly(args) -> int:
 
 def _nightly_line(results: list, skipped: dict, errors: list, code: int) -> str:
     """The nightly's last line: every target at once, and what the exit code says."""
-    ran = ", ".join(f"{r.target} {len(r.replayed) + r.examples} cases {len(r.findings)} "
-                    f"finding{'s' * (len(r.findings) != 1)}"
+    ran = ", ".join(f"{r.target} {plural(len(r.replayed) + r.examples, 'case')} {plural(len(r.findings), 'finding')}"
                     for r in results) or "no target ran"
     notes = [f"{len(skipped)} skipped" if skipped else "", f"{len(errors)} failed" if errors else ""]
     meaning = {0: "no finding", 1: "findings", EXIT_INTERRUPTED: "interrupted"}.get(code, "error")
@@ -603,10 +615,13 @@ def _nightly_line(results: list, skipped: dict, errors: list, code: int) -> str:
 
 
 def cmd_targets(args) -> int:
-    from .target import BUILTIN, load_target, unavailable
-    for name in BUILTIN:
-        reason = unavailable(name)
-        print(f"{name:18} {reason and f'(unavailable: {reason})' or load_target(name).description}")
+    from .catalog import about
+    from .target import BUILTIN
+    for name in BUILTIN:  # without importing any of them (vLLM alone took 12-25 s): catalog.py
+        known = about(name)
+        said = f"(unavailable: {known.unavailable})" if known.unavailable else \
+            known.description + (f" (engine: {known.engine})" if known.engine else "")
+        print(f"{name:18} {said}")
     print("\nYour own: --target path/to/file.py:OBJ or --target package.module:OBJ (OBJ a fuzzrunner.Target)")
     return EXIT_OK
 
@@ -626,7 +641,7 @@ def cmd_faults(args) -> int:
 
 def cmd_doctor(args) -> int:
     from .doctor import report
-    lines, ok = report()
+    lines, ok = report(engines=args.engines)
     for line in lines:
         print(line)
     return EXIT_OK if ok else EXIT_ERROR
@@ -640,6 +655,7 @@ def cmd_check_target(args) -> int:
     return code
 
 
+NO_DEVICE = {"targets"}  # commands that run no kernel and load no target: no device set-up, no torch import
 COMMANDS = {"check-target": cmd_check_target, "fuzz": cmd_fuzz, "replay": cmd_replay, "export": cmd_export,
             "nightly": cmd_nightly, "targets": cmd_targets, "faults": cmd_faults, "doctor": cmd_doctor}
 
@@ -727,6 +743,8 @@ def _main(argv: list[str] | None) -> int:
         if not args.command:
             _parser().print_help()
             return EXIT_ERROR
+        if args.command in NO_DEVICE:  # no device, no torch: listing four targets took 12-25 s
+            return COMMANDS[args.command](args)
         from . import _env, devices
         from .engine.lifeline import sigterm_as_interrupt
         sigterm_as_interrupt()
@@ -748,8 +766,8 @@ def _main(argv: list[str] | None) -> int:
         if debug:
             traceback.print_exc()
         if isinstance(e, FuzzrunnerError):
-            _error(str(e))
+            _error(safe_str(e))  # a target's own HarnessError (TargetUnavailable) may be anything
         else:
-            print(f"fuzzrunner: internal error: {type(e).__name__}: {clip(str(e))} (rerun with --debug for the "
+            print(f"fuzzrunner: internal error: {clip(describe(e, 2000))} (rerun with --debug for the "
                   f"traceback)", file=sys.stderr)
         return EXIT_ERROR

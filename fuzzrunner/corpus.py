@@ -1,7 +1,9 @@
 """Cases and findings on disk: atomic, one file per bug, shared between runs. Storage only.
 
 Layout of a corpus directory:
-    findings/<target>/<finding id>.json     one file per distinct bug, rewritten as it shrinks
+    findings/<target>/<finding id>.json     one file per distinct bug, rewritten as it shrinks; <target> is the
+                                            name (a user's target may share a built-in's: each finding is
+                                            its recorded spec's, target.recorded_for)
     expected/<target>/<finding id>.json     findings of campaigns with planted faults (not regressions)
     flaky/<target>/<finding id>.json        crashes a fresh worker did not reproduce (not regressions)
     cases/<target>/<name>.json              cases kept as regression seeds (replayed first)

@@ -18,7 +18,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from .callbacks import refuse_awaitable
 from .errors import HarnessError
+from .text import describe, safe_repr
 
 PAIR_SEP = " & "
 PYTEST_PROPERTY = "fuzzrunner_coverage"  # the user property a fuzz test's report carries its coverage in
@@ -28,15 +30,24 @@ def features_of(features: Callable | None, case, target_name: str = "target") ->
     """The sorted distinct features ``features(case)`` names; ``HarnessError`` (one line) if it breaks."""
     if features is None:
         return ()
+    returned = _call(features, case, target_name)
+    refuse_awaitable(target_name, "features", returned, generators=False)  # a coroutine would not iterate
     try:
-        names = set(features(case))
+        names = set(returned)
     except Exception as e:  # a broken feature function is the harness's fault, never a finding
-        raise HarnessError(f"target {target_name!r}: features(case) failed: {type(e).__name__}: {e}") from None
+        raise HarnessError(f"target {target_name!r}: features(case) failed: {describe(e)}") from None
     bad = [n for n in names if not isinstance(n, str) or not n or PAIR_SEP in n]
     if bad:
         raise HarnessError(f"target {target_name!r}: features(case) must give non-empty strings without "
-                           f"{PAIR_SEP!r}; got {bad[0]!r}.")
+                           f"{PAIR_SEP!r}; got {safe_repr(bad[0], 200)}.")
     return tuple(sorted(names))
+
+
+def _call(features: Callable, case, target_name: str):
+    try:
+        return features(case)
+    except Exception as e:  # a broken feature function is the harness's fault, never a finding
+        raise HarnessError(f"target {target_name!r}: features(case) failed: {describe(e)}") from None
 
 
 def _pairs(names: tuple[str, ...]) -> Iterable[tuple[str, str]]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import platform
 
+from .text import describe
+
 
 def shadow_line(device: str) -> str:
     """Which shadow mode a campaign's workers on ``device`` run (``FUZZRUNNER_SHADOW`` included), and for the
@@ -18,8 +20,11 @@ def shadow_line(device: str) -> str:
         "" if dispatch_filter.get() is not None else ": every torch op goes through Python (slower, same reports)")
 
 
-def report() -> tuple[list[str], bool]:
-    """(lines to print, whether everything needed here works)."""
+def report(engines: bool = False) -> tuple[list[str], bool]:
+    """(lines to print, whether everything needed here works). ``engines``: import the engine targets
+    (vLLM, SGLang: 12-25 s) to list what they found; otherwise each is said set up or not, from where,
+    without importing it (``catalog.py``). The interpreter probe (a process of its own) runs meanwhile."""
+    probe = _start_probe()
     import hypothesis
     import numpy
     import torch
@@ -27,29 +32,42 @@ def report() -> tuple[list[str], bool]:
 
     from . import _env
     from ._version import __version__
-    from .target import BUILTIN, load_target, schema_checks_available, unavailable
+    from .target import BUILTIN, schema_checks_available
     lines = [f"fuzzrunner   {__version__}", f"python       {platform.python_version()}",
              f"torch        {torch.__version__}", f"triton       {triton.__version__}",
              f"hypothesis   {hypothesis.__version__}", f"numpy        {numpy.__version__}"]
     gpu = _env.cuda_present()
     lines.append(f"device       {'cuda: ' + torch.cuda.get_device_name(0) if gpu else 'cpu (no CUDA device)'}")
     lines.append(f"triton mode  {'interpreter (TRITON_INTERPRET=1)' if _env.interpreted() else 'compiled'}")
-    lines += interpreter_lines()
+    targets = [line for name in BUILTIN for line in _target_lines(name, engines)]  # while the probe runs
+    lines += interpreter_lines(probe.result())
     lines.append("jsonschema   " + ("ok: case files are checked against each target's schema"
                                   if schema_checks_available() else
                                   "missing: case files run unchecked (pip install jsonschema)"))
-    for name in BUILTIN:
-        reason = unavailable(name)
-        target = None if reason else load_target(name)
-        lines.append(f"target       {name}: " + (f"unavailable: {reason}" if target is None else
-                                                 f"ok ({target.description})"))
-        lines += [f"               {d}" for d in (target.details if target is not None else ())]
+    lines += targets
     lines.append(shadow_line(_env.device_type()))
     if not gpu:
         lines.append("sanitizer    not checked: compute-sanitizer needs a GPU (the shadow oracle covers the CPU)")
         return lines, True
     more, ok = _sanitizer_lines()
     return lines + more, ok
+
+
+def _target_lines(name: str, engines: bool) -> list[str]:
+    """A built-in target's lines: loaded (its description and details), or, for an engine target without
+    ``engines``, whether its engine is set up and where, without importing it."""
+    from .catalog import AVAILABILITY, about
+    from .target import load_target, unavailable
+    if name in AVAILABILITY and not engines:
+        known = about(name)
+        return [f"target       {name}: " + (f"unavailable: {known.unavailable}" if known.unavailable else
+                                            f"set up ({known.engine}), not imported: `fuzzrunner doctor "
+                                            f"--engines` imports it and lists what it drives")]
+    reason = unavailable(name)
+    target = None if reason else load_target(name)
+    if target is None:
+        return [f"target       {name}: unavailable: {reason}"]
+    return [f"target       {name}: ok ({target.description})", *(f"               {d}" for d in target.details)]
 
 
 def _sanitizer_lines() -> tuple[list[str], bool]:
@@ -64,28 +82,55 @@ def _sanitizer_lines() -> tuple[list[str], bool]:
     return [f"sanitizer    {s.path} ({s.version})", f"self-test    {'ok' if ok else 'FAILED'}: {detail}"], ok
 
 
+class _Probe:
+    """The interpreter probe, running in a CPU process of its own (as the CPU pre-check, triage and
+    ``--device cpu`` campaigns run Triton's interpreter) while the caller does other work."""
+
+    def __init__(self):
+        import os
+        import subprocess
+        import sys
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="",
+                   PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+        self.error, self.proc = "", None
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "fuzzrunner.interpreter_probe"], env=env,
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError as e:
+            self.error = f"the probe did not run: {describe(e)}"
+
+    def result(self) -> dict:
+        """What the interpreter runs here; ``{"error": ...}`` if the probe itself failed."""
+        import json
+        import subprocess
+        if self.proc is None:
+            return {"error": self.error}
+        try:
+            out, _ = self.proc.communicate(timeout=300)
+            return json.loads(out.strip().splitlines()[-1])
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            return {"error": "the probe did not run: it took more than 300 s"}
+        except (ValueError, IndexError):
+            return {"error": f"the probe did not run: it ended with exit status {self.proc.returncode}"}
+
+
+def _start_probe() -> _Probe:
+    return _Probe()
+
+
 def interpreter_probe() -> dict:
     """What Triton's interpreter runs here, probed in a CPU process of its own (as the CPU pre-check,
     triage and ``--device cpu`` campaigns run it); ``{"error": ...}`` if the probe itself failed."""
-    import json
-    import os
-    import subprocess
-    import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="",
-               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
-    try:
-        out = subprocess.run([sys.executable, "-m", "fuzzrunner.interpreter_probe"], env=env, capture_output=True,
-                             text=True, timeout=300)
-        return json.loads(out.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
-        return {"error": f"the probe did not run: {type(e).__name__}: {e}"}
+    return _start_probe().result()
 
 
-def interpreter_lines() -> list[str]:
-    """The interpreter's verdicts: what it cannot run here is run only on a GPU (CPU pre-check, triage
-    and CPU campaigns see a ``tool-limitation`` instead)."""
-    p = interpreter_probe()
+def interpreter_lines(p: dict | None = None) -> list[str]:
+    """The interpreter's verdicts (``p``: the probe's result; None: probe now): what it cannot run here
+    is run only on a GPU (CPU pre-check, triage and CPU campaigns see a ``tool-limitation`` instead)."""
+    p = interpreter_probe() if p is None else p
     if "error" in p:
         return [f"interpreter  unknown: {p['error']}"]
     bad = [f for f in p["features"] if not f["ok"]]

@@ -8,6 +8,7 @@ makes the case run twice; the second run keeps only that oracle and its guards.
 
 from __future__ import annotations
 
+import numbers
 import os
 import re
 import signal
@@ -21,10 +22,12 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from . import _env, names, tracking, triton_compat
+from .callbacks import refuse_awaitable
 from .case import Case
-from .errors import InvalidCase
+from .errors import InvalidCase, TargetError
 from .oracles.base import FinishFailed, Oracle, RunRecord, source_location
 from .oracles.numeric import Comparison
+from .text import describe, json_safe, safe_repr, safe_str, traceback_text, type_name
 from .violation import Violation
 
 
@@ -57,9 +60,26 @@ class RunContext:
         self.op_index: int | None = None
         self._pending: list = []  # (host tensor, device) of outputs still being copied to the host
         self.output_site: tuple[str, int] | None = None  # where the last such output was kept
+        self.misuse: TargetError | None = None  # how run broke its contract, even if it caught what was raised
+
+    def refuse_misuse(self, returned) -> None:
+        """After ``run`` returned ``returned``: ``_Misused`` if it broke its contract (a generator, coroutine or
+        awaitable returned: nothing of the case ran; ``ctx.op`` misused, even where ``run`` caught the error)."""
+        try:
+            refuse_awaitable(self.case.target, "run", returned)
+        except TargetError as e:
+            self.misuse = e
+        if self.misuse is not None:
+            raise _Misused(self.misuse)
 
     @contextmanager
     def op(self, index: int, op: dict):
+        if not isinstance(index, numbers.Integral) or isinstance(index, bool) or not isinstance(op, dict):
+            self.misuse = TargetError(f"target {self.case.target!r}: its run called ctx.op({safe_repr(index, 60)}, "
+                                      f"{safe_repr(op, 60)}): ctx.op takes the op's index (an int) and its dict "
+                                      f"from case.ops (`for i, op in enumerate(case.ops): with ctx.op(i, op): ...`).")
+            raise _Misused(self.misuse)
+        index = int(index)  # a numpy integer too: it travels as JSON
         self.op_index = index
         if self._on_op:
             self._on_op(index, op)
@@ -84,15 +104,20 @@ class RunContext:
 
     def compare(self, label: str, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
         """Check ``actual`` against the float64 ``expected`` (numeric oracle), and keep it as an output."""
+        label = _label(label)
         self._current().comparisons.append(Comparison(label, actual.detach(), expected, dtype))
         self.output(label, actual)
 
     def check(self, label: str, problems, details: dict | None = None) -> None:
         """Report what the target found broken in the code under test's state (state oracle): each of
         ``problems`` (one line each; none: the property holds) is a ``state-violation`` of this op."""
-        self._current().checks.append((label, [str(p) for p in problems], dict(details or {})))
+        problems = [problems] if isinstance(problems, str) else list(problems)  # one line is one problem
+        details = json_safe(details) if isinstance(details, dict) else {} if details is None else \
+            {"details": safe_repr(details, 300)}
+        self._current().checks.append((_label(label), [safe_str(p, 1000) for p in problems], details))
 
     def output(self, label: str, tensor: torch.Tensor) -> None:
+        label = _label(label)
         with tracking.quiet():
             t = tensor.detach()
             if t.device.type == "cuda":  # to pinned host memory, stream-ordered; the host waits once, at the
@@ -123,6 +148,11 @@ class RunContext:
             self.outputs = {k: v for k, v in self.outputs.items() if not any(v is h for h in pending)}
 
 
+def _label(label) -> str:
+    """A result's label, quoted in violations: a string (a target may pass anything)."""
+    return label if isinstance(label, str) else safe_str(label, 200)
+
+
 def _caller_outside_this_file() -> tuple[str, int] | None:
     """The file and line of the innermost caller outside execute.py (the target's ``ctx.output`` or
     ``ctx.compare``)."""
@@ -130,6 +160,15 @@ def _caller_outside_this_file() -> tuple[str, int] | None:
     while f is not None and f.f_code.co_filename == __file__:
         f = f.f_back  # type: ignore[assignment]
     return (f.f_code.co_filename, f.f_lineno) if f is not None else None
+
+
+class _Misused(Exception):
+    """The target broke the contract of ``run`` (``ctx.misuse``): carried past the handlers that make a
+    crash of the target's exceptions, raised again as the ``TargetError`` it holds."""
+
+    def __init__(self, error: TargetError):
+        super().__init__(str(error))
+        self.error = error
 
 
 class _StopCase(Exception):
@@ -140,7 +179,7 @@ class _AtSettle(Exception):
     """A device error raised by ``RunContext.settle`` (the case's end), carried to the crash report."""
 
     def __init__(self, error: Exception):
-        super().__init__(str(error))
+        super().__init__(describe(error))
         self.error = error
 
 
@@ -148,7 +187,7 @@ class _OracleFailed(Exception):
     """An oracle's ``start`` raised: the tool's failure, not the runner's, carried to the report."""
 
     def __init__(self, oracle: Oracle, error: Exception):
-        super().__init__(str(error))
+        super().__init__(describe(error))
         self.oracle, self.error = oracle, error
 
 
@@ -159,13 +198,13 @@ def _oracle_failed(oracle: Oracle, stage: str, exc: Exception, op_index: int | N
     if _device_fault(exc):
         return crash_violation(exc, op_index)
     v = _versions()
-    text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
+    text = describe(exc)
     return Violation("fuzzrunner", "tool-limitation", oracle.name, "", "",
                      f"the {oracle.name} oracle failed at its {stage}: {text}. A failure of the oracle (the tool, or "
                      f"a plug-in oracle), not a bug of the code under test"
                      f"{' (the case did not run)' if stage == 'start' else ''}; its versions are in the details.",
                      {"op_index": op_index, "who": f"fuzzrunner's {oracle.name} oracle", "stage": stage, **v,
-                      "traceback": "".join(traceback.format_exception(exc))[-4000:]})
+                      "traceback": traceback_text(exc)})
 
 
 _OWN = os.path.dirname(os.path.abspath(__file__))
@@ -193,7 +232,7 @@ def _versions() -> dict:
 def _device_fault(exc: BaseException) -> bool:
     """A CUDA error: a kernel's fault, which surfaces at the next wait for the GPU whoever waits (an
     oracle's read of a result included), so never the tool's own failure."""
-    text = str(exc)
+    text = safe_str(exc)
     return type(exc).__name__ == "AcceleratorError" or text.startswith("CUDA error") or "device-side assert" in text
 
 
@@ -219,13 +258,12 @@ def _limitation(exc: BaseException, op_index: int | None) -> Violation | None:
     at = source_location(own[-1].filename, own[-1].lineno or 0) if own else "?"
     kernel = own[-1].name if own else ""
     v = _versions()
-    text = f"{type(cause).__name__}: {cause}".strip().splitlines()[0][:300]
+    text = describe(cause)
     return Violation("fuzzrunner", "tool-limitation", kernel, at, "",
                      f"{who} failed in {kernel or '?'} at {at} (Triton {v['triton']}, numpy {v['numpy']}, torch "
                      f"{v['torch']}): {text}. This is a limit of the tool on this installation, not a bug of "
                      f"the code under test; `fuzzrunner doctor` says what this interpreter can run.",
-                     {"op_index": op_index, "who": who, **v,
-                      "traceback": "".join(traceback.format_exception(exc))[-4000:]})
+                     {"op_index": op_index, "who": who, **v, "traceback": traceback_text(exc)})
 
 
 def crash_violation(exc: BaseException, op_index: int | None, own_code: tuple = ()) -> Violation:
@@ -239,13 +277,11 @@ def crash_violation(exc: BaseException, op_index: int | None, own_code: tuple = 
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in frames if not any(s in f.filename for s in _NOT_BLAMED)] or frames
     where = source_location(mine[-1].filename, mine[-1].lineno or 0) if mine else "?"
-    text = f"{type(exc).__name__}: {exc}".strip()
     own = _raised_by(exc, frames, own_code)
     when = "before the first op" if op_index is None else f"op {op_index}"
-    return Violation("target" if own else "python", "crash", type(exc).__name__, where, "",
-                     f"{'target error: ' if own else ''}{when}: "
-                     f"{text.splitlines()[0][:300] if text else type(exc).__name__}",
-                     {"op_index": op_index, "traceback": "".join(traceback.format_exception(exc))[-4000:]})
+    return Violation("target" if own else "python", "crash", type_name(exc), where, "",
+                     f"{'target error: ' if own else ''}{when}: {describe(exc)}",
+                     {"op_index": op_index, "traceback": traceback_text(exc)})
 
 
 def _raised_by(exc: BaseException, frames, own_code: tuple) -> bool:
@@ -254,7 +290,8 @@ def _raised_by(exc: BaseException, frames, own_code: tuple) -> bool:
     whoever makes it) is the code under test's, never the target's."""
     if not own_code or not frames:
         return False
-    if type(exc).__name__ == "AcceleratorError" or "CUDA" in str(exc) or "device-side" in str(exc):
+    text = safe_str(exc)
+    if type(exc).__name__ == "AcceleratorError" or "CUDA" in text or "device-side" in text:
         return False
     raised = os.path.abspath(frames[-1].filename)
     return any(raised == p or raised.startswith(p.rstrip(os.sep) + os.sep) for p in map(os.path.abspath, own_code))
@@ -334,21 +371,24 @@ def _run_target(case: Case, target, device: str, oracles: list[Oracle], on_op, s
     try:
         _start(oracles, started)
         try:
-            target.run(case, ctx)
+            returned = target.run(case, ctx)
         except _StopCase:
-            pass
+            returned = None
+        ctx.refuse_misuse(returned)
         try:
             ctx.settle()
         except Exception as exc:  # a device fault surfaced at the case's end: named where the last output was kept
             raise _AtSettle(exc) from exc
     except InvalidCase:
         raise
+    except _Misused as misused:  # the target's own error (run is async, ctx.op misused): nothing ran as it should
+        raise misused.error from None
     except _OracleFailed as failed:  # the tool's failure, not the case's: no error to compare between runs
         record.ran = False
         record.violations.append(_oracle_failed(failed.oracle, "start", failed.error))
     except _AtSettle as at:
         fault = at.error
-        record.error = f"{type(fault).__name__}: {fault}"
+        record.error = describe(fault, 2000)
         v = crash_violation(fault, ctx.op_index, getattr(target, "own_code", ()))
         if ctx.output_site is not None:
             v = replace(v, location=source_location(*ctx.output_site), site="")
@@ -357,12 +397,12 @@ def _run_target(case: Case, target, device: str, oracles: list[Oracle], on_op, s
         record.error = f"SystemExit: {exc.code}"
         record.violations.append(crash_violation(exc, ctx.op_index, getattr(target, "own_code", ())))
     except Exception as exc:  # the target (or the runner under test) failed: that is a finding
-        record.error = f"{type(exc).__name__}: {exc}"
+        record.error = describe(exc, 2000)
         record.violations.append(crash_violation(exc, ctx.op_index, getattr(target, "own_code", ())))
     except BaseException as exc:  # KeyboardInterrupt, GeneratorExit, a BaseException of its own
         if isinstance(exc, KeyboardInterrupt) and stop_signals:
             raise  # a real Ctrl-C / SIGTERM: stop
-        record.error = f"{type(exc).__name__}: {exc}"
+        record.error = describe(exc, 2000)
         record.violations.append(crash_violation(exc, ctx.op_index, getattr(target, "own_code", ())))
     finally:
         _finish(started, record, ctx.op_index)

@@ -19,6 +19,7 @@ from .case import Case, parse_json
 from .errors import InvalidCase, NewerSchema, UnregisteredKind
 from .safe_io import read_text
 from .signature import Signature
+from .text import plural
 from .violation import Violation, cause_lines, raised_cuda_error, window_lines
 
 __all__ = ["FINDING_SCHEMA", "Finding", "Signature", "group", "limitations", "merge", "primary"]
@@ -318,10 +319,6 @@ def triage_text(t: dict) -> str:
     return f"CPU triage: could not run on the CPU: {t.get('reason', '?')}"
 
 
-def _n(count: int, word: str) -> str:
-    return f"{count:,} {word}{'' if count == 1 else 's'}"
-
-
 def render(f: Finding | dict, *, indent: str = "  ", with_case: bool = False) -> str:
     """The finding for a terminal, a test failure or a report: what, where, when, how to rerun."""
     f = f if isinstance(f, Finding) else Finding.from_dict(f)
@@ -333,15 +330,15 @@ def render(f: Finding | dict, *, indent: str = "  ", with_case: bool = False) ->
     if f.flaky:
         lines.append("FLAKY: a fresh worker did not reproduce this crash")
     first = f" as {f.first_kind}" if f.first_kind and f.first_kind != f.signature.kind else ""
-    lines.append(f"found after {_n(f.first_found_after_examples, 'example')}{first} ({f.found_after_s:.1f} s); "
-                 f"case: {_n(ops, 'op')}, {state}; id {f.id}")
+    lines.append(f"found after {plural(f.first_found_after_examples, 'example')}{first} ({f.found_after_s:.1f} s); "
+                 f"case: {plural(ops, 'op')}, {state}; id {f.id}")
     if f.others:
         more = f" (+{len(f.others) - 1} more)" if len(f.others) > 1 else ""
         lines.append(f"same root cause: {f.others[0].signature.short()}{more}")
     if f.triage:
         lines.append(triage_text(f.triage))
     if with_case:
-        lines.append(f"Falsifying case ({_n(ops, 'op')}, {state}):")
+        lines.append(f"Falsifying case ({plural(ops, 'op')}, {state}):")
         lines += ["  " + line for line in case_text(f.case).splitlines()]
     if f.repro:
         lines.append(f"repro: python {f.repro}")

@@ -15,6 +15,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from .arguments import several
 from .errors import InvalidArgument
 
 DEVICES = ("cpu", "cuda")
@@ -82,7 +83,7 @@ def oracle_names() -> tuple[str, ...]:
 
 
 def validate_oracles(names) -> tuple[str, ...]:
-    names = tuple(names)
+    names = several(names, "oracles")  # oracles="shadow" is one oracle, not six letters
     for n in names:
         if n not in ORACLES:
             raise InvalidArgument(f"unknown oracle {n!r}; known oracles: {', '.join(ORACLES)}.")

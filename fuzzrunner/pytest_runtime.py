@@ -22,6 +22,7 @@ from .corpus import atomic_write, load_any, safe_name
 from .coverage import PYTEST_PROPERTY
 from .errors import HarnessError, InvalidArgument, InvalidCase
 from .finding import Finding, case_text, render
+from .text import plural
 
 
 class CorpusRegression(Exception):
@@ -55,14 +56,14 @@ class FuzzCampaign:
             what = " on ".join(x for x in (kind or "any finding", tensor) if x)
             seen = "; ".join(f.signature.short() for f in self.result.findings) or "nothing"
             pytest.fail(f"fuzzrunner expected {what} in target {self.result.target!r} after "
-                        f"{self.result.examples} cases (seed {self.result.seed}); it found {seen}. "
+                        f"{plural(self.result.examples, 'case')} (seed {self.result.seed}); it found {seen}. "
                         f"Raise max_examples or budget_s if the bug needs a longer search.", pytrace=False)
         return wanted[0]
 
     def report(self) -> str:
         r = self.result
         n = len(r.findings)
-        lines = [f"fuzzrunner found {n} bug{'s' * (n != 1)} in target {r.target!r} ({r.examples} cases in "
+        lines = [f"fuzzrunner found {plural(n, 'bug')} in target {r.target!r} ({plural(r.examples, 'case')} in "
                  f"{r.duration_s:.1f} s, seed {r.seed}, profile {self.profile!r}, stopped: {r.stop_reason}):"]
         for i, f in enumerate(sorted(r.findings, key=lambda f: f.first_found_after_examples), 1):
             lines += ["", f"{i}. " + render(f, indent="   ", with_case=True)]
@@ -123,8 +124,7 @@ def run_marked_campaign(item: pytest.Item, marker, state) -> FuzzCampaign:
     if target is None:
         pytest.fail("@pytest.mark.fuzzrunner needs a target: a built-in name ('reference_runner'), "
                     "'path/to/file.py:OBJ', 'package.module:OBJ' or a Target object.", pytrace=False)
-    faults = changes.pop("faults", ())
-    faults = (faults,) if isinstance(faults, str) else tuple(faults)
+    faults = changes.pop("faults", ())  # one name is one fault (fuzz: arguments.several), a wrong type one line
     for name in ("sanitizer", "device"):  # the command line overrides the marker, the marker the ini file
         value = getattr(state, name)
         if value is not None and (name in state.from_command_line or name not in changes):
@@ -211,7 +211,7 @@ def replay_corpus_file(path: Path, state) -> None:
     except InvalidCase as e:
         raise CorpusRegression(f"cannot replay {path}: {e}") from None
     skip_without_gpu(state.sanitizer, state.device)
-    spec = _own_spec(finding) or _target_for(case.target, state)
+    spec = _own_spec(finding) or _target_for(case.target, state, finding.target_spec if finding else "")
     try:
         with sigterm_stops():
             violations = _replayer(state).run(case, spec, finding.case_timeout_s if finding else None)
@@ -245,19 +245,25 @@ def _regression_report(path, case, finding, violations, spec) -> str:
 def _own_spec(finding) -> str | None:
     """The ``FILE.py:OBJ`` a finding was found with, if that file is still there: several test files
     may define targets of one name, and a finding replayed with another's file passed while its bug
-    was live (issue 23)."""
+    was live (issue 23). A built-in target's finding is the built-in's, whatever the ini maps its name
+    to (a user's target may take a built-in name: ``target.recorded_for``)."""
+    from .target import is_builtin
     spec = finding.target_spec if finding is not None else ""
+    if spec and is_builtin(spec):
+        return spec
     path, sep, _ = spec.rpartition(":")
     return spec if sep and path.endswith(".py") and os.path.isfile(path) else None
 
 
-def _target_for(name: str, state) -> str:
+def _target_for(name: str, state, recorded: str | None = "") -> str:
     """A corpus case names its target; find a spec a worker can load for that name (one only: a name
-    that several fuzz tests' files define cannot tell which, and fails saying so)."""
-    from .target import BUILTIN, load_target
+    that several fuzz tests' files define cannot tell which, and fails saying so). A finding that
+    ``recorded`` a spec of the user's never goes to the built-in target of the same name
+    (``target.recorded_for``)."""
+    from .target import BUILTIN, load_target, recorded_for
     if name in state.targets:
         return state.targets[name]
-    if name in BUILTIN:
+    if name in BUILTIN and recorded_for(recorded, name):
         return name
     specs: list[str] = []
     for spec in dict.fromkeys(state.candidates):  # targets named by this session's fuzz tests, loaded only now
@@ -274,7 +280,9 @@ def _target_for(name: str, state) -> str:
     if specs:
         state.targets[name] = specs[0]
         return specs[0]
-    pytest.fail(f"corpus target {name!r} is not built in and no fuzz test of this session fuzzes it: name it "
+    what = (f"was found by {recorded} (not the built-in target of that name)" if name in BUILTIN
+            else "is not built in")
+    pytest.fail(f"corpus target {name!r} {what} and no fuzz test of this session fuzzes it: name it "
                 f"in the pytest ini file, e.g. `fuzzrunner_targets = {name} = tests/my_runner.py:TARGET`.",
                 pytrace=False)
 

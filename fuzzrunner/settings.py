@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 
 from . import names
+from .arguments import several
 from .errors import InvalidArgument
 
 
@@ -125,8 +126,8 @@ class Settings:
     max_worker_rss_mb: float | None = None  # recycle a worker past this size (None: engine/rss.py's growth rule)
 
     def __post_init__(self):
-        if self.oracles is not None:
-            object.__setattr__(self, "oracles", tuple(self.oracles))
+        if self.oracles is not None:  # one name is one oracle (arguments.several), never its letters
+            object.__setattr__(self, "oracles", several(self.oracles, "oracles"))
         for f in fields(self):
             globals()[f"_validate_{f.name}"](getattr(self, f.name))
         if self.sanitizer != "none" and self.device == "cpu":

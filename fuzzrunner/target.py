@@ -20,9 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .arguments import several
+from .callbacks import function_kind, refuse_async, refuse_awaitable, value_kind
 from .case import Case
 from .errors import HarnessError, InvalidArgument, InvalidCase, TargetError, did_you_mean
 from .safe_io import json_files
+from .text import describe, safe_repr, safe_str, type_name
 
 BUILTIN = {
     "reference_runner": "fuzzrunner.targets.reference_runner:TARGET",
@@ -52,6 +55,24 @@ class Target:
     code_under_test: dict = field(default_factory=dict)  # which code runs (an engine's release, tree, patch and
     #                                    its hash): reported, and every worker must load the same (engine/hub.py)
 
+    def __post_init__(self):
+        """Names are strings (a name is a corpus folder and is quoted in every message), and each field of
+        several names takes one as one (``faults="x"`` is ``("x",)``: ``arguments.several``)."""
+        for field_name in ("name", "description"):
+            value = getattr(self, field_name)
+            if not isinstance(value, str) or (field_name == "name" and not value.strip()):
+                raise InvalidArgument(f"Target({field_name}={safe_repr(value, 100)}): the {field_name} must be a "
+                                      f"{'non-empty ' if field_name == 'name' else ''}string.")
+        for field_name in ("faults", "feature_space", "details", "own_code"):
+            value = several(getattr(self, field_name), f"Target {self.name!r}: {field_name}",
+                            paths=field_name == "own_code")
+            object.__setattr__(self, field_name, value)
+        if not callable(self.run):  # (cases is checked where it is called: a target may only replay cases)
+            raise InvalidArgument(f"Target {self.name!r}: run must be a function, not {type_name(self.run)}.")
+        if self.features is not None and not callable(self.features):
+            raise InvalidArgument(f"Target {self.name!r}: features must be a function or None, not "
+                                  f"{type_name(self.features)}.")
+
     def seed_files(self) -> list:
         """The target's own seed cases (replayed first by every campaign, after the corpus's)."""
         if not self.seeds:
@@ -59,16 +80,26 @@ class Target:
         return [str(p) for p in json_files(self.seeds)]
 
     def check_faults(self, names) -> tuple:
-        names = tuple(names or ())
+        names = several(names, "faults")
         for n in names:
             if n in self.faults_unavailable:
                 raise InvalidArgument(f"fault {n!r} of target {self.name!r} cannot run here: "
-                                      f"{self.faults_unavailable[n]} (a campaign would pass without testing it).")
+                                      f"{safe_str(self.faults_unavailable[n], 300)} (a campaign would pass without "
+                                      f"testing it).")
             if n not in self.faults:
                 hint = did_you_mean(n, self.faults)
                 known = ", ".join(self.faults) or "none"
                 raise InvalidArgument(f"unknown fault {n!r} for target {self.name!r}.{hint} Known faults: {known}.")
         return names
+
+    def check_callbacks(self) -> Target:
+        """This target, after ``TargetError`` if its ``run`` or ``cases`` is a generator function or
+        ``async def``, or its ``features`` is ``async`` (callbacks.py: such a target tests nothing)."""
+        refuse_async(self.name, "run", self.run)
+        refuse_async(self.name, "cases", self.cases)
+        if self.features is not None:
+            refuse_async(self.name, "features", self.features, generators=False)
+        return self
 
     def strategy(self, faults: tuple, max_ops: int):
         """``cases(faults, max_ops=max_ops)``, checked: a ``cases`` that raises, or returns no strategy,
@@ -80,7 +111,8 @@ class Target:
         try:
             inspect.signature(self.cases).bind(faults, max_ops=max_ops)
         except TypeError as e:
-            raise TargetError(f"target {self.name!r}: its cases cannot be called as cases(faults, *, max_ops) ({e}); "
+            raise TargetError(f"target {self.name!r}: its cases cannot be called as cases(faults, *, max_ops) "
+                              f"({safe_str(e, 300)}); "
                               f"a target's cases must accept the faults and the keyword max_ops.") from None
         except ValueError:
             pass  # no signature to read (a builtin): calling it says
@@ -88,10 +120,11 @@ class Target:
             strategy = self.cases(faults, max_ops=max_ops)
         except Exception as e:
             raise TargetError(f"target {self.name!r}: its cases(faults, max_ops={max_ops}) raised "
-                              f"{type(e).__name__}: {e}") from e
+                              f"{describe(e)}") from e
+        refuse_awaitable(self.name, "cases", strategy)
         if not isinstance(strategy, SearchStrategy):
             raise TargetError(f"target {self.name!r}: its cases(faults, max_ops={max_ops}) returned "
-                              f"{type(strategy).__name__}, not a Hypothesis strategy of Case.")
+                              f"{type_name(strategy)}, not a Hypothesis strategy of Case.")
         # an empty strategy draws nothing that could raise; left bare, Hypothesis says "empty strategy"
         return strategy if strategy.is_empty else _guarded(strategy)
 
@@ -124,18 +157,17 @@ def describe_code(code: dict) -> str:
 
 
 class DrawError(BaseException):
-    """A target's strategy raised while drawing a case. A BaseException, so that Hypothesis stops at
-    once instead of shrinking the target's own error as if it were a bug of the code under test."""
+    """A target's strategy raised while drawing a case, or drew something that is no case. A
+    BaseException, so that Hypothesis stops at once instead of shrinking the target's own error as if
+    it were a bug of the code under test (and never formats the value drawn)."""
 
-    def __init__(self, error: Exception):
-        super().__init__(error)
-        self.error = error
+    def __init__(self, what: str, error: Exception | None = None):
+        super().__init__(what)
+        self.what, self.error = what, error
 
 
 def draw_error(target_name: str, e: DrawError) -> TargetError:
-    err = e.error
-    return TargetError(f"target {target_name!r}: its strategy raised {type(err).__name__} while drawing a case: "
-                       f"{err}")
+    return TargetError(f"target {target_name!r}: its strategy {e.what}")
 
 
 def _guarded(strategy):
@@ -145,12 +177,35 @@ def _guarded(strategy):
     @st.composite
     def target_cases(draw):
         try:
-            return draw(strategy)
+            case = draw(strategy)
         except (UnsatisfiedAssumption, Frozen):  # Hypothesis' own flow: assume() and filters, end of data
             raise
         except Exception as e:
-            raise DrawError(e) from e
+            raise DrawError(f"raised {type_name(e)} while drawing a case: "
+                            f"{describe(e).removeprefix(type_name(e)).removeprefix(': ')}", e) from e
+        problem = _not_a_case(case)
+        if problem:
+            raise DrawError(problem)
+        return case
     return target_cases()
+
+
+def _not_a_case(value) -> str | None:
+    """Why a drawn value is no case a worker can run (None if it is one): a ``Case`` of plain JSON data.
+    Anything else ended the campaign as fuzzrunner's "internal error" (an int has no 'target'), or
+    made Hypothesis format a value whose ``repr`` may raise."""
+    import json
+    kind = value_kind(value)
+    if kind is not None:
+        return (f"drew {kind} ({type_name(value)}), not a Case: build cases with plain functions (an async "
+                f"function given to st.builds or .map makes coroutines).")
+    if not isinstance(value, Case):
+        return f"drew {type_name(value)}, not a fuzzrunner Case: its cases() must return a strategy of Case."
+    try:
+        json.dumps(value.to_dict())  # what goes to the worker
+    except (TypeError, ValueError, RecursionError) as e:
+        return f"drew a case that is not plain JSON data ({describe(e, 200)}): cases must round-trip through JSON."
+    return None
 
 
 def _where(error) -> str:
@@ -197,7 +252,7 @@ def _exec_file(module_part: str):
         raise
     except BaseException as e:  # noqa: B036 - SystemExit at import must not end the campaign
         del sys.modules[mod_name]
-        raise HarnessError(f"target file {module_part!r} failed to import: {type(e).__name__}: {e}") from None
+        raise HarnessError(f"target file {module_part!r} failed to import: {describe(e)}") from None
     return module
 
 
@@ -205,11 +260,11 @@ def _import_module(module_part: str):
     try:
         return importlib.import_module(module_part)
     except ImportError as e:
-        raise InvalidArgument(f"cannot import target module {module_part!r}: {e}.") from None
+        raise InvalidArgument(f"cannot import target module {module_part!r}: {safe_str(e, 300)}.") from None
     except KeyboardInterrupt:  # the user's stop during the import: not the target's failure
         raise
     except BaseException as e:  # noqa: B036 - SystemExit at import must not end the campaign
-        raise HarnessError(f"target module {module_part!r} failed to import: {type(e).__name__}: {e}") from None
+        raise HarnessError(f"target module {module_part!r} failed to import: {describe(e)}") from None
 
 
 def _import_object(spec: str):
@@ -234,20 +289,38 @@ def resolve_spec(spec: str) -> str:
     return BUILTIN[spec]
 
 
+def is_builtin(spec: str) -> bool:
+    """Whether ``spec`` names one of our built-in targets (by its name or its module spec)."""
+    return spec in BUILTIN or spec in BUILTIN.values()
+
+
+def recorded_for(recorded: str | None, spec: str) -> bool:
+    """Whether a finding recorded with target spec ``recorded`` is one of target ``spec``'s (their names
+    being the same: the corpus folder is ``findings/<name>/``). A user's target may take a built-in
+    name; the two share the folder but never their findings: a built-in spec's findings are the
+    built-in target's, any other spec's are the user's (a user's file may move: any user spec of that
+    name). A finding that recorded no spec (an older corpus) is anyone's of that name, as before."""
+    return not recorded or is_builtin(recorded) == is_builtin(spec)
+
+
 def load_target(spec: str) -> Target:
     """A built-in name, ``file.py:OBJ`` or ``module:OBJ`` -> Target."""
     full = resolve_spec(spec)
     obj = _import_object(full)
     if not isinstance(obj, Target) and callable(obj):
+        kind = function_kind(obj)
+        if kind is not None:  # its Target would never be built (an async factory's body never runs here)
+            raise TargetError(f"target factory {full!r} is {kind}: a factory must be a plain function that builds "
+                              f"and returns the Target.")
         try:
             obj = obj()
         except HarnessError:
             raise  # already one line (TargetUnavailable: what is missing and how to get it)
         except BaseException as e:  # noqa: B036 - SystemExit in a factory is a broken harness too
-            raise HarnessError(f"target factory {full!r} failed: {type(e).__name__}: {e}") from None
+            raise HarnessError(f"target factory {full!r} failed: {describe(e)}") from None
     if not isinstance(obj, Target):
-        raise InvalidArgument(f"{full!r} is a {type(obj).__name__}, not a fuzzrunner.Target.")
-    return obj
+        raise InvalidArgument(f"{full!r} is a {type_name(obj)}, not a fuzzrunner.Target.")
+    return obj.check_callbacks()
 
 
 def spec_of(target: Target) -> str:

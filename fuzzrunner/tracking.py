@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .text import safe_str
+
 
 class Watcher:
     """What oracles and the worker hear; every method is optional (a no-op here)."""
@@ -55,6 +57,7 @@ def track(tensor: Any, name: str, *, per_step: bool = False, initialized: bool =
     (its name and byte states stay; ``per_step`` is OR-ed), so a runner may call this every
     step; and it never marks a byte known never-written as written, whatever ``initialized``
     says (``initialized`` only describes bytes nothing knew about)."""
+    name = name if isinstance(name, str) else safe_str(name, 200)  # quoted in every report of the buffer
     for w in _watchers:
         w.on_track(tensor, name, per_step, initialized)
     return tensor
@@ -74,6 +77,7 @@ def kernel_launch(kernel: str, **meta: Any) -> None:
     invariants oracle checks it; any other metadata is only recorded."""
     if not _watchers:
         return
+    kernel = kernel if isinstance(kernel, str) else safe_str(kernel, 200)
     caller = sys._getframe(1)
     meta.setdefault("where", f"{caller.f_code.co_filename}:{caller.f_lineno}")
     for w in _watchers:

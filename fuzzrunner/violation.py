@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from . import names, source
 from .signature import Signature
+from .text import json_safe, safe_repr, safe_str
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,11 @@ class Violation:
     site: str = ""           # file::function holding the location (matched); derived if empty
 
     def __post_init__(self):
+        for name in ("tool", "kernel", "location", "tensor", "message", "site"):  # a target's names may be anything
+            if not isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, safe_str(getattr(self, name), 300))
+        object.__setattr__(self, "details", json_safe(self.details) if isinstance(self.details, dict) else
+                           {"details": safe_repr(self.details, 300)})  # they travel as JSON
         if self.kind not in names.KINDS:
             raise ValueError(f"violation kind {self.kind!r} must be one of {tuple(names.KINDS)}")
         if not self.site and self.location:

@@ -19,6 +19,7 @@ from .. import devices
 from ..corpus import Corpus
 from ..settings import Settings
 from ..target import load_target
+from . import events
 from . import result as R
 from .plan import CampaignPlan
 from .result import CampaignResult
@@ -49,6 +50,7 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
     ``db`` (``redis://...``, with ``ray``) is the example database they share."""
     plan = plan_campaign(target_spec, settings, faults=faults, corpus_dir=corpus_dir, database=database,
                          on_cluster=ray is not None)
+    listener = on_event = events.Listener(on_event)  # the user's callback cannot end the campaign
     if ray is not None:
         from .ray_shards import run_on_ray
         result = run_on_ray(ray, plan, on_event, db_url=db)
@@ -66,6 +68,7 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
             result = run_sharded(plan, on_event)
     result.seed = plan.seed
     result.code_under_test = dict(plan.code)
+    listener.report(result.warnings)
     if plan.device == "cuda" and settings.cpu_triage and result.findings:
         _triage(result, plan)
     _check_floor(result, settings)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import InvalidCase, NewerSchema, SkippedFile
+from ..target import is_builtin, recorded_for
+from ..text import plural
 from . import events
 
 
@@ -26,7 +28,7 @@ def replay_corpus(shard) -> None:
         said = str(error).removeprefix(f"{path}: ")  # the error names the file too: say it once
         shard.emit(events.warning(f"unreadable corpus file {path} ({where}): {said}"))
 
-    entries = corpus.entries(shard.target.name, on_bad=bad) if corpus is not None else []
+    entries = _own(shard, corpus.entries(shard.target.name, on_bad=bad) if corpus is not None else [])
     for path, case, finding in entries + _seed_entries(shard, bad):
         if not set(case.faults) <= set(shard.faults):
             continue  # recorded with planted faults: replays only in campaigns that plant them
@@ -45,6 +47,22 @@ def replay_corpus(shard) -> None:
             shard.emit(events.regression(finding, str(path)))
         elif violations:
             shard.record(violations, case)
+
+
+def _own(shard, entries: list) -> list:
+    """The entries that are this target's: a finding recorded by another target of the same name (a
+    user's target named like a built-in one, or the other way round) is left alone, said once; before,
+    the campaign ran it against its own target and quarantined it as unreadable."""
+    mine = [e for e in entries if e[2] is None or recorded_for(e[2].target_spec, shard.target_spec)]
+    others = len(entries) - len(mine)
+    if others:
+        whose = "a target of your own" if is_builtin(shard.target_spec) else "the built-in target"
+        message = (f"{plural(others, 'finding')} of {whose} also named {shard.target.name!r} "
+                   f"{'is' if others == 1 else 'are'} in the corpus: left alone (each finding belongs to the target "
+                   f"spec it recorded; give your target another name to keep their folders apart)")
+        shard.result.warnings.append(message)
+        shard.emit(events.warning(message))
+    return mine
 
 
 def _refile(shard, finding, violations, case) -> None:

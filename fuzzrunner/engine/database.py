@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
@@ -71,10 +71,14 @@ def hypothesis_storage(corpus: Corpus | None) -> Iterator[None]:
     if os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
         yield
         return
-    home = corpus.hypothesis_home() if corpus is not None else None
     before = getattr(configuration, _HOME, None)
-    configuration.set_hypothesis_home_dir(home or Path(tempfile.gettempdir()) / f"fuzzrunner-hypothesis-{os.getuid()}")
-    try:
-        yield
-    finally:
-        configuration.set_hypothesis_home_dir(before)
+    with ExitStack() as stack:
+        # no corpus: a folder of this campaign's own, removed after it (a fixed fuzzrunner-hypothesis-UID
+        # folder was left in TMPDIR by every campaign without a corpus: check-target, tests, the library)
+        home = (corpus.hypothesis_home() if corpus is not None else None) or \
+            Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fuzzrunner-hypothesis-")))
+        configuration.set_hypothesis_home_dir(home)
+        try:
+            yield
+        finally:
+            configuration.set_hypothesis_home_dir(before)

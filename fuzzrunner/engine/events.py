@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from ..callbacks import value_kind
+from ..text import describe, plural
+
 PROGRESS, WARNING, FINDING, REGRESSION = "progress", "warning", "finding", "regression"
 DONE, ERROR = "done", "error"
 SAVE, SET_ASIDE, QUARANTINE = "corpus-save", "corpus-set-aside", "corpus-quarantine"
@@ -66,6 +69,37 @@ def portable(e: dict) -> dict:
     if "finding" in e and hasattr(e["finding"], "to_dict"):
         e["finding"] = e["finding"].to_dict()
     return e
+
+
+class Listener:
+    """A user's ``on_event``, called so that it cannot end the campaign: an exception it raises is
+    counted and said once, in the result's warnings (``report``); the campaign and later events go on.
+    (A raising progress callback used to abort the campaign with its findings' report unwritten.)
+    A ``BaseException`` (Ctrl-C in the callback) still stops the campaign, as anywhere else."""
+
+    def __init__(self, on_event: Callable[[dict], object] | None):
+        self.on_event, self.failures, self.first = on_event, 0, ""
+
+    def __call__(self, event: dict) -> None:
+        if self.on_event is None:
+            return
+        try:
+            kind = value_kind(self.on_event(event))  # a coroutine returned: closed, and it saw nothing
+        except Exception as e:  # noqa: BLE001 - the user's callback: said once, never the campaign's end
+            self.failed(f"raised {describe(e)} (on a {event.get('type')!r} event)")
+            return
+        if kind is not None:
+            self.failed(f"returned {kind} (on a {event.get('type')!r} event): it is called, never awaited")
+
+    def failed(self, what: str) -> None:
+        self.failures += 1
+        self.first = self.first or what
+
+    def report(self, warnings: list) -> None:
+        """Add the one warning about the callback's failures, if it failed."""
+        if self.failures:
+            warnings.append(f"on_event {self.first}; {plural(self.failures, 'event')} it failed on "
+                            f"in all; the campaign went on without them (fix the callback)")
 
 
 def dispatch(handlers: Mapping[str, Callable[[dict], object]], event: dict, default=None):

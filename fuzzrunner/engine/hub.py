@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import names
 from ..case import Case
-from ..errors import HarnessError, InvalidCase
+from ..errors import HarnessError, InvalidCase, TargetError
 from ..target import describe_code
 from ..violation import Violation, raised_cuda_error
 from . import protocol
@@ -337,6 +337,10 @@ class Worker:
         self.busy = False
         raise InvalidCase(msg.message)
 
+    def _on_target_failed(self, msg: protocol.TargetFailed, seen: _Progress):
+        self.busy = False
+        raise TargetError(msg.message)
+
     def _on_harness(self, msg: protocol.Harness, seen: _Progress):
         self.kill()
         raise HarnessError(f"worker failed outside the target: {msg.message}\n{msg.traceback}")
@@ -435,7 +439,8 @@ class Worker:
 # One handler per message a worker sends during a case (``protocol.FROM_WORKER``).
 _CASE_HANDLERS = {protocol.Op: Worker._on_op, protocol.Launch: Worker._on_launch, protocol.Partial: Worker._on_partial,
                   protocol.Result: Worker._on_result, protocol.Invalid: Worker._on_invalid,
-                  protocol.Harness: Worker._on_harness, protocol.Ready: Worker._on_ready}
+                  protocol.TargetFailed: Worker._on_target_failed, protocol.Harness: Worker._on_harness,
+                  protocol.Ready: Worker._on_ready}
 
 
 class _Standby:

@@ -8,7 +8,7 @@ any other message, so a message a side does not know is a broken peer, never a s
 The channels:
 
 * hub -> worker: ``Run``, ``Exit``; worker -> hub: ``Ready``, ``Op``, ``Launch``, ``Partial``,
-  ``Result``, ``Invalid``, ``Harness`` (``TO_WORKER``, ``FROM_WORKER``);
+  ``Result``, ``Invalid``, ``TargetFailed``, ``Harness`` (``TO_WORKER``, ``FROM_WORKER``);
 * hub -> zygote: ``Fork``, ``Exit``; zygote -> hub: ``ZygoteReady``, ``Forked``, ``Exited``,
   ``Harness`` (``TO_ZYGOTE``, ``FROM_ZYGOTE``).
 
@@ -108,6 +108,14 @@ class Invalid(Message):
 
 
 @dataclass(frozen=True)
+class TargetFailed(Message):
+    """The target broke its contract (``errors.TargetError``: its ``run`` is ``async``, returned a
+    generator, misused ``ctx.op``): the campaign stops with this line; no finding, no worker crash."""
+    kind: ClassVar[str] = "target-failed"
+    message: str
+
+
+@dataclass(frozen=True)
 class Harness(Message):
     kind: ClassVar[str] = "harness"
     message: str
@@ -147,7 +155,7 @@ def _vocabulary(*classes: type[Message]) -> dict[str, type[Message]]:
 
 
 TO_WORKER = _vocabulary(Run, Exit)
-FROM_WORKER = _vocabulary(Ready, Op, Launch, Partial, Result, Invalid, Harness)
+FROM_WORKER = _vocabulary(Ready, Op, Launch, Partial, Result, Invalid, TargetFailed, Harness)
 TO_ZYGOTE = _vocabulary(Fork, Exit)
 FROM_ZYGOTE = _vocabulary(ZygoteReady, Forked, Exited, Harness)
 

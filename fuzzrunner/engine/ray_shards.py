@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from ..corpus import Corpus
 from ..errors import HarnessError, InvalidArgument, NewerSchema, TargetUnavailable
 from ..finding import merge_all
+from ..text import describe, plural
 from . import events
 from . import result as R
 from .corpus_stream import CorpusWriter, StreamedCorpus, snapshot
@@ -142,7 +143,7 @@ class ShardActor:
             res = run_shard(plan, job.index, job.quota, on_event, corpus=corpus, database=db)
             send(events.done(portable_result(res)))
         except BaseException as e:  # noqa: B036 - report, never leave the driver waiting
-            send(events.error(f"{type(e).__name__}: {e}"))
+            send(events.error(describe(e, 2000)))
         finally:
             close_database(db)
 
@@ -219,7 +220,7 @@ class _Driver:
                 "not resumed (its quota or the budget is spent)" if job.run < MAX_RESTARTS else
                 f"not resumed: it died {job.run + 1} times")
         message = (f"shard {job.index}'s Ray actor died ({type(error).__name__}: its process or node was lost) "
-                   f"after {examples} cases; its findings were already with the driver; {tail}")
+                   f"after {plural(examples, 'case')}; its findings were already with the driver; {tail}")
         self.deaths.append((job.index, job.run, message))
         self.merger.event(events.warning(message))
         if resumed is not None:

@@ -312,6 +312,8 @@ class Shard:
             if generating:
                 r.invalid += 1
             reject()
+        except TargetError as e:  # the target broke its contract (an async run): stop, never shrink it as a bug
+            raise Refused(e) from None
         self._count(features, generating)
         live = [f for f, _ in self.record(violations, case) if f.id not in self.book.settled and not f.minimized] \
             if violations else []

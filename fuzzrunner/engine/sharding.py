@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 from ..errors import HarnessError
 from ..finding import Finding, merge_all
+from ..text import describe
 from . import events
 from . import result as R
 from .plan import CampaignPlan
@@ -48,7 +49,7 @@ def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: in
         res.stop_reason = R.STOP_INTERRUPTED
         queue.put(events.done(portable_result(res)))
     except BaseException as e:  # noqa: B036 - report, never hang the parent
-        queue.put(events.error(f"{type(e).__name__}: {e}"))
+        queue.put(events.error(describe(e, 2000)))
     finally:
         drop_prestarted()
 

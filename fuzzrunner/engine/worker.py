@@ -15,11 +15,11 @@ import os
 import socket
 import sys
 import time
-import traceback
 from contextlib import ExitStack
 from typing import Any
 
 from .. import tracking
+from ..text import describe, safe_str, traceback_text
 from . import protocol
 
 
@@ -47,7 +47,7 @@ class _LaunchReporter(tracking.Watcher):
 
     def on_kernel_launch(self, kernel: str, meta: dict) -> None:
         self.last = kernel
-        protocol.send(self.sock, protocol.Launch(kernel, str(meta.get("where", ""))))
+        protocol.send(self.sock, protocol.Launch(kernel, safe_str(meta.get("where", ""), 300)))
 
 
 def _context_lost(last_kernel: str):
@@ -97,7 +97,7 @@ class _Session:
 
     def run(self, msg: protocol.Run) -> int | None:
         from ..case import Case
-        from ..errors import InvalidCase
+        from ..errors import InvalidCase, TargetError
         from ..execute import run_case
         self.case_no += 1
         t0 = time.perf_counter()
@@ -118,11 +118,15 @@ class _Session:
             lost = _context_lost(self.reporter.last) if self.device == "cuda" else None
             if lost is None:
                 _marker("case-end", self.case_no)
-                protocol.send(self.sock, protocol.Invalid(str(e)))
+                protocol.send(self.sock, protocol.Invalid(safe_str(e)))
                 return None
             violations = []
+        except TargetError as e:  # the target broke its contract: the campaign stops with its line
+            _marker("case-end", self.case_no)
+            protocol.send(self.sock, protocol.TargetFailed(safe_str(e)))
+            return None
         except BaseException as e:  # noqa: B036 - a bug in fuzzrunner itself: the harness broke
-            protocol.send(self.sock, protocol.Harness(f"{type(e).__name__}: {e}", traceback.format_exc()[-4000:]))
+            protocol.send(self.sock, protocol.Harness(describe(e, 2000), traceback_text(e)))
             return protocol.EXIT_HARNESS
         _marker("case-end", self.case_no)
         violations = [self._with_last_launch(v) for v in violations] + ([lost] if lost else [])
@@ -140,7 +144,8 @@ class _Session:
                        details={**v.details, "last_kernel": self.reporter.last})
 
     def _op(self, index: int, op: dict) -> None:
-        protocol.send(self.sock, protocol.Op(index, op.get("op", "")))
+        name = op.get("op", "")  # a run's own op dict may hold anything (ctx.op takes dicts only)
+        protocol.send(self.sock, protocol.Op(index, name if isinstance(name, str) else safe_str(name, 100)))
 
     def _partial(self, violations: list) -> None:
         protocol.send(self.sock, protocol.Partial([v.to_dict() for v in violations]))
@@ -162,8 +167,7 @@ def _set_up(sock: socket.socket, start: protocol.WorkerEnv):
         if device == "cuda":
             torch.cuda.init()
     except BaseException as e:  # noqa: B036 - SystemExit at import is a broken harness too
-        protocol.send(sock, protocol.Harness(f"worker set-up failed: {type(e).__name__}: {e}",
-                                             traceback.format_exc()[-4000:]))
+        protocol.send(sock, protocol.Harness(f"worker set-up failed: {describe(e, 2000)}", traceback_text(e)))
         return None
     return target
 

@@ -30,6 +30,7 @@ import sys
 import traceback
 from dataclasses import replace
 
+from ..text import describe
 from . import protocol
 
 
@@ -47,7 +48,7 @@ def _preload() -> str | None:
         if torch.cuda.is_initialized():
             return "importing the target initialized CUDA, and a CUDA context does not survive a fork"
     except BaseException as e:  # noqa: B036 - the hub falls back to starting workers itself
-        return f"{type(e).__name__}: {e}"
+        return describe(e, 2000)
     return None
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import source
+from ..text import describe
 from ..violation import Violation
 
 _SEQ = itertools.count()
@@ -33,7 +34,7 @@ class FinishFailed(Exception):
     failure (``error``), so that the run keeps both."""
 
     def __init__(self, error: Exception, violations: list):
-        super().__init__(str(error))
+        super().__init__(describe(error))
         self.error, self.violations = error, violations
 
 

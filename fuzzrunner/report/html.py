@@ -12,11 +12,12 @@ from pathlib import Path
 
 from .. import names
 from ..finding import case_text, triage_text
+from ..text import plural
 from ..violation import cause_lines, window_lines
 from .html_trend import CSS as _TREND_CSS
 from .html_trend import badge, history_section, trend_section
 from .json_report import SCHEMA, cluster_text, report_dict, skip_lines, write_text
-from .junit import plural, short, xml_safe
+from .junit import short, xml_safe
 
 _CSS = """
 :root{--ink:#1f2328;--muted:#656d76;--line:#d8dee4;--bg:#f6f8fa;--card:#fff;--accent:#0969da}
@@ -234,8 +235,8 @@ def _run_section(run: dict, index: int, base: Path | None, previous: dict | None
     corpus = f" &middot; corpus: {len(replayed)} replayed, {again} still failing" if replayed else ""
     meta = (f'seed <span class="mono">{_e(run["seed"])}</span> &middot; faults on: '
             f'<span class="mono">{_e(", ".join(run["faults"]) or "none")}</span> &middot; '
-            f'{run["examples"]:,} examples ({run["invalid"]:,} invalid) in {_duration(run["duration_s"])} '
-            f'&middot; {run["worker_restarts"]} worker restart(s){corpus}'
+            f'{plural(run["examples"], "example")} ({run["invalid"]:,} invalid) in {_duration(run["duration_s"])} '
+            f'&middot; {plural(run["worker_restarts"], "worker restart")}{corpus}'
             + (f' &middot; {_e(cluster_text(run["cluster"]))}' if run.get("cluster") else ""))
     return (f'<section id="run-{index}"><h2>{_e(run["target"])}{_pill(len(run["findings"]))}</h2>'
             f'<p class="meta">{meta}</p>{_notes(run)}{_plot(run)}<h3>Findings</h3>{_findings(run, base)}'

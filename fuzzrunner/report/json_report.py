@@ -25,6 +25,7 @@ from ..corpus import atomic_write
 from ..errors import InvalidArgument, InvalidCase
 from ..finding import Finding
 from ..safe_io import MAX_REPORT_BYTES, read_text
+from ..text import plural
 
 SCHEMA = 2  # 2: one shape for fuzz and nightly (runs + summary); trend fields
 
@@ -142,7 +143,8 @@ def skip_lines(skips: int, causes: list, generated: int) -> list[str]:
 def cluster_text(c: dict) -> str:
     """One line on the Ray cluster a run used (the text summary and the HTML say it the same way)."""
     shared = "a Redis example database" if c["example_database"] == "redis" else "the driver's example database"
-    return (f"on Ray {c['ray_version']} ({c['ray']}): {c['nodes']} node(s), {c['cpus']} CPUs, {c['gpus']} GPUs; "
+    return (f"on Ray {c['ray_version']} ({c['ray']}): {plural(c['nodes'], 'node')}, {plural(c['cpus'], 'CPU')}, "
+            f"{plural(c['gpus'], 'GPU')}; "
             f"shards shared {shared}")
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..finding import case_text, triage_text
 from ..signature import Signature
+from ..text import plural
 from ..violation import window_lines
 from .json_report import report_dict, runs, write_text
 
@@ -17,10 +18,6 @@ _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]
 
 def xml_safe(text) -> str:
     return _XML_ILLEGAL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
-
-
-def plural(count: int, word: str) -> str:
-    return f"{count:,} {word}{'' if count == 1 else 's'}"
 
 
 def short(f: dict) -> str:
@@ -63,8 +60,8 @@ def junit_text(results) -> str:
         ok = ET.SubElement(suite, "testcase", classname=cls, name=xml_safe(f"{run['target']}: fuzz campaign"),
                            time=f"{run['duration_s']:.3f}")
         ET.SubElement(ok, "system-out").text = xml_safe(
-            f"{run['examples']} examples ({run['invalid']} invalid), {len(found)} finding(s), seed {run['seed']}, "
-            f"{run['worker_restarts']} worker restart(s)")
+            f"{plural(run['examples'], 'example')} ({run['invalid']} invalid), {plural(len(found), 'finding')}, "
+            f"seed {run['seed']}, {plural(run['worker_restarts'], 'worker restart')}")
         for f in found:
             tc = ET.SubElement(suite, "testcase", classname=cls, name=xml_safe(test_name(f)), time="0")
             fail = ET.SubElement(tc, "failure", message=xml_safe(f["message"]), type=xml_safe(f["signature"]["kind"]))

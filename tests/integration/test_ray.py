@@ -80,7 +80,7 @@ def test_no_fault_exits_0_and_writes_no_finding(cluster, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "0 findings" in out and "10 generated" in out  # both shards' cases counted once
-    assert f"on Ray {ray.__version__} ({cluster.address}): 2 node(s)" in out
+    assert f"on Ray {ray.__version__} ({cluster.address}): 2 nodes" in out
     assert _files(tmp_path) == []
 
 

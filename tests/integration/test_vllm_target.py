@@ -167,7 +167,7 @@ EMBEDDING = {"entry": "punica", "embedding": True, "lora_index_to_id": [3, 1]}
 @needs_vllm
 def test_doctor_lists_the_components_found_and_says_how_each_is_driven(capsys):
     from fuzzrunner.cli import main
-    main(["doctor"])  # in this process: vLLM is imported once for the file's tests (_fuzz)
+    main(["doctor", "--engines"])  # in this process: vLLM is imported once for the file's tests (_fuzz)
     out = capsys.readouterr()
     found = next((ln for ln in out.out.splitlines() if "vllm found" in ln), "")
     assert "fused_moe_lora (naive block assignment)" in found, out.out + out.err

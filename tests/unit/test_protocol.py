@@ -16,6 +16,7 @@ SAMPLES = {
     protocol.Partial: protocol.Partial([{"tool": "shadow"}]),
     protocol.Result: protocol.Result([], 0.5, 7, fatal=True),
     protocol.Invalid: protocol.Invalid("bad case"),
+    protocol.TargetFailed: protocol.TargetFailed("target 't': its run returned a coroutine"),
     protocol.Harness: protocol.Harness("boom", "tb"),
     protocol.Fork: protocol.Fork("/tmp/s", "/tmp/log"),
     protocol.ZygoteReady: protocol.ZygoteReady(5),
