@@ -76,7 +76,7 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
         f"found = found or [v for v in violations if getattr(v.signature, 'access_id', 0) == {_lit(sig.access_id)}]"]
     device_mode = finding.violation.details.get("shadow_mode") == "device"
     imports = ["import os", "import sys"] if "os.environ" in body[-1] or device_mode else ["import sys"]
-    lines = _header(finding, name) + imports + [""]
+    lines = _header(finding, name) + imports + ["", *_STDOUT, ""]
     if device_mode:  # found by the shadow oracle's device mode: replay in it (on a CPU, through the interpreter)
         lines += ['if not os.environ.get("FUZZRUNNER_SHADOW", "").strip():  # the mode that found it, unless set',
                   '    os.environ["FUZZRUNNER_SHADOW"] = "device"', ""]
@@ -88,6 +88,12 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
               "if found:", "    sys.exit(1)",
               *_LIMITS, 'print("not reproduced")', "sys.exit(0)"]
     return "\n".join(lines) + "\n"
+
+
+# What the script prints may hold a path with undecodable bytes (a non-UTF-8 folder or target file):
+# a UTF-8 terminal's strict stdout raised UnicodeEncodeError, and the traceback's exit 1 read as
+# "reproduced". Escaped instead, as the command line does.
+_STDOUT = ['getattr(sys.stdout, "reconfigure", lambda **kw: None)(errors="backslashreplace")  # undecodable path bytes']
 
 
 # A case the tool could not run here (a tool-limitation: Triton's interpreter, an oracle) proves

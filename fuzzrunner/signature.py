@@ -48,9 +48,8 @@ class Signature:
         kind = names.KINDS.get(self.kind)
         if kind is None or not kind.memory:
             return ""
-        key = "|".join(("access", self.tool, kind.family, source.files_only(self.kernel),
+        return _digest(("access", self.tool, kind.family, source.files_only(self.kernel),
                         source.files_only(self.tensor)))
-        return hashlib.sha1(key.encode()).hexdigest()[:12]
 
     def matches(self, finding_id: str) -> bool:
         """Whether this is the bug ``finding_id`` names (its id, or its file-level id)."""
@@ -59,10 +58,7 @@ class Signature:
     def _id(self, names_in) -> str:
         kind = names.KINDS[self.kind].family if self.kind in names.KINDS else self.kind
         where = self.site or source.site(self.location)
-        key = "|".join((self.tool, kind, names_in(self.kernel), where, names_in(self.tensor)))
-        # surrogatepass: a path with undecodable bytes (a non-UTF-8 folder) still has an id; for any other
-        # text the bytes, and so the ids, are UTF-8's
-        return hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        return _digest((self.tool, kind, names_in(self.kernel), where, names_in(self.tensor)))
 
     def short(self, where: str | None = None, *, tool: bool = True) -> str:
         """``kind of tensor in kernel at location [tool]``, leaving out what the tool could not name;
@@ -79,3 +75,10 @@ class Signature:
     @classmethod
     def from_dict(cls, d: dict) -> Signature:
         return cls(*(str(d.get(k, "")) for k in ("tool", "kind", "kernel", "location", "tensor", "site")))
+
+
+def _digest(parts: tuple) -> str:
+    """The 12 hex digits of an id. surrogatepass: text holding a path with undecodable bytes (a
+    non-UTF-8 folder or target file, in a site or an automatically tracked tensor's name) still has an
+    id (the access id raised UnicodeEncodeError and lost the finding); any other text hashes as UTF-8."""
+    return hashlib.sha1("|".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:12]

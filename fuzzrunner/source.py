@@ -18,7 +18,9 @@ import re
 _PATHS: dict[str, str] = {}
 _LOCATED: dict[tuple[str, int], str] = {}  # (absolute path, line) -> location text
 _LOCATION = re.compile(r"^(?P<file>.+\.py):(?P<line>\d+)$")
-_EMBEDDED = re.compile(r"(?P<loc>[\w./\\-]+\.py:\d+)")
+# a file's undecodable bytes (a non-UTF-8 name, held as surrogates) are part of its name: without them
+# ``torch.empty@t\udcfe.py:10`` kept its line in the id
+_EMBEDDED = re.compile(r"(?P<loc>(?:[\w./\\-]|[\udc80-\udcff])+\.py:\d+)")
 
 
 def import_root(path: str) -> str:

@@ -1,0 +1,52 @@
+"""Issue 47, the file-system half: what a user's paths must not break (issue 47: items 1, 5, 11, 12,
+13 and 15's file-system messages).
+
+Each test drives the real command line (``fuzzrunner.cli.main``), or ``python -m fuzzrunner`` where
+real undecodable path bytes or a real pipe matter, on targets loaded as a user's FILE.py:OBJ.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fuzzrunner.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+AUTO = Path(__file__).with_name("auto_tracked_target.py")
+
+
+def fuzz(target: Path, corpus: Path, report: Path, *extra, examples: str = "10", seed: str = "1") -> int:
+    return main(["fuzz", "--target", f"{target}:TARGET", "--max-examples", examples, "--seed", seed, "-q",
+                 "--device", "cpu", "--corpus", str(corpus), "--report", str(report), *extra])
+
+
+# -- 11. a target file whose path is not UTF-8 ----------------------------------------------------------
+
+def test_a_memory_finding_of_a_non_utf8_target_file_is_kept_replayed_and_its_script_prints(tmp_path):
+    """The access id of ``torch.empty@t\\udcfe.py:10`` raised UnicodeEncodeError: "internal error", no
+    finding. Then the repro script's own print raised it under a UTF-8 terminal (strict), and the
+    traceback's exit 1 read as "reproduced"."""
+    bad = os.fsencode(str(tmp_path)) + b"/dir\xff"
+    os.mkdir(bad)
+    target = bad + b"/t\xfe.py"
+    with open(target, "wb") as f:
+        f.write(AUTO.read_bytes())
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "utf-8:strict"}
+
+    def run(*argv):
+        return subprocess.run([sys.executable.encode(), *argv], capture_output=True, env=env, cwd=tmp_path,
+                              timeout=300)
+    p = run(b"-m", b"fuzzrunner", b"fuzz", b"--target", target + b":TARGET", b"--max-examples", b"10", b"--seed",
+            b"1", b"-q", b"--device", b"cpu", b"--corpus", bad + b"/corpus", b"--junit", bad + b"/r.xml")
+    assert p.returncode == 1, p.stderr.decode(errors="replace")
+    assert b"uninitialized-read of torch.empty@t\\udcfe.py:" in p.stdout  # the summary, escaped
+    [saved] = os.listdir(bad + b"/corpus/findings/auto_tracked")
+    finding = bad + b"/corpus/findings/auto_tracked/" + saved
+    assert b"\\xfe.py" in Path(os.fsdecode(bad + b"/r.xml")).read_bytes()  # the byte itself, not \xdcfe
+    replayed = run(b"-m", b"fuzzrunner", b"replay", b"--device", b"cpu", finding)
+    assert replayed.returncode == 1 and b"REPRODUCED" in replayed.stdout, replayed.stderr
+    [script] = os.listdir(bad + b"/corpus/repro/auto_tracked")
+    p = run(bad + b"/corpus/repro/auto_tracked/" + script)
+    assert p.returncode == 1 and b"Traceback" not in p.stderr, p.stderr.decode(errors="replace")
+    assert b"torch.empty@t\\udcfe.py:" in p.stdout
