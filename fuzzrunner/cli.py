@@ -465,8 +465,8 @@ def _replay_one(replayer, path, args) -> int:
         same = finding.reproduced_by(violations)
         if same:
             moved = finding.moved(violations)
-            note = f" (its access is now in {moved[0].site or moved[0].location}: a renamed or moved function)" \
-                if moved else ""
+            where = moved[0].site or moved[0].location if moved else ""
+            note = f" (its access is now in {where}: a renamed or moved function or file)" if moved else ""
             print(f"{path}: REPRODUCED {finding.signature.short()}{note}\n    {same[0].message}")
             return EXIT_FINDINGS
         other = replayer.other_shadow_mode(finding)

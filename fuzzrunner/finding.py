@@ -242,11 +242,11 @@ class Finding:
         return [v for v in violations if v.signature.matches(self.id)] or self.moved(violations)
 
     def moved(self, violations: list[Violation]) -> list[Violation]:
-        """The violations that are this bug's access at another site, when none is at its own."""
-        access = self.signature.access_id
-        if not access or any(v.signature.matches(self.id) for v in violations):
+        """The violations that are this bug's access at another site (``Signature.moved_from``: a
+        renamed function, a renamed or moved file), when none is at its own."""
+        if not self.signature.access_id or any(v.signature.matches(self.id) for v in violations):
             return []
-        return [v for v in violations if v.signature.access_id == access]
+        return [v for v in violations if v.signature.moved_from(self.signature)]
 
 
 def _check_kinds(d: dict, source: str) -> None:

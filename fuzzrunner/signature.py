@@ -6,11 +6,13 @@ site are one bug, so they share a family (``names.KINDS``) and an id. ``finding.
 findings on it; ``violation.py`` names each violation's signature with it.
 
 Two keys: the *access* (``access_id``: tool, kind family, kernel or torch op, tensor; any location
-inside those names cut to its file) is the primary key of a memory error, what the bad access
-itself is; the site is the secondary key that tells apart two accesses of one kind to one tensor
-by one op from different functions. ``id`` holds both. When the function holding the access is
-renamed or moved, the id changes and the access does not: a stored finding is then matched by
-its access (``Finding.reproduced_by``), so a rename is not a fix.
+inside those names left out: ``torch.empty@``) is the primary key of a memory error, what the bad
+access itself is; the site (and where an automatically tracked buffer was made) is the secondary
+key that tells apart two accesses of one kind to one tensor by one op from different functions.
+``id`` holds both. When the function holding the access is renamed or moved, or the file holding
+it or the buffer's allocation (a target file renamed or moved), the id changes and the access does
+not: a stored finding is then matched by its access (``moved_from``: the same access, with the
+function holding it or the functions that made its buffers unchanged), so a rename is not a fix.
 """
 
 from __future__ import annotations
@@ -43,13 +45,30 @@ class Signature:
 
     @property
     def access_id(self) -> str:
-        """The primary key alone (no site): for memory errors (a bad read or write of a tensor);
-        "" for other kinds (a crash or a numeric difference names no access to match by)."""
+        """The primary key alone (no site, no file): for memory errors (a bad read or write of a
+        tensor); "" for other kinds (a crash or a numeric difference names no access to match by).
+        Findings of any release match by it: it is made of the fields they carry."""
         kind = names.KINDS.get(self.kind)
         if kind is None or not kind.memory:
             return ""
-        return _digest(("access", self.tool, kind.family, source.files_only(self.kernel),
-                        source.files_only(self.tensor)))
+        return _digest(("access", self.tool, kind.family, source.no_locations(self.kernel),
+                        source.no_locations(self.tensor)))
+
+    def moved_from(self, other: Signature) -> bool:
+        """Whether this is ``other``'s bad access at another place: the same access, and either the
+        function holding it or the functions that made the buffers it names unchanged. A renamed
+        function changes one of them, a renamed or moved file neither; both changed is another bug
+        (two automatically tracked buffers read by one op are one access)."""
+        access = self.access_id
+        return bool(access) and access == other.access_id and (
+            self.function() == other.function() or self._makers() == other._makers())
+
+    def function(self) -> str:
+        """The function holding the access, without its file ("" if unknown)."""
+        return source.function_of(self.site or source.site(self.location))
+
+    def _makers(self) -> tuple[str, str]:
+        return source.functions_only(self.kernel), source.functions_only(self.tensor)
 
     def matches(self, finding_id: str) -> bool:
         """Whether this is the bug ``finding_id`` names (its id, or its file-level id)."""

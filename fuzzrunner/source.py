@@ -116,6 +116,23 @@ def files_only(text: str) -> str:
     return _EMBEDDED.sub(lambda m: m.group("loc").rsplit(":", 1)[0], text or "")
 
 
+def no_locations(text: str) -> str:
+    """``text`` with every embedded ``file.py:N`` left out (``torch.empty@``): what an automatically
+    tracked buffer is wherever the file that made it lives or is called."""
+    return _EMBEDDED.sub("", text or "")
+
+
+def functions_only(text: str) -> str:
+    """``text`` with every embedded ``file.py:N`` replaced by the function holding it, without its file
+    ("" if unknown): the functions that made the buffers a name mentions, whatever their file is called."""
+    return _EMBEDDED.sub(lambda m: function_of(site(m.group("loc"))), text or "")
+
+
+def function_of(named_site: str) -> str:
+    """The function part of a site (``Runner.step`` of ``runner.py::Runner.step``); "" if it names none."""
+    return named_site.partition("::")[2]
+
+
 def known_sites(text: str) -> dict[str, str]:
     """The sites of the locations embedded in ``text`` that this process can name by function."""
     out = {}

@@ -5,12 +5,15 @@ Each test drives the real command line (``fuzzrunner.cli.main``), or ``python -m
 real undecodable path bytes or a real pipe matter, on targets loaded as a user's FILE.py:OBJ.
 """
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from fuzzrunner.cli import main
+from fuzzrunner.report import load_report
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTO = Path(__file__).with_name("auto_tracked_target.py")
@@ -19,6 +22,34 @@ AUTO = Path(__file__).with_name("auto_tracked_target.py")
 def fuzz(target: Path, corpus: Path, report: Path, *extra, examples: str = "10", seed: str = "1") -> int:
     return main(["fuzz", "--target", f"{target}:TARGET", "--max-examples", examples, "--seed", seed, "-q",
                  "--device", "cpu", "--corpus", str(corpus), "--report", str(report), *extra])
+
+
+# -- 5. a renamed or moved target file is not a fix ---------------------------------------------------
+
+def test_renaming_and_moving_the_target_file_keeps_its_finding_open(tmp_path):
+    """The bug is a read of an automatically tracked ``torch.empty@my_runner.py:LINE``: renaming the
+    file (and moving it to another folder, as a moved checkout does) made it "1 new, 1 fixed"."""
+    first = tmp_path / "a" / "my_runner.py"
+    first.parent.mkdir()
+    shutil.copy(AUTO, first)
+    corpus = tmp_path / "corpus"
+    assert fuzz(first, corpus, tmp_path / "before.json") == 1
+    [before] = load_report(tmp_path / "before.json")["runs"][0]["findings"]
+    assert before["signature"]["tensor"].startswith("torch.empty@my_runner.py:")
+
+    moved = tmp_path / "b" / "renamed_runner.py"
+    moved.parent.mkdir()
+    shutil.move(first, moved)
+    for fresh in (False, True):  # through the corpus (refiled), and by the reports alone (a fresh corpus)
+        out = tmp_path / f"after{fresh}.json"
+        assert fuzz(moved, tmp_path / "fresh" if fresh else corpus, out, "--previous", str(tmp_path / "before.json"),
+                    examples="3", seed="2") == 1
+        [run] = load_report(out)["runs"]
+        [after] = run["findings"]
+        assert after["signature"]["tensor"].startswith("torch.empty@renamed_runner.py:")
+        assert after["trend"] == "still-open" and before["id"] in after["aliases"] and run["fixed"] == [], run
+    [refiled] = (corpus / "findings" / "auto_tracked").glob("*.json")  # one file: the old one is gone
+    assert json.loads(refiled.read_text())["aliases"] == [before["id"]]
 
 
 # -- 11. a target file whose path is not UTF-8 ----------------------------------------------------------
