@@ -59,6 +59,8 @@ def _replay_call(finding: Finding, oracle, target: str | None) -> str:
         args += [f"sanitizer={_lit(_sanitizer_tool(sig))}", 'device="cuda"']
     elif names.kind(sig.kind).process_death and not names.tool(sig.tool).raised:
         args.append("isolated=True")
+    if finding.case_timeout_s and any(a.startswith(("isolated=", "sanitizer=")) for a in args):
+        args.append(f"case_timeout={_lit(finding.case_timeout_s)}")  # a timeout of a 5 s campaign waits 5 s, not 120
     return f"violations = replay({', '.join(args)})"
 
 

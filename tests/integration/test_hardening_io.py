@@ -81,3 +81,23 @@ def test_a_memory_finding_of_a_non_utf8_target_file_is_kept_replayed_and_its_scr
     p = run(bad + b"/corpus/repro/auto_tracked/" + script)
     assert p.returncode == 1 and b"Traceback" not in p.stderr, p.stderr.decode(errors="replace")
     assert b"torch.empty@t\\udcfe.py:" in p.stdout
+
+
+# -- 12. a timeout finding's repro script waits the recorded timeout -------------------------------------
+
+def test_a_timeout_findings_script_and_library_replay_wait_the_timeout_it_was_found_under(tmp_path):
+    """Found under --case-timeout 2, the script replayed it under the default 120 s: a hanging case
+    took two minutes to say "reproduced" (``fuzzrunner replay`` already waited 2 s)."""
+    target = Path(__file__).with_name("hardening_targets.py")
+    assert main(["fuzz", "--target", f"{target}:SLEEPY", "--max-examples", "1", "--seed", "1", "-q", "--no-shrink",
+                 "--case-timeout", "2", "--corpus", str(tmp_path / "corpus")]) == 1
+    [script] = (tmp_path / "corpus" / "repro" / "sleepy").glob("*.py")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=100,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 1 and "past the 2 s timeout" in p.stdout, p.stdout + p.stderr
+    from fuzzrunner import replay
+    [finding] = (tmp_path / "corpus" / "findings" / "sleepy").glob("*.json")
+    [v] = replay(finding, isolated=True)
+    assert v.kind == "timeout" and "past the 2 s timeout" in v.message
+    [v] = replay(finding, isolated=True, case_timeout=1)
+    assert "past the 1 s timeout" in v.message
