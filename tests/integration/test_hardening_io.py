@@ -101,3 +101,34 @@ def test_a_timeout_findings_script_and_library_replay_wait_the_timeout_it_was_fo
     assert v.kind == "timeout" and "past the 2 s timeout" in v.message
     [v] = replay(finding, isolated=True, case_timeout=1)
     assert "past the 1 s timeout" in v.message
+
+
+# -- 13. malformed corpus files are quarantined with the real reason ---------------------------------------
+
+def test_a_campaign_quarantines_malformed_corpus_files_saying_why_and_keeps_a_newer_one(tmp_path, capsys):
+    """A finding with a string schema and one without its case were "newer than this fuzzrunner:
+    upgrade" and stayed in the corpus forever; a wrong-typed violation field loaded and broke later."""
+    findings = tmp_path / "corpus" / "findings" / "ok"
+    findings.mkdir(parents=True)
+    case = {"schema": 1, "target": "ok", "config": {}, "ops": [{"op": "x", "n": 1}]}
+    violation = {"tool": "python", "kind": "crash", "kernel": "ValueError", "location": "t.py:1", "tensor": "",
+                 "message": "m", "details": {}, "site": "t.py::run"}
+    files = {"string_schema.json": {"schema": "2", "case": case, "violation": violation},
+             "no_case.json": {"schema": 2, "violation": violation},
+             "typed.json": {"schema": 2, "case": case, "violation": {**violation, "tool": 7}},
+             "newer.json": {"schema": 99, "case": case, "violation": violation}}
+    for name, content in files.items():
+        (findings / name).write_text(json.dumps(content))
+    target = Path(__file__).with_name("trust_targets.py")
+    assert main(["fuzz", "--target", f"{target}:OK", "--max-examples", "3", "--seed", "1", "-q",
+                 "--corpus", str(tmp_path / "corpus")]) == 0
+    err = capsys.readouterr().err
+    quarantine = tmp_path / "corpus" / "quarantine" / "findings" / "ok"
+    for name, reason in (("string_schema.json", "'schema' must be an integer, got str '2'"),
+                         ("no_case.json", "a finding without its 'case'"),
+                         ("typed.json", "field 'tool' must be a string, got int 7")):
+        [line] = [e for e in err.splitlines() if name in e]
+        assert f"moved to {quarantine / name}" in line and reason in line and "upgrade" not in line, line
+        assert (quarantine / name).exists() and not (findings / name).exists()
+    [line] = [e for e in err.splitlines() if "newer.json" in e]
+    assert "left in place" in line and "upgrade fuzzrunner" in line and (findings / "newer.json").exists()
