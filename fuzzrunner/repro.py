@@ -21,20 +21,30 @@ import os
 from pathlib import Path
 
 from . import names
-from .corpus import atomic_write
-from .errors import InvalidArgument
 from .finding import Finding
+from .safe_write import write_error, write_file
 from .target import BUILTIN
 from .violation import cause_lines, window_lines
 
 
 def export_repro(finding: Finding | str | os.PathLike, path: str | os.PathLike, *,
                  oracle: str | list[str] | None = None, target: str | None = None) -> Path:
-    """Write ``finding``'s repro script to ``path`` (a file, or a folder for ``repro_<id>.py``).
+    """Write ``finding``'s repro script to ``path`` (a file, or a folder for ``repro_<id>.py``), where
+    the user said: a device or a FIFO is written in place, a symlink's target (``safe_write``).
 
     ``oracle`` overrides the oracles the script replays under; ``target`` overrides the target
     spec the finding recorded. The finding is not changed.
     """
+    return _write(finding, path, oracle=oracle, target=target, follow=True)
+
+
+def save_repro(finding: Finding, path: str | os.PathLike, *, target: str | None = None) -> Path:
+    """``export_repro`` into a folder fuzzrunner keeps (the corpus' ``repro/``, the pytest plugin's): a
+    symlink there is replaced, never followed out of it."""
+    return _write(finding, path, oracle=None, target=target, follow=False)
+
+
+def _write(finding, path, *, oracle, target, follow: bool) -> Path:
     if not isinstance(finding, Finding):
         finding = Finding.load(finding)
     path = Path(path)
@@ -42,11 +52,9 @@ def export_repro(finding: Finding | str | os.PathLike, path: str | os.PathLike, 
         path = path / f"repro_{finding.id}.py"
     text = repro_script(finding, oracle=oracle, target=target, name=path.name)
     try:
-        atomic_write(path, text, mode=0o755)
+        return write_file(path, text, mode=0o755, follow=follow)
     except OSError as e:
-        raise InvalidArgument(f"cannot write repro script {str(path)!r}: {e.strerror or e}. "
-                              f"Choose a path in a writable directory.") from None
-    return path
+        raise write_error("repro script", path, e) from None
 
 
 def _replay_call(finding: Finding, oracle, target: str | None) -> str:

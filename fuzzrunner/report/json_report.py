@@ -21,10 +21,10 @@ from pathlib import Path
 
 from .. import devices
 from ..case import Case, check_schema, check_types, parse_json
-from ..corpus import atomic_write
-from ..errors import InvalidArgument, InvalidCase
+from ..errors import InvalidCase
 from ..finding import Finding, check_violation
 from ..safe_io import MAX_REPORT_BYTES, read_text
+from ..safe_write import write_error, write_file
 from ..text import plural
 
 SCHEMA = 2  # 2: one shape for fuzz and nightly (runs + summary); trend fields
@@ -224,11 +224,9 @@ def _check_run(run: dict, where: str) -> None:
 
 
 def write_text(path, text: str) -> Path:
-    """Write a report file (readable by all: CI artifacts, a web server); one-line error otherwise."""
-    path = Path(path)
+    """Write a report file (readable by all: CI artifacts, a web server) where the user said: a device or
+    a FIFO in place, a link's target (``safe_write``); one-line error, saying why, otherwise."""
     try:
-        atomic_write(path, text)
+        return write_file(path, text)
     except OSError as e:
-        raise InvalidArgument(f"cannot write report {str(path)!r}: {e.strerror or e}. "
-                              f"Choose a path in a writable directory.") from None
-    return path
+        raise write_error("report", path, e) from None

@@ -8,9 +8,13 @@ real undecodable path bytes or a real pipe matter, on targets loaded as a user's
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
+
+import pytest
 
 from fuzzrunner.cli import main
 from fuzzrunner.report import load_report
@@ -132,3 +136,105 @@ def test_a_campaign_quarantines_malformed_corpus_files_saying_why_and_keeps_a_ne
         assert (quarantine / name).exists() and not (findings / name).exists()
     [line] = [e for e in err.splitlines() if "newer.json" in e]
     assert "left in place" in line and "upgrade fuzzrunner" in line and (findings / "newer.json").exists()
+
+
+# -- 1. output writers never replace what is at the path ---------------------------------------------------
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="os.mknod of a device needs root")
+
+
+def _null_node(path: Path) -> Path:
+    """A character device numbered as /dev/null (writes go nowhere), made under tmp_path: never a real /dev node."""
+    os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    return path
+
+
+def _finding_file(tmp_path) -> Path:
+    target = Path(__file__).with_name("trust_targets.py")
+    assert main(["fuzz", "--target", f"{target}:BUGGY", "--fault", "boom", "--max-examples", "30", "--seed", "1",
+                 "-q", "--corpus", str(tmp_path / "corpus")]) == 1
+    [path] = (tmp_path / "corpus" / "expected" / "buggy").glob("*.json")
+    return path
+
+
+@root_only
+def test_export_writes_a_device_in_place_and_never_over_the_finding_it_reads(tmp_path, capsys):
+    """As root, `export F.json -o /dev/null` replaced /dev/null with a regular file; `-o F.json`
+    overwrote the finding with its own script."""
+    finding = _finding_file(tmp_path)
+    text = finding.read_text()
+    null = _null_node(tmp_path / "null")
+    assert main(["export", str(finding), "-o", str(null)]) == 0
+    assert stat.S_ISCHR(os.lstat(null).st_mode) and os.lstat(null).st_rdev == os.makedev(1, 3)
+    (tmp_path / "link.json").symlink_to(finding)
+    os.link(finding, tmp_path / "hard.json")
+    for out in (finding, f"{finding.parent}/./{finding.name}", tmp_path / "link.json", tmp_path / "hard.json"):
+        capsys.readouterr()
+        assert main(["export", str(finding), "-o", str(out)]) == 2
+        assert "is the finding file being exported" in capsys.readouterr().err
+    assert finding.read_text() == text
+    # several files, one of them where its own script would go: that one is refused, the others written
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    own = scripts / f"repro_{json.loads(text)['id']}.py"
+    shutil.copy(finding, own)
+    other = tmp_path / "other.json"
+    shutil.copy(finding, other)
+    capsys.readouterr()
+    assert main(["export", str(own), str(other), "-o", str(scripts)]) == 2
+    assert "it is the finding file" in capsys.readouterr().err and own.read_text() == text
+    assert main(["export", str(finding), "-o", ""]) == 2
+    assert "-o: an empty path names no file" in capsys.readouterr().err
+
+
+@root_only
+def test_fuzz_writes_its_reports_into_a_device_a_fifo_and_a_links_target_and_refuses_the_rest_first(tmp_path,
+                                                                                                   capsys):
+    target = Path(__file__).with_name("trust_targets.py")
+    null = _null_node(tmp_path / "null")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)  # never holds the process
+    reader.start()
+    real = tmp_path / "real.html"
+    (tmp_path / "latest.html").symlink_to(real)
+    argv = ["fuzz", "--target", f"{target}:OK", "--max-examples", "2", "--seed", "1", "-q"]
+    assert main([*argv, "--corpus", str(tmp_path / "corpus"), "--report", str(null), "--junit", str(fifo),
+                 "--html", str(tmp_path / "latest.html")]) == 0
+    reader.join(60)
+    assert stat.S_ISCHR(os.lstat(null).st_mode) and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert got and got[0].startswith("<?xml") and (tmp_path / "latest.html").is_symlink() and "<html" in real.read_text()
+    # refused before any case runs: no corpus folder is made
+    block = tmp_path / "block"
+    os.mknod(block, stat.S_IFBLK | 0o600, os.makedev(0, 0))
+    (tmp_path / "a_file").write_text("")
+    for flag, value, says in (("--report", "", "--report: an empty path names no file"),
+                              ("--junit", str(block), "it is a block device"),
+                              ("--html", str(tmp_path), "it is a directory"),
+                              ("--report", str(target), "is the target file"),
+                              ("--report", str(tmp_path / "a_file" / "r.json"), "is a file, not a folder"),
+                              ("--previous", "", "--previous: an empty path names no report")):
+        capsys.readouterr()
+        assert main([*argv, "--corpus", str(tmp_path / "never"), flag, value]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "File exists" not in err, err
+        assert not (tmp_path / "never").exists()
+    assert stat.S_ISBLK(os.lstat(block).st_mode)
+
+
+@root_only
+def test_the_nightly_refuses_a_report_folder_holding_a_device_before_any_target_runs(tmp_path, capsys):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    os.mknod(reports / "reference_runner.xml", stat.S_IFBLK | 0o600, os.makedev(0, 0))
+    assert main(["nightly", "--max-examples", "1", "--corpus", str(tmp_path / "corpus"),
+                 "--report-dir", str(reports)]) == 2
+    assert "reference_runner.xml" in capsys.readouterr().err and not (tmp_path / "corpus").exists()
+    assert stat.S_ISBLK(os.lstat(reports / "reference_runner.xml").st_mode)
+    for folder, says in ((tmp_path / "reports" / "reference_runner.xml", "is a file, not a folder"),
+                         ("/proc/fuzzrunner-test-reports", "takes no new files or folders")):
+        assert main(["nightly", "--max-examples", "1", "--report-dir", str(folder)]) == 2
+        assert says in capsys.readouterr().err
+    assert main(["fuzz", "--target", "reference_runner", "--corpus", "/proc/fuzzrunner-test-corpus"]) == 2
+    assert "the file system of '/proc' takes no new files" in capsys.readouterr().err
