@@ -47,13 +47,14 @@ def fuzz(target: str | Target = "reference_runner", *, settings: Settings | None
 
 def replay(case: Case | str | os.PathLike, *, target: str | Target | None = None,
            oracles: Iterable[str] | None = None, device: str | None = None, isolated: bool = False,
-           sanitizer: str = "none") -> list[Violation]:
+           sanitizer: str = "none", case_timeout: float | None = None) -> list[Violation]:
     """Run one case (or a case/finding file) under the oracles; return its violations.
 
     In this process by default; ``isolated=True`` runs it in a crash-isolated worker (a segfault
     or a lost CUDA context comes back as a crash violation), under compute-sanitizer when
-    ``sanitizer`` names a tool. ``target`` defaults to the spec a finding file recorded, else the
-    case's target name.
+    ``sanitizer`` names a tool; there a case running past ``case_timeout`` seconds is a timeout
+    (default: the timeout a finding file was found under, else the settings' default).
+    ``target`` defaults to the spec a finding file recorded, else the case's target name.
     """
     _check_replay_arguments(case, target, device, isolated, sanitizer)
     oracles = several(oracles, "oracles") if oracles is not None else None
@@ -66,8 +67,9 @@ def replay(case: Case | str | os.PathLike, *, target: str | Target | None = None
     if isolated or sanitizer != "none":
         from .engine.replay import Replayer
         spec = target if isinstance(target, str) else spec_of(target)
-        settings = Settings(device=device, sanitizer=sanitizer,
-                            oracles=oracles)
+        timeout = case_timeout if case_timeout is not None else finding.case_timeout_s if finding else None
+        settings = Settings(device=device, sanitizer=sanitizer, oracles=oracles)
+        settings = settings.override(case_timeout_s=timeout) if timeout is not None else settings
         with Replayer(settings) as replayer:
             return replayer.run(case, spec)
     t = target if isinstance(target, Target) else load_target(target)

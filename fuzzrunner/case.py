@@ -27,6 +27,53 @@ def parse_json(text: str, source: str):
         raise InvalidCase(f"{source}: not valid JSON for fuzzrunner ({str(e)[:200]}).") from None
 
 
+def check_schema(d: dict, current: int, source: str, what: str, *, required: bool = True) -> int:
+    """``d``'s 'schema' (1 where it may be missing and is). Only a genuine integer above ``current``
+    is ``NewerSchema`` ("upgrade fuzzrunner": the file is left for the teammate who wrote it); any
+    other bad value is a malformed file, an ``InvalidCase`` saying what is wrong (it is quarantined:
+    a string "2" was told to upgrade, and stayed in the corpus forever)."""
+    if "schema" not in d:
+        if required:
+            raise InvalidCase(f"{source}: missing field 'schema'; is this a fuzzrunner {what} file?")
+        return 1
+    schema = d["schema"]
+    if not isinstance(schema, int) or isinstance(schema, bool):
+        raise InvalidCase(f"{source}: 'schema' must be an integer, got {shown(schema)}; is this a fuzzrunner "
+                          f"{what} file?")
+    if schema < 1:
+        raise InvalidCase(f"{source}: 'schema' must be 1 or more, got {schema}.")
+    if schema > current:
+        raise NewerSchema(f"{source}: {what} schema {schema} is newer than this fuzzrunner understands "
+                          f"({current}); upgrade fuzzrunner to read it.")
+    return schema
+
+
+_WORDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
+          dict: "an object", type(None): "null"}
+
+
+def check_types(d: dict, fields: dict, where: str, *, required: bool = False) -> None:
+    """Each of ``fields`` ({name: type or tuple of types}) that ``d`` holds has its type (a boolean is
+    no integer); with ``required``, each is there. One ``InvalidCase`` line naming the field otherwise:
+    a hand-edited file's wrong type read as "not a fuzzrunner finding", or loaded and broke a report."""
+    for key, types in fields.items():
+        if key not in d:
+            if required:
+                raise InvalidCase(f"{where}: missing field {key!r}; is this a fuzzrunner file?")
+            continue
+        value, allowed = d[key], types if isinstance(types, tuple) else (types,)
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            words = " or ".join(dict.fromkeys("a number" if t in (int, float) and float in allowed else
+                                              _WORDS.get(t, t.__name__) for t in allowed))
+            raise InvalidCase(f"{where}: field {key!r} must be {words}, got {shown(value)}.")
+
+
+def shown(value) -> str:
+    """A wrong value for a message: its type, and the value itself when short."""
+    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    return f"{type(value).__name__} {text}" if len(text) <= 40 else type(value).__name__
+
+
 @dataclass(frozen=True)
 class Case:
     target: str
@@ -50,12 +97,7 @@ class Case:
     def from_dict(cls, d, *, source: str = "case") -> Case:
         if not isinstance(d, dict):
             raise InvalidCase(f"{source}: a case must be a JSON object, got {type(d).__name__}.")
-        schema = d.get("schema")
-        if not isinstance(schema, int):
-            raise InvalidCase(f"{source}: missing integer 'schema' field; is this a fuzzrunner case file?")
-        if schema > SCHEMA:
-            raise NewerSchema(f"{source}: schema {schema} is newer than this fuzzrunner understands "
-                              f"({SCHEMA}); upgrade fuzzrunner to read it.")
+        schema = check_schema(d, SCHEMA, source, "case")
         missing = [k for k in ("target", "config", "ops") if k not in d]
         if missing:
             raise InvalidCase(f"{source}: missing field(s) {', '.join(missing)}.")
@@ -72,8 +114,10 @@ class Case:
     @classmethod
     def from_json(cls, text: str, *, source: str = "case") -> Case:
         data = parse_json(text, source)
-        if isinstance(data, dict) and "case" in data and ("signature" in data or "violation" in data):
-            data = data["case"]  # a finding file holds its case
+        if isinstance(data, dict) and ("signature" in data or "violation" in data):  # a finding file holds its case
+            if "case" not in data:
+                raise InvalidCase(f"{source}: a finding without its 'case'; is this a fuzzrunner finding file?")
+            data = data["case"]
         return cls.from_dict(data, source=source)
 
     @classmethod

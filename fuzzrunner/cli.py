@@ -217,52 +217,38 @@ def _check_device(s, on_cluster: bool = False):
     return s.override(device=devices.resolve(s.device, sanitizer=s.sanitizer, on_cluster=on_cluster, asked_as=flag))
 
 
-def _check_writable_file(p) -> None:
+def _check_outputs(outputs: dict, inputs: dict | None = None) -> None:
+    """Before any case runs: each output path the user named ({flag: path}, None: not asked for) can
+    be written (``safe_write.check_output``: an empty path, a directory, a block device or a socket
+    is refused; /dev/null, /dev/stdout and FIFOs are written in place), no two name one file, and
+    none is one of the ``inputs`` ({what: path}) the command reads (``export F.json -o F.json``)."""
     from .errors import InvalidArgument
-    if not p:
-        return
-    path = Path(p)
-    if path.is_dir():
-        raise InvalidArgument(f"cannot write {p!r}: it is a directory; name a file.")
-    parent = path.resolve().parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)  # like the corpus: a new report folder is made
-    except OSError as e:
-        raise InvalidArgument(f"cannot write {p!r}: cannot create directory {str(parent)!r} ({e.strerror}).") from None
-    if not parent.is_dir():
-        raise InvalidArgument(f"cannot write {p!r}: {str(parent)!r} is not a directory.")
-    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise InvalidArgument(f"cannot write {p!r}: permission denied.")
-    import tempfile
-    try:  # a real write: root passes every access check, and some file systems refuse new files
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=".fuzzrunner-probe-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise InvalidArgument(f"cannot write {p!r}: {e.strerror or e}.") from None
+    from .safe_write import check_output, same_file
+    asked = {flag: p for flag, p in outputs.items() if p is not None}
+    _check_distinct_files(asked)
+    for flag, p in asked.items():
+        for what, source in (inputs or {}).items():
+            if source and p and same_file(p, source):
+                raise InvalidArgument(f"{flag} {p!r} is {what}: writing it would overwrite what is being read. "
+                                      f"Name another file.")
+        check_output(p, flag)
 
 
 def _check_distinct_files(paths: dict) -> None:
     """Two report flags naming one file (``--report x --junit x``, or ``./x`` and ``x``, or a link):
-    the second write would silently replace the first report."""
+    the second write would silently replace the first report. Devices and FIFOs (``/dev/null`` for
+    two of them) are written in place: they may be shared."""
     from .errors import InvalidArgument
+    from .safe_write import same_file, streamed
     seen: dict = {}
     for flag, p in paths.items():
-        if not p:
+        if not p or streamed(p):
             continue
-        key = _file_key(p)
-        if key in seen:
-            raise InvalidArgument(f"{seen[key]} and {flag} name the same file {p!r}: one would overwrite the other. "
+        other = next((f for f, q in seen.items() if same_file(p, q)), None)
+        if other is not None:
+            raise InvalidArgument(f"{other} and {flag} name the same file {p!r}: one would overwrite the other. "
                                   f"Give each report its own file (--report r.json --junit r.xml --html r.html).")
-        seen[key] = flag
-
-
-def _file_key(p) -> tuple:
-    try:
-        st = os.stat(p)
-        return ("inode", st.st_dev, st.st_ino)  # hard links and symlinks to one file are one file
-    except OSError:
-        return ("path", os.path.realpath(p))
+        seen[flag] = p
 
 
 def _check_cluster(args) -> None:
@@ -281,15 +267,12 @@ def _check_cluster(args) -> None:
 
 def _check_corpus(corpus: str) -> None:
     """The corpus must take findings before the first case runs, not after the first finding."""
-    from .errors import InvalidArgument
-    path = Path(corpus)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InvalidArgument(f"cannot use corpus {corpus!r}: {e.strerror or e}.") from None
-    if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
-        raise InvalidArgument(f"cannot use corpus {corpus!r}: not a writable directory. Choose another with "
-                              f"--corpus DIR.")
+    _make_folder(corpus, "--corpus", "corpus")
+
+
+def _make_folder(folder, flag: str, what: str) -> None:
+    from .safe_write import check_folder
+    check_folder(folder, f"{what} {str(folder)!r}", f"Choose another with {flag} DIR.")
 
 
 # -- output -----------------------------------------------------------------------------------
@@ -298,13 +281,13 @@ def _export_all(result, corpus: str) -> None:
     """A repro script beside the corpus for every finding; a failed export loses only the script."""
     from .corpus import safe_name
     from .errors import FuzzrunnerError
-    from .repro import export_repro
+    from .repro import save_repro
     faults = "+".join(sorted(result.faults))
     prefix = safe_name(faults) + "." if faults else ""  # as corpus.Corpus names expected findings
     for f in result.findings:
         path = Path(corpus) / "repro" / safe_name(result.target) / f"{prefix}{f.id}.py"
         try:
-            f.repro = str(export_repro(f, path))
+            f.repro = str(save_repro(f, path))
         except (OSError, FuzzrunnerError) as e:
             print(f"fuzzrunner: warning: no repro for {f.id}: {e}", file=sys.stderr)
             f.repro = None
@@ -369,8 +352,11 @@ def _load_previous(path: str | None, targets=()) -> dict | None:
     ``targets`` (the campaign's) is refused: it would compare nothing, every finding "new", nothing "fixed"."""
     from .errors import InvalidArgument, InvalidCase
     from .report import load_report
-    if not path:
+    if path is None:
         return None
+    if not path:
+        raise InvalidArgument("--previous: an empty path names no report; give the JSON report of an earlier run, "
+                              "or drop --previous.")
     try:
         previous = load_report(path)
     except InvalidCase as e:
@@ -404,14 +390,14 @@ def _write_reports(report: dict, json_path=None, junit_path=None, html_path=None
 def cmd_fuzz(args) -> int:
     from .api import fuzz
     from .target import load_target, resolve_spec
-    _check_distinct_files({"--report": args.report, "--junit": args.junit, "--html": args.html})
+    outputs = {"--report": args.report, "--junit": args.junit, "--html": args.html}
+    _check_distinct_files(outputs)
     settings = _settings(args)  # bad flags and targets first: a refused command leaves no folder behind
     spec = _absolute_spec(resolve_spec(args.target)) if ":" in args.target else args.target
     target = load_target(spec)
     target.check_faults(args.fault)
-    previous = _load_previous(args.previous, [target.name])
-    for p in (args.report, args.junit, args.html):
-        _check_writable_file(p)
+    _check_outputs(outputs, {"the target file": spec.rpartition(":")[0] if ":" in spec else None})
+    previous = _load_previous(args.previous, [target.name])  # before the corpus: a refused command leaves no folder
     _check_corpus(args.corpus)
     _check_cluster(args)
     progress = Progress(sys.stderr, settings, quiet=args.quiet, verbose=args.verbose)
@@ -465,8 +451,8 @@ def _replay_one(replayer, path, args) -> int:
         same = finding.reproduced_by(violations)
         if same:
             moved = finding.moved(violations)
-            note = f" (its access is now in {moved[0].site or moved[0].location}: a renamed or moved function)" \
-                if moved else ""
+            where = moved[0].site or moved[0].location if moved else ""
+            note = f" (its access is now in {where}: a renamed or moved function or file)" if moved else ""
             print(f"{path}: REPRODUCED {finding.signature.short()}{note}\n    {same[0].message}")
             return EXIT_FINDINGS
         other = replayer.other_shadow_mode(finding)
@@ -508,26 +494,27 @@ def cmd_replay(args) -> int:
 def cmd_export(args) -> int:
     """One finding: the script ``-o`` names (or ``repro_<id>.py`` in that folder). Several (a glob):
     ``-o`` is a folder (made if missing), one ``repro_<id>.py`` each; a file that cannot be read is
-    said and skipped, the others are written, and the exit is 2."""
+    said and skipped, the others are written, and the exit is 2. No script replaces a finding file
+    being exported (``-o F.json`` of ``F.json``, through a link or another spelling too)."""
     from .errors import FuzzrunnerError, InvalidArgument
     from .finding import Finding
     from .repro import export_repro
+    if not args.output:
+        raise InvalidArgument("-o: an empty path names no file; give a script (-o repro.py) or a folder (-o repros/).")
     out = Path(args.output)
     if len(args.finding) > 1:
         if out.suffix == ".py" and not out.is_dir():
             raise InvalidArgument(f"{len(args.finding)} finding files were given and -o {args.output!r} names one "
                                   f"script: give a folder (-o DIR) for one repro_<id>.py each, or one file.")
-        _make_folder(out)
+        _make_folder(out, "-o", "the repro scripts' folder")
     elif not out.is_dir():
-        _check_writable_file(args.output)
+        _check_outputs({"-o": args.output}, {"the finding file being exported": args.finding[0]})
     target = _absolute_spec(args.target) if args.target else None
     code, written = EXIT_OK, set[Path]()
     for file in args.finding:
         try:
             finding = Finding.load(file)
-            dest = out / f"repro_{finding.id}.py" if out.is_dir() else out
-            if dest in written:  # one bug saved twice (findings/ and expected/): never overwrite the first
-                dest = dest.with_name(f"{dest.stem}_{len(written)}.py")
+            dest = _export_path(out, finding, written, args.finding)
             path = export_repro(finding, dest, target=target)
         except FuzzrunnerError as e:
             if len(args.finding) == 1:
@@ -536,17 +523,33 @@ def cmd_export(args) -> int:
             code = EXIT_ERROR
             continue
         written.add(path)
-        print(f"wrote {path}: run it with `python {path}` (exit 1 reproduced, 0 not, 2 could not run)")
+        _said_written(path)
     return code
 
 
-def _make_folder(out: Path) -> None:
+def _said_written(path: Path) -> None:
+    """``wrote X: run it with ...``; for a script written to a stream (``-o /dev/stdout``, a FIFO), on
+    stderr without the hint: the stream holds the script alone."""
+    from .safe_write import streamed
+    if streamed(path):
+        print(f"wrote the repro script to {path}", file=sys.stderr)
+    else:
+        print(f"wrote {path}: run it with `python {path}` (exit 1 reproduced, 0 not, 2 could not run)")
+
+
+def _export_path(out: Path, finding, written: set, inputs: list) -> Path:
+    """Where one finding's script goes; never over the first of one bug saved twice (findings/ and
+    expected/), never over a finding file being exported."""
     from .errors import InvalidArgument
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InvalidArgument(f"cannot use -o {str(out)!r} as the folder of the repro scripts: "
-                              f"{e.strerror or e}.") from None
+    from .safe_write import same_file
+    dest = out / f"repro_{finding.id}.py" if out.is_dir() else out
+    if dest in written:
+        dest = dest.with_name(f"{dest.stem}_{len(written)}.py")
+    clash = next((f for f in inputs if same_file(dest, f)), None)
+    if clash is not None:
+        raise InvalidArgument(f"cannot write the repro script {str(dest)!r}: it is the finding file {clash!r} being "
+                              f"exported; name another path with -o.")
+    return dest
 
 
 class _NightlyHooks:
@@ -578,20 +581,16 @@ class _NightlyHooks:
 
 
 def cmd_nightly(args) -> int:
-    from .errors import InvalidArgument
     from .nightly import NightlyHooks, run_nightly
     from .target import BUILTIN
     settings = _settings(args)  # bad flags first: a refused command leaves no folder behind
+    _make_folder(args.report_dir, "--report-dir", "report folder")
     report_dir = Path(args.report_dir)
-    try:
-        report_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InvalidArgument(f"cannot create report directory {str(report_dir)!r}: {e.strerror}.") from None
-    for name in ("report.json", "junit.xml", "report.html"):
-        _check_writable_file(report_dir / name)
+    names = ["report.json", "junit.xml", "report.html", *(f"{t}.{ext}" for t in BUILTIN for ext in ("json", "xml"))]
+    _check_outputs({f"--report-dir's {name}": str(report_dir / name) for name in names})
+    previous = _load_previous(args.previous, list(BUILTIN))  # before the corpus: a refused command leaves no folder
     _check_corpus(args.corpus)
     _check_cluster(args)
-    previous = _load_previous(args.previous, list(BUILTIN))
     shown = _NightlyHooks(args)
     hooks = NightlyHooks(start=shown.start, done=shown.done, reported=shown.reported, skipped=shown.skipped,
                          written=shown.written)

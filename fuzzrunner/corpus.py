@@ -11,41 +11,29 @@ Layout of a corpus directory:
     hypothesis/<target>/                    Hypothesis' example database (if none is plugged in)
     hypothesis/.storage/                    Hypothesis' own caches (never ./.hypothesis in the working directory)
 Every write goes to a temporary file in the same directory, then ``os.replace``: a
-``kill -9`` at any moment leaves either the old file or the new one, never half of one.
+``kill -9`` at any moment leaves either the old file or the new one, never half of one. A
+symlink among these files is replaced, never followed out of the corpus (others may write to a
+shared corpus); a FIFO, device, socket or folder under such a name is refused and left
+(``safe_write``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from .case import Case, parse_json
 from .errors import InvalidCase, NewerSchema, SkippedFile
 from .finding import Finding, is_finding_dict
 from .safe_io import json_files, read_text, subfolders
+from .safe_write import write_file
 
 
 def atomic_write(path: Path | str, text: str, mode: int = 0o644) -> Path:
-    """Write ``text`` to ``path`` all at once, readable by others (corpus files are shared)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+    """Write ``text`` to ``path``, a file fuzzrunner names in its own folder (the corpus, the plugin's
+    repro folder), all at once, readable by others (corpus files are shared); ``OSError`` otherwise."""
+    return write_file(path, text, mode=mode, follow=False)
 
 
 def load_any(path) -> tuple[Case, Finding | None]:

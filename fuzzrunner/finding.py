@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 
 from . import names
-from .case import Case, parse_json
-from .errors import InvalidCase, NewerSchema, UnregisteredKind
+from .case import Case, check_schema, check_types, parse_json
+from .errors import InvalidCase, UnregisteredKind
 from .safe_io import read_text
 from .signature import Signature
 from .text import plural
@@ -212,9 +212,8 @@ class Finding:
                     else "a case file, not a finding (replay runs it)" if "ops" in d
                     else "not a fuzzrunner finding (no \"violation\")")
             raise InvalidCase(f"{source}: {what}.")
-        if not isinstance(d.get("schema", 0), int) or d.get("schema", 0) > FINDING_SCHEMA:
-            raise NewerSchema(f"{source}: finding schema {d.get('schema')!r} is newer than this fuzzrunner "
-                              f"understands ({FINDING_SCHEMA}); upgrade fuzzrunner.")
+        check_schema(d, FINDING_SCHEMA, source, "finding", required=False)  # the first findings had none
+        _check_finding(d, source)
         _check_kinds(d, source)
         try:
             v = Violation.from_dict(d["violation"])
@@ -242,11 +241,39 @@ class Finding:
         return [v for v in violations if v.signature.matches(self.id)] or self.moved(violations)
 
     def moved(self, violations: list[Violation]) -> list[Violation]:
-        """The violations that are this bug's access at another site, when none is at its own."""
-        access = self.signature.access_id
-        if not access or any(v.signature.matches(self.id) for v in violations):
+        """The violations that are this bug's access at another site (``Signature.moved_from``: a
+        renamed function, a renamed or moved file), when none is at its own."""
+        if not self.signature.access_id or any(v.signature.matches(self.id) for v in violations):
             return []
-        return [v for v in violations if v.signature.access_id == access]
+        return [v for v in violations if v.signature.moved_from(self.signature)]
+
+
+_FIELDS = {"case": dict, "violation": dict, "others": list, "first_found_after_examples": int,
+           "found_after_s": (int, float), "found_at": (int, float), "minimized": bool, "shrink_interrupted": bool,
+           "flaky": bool, "repro": (str, type(None)), "target_spec": (str, type(None)),
+           "first_kind": (str, type(None)), "aliases": list}
+VIOLATION_FIELDS = {"tool": str, "kind": str, "kernel": (str, type(None)), "location": (str, type(None)),
+                     "tensor": (str, type(None)), "site": (str, type(None)), "message": (str, type(None)),
+                     "details": dict}
+
+
+def _check_finding(d: dict, source: str) -> None:
+    """The fields of a finding file, and of each of its violations, have their types: a hand-edited
+    file is refused with the field that is wrong (and quarantined), never loaded to break a report
+    or an id later, nor told to upgrade fuzzrunner."""
+    if "case" not in d:
+        raise InvalidCase(f"{source}: a finding without its 'case'; is this a fuzzrunner finding file?")
+    check_types(d, _FIELDS, source)
+    for i, v in enumerate([d["violation"], *d.get("others", [])]):
+        check_violation(v, f"{source}: {'violation' if i == 0 else f'others[{i - 1}]'}")
+
+
+def check_violation(v, where: str) -> None:
+    """A violation's dict (in a finding file or a report) with its fields' types."""
+    if not isinstance(v, dict):
+        raise InvalidCase(f"{where} must be an object, got {type(v).__name__}.")
+    check_types(v, VIOLATION_FIELDS, where)
+    check_types(v, {"tool": str, "kind": str}, where, required=True)
 
 
 def _check_kinds(d: dict, source: str) -> None:
@@ -261,7 +288,8 @@ def _check_kinds(d: dict, source: str) -> None:
 
 
 def is_finding_dict(data) -> bool:
-    return isinstance(data, dict) and "case" in data and ("violation" in data or "signature" in data)
+    """A finding's dict, or a broken one (no 'case': ``Finding.from_dict`` says so), not a case's."""
+    return isinstance(data, dict) and ("violation" in data or "signature" in data)
 
 
 def merge(into: Finding, other: Finding) -> bool:

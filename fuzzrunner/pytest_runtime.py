@@ -74,14 +74,14 @@ class FuzzCampaign:
         base = self.repro_dir / safe_name(f.case.target)
         script, note = None, None
         try:
-            from .repro import export_repro
+            from .repro import save_repro
             from .target import BUILTIN
         except ImportError as e:
             note = f"repro script not written: fuzzrunner.repro is unavailable ({e})"
         else:
             own = {} if self.target_spec in BUILTIN else {"target": self.target_spec}
             try:
-                script = Path(export_repro(f, base / f"{f.id}.py", **own))
+                script = Path(save_repro(f, base / f"{f.id}.py", **own))
                 f.repro = str(script)
             except Exception as e:  # the report must still come out
                 note = f"repro script not written: {type(e).__name__}: {e}"

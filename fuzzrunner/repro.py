@@ -21,20 +21,30 @@ import os
 from pathlib import Path
 
 from . import names
-from .corpus import atomic_write
-from .errors import InvalidArgument
 from .finding import Finding
+from .safe_write import write_error, write_file
 from .target import BUILTIN
 from .violation import cause_lines, window_lines
 
 
 def export_repro(finding: Finding | str | os.PathLike, path: str | os.PathLike, *,
                  oracle: str | list[str] | None = None, target: str | None = None) -> Path:
-    """Write ``finding``'s repro script to ``path`` (a file, or a folder for ``repro_<id>.py``).
+    """Write ``finding``'s repro script to ``path`` (a file, or a folder for ``repro_<id>.py``), where
+    the user said: a device or a FIFO is written in place, a symlink's target (``safe_write``).
 
     ``oracle`` overrides the oracles the script replays under; ``target`` overrides the target
     spec the finding recorded. The finding is not changed.
     """
+    return _write(finding, path, oracle=oracle, target=target, follow=True)
+
+
+def save_repro(finding: Finding, path: str | os.PathLike, *, target: str | None = None) -> Path:
+    """``export_repro`` into a folder fuzzrunner keeps (the corpus' ``repro/``, the pytest plugin's): a
+    symlink there is replaced, never followed out of it."""
+    return _write(finding, path, oracle=None, target=target, follow=False)
+
+
+def _write(finding, path, *, oracle, target, follow: bool) -> Path:
     if not isinstance(finding, Finding):
         finding = Finding.load(finding)
     path = Path(path)
@@ -42,11 +52,9 @@ def export_repro(finding: Finding | str | os.PathLike, path: str | os.PathLike, 
         path = path / f"repro_{finding.id}.py"
     text = repro_script(finding, oracle=oracle, target=target, name=path.name)
     try:
-        atomic_write(path, text, mode=0o755)
+        return write_file(path, text, mode=0o755, follow=follow)
     except OSError as e:
-        raise InvalidArgument(f"cannot write repro script {str(path)!r}: {e.strerror or e}. "
-                              f"Choose a path in a writable directory.") from None
-    return path
+        raise write_error("repro script", path, e) from None
 
 
 def _replay_call(finding: Finding, oracle, target: str | None) -> str:
@@ -59,6 +67,8 @@ def _replay_call(finding: Finding, oracle, target: str | None) -> str:
         args += [f"sanitizer={_lit(_sanitizer_tool(sig))}", 'device="cuda"']
     elif names.kind(sig.kind).process_death and not names.tool(sig.tool).raised:
         args.append("isolated=True")
+    if finding.case_timeout_s and any(a.startswith(("isolated=", "sanitizer=")) for a in args):
+        args.append(f"case_timeout={_lit(finding.case_timeout_s)}")  # a timeout of a 5 s campaign waits 5 s, not 120
     return f"violations = replay({', '.join(args)})"
 
 
@@ -76,7 +86,7 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
         f"found = found or [v for v in violations if getattr(v.signature, 'access_id', 0) == {_lit(sig.access_id)}]"]
     device_mode = finding.violation.details.get("shadow_mode") == "device"
     imports = ["import os", "import sys"] if "os.environ" in body[-1] or device_mode else ["import sys"]
-    lines = _header(finding, name) + imports + [""]
+    lines = _header(finding, name) + imports + ["", *_STDOUT, ""]
     if device_mode:  # found by the shadow oracle's device mode: replay in it (on a CPU, through the interpreter)
         lines += ['if not os.environ.get("FUZZRUNNER_SHADOW", "").strip():  # the mode that found it, unless set',
                   '    os.environ["FUZZRUNNER_SHADOW"] = "device"', ""]
@@ -88,6 +98,12 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
               "if found:", "    sys.exit(1)",
               *_LIMITS, 'print("not reproduced")', "sys.exit(0)"]
     return "\n".join(lines) + "\n"
+
+
+# What the script prints may hold a path with undecodable bytes (a non-UTF-8 folder or target file):
+# a UTF-8 terminal's strict stdout raised UnicodeEncodeError, and the traceback's exit 1 read as
+# "reproduced". Escaped instead, as the command line does.
+_STDOUT = ['getattr(sys.stdout, "reconfigure", lambda **kw: None)(errors="backslashreplace")  # undecodable path bytes']
 
 
 # A case the tool could not run here (a tool-limitation: Triton's interpreter, an oracle) proves

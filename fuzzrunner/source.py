@@ -18,7 +18,9 @@ import re
 _PATHS: dict[str, str] = {}
 _LOCATED: dict[tuple[str, int], str] = {}  # (absolute path, line) -> location text
 _LOCATION = re.compile(r"^(?P<file>.+\.py):(?P<line>\d+)$")
-_EMBEDDED = re.compile(r"(?P<loc>[\w./\\-]+\.py:\d+)")
+# a file's undecodable bytes (a non-UTF-8 name, held as surrogates) are part of its name: without them
+# ``torch.empty@t\udcfe.py:10`` kept its line in the id
+_EMBEDDED = re.compile(r"(?P<loc>(?:[\w./\\-]|[\udc80-\udcff])+\.py:\d+)")
 
 
 def import_root(path: str) -> str:
@@ -112,6 +114,23 @@ def files_only(text: str) -> str:
     """``text`` with every embedded ``file.py:N`` replaced by its file: the identity a process
     that could not find the file gives (older findings were named so)."""
     return _EMBEDDED.sub(lambda m: m.group("loc").rsplit(":", 1)[0], text or "")
+
+
+def no_locations(text: str) -> str:
+    """``text`` with every embedded ``file.py:N`` left out (``torch.empty@``): what an automatically
+    tracked buffer is wherever the file that made it lives or is called."""
+    return _EMBEDDED.sub("", text or "")
+
+
+def functions_only(text: str) -> str:
+    """``text`` with every embedded ``file.py:N`` replaced by the function holding it, without its file
+    ("" if unknown): the functions that made the buffers a name mentions, whatever their file is called."""
+    return _EMBEDDED.sub(lambda m: function_of(site(m.group("loc"))), text or "")
+
+
+def function_of(named_site: str) -> str:
+    """The function part of a site (``Runner.step`` of ``runner.py::Runner.step``); "" if it names none."""
+    return named_site.partition("::")[2]
 
 
 def known_sites(text: str) -> dict[str, str]:

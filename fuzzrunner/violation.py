@@ -48,8 +48,8 @@ class Violation:
 
     @classmethod
     def from_dict(cls, d: dict) -> Violation:
-        return cls(d["tool"], d["kind"], d.get("kernel", ""), d.get("location", ""), d.get("tensor", ""),
-                   d.get("message", ""), dict(d.get("details", {})), d.get("site", ""))
+        return cls(d["tool"], d["kind"], d.get("kernel") or "", d.get("location") or "", d.get("tensor") or "",
+                   d.get("message") or "", dict(d.get("details") or {}), d.get("site") or "")
 
 
 def raised_cuda_error(v: Violation) -> bool:

@@ -66,16 +66,15 @@ def _own(shard, entries: list) -> list:
 
 
 def _refile(shard, finding, violations, case) -> None:
-    """A stored finding whose access now sits in another function (renamed or moved): the bug is
+    """A stored finding whose access now sits in another function or file (renamed or moved): the bug is
     filed under its new id, keeping the old one as an alias (reports, repro scripts and replay
     still know it) and its shrink state; the old file goes."""
-    access = finding.signature.access_id
     for new, _ in shard.record(violations, case):
-        if new.signature.access_id == access and new.id != finding.id:
+        if new.signature.moved_from(finding.signature) and new.id != finding.id:
             shard.book.supersede(finding, new)
             where = new.violation.site or new.violation.location
             shard.emit(events.warning(f"finding {finding.id} ({finding.signature.short()}): its access is now at "
-                                      f"{where} (a renamed or moved function): filed as {new.id}"))
+                                      f"{where} (a renamed or moved function or file): filed as {new.id}"))
 
 
 def _count_features(shard, case) -> None:

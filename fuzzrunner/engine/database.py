@@ -53,7 +53,7 @@ def campaign_database(plugged, corpus: Corpus | None, target: str, faults: tuple
         inner = DirectoryBasedExampleDatabase(str(corpus.database_path(target)))
     if inner is None:
         return None
-    prefix = f"{target}|{','.join(sorted(faults))}|{'*' if seed is None else seed}".encode()
+    prefix = f"{target}|{','.join(sorted(faults))}|{'*' if seed is None else seed}".encode("utf-8", "surrogatepass")
     return PrefixedDatabase(inner, prefix)
 
 

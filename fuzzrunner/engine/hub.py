@@ -48,7 +48,7 @@ def _hub_dir() -> str:
     """A fresh temp dir for a worker's socket and log, named after this process; under /tmp if
     ``TMPDIR`` is so deep that the socket path would be too long for AF_UNIX."""
     d = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
-    if len(os.path.join(d, "s").encode()) > SOCKET_PATH_MAX:
+    if len(os.fsencode(os.path.join(d, "s"))) > SOCKET_PATH_MAX:  # bytes: TMPDIR may not be UTF-8
         shutil.rmtree(d, ignore_errors=True)
         d = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-", dir="/tmp")
     return d

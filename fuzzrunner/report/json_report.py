@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 from .. import devices
-from ..case import Case, parse_json
-from ..corpus import atomic_write
-from ..errors import InvalidArgument, InvalidCase
-from ..finding import Finding
+from ..case import Case, check_schema, check_types, parse_json
+from ..errors import InvalidCase
+from ..finding import Finding, check_violation
 from ..safe_io import MAX_REPORT_BYTES, read_text
+from ..safe_write import write_error, write_file
 from ..text import plural
 
 SCHEMA = 2  # 2: one shape for fuzz and nightly (runs + summary); trend fields
@@ -190,12 +190,7 @@ _FINDING_FIELDS = {"id": str, "signature": dict, "message": str, "case": dict, "
 def _check_report(data, source: str) -> None:
     if not isinstance(data, dict):
         raise InvalidCase(f"{source}: a report must be a JSON object, got {type(data).__name__}.")
-    schema = data.get("schema")
-    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
-        raise InvalidCase(f"{source}: missing integer 'schema' field; is this a fuzzrunner report?")
-    if schema > SCHEMA:
-        raise InvalidCase(f"{source}: report schema {schema} is newer than this fuzzrunner understands "
-                          f"({SCHEMA}); upgrade fuzzrunner to read it.")
+    schema = check_schema(data, SCHEMA, source, "report")
     if "runs" not in data:
         if schema >= 2:
             raise InvalidCase(f"{source}: missing field 'runs'; is this a fuzzrunner report?")
@@ -208,17 +203,8 @@ def _check_report(data, source: str) -> None:
         _check_run(run, f"{source}: run {i}")
 
 
-def _check_fields(d: dict, fields: dict, where: str) -> None:
-    for key, types in fields.items():
-        if key not in d:
-            raise InvalidCase(f"{where}: missing field {key!r}; is this a fuzzrunner report?")
-        value = d[key]
-        if not isinstance(value, types) or (isinstance(value, bool) and types is not bool):
-            raise InvalidCase(f"{where}: field {key!r} has the wrong type ({type(value).__name__}).")
-
-
 def _check_run(run: dict, where: str) -> None:
-    _check_fields(run, _RUN_FIELDS, where)
+    check_types(run, _RUN_FIELDS, where, required=True)
     if run.get("seed") is not None and not isinstance(run["seed"], int):
         raise InvalidCase(f"{where}: 'seed' must be an integer or null.")
     for j, point in enumerate(run["timeline"]):
@@ -227,7 +213,9 @@ def _check_run(run: dict, where: str) -> None:
     for j, f in enumerate(run["findings"]):
         if not isinstance(f, dict):
             raise InvalidCase(f"{where}: finding {j} must be a JSON object.")
-        _check_fields(f, _FINDING_FIELDS, f"{where}: finding {j}")
+        check_types(f, _FINDING_FIELDS, f"{where}: finding {j}", required=True)
+        for k, v in enumerate([f["violation"], *f.get("others", [])] if "violation" in f else []):
+            check_violation(v, f"{where}: finding {j}: {'violation' if k == 0 else f'others[{k - 1}]'}")
         if not all(isinstance(f["signature"].get(k), str) for k in ("tool", "kind", "kernel", "location", "tensor")):
             raise InvalidCase(f"{where}: finding {j}: 'signature' needs string tool, kind, kernel, location, tensor.")
         if f.get("repro") is not None and not isinstance(f["repro"], str):
@@ -236,11 +224,9 @@ def _check_run(run: dict, where: str) -> None:
 
 
 def write_text(path, text: str) -> Path:
-    """Write a report file (readable by all: CI artifacts, a web server); one-line error otherwise."""
-    path = Path(path)
+    """Write a report file (readable by all: CI artifacts, a web server) where the user said: a device or
+    a FIFO in place, a link's target (``safe_write``); one-line error, saying why, otherwise."""
     try:
-        atomic_write(path, text)
+        return write_file(path, text)
     except OSError as e:
-        raise InvalidArgument(f"cannot write report {str(path)!r}: {e.strerror or e}. "
-                              f"Choose a path in a writable directory.") from None
-    return path
+        raise write_error("report", path, e) from None

@@ -17,7 +17,13 @@ _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]
 
 
 def xml_safe(text) -> str:
-    return _XML_ILLEGAL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    return _XML_ILLEGAL.sub(_escape, str(text))
+
+
+def _escape(m) -> str:
+    """``\\xNN``; a path's undecodable byte (held as a surrogate, U+DC80..U+DCFF) as that byte."""
+    code = ord(m.group())
+    return f"\\x{code - 0xDC00 if 0xDC80 <= code <= 0xDCFF else code:02x}"
 
 
 def short(f: dict) -> str:

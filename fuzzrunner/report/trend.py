@@ -1,7 +1,10 @@
 """Trend across reports: each finding marked new / still-open / fixed against a previous report.
 
 Findings are matched by their stable id (``signature.py``: tool, kind family, kernel, tensor and
-the *function* holding the bad access, never the line), per target. A finding of the previous
+the *function* holding the bad access, never the line), or an earlier id of theirs (``aliases``),
+per target; a memory error left unmatched is then matched by its access at another place
+(``Signature.moved_from``: a renamed function, a renamed or moved target file, also where no corpus
+replay filed it under its new id), and takes the previous id as an alias. A finding of the previous
 report that this run of the same target did not find is listed in the run's ``fixed`` (the
 corpus replays every known finding first, so a bug still there is found again). A target the
 previous report did not run has no fixed findings, and its findings are new; a target this
@@ -14,6 +17,7 @@ findings over time without keeping old reports around.
 
 from __future__ import annotations
 
+from .. import source
 from ..signature import Signature
 from .json_report import summary
 
@@ -55,11 +59,38 @@ def _ids(f: dict) -> set:
 
 
 def _mark_run(run: dict, before: dict | None) -> dict:
-    seen = set().union(*(_ids(f) for f in before["findings"])) if before else set()
+    earlier = before["findings"] if before else []
+    seen = set().union(*(_ids(f) for f in earlier))
     now = set().union(*(_ids(f) for f in run["findings"]))
-    findings = [{**f, "trend": OPEN if _ids(f) & seen else NEW} for f in run["findings"]]
-    fixed = [{**f, "trend": FIXED} for f in (before["findings"] if before else ()) if not _ids(f) & now]
+    moved = _moved([f for f in run["findings"] if not _ids(f) & seen], [f for f in earlier if not _ids(f) & now])
+    findings = [{**f, "trend": OPEN, "aliases": [*(f.get("aliases") or []), moved[id(f)]["id"]]} if id(f) in moved
+                else {**f, "trend": OPEN if _ids(f) & seen else NEW} for f in run["findings"]]
+    gone = {id(f) for f in moved.values()}
+    fixed = [{**f, "trend": FIXED} for f in earlier if not _ids(f) & now and id(f) not in gone]
     return {**run, "findings": findings, "fixed": fixed}
+
+
+def _moved(new: list[dict], gone: list[dict]) -> dict[int, dict]:
+    """Each unmatched finding that is an unmatched earlier one's access at another place, paired
+    one to one (by ``id()`` of the new one's dict)."""
+    pairs: dict[int, dict] = {}
+    left = [(f, _signature(f)) for f in gone]
+    for f in new:
+        sig = _signature(f)
+        match = next((i for i, (_, old) in enumerate(left) if sig.moved_from(old)), None)
+        if match is not None:
+            pairs[id(f)] = left.pop(match)[0]
+    return pairs
+
+
+def _signature(f: dict) -> Signature:
+    """A report finding's signature, with the sites its worker named learned (where its buffers were
+    made: this process may not be able to read the files)."""
+    v = f.get("violation")
+    details = v.get("details") if isinstance(v, dict) else None
+    if isinstance(details, dict) and isinstance(details.get("sites"), dict):
+        source.learn_sites(details["sites"])
+    return Signature.from_dict(f["signature"])
 
 
 def counts(report_runs: list[dict]) -> dict:

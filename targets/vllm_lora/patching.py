@@ -104,7 +104,7 @@ def _link_tree(src: Path, dst: Path) -> None:
 def apply(patch: Path, tree: Path, cache: Path) -> Path:
     """A copy of ``tree/vllm`` with ``patch`` applied, under ``cache/patched/``; the directory holding it."""
     text = patch.read_text(encoding="utf-8")
-    key = hashlib.sha256(text.encode() + str(tree.resolve()).encode()).hexdigest()[:12]
+    key = hashlib.sha256(text.encode() + os.fsencode(tree.resolve())).hexdigest()[:12]  # bytes: maybe not UTF-8
     dest = cache / "patched" / f"{patch.stem}-{key}"
     if (dest / "ok").exists():
         return dest
@@ -125,7 +125,7 @@ def apply(patch: Path, tree: Path, cache: Path) -> Path:
                 target.unlink()  # a hard link to the original: never write through it
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(new, encoding="utf-8")
-        (tmp / "ok").write_text(f"{patch}\n{tree}\n")
+        (tmp / "ok").write_bytes(os.fsencode(patch) + b"\n" + os.fsencode(tree) + b"\n")
         try:
             tmp.rename(dest)
         except OSError:  # a concurrent worker made it first

@@ -230,3 +230,45 @@ def test_a_finding_of_an_unregistered_kind_is_left_in_place_saying_what_is_missi
     bad.clear()
     corpus.entries("reference_runner", on_bad=lambda p, moved, e: bad.append((moved, e)))
     assert bad[0][0] is not None and not path.exists()
+
+
+# -- a renamed or moved target file (issue 47, item 5) ---------------------------------------------
+
+def _auto(file: str, reader: str = "Runner.dummy_run", made: int = 10, maker: str = "Runner.__init__") -> Violation:
+    """An unwritten read of an automatically tracked buffer (``torch.empty@FILE:LINE``) in ``reader``,
+    the buffer made at line ``made`` of ``maker``, both in ``file`` (as a worker names them)."""
+    return Violation("shadow", "uninitialized-read", "aten.remainder.Scalar", f"{file}:18", f"torch.empty@{file}:{made}",
+                     "read never written", {"sites": {f"{file}:{made}": f"{file}::{maker}"}}, f"{file}::{reader}")
+
+
+def test_a_renamed_or_moved_target_file_is_the_same_bug_by_its_access():
+    """Renaming the target file made one bug "1 new, 1 fixed": its file was in the access of the
+    automatically tracked buffer (``torch.empty@FILE``), so nothing matched the stored finding. The
+    access holds no file now; the site still does (the id changes and the old one is matched)."""
+    from fuzzrunner.case import Case
+    from fuzzrunner.finding import Finding
+    before = _auto("i47_runner.py")
+    case = Case("t", {}, [{"op": "dummy_run"}])
+    for after in (_auto("i47_renamed.py"), _auto("pkg/i47_runner.py"), _auto("i47_renamed.py", reader="Runner.warm"),
+                  _auto("i47_renamed.py", made=11, maker="Runner.alloc")):
+        assert after.signature.id != before.signature.id and after.signature.access_id == before.signature.access_id
+        assert after.signature.moved_from(before.signature)
+        for stored in (Finding.of(before, [], case), Finding.from_dict(Finding.of(before, [], case).to_dict())):
+            assert stored.reproduced_by([after]) == [after] == stored.moved([after])
+    # the file renamed and both functions too: another bug, not this one moved
+    other = _auto("i47_renamed.py", reader="Runner.warm", made=12, maker="Runner.alloc")
+    assert not other.signature.moved_from(before.signature)
+    assert Finding.of(before, [], case).reproduced_by([other]) == []
+
+
+def test_a_finding_named_before_sites_travelled_still_matches_its_renamed_file():
+    """A stored finding whose buffer's maker this process cannot name (no ``sites``: older files, or a
+    file gone) is matched by the function holding its read."""
+    from fuzzrunner.case import Case
+    from fuzzrunner.finding import Finding
+    old = _auto("i47_old.py", made=20).to_dict()
+    old["details"] = {}
+    stored = Finding.of(Violation.from_dict({**old, "tensor": "torch.empty@i47_gone.py:20"}), [],
+                        Case("t", {}, [{"op": "dummy_run"}]))
+    assert stored.reproduced_by([_auto("i47_new.py", made=20)])
+    assert not stored.reproduced_by([_auto("i47_new.py", reader="Runner.warm", made=21)])

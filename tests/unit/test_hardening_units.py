@@ -86,6 +86,48 @@ def test_the_output_streams_write_undecodable_bytes_escaped_instead_of_raising()
     assert raw.getvalue() == b"repro: python /tmp/dir\\udcff/t.py\n"
 
 
+def test_a_memory_finding_with_undecodable_bytes_in_its_tensor_name_has_an_access_id_and_a_file(tmp_path):
+    """Issue 47, item 11: an automatically tracked buffer of a target file in a non-UTF-8 folder is named
+    ``torch.empty@t\\udcfe.py:10``; its access id raised UnicodeEncodeError and the finding was lost."""
+    from fuzzrunner.corpus import Corpus
+    bad = os.fsdecode(b"t\xfe.py")
+    v = Violation("shadow", "uninitialized-read", "aten.add.Tensor", f"{bad}:18", f"torch.empty@{bad}:10", "m",
+                  {}, f"{bad}::Runner.step")
+    f = Finding.of(v, [], Case("t", {}, [{"op": "step"}]))
+    assert len(v.signature.access_id) == 12 and f.to_dict()["access_id"] == v.signature.access_id
+    assert Finding.load(Corpus(tmp_path).save_finding("t", f)).id == f.id
+    # its line is no part of the id, as for any other file: a line shift is not a new bug
+    moved = Violation("shadow", "uninitialized-read", "aten.add.Tensor", f"{bad}:18", f"torch.empty@{bad}:14", "m",
+                      {}, f"{bad}::Runner.step")
+    assert moved.signature.id == v.signature.id
+
+
+def test_reports_show_an_undecodable_path_byte_as_that_byte():
+    from fuzzrunner.report.junit import xml_safe
+    assert xml_safe(os.fsdecode(b"dir\xff/t.py") + "\x1b") == "dir\\xff/t.py\\x1b"  # not \\xdcff
+
+
+def test_workers_and_the_example_database_take_undecodable_bytes(monkeypatch, tmp_path):
+    """A TMPDIR in a non-UTF-8 folder (the hub's socket path was encoded as UTF-8), a target named after
+    a file with one (the example database's key)."""
+    import shutil
+    import tempfile
+
+    from fuzzrunner.engine.database import campaign_database
+    from fuzzrunner.engine.hub import _hub_dir
+    bad = os.fsencode(str(tmp_path)) + b"/tmp\xff"
+    os.mkdir(bad)
+    monkeypatch.setattr(tempfile, "tempdir", os.fsdecode(bad))
+    d = _hub_dir()
+    assert os.path.isdir(d)
+    shutil.rmtree(d)
+    assert campaign_database(None, None, "x", (), 1) is None  # no database: nothing to key
+    from hypothesis.database import InMemoryExampleDatabase
+    db = campaign_database(InMemoryExampleDatabase(), None, os.fsdecode(b"t\xfe"), (), 1)
+    db.save(b"k", b"v")
+    assert list(db.fetch(b"k")) == [b"v"]
+
+
 # -- a reader that has gone, long values -----------------------------------------------------------
 
 class _Gone(io.StringIO):

@@ -336,6 +336,25 @@ def test_trend_marks_findings_by_stable_id_so_a_line_shift_is_still_open(tmp_pat
         f"({gone.id})"]
 
 
+def test_trend_matches_a_finding_whose_target_file_was_renamed_without_a_corpus_in_between(tmp_path, finding):
+    """Issue 47, item 5: a renamed target file made one bug "1 new, 1 fixed" (``torch.empty@FILE:LINE``
+    named the file). Where no corpus replay filed it under its new id (a fresh corpus, reports from two
+    machines), trend matches it by its access: still open, the old id an alias; a read of the same
+    access from other functions altogether stays new, and the old one fixed."""
+    def auto(file, reader="Runner.dummy_run", made=10, maker="Runner.__init__"):
+        v = Violation("shadow", "uninitialized-read", "aten.index.Tensor", f"{file}:18", f"torch.empty@{file}:{made}",
+                      "read never written", {"sites": {f"{file}:{made}": f"{file}::{maker}"}}, f"{file}::{reader}")
+        return replace(finding, violation=v, signature=v.signature, others=[])
+    before, renamed = auto("t47_trend.py"), auto("t47_trend_renamed.py")
+    report, _ = _trend(tmp_path, [before], [renamed])
+    [run] = report["runs"]
+    assert [(f["id"], f["trend"], f["aliases"]) for f in run["findings"]] == [(renamed.id, "still-open", [before.id])]
+    assert run["fixed"] == [] and report["summary"]["trend"] == {"new": 0, "still_open": 1, "fixed": 0}
+    unrelated = auto("t47_trend_renamed.py", reader="Runner.warm", made=30, maker="Runner.alloc")
+    [run] = _trend(tmp_path, [before], [unrelated])[0]["runs"]
+    assert [f["trend"] for f in run["findings"]] == ["new"] and [f["id"] for f in run["fixed"]] == [before.id]
+
+
 def test_a_target_missing_from_either_report_is_not_called_fixed(tmp_path, finding):
     report, _ = _trend(tmp_path, [], [finding])
     assert [f["trend"] for f in report["runs"][0]["findings"]] == ["new"] and report["runs"][0]["fixed"] == []

@@ -201,6 +201,17 @@ def test_the_script_replays_under_the_oracle_that_found_it(tool, kind, call):
     compile(text, "repro.py", "exec")
 
 
+@pytest.mark.parametrize("tool, kind", [("worker", "timeout"), ("worker", "crash"), ("initcheck", "uninitialized-read"),
+                                        ("shadow", "out-of-bounds")])
+def test_a_script_replaying_in_a_worker_waits_the_timeout_its_finding_was_found_under(tool, kind):
+    """Issue 47, item 12: a timeout finding of a 2.5 s campaign made its script wait the default 120 s
+    (``replay`` honours the recorded one). A case replayed in this process has no timeout to pass."""
+    finding = replace(_finding(tool, kind), case_timeout_s=2.5)
+    worker = kind != "out-of-bounds"
+    assert ("case_timeout=2.5)" in repro_script(finding)) == worker
+    assert "case_timeout" not in repro_script(_finding(tool, kind))  # none recorded (older files): the default
+
+
 def test_oracle_override_and_stale_read_note(finding):
     assert 'oracles=["numeric", "invariants"])' in repro_script(finding, oracle=["numeric", "invariants"])
     assert "initcheck cannot see a stale read" in repro_script(_finding("shadow", "stale-read"))

@@ -55,6 +55,17 @@ def test_the_copy_is_patched_and_the_original_is_untouched(tmp_path, tree):
     assert not (tree / "vllm" / "new.py").exists()
 
 
+def test_a_tree_and_patch_in_a_folder_whose_name_is_not_utf8_apply(tmp_path, tree):
+    """Issue 47, item 11's class: the copy's key and stamp encoded the tree's path as strict UTF-8."""
+    bad = os.fsencode(str(tmp_path)) + b"/dir\xff"
+    os.mkdir(bad)
+    moved = os.fsdecode(bad + b"/tree")
+    os.rename(tree, moved)
+    patch = _patch(tmp_path / os.fsdecode(b"dir\xff"))
+    out = patching.apply(patch, type(tree)(moved), tmp_path / os.fsdecode(b"dir\xff") / "cache")
+    assert "line four" in (out / "vllm" / "mod.py").read_text()
+
+
 def test_a_shifted_hunk_applies_where_its_context_is(tmp_path, tree):
     (tree / "vllm" / "mod.py").write_text("inserted\n" * 5 + ORIGINAL)
     out = patching.apply(_patch(tmp_path), tree, tmp_path / "cache")

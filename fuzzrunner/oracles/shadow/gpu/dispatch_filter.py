@@ -95,8 +95,8 @@ def _build():
         raise RuntimeError(f"CXX={cxx!r} cannot be read as a command: {e}") from None
     source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dispatch_filter.cpp")
     with open(source, "rb") as f:
-        digest = hashlib.sha256(f.read() + torch.__version__.encode() + sysconfig.get_path("include").encode()
-                                + cxx.encode())
+        digest = hashlib.sha256(f.read() + torch.__version__.encode() + os.fsencode(sysconfig.get_path("include"))
+                                + os.fsencode(cxx))  # paths: their bytes may not be UTF-8
     name = f"fuzzrunner_dispatch_filter_{digest.hexdigest()[:12]}"
     folder = cache_dir()
     os.makedirs(folder, exist_ok=True)
