@@ -110,7 +110,7 @@ class Merger:
         into.warnings += [w for w in r.warnings if w not in into.warnings]  # each shard says it once
         into.timeline = _merge_timelines(into.timeline, r.timeline)
         into.coverage.merge(r.coverage)
-        into.flaky += [Finding.from_dict(d) for d in r.flaky]
+        into.flaky += [f for f in map(Finding.from_dict, r.flaky) if all(f.id != g.id for g in into.flaky)]
         into.findings = merge_all(into.findings, [Finding.from_dict(d) for d in r.findings])
         order = (R.STOP_INTERRUPTED, R.STOP_WRITE_ERROR, R.STOP_BUDGET, R.STOP_MAX_EXAMPLES, R.STOP_EXHAUSTED)
         reasons = [s for s in (into.stop_reason, r.stop_reason) if s]
