@@ -171,6 +171,8 @@ def _parser() -> argparse.ArgumentParser:
                         formatter_class=_Help,
                         epilog="example:\n  fuzzrunner check-target examples/toy_runner_target.py:TARGET")
     ct.add_argument("target", metavar="SPEC", help="a built-in name, FILE.py:OBJ or package.module:OBJ")
+    ct.add_argument("--timeout", type=float, metavar="SECONDS", default=None,
+                    help="stop the case's run on a device after this long: a hang (default: 120)")
     ct.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     return p
 
@@ -647,8 +649,18 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_check_target(args) -> int:
-    from .check_target import check_target
-    lines, code = check_target(args.target)
+    import math
+
+    from .check_target import CHILD_TIMEOUT_S, check_target
+    from .errors import InvalidArgument
+    timeout = CHILD_TIMEOUT_S if args.timeout is None else args.timeout
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise InvalidArgument(f"--timeout {args.timeout!r} must be a positive number of seconds: the longest one "
+                              f"case may run on a device (e.g. --timeout 300).")
+
+    def say(line: str) -> None:  # progress, as it happens; the verdict's lines go to stdout at the end
+        print(f"check-target: {line}", file=sys.stderr, flush=True)
+    lines, code = check_target(args.target, timeout, say)
     for line in lines:
         print(line)
     return code
