@@ -459,6 +459,12 @@ class Shard:
             done += max(1, generated) if self._failing else n
         self.result.stop_reason = self.result.stop_reason or R.STOP_MAX_EXAMPLES
 
+    def _close_hubs(self) -> None:
+        self.hub.close()
+        if self._precheck is not None:
+            self._precheck.close()
+            self._precheck = None
+
     def _after_failure(self, exc: BaseException) -> None:
         from hypothesis.errors import FailedHealthCheck, Unsatisfiable
         ids = _finding_ids(exc)
@@ -471,9 +477,12 @@ class Shard:
             self.book.mark_minimized(fid, shrunk=self.settings.shrink)
 
     def close(self) -> R.CampaignResult:
-        self.hub.close()
-        if self._precheck is not None:
-            self._precheck.close()
+        """The shard's result, its workers closed (a stop signal while they close: the result says interrupted)."""
+        try:
+            self._close_hubs()
+        except KeyboardInterrupt:
+            self.result.stop_reason = R.STOP_INTERRUPTED
+            self._close_hubs()  # (a front end raises only the first stop signal: this one finishes)
         r = self.result
         r.duration_s = self.elapsed()
         r.findings = list(self.book.by_id.values())

@@ -1,4 +1,5 @@
-"""Issue 47, the process half: what a case's own threads and processes do after it returned.
+"""Issue 47, the process half: what a case's own threads and processes do after it returned, a target
+that keeps the command alive, and stop signals at every point of a campaign.
 
 Each test drives the real engine (``Hub``), the real command line (``fuzzrunner.cli.main``), or
 ``python -m fuzzrunner`` where the process's own exit or a signal must be seen, on the targets of
@@ -8,6 +9,9 @@ next case starts (or after a bounded wait), a signal is sent by the command itse
 """
 
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,6 +22,7 @@ from fuzzrunner.cli import main
 from fuzzrunner.engine import Hub, WorkerSpec
 from fuzzrunner.report import load_report
 
+ROOT = Path(__file__).resolve().parents[2]
 TARGETS = str(Path(__file__).with_name("hostile_targets.py"))
 
 
@@ -163,3 +168,100 @@ def test_forked_children_are_not_counted_as_the_workers_memory_growth(fork_hub):
     for _ in range(10):
         hub.run(_forked(pids, {"how": "fork"}))
     assert hub.recycles == before
+
+
+# -- 8. the command ends with its code, whatever the target left behind ----------------------------------
+
+def _command(tmp_path, env: dict, *argv, target: str = "SLEEPY", code: str | None = None, timeout: float = 120):
+    """``python -m fuzzrunner fuzz`` (or ``python -c code``) on ``target`` (SLEEPY: cases that return at once); the
+    exit code and output."""
+    argv = ["fuzz", "--target", spec(target), "--seed", "1", "-q", "--corpus", str(tmp_path / "corpus"),
+            "--report", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml"), "--html",
+            str(tmp_path / "r.html"), *argv]
+    start = [sys.executable, "-c", code] if code else [sys.executable, "-m", "fuzzrunner"]
+    p = subprocess.run([*start, *argv], env=dict(os.environ, PYTHONPATH=str(ROOT), **env), capture_output=True,
+                       text=True, timeout=timeout, preexec_fn=_signals_as_from_a_shell)
+    return p.returncode, p.stdout + p.stderr
+
+
+def _signals_as_from_a_shell() -> None:
+    """The stop signals unblocked in the command: a pytest-xdist worker may have blocked one, and a child
+    inherits its mask."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
+
+def test_a_non_daemon_thread_started_at_the_targets_import_does_not_keep_the_command_alive(tmp_path):
+    code, out = _command(tmp_path, {"HOSTILE_LINGER_AT_IMPORT": "thread"}, "--max-examples", "2")
+    assert code == 0 and "wrote" in out, out
+
+
+def test_an_exit_handler_that_blocks_is_given_a_grace_period_then_the_command_ends_with_its_code(tmp_path):
+    run = "import sys, fuzzrunner.__main__ as m; m.EXIT_GRACE_S = 0.5; sys.argv[0] = 'fuzzrunner'; m.console()"
+    code, out = _command(tmp_path, {"HOSTILE_LINGER_AT_IMPORT": "atexit"}, "--max-examples", "2", code=run)
+    assert code == 0 and "exit handlers (the target's?) still running after 0.5 s" in out, out
+
+
+# -- 9. a stop signal at any point: exit 130 and every report -------------------------------------------
+
+@pytest.mark.parametrize("window,sig,stop", [
+    ("import", "INT", "interrupted"),     # as the command imports the target, before any case
+    ("case", "HUP", "interrupted"),       # during the search (SIGHUP killed the command, no report)
+    ("shrink", "HUP", "interrupted"),     # while a finding is shrunk
+    ("summary", "TERM", "max-examples"),  # just after the "stopped:" line (4 of 4 tries lost every report)
+    ("reports", "TERM", "max-examples"),  # between the JSON report and the JUnit XML
+])
+def test_a_stop_signal_at_any_point_exits_130_with_every_report(tmp_path, window, sig, stop):
+    code, out = _command(tmp_path, {"HOSTILE_SIGNAL_AT": window, "HOSTILE_SIGNAL": sig}, "--max-examples", "30",
+                         target="RAISES")
+    assert code == 130, out
+    [run] = load_report(tmp_path / "r.json")["runs"]
+    assert run["stop_reason"] == stop, out
+    assert (tmp_path / "r.xml").stat().st_size and (tmp_path / "r.html").stat().st_size
+    if window == "shrink":
+        assert run["findings"] and not run["findings"][0]["minimized"]
+
+
+@pytest.mark.parametrize("where", ["the campaign's last steps", "closing the workers"])
+def test_a_stop_signal_once_the_shard_has_its_result_keeps_the_result_as_interrupted(tmp_path, monkeypatch, where):
+    """(CPU triage of GPU findings and the floor check run in the same block as ``_check_floor``.)"""
+    from fuzzrunner import api
+    from fuzzrunner.engine import campaign, hub
+
+    def stop(*args, **kwargs):
+        monkeypatch.undo()  # once
+        raise KeyboardInterrupt("signal SIGTERM")
+    if where == "closing the workers":
+        monkeypatch.setattr(hub.Hub, "close", stop)
+    else:
+        monkeypatch.setattr(campaign, "_check_floor", stop)
+    try:
+        result = api.fuzz(spec("RAISES"), max_examples=3, seed=1, corpus=tmp_path / "corpus")
+    except KeyboardInterrupt:
+        pytest.fail("the stop signal lost the campaign's result")
+    assert result.stop_reason == "interrupted" and result.generated == 3 and result.seed == 1
+
+
+def test_a_stop_signal_as_a_nightly_writes_a_report_still_writes_every_report(tmp_path, monkeypatch):
+    from fuzzrunner import api, nightly
+    from fuzzrunner.engine.result import CampaignResult
+    from fuzzrunner.settings import Settings
+    monkeypatch.setattr(nightly, "runnable_targets", lambda hooks: (["reference_runner"], {}))
+    monkeypatch.setattr(api, "fuzz", lambda name, settings, **kw: CampaignResult(name, settings, 1, (),
+                                                                                 stop_reason="max-examples"))
+    real, calls = nightly.write_reports, []
+
+    def write(*args, **kwargs):
+        calls.append(kwargs)
+        if len(calls) in (1, 3):  # the target's reports, then the combined ones: each signalled once
+            raise KeyboardInterrupt("signal SIGHUP")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(nightly, "write_reports", write)
+    try:
+        run = nightly.run_nightly(Settings(max_examples=1), tmp_path)
+    except KeyboardInterrupt:
+        pytest.fail("the stop signal escaped the nightly")
+    assert run.interrupted and len(calls) == 4
+    for name in ("reference_runner.json", "reference_runner.xml", "report.json", "junit.xml", "report.html"):
+        assert (tmp_path / name).stat().st_size, name
+    [r] = load_report(tmp_path / "report.json")["runs"]
+    assert r["stop_reason"] == "interrupted"
