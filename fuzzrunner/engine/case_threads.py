@@ -108,10 +108,11 @@ def thread_violation(exc: BaseException, thread_name: str, op_index: int | None,
     from dataclasses import replace
 
     from ..execute import crash_violation
+    from ..text import describe
     v = crash_violation(exc, op_index, own_code)
     if v.kind != "crash":  # the tool's own limitation: as it is
         return v
-    text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
+    text = describe(exc)  # (a user's exception: its text may raise)
     when = ("after the case returned" if after else "before the case's first op" if op_index is None
             else f"op {op_index}")
     return replace(v, message=f"{'target error: ' if v.tool == 'target' else ''}{when}: on thread {thread_name!r}, "
