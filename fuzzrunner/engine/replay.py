@@ -15,7 +15,7 @@ from ..oracles.shadow import prepare_device_mode, workers_use_device_mode
 from ..settings import Settings
 from ..target import load_target
 from ..violation import Violation
-from .hub import Hub
+from .hub import THREAD_GRACE_S, Hub
 from .plan import worker_spec
 
 
@@ -58,13 +58,14 @@ class Replayer:
     def run(self, case: Case, spec: str, timeout_s: float | None = None) -> list[Violation]:
         """The violations of one run of ``case`` (``timeout_s``: this case's timeout, e.g. the one its
         finding was found under; default the settings'); ``InvalidCase`` if the target refuses it,
-        before any worker sees it; ``HarnessError`` if the target cannot be set up."""
+        before any worker sees it; ``HarnessError`` if the target cannot be set up. The worker waits for the
+        threads the case started (up to ``THREAD_GRACE_S``): a death or an exception of theirs is the case's."""
         target = load_target(spec)
         target.check_faults(case.faults)
         target.check_case(case)
         hub = self.hub(spec)
         hub.timeout_s = timeout_s or self.settings.case_timeout_s
-        return hub.run(case).violations
+        return hub.run(case, linger_s=THREAD_GRACE_S).violations
 
     def close(self) -> None:
         for hub in self.hubs.values():

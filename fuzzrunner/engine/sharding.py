@@ -19,6 +19,7 @@ from ..text import describe
 from . import events
 from . import result as R
 from .plan import CampaignPlan
+from .processes import exit_now
 from .result import CampaignResult
 
 SHUTDOWN_WAIT_S = 60.0
@@ -33,7 +34,9 @@ def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: in
     # its clean-up, and its result would be lost. SIGINT goes to a handler that does nothing (not SIG_IGN,
     # which the processes it starts would keep). The shard started with SIGINT and SIGTERM blocked
     # (``run_sharded``): a SIGTERM that came before its handler was in place is taken now, as an interrupt.
+    # A closed terminal's SIGHUP reaches the group too: the campaign process stops the shards for it as well.
     signal.signal(signal.SIGINT, lambda *_: None)
+    signal.signal(signal.SIGHUP, lambda *_: None)
     die_with(parent)
     sigterm_as_interrupt()
     try:
@@ -52,6 +55,15 @@ def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: in
         queue.put(events.error(describe(e, 2000)))
     finally:
         drop_prestarted()
+
+
+def _shard_main(queue, parent: int, plan: CampaignPlan, index: int, quota: int) -> None:
+    """A shard process: its shard, then its end once the result is in the pipe. Left to multiprocessing, it would
+    wait for every non-daemon thread, and one the target started at its import never ends (issue 47)."""
+    _shard_process(queue, parent, plan, index, quota)
+    queue.close()
+    queue.join_thread()
+    exit_now(0)
 
 
 def portable_result(res: CampaignResult) -> CampaignResult:
@@ -110,7 +122,7 @@ class Merger:
         into.warnings += [w for w in r.warnings if w not in into.warnings]  # each shard says it once
         into.timeline = _merge_timelines(into.timeline, r.timeline)
         into.coverage.merge(r.coverage)
-        into.flaky += [Finding.from_dict(d) for d in r.flaky]
+        into.flaky += [f for f in map(Finding.from_dict, r.flaky) if all(f.id != g.id for g in into.flaky)]
         into.findings = merge_all(into.findings, [Finding.from_dict(d) for d in r.findings])
         order = (R.STOP_INTERRUPTED, R.STOP_WRITE_ERROR, R.STOP_BUDGET, R.STOP_MAX_EXAMPLES, R.STOP_EXHAUSTED)
         reasons = [s for s in (into.stop_reason, r.stop_reason) if s]
@@ -124,7 +136,7 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     quotas = plan.quotas()
-    procs = [ctx.Process(target=_shard_process, args=(queue, os.getpid(), plan, i, quota), daemon=True)
+    procs = [ctx.Process(target=_shard_main, args=(queue, os.getpid(), plan, i, quota), daemon=True)
              for i, quota in enumerate(quotas)]
     # Each shard starts with SIGINT and SIGTERM blocked (a mask outlives exec): either, during its
     # interpreter's start, would end it before it could report (``_shard_process`` takes them once its
@@ -143,14 +155,24 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
         _collect(queue, procs, merger, deadline=time.monotonic() + SHUTDOWN_WAIT_S)
         merged.stop_reason = R.STOP_INTERRUPTED
     finally:
-        for p in procs:
-            if p.pid is None:  # never started (a start failed)
-                continue
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
+        try:
+            _end(procs)
+        except KeyboardInterrupt:  # a stop signal as the shards end: their results are in, and kept
+            merged.stop_reason = R.STOP_INTERRUPTED
+            _end(procs, wait_s=0)
     merged.duration_s = time.monotonic() - start
     return merged
+
+
+def _end(procs, wait_s: float = 5.0) -> None:
+    """Each started shard process joined (``wait_s`` each at most), else killed."""
+    for p in procs:
+        if p.pid is None:  # never started (a start failed)
+            continue
+        p.join(timeout=wait_s)
+        if p.is_alive():
+            p.kill()
+            p.join()
 
 
 @contextmanager
