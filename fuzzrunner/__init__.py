@@ -7,18 +7,17 @@ The names below load on first use (PEP 562), so that ``import fuzzrunner.pytest_
 the plugin in every session. Device set-up (``_env.configure``: TRITON_INTERPRET=1 when
 there is no GPU) still runs before anything of the package can reach Triton: on the first
 name taken from here (``from fuzzrunner import track`` included), at the top of
-``fuzzrunner.kernels``, and at once when ``FUZZRUNNER_DEVICE`` already names the device
-(workers have it from the hub), since that costs no torch import.
+``fuzzrunner.kernels``, and at once when the device is already named (``_env.decided``: workers
+have it from the hub), since that costs no torch import.
 """
 
 from importlib import import_module as _import_module
-from os import environ as _environ
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from . import _checkout, _env
 
 _checkout.install()  # fuzzrunner.targets from a checkout's top-level targets/ folder
-if _environ.get("FUZZRUNNER_DEVICE"):
+if _env.decided():
     _env.configure()  # the device is decided: no GPU probe, no torch import
 
 from ._version import __version__  # noqa: E402

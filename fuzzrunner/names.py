@@ -12,13 +12,15 @@ tests and plug-ins. Nothing else lists these names: code asks the flags (``Kind.
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
 from .arguments import several
+from .context import DEVICES as DEVICES  # where a run's kernels run (context.py decides which)
+from .context import Context
 from .errors import InvalidArgument
 
-DEVICES = ("cpu", "cuda")
 SANITIZER_TOOLS = ("initcheck", "memcheck", "racecheck", "synccheck")
 SANITIZERS = ("none",) + SANITIZER_TOOLS
 PROFILES = ("dev", "ci", "nightly")   # their values live in settings.PROFILES
@@ -37,9 +39,20 @@ class OracleSpec:
     precheck: bool = False             # proves a case's memory errors on the CPU before the GPU runs it
     summary: str = ""
 
-    def make(self) -> Any:
+    def make(self, context: Context) -> Any:
+        """The oracle for one run under ``context`` (the device, Triton's mode, the shadow mode): a factory
+        with a ``context`` parameter gets it (the shadow oracle picks its mode, and the memory it checks,
+        from it); one without is called with no argument (a plug-in's ``MyOracle()``)."""
         module, _, attr = self.factory.partition(":")
-        return getattr(importlib.import_module(module), attr)()
+        factory = getattr(importlib.import_module(module), attr)
+        return factory(context=context) if _takes_context(factory) else factory()
+
+
+def _takes_context(factory) -> bool:
+    try:
+        return "context" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): called as it is
+        return False
 
 
 # Under initcheck: a poison fill counts as initialization and would hide every report; the

@@ -4,7 +4,8 @@ Built-in targets live in the repository's top-level ``targets/`` folder and impo
 ``fuzzrunner.targets``; a user's target is named ``path/to/file.py:OBJ`` or
 ``package.module:OBJ``, where OBJ is a ``Target`` (or a callable returning one).
 
-The contract: ``cases(faults, *, max_ops)`` returns a Hypothesis strategy of ``Case``;
+The contract: ``cases(faults, *, max_ops)`` returns a Hypothesis strategy of ``Case`` (a ``cases`` that also
+takes ``device`` gets the campaign's: ``cpu`` or ``cuda``, to draw what runs there);
 ``run(case, ctx)`` runs one; ``features(case)`` names what a case exercises (coverage.py);
 ``schema`` (a JSON Schema of ``{"config": ..., "ops": [...]}``)
 rejects malformed cases before any worker sees them, so bad input is never a finding.
@@ -40,7 +41,7 @@ BUILTIN = {
 class Target:
     name: str
     description: str
-    cases: Callable[..., Any]          # cases(faults: tuple[str, ...], *, max_ops: int) -> SearchStrategy[Case]
+    cases: Callable[..., Any]          # cases(faults, *, max_ops: int[, device: str]) -> SearchStrategy[Case]
     run: Callable[..., None]           # run(case: Case, ctx: RunContext) -> None
     faults: tuple = ()                 # fault names this target understands
     fault_descriptions: dict = field(default_factory=dict)  # {fault name: one line}
@@ -101,15 +102,19 @@ class Target:
             refuse_async(self.name, "features", self.features, generators=False)
         return self
 
-    def strategy(self, faults: tuple, max_ops: int):
-        """``cases(faults, max_ops=max_ops)``, checked: a ``cases`` that raises, or returns no strategy,
-        is a ``TargetError`` naming this target; so is a strategy that raises while it draws a case
-        (``DrawError`` at once, which the search turns into a ``TargetError``: see ``draw_error``)."""
+    def strategy(self, faults: tuple, max_ops: int, *, device: str):
+        """``cases(faults, max_ops=max_ops)``, with ``device=device`` (the run's, ``cpu`` or ``cuda``) when
+        ``cases`` takes it; checked: a ``cases`` that raises, or returns no strategy, is a ``TargetError``
+        naming this target; so is a strategy that raises while it draws a case (``DrawError`` at once,
+        which the search turns into a ``TargetError``: see ``draw_error``)."""
         import inspect
 
         from hypothesis.strategies import SearchStrategy
+        kwargs: dict[str, Any] = {"max_ops": max_ops}
         try:
-            inspect.signature(self.cases).bind(faults, max_ops=max_ops)
+            if "device" in inspect.signature(self.cases).parameters:
+                kwargs["device"] = device
+            inspect.signature(self.cases).bind(faults, **kwargs)
         except TypeError as e:
             raise TargetError(f"target {self.name!r}: its cases cannot be called as cases(faults, *, max_ops) "
                               f"({safe_str(e, 300)}); "
@@ -117,7 +122,7 @@ class Target:
         except ValueError:
             pass  # no signature to read (a builtin): calling it says
         try:
-            strategy = self.cases(faults, max_ops=max_ops)
+            strategy = self.cases(faults, **kwargs)
         except Exception as e:
             raise TargetError(f"target {self.name!r}: its cases(faults, max_ops={max_ops}) raised "
                               f"{describe(e)}") from e

@@ -98,6 +98,7 @@ step "hub: dummy_run_skips_mapping under initcheck, between two clean cases"
 run hub 200 python3 - <<'PY'
 import os
 from fuzzrunner.case import Case
+from fuzzrunner.context import Context
 from fuzzrunner.engine.hub import Hub, WorkerSpec
 from fuzzrunner.sanitizer import sanitizer_wrapper
 from fuzzrunner.sanitizer.session import MARKER, attribute
@@ -107,7 +108,7 @@ log = f"{out}/real_initcheck_hub_worker.log"
 if os.path.exists(log):
     os.unlink(log)
 argv, env = sanitizer_wrapper("initcheck")
-spec = WorkerSpec("reference_runner", device="cuda", wrapper=argv, env=env, log_path=log)
+spec = WorkerSpec("reference_runner", Context.of("cuda"), wrapper=argv, env=env, log_path=log)
 ops = ({"op": "dummy_run", "num_tokens": 4, "kind": "warmup"},
        {"op": "add_adapter", "adapter_id": 1, "rank": 8},
        {"op": "step", "requests": [{"adapter_id": 1, "tokens": [1, 2, 3]}]})

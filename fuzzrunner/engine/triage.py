@@ -10,6 +10,7 @@ that as ``triage``; findings whose CPU replays name the same bug are one finding
 from __future__ import annotations
 
 from .. import names
+from ..context import Context
 from ..errors import FuzzrunnerError
 from ..finding import Finding, group
 from ..settings import Settings
@@ -20,7 +21,7 @@ from .replay import Replayer
 def triage_on_cpu(findings: list[Finding], target_spec: str, settings: Settings) -> None:
     """Attach ``finding.triage`` to each finding (in a crash-isolated CPU worker)."""
     cpu = settings.override(device="cpu", sanitizer="none", oracles=names.triage_oracles(), workers=1)
-    with Replayer(cpu) as replayer:
+    with Replayer(cpu, context=Context.cpu_check(settings)) as replayer:
         for f in findings:
             f.triage = _triage_one(replayer, f, target_spec)
 

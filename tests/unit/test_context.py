@@ -1,12 +1,13 @@
 """The run's context: decided once from the settings and the machine (``Context.resolve``), a typed error
-where its device cannot be had; the environment only a front end's default."""
+where its device cannot be had, passed down as a parameter; the environment only a front end's default."""
 
 import os
 
 import pytest
 
-from fuzzrunner import _env, env_defaults
+from fuzzrunner import _env, env_defaults, fuzz, names
 from fuzzrunner.context import Context, default_shadow
+from fuzzrunner.engine import protocol
 from fuzzrunner.errors import DeviceUnavailable, InvalidArgument
 from fuzzrunner.settings import Settings
 
@@ -62,6 +63,15 @@ def test_the_cpu_check_of_a_gpu_campaign_interprets_and_keeps_only_a_forced_shad
     assert Context.cpu_check(Settings(shadow="device")) == Context("cpu", True, "device")
 
 
+def test_a_context_travels_to_a_worker_whole_through_its_start_up_environment():
+    for context in (Context("cuda", False, "device", "initcheck", "MIG-1234"), Context("cpu", True, "device"),
+                    Context("cuda", False, "cpu", gpu="1"), Context.of("cpu")):
+        start = protocol.WorkerEnv("my.py:T", context, hub_socket="/tmp/s", parent=42)
+        env = start.environ({"FUZZRUNNER_SHADOW": "cpu", "TRITON_INTERPRET": "1", "FUZZRUNNER_SANITIZER": "memcheck"})
+        assert protocol.WorkerEnv.read(env) == start  # nothing inherited stands in for the context's fields
+        assert env["CUDA_VISIBLE_DEVICES"] == ("" if context.device == "cpu" else context.gpu)
+
+
 def test_a_context_is_recorded_and_read_back_and_an_unreadable_record_is_none():
     c = Context("cuda", False, "device", "initcheck", "0")
     assert Context.from_dict(c.to_dict()) == c
@@ -83,3 +93,64 @@ def test_use_device_is_undone_by_restore_device():
     assert os.environ[env_defaults.DEVICE_ENV] == "cpu" and old == before
     env_defaults.restore_device(old)
     assert os.environ.get(env_defaults.DEVICE_ENV) == before
+
+
+def test_every_oracle_factory_that_asks_for_the_context_gets_it_and_one_that_does_not_is_called_bare(monkeypatch):
+    import sys
+    import types
+    seen = []
+    module = types.ModuleType("fuzzrunner_test_context_oracles")
+    module.asks = lambda context: seen.append(context) or "made"        # type: ignore[attr-defined]
+    module.Bare = type("Bare", (), {})                                    # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    context = Context.of("cpu", shadow="device")
+    assert names.OracleSpec("asks", f"{module.__name__}:asks").make(context) == "made" and seen == [context]
+    assert type(names.OracleSpec("bare", f"{module.__name__}:Bare").make(context)) is module.Bare
+
+
+def test_fuzz_takes_a_settings_or_a_profile_never_both():
+    with pytest.raises(InvalidArgument, match="pass one of the two"):
+        fuzz("reference_runner", settings=Settings(), profile="ci")
+    with pytest.raises(InvalidArgument, match="takes a fuzzrunner.Settings, not dict"):
+        fuzz("reference_runner", settings={"max_examples": 5})
+
+
+def test_a_targets_strategy_gets_the_runs_device_when_its_cases_take_it_and_old_cases_work_as_before():
+    from hypothesis import strategies as st
+
+    from fuzzrunner.case import Case
+    from fuzzrunner.target import Target
+    asked = []
+
+    def new(faults, *, max_ops, device):
+        asked.append(device)
+        return st.just(Case("t", {}, ()))
+
+    def old(faults, *, max_ops):  # a user's target from before: cases(faults, *, max_ops)
+        asked.append("old")
+        return st.just(Case("t", {}, ()))
+    for cases in (new, old):
+        Target("t", "", cases=cases, run=lambda case, ctx: None).strategy((), 4, device="cpu")
+    assert asked == ["cpu", "old"]
+
+
+def test_vllm_lora_draws_bfloat16_only_where_triton_runs_compiled():
+    """Its dtypes once came from the process's environment (FUZZRUNNER_DEVICE, which the CLI set so that the
+    strategy could read it): a library campaign with Settings(device="cpu") on a GPU machine drew bfloat16, which
+    Triton's interpreter computes wrongly."""
+    from fuzzrunner.targets.vllm_lora.cases import vllm_lora_cases
+    from hypothesis import HealthCheck, given, settings
+
+    from fuzzrunner.target import Target
+    seen: dict = {"cpu": set(), "cuda": set()}
+    for device, dtypes in seen.items():
+        strategy = Target("vllm_lora", "", cases=vllm_lora_cases, run=lambda case, ctx: None).strategy(
+            (), 2, device=device)
+
+        @settings(max_examples=40, database=None, deadline=None, derandomize=True,
+                  suppress_health_check=list(HealthCheck))
+        @given(strategy)
+        def draw(case):
+            dtypes.add(case.config["dtype"])  # noqa: B023 - called at once, in this iteration
+        draw()
+    assert seen == {"cpu": {"float16"}, "cuda": {"float16", "bfloat16"}}
