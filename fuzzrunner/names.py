@@ -76,9 +76,21 @@ ORACLES: dict[str, OracleSpec] = {o.name: o for o in (
 
 def register_oracle(spec: OracleSpec) -> None:
     """Add an oracle (a plug-in, or a test's dummy) under ``spec.name``; it reports as the tool of
-    that name."""
+    that name. Registering the same again is harmless; another oracle under a name of fuzzrunner's own
+    is refused."""
+    _own("oracle", spec, ORACLES)
     ORACLES[spec.name] = spec
     TOOLS.setdefault(spec.name, Tool(spec.name, spec.summary))
+
+
+def _own(what: str, entry, registry: dict) -> None:
+    """``InvalidArgument`` if ``entry`` would replace a different one of fuzzrunner's own (``_SHIPPED``)."""
+    if not isinstance(entry.name, str) or not entry.name:
+        raise InvalidArgument(f"register_{what}({entry!r}): its name must be a non-empty string.")
+    shipped = _SHIPPED.get(what, {}).get(entry.name)
+    if shipped is not None and shipped != entry:
+        raise InvalidArgument(f"register_{what}: {entry.name!r} is fuzzrunner's own {what}; register yours "
+                              f"under another name.")
 
 
 def triage_oracles() -> tuple[str, ...]:
@@ -140,7 +152,8 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
 
 
 def register_tool(tool: Tool) -> None:
-    """Add a tool (a plug-in's checker) under ``tool.name``."""
+    """Add a tool (a plug-in's checker) under ``tool.name``; registering the same again is harmless."""
+    _own("tool", tool, TOOLS)
     TOOLS[tool.name] = tool
 
 
@@ -199,5 +212,10 @@ def kind(name: str) -> Kind:
 
 
 def register_kind(kind: Kind) -> None:
-    """Add a violation kind (a plug-in oracle's) under ``kind.name``."""
+    """Add a violation kind (a plug-in oracle's) under ``kind.name``; registering the same again is harmless."""
+    _own("kind", kind, KINDS)
     KINDS[kind.name] = kind
+
+
+# fuzzrunner's own entries: a plug-in adds its own names, never replaces one of these with another
+_SHIPPED: dict[str, dict] = {"oracle": dict(ORACLES), "tool": dict(TOOLS), "kind": dict(KINDS)}

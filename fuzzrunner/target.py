@@ -35,6 +35,20 @@ BUILTIN = {
     "sglang_lora": "fuzzrunner.targets.sglang_lora:TARGET",
     "sglang_engine": "fuzzrunner.targets.sglang_engine:TARGET",
 }
+_SHIPPED = dict(BUILTIN)  # fuzzrunner's own: a plug-in's target takes another name
+
+
+def register_target(name: str, spec: str) -> None:
+    """Name a target (a plug-in's): ``--target NAME``, ``fuzzrunner targets``, the nightly, corpus items and
+    repro scripts find it as they find a built-in one. ``spec``: ``package.module:OBJ``, importable in every
+    process (a worker loads it by that spec). Registering the same again is harmless."""
+    if not isinstance(name, str) or not name or ":" in name or not isinstance(spec, str) or ":" not in spec:
+        raise InvalidArgument(f"register_target({name!r}, {spec!r}): give a name without ':' and a spec "
+                              f"'package.module:OBJ' (OBJ a Target, or a callable returning one).")
+    if name in _SHIPPED and spec != _SHIPPED[name]:
+        raise InvalidArgument(f"register_target({name!r}, {spec!r}): {name!r} is fuzzrunner's own target; "
+                              f"register yours under another name.")
+    BUILTIN[name] = spec
 
 
 @dataclass(frozen=True)
