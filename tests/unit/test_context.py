@@ -154,3 +154,27 @@ def test_vllm_lora_draws_bfloat16_only_where_triton_runs_compiled():
             dtypes.add(case.config["dtype"])  # noqa: B023 - called at once, in this iteration
         draw()
     assert seen == {"cpu": {"float16"}, "cuda": {"float16", "bfloat16"}}
+
+
+@pytest.mark.parametrize("device", [None, "cpu"])
+@pytest.mark.parametrize("forced", ["", "cpu", "device"])
+def test_a_replay_here_and_an_isolated_one_resolve_the_same_context(monkeypatch, device, forced):
+    """``fuzzrunner.replay`` in this process and in a worker (``Replayer``, as ``fuzzrunner replay`` and the
+    pytest plugin's corpus items run it) decide the device and the shadow mode by one rule: in-process replay
+    once never resolved its device, and ``device="cpu"`` with the device mode checked the GPU's memory."""
+    from fuzzrunner import api
+    from fuzzrunner.case import Case
+    from fuzzrunner.engine.replay import Replayer
+    monkeypatch.setenv("FUZZRUNNER_SHADOW", forced)
+    seen = {}
+    monkeypatch.setattr(api, "run_case", lambda case, target, *, context, oracles: seen.setdefault("here", context)
+                        and [])
+    monkeypatch.setattr(Replayer, "run", lambda self, case, spec, timeout_s=None: seen.setdefault(
+        "isolated", self.context) and [])
+    case = Case("reference_runner", {"max_loras": 1, "capture_sizes": [1]}, [])
+    api.replay(case, device=device)
+    api.replay(case, device=device, isolated=True)
+    here, isolated = seen["here"], seen["isolated"]
+    assert here.device == isolated.device == (device or _env.device_type())
+    assert here.shadow == isolated.shadow == (forced or default_shadow(here.device, here.interpreted))
+    assert isolated.interpreted == (isolated.device != "cuda") and here.interpreted == _env.interpreted()
