@@ -449,7 +449,7 @@ def test_a_patch_runs_where_the_mixin_cannot_be_imported_or_is_refused_never_ign
     assert r.returncode == 1 and "numeric-mismatch of replay.y" in r.stdout, r.stdout + r.stderr  # as shipped: V1
     r = _cli("replay", case, env=_as_on_a_gpu_machine(tmp_path, gpu_like, patch=True))
     assert r.returncode == 0 and r.stdout.strip().endswith(": ok"), r.stdout + r.stderr  # the patched source ran
-    r = _cli("doctor", env=_as_on_a_gpu_machine(tmp_path, gpu_like, patch=True))
+    r = _cli("doctor", "--engines", env=_as_on_a_gpu_machine(tmp_path, gpu_like, patch=True))
     assert "maybe_select_dummy_loras (compiled from its source" in r.stdout, r.stdout
     # where even compiling it fails, the target re-states the rule: a patch of that file is refused, in one line
     worse = [*gpu_like, "vllm.lora.request"]
