@@ -11,6 +11,7 @@ import argparse
 import os
 import re
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -64,7 +65,9 @@ def _campaign_options(p: argparse.ArgumentParser, profile: str) -> None:
                    help=f"settings profile (default: {profile}, or ci when the CI environment variable is set)")
     p.add_argument("--max-examples", type=int, metavar="N",
                    help="cases to generate (per target)" + _by_profile("max_examples"))
-    p.add_argument("--budget", type=float, metavar="SECONDS", help="time limit" + _by_profile("budget_s"))
+    p.add_argument("--budget", type=float, metavar="SECONDS",
+                   help="time limit of the whole command: start-up, search, CPU triage, reports"
+                        + _by_profile("budget_s"))
     p.add_argument("--seed", type=int, help="seed of the search (default: random and printed; the ci profile: 0)")
     p.add_argument("--workers", type=int, metavar="N",
                    help="shards, each with its own worker (and GPU)" + _by_profile("workers"))
@@ -402,7 +405,7 @@ def cmd_fuzz(args) -> int:
     _check_cluster(args)
     progress = Progress(sys.stderr, settings, quiet=args.quiet, verbose=args.verbose)
     result = fuzz(spec, settings=settings, faults=args.fault, corpus=args.corpus, on_event=progress, ray=args.ray,
-                  db=args.db)
+                  db=args.db, started=getattr(args, "started", None))  # the budget counts from the command's start
     progress.done(result)
     _export_all(result, args.corpus)
     _summary(result, sys.stdout)
@@ -724,21 +727,23 @@ def _error(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.time()  # a campaign's budget is the command's: its imports and reports included
     out, err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _SafeStream(out), _SafeStream(err)
     try:
-        return _main(argv)
+        return _main(argv, started)
     finally:
         sys.stdout.flush()  # here, where a gone reader is caught, not in the interpreter's exit
         sys.stderr.flush()
         sys.stdout, sys.stderr = out, err
 
 
-def _main(argv: list[str] | None) -> int:
+def _main(argv: list[str] | None, started: float | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
         args = _parser().parse_args(argv)
+        args.started = started
         if not args.command:
             _parser().print_help()
             return EXIT_ERROR

@@ -25,7 +25,7 @@ SHUTDOWN_WAIT_S = 60.0
 _AT_START = {signal.SIGINT, signal.SIGTERM}  # blocked while a shard process starts (run_sharded)
 
 
-def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: int) -> None:
+def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: int, findings_seen=None) -> None:
     from .hub import drop_prestarted, prestart_zygote
     from .lifeline import die_with, sigterm_as_interrupt
     # A terminal's Ctrl-C reaches the whole process group: the campaign process decides and stops each
@@ -42,7 +42,7 @@ def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: in
         # (run_shard loads the target): seconds of every shard's start, once rather than one after the other.
         prestart_zygote(plan.worker(index))
         from .shard_run import run_shard
-        res = run_shard(plan, index, quota, lambda e: queue.put(events.portable(e)))
+        res = run_shard(plan, index, quota, lambda e: queue.put(events.portable(e)), findings_seen=findings_seen)
         queue.put(events.done(portable_result(res)))
     except KeyboardInterrupt:  # stopped before its search began (importing the target): nothing found, no failure
         res = CampaignResult(plan.target_name, plan.settings, plan.seed, plan.faults)
@@ -52,6 +52,22 @@ def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: in
         queue.put(events.error(describe(e, 2000)))
     finally:
         drop_prestarted()
+    _exit_now(queue)
+
+
+def _exit_now(queue) -> None:
+    """End the shard process once its result is on the queue: the campaign waits for it to end, and an
+    interpreter's own exit after torch's import (seconds on a busy machine: benchmarks/budget_overrun.py)
+    is of no use to anyone."""
+    import sys
+    queue.close()
+    queue.join_thread()  # what this process put is in the pipe
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 def portable_result(res: CampaignResult) -> CampaignResult:
@@ -124,13 +140,14 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     quotas = plan.quotas()
-    procs = [ctx.Process(target=_shard_process, args=(queue, os.getpid(), plan, i, quota), daemon=True)
+    seen = ctx.Event()  # any shard has a finding: every shard leaves the deadline room for its triage
+    procs = [ctx.Process(target=_shard_process, args=(queue, os.getpid(), plan, i, quota, seen), daemon=True)
              for i, quota in enumerate(quotas)]
     # Each shard starts with SIGINT and SIGTERM blocked (a mask outlives exec): either, during its
     # interpreter's start, would end it before it could report (``_shard_process`` takes them once its
     # handlers are in place). Here a Ctrl-C meanwhile waits until the shards are started.
     merged = CampaignResult(plan.target_name, plan.settings, plan.seed, plan.faults)
-    merger, start = Merger(len(procs), on_event, merged), time.monotonic()
+    merger, start = Merger(len(procs), _noting_findings(on_event, seen), merged), time.monotonic()
     try:
         with _signals_held():  # a Ctrl-C that came meanwhile is raised as it ends
             for p in procs:
@@ -151,6 +168,16 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
                 p.kill()
     merged.duration_s = time.monotonic() - start
     return merged
+
+
+def _noting_findings(on_event, seen):
+    """``on_event``, which also sets ``seen`` at the campaign's first finding."""
+    def relay(e: dict) -> None:
+        if e["type"] == events.FINDING:
+            seen.set()
+        if on_event is not None:
+            on_event(e)
+    return relay
 
 
 @contextmanager
