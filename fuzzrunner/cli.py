@@ -738,6 +738,17 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout, sys.stderr = out, err
 
 
+def run() -> None:
+    """``fuzzrunner`` and ``python -m fuzzrunner``: ``main``, then the process ends with its exit code at
+    once. The command's work is done (reports written, output flushed); the interpreter's own exit after
+    torch's import costs seconds on a busy machine, out of a campaign's budget (benchmarks/budget_overrun.py,
+    "exit"), and a target's non-daemon thread or blocking ``atexit`` handler would hold the code back."""
+    code = main()
+    if "ray" in sys.modules:  # Ray stops the processes it started at the interpreter's exit
+        sys.exit(code)
+    os._exit(code)
+
+
 def _main(argv: list[str] | None, started: float | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv

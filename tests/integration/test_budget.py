@@ -1,8 +1,11 @@
 """The deadline reaches the phases that run in other processes: a replay in a worker (CPU triage) stops at it,
-and a shard process ends as soon as its result is sent. Mechanism
+a shard process ends as soon as its result is sent, and the command ends once its work is done. Mechanism
 only: the hang guards below are not timings (benchmarks/budget_overrun.py measures budget against wall time)."""
 
 import multiprocessing
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -58,3 +61,33 @@ def test_a_shard_process_ends_as_soon_as_its_result_is_sent(tmp_path):
     assert queue.get(timeout=120) == "result"
     p.join(timeout=120)
     assert p.exitcode == 0 and not mark.exists()
+
+
+HANGS_AT_EXIT = '''
+import atexit, threading, time
+from hypothesis import strategies as st
+from fuzzrunner import Case, Target
+
+atexit.register(lambda: open({mark!r}, "w").write("atexit ran"))
+threading.Thread(target=lambda: time.sleep(3600), daemon=False).start()  # a target's own non-daemon thread
+
+def run(case, ctx):
+    pass
+
+TARGET = Target("hangs_at_exit", "a target whose import leaves a non-daemon thread", lambda faults=(), *, max_ops=3:
+                st.builds(lambda n: Case("hangs_at_exit", {{}}, ({{"op": "x", "n": n}},)), st.integers(0, 3)), run)
+'''
+
+
+def test_the_command_ends_with_its_exit_code_once_its_work_is_done(tmp_path):
+    """A target's non-daemon thread and atexit handler in the campaign process do not hold the command
+    after its report (its budget, and the exit code a CI job reads)."""
+    mark = tmp_path / "atexit.txt"
+    (tmp_path / "hangs_at_exit.py").write_text(HANGS_AT_EXIT.format(mark=str(mark)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]))
+    p = subprocess.run([sys.executable, "-m", "fuzzrunner", "fuzz", "--target", "hangs_at_exit:TARGET", "--device",
+                        "cpu", "--max-examples", "2", "--seed", "1", "--corpus", str(tmp_path / "c"), "--report",
+                        str(tmp_path / "r.json"), "-q"], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert (tmp_path / "r.json").exists() and "wrote" in p.stdout  # the work was done, the output flushed
+    assert not mark.exists()  # the process ended without running the interpreter's exit
