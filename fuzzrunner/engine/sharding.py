@@ -52,6 +52,11 @@ def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: in
         queue.put(events.error(describe(e, 2000)))
     finally:
         drop_prestarted()
+
+
+def _shard_main(queue, parent: int, plan: CampaignPlan, index: int, quota: int, findings_seen=None) -> None:
+    """A shard process: its life (``_shard_process``), then its end as soon as its result is sent."""
+    _shard_process(queue, parent, plan, index, quota, findings_seen)
     _exit_now(queue)
 
 
@@ -141,7 +146,7 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
     queue = ctx.Queue()
     quotas = plan.quotas()
     seen = ctx.Event()  # any shard has a finding: every shard leaves the deadline room for its triage
-    procs = [ctx.Process(target=_shard_process, args=(queue, os.getpid(), plan, i, quota, seen), daemon=True)
+    procs = [ctx.Process(target=_shard_main, args=(queue, os.getpid(), plan, i, quota, seen), daemon=True)
              for i, quota in enumerate(quotas)]
     # Each shard starts with SIGINT and SIGTERM blocked (a mask outlives exec): either, during its
     # interpreter's start, would end it before it could report (``_shard_process`` takes them once its
