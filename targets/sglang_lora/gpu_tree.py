@@ -1,4 +1,4 @@
-"""One archive of set-up SGLang trees for a GPU machine with no network (``scripts/gpu_sglang.sh``).
+"""One archive of set-up SGLang trees for a GPU machine with no network (``scripts/gpu_acceptance.py``).
 
 Layout: ``sglang/VERSION/sglang/`` (SGLang's Python and JSON files, no compiled code) per release, and one
 ``sglang/deps/``: the pure-Python packages of the releases' ``deps/`` as installed here, and the compiled ones
