@@ -8,7 +8,8 @@ HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
-def test_a_target_that_honours_ctx_device_can_be_prechecked_and_names_its_tracked_buffers(capsys):
+def test_a_target_that_honours_ctx_device_can_be_prechecked_and_names_its_tracked_buffers(capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the CPU run is checked here, on any machine
     code = main(["check-target", os.path.join(ROOT, "examples", "toy_runner_target.py") + ":TARGET"])
     out = capsys.readouterr().out
     assert code == 0, out
