@@ -64,10 +64,11 @@ def plan(part: str) -> list[Step]:
               "marks)"),
         _step("v1-repro", 120, 300, "gpu", "V1 on a real CUDA graph: vLLM 0.33.0 unpatched exit 1, patched exit 0",
               needs=("vllm-tree",)),
-        _step("vllm-clean", 75, 110, "gpu", "vllm_lora compiled with V1's patch (FUZZRUNNER_VLLM_PATCH), 60 s: no "
+        _step("vllm-clean", 60, 100, "gpu", "vllm_lora compiled with V1's patch (FUZZRUNNER_VLLM_PATCH), 45 s: no "
               "finding",
               needs=("vllm-tree",)),
-        _step("vllm-fault", 60, 110, "gpu", "vllm_lora compiled, fault dummy_run_skips_prepare, 45 s: found, triaged",
+        _step("vllm-fault", 100, 150, "gpu", "vllm_lora compiled, fault dummy_run_skips_prepare, 90 s: found, its "
+              "CPU triage ran",
               needs=("vllm-tree",)),
         _step("reference-clean", 55, 80, "gpu", "a clean compiled campaign, 8 workers, 45 s: no finding, budget kept"),
         _step("sglang-tree", 10, 60, "gpu", "unpack .gpu-sglang/sglang.tar.xz"),
