@@ -1,8 +1,10 @@
 """The ``fuzzrunner`` command line: parse, pick a profile, print, exit codes. Nothing else.
 
 Exit codes (``fuzz``, ``nightly``): 0 no finding, 1 findings, 2 usage or harness error (one
-line on stderr; ``--debug`` shows the traceback), 130 interrupted (a partial report is
-written). ``replay``: 1 reproduced, 0 not reproduced, 2 could not run.
+line on stderr; ``--debug`` shows the traceback), 130 interrupted: SIGINT, SIGTERM or SIGHUP at any
+point (the reports are written: partial, with ``stop_reason`` interrupted, if the campaign was cut
+short; a second signal does not cut the clean-up short). ``replay``: 1 reproduced, 0 not
+reproduced, 2 could not run.
 """
 
 from __future__ import annotations
@@ -174,6 +176,8 @@ def _parser() -> argparse.ArgumentParser:
                         formatter_class=_Help,
                         epilog="example:\n  fuzzrunner check-target examples/toy_runner_target.py:TARGET")
     ct.add_argument("target", metavar="SPEC", help="a built-in name, FILE.py:OBJ or package.module:OBJ")
+    ct.add_argument("--timeout", type=float, metavar="SECONDS", default=None,
+                    help="stop the case's run on a device after this long: a hang (default: 120)")
     ct.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     return p
 
@@ -397,23 +401,47 @@ def cmd_fuzz(args) -> int:
     _check_distinct_files(outputs)
     settings = _settings(args)  # bad flags and targets first: a refused command leaves no folder behind
     spec = _absolute_spec(resolve_spec(args.target)) if ":" in args.target else args.target
-    target = load_target(spec)
-    target.check_faults(args.fault)
-    _check_outputs(outputs, {"the target file": spec.rpartition(":")[0] if ":" in spec else None})
-    previous = _load_previous(args.previous, [target.name])  # before the corpus: a refused command leaves no folder
-    _check_corpus(args.corpus)
-    _check_cluster(args)
-    progress = Progress(sys.stderr, settings, quiet=args.quiet, verbose=args.verbose)
-    result = fuzz(spec, settings=settings, faults=args.fault, corpus=args.corpus, on_event=progress, ray=args.ray,
-                  db=args.db, started=getattr(args, "started", None))  # the budget counts from the command's start
-    progress.done(result)
-    _export_all(result, args.corpus)
-    _summary(result, sys.stdout)
-    report = _report([result], previous, args.previous)
-    _print_trend(report)
-    for p in _write_reports(report, args.report, args.junit, args.html):
-        print(f"wrote {p}")
-    return _exit_code([result])
+    name = spec
+    try:
+        target = load_target(spec)
+        name = target.name
+        target.check_faults(args.fault)
+        _check_outputs(outputs, {"the target file": spec.rpartition(":")[0] if ":" in spec else None})
+        previous = _load_previous(args.previous, [target.name])  # before the corpus: a refused command leaves no folder
+        _check_corpus(args.corpus)
+        _check_cluster(args)
+        progress = Progress(sys.stderr, settings, quiet=args.quiet, verbose=args.verbose)
+        result = fuzz(spec, settings=settings, faults=args.fault, corpus=args.corpus, on_event=progress,
+                      ray=args.ray, db=args.db, started=args.started)  # the budget counts from the command's start
+    except KeyboardInterrupt:  # stopped before the campaign had a result: an empty interrupted report
+        return _interrupted_early(args, name, settings)
+    with args.stops.held():  # from here on a stop signal is noted: the reports are written, then 130
+        progress.done(result)
+        _export_all(result, args.corpus)
+        _summary(result, sys.stdout)
+        report = _report([result], previous, args.previous)
+        _print_trend(report)
+        for p in _write_reports(report, args.report, args.junit, args.html):
+            print(f"wrote {p}")
+    return EXIT_INTERRUPTED if args.stops.stopped else _exit_code([result])
+
+
+def _interrupted_early(args, target: str, settings) -> int:
+    """A stop signal before the campaign had a result (the target loading, the workers starting): the reports
+    say so (no case ran), if their paths can be written; exit 130. ``target``: its name (its spec if it was
+    not loaded yet)."""
+    from .engine.result import STOP_INTERRUPTED, CampaignResult
+    from .errors import FuzzrunnerError
+    with args.stops.held():
+        _error("interrupted before the campaign ran a case; findings of earlier runs are in the corpus")
+        result = CampaignResult(target, settings, settings.seed, tuple(args.fault), stop_reason=STOP_INTERRUPTED)
+        try:
+            _check_outputs({"--report": args.report, "--junit": args.junit, "--html": args.html})
+            for p in _write_reports(_report([result], None, None), args.report, args.junit, args.html):
+                print(f"wrote {p}")
+        except (FuzzrunnerError, OSError) as e:
+            _error(f"no report: {e}")
+    return EXIT_INTERRUPTED
 
 
 def _absolute_spec(spec: str) -> str:
@@ -599,11 +627,12 @@ def cmd_nightly(args) -> int:
                          written=shown.written)
     run = run_nightly(settings, report_dir, corpus=args.corpus, previous=previous, previous_path=args.previous or "",
                       ray=args.ray, db=args.db, hooks=hooks)
-    for message in run.errors:
-        _error(message)
-    code = _exit_code(run.results)
-    code = code if code in (EXIT_INTERRUPTED, EXIT_ERROR) or not run.errors else EXIT_ERROR
-    print(_nightly_line(run.results, run.skipped, run.errors, code))
+    with args.stops.held():
+        for message in run.errors:
+            _error(message)
+        code = EXIT_INTERRUPTED if args.stops.stopped else _exit_code(run.results)
+        code = code if code in (EXIT_INTERRUPTED, EXIT_ERROR) or not run.errors else EXIT_ERROR
+        print(_nightly_line(run.results, run.skipped, run.errors, code))
     return code
 
 
@@ -650,8 +679,18 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_check_target(args) -> int:
-    from .check_target import check_target
-    lines, code = check_target(args.target)
+    import math
+
+    from .check_target import CHILD_TIMEOUT_S, check_target
+    from .errors import InvalidArgument
+    timeout = CHILD_TIMEOUT_S if args.timeout is None else args.timeout
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise InvalidArgument(f"--timeout {args.timeout!r} must be a positive number of seconds: the longest one "
+                              f"case may run on a device (e.g. --timeout 300).")
+
+    def say(line: str) -> None:  # progress, as it happens; the verdict's lines go to stdout at the end
+        print(f"check-target: {line}", file=sys.stderr, flush=True)
+    lines, code = check_target(args.target, timeout, say)
     for line in lines:
         print(line)
     return code
@@ -738,18 +777,16 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout, sys.stderr = out, err
 
 
-def run() -> None:
-    """``fuzzrunner`` and ``python -m fuzzrunner``: ``main``, then the process ends with its exit code at
-    once. The command's work is done (reports written, output flushed); the interpreter's own exit after
-    torch's import costs seconds on a busy machine, out of a campaign's budget (benchmarks/budget_overrun.py,
-    "exit"), and a target's non-daemon thread or blocking ``atexit`` handler would hold the code back."""
-    code = main()
-    if "ray" in sys.modules:  # Ray stops the processes it started at the interpreter's exit
-        sys.exit(code)
-    os._exit(code)
+def _main(argv: list[str] | None, started: float) -> int:
+    from .engine.lifeline import StopSignals
+    stops = StopSignals().install()  # SIGINT, SIGTERM, SIGHUP: the first stops the work, the reports are written
+    try:
+        return _run(argv, stops, started)
+    finally:
+        stops.uninstall()
 
 
-def _main(argv: list[str] | None, started: float | None = None) -> int:
+def _run(argv: list[str] | None, stops, started: float) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
@@ -758,11 +795,10 @@ def _main(argv: list[str] | None, started: float | None = None) -> int:
         if not args.command:
             _parser().print_help()
             return EXIT_ERROR
+        args.stops = stops
         if args.command in NO_DEVICE:  # no device, no torch: listing four targets took 12-25 s
             return COMMANDS[args.command](args)
         from . import _env, devices
-        from .engine.lifeline import sigterm_as_interrupt
-        sigterm_as_interrupt()
         # the campaign's device is this process's too: a target's strategy asks it (vllm_lora draws bf16
         # only where compiled)
         devices.use(getattr(args, "device", None))

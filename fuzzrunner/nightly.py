@@ -81,12 +81,19 @@ def run_nightly(settings: Settings, report_dir: Path, *, corpus=None, previous: 
                     break
         finally:  # the combined report, also after a failure or an interruption
             if run.results:
-                report = build_report(run.results, previous=previous, previous_source=previous_path,
-                                      skipped=run.skipped)
-                run.written = write_reports(report, json_path=report_dir / "report.json",
-                                            junit_path=report_dir / "junit.xml", html_path=report_dir / "report.html")
-                hooks.written(run.written)
+                try:
+                    _write_combined(run, report_dir, previous, previous_path, hooks)
+                except KeyboardInterrupt:  # a stop signal as it is written: written again, said interrupted
+                    run.results[-1].stop_reason = "interrupted"
+                    _write_combined(run, report_dir, previous, previous_path, hooks)
     return run
+
+
+def _write_combined(run: NightlyRun, report_dir: Path, previous, previous_path: str, hooks: NightlyHooks) -> None:
+    report = build_report(run.results, previous=previous, previous_source=previous_path, skipped=run.skipped)
+    run.written = write_reports(report, json_path=report_dir / "report.json", junit_path=report_dir / "junit.xml",
+                                html_path=report_dir / "report.html")
+    hooks.written(run.written)
 
 
 def _one(name: str, settings: Settings, report_dir: Path, corpus, previous, previous_path: str, ray, db,
@@ -100,7 +107,12 @@ def _one(name: str, settings: Settings, report_dir: Path, corpus, previous, prev
         hooks.done(name, None)
         return
     run.results.append(result)
-    hooks.done(name, result)
-    report = build_report([result], previous=previous, previous_source=previous_path)
-    hooks.reported(name, report)
-    write_reports(report, json_path=report_dir / f"{name}.json", junit_path=report_dir / f"{name}.xml")
+    try:
+        hooks.done(name, result)
+        report = build_report([result], previous=previous, previous_source=previous_path)
+        hooks.reported(name, report)
+        write_reports(report, json_path=report_dir / f"{name}.json", junit_path=report_dir / f"{name}.xml")
+    except KeyboardInterrupt:  # a stop signal once the target ran: its reports are written all the same
+        result.stop_reason = "interrupted"
+        write_reports(build_report([result], previous=previous, previous_source=previous_path),
+                      json_path=report_dir / f"{name}.json", junit_path=report_dir / f"{name}.xml")

@@ -60,28 +60,41 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
     listener = on_event = events.Listener(on_event)  # the user's callback cannot end the campaign
     triage = _cpu_triage(plan)
     on_event = _starting_triage(on_event, triage)
-    if ray is not None:
-        from .ray_shards import run_on_ray
-        result = run_on_ray(ray, plan, on_event, db_url=db)
-    elif db is not None:
+    if ray is None and db is not None:
         from ..errors import InvalidArgument
         raise InvalidArgument(f"db={db!r} shares the example database between Ray shards: it needs ray=ADDRESS "
                               f"(a local campaign keeps its database in the corpus).")
-    else:
-        prepare_shadow(plan, on_event)
-        plan = _with_precheck_shards(plan)
-        if plan.settings.workers == 1:
-            result = run_shard(plan, 0, plan.settings.max_examples, on_event)
+    result: CampaignResult | None = None
+    try:  # a stop signal once the shards have a result (CPU triage, the floor) keeps it: interrupted
+        if ray is not None:
+            from .ray_shards import run_on_ray
+            result = run_on_ray(ray, plan, on_event, db_url=db)
         else:
-            from .sharding import run_sharded
-            result = run_sharded(plan, on_event)
+            prepare_shadow(plan, on_event)
+            plan = _with_precheck_shards(plan)
+            if plan.settings.workers == 1:
+                result = run_shard(plan, 0, plan.settings.max_examples, on_event)
+            else:
+                from .sharding import run_sharded
+                result = run_sharded(plan, on_event)
+        _finish(result, plan, listener, triage)
+    except KeyboardInterrupt:
+        if result is None:  # nothing ran yet: the caller's stop
+            raise
+        result.seed, result.code_under_test = plan.seed, dict(plan.code)
+        result.stop_reason = R.STOP_INTERRUPTED
+    return result
+
+
+def _finish(result: CampaignResult, plan: CampaignPlan, listener: events.Listener, triage) -> None:
+    """The shards' merged result completed: seed and code under test, the callback's failures, CPU triage of
+    GPU findings, the floor of valid cases."""
     result.seed = plan.seed
     result.code_under_test = dict(plan.code)
     listener.report(result.warnings)
     if triage is not None and result.findings:
         _triage(result, plan, triage)
-    _check_floor(result, settings)
-    return result
+    _check_floor(result, plan.settings)
 
 
 def _cpu_triage(plan: CampaignPlan):

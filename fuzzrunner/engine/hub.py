@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import select
 import shutil
 import signal
@@ -38,6 +39,7 @@ STARTUP_TIMEOUT_S = 300.0  # torch import, CUDA init, sanitizer start-up
 MAX_FAILED_STARTS = 3
 SETTLE_S = 10.0            # a wrapper (compute-sanitizer) prints its last reports after its worker dies
 LOG_CAP = 8 << 20          # a worker's own log past this is cut (its tail is kept for crash messages)
+THREAD_GRACE_S = 2.0       # a run that waits for a case's threads (a rerun, a replay) waits at most this long
 
 
 DIR_PREFIX = "fzr-hub-"
@@ -88,6 +90,22 @@ RERUN_MIN_S = 30.0  # a lost context is run again (blocking) only with at least 
 
 
 @dataclass
+class Earlier:
+    """A case the worker ran before, whose threads still ran after it returned (case_threads.py)."""
+    case: Case
+    case_no: int                            # the worker's count
+    threads: list                           # the names of its threads still running, as last reported
+    violations: list = field(default_factory=list)  # what one of them raised since (``protocol.Late``)
+
+
+@dataclass
+class DeathBetween:
+    """The worker was found dead before a case was sent to it: no case of its was running."""
+    how: str                                # "exit status 7", "SIGKILL (a signal fuzzrunner did not send...)"
+    suspects: list                          # Earlier: cases whose threads still ran, else its last case
+
+
+@dataclass
 class RunResult:
     violations: list
     seconds: float
@@ -98,6 +116,9 @@ class RunResult:
     recycled: str = ""                      # why the worker was recycled after this case (its memory grew)
     confirmed: bool = False                 # its crash happened again in a fresh worker, launching blocking:
     #                                         these are that run's violations (they name the right kernel)
+    late: list = field(default_factory=list)      # Earlier cases whose threads raised meanwhile (their crashes)
+    suspects: list = field(default_factory=list)  # crashed: Earlier cases whose threads still ran in the worker
+    died_before: DeathBetween | None = None  # the worker was found dead before this case (a fresh one ran it)
 
 
 # Signals a process does not send itself by faulting: someone else ended it.
@@ -120,6 +141,9 @@ def worker_environment(spec: WorkerSpec, socket_path: str) -> dict:
     env = start.environ(dict(os.environ))
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    # torch.compile's compile workers would be processes a case started, ended after it (processes.py): compile
+    # in the worker itself, unless the user says otherwise
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     if spec.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     elif spec.device == "cuda":  # compiled Triton, even from a process that interprets (``--device cpu``, an export)
@@ -172,6 +196,9 @@ class _Progress:
         self.op: tuple | None = None
         self.kernel, self.where = "", ""
         self.partial: list = []
+        self.waiting: list | None = None  # its ops are done: the worker waits for these threads of it
+        self.thread_errors: list = []     # what its threads raised, said apart from its result (``Late``)
+        self.late: list = []              # Earlier cases whose threads raised meanwhile
 
 
 class Worker:
@@ -192,6 +219,8 @@ class Worker:
         self.killed = False          # we sent the kill (timeout, shutdown): not an outside signal
         self.busy = False            # a case was sent and its result not read (e.g. interrupted mid-case)
         self.case_no = 0
+        self.cases: dict[int, Case] = {}         # by the worker's count: its last case, and those of lingering threads
+        self.lingering: dict[int, list] = {}     # case number -> its threads still running, as last reported
         self.rss = RssWatch(spec.max_rss_mb)
         self.proc: subprocess.Popen | ForkedProcess
         try:
@@ -223,14 +252,15 @@ class Worker:
         conn = protocol.accept(self.server, self.proc, deadline)
         if conn is None and self.proc.poll() is not None:
             raise HarnessError(f"worker exited during start-up ({_signal_name(self.proc.returncode)}); "
-                               f"its output: {self.tail()}")
+                               f"its output: {self.shown_tail()}")
         if conn is None:
-            raise HarnessError(f"worker did not start within {STARTUP_TIMEOUT_S:.0f} s; its output: {self.tail()}")
+            raise HarnessError(f"worker did not start within {STARTUP_TIMEOUT_S:.0f} s; its output: "
+                               f"{self.shown_tail()}")
         msg = self._recv(conn, deadline - time.monotonic())
         if not isinstance(msg, protocol.Ready):
             conn.close()
             detail = getattr(msg, "message", "") or f"it died ({_signal_name(self.proc.poll())})"
-            raise HarnessError(f"worker could not set up target {self.spec.target!r}: {detail}. {self.tail()}")
+            raise HarnessError(f"worker could not set up target {self.spec.target!r}: {detail}. {self.shown_tail()}")
         if self.spec.code and msg.code != self.spec.code:  # another tree, another patch: it would test other code
             conn.close()
             raise HarnessError(f"the worker loaded other code than the campaign: {describe_code(msg.code)}, not "
@@ -246,6 +276,12 @@ class Worker:
                 return f.read().decode(errors="replace").strip().replace("\n", " | ")
         except OSError:
             return ""
+
+    def shown_tail(self, n: int = 600) -> str:
+        """The log's tail for a message: the worker's own marker lines (``@@fuzzrunner-...@@``) left out."""
+        raw = self.tail(n + 2000).replace(" | ", "\n")
+        text = " | ".join(line for line in raw.splitlines() if not _MARKER_LINE.fullmatch(line.strip()))
+        return text[-n:]
 
     def log_size(self) -> int:
         try:
@@ -279,17 +315,19 @@ class Worker:
             return None
 
     def run(self, case: Case, oracles, timeout_s: float, stop_early: bool = False,
-            cut_at: float = math.inf) -> RunResult:
+            cut_at: float = math.inf, linger_s: float = 0.0) -> RunResult:
         """Run one case; a death or a hang comes back as a crash/timeout violation. At ``cut_at``
         (monotonic: the campaign's budget runs out) a case still running is stopped, the worker
-        killed, and the result says ``budget_cut``: the case did not run past its timeout."""
+        killed, and the result says ``budget_cut``: the case did not run past its timeout.
+        ``linger_s``: the worker then waits up to this long for the threads the case started."""
         start_log, t0 = self.log_size(), time.monotonic()
         self.case_no += 1
+        self.cases[self.case_no] = case
         self.busy = True  # until the case's end is read: an interrupted wait leaves the worker mid-case
-        seen, deadline = _Progress(), t0 + timeout_s
+        seen, deadline = _Progress(), t0 + timeout_s + linger_s
         try:
             protocol.send(self.sock, protocol.Run(case.to_dict(), list(oracles) if oracles is not None else None,  # type: ignore[arg-type]
-                                                  stop_early))
+                                                  stop_early, linger_s))
         except OSError:  # it died just now; a fresh worker reruns the case before it counts
             return self._died(seen, False, timeout_s, start_log, t0)
         while True:
@@ -314,7 +352,8 @@ class Worker:
                     self.kill()  # its result is in; a lost CUDA context can take seconds to tear down
                 else:
                     self._await_end_marker(start_log)
-                return RunResult(vs, time.monotonic() - t0, fatal, self.case_no, self._case_log(start_log))
+                return RunResult(vs + seen.thread_errors, time.monotonic() - t0, fatal, self.case_no,
+                                 self._case_log(start_log), late=seen.late)
 
     def _handle(self, msg: protocol.Message, seen: _Progress):
         """Take one message (``protocol.FROM_WORKER``); ``(violations, fatal)`` when the case is over."""
@@ -330,7 +369,19 @@ class Worker:
     def _on_partial(self, msg: protocol.Partial, seen: _Progress) -> None:
         seen.partial = [Violation.from_dict(d) for d in msg.violations]
 
+    def _on_waiting(self, msg: protocol.Waiting, seen: _Progress) -> None:
+        seen.waiting = list(msg.threads)
+
+    def _on_late(self, msg: protocol.Late, seen: _Progress) -> None:
+        vs = [Violation.from_dict(d) for d in msg.violations]
+        if msg.case_no == self.case_no:
+            seen.thread_errors += vs
+        elif msg.case_no in self.cases:
+            seen.late.append(Earlier(self.cases[msg.case_no], msg.case_no, self.lingering.get(msg.case_no, []), vs))
+
     def _on_result(self, msg: protocol.Result, seen: _Progress) -> tuple[list, bool]:
+        self.lingering = {int(n): list(names) for n, names in msg.lingering}
+        self.cases = {n: c for n, c in self.cases.items() if n in self.lingering or n == self.case_no}
         return [Violation.from_dict(d) for d in msg.violations], msg.fatal
 
     def _on_invalid(self, msg: protocol.Invalid, seen: _Progress):
@@ -358,7 +409,25 @@ class Worker:
             self.kill()
         self._settle(0.5)
         v = self._death(timed_out, seen, timeout_s)
-        return RunResult(seen.partial + [v], time.monotonic() - t0, True, self.case_no, self._case_log(start_log))
+        return RunResult(seen.partial + seen.thread_errors + [v], time.monotonic() - t0, True, self.case_no,
+                         self._case_log(start_log), late=seen.late, suspects=self.suspects(exclude=self.case_no))
+
+    def suspects(self, exclude: int = 0) -> list[Earlier]:
+        """The earlier cases whose threads still ran (as last reported), the latest first."""
+        return [Earlier(self.cases[n], n, names) for n, names in sorted(self.lingering.items(), reverse=True)
+                if n != exclude and n in self.cases]
+
+    def death_between(self) -> DeathBetween:
+        """The worker, found dead between cases: how, and whose it may be (cases whose threads still ran,
+        else its last case)."""
+        last = [Earlier(self.cases[self.case_no], self.case_no, [])] if self.case_no in self.cases else []
+        return DeathBetween(self._how_it_died(), self.suspects() or last)
+
+    def _how_it_died(self) -> str:
+        code = self.proc.returncode
+        outside = code is not None and -code in _OUTSIDE_SIGNALS and not self.killed
+        return _signal_name(code) + (" (a signal fuzzrunner did not send: the OOM killer, the target itself, or "
+                                     "someone else)" if outside else "")
 
     def _await_end_marker(self, start: int) -> None:
         """Under a wrapper, wait until the case's end marker is in the log.
@@ -386,29 +455,35 @@ class Worker:
 
     def _death(self, timed_out: bool, seen: _Progress, timeout_s: float) -> Violation:
         op = seen.op
-        where = f"op {op[0]} ({op[1]})" if op else "before the first op"
+        where = _when(op, seen.waiting)
         last = f", last kernel launch {seen.kernel} from {seen.where}" if seen.kernel else ""
         details = {"op_index": op[0] if op else None, "op": op[1] if op else None,
                    "last_kernel": seen.kernel, "launch_site": seen.where}
+        if seen.waiting is not None:
+            details["threads"] = seen.waiting
         if timed_out:
             return Violation("worker", "timeout", seen.kernel or (op[1] if op else ""), "", "",
-                             f"the case ran past the {timeout_s:g} s timeout in {where}{last}; the worker was killed",
+                             f"the case ran past the {timeout_s:g} s timeout {where}{last}; the worker was killed",
                              details)
         code = self.proc.returncode
         how = _signal_name(code)
         outside = code is not None and -code in _OUTSIDE_SIGNALS and not self.killed
-        sender = " (a signal fuzzrunner did not send: the OOM killer, or someone else)" if outside else ""
+        output = self.shown_tail(400)
         return Violation("worker", "crash", seen.kernel or (op[1] if op else ""), how, "",
-                         f"the worker died with {how}{sender} in {where}{last}. Output: {self.tail(400)}",
+                         f"the worker died with {self._how_it_died()} {where}{last}."
+                         + (f" Output: {output}" if output else ""),
                          {**details, "exit": how, "external_signal": outside})
 
     # -- shutdown -----------------------------------------------------------------------
     def kill(self) -> None:
+        """Kill the worker and its whole process group: what the target forked dies with it, also once the
+        worker itself has ended (a clean exit or a crash leaves the group's other members running)."""
         self.killed = True
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+        alive = self.proc.poll() is None
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            if alive:
                 self.proc.kill()
         try:
             self.proc.wait(timeout=30)
@@ -438,9 +513,22 @@ class Worker:
 
 # One handler per message a worker sends during a case (``protocol.FROM_WORKER``).
 _CASE_HANDLERS = {protocol.Op: Worker._on_op, protocol.Launch: Worker._on_launch, protocol.Partial: Worker._on_partial,
+                  protocol.Waiting: Worker._on_waiting, protocol.Late: Worker._on_late,
                   protocol.Result: Worker._on_result, protocol.Invalid: Worker._on_invalid,
                   protocol.TargetFailed: Worker._on_target_failed, protocol.Harness: Worker._on_harness,
                   protocol.Ready: Worker._on_ready}
+
+_MARKER_LINE = re.compile(r"@@fuzzrunner-[a-z-]+ [^@]*@@")  # the worker's case and tensor markers (worker.py)
+
+
+def _when(op: tuple | None, waiting: list | None) -> str:
+    """Where in its case a worker was, as a phrase: "in op 2 (dummy_run)", "before its first op", "after its
+    ops returned, waiting for its thread 'loader'"."""
+    if waiting is not None:
+        threads = ", ".join(repr(t) for t in waiting)
+        return (f"after the case returned{f' (last op {op[0]}, {op[1]})' if op else ''}, while waiting for "
+                + (f"the thread{'s' * (len(waiting) != 1)} it started ({threads})" if waiting else "its threads"))
+    return f"in op {op[0]} ({op[1]})" if op else "before the case's first op"
 
 
 class _Standby:
@@ -600,18 +688,25 @@ class Hub:
             self._spares.append(_Standby(self.spec, self._forker()))
         return self.worker
 
-    def run(self, case: Case, cut_at: float = math.inf) -> RunResult:
-        """Run ``case`` in the worker (``cut_at``: when the campaign's time runs out, see ``Worker.run``)."""
+    def run(self, case: Case, cut_at: float = math.inf, *, linger_s: float = 0.0, fresh: bool = False) -> RunResult:
+        """Run ``case`` in the worker (``cut_at``: when the campaign's time runs out, see ``Worker.run``;
+        ``linger_s``: how long the worker then waits for the case's threads). ``fresh``: in a new worker,
+        where no thread of another case runs."""
+        if fresh:
+            self._retire()
         w = self._ensure()
-        if w.proc.poll() is not None:  # it died between cases (killed from outside): no case to blame
+        died_before = None
+        if w.proc.poll() is not None:  # it died between cases: no case was running (its suspects say whose)
+            died_before = w.death_between()
             self._replace()
             w = self._ensure()
         try:
-            result = w.run(case, self.oracles, self.timeout_s, self.stop_early, cut_at)
+            result = w.run(case, self.oracles, self.timeout_s, self.stop_early, cut_at, linger_s)
         except (InvalidCase, HarnessError):
             if w.proc.poll() is not None:
                 self._replace()
             raise
+        result.died_before = died_before
         if result.budget_cut:
             self._retire()
             return result

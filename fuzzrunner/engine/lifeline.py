@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 
 from .protocol import PARENT_ENV as ENV
 
@@ -66,3 +67,51 @@ def sigterm_as_interrupt() -> None:
     partial report. Only the main thread can install it; elsewhere this does nothing."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # a terminal's Ctrl-C, CI's cancel, a closed terminal
+
+
+class StopSignals:
+    """A command's stop signals: SIGINT, SIGTERM and SIGHUP alike. The first one stops the work (a
+    ``KeyboardInterrupt``: the campaign stops cleanly with its partial result); later ones are only noted,
+    so that the clean-up and the partial report they would cut short are always written (SIGKILL still
+    ends the process). While ``held`` (the reports being written) none raises. ``came`` says which came,
+    for the exit code. Installed from the main thread (``install``), undone by ``uninstall``."""
+
+    def __init__(self):
+        self.came: list[int] = []
+        self._held = 0
+        self._before: dict = {}
+
+    def install(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._before = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
+        return self
+
+    def uninstall(self) -> None:
+        for s, handler in self._before.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        self._before = {}
+
+    def _on_signal(self, signum, frame) -> None:
+        self.came.append(signum)
+        if len(self.came) == 1 and not self._held:
+            raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    @contextmanager
+    def held(self):
+        """No stop signal raises in this block; each is noted."""
+        self.hold()
+        try:
+            yield
+        finally:
+            self._held -= 1
+
+    def hold(self) -> None:
+        """From now on no stop signal raises (until a ``held`` block it is inside of ends)."""
+        self._held += 1
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self.came)

@@ -8,7 +8,7 @@ any other message, so a message a side does not know is a broken peer, never a s
 The channels:
 
 * hub -> worker: ``Run``, ``Exit``; worker -> hub: ``Ready``, ``Op``, ``Launch``, ``Partial``,
-  ``Result``, ``Invalid``, ``TargetFailed``, ``Harness`` (``TO_WORKER``, ``FROM_WORKER``);
+  ``Waiting``, ``Late``, ``Result``, ``Invalid``, ``TargetFailed``, ``Harness`` (``TO_WORKER``, ``FROM_WORKER``);
 * hub -> zygote: ``Fork``, ``Exit``; zygote -> hub: ``ZygoteReady``, ``Forked``, ``Exited``,
   ``Harness`` (``TO_ZYGOTE``, ``FROM_ZYGOTE``).
 
@@ -57,6 +57,7 @@ class Run(Message):
     case: dict
     oracles: list | None = None
     stop_early: bool = False      # end the case after its first op with a violation (a pre-check)
+    linger_s: float = 0.0         # then wait up to this long for the threads the case started (case_threads.py)
 
 
 @dataclass(frozen=True)
@@ -93,12 +94,26 @@ class Partial(Message):
 
 
 @dataclass(frozen=True)
+class Waiting(Message):
+    kind: ClassVar[str] = "waiting"
+    threads: list                 # the case's ops are done; the worker waits for these threads of it (linger_s)
+
+
+@dataclass(frozen=True)
+class Late(Message):
+    kind: ClassVar[str] = "late"
+    case_no: int                  # a thread of this case (the worker's count) raised after the case returned:
+    violations: list              # its crash (Violation dicts); sent when it happens, read during a later case
+
+
+@dataclass(frozen=True)
 class Result(Message):
     kind: ClassVar[str] = "result"
     violations: list
     seconds: float
     case_no: int
     fatal: bool = False           # the CUDA context is gone: the worker retires
+    lingering: list = field(default_factory=list)  # [case_no, [thread names]] of cases whose threads still run
 
 
 @dataclass(frozen=True)
@@ -155,7 +170,7 @@ def _vocabulary(*classes: type[Message]) -> dict[str, type[Message]]:
 
 
 TO_WORKER = _vocabulary(Run, Exit)
-FROM_WORKER = _vocabulary(Ready, Op, Launch, Partial, Result, Invalid, TargetFailed, Harness)
+FROM_WORKER = _vocabulary(Ready, Op, Launch, Partial, Waiting, Late, Result, Invalid, TargetFailed, Harness)
 TO_ZYGOTE = _vocabulary(Fork, Exit)
 FROM_ZYGOTE = _vocabulary(ZygoteReady, Forked, Exited, Harness)
 

@@ -16,7 +16,7 @@ from ..oracles.shadow import prepare_device_mode, workers_use_device_mode
 from ..settings import Settings
 from ..target import load_target
 from ..violation import Violation
-from .hub import Hub
+from .hub import THREAD_GRACE_S, Hub
 from .plan import worker_spec
 
 
@@ -64,13 +64,14 @@ class Replayer:
         """The violations of one run of ``case`` (``timeout_s``: this case's timeout, e.g. the one its
         finding was found under; default the settings'); ``InvalidCase`` if the target refuses it,
         before any worker sees it; ``HarnessError`` if the target cannot be set up; ``OutOfTime`` if
-        it was still running at ``cut_at`` (monotonic: a campaign's deadline)."""
+        it was still running at ``cut_at`` (monotonic: a campaign's deadline). The worker waits for the
+        threads the case started (up to ``THREAD_GRACE_S``): a death or an exception of theirs is the case's."""
         target = load_target(spec)
         target.check_faults(case.faults)
         target.check_case(case)
         hub = self.hub(spec)
         hub.timeout_s = timeout_s or self.settings.case_timeout_s
-        result = hub.run(case, cut_at)
+        result = hub.run(case, cut_at, linger_s=THREAD_GRACE_S)
         if result.budget_cut:
             raise OutOfTime(f"stopped after {result.seconds:.1f} s: the deadline came first")
         return result.violations

@@ -5,7 +5,9 @@ A target that leaks (a cache that never evicts, tensors kept across cases) grew 
 in 100 cases with no word (issue 23): a nightly of 10,000 cases would meet the OOM killer, and
 that death would read as a crash finding of whichever case was running. After each case the hub
 reads the worker's resident memory from /proc (the worker and its descendants: under
-compute-sanitizer the Python process is the wrapper's child; psutil is not a dependency). Past
+compute-sanitizer the Python process is the wrapper's child; psutil is not a dependency). The
+processes a case started are ended before its result is sent (processes.py), so a forked child's
+pages, shared with the worker and counted in both, are never the worker's growth. Past
 the limit the worker is closed between two cases and a fresh one takes the next case: a recycle
 is neither a crash nor a finding, it is counted (``worker_recycles``) and warned about once.
 
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import os
 
+from .processes import children
+
 GROWTH_FACTOR = 3
 MIN_GROWTH = 1 << 30   # 1 GiB: a small worker may double its size legitimately (a larger batch)
 _MB = 1 << 20
@@ -29,21 +33,6 @@ def _rss(pid: int) -> int | None:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(c) for c in f.read().split()]
-        except (OSError, ValueError):
-            continue
-    return out
 
 
 def tree_rss(pid: int) -> int | None:
@@ -60,7 +49,7 @@ def tree_rss(pid: int) -> int | None:
                 return None
             continue
         total += rss
-        todo += _children(p)
+        todo += children(p)
     return total
 
 

@@ -32,7 +32,7 @@ from .cpu_check import CpuRun, classify, harness_reason, missing_device
 from .database import campaign_database
 from .deadline import Deadline, monotonic
 from .finding_book import FindingBook
-from .hub import Hub, WorkerSpec
+from .hub import THREAD_GRACE_S, Hub, WorkerSpec
 
 BATCH = 50
 
@@ -132,6 +132,10 @@ class Shard:
         self._crash_heads: dict[str, str] = {}  # root-cause id -> its short name
         self._rerun_confirmed: set[int] = set()  # ids of the last run's violations, if the hub confirmed its crash
         self._rerun_warned = False
+        self._suspects: list = []   # the last run died: earlier cases whose threads still ran in its worker
+        # Once a case's thread is shown to end a worker or raise after its case returned, each case waits for its
+        # threads (up to THREAD_GRACE_S): their deeds are then their own case's, in its run, and shrink with it
+        self._linger_s = 0.0
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -150,14 +154,19 @@ class Shard:
         self.target.check_case(case)
         return self._run(case)
 
-    def _run(self, case: Case) -> list:
+    def _run(self, case: Case, *, linger_s: float | None = None, fresh: bool = False) -> list:
         """The case's violations; ``BudgetSpent`` if the budget ran out while it ran (a hard budget: a
-        hanging case must not overrun it by the case timeout). A worker recycled for its memory is told."""
+        hanging case must not overrun it by the case timeout). A worker recycled for its memory is told.
+        What earlier cases' threads did meanwhile is accounted to them (``_account_earlier``)."""
         b = self.settings.budget_s
-        result = self.hub.run(case, cut_at=self.stop_at())
+        result = self.hub.run(case, cut_at=self.stop_at(),
+                              linger_s=self._linger_s if linger_s is None else linger_s, fresh=fresh)
         self.result.worker_s += result.seconds
+        if not result.budget_cut:
+            self._account_earlier(result)  # (may run those cases again: before this run's state is kept)
         # a crash the hub already ran again in a fresh worker (to name its kernel) needs no other rerun
         self._rerun_confirmed = {id(v) for v in result.violations} if result.confirmed else set()
+        self._suspects = result.suspects
         if self.hub.rerun_error and not self._rerun_warned:
             self._rerun_warned = True
             message = (f"crashes that lose the CUDA context are no longer run again with blocking launches "
@@ -236,12 +245,15 @@ class Shard:
                 self.emit(events.warning(f"tool limitation: {v.message}", self.index))
 
     def _confirmed(self, finding: Finding, case: Case) -> bool:
-        """A dead worker is confirmed by a rerun in a fresh one; one that does not die again is flaky.
-        (Crashes of the process, not Python exceptions: ``Tool.process_death`` and ``Kind.process_death``.)"""
+        """A dead worker is confirmed by a rerun in a fresh one. One that does not die again was killed by an
+        earlier case's thread, if the rerun of such a case that waits for its threads dies (``_rerun_suspect``);
+        else it is flaky. (Crashes of the process, not Python exceptions: ``Tool.process_death`` and
+        ``Kind.process_death``.)"""
         v = finding.violation
         if not names.tool(v.tool).process_death or not names.kind(v.kind).process_death \
                 or id(v) in self._rerun_confirmed:
             return True
+        suspects = self._suspects
         again = self._run(case)
         if any(names.kind(a.kind).process_death for a in again):
             return True
@@ -253,11 +265,58 @@ class Shard:
             return False
         if again:
             self.record(again, case)
-        finding.flaky = True
-        self.result.flaky.append(finding)
-        self.emit(events.warning(f"flaky: {finding.signature.short()} did not happen again in a fresh worker; "
-                                 f"kept apart, not a finding"))
+        if any(self._rerun_suspect(s) for s in suspects):
+            return False  # the death was an earlier case's: its finding now
+        self._flaky(finding, " (nor did a rerun of each earlier case whose threads still ran)" if suspects else "")
         return False
+
+    def _flaky(self, finding: Finding, note: str = "") -> None:
+        """A death that did not happen again: kept apart, said once per id."""
+        finding.flaky = True
+        if any(f.id == finding.id for f in self.result.flaky):
+            return
+        self.result.flaky.append(finding)
+        self.emit(events.warning(f"flaky: {finding.signature.short()} did not happen again in a fresh worker{note}; "
+                                 f"kept apart, not a finding"))
+
+    # -- what a case's threads did after it returned ----------------------------------------
+    def _account_earlier(self, result) -> None:
+        """An exception on an earlier case's thread is that case's crash; a worker found dead between cases
+        is the death of a suspect whose rerun dies, else said (never a silent restart)."""
+        for e in result.late:
+            self._lingers("a thread of a case raised after the case returned")
+            self.record(e.violations, e.case)
+        death = result.died_before
+        if death is None or any(self._rerun_suspect(s) for s in death.suspects):
+            return
+        whose = ("the cases whose threads still ran, run again" if any(s.threads for s in death.suspects)
+                 else "its last case, run again")
+        message = (f"a worker died between cases ({death.how}); {whose} in a fresh worker and given "
+                   f"{THREAD_GRACE_S:g} s for their threads, did not end it: not a finding")
+        if message not in self.result.warnings:
+            self.result.warnings.append(message)
+            self.emit(events.warning(message, self.index))
+
+    def _rerun_suspect(self, suspect) -> bool:
+        """Run an earlier case again in a fresh worker, waiting for its threads: whether it died (then its
+        death, confirmed so, is that case's finding)."""
+        again = self._run(suspect.case, linger_s=THREAD_GRACE_S, fresh=True)
+        if not any(names.kind(a.kind).process_death for a in again):
+            return False
+        self._lingers("a thread of a case ended its worker after the case returned")
+        self._rerun_confirmed = {id(v) for v in again}  # this rerun is the confirmation
+        self.record(again, suspect.case)
+        return True
+
+    def _lingers(self, why: str) -> None:
+        """From now on each case waits for its threads: said once."""
+        if self._linger_s:
+            return
+        self._linger_s = THREAD_GRACE_S
+        message = (f"{why}: from now on each case waits up to {THREAD_GRACE_S:g} s for the threads it started, so "
+                   f"that what they do is found (and shrunk) with their own case")
+        self.result.warnings.append(message)
+        self.emit(events.warning(message, self.index))
 
     # -- crash-aware search (GPU) ---------------------------------------------------------
     def _learn_crash(self, finding: Finding, case: Case) -> None:
@@ -422,6 +481,12 @@ class Shard:
             done += max(1, generated) if self._failing else n
         self.result.stop_reason = self.result.stop_reason or R.STOP_MAX_EXAMPLES
 
+    def _close_hubs(self) -> None:
+        self.hub.close()
+        if self._precheck is not None:
+            self._precheck.close()
+            self._precheck = None
+
     def _after_failure(self, exc: BaseException) -> None:
         from hypothesis.errors import FailedHealthCheck, Unsatisfiable
         ids = _finding_ids(exc)
@@ -434,9 +499,12 @@ class Shard:
             self.book.mark_minimized(fid, shrunk=self.settings.shrink)
 
     def close(self) -> R.CampaignResult:
-        self.hub.close()
-        if self._precheck is not None:
-            self._precheck.close()
+        """The shard's result, its workers closed (a stop signal while they close: the result says interrupted)."""
+        try:
+            self._close_hubs()
+        except KeyboardInterrupt:
+            self.result.stop_reason = R.STOP_INTERRUPTED
+            self._close_hubs()  # (a front end raises only the first stop signal: this one finishes)
         r = self.result
         r.duration_s = self.elapsed()
         r.findings = list(self.book.by_id.values())

@@ -19,6 +19,7 @@ from ..text import describe
 from . import events
 from . import result as R
 from .plan import CampaignPlan
+from .processes import exit_now
 from .result import CampaignResult
 
 SHUTDOWN_WAIT_S = 60.0
@@ -33,7 +34,9 @@ def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: in
     # its clean-up, and its result would be lost. SIGINT goes to a handler that does nothing (not SIG_IGN,
     # which the processes it starts would keep). The shard started with SIGINT and SIGTERM blocked
     # (``run_sharded``): a SIGTERM that came before its handler was in place is taken now, as an interrupt.
+    # A closed terminal's SIGHUP reaches the group too: the campaign process stops the shards for it as well.
     signal.signal(signal.SIGINT, lambda *_: None)
+    signal.signal(signal.SIGHUP, lambda *_: None)
     die_with(parent)
     sigterm_as_interrupt()
     try:
@@ -55,24 +58,14 @@ def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: in
 
 
 def _shard_main(queue, parent: int, plan: CampaignPlan, index: int, quota: int, findings_seen=None) -> None:
-    """A shard process: its life (``_shard_process``), then its end as soon as its result is sent."""
+    """A shard process: its shard, then its end once the result is in the pipe. Left to multiprocessing, it would
+    wait for every non-daemon thread, and one the target started at its import never ends (issue 47); and an
+    interpreter's own exit after torch's import (seconds on a busy machine: benchmarks/budget_overrun.py) is
+    of no use to anyone."""
     _shard_process(queue, parent, plan, index, quota, findings_seen)
-    _exit_now(queue)
-
-
-def _exit_now(queue) -> None:
-    """End the shard process once its result is on the queue: the campaign waits for it to end, and an
-    interpreter's own exit after torch's import (seconds on a busy machine: benchmarks/budget_overrun.py)
-    is of no use to anyone."""
-    import sys
     queue.close()
-    queue.join_thread()  # what this process put is in the pipe
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(0)
+    queue.join_thread()
+    exit_now(0)
 
 
 def portable_result(res: CampaignResult) -> CampaignResult:
@@ -131,7 +124,7 @@ class Merger:
         into.warnings += [w for w in r.warnings if w not in into.warnings]  # each shard says it once
         into.timeline = _merge_timelines(into.timeline, r.timeline)
         into.coverage.merge(r.coverage)
-        into.flaky += [Finding.from_dict(d) for d in r.flaky]
+        into.flaky += [f for f in map(Finding.from_dict, r.flaky) if all(f.id != g.id for g in into.flaky)]
         into.findings = merge_all(into.findings, [Finding.from_dict(d) for d in r.findings])
         order = (R.STOP_INTERRUPTED, R.STOP_WRITE_ERROR, R.STOP_BUDGET, R.STOP_MAX_EXAMPLES, R.STOP_EXHAUSTED)
         reasons = [s for s in (into.stop_reason, r.stop_reason) if s]
@@ -165,12 +158,11 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
         _collect(queue, procs, merger, deadline=time.monotonic() + SHUTDOWN_WAIT_S)
         merged.stop_reason = R.STOP_INTERRUPTED
     finally:
-        for p in procs:
-            if p.pid is None:  # never started (a start failed)
-                continue
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
+        try:
+            _end(procs)
+        except KeyboardInterrupt:  # a stop signal as the shards end: their results are in, and kept
+            merged.stop_reason = R.STOP_INTERRUPTED
+            _end(procs, wait_s=0)
     merged.duration_s = time.monotonic() - start
     return merged
 
@@ -183,6 +175,17 @@ def _noting_findings(on_event, seen):
         if on_event is not None:
             on_event(e)
     return relay
+
+
+def _end(procs, wait_s: float = 5.0) -> None:
+    """Each started shard process joined (``wait_s`` each at most), else killed."""
+    for p in procs:
+        if p.pid is None:  # never started (a start failed)
+            continue
+        p.join(timeout=wait_s)
+        if p.is_alive():
+            p.kill()
+            p.join()
 
 
 @contextmanager

@@ -7,6 +7,12 @@ after each case it prints a marker line on stdout (flushed, after a device
 synchronize) so that sanitizer reports can be attributed to the case that caused them.
 It dies with its hub: the kernel kills it when the hub dies (parent-death signal, set
 by the hub before exec), and it exits when the hub's socket closes.
+
+What a case leaves behind is the case's: the processes it started are ended before its result
+is sent (processes.py; the worker is their subreaper), and its threads are followed
+(case_threads.py): what they raise is the case's crash, and each result names the cases whose
+threads still run, the suspects of a later death. The worker ends with ``os._exit`` once its
+hub is done with it: a thread the target started at import, or an exit handler, cannot keep it.
 """
 
 from __future__ import annotations
@@ -14,13 +20,15 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import time
 from contextlib import ExitStack
 from typing import Any
 
 from .. import tracking
 from ..text import describe, safe_str, traceback_text
-from . import protocol
+from . import processes, protocol
+from .case_threads import CaseThreads
 
 
 def _marker(kind: str, case_no: int) -> None:
@@ -38,16 +46,34 @@ class _TensorAnnouncer(tracking.Watcher):
         sys.stdout.flush()
 
 
+class _Channel:
+    """The socket to the hub, for every thread: a case's threads launch kernels and raise too."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock, self._lock = sock, threading.Lock()
+
+    def send(self, msg: protocol.Message) -> None:
+        with self._lock:
+            protocol.send(self.sock, msg)
+
+    def send_quietly(self, msg: protocol.Message) -> None:
+        """From a thread of a case: a hub that is gone is the main thread's business, not this thread's."""
+        try:
+            self.send(msg)
+        except OSError:
+            pass
+
+
 class _LaunchReporter(tracking.Watcher):
     """Tells the hub which kernel is about to run and from where (crash attribution)."""
 
-    def __init__(self, sock):
-        self.sock = sock
+    def __init__(self, channel: _Channel):
+        self.channel = channel
         self.last = ""
 
     def on_kernel_launch(self, kernel: str, meta: dict) -> None:
         self.last = kernel
-        protocol.send(self.sock, protocol.Launch(kernel, safe_str(meta.get("where", ""), 300)))
+        self.channel.send(protocol.Launch(kernel, safe_str(meta.get("where", ""), 300)))
 
 
 def _context_lost(last_kernel: str):
@@ -75,7 +101,9 @@ class _Session:
 
     def __init__(self, sock: socket.socket, target, device: str, sanitizer: str | None = None):
         self.sock, self.target, self.device, self.sanitizer = sock, target, device, sanitizer
-        self.reporter = _LaunchReporter(sock)
+        self.channel = _Channel(sock)
+        self.reporter = _LaunchReporter(self.channel)
+        self.threads = CaseThreads(self._late, getattr(target, "own_code", ()))  # installed by ``main``
         self.watchers: list[tracking.Watcher] = [self.reporter]
         if sanitizer:
             self.watchers.append(_TensorAnnouncer())
@@ -95,11 +123,31 @@ class _Session:
     def exit(self, msg: protocol.Exit) -> int:
         return protocol.EXIT_DONE
 
+    def _late(self, case_no: int, violation) -> None:
+        self.channel.send_quietly(protocol.Late(case_no, [violation.to_dict()]))
+
+    def _after_case(self, msg: protocol.Run, children: set[int]) -> list:
+        """The case's threads waited for (``linger_s``), its processes ended; what its threads raised."""
+        if msg.linger_s > 0:
+            waiting = [t.name for t in self.threads.of_case(self.case_no)]
+            self.channel.send(protocol.Waiting(waiting))
+            self.threads.wait(self.case_no, msg.linger_s)
+        processes.end_new_children(children)
+        return self.threads.end()
+
     def run(self, msg: protocol.Run) -> int | None:
+        self.case_no += 1
+        self.threads.begin(self.case_no)
+        children = processes.own_children()
+        try:
+            return self._run(msg, children)
+        finally:
+            self.threads.end()
+
+    def _run(self, msg: protocol.Run, children: set[int]) -> int | None:
         from ..case import Case
         from ..errors import InvalidCase, TargetError
         from ..execute import run_case
-        self.case_no += 1
         t0 = time.perf_counter()
         self.reporter.last = ""
         _marker("case-begin", self.case_no)
@@ -117,21 +165,25 @@ class _Session:
             # target refused the case; then it is that crash, or the next case would be blamed for it
             lost = _context_lost(self.reporter.last) if self.device == "cuda" else None
             if lost is None:
+                processes.end_new_children(children)
                 _marker("case-end", self.case_no)
-                protocol.send(self.sock, protocol.Invalid(safe_str(e)))
+                self.channel.send(protocol.Invalid(safe_str(e)))
                 return None
             violations = []
         except TargetError as e:  # the target broke its contract: the campaign stops with its line
+            processes.end_new_children(children)
             _marker("case-end", self.case_no)
-            protocol.send(self.sock, protocol.TargetFailed(safe_str(e)))
+            self.channel.send(protocol.TargetFailed(safe_str(e)))
             return None
         except BaseException as e:  # noqa: B036 - a bug in fuzzrunner itself: the harness broke
-            protocol.send(self.sock, protocol.Harness(describe(e, 2000), traceback_text(e)))
+            self.channel.send(protocol.Harness(describe(e, 2000), traceback_text(e)))
             return protocol.EXIT_HARNESS
+        violations += self._after_case(msg, children)
         _marker("case-end", self.case_no)
         violations = [self._with_last_launch(v) for v in violations] + ([lost] if lost else [])
-        protocol.send(self.sock, protocol.Result([v.to_dict() for v in violations], time.perf_counter() - t0,
-                                                 self.case_no, fatal=lost is not None))
+        lingering = [[n, names] for n, names in sorted(self.threads.lingering().items())]
+        self.channel.send(protocol.Result([v.to_dict() for v in violations], time.perf_counter() - t0,
+                                          self.case_no, fatal=lost is not None, lingering=lingering))
         return protocol.EXIT_CONTEXT_LOST if lost is not None else None
 
     def _with_last_launch(self, v):
@@ -144,11 +196,12 @@ class _Session:
                        details={**v.details, "last_kernel": self.reporter.last})
 
     def _op(self, index: int, op: dict) -> None:
+        self.threads.at_op(index)
         name = op.get("op", "")  # a run's own op dict may hold anything (ctx.op takes dicts only)
-        protocol.send(self.sock, protocol.Op(index, name if isinstance(name, str) else safe_str(name, 100)))
+        self.channel.send(protocol.Op(index, name if isinstance(name, str) else safe_str(name, 100)))
 
     def _partial(self, violations: list) -> None:
-        protocol.send(self.sock, protocol.Partial([v.to_dict() for v in violations]))
+        self.channel.send(protocol.Partial([v.to_dict() for v in violations]))
 
 
 def _set_up(sock: socket.socket, start: protocol.WorkerEnv):
@@ -175,6 +228,7 @@ def _set_up(sock: socket.socket, start: protocol.WorkerEnv):
 def main() -> int:
     from .lifeline import die_with_env_parent
     die_with_env_parent()
+    processes.become_subreaper()  # a case's double-forked child is re-parented here, where it is ended
     start = protocol.WorkerEnv.read()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(start.hub_socket)
@@ -182,8 +236,13 @@ def main() -> int:
     if target is None:
         return protocol.EXIT_HARNESS
     protocol.send(sock, protocol.Ready(os.getpid(), start.device, dict(target.code_under_test)))
-    return _Session(sock, target, start.device, start.sanitizer).serve()
+    session = _Session(sock, target, start.device, start.sanitizer)
+    session.threads.install()  # after the target's import: threads it started are no case's
+    try:
+        return session.serve()
+    finally:
+        processes.end_new_children(set())  # whatever is left (started at the target's import too)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    processes.exit_now(main())  # a thread or an exit handler the target left must not keep a finished worker

@@ -200,7 +200,7 @@ class _FakeGpuWorker:
     def cut_log(self, cap):
         pass
 
-    def run(self, case, oracles, timeout_s, stop_early=False, cut_at=None):
+    def run(self, case, oracles, timeout_s, stop_early=False, cut_at=None, linger_s=0.0):
         from fuzzrunner.engine.hub import RunResult
         from fuzzrunner.violation import Violation
         blocking = self.spec.env.get("CUDA_LAUNCH_BLOCKING") == "1"
@@ -289,7 +289,7 @@ def test_a_gpu_death_by_a_signal_says_it_was_not_run_again_with_blocking_launche
     runs = []
 
     class Segfaulting(_FakeGpuWorker):
-        def run(self, case, oracles, timeout_s, stop_early=False, cut_at=None):
+        def run(self, case, oracles, timeout_s, stop_early=False, cut_at=None, linger_s=0.0):
             runs.append(self.spec.env.get("CUDA_LAUNCH_BLOCKING") == "1")
             return RunResult([Violation("worker", "crash", "_a_later_kernel", "SIGSEGV", "", "killed by SIGSEGV")],
                              0.01, True, 1)
@@ -310,7 +310,7 @@ def test_a_crash_the_hub_confirmed_with_its_blocking_rerun_is_not_run_a_third_ti
     from fuzzrunner.violation import Violation
     calls = []
 
-    def lost_context(self, case, cut_at=None):  # every case breaks the context; the hub's rerun confirmed it
+    def lost_context(self, case, cut_at=None, **kwargs):  # every case breaks the context; the hub's rerun confirmed it
         calls.append(case)
         return RunResult([Violation("cuda", "crash", "_culprit_kernel", "an illegal memory access", "",
                                     "the CUDA context was lost")], 0.01, True, 1, confirmed=True)

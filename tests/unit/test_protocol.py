@@ -8,13 +8,15 @@ import pytest
 from fuzzrunner.engine import events, protocol
 
 SAMPLES = {
-    protocol.Run: protocol.Run({"target": "t", "config": {}, "ops": []}, ["shadow"], True),
+    protocol.Run: protocol.Run({"target": "t", "config": {}, "ops": []}, ["shadow"], True, 2.0),
     protocol.Exit: protocol.Exit(),
     protocol.Ready: protocol.Ready(12, "cpu"),
     protocol.Op: protocol.Op(3, "dummy_run"),
     protocol.Launch: protocol.Launch("lora_shrink", "runner.py:10"),
     protocol.Partial: protocol.Partial([{"tool": "shadow"}]),
-    protocol.Result: protocol.Result([], 0.5, 7, fatal=True),
+    protocol.Waiting: protocol.Waiting(["loader"]),
+    protocol.Late: protocol.Late(3, [{"tool": "python"}]),
+    protocol.Result: protocol.Result([], 0.5, 7, fatal=True, lingering=[[6, ["loader"]]]),
     protocol.Invalid: protocol.Invalid("bad case"),
     protocol.TargetFailed: protocol.TargetFailed("target 't': its run returned a coroutine"),
     protocol.Harness: protocol.Harness("boom", "tb"),
