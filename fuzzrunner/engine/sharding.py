@@ -63,6 +63,11 @@ def _shard_main(queue, parent: int, plan: CampaignPlan, index: int, quota: int, 
     interpreter's own exit after torch's import (seconds on a busy machine: benchmarks/budget_overrun.py) is
     of no use to anyone."""
     _shard_process(queue, parent, plan, index, quota, findings_seen)
+    end_shard(queue)
+
+
+def end_shard(queue) -> None:
+    """End this shard process once what it put on ``queue`` is in the pipe."""
     queue.close()
     queue.join_thread()
     exit_now(0)
