@@ -1,7 +1,7 @@
 """What a campaign is, decided once and carried down: the plan, each shard's quota, its worker.
 
 ``run_campaign`` makes one frozen ``CampaignPlan`` (the target, its settings and faults, the corpus,
-the seed, the device) and hands it to every shard: a local one, a shard process, a Ray actor. The
+the seed, the device, the deadline) and hands it to every shard: a local one, a shard process, a Ray actor. The
 device is resolved before the plan is made (``fuzzrunner.devices``) and never again below it.
 """
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from .. import gpus
 from ..settings import Settings
+from .deadline import Deadline
 from .hub import WorkerSpec
 
 
@@ -25,6 +26,7 @@ class CampaignPlan:
     corpus_dir: str | None = None
     database: object = None           # a plugged-in Hypothesis database (one shard, this process only)
     code: dict = field(default_factory=dict)  # the target's code under test, as loaded here: every worker must match
+    deadline: Deadline | None = None  # when the whole campaign has ended (its budget from its start), if any
 
     def quotas(self) -> list[int]:
         """Each shard's share of ``max_examples`` (the first ones take the remainder)."""

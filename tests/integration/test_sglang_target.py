@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 AVAILABLE, REASON = _import_object("targets.sglang_lora:sglang_available")()
 needs_sglang = pytest.mark.skipif(not AVAILABLE, reason=f"sglang_lora: {REASON}")
 cpu_only = pytest.mark.skipif(_env.device_type() != "cpu", reason="the CPU's shadow oracle names the reads; "
-                                                                    "on a GPU see scripts/gpu_sglang.sh")
+                                                                    "on a GPU see scripts/gpu_acceptance.py")
 CONFIG = {"backend": "triton", "max_loras": 3, "rank": 8, "hidden": 16, "out": 16, "dtype": "float16",
           "graph_sizes": [2, 4], "overlap": False, "chunk": 16}
 # every op kind, fault-free: eager decode and extend, no-adapter and mixed batches, capture, padded replays
