@@ -64,6 +64,8 @@ def plan(part: str) -> list[Step]:
               "marks)"),
         _step("v1-repro", 120, 300, "gpu", "V1 on a real CUDA graph: vLLM 0.33.0 unpatched exit 1, patched exit 0",
               needs=("vllm-tree",)),
+        _step("v1-replay", 45, 150, "gpu", "V1's case file replayed on cuda: unpatched exit 1, with "
+              "FUZZRUNNER_VLLM_PATCH exit 0", needs=("vllm-tree",)),
         _step("vllm-clean", 60, 100, "gpu", "vllm_lora compiled with V1's patch (FUZZRUNNER_VLLM_PATCH), 45 s: no "
               "finding",
               needs=("vllm-tree",)),

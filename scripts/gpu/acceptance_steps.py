@@ -234,6 +234,25 @@ def step_v1_repro() -> tuple[str, str]:
     return ("PASS" if ok else "FAIL"), f"unpatched exit {before} (expected 1), patched exit {after} (expected 0)"
 
 
+V1_CASE = ROOT / "docs" / "findings" / "cases" / "v1_specialize_active_lora.json"
+
+
+def step_v1_replay() -> tuple[str, str]:
+    """V1's case file replayed by fuzzrunner on cuda: reproduced (exit 1) on vLLM 0.33.0, gone (exit 0) with
+    V1's fix given as FUZZRUNNER_VLLM_PATCH (issue 47, item 14: on the GPU image the patch went unused, and
+    the replay still reproduced)."""
+    rcs = [sh([PY, "-m", "fuzzrunner", "replay", "--device", "cuda", V1_CASE], env=_vllm_env(patched),
+              timeout=200)[0] for patched in (False, True)]
+    ok = rcs == [1, 0]
+    return ("PASS" if ok else "FAIL"), f"unpatched exit {rcs[0]} (expected 1), patched exit {rcs[1]} (expected 0)"
+
+
+def _patched(r: Run) -> str:
+    """The campaign's report names V1's patch as the code under test (item 14: never a patch ignored)."""
+    code = r.report.get("code_under_test") or {}
+    return "" if code.get("patch") else f"the report's code_under_test names no patch: {code}"
+
+
 def _vllm_env(patched: bool) -> dict:
     env = base_env(FUZZRUNNER_VLLM_SITE=str(vllm_site()), FUZZRUNNER_VLLM_CACHE=str(WORK / "vllm-cache"))
     if patched:
@@ -252,7 +271,7 @@ def step_vllm_clean() -> tuple[str, str]:
     """vllm_lora compiled, V1's fix applied (FUZZRUNNER_VLLM_PATCH): no finding."""
     r = fuzz("vllm-clean-patched", "vllm_lora", "--seed", "0", "--max-examples", "5000", budget=45,
              env=_vllm_env(True))
-    return check([r], clean)
+    return check([r], lambda r: clean(r) or _patched(r))
 
 
 def step_vllm_fault() -> tuple[str, str]:
@@ -345,7 +364,7 @@ STEPS: dict[str, Callable[[], tuple[str, str]]] = {
     "doctor": step_doctor, "warm-triton": step_warm_triton, "reference-faults": step_reference_faults,
     "reference-clean": step_reference_clean, "sanitizers": step_sanitizers, "gpu-only-runner": step_gpu_only_runner,
     "plugin-xdist": step_plugin_xdist, "shadow-cost": step_shadow_cost, "cuda-tests": step_cuda_tests,
-    "cpu-suite": step_cpu_suite, "vllm-tree": step_vllm_tree, "v1-repro": step_v1_repro,
+    "cpu-suite": step_cpu_suite, "vllm-tree": step_vllm_tree, "v1-repro": step_v1_repro, "v1-replay": step_v1_replay,
     "vllm-clean": step_vllm_clean, "vllm-fault": step_vllm_fault, "sglang-tree": step_sglang_tree,
     "sglang-clean": step_sglang_clean, "sglang-fault": step_sglang_fault, "two-gpus": step_two_gpus, "ray": step_ray,
     "hostile-targets": step_hostile_targets,
