@@ -59,14 +59,14 @@ def plan(part: str) -> list[Step]:
               "(goal <= 3x), silent", alone=True),
     ]
     two = [
-        _step("vllm-tree", 25, 90, "gpu", "unpack .gpu-vllm/0.33.0.tar.xz"),
+        _step("vllm-tree", 10, 90, "gpu", "unpack .gpu-vllm/0.33.0.tar.xz"),
         _step("cpu-suite", 300, 420, "cpu", "the CPU test suite, FUZZRUNNER_DEVICE=cpu, -n CPUs-4 (no slow, no gpu "
               "marks)"),
-        _step("v1-repro", 120, 300, "gpu", "V1 on a real CUDA graph: vLLM 0.33.0 unpatched exit 1, patched exit 0",
+        _step("v1-repro", 40, 200, "gpu", "V1 on a real CUDA graph: vLLM 0.33.0 unpatched exit 1, patched exit 0",
               needs=("vllm-tree",)),
-        _step("v1-replay", 45, 150, "gpu", "V1's case file replayed on cuda: unpatched exit 1, with "
+        _step("v1-replay", 100, 200, "gpu", "V1's case file replayed on cuda: unpatched exit 1, with "
               "FUZZRUNNER_VLLM_PATCH exit 0", needs=("vllm-tree",)),
-        _step("vllm-clean", 60, 100, "gpu", "vllm_lora compiled with V1's patch (FUZZRUNNER_VLLM_PATCH), 45 s: no "
+        _step("vllm-clean", 85, 130, "gpu", "vllm_lora compiled with V1's patch (FUZZRUNNER_VLLM_PATCH), 75 s: no "
               "finding",
               needs=("vllm-tree",)),
         _step("vllm-fault", 100, 150, "gpu", "vllm_lora compiled, fault dummy_run_skips_prepare, 90 s: found, its "
@@ -74,8 +74,8 @@ def plan(part: str) -> list[Step]:
               needs=("vllm-tree",)),
         _step("reference-clean", 55, 80, "gpu", "a clean compiled campaign, 8 workers, 45 s: no finding, budget kept"),
         _step("sglang-tree", 10, 60, "gpu", "unpack .gpu-sglang/sglang.tar.xz"),
-        _step("sglang-clean", 50, 90, "gpu", "sglang_lora 0.5.23 compiled, 40 s: no finding", needs=("sglang-tree",)),
-        _step("sglang-fault", 50, 90, "gpu", "sglang_lora compiled, fault graph_seg_indptr_uninitialized, 40 s: found",
+        _step("sglang-clean", 40, 90, "gpu", "sglang_lora 0.5.23 compiled, 40 s: no finding", needs=("sglang-tree",)),
+        _step("sglang-fault", 40, 90, "gpu", "sglang_lora compiled, fault graph_seg_indptr_uninitialized, 40 s: found",
               needs=("sglang-tree",)),
         _step("cuda-tests", 200, 300, "checks", "tests/unit and the device shadow's -m gpu tests, compiled, on cuda"),
         _step("hostile-targets", 100, 150, "checks", "CUDA workers: a 200 MB/case leak recycled, a hanging case "

@@ -269,7 +269,9 @@ def _triage_ran(r: Run) -> str:
 
 def step_vllm_clean() -> tuple[str, str]:
     """vllm_lora compiled, V1's fix applied (FUZZRUNNER_VLLM_PATCH): no finding."""
-    r = fuzz("vllm-clean-patched", "vllm_lora", "--seed", "0", "--max-examples", "5000", budget=45,
+    # 75 s: on an H100 a vLLM campaign's start-up (shard processes, vLLM's imports, the patched tree) took
+    # 37 s; 45 s budgets ran 0 cases
+    r = fuzz("vllm-clean-patched", "vllm_lora", "--seed", "0", "--max-examples", "5000", budget=75,
              env=_vllm_env(True))
     return check([r], lambda r: clean(r) or _patched(r))
 
@@ -310,7 +312,7 @@ def step_hostile_targets() -> tuple[str, str]:
     runs = at_once([
         lambda: fuzz("leaky", f"{hostile}:LEAKY", "--max-examples", "30", "--seed", "1", budget=90,
                      env=base_env(HOSTILE_LEAK_MB="200")),
-        lambda: fuzz("sleepy", f"{hostile}:SLEEPY", "--max-examples", "5", "--seed", "1", "--case-timeout", "inf",
+        lambda: fuzz("sleepy", f"{hostile}:SLEEPY", "--max-examples", "5", "--seed", "1", "--case-timeout", "600",
                      budget=40, env=base_env(HOSTILE_SLEEP_S="3600"))])
 
     def expect(r: Run) -> str:
@@ -318,7 +320,7 @@ def step_hostile_targets() -> tuple[str, str]:
             n = int(r.report.get("worker_recycles", 0))
             return "" if clean(r) == "" and n >= 1 else f"expected worker recycle(s) and no finding: {n}, {r.line()}"
         cut = int(r.report.get("budget_cut_cases", 0))
-        ok = r.exit in (0, 2) and not r.findings and r.stop == "budget" and cut == 1
+        ok = r.exit in (0, 2) and not r.findings and r.stop == "budget" and cut >= 1  # (one per pre-check shard)
         return "" if ok else f"expected the budget to stop the hanging case (no finding): cut {cut}, {r.line()}"
     return check(runs, expect)
 
