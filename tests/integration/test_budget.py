@@ -92,3 +92,33 @@ def test_the_command_ends_with_its_exit_code_once_its_work_is_done(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert (tmp_path / "r.json").exists() and "wrote" in p.stdout  # the work was done, the output flushed
     assert mark.read_text() == "atexit ran"  # the exit handlers ran (for at most EXIT_GRACE_S), the thread was not waited for
+
+
+SLOW_START = '''
+import os, time
+from hypothesis import strategies as st
+from fuzzrunner import Case, Target
+
+if os.environ.get("FUZZRUNNER_HUB_SOCKET") or os.environ.get("FUZZRUNNER_ZYGOTE_SOCKET"):
+    time.sleep(600)  # a worker's set-up that takes longer than the campaign has left (a GPU engine's imports)
+
+def run(case, ctx):
+    pass
+
+TARGET = Target("slow_start", "its workers take minutes to start", lambda faults=(), *, max_ops=3:
+                st.builds(lambda n: Case("slow_start", {{}}, ({{"op": "x", "n": n}},)), st.integers(0, 3)), run)
+'''
+
+
+@pytest.mark.parametrize("standby", [False, True], ids=["started-for-the-case", "a-spare"])
+def test_a_worker_still_starting_at_the_deadline_is_a_budget_cut_not_a_wait(tmp_path, no_hang, standby):
+    """The campaign's deadline reaches a worker's start-up: a GPU engine's imports took 37 s of a 45 s budget on
+    an H100, and the hub waited them out (up to its 300 s start-up timeout) before cutting the case; the
+    campaign overran its budget by 17%. Now the start-up ends at the deadline: a budget cut, no finding."""
+    from fuzzrunner.engine.hub import Hub, WorkerSpec
+    (tmp_path / "slow_start.py").write_text(SLOW_START.format())
+    spec = f"{tmp_path / 'slow_start.py'}:TARGET"
+    case = Case("slow_start", {}, ({"op": "x", "n": 0},))
+    with no_hang(120), Hub(WorkerSpec(spec), standby=standby) as hub:
+        result = hub.run(case, cut_at=time.monotonic() + 3)
+    assert result.budget_cut and result.violations == [] and not result.crashed
