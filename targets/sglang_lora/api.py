@@ -131,8 +131,9 @@ class API:
         emptied = 0
         for module in self.kernels.values():
             for obj in list(vars(module).values()):
-                if isinstance(getattr(obj, "kernel_cache", None), dict) and callable(getattr(obj, "_clear_cache", None)):
-                    obj._clear_cache()
+                clear = getattr(obj, "_clear_cache", None)  # SGLang's CachedKernel (every release here)
+                if isinstance(getattr(obj, "kernel_cache", None), dict) and callable(clear):
+                    clear()
                     emptied += 1
         return emptied
 
