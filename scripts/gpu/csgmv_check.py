@@ -10,7 +10,7 @@ Each run is a fresh process that runs a sequence of cases (a primer of the other
 prints one line: what was expected, what came, OK or UNEXPECTED. The last line is ``CSGMV-CHECK: PASS|FAIL``.
 
 Needs the SGLang tree (``python3 scripts/gpu_acceptance.py --steps sglang-tree``). About a minute.
-Usage: python3 scripts/gpu/csgmv_check.py [--jobs 8]
+Usage: python3 scripts/gpu/csgmv_check.py [--jobs 10]
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def replay_cli(env: dict) -> tuple[bool, str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--jobs", type=int, default=8)
+    ap.add_argument("--jobs", type=int, default=10)
     args = ap.parse_args()
     try:
         env = base_env(FUZZRUNNER_SGLANG_SITE=str(sglang_site()), FUZZRUNNER_DEVICE="cuda")
