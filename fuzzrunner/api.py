@@ -23,9 +23,10 @@ from .violation import Violation
 
 def fuzz(target: str | Target = "reference_runner", *, settings: Settings | None = None, faults: Iterable[str] = (),
          profile: str | None = None, corpus: str | os.PathLike | None = None, database=None, on_event=None,
-         ray: str | None = None, db: str | None = None, **overrides) -> CampaignResult:
+         ray: str | None = None, db: str | None = None, started: float | None = None, **overrides) -> CampaignResult:
     """Run a campaign under ``settings`` (default: the ``profile``'s, ``dev`` if none is named);
-    ``overrides`` are ``Settings`` fields on top (max_examples=, budget_s=, seed=, ...).
+    ``overrides`` are ``Settings`` fields on top (max_examples=, budget_s=, seed=, ...). The campaign ends
+    ``budget_s`` after ``started`` (``time.time()``; default: this call), start-up and CPU triage included.
 
     ``ray="local"|"auto"|"ray://host:port"`` runs its ``workers`` shards as Ray actors, sharing the
     example database at ``db="redis://..."`` or, without it, the one the driver serves.
@@ -44,7 +45,7 @@ def fuzz(target: str | Target = "reference_runner", *, settings: Settings | None
     # refused here, not in every worker
     settings = env_defaults.apply((settings or _profile(profile or "dev")).override(**overrides))
     return run_campaign(spec, settings, faults=several(faults, "faults"), corpus_dir=corpus, database=database,
-                        on_event=on_event, ray=ray, db=db)
+                        on_event=on_event, ray=ray, db=db, started=started)
 
 
 def replay(case: Case | str | os.PathLike, *, target: str | Target | None = None,

@@ -13,6 +13,7 @@ import argparse
 import os
 import re
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -66,7 +67,9 @@ def _campaign_options(p: argparse.ArgumentParser, profile: str) -> None:
                    help=f"settings profile (default: {profile}, or ci when the CI environment variable is set)")
     p.add_argument("--max-examples", type=int, metavar="N",
                    help="cases to generate (per target)" + _by_profile("max_examples"))
-    p.add_argument("--budget", type=float, metavar="SECONDS", help="time limit" + _by_profile("budget_s"))
+    p.add_argument("--budget", type=float, metavar="SECONDS",
+                   help="time limit of the whole command: start-up, search, CPU triage, reports"
+                        + _by_profile("budget_s"))
     p.add_argument("--seed", type=int, help="seed of the search (default: random and printed; the ci profile: 0)")
     p.add_argument("--workers", type=int, metavar="N",
                    help="shards, each with its own worker (and GPU)" + _by_profile("workers"))
@@ -412,7 +415,7 @@ def cmd_fuzz(args) -> int:
         _check_cluster(args)
         progress = Progress(sys.stderr, settings, quiet=args.quiet, verbose=args.verbose)
         result = fuzz(spec, settings=settings, faults=args.fault, corpus=args.corpus, on_event=progress,
-                      ray=args.ray, db=args.db)
+                      ray=args.ray, db=args.db, started=args.started)  # the budget counts from the command's start
     except KeyboardInterrupt:  # stopped before the campaign had a result: an empty interrupted report
         return _interrupted_early(args, name, settings)
     with args.stops.held():  # from here on a stop signal is noted: the reports are written, then 130
@@ -766,30 +769,32 @@ def _error(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.time()  # a campaign's budget is the command's: its imports and reports included
     out, err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _SafeStream(out), _SafeStream(err)
     try:
-        return _main(argv)
+        return _main(argv, started)
     finally:
         sys.stdout.flush()  # here, where a gone reader is caught, not in the interpreter's exit
         sys.stderr.flush()
         sys.stdout, sys.stderr = out, err
 
 
-def _main(argv: list[str] | None) -> int:
+def _main(argv: list[str] | None, started: float) -> int:
     from .engine.lifeline import StopSignals
     stops = StopSignals().install()  # SIGINT, SIGTERM, SIGHUP: the first stops the work, the reports are written
     try:
-        return _run(argv, stops)
+        return _run(argv, stops, started)
     finally:
         stops.uninstall()
 
 
-def _run(argv: list[str] | None, stops) -> int:
+def _run(argv: list[str] | None, stops, started: float) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
         args = _parser().parse_args(argv)
+        args.started = started
         if not args.command:
             _parser().print_help()
             return EXIT_ERROR

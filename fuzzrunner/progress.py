@@ -21,35 +21,38 @@ class _Numbers:
 
     def __init__(self, settings):
         self.max_examples, self.budget = settings.max_examples, settings.budget_s
-        self.start = time.monotonic()
+        self.began = time.monotonic()  # the budget's clock: the command's start (engine/deadline.py)
+        self.start = self.began        # the search's own clock, from the progress events: the rate's
         self.examples = self.generated = self.findings = 0
 
     def update(self, event: dict) -> None:
         self.examples, self.findings = event["examples"], event["findings"]
         self.generated = event.get("generated", self.examples)
-        if "elapsed" in event:  # the campaign's own clock: its budget starts after its set-up (a filter build)
+        if "elapsed" in event:  # after the set-up (imports, a filter build), which the rate leaves out
             self.start = time.monotonic() - event["elapsed"]
 
     def _fractions(self) -> tuple[float, float]:
         """(done by count, done by time): the campaign ends at whichever reaches 1 first."""
         count = self.generated / self.max_examples if self.max_examples else 0.0
-        spent = (time.monotonic() - self.start) / self.budget if self.budget else 0.0
+        spent = (time.monotonic() - self.began) / self.budget if self.budget else 0.0
         return count, spent
 
     def fraction(self) -> float:
         return min(max(self._fractions()), 1.0)
 
     def text(self) -> str:
-        el = time.monotonic() - self.start
+        now = time.monotonic()
+        el, since = now - self.start, now - self.began
         rate = self.examples / el if el > 0 else 0.0
         frac = self.fraction()
-        eta = f", ETA {max(0.0, el / frac - el):.0f} s" if 0 < frac < 1 else ""
-        shrinking = self.examples - self.generated
         count, spent = self._fractions()
+        left = (self.budget or 0.0) - since if spent >= count else (el / count - el if count else 0.0)
+        eta = f", ETA {max(0.0, left):.0f} s" if 0 < frac < 1 else ""
+        shrinking = self.examples - self.generated
         done = f"{100 * frac:.0f}% of the {self.budget:g} s budget" if spent > count else f"{100 * frac:.0f}%"
         return (f"{self.generated}/{self.max_examples} generated ({done})"
                 f"{f' + {shrinking} shrinking' if shrinking else ''}, {self.findings} "
-                f"finding{'s' * (self.findings != 1)}, {rate:.1f} cases/s, {el:.0f} s{eta}")
+                f"finding{'s' * (self.findings != 1)}, {rate:.1f} cases/s, {since:.0f} s{eta}")
 
 
 class _Plain:

@@ -2,7 +2,7 @@
 # A Ray site for a machine with no network (the GPU image has no Ray): Python 3.12 x86-64 wheels of ray
 # and its needs, downloaded here, unpacked, the parts a campaign never imports left out (Java jars, the
 # dashboard's web client, rllib/data/serve/train/tune/llm), tarred with xz (~24 MiB, under the device
-# tool's 64 MiB carry limit). There: tar -xJf ARCHIVE -C DIR; PYTHONPATH=.:DIR (scripts/gpu_ray.sh does it).
+# tool's 64 MiB carry limit). There: tar -xJf ARCHIVE -C DIR; PYTHONPATH=.:DIR (the GPU acceptance run's ray step does it).
 #   bash scripts/ray_offline_site.sh [RAY_VERSION] [ARCHIVE]     (default: 2.60.0, .raysite/ray312.tar.xz)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -2,10 +2,11 @@
 processes (sharding.py), or many as Ray actors (ray_shards.py).
 
 ``plan_campaign`` decides what the campaign is, once (``CampaignPlan``: the target, its faults, the
-seed, the run's context), and every shard gets that plan. The campaign process never touches a GPU.
-Each shard replays the corpus first, then searches; findings are on disk as soon as they are
+seed, the run's context, the deadline), and every shard gets that plan. The campaign process never touches
+a GPU. Each shard replays the corpus first, then searches; findings are on disk as soon as they are
 found. It always returns a result, also when interrupted or when it could not write:
-``stop_reason`` says why it ended and ``errors`` what went wrong.
+``stop_reason`` says why it ended and ``errors`` what went wrong. With a budget, all of it (start-up,
+search, CPU triage) ends by one deadline, its clock started by the caller (``started``: the CLI's command).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..settings import Settings
 from ..target import load_target
 from . import events
 from . import result as R
+from .deadline import Deadline
 from .plan import CampaignPlan
 from .result import CampaignResult
 from .shard_run import prepare_shadow, run_shard
@@ -32,25 +34,32 @@ FEW_CASES = 10            # a budget-stopped run with fewer valid cases is warne
 
 
 def plan_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=None, database=None,
-                  on_cluster: bool = False) -> CampaignPlan:
+                  on_cluster: bool = False, started: float | None = None) -> CampaignPlan:
     """The campaign's plan: the target loaded (a target that cannot even load is a harness error, here)
-    and its faults checked, the seed drawn and the run's context resolved, once."""
+    and its faults checked, the seed drawn, the run's context resolved and the deadline set (the budget from
+    ``started``, ``time.time()``, default now), once."""
     target = load_target(target_spec)
     seed = settings.seed if settings.seed is not None else random.randrange(1 << 30)
     context = Context.resolve(settings, on_cluster=on_cluster)
+    deadline = Deadline.of(settings.budget_s, started)
     return CampaignPlan(target_spec, target.name, settings, target.check_faults(faults), seed, context,
-                        os.fspath(corpus_dir) if corpus_dir else None, database, dict(target.code_under_test))
+                        os.fspath(corpus_dir) if corpus_dir else None, database, code=dict(target.code_under_test),
+                        deadline=deadline)
 
 
 def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=None, database=None,
-                 on_event: Callable | None = None, ray: str | None = None, db: str | None = None) -> CampaignResult:
+                 on_event: Callable | None = None, ray: str | None = None, db: str | None = None,
+                 started: float | None = None) -> CampaignResult:
     """Fuzz ``target_spec`` under ``settings``; findings are on disk as soon as they are found.
 
     ``ray`` (an address: ``local``, ``auto``, ``ray://host:port``) runs the shards as Ray actors;
-    ``db`` (``redis://...``, with ``ray``) is the example database they share."""
+    ``db`` (``redis://...``, with ``ray``) is the example database they share. ``started``: when the
+    budget's clock started (``time.time()``; default now): the campaign ends by then plus ``budget_s``."""
     plan = plan_campaign(target_spec, settings, faults=faults, corpus_dir=corpus_dir, database=database,
-                         on_cluster=ray is not None)
+                         on_cluster=ray is not None, started=started)
     listener = on_event = events.Listener(on_event)  # the user's callback cannot end the campaign
+    triage = _cpu_triage(plan)
+    on_event = _starting_triage(on_event, triage)
     if ray is None and db is not None:
         from ..errors import InvalidArgument
         raise InvalidArgument(f"db={db!r} shares the example database between Ray shards: it needs ray=ADDRESS "
@@ -68,7 +77,7 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
             else:
                 from .sharding import run_sharded
                 result = run_sharded(plan, on_event)
-        _finish(result, plan, listener)
+        _finish(result, plan, listener, triage)
     except KeyboardInterrupt:
         if result is None:  # nothing ran yet: the caller's stop
             raise
@@ -77,15 +86,37 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
     return result
 
 
-def _finish(result: CampaignResult, plan: CampaignPlan, listener: events.Listener) -> None:
+def _finish(result: CampaignResult, plan: CampaignPlan, listener: events.Listener, triage) -> None:
     """The shards' merged result completed: seed, the run's context and code under test, the callback's
     failures, CPU triage of GPU findings, the floor of valid cases."""
     result.seed, result.context = plan.seed, plan.context
     result.code_under_test = dict(plan.code)
     listener.report(result.warnings)
-    if plan.context.device == "cuda" and plan.settings.cpu_triage and result.findings:
-        _triage(result, plan)
+    if triage is not None and result.findings:
+        _triage(result, plan, triage)
     _check_floor(result, plan.settings)
+
+
+def _cpu_triage(plan: CampaignPlan):
+    """A GPU campaign's CPU triage (ending before the deadline's tail: the reports and the exit), or None."""
+    if plan.context.device != "cuda" or not plan.settings.cpu_triage:
+        return None
+    from .triage import CpuTriage
+    return CpuTriage(plan.target_spec, plan.settings, plan.deadline.triage_end if plan.deadline else None)
+
+
+def _starting_triage(on_event: Callable | None, triage) -> Callable | None:
+    """``on_event``, which also starts the triage's CPU worker at the first finding (its imports then run
+    beside the search, not after it). Events reach it on this process's main thread."""
+    if triage is None:
+        return on_event
+
+    def relay(e: dict) -> None:
+        if e.get("type") == events.FINDING:
+            triage.start()
+        if on_event is not None:
+            on_event(e)
+    return relay
 
 
 def precheck_workers(settings: Settings) -> int:
@@ -108,15 +139,19 @@ def _with_precheck_shards(plan: CampaignPlan) -> CampaignPlan:
     return replace(plan, settings=s.override(workers=n)) if n > 1 else plan
 
 
-def _triage(result: CampaignResult, plan: CampaignPlan) -> None:
+def _triage(result: CampaignResult, plan: CampaignPlan, triage) -> None:
     """Each GPU finding replayed on the CPU; findings the CPU names as one bug become one."""
     from ..errors import FuzzrunnerError
-    from .triage import merge_by_triage, triage_on_cpu
+    from .triage import merge_by_triage
     try:
-        triage_on_cpu(result.findings, plan.target_spec, plan.settings)
+        triage.triage(result.findings)
     except (FuzzrunnerError, OSError) as e:  # triage helps; it never costs the findings
         result.warnings.append(f"CPU triage did not run: {e}")
         return
+    if triage.unreached:
+        result.warnings.append(f"CPU triage of {triage.unreached} finding(s) did not fit in the "
+                               f"{plan.settings.budget_s:g} s budget: replay each on the CPU "
+                               f"(fuzzrunner replay FILE --device cpu), or give the campaign more time")
     result.findings, absorbed = merge_by_triage(result.findings)
     if plan.corpus_dir is None:
         return
@@ -136,6 +171,8 @@ def _check_floor(r: CampaignResult, settings: Settings) -> None:
         return
     if r.valid < settings.min_valid:
         why = ("See the error(s) above." if r.errors  # (a shard or the target failed: that is the cause)
+               else f"The {settings.budget_s:g} s budget ended first: it counts the start-up too (imports, the "
+                    f"workers' start), so raise --budget." if r.stop_reason == R.STOP_BUDGET
                else "Check the target's strategy, or raise the budget.")
         r.errors.append(f"only {r.valid} valid case(s) ran ({r.generated} generated, {r.invalid} rejected by "
                         f"the target; stop: {r.stop_reason or 'unknown'}), below the floor of "

@@ -7,6 +7,7 @@ not ours. Its exit status comes from the zygote; a pidfd tells at once that it h
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import shutil
@@ -23,6 +24,11 @@ from . import protocol
 REPLY_TIMEOUT_S = 30.0  # a fork, or the status of a child known to be gone
 
 
+class StartCut(Exception):
+    """A campaign's deadline came while a worker (or the zygote it forks from) was still starting: no case
+    ran, none is a finding."""
+
+
 class Zygote:
     """One zygote process started with a worker's ``env``, its socket and log in ``directory``
     (removed at ``close``), shared by one hub's workers.
@@ -34,6 +40,7 @@ class Zygote:
     def __init__(self, env: dict, directory: str, startup_timeout_s: float, *, wait: bool = True):
         self.directory, self.path = directory, os.path.join(directory, "z")
         self.sock: socket.socket | None = None
+        self._conn: socket.socket | None = None  # its connection, before its hand-shake
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._lock = threading.Lock()      # spares wait for their hand-shake in threads and poll
         self._exits: dict[int, int] = {}   # pid -> returncode, as the zygote reported them
@@ -54,10 +61,13 @@ class Zygote:
         if wait:
             self._ready()
 
-    def _ready(self) -> None:
-        """The hand-shake, if still due (under the lock, or in the constructor)."""
+    def _ready(self, by: float = math.inf) -> None:
+        """The hand-shake, if still due (under the lock, or in the constructor). ``StartCut`` if it has not
+        come by ``by`` (monotonic, before the start-up timeout): the zygote goes on starting."""
         if self._deadline is None:
             return
+        if by < self._deadline and not self._connected_and_ready_by(by):
+            raise StartCut("the campaign's deadline came while the zygote was importing the target")
         deadline, self._deadline = self._deadline, None
         try:
             self.sock = self._hand_shake(deadline - time.monotonic())
@@ -65,9 +75,19 @@ class Zygote:
             self._close()
             raise
 
+    def _connected_and_ready_by(self, by: float) -> bool:
+        """Whether the zygote has connected and its hand-shake is there to read by ``by`` (or it died:
+        the hand-shake then says so); the connection is kept for ``_hand_shake``."""
+        if self._conn is None:
+            self._conn = protocol.accept(self.server, self.proc, by)
+            if self._conn is None:
+                return self.proc.poll() is not None
+        readable, _, _ = select.select([self._conn], [], [], max(by - time.monotonic(), 0.0))
+        return bool(readable) or self.proc.poll() is not None
+
     def _hand_shake(self, timeout_s: float) -> socket.socket:
         deadline = time.monotonic() + max(timeout_s, 0.0)
-        conn = protocol.accept(self.server, self.proc, deadline)
+        conn, self._conn = self._conn or protocol.accept(self.server, self.proc, deadline), None
         if conn is None:
             raise HarnessError("the zygote did not start")
         conn.settimeout(max(deadline - time.monotonic(), 1.0))
@@ -84,9 +104,11 @@ class Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def fork(self, socket_path: str, log_path: str) -> ForkedProcess:
+    def fork(self, socket_path: str, log_path: str, by: float = math.inf) -> ForkedProcess:
+        """A worker forked from the zygote (its hand-shake waited for first, until ``by`` at most:
+        ``StartCut``)."""
         with self._lock:
-            self._ready()
+            self._ready(by)
             if self.sock is None:
                 raise HarnessError("the zygote is closed")
             try:
@@ -130,6 +152,9 @@ class Zygote:
     def _close(self) -> None:
         """``close``, under the lock (also from a failed hand-shake)."""
         self._deadline = None  # no hand-shake after this
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
         sock, self.sock = self.sock, None
         if sock is not None and self.proc.poll() is None:
             try:

@@ -32,7 +32,7 @@ from ..errors import HarnessError, InvalidCase, TargetError
 from ..target import describe_code
 from ..violation import Violation, raised_cuda_error
 from . import protocol
-from .forking import ForkedProcess, Zygote
+from .forking import ForkedProcess, StartCut, Zygote
 from .lifeline import alive
 from .rss import RssWatch
 
@@ -202,9 +202,10 @@ class _Progress:
 class Worker:
     """One live worker process."""
 
-    def __init__(self, spec: WorkerSpec, *, connect: bool = True, zygote: Zygote | None = None):
+    def __init__(self, spec: WorkerSpec, *, connect: bool = True, zygote: Zygote | None = None,
+                 by: float = math.inf):
         """Start the process (forked by ``zygote`` if given); with ``connect`` also wait for its
-        hand-shake (else call ``connect``)."""
+        hand-shake (else call ``connect``), until ``by`` at most (see ``connect``)."""
         self.spec = spec
         self.sock: socket.socket | None = None
         self._dir = _hub_dir()
@@ -223,7 +224,7 @@ class Worker:
         self.proc: subprocess.Popen | ForkedProcess
         try:
             if zygote is not None:
-                self.proc = zygote.fork(self.path, self.log_path)
+                self.proc = zygote.fork(self.path, self.log_path, by)
             else:
                 self.proc = subprocess.Popen([*spec.wrapper, sys.executable, "-m", "fuzzrunner.engine.worker"],
                                              env=worker_environment(spec, self.path), stdout=self._log,
@@ -235,19 +236,22 @@ class Worker:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
         if connect:
-            self.connect()
+            self.connect(by)
 
-    def connect(self) -> None:
-        """Wait for the worker's ``ready`` (a harness error, and the process gone, if it never comes)."""
+    def connect(self, by: float = math.inf) -> None:
+        """Wait for the worker's ``ready`` (a harness error, and the process gone, if it never comes;
+        ``StartCut``, and the process gone, if it has not come by ``by``: monotonic, a campaign's deadline)."""
         try:
-            self.sock = self._accept()
+            self.sock = self._accept(by)
         except BaseException:
             self.close()
             raise
 
-    def _accept(self) -> socket.socket:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    def _accept(self, by: float = math.inf) -> socket.socket:
+        deadline = min(time.monotonic() + STARTUP_TIMEOUT_S, by)
         conn = protocol.accept(self.server, self.proc, deadline)
+        if conn is None and self.proc.poll() is None and time.monotonic() >= by:
+            raise StartCut("the campaign's deadline came while the worker was starting")
         if conn is None and self.proc.poll() is not None:
             raise HarnessError(f"worker exited during start-up ({_signal_name(self.proc.returncode)}); "
                                f"its output: {self.shown_tail()}")
@@ -255,6 +259,9 @@ class Worker:
             raise HarnessError(f"worker did not start within {STARTUP_TIMEOUT_S:.0f} s; its output: "
                                f"{self.shown_tail()}")
         msg = self._recv(conn, deadline - time.monotonic())
+        if msg is None and self.proc.poll() is None and time.monotonic() >= by:
+            conn.close()
+            raise StartCut("the campaign's deadline came while the worker was setting up its target")
         if not isinstance(msg, protocol.Ready):
             conn.close()
             detail = getattr(msg, "message", "") or f"it died ({_signal_name(self.proc.poll())})"
@@ -553,8 +560,12 @@ class _Standby:
         except BaseException as e:  # noqa: B036 - handed to whoever takes the spare
             self._worker, self._error = None, e
 
-    def take(self) -> Worker:
-        self._thread.join()
+    def take(self, by: float = math.inf) -> Worker:
+        """The started worker (waiting for its start-up); ``StartCut`` if it is not ready by ``by``."""
+        self._thread.join(None if by == math.inf else max(0.0, by - time.monotonic()))
+        if self._thread.is_alive():
+            self.discard()
+            raise StartCut("the campaign's deadline came while the spare worker was starting")
         if self._error is not None:
             raise self._error
         assert self._worker is not None
@@ -612,12 +623,12 @@ class Hub:
         self.reruns = 0                       # cases run again so (the confirmations of their crash)
         self.rerun_error: str | None = None   # why such reruns stopped (their workers could not start)
 
-    def _new_worker(self) -> Worker:
+    def _new_worker(self, by: float = math.inf) -> Worker:
         failures = 0
         while True:
             try:
                 spare, t0 = self._take_spare(), time.monotonic()
-                worker = spare.take() if spare is not None else Worker(self.spec, zygote=self._forker())
+                worker = spare.take(by) if spare is not None else Worker(self.spec, zygote=self._forker(), by=by)
                 self._measured(spare.start_s if spare is not None else time.monotonic() - t0)
                 self.starts += 1
                 return worker
@@ -639,7 +650,7 @@ class Hub:
         if self._zygote is None:
             try:
                 self._zygote = (_take_prestarted(self.spec)
-                                or Zygote(worker_environment(self.spec, ""), _hub_dir(), STARTUP_TIMEOUT_S))
+                                or Zygote(worker_environment(self.spec, ""), _hub_dir(), STARTUP_TIMEOUT_S, wait=False))
             except HarnessError as e:
                 self._drop_zygote(str(e))
         return self._zygote
@@ -679,9 +690,10 @@ class Hub:
         interval = max((recent[-1] - recent[0]) / (len(recent) - 1), 1e-3)
         return max(1, min(self.max_spares, math.ceil((self._start_s or 3.0) / interval)))
 
-    def _ensure(self) -> Worker:
+    def _ensure(self, by: float = math.inf) -> Worker:
+        """The worker, started if needed (``StartCut`` if its start-up is not over by ``by``), and its spares."""
         if self.worker is None:
-            self.worker = self._new_worker()
+            self.worker = self._new_worker(by)
         while len(self._spares) < self.wanted_spares():
             self._spares.append(_Standby(self.spec, self._forker()))
         return self.worker
@@ -692,12 +704,16 @@ class Hub:
         where no thread of another case runs."""
         if fresh:
             self._retire()
-        w = self._ensure()
-        died_before = None
-        if w.proc.poll() is not None:  # it died between cases: no case was running (its suspects say whose)
-            died_before = w.death_between()
-            self._replace()
-            w = self._ensure()
+        t0 = time.monotonic()
+        try:  # a worker's start-up (seconds; a GPU engine's, tens) ends at the campaign's deadline too
+            w = self._ensure(cut_at)
+            died_before = None
+            if w.proc.poll() is not None:  # it died between cases: no case was running (its suspects say whose)
+                died_before = w.death_between()
+                self._replace()
+                w = self._ensure(cut_at)
+        except StartCut:
+            return RunResult([], time.monotonic() - t0, budget_cut=True)
         try:
             result = w.run(case, self.oracles, self.timeout_s, self.stop_early, cut_at, linger_s)
         except (InvalidCase, HarnessError):

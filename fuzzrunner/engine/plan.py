@@ -1,8 +1,8 @@
 """What a campaign is, decided once and carried down: the plan, each shard's quota, its worker.
 
 ``run_campaign`` makes one frozen ``CampaignPlan`` (the target, its settings and faults, the corpus,
-the seed, the run's context) and hands it to every shard: a local one, a shard process, a Ray actor. The
-context (device, Triton's mode, shadow mode, sanitizer) is resolved before the plan is made
+the seed, the run's context, the deadline) and hands it to every shard: a local one, a shard process, a Ray
+actor. The context (device, Triton's mode, shadow mode, sanitizer) is resolved before the plan is made
 (``Context.resolve``) and never again below it; each worker's is the plan's, placed on its GPU.
 """
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from .. import gpus
 from ..context import Context
 from ..settings import Settings
+from .deadline import Deadline
 from .hub import WorkerSpec
 
 
@@ -27,6 +28,7 @@ class CampaignPlan:
     corpus_dir: str | None = None
     database: object = None           # a plugged-in Hypothesis database (one shard, this process only)
     code: dict = field(default_factory=dict)  # the target's code under test, as loaded here: every worker must match
+    deadline: Deadline | None = None  # when the whole campaign has ended (its budget from its start), if any
 
     def quotas(self) -> list[int]:
         """Each shard's share of ``max_examples`` (the first ones take the remainder)."""

@@ -141,7 +141,7 @@ class ShardActor:
         def on_event(e: dict) -> None:
             self._send(job, events.portable(e), e["type"] != events.PROGRESS)
         try:
-            prepare_shadow(plan, on_event)  # on this node, before the shard's worker and its budget
+            prepare_shadow(plan, on_event)  # on this node, before the shard's worker (within the plan's deadline)
             res = run_shard(plan, job.index, job.quota, on_event, corpus=corpus, database=db)
             send(events.done(portable_result(res)))
         except BaseException as e:  # noqa: B036 - report, never leave the driver waiting

@@ -6,6 +6,7 @@ exactly the oracles a campaign with the same settings runs (``names.effective_or
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from ..case import Case
@@ -18,6 +19,10 @@ from ..target import load_target
 from ..violation import Violation
 from .hub import THREAD_GRACE_S, Hub
 from .plan import worker_spec
+
+
+class OutOfTime(Exception):
+    """The caller's deadline came before the replay ended (its worker was stopped): no verdict."""
 
 
 class Replayer:
@@ -55,17 +60,21 @@ class Replayer:
                 f"not see every access the other does; replay it with {SHADOW_ENV}={found}"
                 f"{' (and --device cpu)' if found == 'cpu' and self.context.device == 'cuda' else ''}")
 
-    def run(self, case: Case, spec: str, timeout_s: float | None = None) -> list[Violation]:
+    def run(self, case: Case, spec: str, timeout_s: float | None = None, cut_at: float = math.inf) -> list[Violation]:
         """The violations of one run of ``case`` (``timeout_s``: this case's timeout, e.g. the one its
         finding was found under; default the settings'); ``InvalidCase`` if the target refuses it,
-        before any worker sees it; ``HarnessError`` if the target cannot be set up. The worker waits for the
+        before any worker sees it; ``HarnessError`` if the target cannot be set up; ``OutOfTime`` if
+        it was still running at ``cut_at`` (monotonic: a campaign's deadline). The worker waits for the
         threads the case started (up to ``THREAD_GRACE_S``): a death or an exception of theirs is the case's."""
         target = load_target(spec)
         target.check_faults(case.faults)
         target.check_case(case)
         hub = self.hub(spec)
         hub.timeout_s = timeout_s or self.settings.case_timeout_s
-        return hub.run(case, linger_s=THREAD_GRACE_S).violations
+        result = hub.run(case, cut_at, linger_s=THREAD_GRACE_S)
+        if result.budget_cut:
+            raise OutOfTime(f"stopped after {result.seconds:.1f} s: the deadline came first")
+        return result.violations
 
     def close(self) -> None:
         for hub in self.hubs.values():

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import NoReturn
 
 from .. import names
 from ..case import Case
@@ -30,6 +31,7 @@ from . import events
 from . import result as R
 from .cpu_check import CpuRun, classify, harness_reason, missing_device
 from .database import campaign_database
+from .deadline import Deadline, monotonic
 from .finding_book import FindingBook
 from .hub import THREAD_GRACE_S, Hub, WorkerSpec
 
@@ -95,7 +97,10 @@ def _no_shrink_time_limit():
 
 class Shard:
     def __init__(self, target_spec: str, target: Target, settings: Settings, faults: tuple, corpus: Corpus | None,
-                 database, index: int, seed: int, worker: WorkerSpec, on_event: Callable | None = None):
+                 database, index: int, seed: int, worker: WorkerSpec, on_event: Callable | None = None, *,
+                 deadline: Deadline | None = None, findings_seen=None):
+        """``deadline``: the campaign's (``plan.deadline``; default: the budget from now). ``findings_seen``:
+        set (``is_set()``) once any shard of the campaign has a finding (its CPU triage then needs time)."""
         self.target_spec, self.target, self.settings, self.faults = target_spec, target, settings, faults
         self.corpus, self.index, self.seed = corpus, index, seed
         self.emit = on_event or (lambda e: None)
@@ -108,6 +113,13 @@ class Shard:
         self.result = R.CampaignResult(target.name, settings, seed, faults)
         self.result.coverage = Coverage(tuple(target.feature_space), steering=settings.steer)
         self.start = time.monotonic()
+        # The search ends before the campaign's deadline by what comes after it (deadline.py): the later
+        # end until there is a finding to triage on the CPU, the earlier one from then on.
+        deadline = deadline or Deadline.of(settings.budget_s)
+        self._ends = ((monotonic(deadline.search_end(triage=False)), monotonic(deadline.search_end(triage=True)))
+                      if deadline is not None else (math.inf, math.inf))
+        self._triages = worker.device == "cuda" and settings.cpu_triage
+        self._findings_seen = findings_seen
         self._failing: set[str] = set()  # findings raised to Hypothesis in the current batch
         # Crash-aware search on a GPU: once a crash is known, each new case runs first on a CPU
         # worker under the shadow oracle, up to its first op with a violation; one whose first bad
@@ -130,9 +142,13 @@ class Shard:
     def elapsed(self) -> float:
         return time.monotonic() - self.start
 
+    def stop_at(self) -> float:
+        """When the search stops (monotonic), leaving the campaign's deadline room for what follows it."""
+        seen = self._findings_seen is not None and self._findings_seen.is_set()
+        return self._ends[self._triages and (bool(self.book.by_id) or seen)]
+
     def over_budget(self) -> bool:
-        b = self.settings.budget_s
-        return b is not None and self.elapsed() >= b
+        return time.monotonic() >= self.stop_at()
 
     # -- one case -------------------------------------------------------------------------
     def execute(self, case: Case) -> list:
@@ -145,7 +161,7 @@ class Shard:
         hanging case must not overrun it by the case timeout). A worker recycled for its memory is told.
         What earlier cases' threads did meanwhile is accounted to them (``_account_earlier``)."""
         b = self.settings.budget_s
-        result = self.hub.run(case, cut_at=math.inf if b is None else self.start + b,
+        result = self.hub.run(case, cut_at=self.stop_at(),
                               linger_s=self._linger_s if linger_s is None else linger_s, fresh=fresh)
         self.result.worker_s += result.seconds
         if not result.budget_cut:
@@ -165,11 +181,14 @@ class Shard:
         if result.budget_cut:
             r = self.result
             r.budget_cut_cases += 1
-            r.stop_reason = R.STOP_BUDGET
             r.warnings.append(f"the {b:g} s budget ran out during a case: it was stopped after {result.seconds:.1f} s "
                               f"(not a timeout finding: the case timeout is {self.settings.case_timeout_s:g} s)")
-            raise BudgetSpent()
+            self._budget_spent()
         return result.violations
+
+    def _budget_spent(self) -> NoReturn:
+        self.result.stop_reason = R.STOP_BUDGET
+        raise BudgetSpent()
 
     def _recycled(self, why: str) -> None:
         r = self.result
@@ -318,7 +337,10 @@ class Shard:
             self._precheck = Hub(spec, oracles=names.precheck_oracles(), timeout_s=self.settings.case_timeout_s,
                                  standby=False, stop_early=True)  # a GPU dies at its first bad read: no later op
         try:
-            run = classify(self._precheck.run(case).violations)
+            checked = self._precheck.run(case, cut_at=self.stop_at())
+            if checked.budget_cut:  # the pre-check holds the case up to the deadline, as a GPU run would
+                self._budget_spent()
+            run = classify(checked.violations)
         except InvalidCase:
             return CpuRun()
         except HarnessError as e:

@@ -19,16 +19,17 @@ from .search import BudgetSpent, Refused, Shard
 
 
 def run_shard(plan: CampaignPlan, index: int, quota: int, on_event: Callable | None, *,
-              corpus: Corpus | None = None, database=None) -> CampaignResult:
-    """Shard ``index``: corpus replay, then the search for ``quota`` examples; interrupted or not, a
-    result. ``corpus``: the corpus to use instead of the plan's folder (a Ray shard's
-    ``StreamedCorpus``); ``database``: the example database instead of the plan's."""
+              corpus: Corpus | None = None, database=None, findings_seen=None) -> CampaignResult:
+    """Shard ``index``: corpus replay, then the search for ``quota`` examples, until the plan's deadline;
+    interrupted or not, a result. ``corpus``: the corpus to use instead of the plan's folder (a Ray shard's
+    ``StreamedCorpus``); ``database``: the example database instead of the plan's; ``findings_seen``: set
+    once any shard has a finding (``Shard``)."""
     target = load_target(plan.target_spec)
     if corpus is None and plan.corpus_dir:
         corpus = Corpus(plan.corpus_dir, faults=plan.faults)
     shard = Shard(plan.target_spec, target, plan.settings, plan.faults, corpus,
                   database if database is not None else plan.database, index, plan.seed, plan.worker(index),
-                  on_event)
+                  on_event, deadline=plan.deadline, findings_seen=findings_seen)
     try:
         with hypothesis_storage(corpus):  # never ./.hypothesis in the user's working directory
             replay_corpus(shard)

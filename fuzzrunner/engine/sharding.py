@@ -26,7 +26,7 @@ SHUTDOWN_WAIT_S = 60.0
 _AT_START = {signal.SIGINT, signal.SIGTERM}  # blocked while a shard process starts (run_sharded)
 
 
-def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: int) -> None:
+def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: int, findings_seen=None) -> None:
     from .hub import drop_prestarted, prestart_zygote
     from .lifeline import die_with, sigterm_as_interrupt
     # A terminal's Ctrl-C reaches the whole process group: the campaign process decides and stops each
@@ -45,7 +45,7 @@ def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: in
         # (run_shard loads the target): seconds of every shard's start, once rather than one after the other.
         prestart_zygote(plan.worker(index))
         from .shard_run import run_shard
-        res = run_shard(plan, index, quota, lambda e: queue.put(events.portable(e)))
+        res = run_shard(plan, index, quota, lambda e: queue.put(events.portable(e)), findings_seen=findings_seen)
         queue.put(events.done(portable_result(res)))
     except KeyboardInterrupt:  # stopped before its search began (importing the target): nothing found, no failure
         res = CampaignResult(plan.target_name, plan.settings, plan.seed, plan.faults)
@@ -57,10 +57,17 @@ def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: in
         drop_prestarted()
 
 
-def _shard_main(queue, parent: int, plan: CampaignPlan, index: int, quota: int) -> None:
+def _shard_main(queue, parent: int, plan: CampaignPlan, index: int, quota: int, findings_seen=None) -> None:
     """A shard process: its shard, then its end once the result is in the pipe. Left to multiprocessing, it would
-    wait for every non-daemon thread, and one the target started at its import never ends (issue 47)."""
-    _shard_process(queue, parent, plan, index, quota)
+    wait for every non-daemon thread, and one the target started at its import never ends (issue 47); and an
+    interpreter's own exit after torch's import (seconds on a busy machine: benchmarks/budget_overrun.py) is
+    of no use to anyone."""
+    _shard_process(queue, parent, plan, index, quota, findings_seen)
+    end_shard(queue)
+
+
+def end_shard(queue) -> None:
+    """End this shard process once what it put on ``queue`` is in the pipe."""
     queue.close()
     queue.join_thread()
     exit_now(0)
@@ -136,13 +143,14 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     quotas = plan.quotas()
-    procs = [ctx.Process(target=_shard_main, args=(queue, os.getpid(), plan, i, quota), daemon=True)
+    seen = ctx.Event()  # any shard has a finding: every shard leaves the deadline room for its triage
+    procs = [ctx.Process(target=_shard_main, args=(queue, os.getpid(), plan, i, quota, seen), daemon=True)
              for i, quota in enumerate(quotas)]
     # Each shard starts with SIGINT and SIGTERM blocked (a mask outlives exec): either, during its
     # interpreter's start, would end it before it could report (``_shard_process`` takes them once its
     # handlers are in place). Here a Ctrl-C meanwhile waits until the shards are started.
     merged = CampaignResult(plan.target_name, plan.settings, plan.seed, plan.faults)
-    merger, start = Merger(len(procs), on_event, merged), time.monotonic()
+    merger, start = Merger(len(procs), _noting_findings(on_event, seen), merged), time.monotonic()
     try:
         with _signals_held():  # a Ctrl-C that came meanwhile is raised as it ends
             for p in procs:
@@ -162,6 +170,16 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
             _end(procs, wait_s=0)
     merged.duration_s = time.monotonic() - start
     return merged
+
+
+def _noting_findings(on_event, seen):
+    """``on_event``, which also sets ``seen`` at the campaign's first finding."""
+    def relay(e: dict) -> None:
+        if e["type"] == events.FINDING:
+            seen.set()
+        if on_event is not None:
+            on_event(e)
+    return relay
 
 
 def _end(procs, wait_s: float = 5.0) -> None:

@@ -5,9 +5,16 @@ initcheck report on a torch kernel with no source line, a numeric difference. Th
 replayed on the CPU, through Triton's interpreter and torch dispatch, names the tensor, the
 element, the kernel or torch op and the ``file:line`` of the first bad read. The finding keeps
 that as ``triage``; findings whose CPU replays name the same bug are one finding.
+
+Triage runs inside the campaign's budget: ``CpuTriage.start`` (at the campaign's first finding) starts the
+CPU worker's zygote in the background, so its imports (seconds) are done by the search's end, and each
+replay stops at the triage's end (``engine/deadline.py``); a finding it could not reach says so.
 """
 
 from __future__ import annotations
+
+import math
+import time
 
 from .. import names
 from ..context import Context
@@ -15,22 +22,61 @@ from ..errors import FuzzrunnerError
 from ..finding import Finding, group
 from ..settings import Settings
 from .cpu_check import classify, harness_reason
-from .replay import Replayer
+from .deadline import monotonic
+from .hub import drop_prestarted, prestart_zygote
+from .plan import worker_spec
+from .replay import OutOfTime, Replayer
+
+OUT_OF_TIME = "the campaign's budget ran out before its CPU replay ended"
 
 
-def triage_on_cpu(findings: list[Finding], target_spec: str, settings: Settings) -> None:
-    """Attach ``finding.triage`` to each finding (in a crash-isolated CPU worker)."""
-    cpu = settings.override(device="cpu", sanitizer="none", oracles=names.triage_oracles(), workers=1)
-    with Replayer(cpu, context=Context.cpu_check(settings)) as replayer:
-        for f in findings:
-            f.triage = _triage_one(replayer, f, target_spec)
+class CpuTriage:
+    """The CPU triage of one campaign's findings, until ``end`` (``time.time()``; None: no limit)."""
+
+    def __init__(self, target_spec: str, settings: Settings, end: float | None = None):
+        self.target_spec, self.end = target_spec, end
+        self.settings = settings.override(device="cpu", sanitizer="none", oracles=names.triage_oracles(), workers=1)
+        self.context = Context.cpu_check(settings)  # the CPU's, whatever the campaign's device
+        self.started = False
+        self.unreached = 0  # findings whose replay the end cut short or left out
+
+    def start(self) -> None:
+        """Start the CPU worker's zygote now, without waiting for it (call from the main thread: its
+        process dies with the thread that started it); the replays' hub takes it."""
+        if not self.started:
+            self.started = True
+            prestart_zygote(worker_spec(self.target_spec, self.settings, 0, self.context))
+
+    def triage(self, findings: list[Finding]) -> None:
+        """Attach ``finding.triage`` to each finding (in a crash-isolated CPU worker)."""
+        cut_at = monotonic(self.end) if self.end is not None else math.inf
+        try:
+            with Replayer(self.settings, context=self.context) as replayer:
+                for f in findings:
+                    f.triage = _triage_one(replayer, f, self.target_spec, cut_at)
+                    self.unreached += f.triage.get("reason") == OUT_OF_TIME
+        finally:
+            drop_prestarted()  # a zygote no replay took (none to triage, or a spec of its own)
 
 
-def _triage_one(replayer: Replayer, f: Finding, target_spec: str) -> dict:
+def triage_on_cpu(findings: list[Finding], target_spec: str, settings: Settings, end: float | None = None) -> int:
+    """Attach ``finding.triage`` to each finding (in a crash-isolated CPU worker), until ``end``
+    (``time.time()``); how many it could not reach in time."""
+    triage = CpuTriage(target_spec, settings, end)
+    triage.triage(findings)
+    return triage.unreached
+
+
+def _triage_one(replayer: Replayer, f: Finding, target_spec: str, cut_at: float = math.inf) -> dict:
     """``reproduced`` (with what the CPU named), ``not-reproduced``, or ``could-not-run`` (with the reason:
-    a CPU run that failed for reasons outside the case, cpu_check.py, is never shown as the triage)."""
+    a CPU run that failed for reasons outside the case, cpu_check.py, is never shown as the triage; the
+    deadline coming first, ``OUT_OF_TIME``)."""
+    if time.monotonic() >= cut_at:  # no time left: no worker started for it
+        return {"device": "cpu", "status": "could-not-run", "reason": OUT_OF_TIME}
     try:
-        violations = replayer.run(f.case, f.target_spec or target_spec)
+        violations = replayer.run(f.case, f.target_spec or target_spec, cut_at=cut_at)
+    except OutOfTime:
+        return {"device": "cpu", "status": "could-not-run", "reason": OUT_OF_TIME}
     except FuzzrunnerError as e:
         return {"device": "cpu", "status": "could-not-run", "reason": harness_reason(str(e))}
     run = classify(violations)

@@ -1,9 +1,10 @@
-"""One archive of set-up SGLang trees for a GPU machine with no network (``scripts/gpu_sglang.sh``).
+"""One archive of set-up SGLang trees for a GPU machine with no network (``scripts/gpu_acceptance.py``).
 
 Layout: ``sglang/VERSION/sglang/`` (SGLang's Python and JSON files, no compiled code) per release, and one
 ``sglang/deps/``: the pure-Python packages of the releases' ``deps/`` as installed here, and the compiled ones
 (``COMPILED``) from their CPython 3.12 manylinux wheels at the same versions (the GPU image's Python). Packages
-the GPU image already has (``IN_IMAGE``: pillow, psutil, charset-normalizer) are left out, and so are the JIT CUDA
+the GPU image already has (``IN_IMAGE``: pillow, psutil, charset-normalizer, numpy: 0.5.23's archive was 40 MB
+with numpy, over what can be carried beside vLLM's tree) are left out, and so are the JIT CUDA
 sources (0.5.2x's ``sglang/kernels/jit/include`` and ``csrc``: their folders are there, empty, because importing
 ``sglang.kernels.jit`` on CUDA looks for them; nothing the target drives compiles them).
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from .site import site_dirs
 
-IN_IMAGE = ("PIL", "pillow", "pillow.libs", "psutil", "charset_normalizer")
+IN_IMAGE = ("PIL", "pillow", "pillow.libs", "psutil", "charset_normalizer", "numpy", "numpy.libs")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux_2_34_x86_64", "manylinux_2_24_x86_64")
 

@@ -12,7 +12,7 @@
    what they miss installed the same way. A release whose engine does not import here is left without
    the stamp: ``sglang_engine`` is unavailable for it, ``sglang_lora`` is not affected.
 
-``--for-gpu FILE`` also archives the trees for a GPU machine with no network (gpu_tree.py, scripts/gpu_sglang.sh).
+``--for-gpu FILE`` also archives the trees for a GPU machine with no network (gpu_tree.py, scripts/gpu_acceptance.py).
 """
 
 from __future__ import annotations

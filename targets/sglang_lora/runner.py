@@ -104,6 +104,7 @@ class Session:
         self.device = torch.device(ctx.device)
         self.dtype = getattr(torch, c["dtype"])
         self.L, self.R = c["max_loras"], c["rank"]
+        api.fresh_kernel_caches()  # one case is one server: none of the last case's kernels (api.py)
         self.backend = api.make_backend(c["backend"], self.L, self.device, c["chunk"])
         self.max_bs = max(c["graph_sizes"])
         api.init_graph(self.backend, self.max_bs)

@@ -7,7 +7,7 @@ DIR gets (for ``FUZZRUNNER_VLLM_SITE=DIR``):
 * ``deps/``: the imported dependency packages, installed for Python 3.12 (the GPU machine's): whole
   where they hold compiled modules, else only the imported modules and the data files.
 The compiled dependencies alone pass the 64 MiB that may be carried, so the tree is also written as
-DIR.tar.xz (~30 MiB), which ``scripts/gpu_vllm.sh`` unpacks on the GPU machine.
+DIR.tar.xz (~30 MiB), which ``scripts/gpu_acceptance.py`` unpacks on the GPU machine (docs/ci.md).
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def build(version: str, out: Path) -> None:  # noqa: C901 - one linear recipe
     archive = out.parent / (out.name + ".tar.xz")  # what to carry: the tree itself is over the 64 MiB limit
     subprocess.run(["tar", "-cJf", str(archive), "-C", str(out.parent), out.name], check=True)
     print(f"vllm {version}: GPU tree {out} ({size:.1f} MiB, Python 3.12), archived as {archive} "
-          f"({archive.stat().st_size / 2**20:.1f} MiB): carry the archive (scripts/gpu_vllm.sh {archive})")
+          f"({archive.stat().st_size / 2**20:.1f} MiB): carry the archive (docs/ci.md, the GPU acceptance run)")
 
 
 def _vendored_libs(tmp: Path, used: set[str]) -> list[Path]:

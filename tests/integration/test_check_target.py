@@ -12,7 +12,8 @@ HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
-def test_a_target_that_honours_ctx_device_can_be_prechecked_and_names_its_tracked_buffers(capsys):
+def test_a_target_that_honours_ctx_device_can_be_prechecked_and_names_its_tracked_buffers(capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the CPU run is checked here, on any machine
     code = main(["check-target", os.path.join(ROOT, "examples", "toy_runner_target.py") + ":TARGET"])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -21,7 +22,8 @@ def test_a_target_that_honours_ctx_device_can_be_prechecked_and_names_its_tracke
     assert "verdict      ok" in out and "torch.empty tracked automatically (never-written reads only): torch.empty@" in out
 
 
-def test_a_target_that_builds_on_cuda_itself_is_told_to_honour_ctx_device(capsys):
+def test_a_target_that_builds_on_cuda_itself_is_told_to_honour_ctx_device(capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a machine without a GPU (on one, it says "GPU campaigns only")
     code = main(["check-target", os.path.join(HERE, "gpu_only_target.py") + ":TARGET"])
     out = capsys.readouterr().out
     assert code == 1, out

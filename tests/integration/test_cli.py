@@ -121,7 +121,9 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys):
     blocker.write_text("")
     assert main(["fuzz", "--target", "reference_runner", "--max-examples", "1", "--report", str(blocker / "dir" / "r.json")]) == 2
     assert "cannot write" in _one_error_line(capsys)
-    assert main(["fuzz", "--target", "reference_runner", "--max-examples", "1", "--sanitizer", "initcheck"]) == 2
+    with pytest.MonkeyPatch.context() as no_gpu:
+        no_gpu.setenv("CUDA_VISIBLE_DEVICES", "")  # a machine without a GPU (the GPU image has one, and the tool)
+        assert main(["fuzz", "--target", "reference_runner", "--max-examples", "1", "--sanitizer", "initcheck"]) == 2
     assert "needs a CUDA GPU" in _one_error_line(capsys)
     assert main(["fuzz", "--target", "reference_runner", "--max-examples", "0"]) == 2
     assert "must be at least one" in _one_error_line(capsys)

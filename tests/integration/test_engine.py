@@ -229,7 +229,7 @@ class _FakeGpuWorker:
 def test_a_lost_cuda_context_runs_again_with_blocking_launches_to_name_its_kernel(monkeypatch, blocking_crashes):
     monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
     crashes = {"async": True, "blocking": blocking_crashes, "runs": []}
-    monkeypatch.setattr(Hub, "_new_worker", lambda self: _FakeGpuWorker(self.spec, crashes))
+    monkeypatch.setattr(Hub, "_new_worker", lambda self, by=math.inf: _FakeGpuWorker(self.spec, crashes))
     confirmed = blocking_crashes is True
     with Hub(WorkerSpec(CRASHY, Context.of("cuda")), standby=False, zygote=False) as hub:
         r = hub.run(_case("ok"))
@@ -268,7 +268,7 @@ def test_no_blocking_rerun_under_a_sanitizer_on_the_cpu_or_with_too_little_budge
     from fuzzrunner.engine.hub import RERUN_MIN_S
     monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
     crashes = {"async": True, "blocking": True, "runs": []}
-    monkeypatch.setattr(Hub, "_new_worker", lambda self: _FakeGpuWorker(self.spec, crashes))
+    monkeypatch.setattr(Hub, "_new_worker", lambda self, by=math.inf: _FakeGpuWorker(self.spec, crashes))
     sanitizer = WorkerSpec(CRASHY, Context.of("cuda"), wrapper=["compute-sanitizer"],
                            env={"CUDA_LAUNCH_BLOCKING": "1"})
     for spec, cut_at in ((sanitizer, math.inf),
@@ -296,7 +296,7 @@ def test_a_gpu_death_by_a_signal_says_it_was_not_run_again_with_blocking_launche
             runs.append(self.spec.env.get("CUDA_LAUNCH_BLOCKING") == "1")
             return RunResult([Violation("worker", "crash", "_a_later_kernel", "SIGSEGV", "", "killed by SIGSEGV")],
                              0.01, True, 1)
-    monkeypatch.setattr(Hub, "_new_worker", lambda self: Segfaulting(self.spec, {}))
+    monkeypatch.setattr(Hub, "_new_worker", lambda self, by=math.inf: Segfaulting(self.spec, {}))
     with Hub(WorkerSpec(CRASHY, Context.of("cuda")), standby=False, zygote=False) as hub:
         r = hub.run(_case("ok"))
     assert runs == [False] and hub.reruns == 0  # no lost context: not run again here (the shard confirms it)

@@ -49,7 +49,9 @@ def docs_runner() -> str:
 def run(pytester, monkeypatch):
     """``run(*args)``: an inner pytest session with the plugin, in this process."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.delenv("FUZZRUNNER_DEVICE", raising=False)  # the inner session decides
+    # What these sessions find is the CPU's (the shadow oracle names the reads): the device is pinned, not left
+    # to "auto", which is cuda on a GPU machine (the CPU suite runs on the GPU image too)
+    monkeypatch.setenv("FUZZRUNNER_DEVICE", "cpu")
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # when this file runs under xdist itself
 
     def run(*args, subprocess=False):
@@ -221,6 +223,7 @@ def test_device_option_reaches_the_workers_and_is_undone_afterwards(run, pyteste
             assert os.environ["FUZZRUNNER_DEVICE"] == "cpu"
             assert fuzzrunner_campaign.assert_finds("uninitialized-read", tensor="slot_mapping")
     """)
+    os.environ.pop("FUZZRUNNER_DEVICE")  # (monkeypatch restores it): the option alone sets it for the session
     run("test_device.py", "--fuzzrunner-profile", "ci", "--fuzzrunner-device", "cpu").assert_outcomes(passed=1)
     assert "FUZZRUNNER_DEVICE" not in os.environ
 

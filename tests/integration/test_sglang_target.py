@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 AVAILABLE, REASON = _import_object("targets.sglang_lora:sglang_available")()
 needs_sglang = pytest.mark.skipif(not AVAILABLE, reason=f"sglang_lora: {REASON}")
 cpu_only = pytest.mark.skipif(_env.device_type() != "cpu", reason="the CPU's shadow oracle names the reads; "
-                                                                    "on a GPU see scripts/gpu_sglang.sh")
+                                                                    "on a GPU see scripts/gpu_acceptance.py")
 CONFIG = {"backend": "triton", "max_loras": 3, "rank": 8, "hidden": 16, "out": 16, "dtype": "float16",
           "graph_sizes": [2, 4], "overlap": False, "chunk": 16}
 # every op kind, fault-free: eager decode and extend, no-adapter and mixed batches, capture, padded replays
@@ -136,3 +136,51 @@ def test_a_300_example_fault_free_campaign_finds_nothing(tmp_path):
     r = _cli("fuzz", "--target", "sglang_lora", "--max-examples", "300", "--seed", "0", "--budget", "1800",
              "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+# Two cases of one worker process that no SGLang process holds together: one hidden size, two max ranks (the
+# GPU campaign's 6ba7e08800c6, scripts/gpu/cases/). SGLang's cached_triton_kernel keys the csgmv shrink on
+# (K, NUM_SLICES, BLOCK_M) only; a server has one max_lora_rank, a fuzz worker many.
+RANK_8_THEN_16 = [({"backend": "csgmv", "max_loras": 2, "rank": rank, "hidden": 16, "out": 32, "graph_sizes": [1],
+                    "overlap": True}, [{"op": "step", "mode": "decode", "uids": [2], "seed": 2}]) for rank in (8, 16)]
+
+
+class _SGLangCudaKernelCache:
+    """SGLang's ``CachedKernel`` (``sglang/srt/utils/common.py``, installed by ``cached_triton_kernel`` on CUDA
+    only) re-stated for the interpreter: the first launch of a key fixes the kernel's other constexprs, as its
+    compiled kernel does. Same ``kernel_cache`` and ``_clear_cache`` as the release's class."""
+
+    def __init__(self, fn, key_fn, constexprs):
+        self.fn, self.key_fn, self.constexprs = fn, key_fn, constexprs
+        self.kernel_cache: dict = {}
+
+    def _clear_cache(self):
+        self.kernel_cache.clear()
+
+    def __getitem__(self, grid):
+        def launcher(*args, **kwargs):
+            frozen = self.kernel_cache.setdefault(self.key_fn(args, kwargs), {k: kwargs[k] for k in self.constexprs})
+            return self.fn[grid](*args, **{**kwargs, **frozen})
+        return launcher
+
+
+@needs_sglang
+@cpu_only
+def test_each_case_starts_without_the_compiled_kernels_of_the_workers_last_case(monkeypatch):
+    """On a GPU, a rank-16 case after a rank-8 case of the same hidden size in one worker ran the rank-8 shrink
+    kernel (garbage rows, an illegal address): each case must start with SGLang's kernel caches empty."""
+    from targets.sglang_lora import load_api
+    module = load_api().kernels["chunked_sgmv_shrink"]
+    cache = _SGLangCudaKernelCache(module._chunked_lora_shrink_kernel,
+                                   lambda _, kw: (kw["K"], kw["NUM_SLICES"], kw["BLOCK_M"]), ("N", "BLOCK_N", "BLOCK_K"))
+    monkeypatch.setattr(module, "_chunked_lora_shrink_kernel", cache)
+    for config, ops in RANK_8_THEN_16:
+        assert _run(ops, **config) == [], config
+        assert [k["N"] for k in cache.kernel_cache.values()] == [config["rank"]]  # the case's own kernel ran
+
+
+@needs_sglang
+def test_two_ranks_of_one_hidden_size_in_one_process_are_silent():
+    """The same pair compiled, where SGLang's own kernel cache is on (cuda: scripts/gpu/csgmv_check.py)."""
+    for config, ops in RANK_8_THEN_16:
+        assert _run(ops, **config) == [], config

@@ -21,7 +21,7 @@ vllm_available = _import_object("targets.vllm_lora:vllm_available")
 AVAILABLE, REASON = vllm_available()
 needs_vllm = pytest.mark.skipif(not AVAILABLE, reason=f"vllm_lora: {REASON}")
 cpu_only = pytest.mark.skipif(_env.device_type() != "cpu", reason="planted out-of-bounds reads: the CPU's "
-                                                                    "shadow oracle masks them; on a GPU see scripts/gpu_vllm.sh")
+                                                                    "shadow oracle masks them; on a GPU see scripts/gpu_acceptance.py")
 CONFIG = {"max_loras": 2, "max_num_tokens": 8, "hidden": 16, "rank": 8, "slices": [16, 16], "vocab": 32,
           "dtype": "float16", "specialize_active_lora": False, "entry": "private", "capture_sizes": [4, 8]}
 

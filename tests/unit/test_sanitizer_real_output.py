@@ -1,4 +1,5 @@
-"""The parser on real compute-sanitizer 2025.3.1 output saved from an H200 (scripts/gpu_sanitizer_check.sh).
+"""The parser on real compute-sanitizer 2025.3.1 output saved from an H200 (by scripts/gpu_sanitizer_check.sh,
+since replaced by scripts/gpu_acceptance.py).
 
 real_initcheck_dummy_run_skips_mapping_worker.log: one persistent worker under initcheck ran a
 clean case, the same case with dummy_run_skips_mapping, and the clean case again (the log is cut
