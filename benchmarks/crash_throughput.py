@@ -32,8 +32,9 @@ def _cases(n: int, fraction: float, work_ms: int) -> list:
 
 
 def _rate(cases: list, device: str, standby: bool, zygote: bool = True) -> tuple[float, int]:
+    from fuzzrunner.context import Context
     from fuzzrunner.engine import Hub, WorkerSpec
-    with Hub(WorkerSpec(TARGET, device=device), timeout_s=120.0, standby=standby, zygote=zygote) as hub:
+    with Hub(WorkerSpec(TARGET, Context.of(device)), timeout_s=120.0, standby=standby, zygote=zygote) as hub:
         hub.run(cases[0])  # start-up, not counted
         t0 = time.perf_counter()
         crashes = sum(hub.run(c).crashed for c in cases)

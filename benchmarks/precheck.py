@@ -39,9 +39,10 @@ def _cases(fault: str, n: int, seed: int) -> list:
 
 
 def _run(cases: list, stop_early: bool) -> tuple[float, list]:
+    from fuzzrunner.context import Context
     from fuzzrunner.engine import Hub, WorkerSpec
     from fuzzrunner.finding import group
-    spec = WorkerSpec("reference_runner", device="cpu")
+    spec = WorkerSpec("reference_runner", Context.of("cpu"))
     with Hub(spec, oracles=("shadow",), timeout_s=300.0, standby=False, stop_early=stop_early) as hub:
         hub.run(cases[0])  # start-up, not counted
         t0, heads = time.perf_counter(), []

@@ -73,11 +73,12 @@ def main(argv=None) -> int:
     except SanitizerNotFound as e:
         print(f"sanitizer_throughput: {e}")
         return 0
+    from fuzzrunner.context import Context
     from fuzzrunner.engine.hub import WorkerSpec
     oracles = tuple(o for o in args.oracles.split(",") if o)
     wrapper, env = sanitizer_wrapper(args.tool, sanitizer=s)
-    plain = WorkerSpec("lora_kernels", device="cuda")
-    sanitized = WorkerSpec("lora_kernels", device="cuda", wrapper=wrapper, env=env)
+    plain = WorkerSpec("lora_kernels", Context.of("cuda"))
+    sanitized = WorkerSpec("lora_kernels", Context.of("cuda"), wrapper=wrapper, env=env)
     print(f"compute-sanitizer {s.version} at {s.path}; tool {args.tool}; oracles {','.join(oracles) or 'none'}")
     print(f"wrapper: {' '.join(wrapper)}")
 

@@ -1,9 +1,11 @@
 """Decide, before Triton is imported, whether kernels run compiled or in the interpreter.
 
-``FUZZRUNNER_DEVICE=cpu|cuda`` forces a choice (workers get it from the engine);
+``FUZZRUNNER_DEVICE=cpu|cuda`` forces a choice (workers get it from their start-up environment,
+``engine.protocol.WorkerEnv``; a front end's ``--device`` sets it through ``env_defaults.use_device``);
 otherwise a process with no CUDA device runs Triton's interpreter on CPU tensors.
 Triton reads ``TRITON_INTERPRET`` when a kernel is decorated, so this must run
 before any ``fuzzrunner.kernels`` import: ``fuzzrunner/__init__.py`` calls it first.
+This is the process's own set-up; a run's decisions travel in its ``Context`` (``context.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ def configure() -> str:
         os.environ["TRITON_INTERPRET"] = "1"
     os.environ["FUZZRUNNER_DEVICE"] = device
     return device
+
+
+def decided() -> bool:
+    """Whether this process's device is already named (a worker's, a front end's flag): then ``configure``
+    costs no GPU probe and no torch import."""
+    return bool(os.environ.get("FUZZRUNNER_DEVICE"))
 
 
 def device_type() -> str:

@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from . import env_defaults
 from .arguments import kind_of, several
 from .callbacks import function_kind
 from .case import Case
+from .context import Context
 from .corpus import load_any
 from .engine.campaign import run_campaign
 from .engine.result import CampaignResult
 from .errors import InvalidArgument
 from .execute import run_case
-from .oracles.shadow import shadow_mode
 from .settings import Settings
 from .settings import profile as _profile
 from .target import Target, load_target, spec_of
@@ -40,8 +41,9 @@ def fuzz(target: str | Target = "reference_runner", *, settings: Settings | None
     if settings is not None and profile is not None:
         raise InvalidArgument(f"fuzz(settings=..., profile={profile!r}): pass one of the two (a profile is a "
                               f"ready-made Settings: fuzzrunner.settings.profile(name)).")
-    settings = (settings or _profile(profile or "dev")).override(**overrides)
-    shadow_mode()  # a bad FUZZRUNNER_SHADOW is refused here, not in every worker
+    # the environment's defaults (env_defaults: the shadow mode) for what the settings leave open; a bad value is
+    # refused here, not in every worker
+    settings = env_defaults.apply((settings or _profile(profile or "dev")).override(**overrides))
     return run_campaign(spec, settings, faults=several(faults, "faults"), corpus_dir=corpus, database=database,
                         on_event=on_event, ray=ray, db=db, started=started)
 
@@ -55,11 +57,13 @@ def replay(case: Case | str | os.PathLike, *, target: str | Target | None = None
     or a lost CUDA context comes back as a crash violation), under compute-sanitizer when
     ``sanitizer`` names a tool; there a case running past ``case_timeout`` seconds is a timeout
     (default: the timeout a finding file was found under, else the settings' default).
-    ``target`` defaults to the spec a finding file recorded, else the case's target name.
+    ``target`` defaults to the spec a finding file recorded, else the case's target name. The run's context
+    is resolved as a campaign's is (``device``, else this process's; the shadow mode the environment's default,
+    else the device's: ``env_defaults``): ``device="cpu"`` checks the CPU's memory, in this process too.
     """
     _check_replay_arguments(case, target, device, isolated, sanitizer)
     oracles = several(oracles, "oracles") if oracles is not None else None
-    shadow_mode()
+    settings = env_defaults.apply(Settings(device=device, sanitizer=sanitizer, oracles=oracles))
     finding = None
     if not isinstance(case, Case):
         case, finding = load_any(case)
@@ -69,14 +73,13 @@ def replay(case: Case | str | os.PathLike, *, target: str | Target | None = None
         from .engine.replay import Replayer
         spec = target if isinstance(target, str) else spec_of(target)
         timeout = case_timeout if case_timeout is not None else finding.case_timeout_s if finding else None
-        settings = Settings(device=device, sanitizer=sanitizer, oracles=oracles)
         settings = settings.override(case_timeout_s=timeout) if timeout is not None else settings
         with Replayer(settings) as replayer:
             return replayer.run(case, spec)
     t = target if isinstance(target, Target) else load_target(target)
     t.check_faults(case.faults)
     t.check_case(case)
-    return run_case(case, t, oracles=oracles, device=device)
+    return run_case(case, t, context=Context.resolve(settings, in_process=True), oracles=settings.oracles)
 
 
 _TARGET = "a built-in target's name, a 'FILE.py:OBJ' or 'package.module:OBJ' spec, or a fuzzrunner.Target"

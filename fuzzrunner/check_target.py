@@ -5,8 +5,9 @@ Builds the target, draws one small case from its strategy, runs it in a child pr
 do) and, where there is one, on the GPU; then says whether the target honours ``ctx.device``,
 whether CPU pre-check and triage can run, which buffers are tracked (registered, and
 ``torch.empty`` tracked automatically), its declared features, and what to fix. The child is
-``python -m fuzzrunner.check_target --child DEVICE SPEC CASE.json OPS``; it prints one JSON object,
-and writes each op it enters to the file OPS, so that a crash or a hang can be placed.
+``python -m fuzzrunner.check_target --child DEVICE SPEC CASE.json OPS``, the run's context in its start-up
+environment (as a worker's: ``engine.protocol.WorkerEnv``); it prints one JSON object, and writes each op it
+enters to the file OPS, so that a crash or a hang can be placed.
 
 Each run has a timeout (``timeout_s``: ``--timeout``), and says while it waits that it is still
 running. What the case did decides the advice (issue 47: a first case that crashed, hung or
@@ -52,6 +53,7 @@ def _child(device: str, spec: str, case_file: str, ops_file: str) -> int:
     processes.become_subreaper()
     _env.configure()
     from .case import Case
+    from .engine.protocol import WorkerEnv
     from .execute import run_case
     from .oracles.shadow import memory
     from .target import load_target
@@ -87,7 +89,7 @@ def _child(device: str, spec: str, case_file: str, ops_file: str) -> int:
         threads.begin(1)
         try:
             with tracking.watch(Seen()):
-                violations = run_case(case, target, device=device, on_op=on_op,
+                violations = run_case(case, target, context=WorkerEnv.read().context, on_op=on_op,
                                       oracles=names.precheck_oracles() if device == "cpu" else None)
             threads.wait(1, 1.0)  # what its threads raise is the case's (as in a campaign's worker)
             violations += threads.end()
@@ -154,12 +156,13 @@ def _signal_text(code: int) -> str:
 
 def _run_child(device: str, spec: str, case, timeout_s: float, say: Callable[[str], None]) -> dict:
     """The child's JSON result, or ``{"outcome": Outcome}`` if it crashed or hung."""
+    from . import env_defaults
+    from .context import Context
+    from .engine.protocol import WorkerEnv
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    from .devices import ENV as DEVICE_ENV
-    env = dict(os.environ, **{DEVICE_ENV: device},
-               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
-    if device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""
+    context = Context.of(device, shadow=env_defaults.shadow())  # as a campaign's worker on that device runs
+    env = WorkerEnv(spec, context).environ(dict(os.environ))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     with tempfile.TemporaryDirectory(prefix="fuzzrunner-check-") as d:
         case_file, ops_file = os.path.join(d, "case.json"), os.path.join(d, "ops")
         with open(case_file, "w") as f:
@@ -190,7 +193,7 @@ def _run_child(device: str, spec: str, case, timeout_s: float, say: Callable[[st
         result = None
     if isinstance(result, dict) and "error" in result and not result.get("target_error"):
         return {"outcome": Outcome("setup", f"the target could not be set up in a fresh process: {result['error']}",
-                                   f"make the target load in a fresh process with FUZZRUNNER_DEVICE={device} "
+                                   f"make the target load in a fresh process with {env_defaults.DEVICE_ENV}={device} "
                                    f"({result['error'][:200]})")}
     if isinstance(result, dict):
         return result
@@ -242,7 +245,8 @@ def _one_case(target):
 
     from .engine.database import hypothesis_storage
     from .target import DrawError, draw_error
-    strategy = target.strategy((), max_ops=4)  # checked: what it draws is a Case of plain JSON
+    # checked: what it draws is a Case of plain JSON; one both devices can run (the CPU draws no bfloat16)
+    strategy = target.strategy((), 4, device="cpu")
     with hypothesis_storage(None):  # Hypothesis' caches in a temporary folder, not ./.hypothesis
         try:
             return find(strategy, lambda case: True,  # derandomized: no "reproduce with @seed" after an error

@@ -217,11 +217,14 @@ def _settings(args):
 
 
 def _check_device(s, on_cluster: bool = False):
-    """The settings with their device resolved, once (``devices.resolve``): a sanitizer needs a GPU and
-    the executable, said before any worker starts; on a Ray cluster those are the nodes' business."""
-    from . import devices
+    """The settings, with the environment's defaults (``env_defaults``), their device resolved
+    (``Context.resolve``): a sanitizer needs a GPU and the executable, said before any worker starts; on a
+    Ray cluster those are the nodes' business."""
+    from . import env_defaults
+    from .context import Context
     flag = f"--sanitizer {s.sanitizer}" if s.sanitizer != "none" else "--device cuda"
-    return s.override(device=devices.resolve(s.device, sanitizer=s.sanitizer, on_cluster=on_cluster, asked_as=flag))
+    s = env_defaults.apply(s)
+    return s.override(device=Context.resolve(s, on_cluster=on_cluster, asked_as=flag).device)
 
 
 def _check_outputs(outputs: dict, inputs: dict | None = None) -> None:
@@ -798,13 +801,12 @@ def _run(argv: list[str] | None, stops, started: float) -> int:
         args.stops = stops
         if args.command in NO_DEVICE:  # no device, no torch: listing four targets took 12-25 s
             return COMMANDS[args.command](args)
-        from . import _env, devices
-        # the campaign's device is this process's too: a target's strategy asks it (vllm_lora draws bf16
-        # only where compiled)
-        devices.use(getattr(args, "device", None))
+        from . import _env, env_defaults
+        # the campaign's device is this process's default too: a target loaded here is the one its workers
+        # load (vllm_lora imports vLLM for that device)
+        env_defaults.use_device(getattr(args, "device", None))
         _env.configure()  # decide the device (TRITON_INTERPRET) before any command imports Triton
-        from .oracles.shadow import shadow_mode
-        shadow_mode()  # a bad FUZZRUNNER_SHADOW: one line from every command, never a worker's traceback
+        env_defaults.shadow()  # a bad shadow mode: one line from every command, never a worker's traceback
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         print("fuzzrunner: interrupted; findings so far are in the corpus", file=sys.stderr)

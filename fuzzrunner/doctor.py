@@ -7,16 +7,16 @@ import platform
 from .text import describe
 
 
-def shadow_line(device: str) -> str:
-    """Which shadow mode a campaign's workers on ``device`` run (``FUZZRUNNER_SHADOW`` included), and for the
-    device mode whether its dispatch filter is on (built here once per machine and torch: about 30 s)."""
-    from .oracles.shadow import workers_use_device_mode
-    if not workers_use_device_mode(device):
+def shadow_line(context) -> str:
+    """Which shadow mode a campaign's workers under ``context`` run, and for the device mode whether its
+    dispatch filter is on (built here once per machine and torch: about 30 s)."""
+    from .env_defaults import SHADOW_ENV
+    if context.shadow != "device":
         return "shadow       CPU mode (Triton's interpreter, torch dispatch)" + (
-            ": on cuda it sees torch ops only, Triton kernels run unchecked (FUZZRUNNER_SHADOW=cpu)"
-            if device == "cuda" else "")
+            f": on cuda it sees torch ops only, Triton kernels run unchecked ({SHADOW_ENV}=cpu)"
+            if context.device == "cuda" else "")
     from .oracles.shadow.gpu import dispatch_filter
-    return f"shadow       device mode on {device}, dispatch filter {dispatch_filter.status()}" + (
+    return f"shadow       device mode on {context.device}, dispatch filter {dispatch_filter.status()}" + (
         "" if dispatch_filter.get() is not None else ": every torch op goes through Python (slower, same reports)")
 
 
@@ -30,8 +30,9 @@ def report(engines: bool = False) -> tuple[list[str], bool]:
     import torch
     import triton
 
-    from . import _env
+    from . import _env, env_defaults
     from ._version import __version__
+    from .context import Context
     from .target import BUILTIN, schema_checks_available
     lines = [f"fuzzrunner   {__version__}", f"python       {platform.python_version()}",
              f"torch        {torch.__version__}", f"triton       {triton.__version__}",
@@ -45,7 +46,8 @@ def report(engines: bool = False) -> tuple[list[str], bool]:
                                   if schema_checks_available() else
                                   "missing: case files run unchecked (pip install jsonschema)"))
     lines += targets
-    lines.append(shadow_line(_env.device_type()))
+    # the workers' context on this machine's device, in the shadow mode the environment forces, if any
+    lines.append(shadow_line(Context.of(_env.device_type(), shadow=env_defaults.shadow())))
     if not gpu:
         lines.append("sanitizer    not checked: compute-sanitizer needs a GPU (the shadow oracle covers the CPU)")
         return lines, True

@@ -11,7 +11,7 @@ class InvalidArgument(FuzzrunnerError):
 
 class DeviceUnavailable(InvalidArgument):
     """The device asked for cannot be had here (no GPU for ``cuda`` or a sanitizer): the CLI exits 2
-    with it, the pytest plugin skips with it (``fuzzrunner.devices.resolve``)."""
+    with it, the pytest plugin skips with it (``fuzzrunner.context.Context.resolve``)."""
 
 
 class InvalidCase(FuzzrunnerError):

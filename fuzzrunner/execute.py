@@ -24,6 +24,7 @@ import torch
 from . import _env, names, tracking, triton_compat
 from .callbacks import refuse_awaitable
 from .case import Case
+from .context import Context
 from .errors import InvalidCase, TargetError
 from .oracles.base import FinishFailed, Oracle, RunRecord, source_location
 from .oracles.numeric import Comparison
@@ -39,8 +40,10 @@ class OpRecord:
 
 
 class RunContext:
-    """What a target's ``run`` gets: the device, the faults, and ways to report results.
+    """What a target's ``run`` gets: the run's context, the faults, and ways to report results.
 
+    ``ctx.context`` is the run's ``Context`` (device, whether Triton runs in its interpreter, the shadow
+    mode, the sanitizer); ``ctx.device`` is ``ctx.context.device``, where the target builds its tensors.
     ``ctx.op(i, op)`` marks op ``i`` (oracles count per-step buffers per op);
     ``ctx.compare(label, actual, expected, dtype)`` checks ``actual`` against a float64
     ``expected``; ``ctx.check(label, problems)`` reports broken properties of the code's own state;
@@ -51,9 +54,9 @@ class RunContext:
     track = staticmethod(tracking.track)
     carry_over = staticmethod(tracking.carry_over)
 
-    def __init__(self, case: Case, device: str, oracles: list[Oracle],
+    def __init__(self, case: Case, context: Context, oracles: list[Oracle],
                  on_op: Callable[[int, dict], None] | None = None, stop_early: bool = False):
-        self.case, self.device, self.faults = case, device, tuple(case.faults)
+        self.case, self.context, self.faults = case, context, tuple(case.faults)
         self._oracles, self._on_op, self._stop_early = oracles, on_op, stop_early
         self.outputs: dict = {}
         self._record: OpRecord | None = None
@@ -71,6 +74,10 @@ class RunContext:
             self.misuse = e
         if self.misuse is not None:
             raise _Misused(self.misuse)
+
+    @property
+    def device(self) -> str:
+        return self.context.device
 
     @contextmanager
     def op(self, index: int, op: dict):
@@ -358,14 +365,15 @@ def _finish(started: list[Oracle], record: RunRecord, op_index: int | None) -> N
         raise stop
 
 
-def _one_run(case: Case, target, device: str, oracles: list[Oracle], on_op, stop_early: bool = False) -> RunRecord:
+def _one_run(case: Case, target, context: Context, oracles: list[Oracle], on_op,
+             stop_early: bool = False) -> RunRecord:
     with _stop_signals() as stop_signals:
-        return _run_target(case, target, device, oracles, on_op, stop_early, stop_signals)
+        return _run_target(case, target, context, oracles, on_op, stop_early, stop_signals)
 
 
-def _run_target(case: Case, target, device: str, oracles: list[Oracle], on_op, stop_early: bool,
+def _run_target(case: Case, target, context: Context, oracles: list[Oracle], on_op, stop_early: bool,
                 stop_signals: list[int]) -> RunRecord:
-    ctx = RunContext(case, device, oracles, on_op, stop_early)
+    ctx = RunContext(case, context, oracles, on_op, stop_early)
     started: list[Oracle] = []
     record = RunRecord()
     try:
@@ -411,21 +419,27 @@ def _run_target(case: Case, target, device: str, oracles: list[Oracle], on_op, s
     return record
 
 
-def run_case(case: Case, target, *, oracles: Iterable[str] | None = None, device: str | None = None,
-             sanitizer: str | None = None, on_op: Callable[[int, dict], None] | None = None,
-             on_partial: Callable[[list], None] | None = None, stop_early: bool = False) -> list[Violation]:
+def run_case(case: Case, target, *, context: Context | None = None, oracles: Iterable[str] | None = None,
+             device: str | None = None, sanitizer: str | None = None,
+             on_op: Callable[[int, dict], None] | None = None, on_partial: Callable[[list], None] | None = None,
+             stop_early: bool = False) -> list[Violation]:
     """Run ``case`` under the oracles (the device's defaults unless named); return every violation.
 
+    ``context``: the run's (``Context.resolve``: a worker's comes from its start-up, ``fuzzrunner.replay``
+    resolves its own); without one, ``device`` and ``sanitizer`` are a shorthand for a context of this
+    process on that device (its own by default), the shadow mode the device's default (tests, scripts).
     ``on_partial`` gets the first run's violations before a second run (poison) starts, so a
     crash there loses nothing already found. ``stop_early``: end each run after the first op
     that showed a violation (what a GPU would crash on first; the CPU pre-check needs no more).
     """
-    device = device or _env.device_type()
+    if context is None:
+        context = Context.of(device or _env.device_type(), interpreted=_env.interpreted(),
+                             sanitizer=sanitizer or "none")
     triton_compat.apply()  # before the first interpreted kernel (Triton 3.6 + numpy >= 2.4)
-    chosen = names.effective_oracles(oracles, device, sanitizer)
+    chosen = names.effective_oracles(oracles, context.device, context.sanitizer)
     specs = sorted((names.ORACLES[n] for n in chosen), key=lambda s: not s.needs_second_run)
-    made = [s.make() for s in specs]  # two-pass oracles first: their dispatch modes sit outermost
-    first = _one_run(case, target, device, made, on_op, stop_early)
+    made = [s.make(context) for s in specs]  # two-pass oracles first: their dispatch modes sit outermost
+    first = _one_run(case, target, context, made, on_op, stop_early)
     twice = [o for o in made if o.passes > 1]
     if not twice or not first.ran:
         return first.violations
@@ -434,7 +448,7 @@ def run_case(case: Case, target, *, oracles: Iterable[str] | None = None, device
     guards = {g for s in specs if s.needs_second_run for g in s.guard if g in chosen}
     for o in twice:
         o.begin_pass(1)
-    second = _one_run(case, target, device, twice + [names.ORACLES[g].make() for g in sorted(guards)], on_op,
+    second = _one_run(case, target, context, twice + [names.ORACLES[g].make(context) for g in sorted(guards)], on_op,
                       stop_early)
     if not second.ran:  # one run only: no comparison, the failure named
         return first.violations + second.violations

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from . import names
 from .case import Case, check_schema, check_types, parse_json
+from .context import Context
 from .errors import InvalidCase, UnregisteredKind
 from .safe_io import read_text
 from .signature import Signature
@@ -180,6 +181,8 @@ class Finding:
     first_kind: str = ""                        # the kind it was first seen as (a stale read may shrink to an
                                                 # uninitialized one: one bug, and the live line said the first)
     aliases: list = field(default_factory=list)  # its earlier ids: the function holding the access was renamed
+    context: Context | None = None              # the context it was found under (device, Triton's mode, shadow
+    #                                             mode, sanitizer); None: a file from before findings recorded it
 
     @property
     def id(self) -> str:
@@ -200,7 +203,7 @@ class Finding:
                 "repro": None if self.repro is None else str(self.repro), "found_at": self.found_at,
                 "triage": self.triage, "case_timeout_s": self.case_timeout_s,
                 "first_kind": self.first_kind or self.signature.kind, "access_id": self.signature.access_id,
-                "aliases": list(self.aliases)}
+                "aliases": list(self.aliases), "context": self.context.to_dict() if self.context else None}
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "finding") -> Finding:
@@ -224,13 +227,24 @@ class Finding:
                        str(d.get("target_spec") or ""), bool(d.get("shrink_interrupted", False)),
                        bool(d.get("flaky", False)), d.get("triage") if isinstance(d.get("triage"), dict) else None,
                        _seconds(d.get("case_timeout_s")), str(d.get("first_kind") or ""),
-                       [a for a in d.get("aliases") or [] if isinstance(a, str)])
+                       [a for a in d.get("aliases") or [] if isinstance(a, str)], Context.from_dict(d.get("context")))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidCase(f"{source}: not a fuzzrunner finding ({type(e).__name__}: {e}).") from None
 
     @classmethod
     def load(cls, path) -> Finding:
         return cls.from_dict(parse_json(read_text(path), str(path)), source=str(path))
+
+    @property
+    def shadow_mode(self) -> str | None:
+        """The shadow oracle's mode it was found under, if the shadow oracle found it: its context's; in a file
+        from before findings recorded their context, "device" where the device mode marked its violation
+        (``details.shadow_mode``), else the CPU mode (which did not mark its own)."""
+        if self.violation.tool != "shadow":
+            return None
+        if self.context is not None:
+            return self.context.shadow
+        return "device" if self.violation.details.get("shadow_mode") == "device" else "cpu"
 
     def reproduced_by(self, violations: list[Violation]) -> list[Violation]:
         """The violations of a replay that are this bug: matched by id (site, not line), else, for a
@@ -251,7 +265,7 @@ class Finding:
 _FIELDS = {"case": dict, "violation": dict, "others": list, "first_found_after_examples": int,
            "found_after_s": (int, float), "found_at": (int, float), "minimized": bool, "shrink_interrupted": bool,
            "flaky": bool, "repro": (str, type(None)), "target_spec": (str, type(None)),
-           "first_kind": (str, type(None)), "aliases": list}
+           "first_kind": (str, type(None)), "aliases": list, "context": (dict, type(None))}
 VIOLATION_FIELDS = {"tool": str, "kind": str, "kernel": (str, type(None)), "location": (str, type(None)),
                      "tensor": (str, type(None)), "site": (str, type(None)), "message": (str, type(None)),
                      "details": dict}
@@ -300,7 +314,7 @@ def merge(into: Finding, other: Finding) -> bool:
     smaller = other.case.size() < into.case.size()
     if smaller:
         into.case, into.violation, into.others = other.case, other.violation, other.others
-        into.signature = other.violation.signature
+        into.signature, into.context = other.violation.signature, other.context or into.context
         into.minimized, into.shrink_interrupted = other.minimized, other.shrink_interrupted
     elif other.minimized and other.case.size() == into.case.size():
         into.minimized = True

@@ -12,13 +12,15 @@ tests and plug-ins. Nothing else lists these names: code asks the flags (``Kind.
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
 from .arguments import several
+from .context import DEVICES as DEVICES  # where a run's kernels run (context.py decides which)
+from .context import Context
 from .errors import InvalidArgument
 
-DEVICES = ("cpu", "cuda")
 SANITIZER_TOOLS = ("initcheck", "memcheck", "racecheck", "synccheck")
 SANITIZERS = ("none",) + SANITIZER_TOOLS
 PROFILES = ("dev", "ci", "nightly")   # their values live in settings.PROFILES
@@ -37,9 +39,20 @@ class OracleSpec:
     precheck: bool = False             # proves a case's memory errors on the CPU before the GPU runs it
     summary: str = ""
 
-    def make(self) -> Any:
+    def make(self, context: Context) -> Any:
+        """The oracle for one run under ``context`` (the device, Triton's mode, the shadow mode): a factory
+        with a ``context`` parameter gets it (the shadow oracle picks its mode, and the memory it checks,
+        from it); one without is called with no argument (a plug-in's ``MyOracle()``)."""
         module, _, attr = self.factory.partition(":")
-        return getattr(importlib.import_module(module), attr)()
+        factory = getattr(importlib.import_module(module), attr)
+        return factory(context=context) if _takes_context(factory) else factory()
+
+
+def _takes_context(factory) -> bool:
+    try:
+        return "context" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): called as it is
+        return False
 
 
 # Under initcheck: a poison fill counts as initialization and would hide every report; the
@@ -63,9 +76,21 @@ ORACLES: dict[str, OracleSpec] = {o.name: o for o in (
 
 def register_oracle(spec: OracleSpec) -> None:
     """Add an oracle (a plug-in, or a test's dummy) under ``spec.name``; it reports as the tool of
-    that name."""
+    that name. Registering the same again is harmless; another oracle under a name of fuzzrunner's own
+    is refused."""
+    _own("oracle", spec, ORACLES)
     ORACLES[spec.name] = spec
     TOOLS.setdefault(spec.name, Tool(spec.name, spec.summary))
+
+
+def _own(what: str, entry, registry: dict) -> None:
+    """``InvalidArgument`` if ``entry`` would replace a different one of fuzzrunner's own (``_SHIPPED``)."""
+    if not isinstance(entry.name, str) or not entry.name:
+        raise InvalidArgument(f"register_{what}({entry!r}): its name must be a non-empty string.")
+    shipped = _SHIPPED.get(what, {}).get(entry.name)
+    if shipped is not None and shipped != entry:
+        raise InvalidArgument(f"register_{what}: {entry.name!r} is fuzzrunner's own {what}; register yours "
+                              f"under another name.")
 
 
 def triage_oracles() -> tuple[str, ...]:
@@ -127,7 +152,8 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
 
 
 def register_tool(tool: Tool) -> None:
-    """Add a tool (a plug-in's checker) under ``tool.name``."""
+    """Add a tool (a plug-in's checker) under ``tool.name``; registering the same again is harmless."""
+    _own("tool", tool, TOOLS)
     TOOLS[tool.name] = tool
 
 
@@ -186,5 +212,10 @@ def kind(name: str) -> Kind:
 
 
 def register_kind(kind: Kind) -> None:
-    """Add a violation kind (a plug-in oracle's) under ``kind.name``."""
+    """Add a violation kind (a plug-in oracle's) under ``kind.name``; registering the same again is harmless."""
+    _own("kind", kind, KINDS)
     KINDS[kind.name] = kind
+
+
+# fuzzrunner's own entries: a plug-in adds its own names, never replaces one of these with another
+_SHIPPED: dict[str, dict] = {"oracle": dict(ORACLES), "tool": dict(TOOLS), "kind": dict(KINDS)}

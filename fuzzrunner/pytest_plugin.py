@@ -109,7 +109,7 @@ class _State:
         self.targets: dict[str, str] = {}   # target name -> spec, for corpus items
         self.candidates: list[str] = []      # specs named by fuzz tests, loaded only if a name is missing
         self.replayer = None                 # one Replayer (a hub per target) shared by corpus items
-        self.old_device: str | None = None   # FUZZRUNNER_DEVICE before --fuzzrunner-device set it
+        self.old_device: str | None = None   # the process's default device before --fuzzrunner-device set it
         self.show_coverage = bool(config.getoption("fuzzrunner_show_coverage")
                                   or config.getini("fuzzrunner_show_coverage"))
         self.coverage: dict[str, dict] = {}  # test node id -> its campaign's coverage (from reports: xdist too)
@@ -185,8 +185,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if state.show_coverage:
         config.pluginmanager.register(_CoverageCollector(state), "fuzzrunner-coverage")
     if state.device:
-        from . import devices
-        state.old_device = devices.use(state.device)  # this process's replays and its workers alike
+        from . import env_defaults
+        state.old_device = env_defaults.use_device(state.device)  # this process's replays and its workers alike
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -195,8 +195,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         return
     state.close()
     if state.device:
-        from . import devices
-        devices.restore(state.old_device)
+        from . import env_defaults
+        env_defaults.restore_device(state.old_device)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

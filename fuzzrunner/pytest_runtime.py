@@ -156,13 +156,15 @@ def run_marked_campaign(item: pytest.Item, marker, state) -> FuzzCampaign:
 
 
 def skip_without_gpu(sanitizer: str | None, device: str | None) -> None:
-    """A sanitizer or ``device='cuda'`` on a machine with no GPU: skip, saying why (``devices.resolve``)."""
+    """A sanitizer or ``device='cuda'`` on a machine with no GPU: skip, saying why (``Context.resolve``)."""
     if sanitizer in (None, "none") and device != "cuda":
         return
-    from .devices import resolve
+    from types import SimpleNamespace
+
+    from .context import Context
     from .errors import DeviceUnavailable, SanitizerNotFound
-    try:
-        resolve(device, sanitizer=sanitizer or "none")
+    try:  # the device alone (the settings are checked when the campaign starts)
+        Context.resolve(SimpleNamespace(device=device, sanitizer=sanitizer or "none", shadow=None))
     except DeviceUnavailable as e:
         pytest.skip(f"{e} (drop --fuzzrunner-sanitizer)" if sanitizer not in (None, "none") else str(e))
     except SanitizerNotFound as e:  # a GPU without the tool: the set-up's error, one line
@@ -292,7 +294,8 @@ def _replayer(state):
     exactly the oracles a campaign with the session's settings runs."""
     if state.replayer is None:
         from .engine.replay import Replayer
+        from .env_defaults import apply
         from .settings import profile
-        settings = profile(state.profile).override(device=state.device, sanitizer=state.sanitizer)
+        settings = apply(profile(state.profile).override(device=state.device, sanitizer=state.sanitizer))
         state.replayer = Replayer(settings, inherit_gpu=True)  # one GPU per xdist worker, already pinned
     return state.replayer

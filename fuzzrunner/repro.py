@@ -84,7 +84,7 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
         match = f"v.signature.matches({_lit(finding.id)})"
     moved = [] if not sig.access_id else [  # else by the bad access alone: a renamed function is not a fix
         f"found = found or [v for v in violations if getattr(v.signature, 'access_id', 0) == {_lit(sig.access_id)}]"]
-    device_mode = finding.violation.details.get("shadow_mode") == "device"
+    device_mode = finding.shadow_mode == "device"
     imports = ["import os", "import sys"] if "os.environ" in body[-1] or device_mode else ["import sys"]
     lines = _header(finding, name) + imports + ["", *_STDOUT, ""]
     if device_mode:  # found by the shadow oracle's device mode: replay in it (on a CPU, through the interpreter)

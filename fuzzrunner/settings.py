@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from . import names
 from .arguments import several
+from .context import SHADOW_MODES
 from .errors import InvalidArgument
 
 
@@ -62,6 +63,12 @@ def _validate_device(v):
 def _validate_sanitizer(v):
     if v not in names.SANITIZERS:
         raise InvalidArgument(f"sanitizer={v!r} must be one of {', '.join(names.SANITIZERS)}.")
+
+
+def _validate_shadow(v):
+    if v is not None and v not in SHADOW_MODES:
+        raise InvalidArgument(f"shadow={v!r} must be one of {', '.join(SHADOW_MODES)}, or None to let the device pick "
+                              f"(the device mode with compiled Triton on a GPU, the CPU mode in Triton's interpreter).")
 
 
 def _validate_oracles(v):
@@ -116,6 +123,7 @@ class Settings:
     case_timeout_s: float = 120.0
     device: str | None = None
     sanitizer: str = "none"
+    shadow: str | None = None      # the shadow oracle's mode ("device", "cpu"); None: the device's (context.py)
     oracles: tuple | None = None   # None: the device's defaults (names.default_oracles)
     shrink: bool = True
     max_ops: int = 8

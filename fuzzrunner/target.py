@@ -4,7 +4,8 @@ Built-in targets live in the repository's top-level ``targets/`` folder and impo
 ``fuzzrunner.targets``; a user's target is named ``path/to/file.py:OBJ`` or
 ``package.module:OBJ``, where OBJ is a ``Target`` (or a callable returning one).
 
-The contract: ``cases(faults, *, max_ops)`` returns a Hypothesis strategy of ``Case``;
+The contract: ``cases(faults, *, max_ops)`` returns a Hypothesis strategy of ``Case`` (a ``cases`` that also
+takes ``device`` gets the campaign's: ``cpu`` or ``cuda``, to draw what runs there);
 ``run(case, ctx)`` runs one; ``features(case)`` names what a case exercises (coverage.py);
 ``schema`` (a JSON Schema of ``{"config": ..., "ops": [...]}``)
 rejects malformed cases before any worker sees them, so bad input is never a finding.
@@ -34,13 +35,27 @@ BUILTIN = {
     "sglang_lora": "fuzzrunner.targets.sglang_lora:TARGET",
     "sglang_engine": "fuzzrunner.targets.sglang_engine:TARGET",
 }
+_SHIPPED = dict(BUILTIN)  # fuzzrunner's own: a plug-in's target takes another name
+
+
+def register_target(name: str, spec: str) -> None:
+    """Name a target (a plug-in's): ``--target NAME``, ``fuzzrunner targets``, the nightly, corpus items and
+    repro scripts find it as they find a built-in one. ``spec``: ``package.module:OBJ``, importable in every
+    process (a worker loads it by that spec). Registering the same again is harmless."""
+    if not isinstance(name, str) or not name or ":" in name or not isinstance(spec, str) or ":" not in spec:
+        raise InvalidArgument(f"register_target({name!r}, {spec!r}): give a name without ':' and a spec "
+                              f"'package.module:OBJ' (OBJ a Target, or a callable returning one).")
+    if name in _SHIPPED and spec != _SHIPPED[name]:
+        raise InvalidArgument(f"register_target({name!r}, {spec!r}): {name!r} is fuzzrunner's own target; "
+                              f"register yours under another name.")
+    BUILTIN[name] = spec
 
 
 @dataclass(frozen=True)
 class Target:
     name: str
     description: str
-    cases: Callable[..., Any]          # cases(faults: tuple[str, ...], *, max_ops: int) -> SearchStrategy[Case]
+    cases: Callable[..., Any]          # cases(faults, *, max_ops: int[, device: str]) -> SearchStrategy[Case]
     run: Callable[..., None]           # run(case: Case, ctx: RunContext) -> None
     faults: tuple = ()                 # fault names this target understands
     fault_descriptions: dict = field(default_factory=dict)  # {fault name: one line}
@@ -101,15 +116,19 @@ class Target:
             refuse_async(self.name, "features", self.features, generators=False)
         return self
 
-    def strategy(self, faults: tuple, max_ops: int):
-        """``cases(faults, max_ops=max_ops)``, checked: a ``cases`` that raises, or returns no strategy,
-        is a ``TargetError`` naming this target; so is a strategy that raises while it draws a case
-        (``DrawError`` at once, which the search turns into a ``TargetError``: see ``draw_error``)."""
+    def strategy(self, faults: tuple, max_ops: int, *, device: str):
+        """``cases(faults, max_ops=max_ops)``, with ``device=device`` (the run's, ``cpu`` or ``cuda``) when
+        ``cases`` takes it; checked: a ``cases`` that raises, or returns no strategy, is a ``TargetError``
+        naming this target; so is a strategy that raises while it draws a case (``DrawError`` at once,
+        which the search turns into a ``TargetError``: see ``draw_error``)."""
         import inspect
 
         from hypothesis.strategies import SearchStrategy
+        kwargs: dict[str, Any] = {"max_ops": max_ops}
         try:
-            inspect.signature(self.cases).bind(faults, max_ops=max_ops)
+            if "device" in inspect.signature(self.cases).parameters:
+                kwargs["device"] = device
+            inspect.signature(self.cases).bind(faults, **kwargs)
         except TypeError as e:
             raise TargetError(f"target {self.name!r}: its cases cannot be called as cases(faults, *, max_ops) "
                               f"({safe_str(e, 300)}); "
@@ -117,7 +136,7 @@ class Target:
         except ValueError:
             pass  # no signature to read (a builtin): calling it says
         try:
-            strategy = self.cases(faults, max_ops=max_ops)
+            strategy = self.cases(faults, **kwargs)
         except Exception as e:
             raise TargetError(f"target {self.name!r}: its cases(faults, max_ops={max_ops}) raised "
                               f"{describe(e)}") from e

@@ -2,8 +2,8 @@
 processes (sharding.py), or many as Ray actors (ray_shards.py).
 
 ``plan_campaign`` decides what the campaign is, once (``CampaignPlan``: the target, its faults, the
-seed, the device, the deadline), and every shard gets that plan. The campaign process never touches a
-GPU. Each shard replays the corpus first, then searches; findings are on disk as soon as they are
+seed, the run's context, the deadline), and every shard gets that plan. The campaign process never touches
+a GPU. Each shard replays the corpus first, then searches; findings are on disk as soon as they are
 found. It always returns a result, also when interrupted or when it could not write:
 ``stop_reason`` says why it ended and ``errors`` what went wrong. With a budget, all of it (start-up,
 search, CPU triage) ends by one deadline, its clock started by the caller (``started``: the CLI's command).
@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 
-from .. import devices
+from ..context import Context
 from ..corpus import Corpus
 from ..settings import Settings
 from ..target import load_target
@@ -36,13 +36,13 @@ FEW_CASES = 10            # a budget-stopped run with fewer valid cases is warne
 def plan_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=None, database=None,
                   on_cluster: bool = False, started: float | None = None) -> CampaignPlan:
     """The campaign's plan: the target loaded (a target that cannot even load is a harness error, here)
-    and its faults checked, the seed drawn, the device resolved and the deadline set (the budget from
+    and its faults checked, the seed drawn, the run's context resolved and the deadline set (the budget from
     ``started``, ``time.time()``, default now), once."""
     target = load_target(target_spec)
     seed = settings.seed if settings.seed is not None else random.randrange(1 << 30)
-    device = devices.resolve(settings.device, sanitizer=settings.sanitizer, on_cluster=on_cluster)
+    context = Context.resolve(settings, on_cluster=on_cluster)
     deadline = Deadline.of(settings.budget_s, started)
-    return CampaignPlan(target_spec, target.name, settings, target.check_faults(faults), seed, device,
+    return CampaignPlan(target_spec, target.name, settings, target.check_faults(faults), seed, context,
                         os.fspath(corpus_dir) if corpus_dir else None, database, code=dict(target.code_under_test),
                         deadline=deadline)
 
@@ -81,15 +81,15 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
     except KeyboardInterrupt:
         if result is None:  # nothing ran yet: the caller's stop
             raise
-        result.seed, result.code_under_test = plan.seed, dict(plan.code)
+        result.seed, result.context, result.code_under_test = plan.seed, plan.context, dict(plan.code)
         result.stop_reason = R.STOP_INTERRUPTED
     return result
 
 
 def _finish(result: CampaignResult, plan: CampaignPlan, listener: events.Listener, triage) -> None:
-    """The shards' merged result completed: seed and code under test, the callback's failures, CPU triage of
-    GPU findings, the floor of valid cases."""
-    result.seed = plan.seed
+    """The shards' merged result completed: seed, the run's context and code under test, the callback's
+    failures, CPU triage of GPU findings, the floor of valid cases."""
+    result.seed, result.context = plan.seed, plan.context
     result.code_under_test = dict(plan.code)
     listener.report(result.warnings)
     if triage is not None and result.findings:
@@ -99,7 +99,7 @@ def _finish(result: CampaignResult, plan: CampaignPlan, listener: events.Listene
 
 def _cpu_triage(plan: CampaignPlan):
     """A GPU campaign's CPU triage (ending before the deadline's tail: the reports and the exit), or None."""
-    if plan.device != "cuda" or not plan.settings.cpu_triage:
+    if plan.context.device != "cuda" or not plan.settings.cpu_triage:
         return None
     from .triage import CpuTriage
     return CpuTriage(plan.target_spec, plan.settings, plan.deadline.triage_end if plan.deadline else None)
@@ -133,7 +133,7 @@ def _with_precheck_shards(plan: CampaignPlan) -> CampaignPlan:
     pre-check at a time; shards pre-check in parallel on the host's spare cores (and generate in
     parallel). A plugged-in database object cannot travel to shard processes: then one shard."""
     s = plan.settings
-    if plan.device != "cuda" or not s.cpu_triage or s.workers != 1 or plan.database is not None:
+    if plan.context.device != "cuda" or not s.cpu_triage or s.workers != 1 or plan.database is not None:
         return plan
     n = min(precheck_workers(s), s.max_examples)
     return replace(plan, settings=s.override(workers=n)) if n > 1 else plan

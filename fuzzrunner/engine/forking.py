@@ -45,7 +45,7 @@ class Zygote:
         self._lock = threading.Lock()      # spares wait for their hand-shake in threads and poll
         self._exits: dict[int, int] = {}   # pid -> returncode, as the zygote reported them
         self.log_path = os.path.join(directory, "zygote.log")
-        control = protocol.WorkerEnv("", "", zygote_socket=self.path).environ({})
+        control = protocol.WorkerEnv.zygote_control(self.path)
         try:
             self.server.bind(self.path)
             self.server.listen(1)

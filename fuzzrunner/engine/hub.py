@@ -27,6 +27,7 @@ from typing import Any
 
 from .. import names
 from ..case import Case
+from ..context import Context
 from ..errors import HarnessError, InvalidCase, TargetError
 from ..target import describe_code
 from ..violation import Violation, raised_cuda_error
@@ -73,8 +74,7 @@ def sweep_stale_dirs() -> None:
 @dataclass
 class WorkerSpec:
     target: str
-    device: str = "cpu"
-    gpu: str | None = None                  # CUDA_VISIBLE_DEVICES for this worker (index or MIG UUID)
+    context: Context = field(default_factory=lambda: Context.of("cpu"))  # the worker's: device, GPU, modes
     wrapper: list = field(default_factory=list)  # e.g. compute-sanitizer argv prefix
     env: dict = field(default_factory=dict)
     log_path: str | None = None             # keep the worker's stdout+stderr here (else a temp file, deleted)
@@ -82,8 +82,12 @@ class WorkerSpec:
     code: dict = field(default_factory=dict)  # the code under test the campaign loaded: a worker must load the same
 
     @property
+    def device(self) -> str:
+        return self.context.device
+
+    @property
     def sanitizer(self) -> str | None:
-        return self.env.get("FUZZRUNNER_SANITIZER")
+        return self.context.sanitizer if self.context.sanitizer != "none" else None
 
 
 RERUN_MIN_S = 30.0  # a lost context is run again (blocking) only with at least this much budget left
@@ -136,20 +140,14 @@ def _signal_name(returncode: int | None) -> str:
 
 def worker_environment(spec: WorkerSpec, socket_path: str) -> dict:
     """A worker's (or its zygote's) environment: ours, the spec's, and its start-up (``WorkerEnv``)."""
-    start = protocol.WorkerEnv(spec.target, spec.device, hub_socket=socket_path, parent=os.getpid(),
-                               sanitizer=spec.sanitizer, extra={**spec.env, "PYTHONUNBUFFERED": "1"})
+    start = protocol.WorkerEnv(spec.target, spec.context, hub_socket=socket_path, parent=os.getpid(),
+                               extra={**spec.env, "PYTHONUNBUFFERED": "1"})
     env = start.environ(dict(os.environ))
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     # torch.compile's compile workers would be processes a case started, ended after it (processes.py): compile
     # in the worker itself, unless the user says otherwise
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    if spec.device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    elif spec.device == "cuda":  # compiled Triton, even from a process that interprets (``--device cpu``, an export)
-        env.pop("TRITON_INTERPRET", None)
-        if spec.gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)
     return env
 
 

@@ -26,6 +26,8 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
+from ..context import Context
+
 _HEADER = struct.Struct("!I")
 PARENT_ENV = "FUZZRUNNER_PARENT_PID"   # the pid whose death ends a process of ours (lifeline.py)
 
@@ -179,40 +181,62 @@ FROM_ZYGOTE = _vocabulary(ZygoteReady, Forked, Exited, Harness)
 
 @dataclass(frozen=True)
 class WorkerEnv:
-    """What a worker (or the zygote that forks it) learns from its environment at start-up."""
+    """What a worker (or the zygote that forks it) learns from its environment at start-up: the target to
+    load, the run's ``Context`` (the one place it is serialized for a child process), where to report."""
     target: str                               # FUZZRUNNER_TARGET: the target spec to load
-    device: str                               # FUZZRUNNER_DEVICE
+    context: Context = field(default_factory=lambda: Context.of("cpu"))
     hub_socket: str = ""                      # FUZZRUNNER_HUB_SOCKET: where the hub listens
     parent: int | None = None                 # the process whose death ends this one (lifeline)
-    sanitizer: str | None = None              # FUZZRUNNER_SANITIZER: under compute-sanitizer's tool
     zygote_socket: str = ""                   # FUZZRUNNER_ZYGOTE_SOCKET: a zygote's control socket
-    extra: dict = field(default_factory=dict)  # CUDA_VISIBLE_DEVICES, CUDA_LAUNCH_BLOCKING, ...
+    extra: dict = field(default_factory=dict)  # CUDA_LAUNCH_BLOCKING, the sanitizer's variables, ...
 
-    _NAMES: ClassVar[dict[str, str]] = {"target": "FUZZRUNNER_TARGET", "device": "FUZZRUNNER_DEVICE",
-                                        "hub_socket": "FUZZRUNNER_HUB_SOCKET",
-                                        "sanitizer": "FUZZRUNNER_SANITIZER",
+    _NAMES: ClassVar[dict[str, str]] = {"target": "FUZZRUNNER_TARGET", "hub_socket": "FUZZRUNNER_HUB_SOCKET",
                                         "zygote_socket": "FUZZRUNNER_ZYGOTE_SOCKET"}
+    # the context: its device, the shadow oracle's mode, compute-sanitizer's tool ("none": unset), the GPU
+    _CONTEXT: ClassVar[dict[str, str]] = {"device": "FUZZRUNNER_DEVICE", "shadow": "FUZZRUNNER_SHADOW",
+                                          "sanitizer": "FUZZRUNNER_SANITIZER", "gpu": "FUZZRUNNER_GPU"}
 
     def environ(self, base: dict) -> dict:
         """``base`` (this process's environment) with this start-up's variables set, and those of its
-        fields that are empty removed (nothing inherited from ``base`` stands in for them)."""
+        fields that are empty removed (nothing inherited from ``base`` stands in for them). The context's
+        Triton mode is ``TRITON_INTERPRET`` (compiled on a GPU even from a process that interprets: a
+        ``--device cpu`` parent, an export); its GPU is ``CUDA_VISIBLE_DEVICES`` (none on the CPU)."""
         env = dict(base, **self.extra)
-        for name, var in self._NAMES.items():
-            value = getattr(self, name)
-            if value:
+        c = self.context
+        values = {**{name: getattr(self, name) for name in self._NAMES},
+                  **{name: getattr(c, name) for name in self._CONTEXT}}
+        for name, var in {**self._NAMES, **self._CONTEXT}.items():
+            value = values[name]
+            if value and value != "none":
                 env[var] = str(value)
             else:
                 env.pop(var, None)
+        if c.interpreted:
+            env["TRITON_INTERPRET"] = "1"
+        else:
+            env.pop("TRITON_INTERPRET", None)
+        if c.device == "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        elif c.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = c.gpu
         if self.parent is not None:
             env[PARENT_ENV] = str(self.parent)
         return env
 
     @classmethod
+    def zygote_control(cls, path: str) -> dict:
+        """What makes a worker's environment a zygote's: its control socket."""
+        return {cls._NAMES["zygote_socket"]: path}
+
+    @classmethod
     def read(cls, environ=os.environ) -> WorkerEnv:
         parent = environ.get(PARENT_ENV, "")
         values = {name: environ.get(var, "") for name, var in cls._NAMES.items()}
-        return cls(**{**values, "device": values["device"] or "cpu", "sanitizer": values["sanitizer"] or None},
-                   parent=int(parent) if parent.isdigit() else None)
+        c = {name: environ.get(var, "") for name, var in cls._CONTEXT.items()}
+        device = c["device"] or "cpu"
+        context = Context.of(device, interpreted=environ.get("TRITON_INTERPRET", "0") not in ("", "0"),
+                             shadow=c["shadow"] or None, sanitizer=c["sanitizer"] or "none", gpu=c["gpu"] or None)
+        return cls(**values, context=context, parent=int(parent) if parent.isdigit() else None)
 
 
 # -- the wire ---------------------------------------------------------------------------------------

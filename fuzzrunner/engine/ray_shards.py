@@ -124,10 +124,12 @@ class ShardActor:
             ray.get(ref)
 
     def run(self, job: ShardJob) -> None:
-        from .. import devices
+        from ..env_defaults import use_device
         from .shard_run import prepare_shadow, run_shard
         from .shared_db import ServedDatabase, close_database, database_from_url
-        devices.use(job.plan.device)  # the worker gets it from its spec; this is for the rest of the actor
+        # the plan's device is this actor's default: the target it loads is the one its workers load (vllm_lora
+        # imports vLLM for that device); the workers get the whole context from their start-up
+        use_device(job.plan.context.device)
 
         def send(message: dict) -> None:
             self._send(job, message, wait=True)
@@ -346,7 +348,7 @@ def _campaign(ray, plan: CampaignPlan, shard_spec: str, on_event, db_url) -> Cam
     shard_plan = replace(plan, target_spec=shard_spec, corpus_dir=str(corpus.root) if corpus else None)
     jobs = [ShardJob(shard_plan, i, 0, quota, entries if i == 0 else [], db_url, server, inbox)
             for i, quota in enumerate(plan.quotas())]
-    actor_class = ray.remote(ShardActor).options(**shard_options(plan.device))
+    actor_class = ray.remote(ShardActor).options(**shard_options(plan.context.device))
     actors = [actor_class.remote() for _ in jobs]
     driver = _Driver(ray, merger, writer, plan.settings, start)
     try:

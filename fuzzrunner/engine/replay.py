@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from .. import devices
 from ..case import Case
+from ..context import Context
+from ..env_defaults import SHADOW_ENV
 from ..names import effective_oracles
-from ..oracles.shadow import prepare_device_mode, workers_use_device_mode
+from ..oracles.shadow import prepare_device_mode
 from ..settings import Settings
 from ..target import load_target
 from ..violation import Violation
@@ -25,23 +26,24 @@ class OutOfTime(Exception):
 
 
 class Replayer:
-    def __init__(self, settings: Settings, *, inherit_gpu: bool = False):
+    def __init__(self, settings: Settings, *, inherit_gpu: bool = False, context: Context | None = None):
         """``inherit_gpu``: workers keep this process's ``CUDA_VISIBLE_DEVICES`` (one GPU per xdist worker).
-        The device is resolved here, once (``DeviceUnavailable`` if it cannot be had)."""
+        The run's context is resolved here, once (``DeviceUnavailable`` if its device cannot be had), unless
+        one is given (triage's CPU context)."""
         self.settings, self.inherit_gpu = settings, inherit_gpu
-        self.device = devices.resolve(settings.device, sanitizer=settings.sanitizer)
+        self.context = context or Context.resolve(settings)
         self.hubs: dict[str, Hub] = {}
 
     def oracles(self) -> tuple[str, ...]:
-        return effective_oracles(self.settings.oracles, self.device, self.settings.sanitizer)
+        return effective_oracles(self.settings.oracles, self.context.device, self.context.sanitizer)
 
     def hub(self, spec: str) -> Hub:
         if spec not in self.hubs:
             if "shadow" in self.oracles():  # built before the worker: there it would spend the case's timeout
-                prepare_device_mode(self.device)
-            ws = worker_spec(spec, self.settings, 0, self.device)
+                prepare_device_mode(self.context)
+            ws = worker_spec(spec, self.settings, 0, self.context)
             if self.inherit_gpu:
-                ws = replace(ws, gpu=None)
+                ws = replace(ws, context=ws.context.placed(None))
             self.hubs[spec] = Hub(ws, oracles=self.oracles(), timeout_s=self.settings.case_timeout_s,
                                   standby=False)
         return self.hubs[spec]
@@ -50,15 +52,13 @@ class Replayer:
         """Why a replay here that does not reproduce ``finding`` proves nothing, if it does not: a shadow finding
         of the other shadow mode (each mode sees accesses the other cannot: docs/shadow.md). None: the same
         mode, or not the shadow oracle's finding."""
-        if finding is None or finding.violation.tool != "shadow":
-            return None
-        found = "device" if finding.violation.details.get("shadow_mode") == "device" else "cpu"
-        here = "device" if workers_use_device_mode(self.device) else "cpu"
-        if found == here:
+        found = finding.shadow_mode if finding is not None else None
+        here = self.context.shadow
+        if found is None or found == here:
             return None
         return (f"it was found by the shadow oracle's {found} mode and this replay ran its {here} mode, which does "
-                f"not see every access the other does; replay it with FUZZRUNNER_SHADOW={found}"
-                f"{' (and --device cpu)' if found == 'cpu' and self.device == 'cuda' else ''}")
+                f"not see every access the other does; replay it with {SHADOW_ENV}={found}"
+                f"{' (and --device cpu)' if found == 'cpu' and self.context.device == 'cuda' else ''}")
 
     def run(self, case: Case, spec: str, timeout_s: float | None = None, cut_at: float = math.inf) -> list[Violation]:
         """The violations of one run of ``case`` (``timeout_s``: this case's timeout, e.g. the one its

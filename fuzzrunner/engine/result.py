@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..context import Context
 from ..coverage import Coverage
 from ..settings import Settings
 
@@ -43,6 +44,7 @@ class CampaignResult:
     coverage: Coverage = field(default_factory=Coverage)  # features of the valid cases run (replayed, generated)
     cluster: dict | None = None        # on Ray: the address, Ray's version, the nodes, CPUs and GPUs it had
     code_under_test: dict = field(default_factory=dict)  # Target.code_under_test, as every worker loaded it
+    context: Context | None = None     # the context its workers ran under (the device that actually ran)
 
     @property
     def valid(self) -> int:

@@ -20,6 +20,7 @@ from typing import NoReturn
 
 from .. import names
 from ..case import Case
+from ..context import Context
 from ..corpus import Corpus
 from ..coverage import Coverage, features_of
 from ..errors import HarnessError, InvalidCase, TargetError
@@ -103,7 +104,8 @@ class Shard:
         self.target_spec, self.target, self.settings, self.faults = target_spec, target, settings, faults
         self.corpus, self.index, self.seed = corpus, index, seed
         self.emit = on_event or (lambda e: None)
-        self.book = FindingBook(corpus, target.name, target_spec, settings.case_timeout_s)
+        self.book = FindingBook(corpus, target.name, target_spec, settings.case_timeout_s,
+                                worker.context.placed(None))  # each finding records it, not which GPU
         from ..names import effective_oracles
         self.hub = Hub(worker, oracles=effective_oracles(settings.oracles, worker.device, settings.sanitizer),
                        timeout_s=settings.case_timeout_s)
@@ -331,7 +333,7 @@ class Shard:
     def _cpu_run(self, case: Case) -> CpuRun | None:
         """What the case's CPU run shows; None if the pre-check is (now) off."""
         if self._precheck is None:
-            spec = replace(self.hub.spec, device="cpu", gpu=None, wrapper=[], env={}, log_path=None)
+            spec = replace(self.hub.spec, context=Context.cpu_check(self.settings), wrapper=[], env={}, log_path=None)
             self._precheck = Hub(spec, oracles=names.precheck_oracles(), timeout_s=self.settings.case_timeout_s,
                                  standby=False, stop_early=True)  # a GPU dies at its first bad read: no later op
         try:
@@ -450,7 +452,8 @@ class Shard:
             raise draw_error(self.target.name, e) from e.error
 
     def search(self, quota: int) -> None:
-        strategy = self.target.strategy(self.faults, self.settings.max_ops)  # TargetError if cases() fails
+        # TargetError if cases() fails
+        strategy = self.target.strategy(self.faults, self.settings.max_ops, device=self.hub.spec.device)
         batch, done = 0, 0
         while done < quota:
             self._failing = set()

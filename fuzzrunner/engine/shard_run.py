@@ -48,19 +48,20 @@ def run_shard(plan: CampaignPlan, index: int, quota: int, on_event: Callable | N
 def prepare_shadow(plan: CampaignPlan, on_event: Callable | None) -> None:
     """Before the workers start the shadow oracle: when they run its device mode, the dispatch filter is built
     here, once (``oracles.shadow.prepare_device_mode``), and a filter that is off is said; the CPU oracle
-    forced on a GPU (``FUZZRUNNER_SHADOW=cpu``) is said to leave Triton kernels unchecked. Called by a
-    local campaign before its shards start, and by each Ray shard on its node before its search."""
+    forced on a GPU (``Settings.shadow="cpu"``) is said to leave Triton kernels unchecked.
+    Called by a local campaign before its shards start, and by each Ray shard on its node before its search."""
     from .. import names
-    from ..oracles.shadow import prepare_device_mode, workers_use_device_mode
+    from ..env_defaults import SHADOW_ENV
+    from ..oracles.shadow import prepare_device_mode
     from . import events
-    s = plan.settings
-    if "shadow" not in names.effective_oracles(s.oracles, plan.device, s.sanitizer):
+    s, context = plan.settings, plan.context
+    if "shadow" not in names.effective_oracles(s.oracles, context.device, s.sanitizer):
         return
-    if on_event is not None and plan.device == "cuda" and not workers_use_device_mode("cuda"):
-        on_event(events.warning("FUZZRUNNER_SHADOW=cpu on cuda: the CPU shadow oracle sees torch ops only there; "
-                                "Triton kernels run compiled and unchecked (unset it for the device mode, which "
-                                "checks them, or use --device cpu to check them in Triton's interpreter)"))
-    off = prepare_device_mode(plan.device)
+    if on_event is not None and context.device == "cuda" and context.shadow == "cpu":
+        on_event(events.warning(f"{SHADOW_ENV}=cpu on cuda: the CPU shadow oracle sees torch ops only there; "
+                                f"Triton kernels run compiled and unchecked (unset it for the device mode, which "
+                                f"checks them, or use --device cpu to check them in Triton's interpreter)"))
+    off = prepare_device_mode(context)
     if off is not None and on_event is not None:
         on_event(events.warning(f"the GPU shadow's dispatch filter is {off}: every torch op goes through its "
                                 f"Python mode (the same reports, slower)"))

@@ -17,6 +17,7 @@ import math
 import time
 
 from .. import names
+from ..context import Context
 from ..errors import FuzzrunnerError
 from ..finding import Finding, group
 from ..settings import Settings
@@ -35,6 +36,7 @@ class CpuTriage:
     def __init__(self, target_spec: str, settings: Settings, end: float | None = None):
         self.target_spec, self.end = target_spec, end
         self.settings = settings.override(device="cpu", sanitizer="none", oracles=names.triage_oracles(), workers=1)
+        self.context = Context.cpu_check(settings)  # the CPU's, whatever the campaign's device
         self.started = False
         self.unreached = 0  # findings whose replay the end cut short or left out
 
@@ -43,13 +45,13 @@ class CpuTriage:
         process dies with the thread that started it); the replays' hub takes it."""
         if not self.started:
             self.started = True
-            prestart_zygote(worker_spec(self.target_spec, self.settings, 0, "cpu"))
+            prestart_zygote(worker_spec(self.target_spec, self.settings, 0, self.context))
 
     def triage(self, findings: list[Finding]) -> None:
         """Attach ``finding.triage`` to each finding (in a crash-isolated CPU worker)."""
         cut_at = monotonic(self.end) if self.end is not None else math.inf
         try:
-            with Replayer(self.settings) as replayer:
+            with Replayer(self.settings, context=self.context) as replayer:
                 for f in findings:
                     f.triage = _triage_one(replayer, f, self.target_spec, cut_at)
                     self.unreached += f.triage.get("reason") == OUT_OF_TIME

@@ -2,7 +2,7 @@
 
 Started by the hub as ``python -m fuzzrunner.engine.worker`` (possibly under
 compute-sanitizer) with its start-up environment (``protocol.WorkerEnv``: the hub's socket, the
-target, the device). It imports nothing from the hub. Before and
+target, the run's context). It imports nothing from the hub. Before and
 after each case it prints a marker line on stdout (flushed, after a device
 synchronize) so that sanitizer reports can be attributed to the case that caused them.
 It dies with its hub: the kernel kills it when the hub dies (parent-death signal, set
@@ -26,6 +26,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from .. import tracking
+from ..context import Context
 from ..text import describe, safe_str, traceback_text
 from . import processes, protocol
 from .case_threads import CaseThreads
@@ -99,13 +100,13 @@ def _context_lost(last_kernel: str):
 class _Session:
     """The worker's loop: one handler per message type from the hub (``protocol.TO_WORKER``)."""
 
-    def __init__(self, sock: socket.socket, target, device: str, sanitizer: str | None = None):
-        self.sock, self.target, self.device, self.sanitizer = sock, target, device, sanitizer
+    def __init__(self, sock: socket.socket, target, context: Context):
+        self.sock, self.target, self.context, self.device = sock, target, context, context.device
         self.channel = _Channel(sock)
         self.reporter = _LaunchReporter(self.channel)
         self.threads = CaseThreads(self._late, getattr(target, "own_code", ()))  # installed by ``main``
         self.watchers: list[tracking.Watcher] = [self.reporter]
-        if sanitizer:
+        if context.sanitizer != "none":
             self.watchers.append(_TensorAnnouncer())
         self.case_no = 0
         self.handlers: dict[type, Any] = {protocol.Run: self.run, protocol.Exit: self.exit}
@@ -156,9 +157,8 @@ class _Session:
             with ExitStack() as stack:
                 for w in self.watchers:
                     stack.enter_context(tracking.watch(w))
-                violations = run_case(case, self.target, oracles=msg.oracles, device=self.device,
-                                      sanitizer=self.sanitizer, on_op=self._op, on_partial=self._partial,
-                                      stop_early=msg.stop_early)
+                violations = run_case(case, self.target, context=self.context, oracles=msg.oracles,
+                                      on_op=self._op, on_partial=self._partial, stop_early=msg.stop_early)
             lost = _context_lost(self.reporter.last) if self.device == "cuda" else None
         except InvalidCase as e:
             # launches are asynchronous: a kernel of this case may have broken the context before the
@@ -207,12 +207,12 @@ class _Session:
 def _set_up(sock: socket.socket, start: protocol.WorkerEnv):
     """The target, or None after telling the hub why the set-up failed."""
     from .. import _env
-    _env.configure()  # FUZZRUNNER_DEVICE comes from the hub; TRITON_INTERPRET before Triton loads
+    _env.configure()  # the device comes from the hub (WorkerEnv); TRITON_INTERPRET before Triton loads
     from .. import execute  # noqa: F401 - torch and the oracles load now, not in the first case's time
     from ..target import load_target
     try:
         target = load_target(start.target)
-        device = start.device
+        device = start.context.device
         import torch
 
         # (torch._dynamo is not imported: no oracle needs it (oracles/dynamo_free.py), and it costs
@@ -235,8 +235,8 @@ def main() -> int:
     target = _set_up(sock, start)
     if target is None:
         return protocol.EXIT_HARNESS
-    protocol.send(sock, protocol.Ready(os.getpid(), start.device, dict(target.code_under_test)))
-    session = _Session(sock, target, start.device, start.sanitizer)
+    protocol.send(sock, protocol.Ready(os.getpid(), start.context.device, dict(target.code_under_test)))
+    session = _Session(sock, target, start.context)
     session.threads.install()  # after the target's import: threads it started are no case's
     try:
         return session.serve()

@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-from .. import devices
 from ..case import Case, check_schema, check_types, parse_json
 from ..errors import InvalidCase
 from ..finding import Finding, check_violation
@@ -40,7 +39,8 @@ def report_dict(results) -> dict:
         return upgrade(results)
     listed = list(results) if isinstance(results, (list, tuple)) else [results]
     report_runs = [_run_dict(r) for r in listed]
-    return {"schema": SCHEMA, "provenance": provenance(), "summary": summary(report_runs), "runs": report_runs}
+    return {"schema": SCHEMA, "provenance": provenance(report_runs), "summary": summary(report_runs),
+            "runs": report_runs}
 
 
 def summary(report_runs: list[dict]) -> dict:
@@ -68,17 +68,18 @@ def upgrade(report: dict) -> dict:
             "summary": summary(report_runs), "runs": report_runs, "upgraded_from": report["schema"]}
 
 
-def provenance() -> dict:
-    """Where a report comes from: versions, device, host, time, command, the git commit of the code
-    under test (the working directory's) and the ``FUZZRUNNER_*`` variables that changed how it ran
-    (``FUZZRUNNER_SHADOW``: which shadow mode), so two reports can be told apart a year later."""
+def provenance(report_runs: list[dict] | None = None) -> dict:
+    """Where a report comes from: versions, the device its runs ran on (their contexts': never this process's
+    environment), host, time, command, the git commit of the code under test (the working directory's) and the
+    ``FUZZRUNNER_*`` variables of the process, so two reports can be told apart a year later."""
     from .._version import __version__
     versions = {"fuzzrunner": __version__, "python": platform.python_version()}
     for name in ("torch", "triton", "hypothesis", "vllm"):
         module = sys.modules.get(name)
         if module is not None:
             versions[name] = str(getattr(module, "__version__", "?"))
-    return {"versions": versions, "device": devices.current(), "host": platform.node(),
+    ran = {r["context"]["device"] for r in report_runs or () if r.get("context")}
+    return {"versions": versions, "device": ran.pop() if len(ran) == 1 else None, "host": platform.node(),
             "platform": platform.platform(), "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "command": _command()[:1000], "cwd": os.getcwd(), "git": _git_commit(),
             "environment": {k: v[:500] for k, v in sorted(os.environ.items()) if k.startswith("FUZZRUNNER_")}}
@@ -124,6 +125,7 @@ def _run_dict(r) -> dict:
             "flaky": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.flaky],
             "quarantined": [{"path": p, "moved_to": m, "why": w} for p, m, w in r.quarantined],
             "warnings": list(r.warnings), "errors": list(r.errors),
+            "context": r.context.to_dict() if getattr(r, "context", None) else None,
             **_coverage_dict(r), **({"cluster": r.cluster} if getattr(r, "cluster", None) else {}),
             **({"code_under_test": r.code_under_test} if getattr(r, "code_under_test", None) else {})}
 

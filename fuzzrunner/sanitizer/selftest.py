@@ -75,10 +75,9 @@ def self_test(tool: str = "initcheck", *, sanitizer=None) -> tuple[bool, str]:
 def _gpu_env(env: dict) -> dict:
     """The script's environment: compiled Triton on the GPU, whatever this process runs (a ``--device cpu``
     process has ``TRITON_INTERPRET=1``: the planted kernel then ran on the host, and the self-test failed on a
-    machine whose sanitizer works)."""
-    env = {k: v for k, v in env.items() if k != "TRITON_INTERPRET"}
-    env["FUZZRUNNER_DEVICE"] = "cuda"
-    return env
+    machine whose sanitizer works). The script is plain torch and Triton: fuzzrunner's own variables do not
+    reach it."""
+    return {k: v for k, v in env.items() if k != "TRITON_INTERPRET"}
 
 
 def check(output: str, tool: str, kind: str, where: str, version: str = "") -> tuple[bool, str]:

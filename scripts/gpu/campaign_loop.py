@@ -30,13 +30,16 @@ def loop(n: int, oracle: str, seed: int, profile: bool, warm: int, faults: tuple
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hseed
 
+    from fuzzrunner import env_defaults
+    from fuzzrunner.context import Context
     from fuzzrunner.execute import run_case
     from fuzzrunner.names import effective_oracles
     from fuzzrunner.target import load_target
     device = os.environ["FUZZRUNNER_DEVICE"]
+    context = Context.of(device, shadow=env_defaults.shadow())  # a worker's, on this device
     target = load_target("reference_runner")
     oracles = {"none": [], "default": effective_oracles(None, device, None)}.get(oracle, [oracle])
-    strategy = target.strategy(faults, 8)
+    strategy = target.strategy(faults, 8, device=device)
     spent = {"run": 0.0, "cases": 0}
     bad: list = []  # the first bad case's violations, then the case (raised after the search: Hypothesis
     #                 would run a raising case again)
@@ -46,7 +49,7 @@ def loop(n: int, oracle: str, seed: int, profile: bool, warm: int, faults: tuple
             return
         target.check_case(case)
         t = time.perf_counter()
-        found = run_case(case, target, oracles=oracles, device=device, sanitizer=None, on_op=lambda i, op: None)
+        found = run_case(case, target, context=context, oracles=oracles, on_op=lambda i, op: None)
         spent["run"] += time.perf_counter() - t
         if found:
             bad.extend([found, case])
@@ -95,12 +98,14 @@ def via_hub(n: int, oracle: str, seed: int, warm: int) -> dict:
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hseed
 
+    from fuzzrunner import env_defaults
+    from fuzzrunner.context import Context
     from fuzzrunner.engine.hub import Hub, WorkerSpec
     from fuzzrunner.names import effective_oracles
     from fuzzrunner.target import load_target
     device = os.environ["FUZZRUNNER_DEVICE"]
     oracles = {"none": [], "default": effective_oracles(None, device, None)}.get(oracle, [oracle])
-    strategy = load_target("reference_runner").strategy((), 8)
+    strategy = load_target("reference_runner").strategy((), 8, device=device)
     cases: list = []
     for count, s in ((warm, seed + 1), (n, seed)):
         if count <= 0:
@@ -108,7 +113,8 @@ def via_hub(n: int, oracle: str, seed: int, warm: int) -> dict:
         hs = settings(max_examples=count, database=None, phases=[Phase.generate], deadline=None,
                       suppress_health_check=list(HealthCheck))
         hs(hseed(s)(given(strategy)(lambda c: cases.append(c))))()
-    with Hub(WorkerSpec("reference_runner", device=device), oracles=oracles, timeout_s=300) as hub:
+    context = Context.of(device, shadow=env_defaults.shadow())
+    with Hub(WorkerSpec("reference_runner", context), oracles=oracles, timeout_s=300) as hub:
         for c in cases[:-n]:
             _clean(hub.run(c))
         times = []
@@ -136,9 +142,9 @@ def _clean(result) -> None:
 
 def _arguments(oracle: str, faults: list) -> None:
     """Fail on an unknown oracle or fault before Hypothesis starts (one line, not a traceback)."""
+    from fuzzrunner.env_defaults import shadow
     from fuzzrunner.errors import InvalidArgument
     from fuzzrunner.names import validate_oracles
-    from fuzzrunner.oracles.shadow import shadow_mode
     from fuzzrunner.target import load_target
     try:
         if oracle not in ("none", "default"):
@@ -147,7 +153,7 @@ def _arguments(oracle: str, faults: list) -> None:
             except InvalidArgument as e:
                 raise InvalidArgument(f"{e} Or: none, default.") from None
         load_target("reference_runner").check_faults(faults)
-        shadow_mode()  # a bad FUZZRUNNER_SHADOW
+        shadow()  # a bad FUZZRUNNER_SHADOW
     except InvalidArgument as e:
         raise SystemExit(f"campaign_loop: {e}") from None
     if os.environ.get("FUZZRUNNER_DEVICE") == "cuda":

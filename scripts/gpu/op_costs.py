@@ -118,10 +118,12 @@ def main() -> None:
     from gpu_shadow import _cases
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from fuzzrunner.context import Context
     from fuzzrunner.execute import run_case
     from fuzzrunner.target import load_target
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    context = Context.of(device, shadow="device")
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     target = load_target("reference_runner")
     rr = sys.modules[target.run.__module__]
@@ -143,9 +145,9 @@ def main() -> None:
         t = time.perf_counter()
         if m == "bare":
             with Bare():
-                run_case(c, target, oracles=[], device=device)
+                run_case(c, target, oracles=[], context=context)
         else:
-            run_case(c, target, oracles=["shadow"] if m in ("shadow", "noref") else [], device=device)
+            run_case(c, target, oracles=["shadow"] if m in ("shadow", "noref") else [], context=context)
         sync()
         return time.perf_counter() - t
 

@@ -6,6 +6,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from fuzzrunner.case import Case  # noqa: E402
+from fuzzrunner.context import Context
 from fuzzrunner.engine import Hub, WorkerSpec  # noqa: E402
 
 faulthandler.dump_traceback_later(45, exit=True)
@@ -13,7 +14,7 @@ T = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath
                  "benchmarks", "crash_target.py") + ":TARGET"
 device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 c = lambda op: Case("crash_bench", {"work_ms": 0}, ({"op": op},))  # noqa: E731
-with Hub(WorkerSpec(T, device=device, log_path="/tmp/probe_worker.log"), timeout_s=30, standby=True) as h:
+with Hub(WorkerSpec(T, Context.of(device), log_path="/tmp/probe_worker.log"), timeout_s=30, standby=True) as h:
     t = time.perf_counter()
     h.run(c("work"))
     print(f"first case {time.perf_counter() - t:.2f}s", flush=True)

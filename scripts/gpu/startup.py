@@ -23,12 +23,12 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 
-def _cases(n: int, seed: int) -> list:
+def _cases(n: int, seed: int, device: str) -> list:
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hseed
 
     from fuzzrunner.target import load_target
-    strategy = load_target("reference_runner").strategy((), 8)
+    strategy = load_target("reference_runner").strategy((), 8, device=device)
     out: list = []
     hs = settings(max_examples=n, database=None, phases=[Phase.generate], deadline=None,
                   suppress_health_check=list(HealthCheck))
@@ -37,10 +37,11 @@ def _cases(n: int, seed: int) -> list:
 
 
 def _hub(device: str, oracles: list, cases: list, t0: float, out: dict, spares: bool) -> None:
+    from fuzzrunner.context import Context
     from fuzzrunner.engine.hub import Hub, WorkerSpec
     done: list = []
     try:
-        with Hub(WorkerSpec("reference_runner", device=device), oracles=oracles, timeout_s=300,
+        with Hub(WorkerSpec("reference_runner", Context.of(device)), oracles=oracles, timeout_s=300,
                  standby=spares if device == "cuda" else False) as hub:
             first = None
             for c in cases:
@@ -96,7 +97,7 @@ def main() -> None:
         ap.error("--cases must be at least 2 (the first case's time and the next are shown apart)")
     from fuzzrunner import _env
     _env.configure()
-    cases = _cases(args.cases, args.seed)
+    cases = _cases(args.cases, args.seed, _env.device_type())  # (the reference runner draws alike on both)
     print(f"{len(cases)} cases per hub, {os.cpu_count()} CPUs; ready: s until the worker could take the first "
           f"case; first/second/steady: that case's run (s, ms, ms: the median of the second half); done by: the "
           f"cases all hubs had run after 5, 10, 15, 20 s", flush=True)

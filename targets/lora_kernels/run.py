@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import torch
 
-from fuzzrunner import _env
 from fuzzrunner.case import Case
 from fuzzrunner.errors import InvalidCase
 from fuzzrunner.kernels import KernelConfig, lora_bgmv, lora_expand, lora_shrink, torch_ref
@@ -34,7 +33,7 @@ def run(case: Case, ctx) -> None:
     device = torch.device(ctx.device)
     dtype = getattr(torch, c["dtype"])
     L, H, R, N = c["max_loras"], c["hidden"], c["rank"], c["slices"]
-    kc = KernelConfig(interpreted=_env.interpreted())
+    kc = KernelConfig(interpreted=ctx.context.interpreted)  # the run's Triton mode
     meta = LoRAKernelMeta.make("meta", L, c["max_num_tokens"], device)
     g = torch.Generator().manual_seed(len(N) * 1000 + R)
     lora_a = ctx.track(torch.randn(len(N), L, R, H, generator=g).to(device, dtype), "lora_a")

@@ -14,6 +14,7 @@ import torch
 from fuzzrunner import tracking
 from fuzzrunner.case import Case
 from fuzzrunner.errors import InvalidArgument, InvalidCase
+from fuzzrunner.kernels import KernelConfig
 from fuzzrunner.runner import Faults, ModelRunner, ReferenceModel, Request, RunnerConfig
 from fuzzrunner.runner.adapters import make_adapter
 
@@ -31,7 +32,8 @@ class _Session:
             faults = Faults.from_names(case.faults)
         except InvalidArgument as e:
             raise InvalidCase(str(e)) from None
-        self.runner = ModelRunner(self.config, device=ctx.device, faults=faults)
+        self.runner = ModelRunner(self.config, device=ctx.device, faults=faults,
+                                  kernel_config=KernelConfig(interpreted=ctx.context.interpreted))
         self.reference = ReferenceModel(self.config)
         self.ranks: dict[int, int] = {}
         self.dtype = getattr(torch, self.config.dtype)

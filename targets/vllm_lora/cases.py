@@ -103,8 +103,11 @@ def _moe(draw, max_loras: int) -> dict:
 
 
 @st.composite
-def vllm_lora_cases(draw, faults: tuple = (), max_ops: int = 8, *, entries=ENTRIES, grid_control=True,
-                    dtypes=("float16", "bfloat16"), moe=False, embedding=False) -> Case:
+def vllm_lora_cases(draw, faults: tuple = (), max_ops: int = 8, *, device: str = "cuda", entries=ENTRIES,
+                    grid_control=True, dtypes=None, moe=False, embedding=False) -> Case:
+    """A case for a run on ``device`` (the campaign's: ``Target.strategy`` passes it): its dtypes
+    (``DTYPES``) unless ``dtypes`` names them."""
+    dtypes = dtypes or DTYPES[device]
     L = draw(st.integers(1, 4))
     T = draw(st.sampled_from([4, 8, 16]))
     sizes = [s for s in (1, 2, 4, 8, 16) if s <= T]

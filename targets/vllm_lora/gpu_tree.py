@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fuzzrunner.env_defaults import DEVICE_ENV
+
 from .site import ROOT, site_dirs
 
 
@@ -42,7 +44,7 @@ from fuzzrunner.target import load_target
 from fuzzrunner.execute import run_case
 t = load_target("vllm_lora")
 @settings(max_examples=12, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(t.cases(()))
+@given(t.cases((), device="cpu"))
 def go(case):
     run_case(case, t, oracles=())
 go()
@@ -51,7 +53,7 @@ print(json.dumps(sorted({getattr(m, "__file__", None) or "" for m in list(sys.mo
 
 
 def imported_files(version: str) -> list[str]:
-    env = dict(os.environ, FUZZRUNNER_VLLM_VERSION=version, PYTHONPATH=str(ROOT), FUZZRUNNER_DEVICE="cpu")
+    env = dict(os.environ, FUZZRUNNER_VLLM_VERSION=version, PYTHONPATH=str(ROOT), **{DEVICE_ENV: "cpu"})
     env.pop("FUZZRUNNER_VLLM_SITE", None)
     env.pop("FUZZRUNNER_VLLM_PATCH", None)  # the tree is the release itself; a patch is applied on the GPU machine
     r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env, cwd=ROOT)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fuzzrunner.case import Case
+from fuzzrunner.context import Context
 from fuzzrunner.corpus import Corpus
 from fuzzrunner.engine import Hub, WorkerSpec, run_campaign
 from fuzzrunner.errors import HarnessError
@@ -230,7 +231,7 @@ def test_a_lost_cuda_context_runs_again_with_blocking_launches_to_name_its_kerne
     crashes = {"async": True, "blocking": blocking_crashes, "runs": []}
     monkeypatch.setattr(Hub, "_new_worker", lambda self, by=math.inf: _FakeGpuWorker(self.spec, crashes))
     confirmed = blocking_crashes is True
-    with Hub(WorkerSpec(CRASHY, device="cuda"), standby=False, zygote=False) as hub:
+    with Hub(WorkerSpec(CRASHY, Context.of("cuda")), standby=False, zygote=False) as hub:
         r = hub.run(_case("ok"))
         assert crashes["runs"] == [False, True]  # launched asynchronously, then again blocking
         assert r.crashed and r.confirmed == confirmed and hub.reruns == (blocking_crashes not in ("cannot start",
@@ -252,7 +253,8 @@ def test_a_lost_cuda_context_runs_again_with_blocking_launches_to_name_its_kerne
         assert hub._blocking.worker is None  # retired after each rerun: the next one gets a fresh worker
         crashes["async"] = False
         assert hub.run(_case("ok")).violations == [] and crashes["runs"] == [False, True, False]  # no crash, no rerun
-    with Hub(WorkerSpec(CRASHY, device="cuda", env={"CUDA_LAUNCH_BLOCKING": "1"}), standby=False, zygote=False) as h:
+    blocking = WorkerSpec(CRASHY, Context.of("cuda"), env={"CUDA_LAUNCH_BLOCKING": "1"})
+    with Hub(blocking, standby=False, zygote=False) as h:
         crashes["runs"].clear()
         crashes.update({"async": True, "blocking": True})
         r = h.run(_case("ok"))
@@ -267,11 +269,12 @@ def test_no_blocking_rerun_under_a_sanitizer_on_the_cpu_or_with_too_little_budge
     monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
     crashes = {"async": True, "blocking": True, "runs": []}
     monkeypatch.setattr(Hub, "_new_worker", lambda self, by=math.inf: _FakeGpuWorker(self.spec, crashes))
-    sanitizer = WorkerSpec(CRASHY, device="cuda", wrapper=["compute-sanitizer"], env={"CUDA_LAUNCH_BLOCKING": "1"})
+    sanitizer = WorkerSpec(CRASHY, Context.of("cuda"), wrapper=["compute-sanitizer"],
+                           env={"CUDA_LAUNCH_BLOCKING": "1"})
     for spec, cut_at in ((sanitizer, math.inf),
-                         (WorkerSpec(CRASHY, device="cuda", wrapper=["nsys", "profile"]), math.inf),
-                         (WorkerSpec(CRASHY, device="cpu"), math.inf),
-                         (WorkerSpec(CRASHY, device="cuda"), _time.monotonic() + RERUN_MIN_S / 2)):
+                         (WorkerSpec(CRASHY, Context.of("cuda"), wrapper=["nsys", "profile"]), math.inf),
+                         (WorkerSpec(CRASHY, Context.of("cpu")), math.inf),
+                         (WorkerSpec(CRASHY, Context.of("cuda")), _time.monotonic() + RERUN_MIN_S / 2)):
         crashes["runs"].clear()
         with Hub(spec, standby=False, zygote=False) as hub:
             r = hub.run(_case("ok"), cut_at=cut_at)
@@ -294,7 +297,7 @@ def test_a_gpu_death_by_a_signal_says_it_was_not_run_again_with_blocking_launche
             return RunResult([Violation("worker", "crash", "_a_later_kernel", "SIGSEGV", "", "killed by SIGSEGV")],
                              0.01, True, 1)
     monkeypatch.setattr(Hub, "_new_worker", lambda self, by=math.inf: Segfaulting(self.spec, {}))
-    with Hub(WorkerSpec(CRASHY, device="cuda"), standby=False, zygote=False) as hub:
+    with Hub(WorkerSpec(CRASHY, Context.of("cuda")), standby=False, zygote=False) as hub:
         r = hub.run(_case("ok"))
     assert runs == [False] and hub.reruns == 0  # no lost context: not run again here (the shard confirms it)
     assert r.violations[0].details["launches"] == "asynchronous: a death by a signal or a hang is not run again"
@@ -302,7 +305,7 @@ def test_a_gpu_death_by_a_signal_says_it_was_not_run_again_with_blocking_launche
 
 def test_a_campaign_worker_on_a_gpu_launches_asynchronously():
     from fuzzrunner.engine.plan import worker_spec
-    assert "CUDA_LAUNCH_BLOCKING" not in worker_spec(CRASHY, Settings(), 0, "cuda").env
+    assert "CUDA_LAUNCH_BLOCKING" not in worker_spec(CRASHY, Settings(), 0, Context.of("cuda")).env
 
 
 def test_a_crash_the_hub_confirmed_with_its_blocking_rerun_is_not_run_a_third_time(tmp_path, monkeypatch):

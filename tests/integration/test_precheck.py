@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from fuzzrunner.context import Context
 from fuzzrunner.engine.cpu_check import classify, outside_reason
 from fuzzrunner.engine.hub import WorkerSpec
 from fuzzrunner.engine.search import Shard
@@ -23,7 +24,7 @@ FAULTS = ("dummy_skips_slots", "padding_overruns")
 
 def _campaign(seed: int, examples: int = 40):
     settings = Settings(oracles=("numeric",), max_examples=examples, seed=seed, case_timeout_s=60)
-    worker = WorkerSpec(SPEC, device="cpu", env={"GPU_ONLY_FAKE": "1"})  # the "GPU" worker
+    worker = WorkerSpec(SPEC, Context.of("cpu"), env={"GPU_ONLY_FAKE": "1"})  # the "GPU" worker
     events: list = []
     shard = Shard(SPEC, load_target(SPEC), settings, FAULTS, None, None, 0, seed, worker, events.append)
     shard.precheck_on = True  # as on a GPU
@@ -88,7 +89,7 @@ def test_a_one_worker_gpu_campaign_prechecks_in_parallel_shards_and_nothing_else
     from fuzzrunner.engine.plan import CampaignPlan
 
     def shards(settings, device="cuda", database=None) -> Settings:
-        plan = CampaignPlan("reference_runner", "reference_runner", settings, (), 0, device, None, database)
+        plan = CampaignPlan("reference_runner", "reference_runner", settings, (), 0, Context.of(device), None, database)
         return _with_precheck_shards(plan).settings
     auto = shards(Settings()).workers
     assert auto == max(1, min(8, (os.cpu_count() or 1) // 4))
@@ -113,7 +114,7 @@ def test_a_bug_another_shard_already_wrote_is_neither_confirmed_nor_shrunk_again
     for index in range(2):  # the first still shrinking (here: not shrinking) when the second meets the bug
         settings = Settings(max_examples=30, seed=5, workers=2, shrink=index == 1)
         shard = Shard(spec, target, settings, ("boom",), Corpus(tmp_path, faults=("boom",)), None, index, 5,
-                      WorkerSpec(spec, device="cpu"))
+                      WorkerSpec(spec, Context.of("cpu")))
         shard.shrink_once = True  # as on a GPU
         try:
             shard.search(30)

@@ -125,6 +125,11 @@ def test_the_front_door_exports_what_all_says():
         assert getattr(fuzzrunner, name) is not None
     public = {n for n in dir(fuzzrunner) if not n.startswith("_") and not inspect.ismodule(getattr(fuzzrunner, n))}
     assert public == set(fuzzrunner.__all__) - {"__version__"}  # submodules aside, as in any package
+    plug_in_api = {"Oracle", "OracleSpec", "register_oracle", "Kind", "register_kind", "Tool", "register_tool",
+                   "register_target", "Violation", "Context"}  # docs/plugins.md
+    assert plug_in_api <= set(fuzzrunner.__all__)
+    assert fuzzrunner.OracleSpec is fuzzrunner.names.OracleSpec and fuzzrunner.register_target.__module__ == \
+        "fuzzrunner.target"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         fuzzrunner.nope  # noqa: B018
 

@@ -154,11 +154,13 @@ def test_a_shard_process_forks_its_workers_from_the_zygote_it_started_first(tmp_
             made.append(("torch" in sys.modules, wait))
             real(self, *args, wait=wait, **kwargs)
         forking.Zygote.__init__ = spy
+        from fuzzrunner.context import Context
         from fuzzrunner.engine.plan import CampaignPlan
         from fuzzrunner.engine.sharding import _shard_process
         from fuzzrunner.settings import Settings
         s = Settings(max_examples=2, seed=1, device="cpu", workers=2, cpu_triage=False)
-        plan = CampaignPlan("reference_runner", "reference_runner", s, (), 1, "cpu", {str(tmp_path / 'corpus')!r})
+        plan = CampaignPlan("reference_runner", "reference_runner", s, (), 1, Context.of("cpu"),
+                                {str(tmp_path / 'corpus')!r})
 
         class Q(list):
             put = list.append

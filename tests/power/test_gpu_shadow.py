@@ -11,10 +11,12 @@ import triton.language as tl
 from shadow_pairs import GPU_PAIRS, PAIRS
 from shadow_pairs.device_mode import CPU_CAUSES, DEVICE_CAUSES, NOT_ON_DEVICE, verdict
 
-from fuzzrunner import Case, _env, replay
+from fuzzrunner import Case, _env, env_defaults, replay
+from fuzzrunner.context import Context
 from fuzzrunner.finding import primary
 from fuzzrunner.oracles.shadow import shadow_oracle
 from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
+from fuzzrunner.settings import Settings
 
 
 @triton.jit
@@ -60,7 +62,8 @@ def _faults_found(device: str, fault: str):
     old = os.environ.get("FUZZRUNNER_SHADOW")
     os.environ["FUZZRUNNER_SHADOW"] = "device"
     try:
-        assert isinstance(shadow_oracle(), GpuShadowOracle)  # `--oracle shadow` is the device mode here
+        here = Context.resolve(env_defaults.apply(Settings(device=device)), in_process=True)
+        assert isinstance(shadow_oracle(here), GpuShadowOracle)  # `--oracle shadow` is the device mode here
         vs = replay(Case("reference_runner", CFG, ops, [fault]), oracles=["shadow"], device=device)
         clean = replay(Case("reference_runner", CFG, ops), oracles=["shadow"], device=device)
     finally:

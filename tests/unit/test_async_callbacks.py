@@ -72,7 +72,7 @@ def test_a_strategy_drawing_coroutines_stops_at_the_first_draw_with_the_targets_
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(DrawError) as e:
-            find(target.strategy((), max_ops=4), lambda c: True)
+            find(target.strategy((), 4, device="cpu"), lambda c: True)
     assert str(draw_error(target.name, e.value)) == (
         "target 'draws_coroutines': its strategy drew a coroutine (coroutine), not a Case: build cases with "
         "plain functions (an async function given to st.builds or .map makes coroutines).")

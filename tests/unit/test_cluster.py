@@ -154,10 +154,9 @@ def test_a_shard_on_a_node_builds_the_dispatch_filter_before_its_search_and_says
     monkeypatch.setitem(sys.modules, "ray", type(sys)("ray"))
     sys.modules["ray"].get = lambda ref: ref  # type: ignore[attr-defined]
     for shadow, built in (("device", True), ("cpu", False)):
-        monkeypatch.setenv("FUZZRUNNER_SHADOW", shadow)
         order.clear()
         sent.clear()
-        plan = campaign.plan_campaign("reference_runner", Settings(device="cpu", oracles=("shadow",)))
+        plan = campaign.plan_campaign("reference_runner", Settings(device="cpu", oracles=("shadow",), shadow=shadow))
         job = ray_shards.ShardJob(plan, 0, 0, 10, [], None, None, _Inbox())
         ray_shards.ShardActor().run(job)
         assert order == (["build", "search"] if built else ["search"])

@@ -9,6 +9,7 @@ import pytest
 
 from fuzzrunner import cli
 from fuzzrunner.case import Case
+from fuzzrunner.context import Context
 from fuzzrunner.engine import campaign as campaign_module
 from fuzzrunner.engine import events, hub, sharding
 from fuzzrunner.engine import triage as triage_module
@@ -63,7 +64,7 @@ def test_the_cli_starts_the_budgets_clock_before_it_loads_anything(monkeypatch, 
 
 def _shard(device: str, deadline: Deadline, seen=None) -> Shard:
     settings = Settings(budget_s=deadline.budget_s, seed=1, case_timeout_s=30)
-    worker = WorkerSpec("reference_runner", device=device)  # no process starts before a case runs
+    worker = WorkerSpec("reference_runner", Context.of(device))  # no process starts before a case runs
     return Shard("reference_runner", load_target("reference_runner"), settings, (), None, None, 0, 1, worker,
                  deadline=deadline, findings_seen=seen)
 

@@ -175,11 +175,10 @@ def test_a_campaign_builds_the_filter_before_its_workers_and_says_when_it_is_off
     the campaign process builds it first, only when its workers run the device mode, and says if it is off."""
     from fuzzrunner.engine import campaign, shard_run
     from fuzzrunner.settings import Settings
-    monkeypatch.setenv("FUZZRUNNER_SHADOW", shadow)
     asked: list = []
     monkeypatch.setattr(dispatch_filter, "get", lambda: asked.append(1))  # (returns None: a filter that is off)
     monkeypatch.setattr(dispatch_filter, "status", lambda: "off (RuntimeError: no compiler)")
-    plan = campaign.plan_campaign("reference_runner", Settings(device="cpu", oracles=oracles))
+    plan = campaign.plan_campaign("reference_runner", Settings(device="cpu", oracles=oracles, shadow=shadow or None))
     said: list = []
     shard_run.prepare_shadow(plan, said.append)
     assert bool(asked) == built
@@ -333,12 +332,11 @@ def test_a_replay_builds_the_filter_before_its_worker_starts(monkeypatch, shadow
     before its worker, only where the worker runs the device mode."""
     from fuzzrunner.engine import replay
     from fuzzrunner.settings import Settings
-    monkeypatch.setenv("FUZZRUNNER_SHADOW", shadow)
     order: list = []
     monkeypatch.setattr(dispatch_filter, "get", lambda: order.append("build"))
     monkeypatch.setattr(dispatch_filter, "status", lambda: "off (RuntimeError: no compiler)")
     monkeypatch.setattr(replay, "Hub", lambda *a, **k: order.append("worker"))
-    replayer = replay.Replayer(Settings(device="cpu", oracles=("shadow",)))
+    replayer = replay.Replayer(Settings(device="cpu", oracles=("shadow",), shadow=shadow))
     replayer.hub("reference_runner")
     replayer.hub("reference_runner")  # (one hub per target: built once)
     assert order == (["build", "worker"] if built else ["worker"])
@@ -347,13 +345,15 @@ def test_a_replay_builds_the_filter_before_its_worker_starts(monkeypatch, shadow
 def test_a_campaign_on_cuda_from_a_process_that_interprets_still_builds_for_its_compiled_workers(monkeypatch):
     """``TRITON_INTERPRET=1`` here (a user's export, a ``--device cpu`` session replaying a cuda case): the GPU
     workers run compiled Triton (they do not inherit it), so the device mode, and the build is needed here."""
+    from fuzzrunner.context import Context
     from fuzzrunner.oracles.shadow import prepare_device_mode
+    from fuzzrunner.settings import Settings
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.delenv("FUZZRUNNER_SHADOW", raising=False)
     asked: list = []
     monkeypatch.setattr(dispatch_filter, "get", lambda: asked.append(1) or object())
-    assert prepare_device_mode("cuda") is None and asked == [1]
-    assert prepare_device_mode("cpu") is None and asked == [1]  # a CPU worker interprets: the CPU oracle
+    assert prepare_device_mode(Context.resolve(Settings(device="cuda"), on_cluster=True)) is None and asked == [1]
+    assert prepare_device_mode(Context.resolve(Settings(device="cpu"))) is None and asked == [1]  # a CPU worker
+    #                                                                        interprets: the CPU oracle
 
 
 def test_the_cpu_shadow_forced_on_a_gpu_campaign_says_that_triton_kernels_go_unchecked(monkeypatch):
@@ -363,9 +363,8 @@ def test_the_cpu_shadow_forced_on_a_gpu_campaign_says_that_triton_kernels_go_unc
     from fuzzrunner.settings import Settings
     monkeypatch.setattr(dispatch_filter, "get", lambda: object())  # (a filter that is on)
     said: list = []
-    for shadow in ("cpu", ""):
-        monkeypatch.setenv("FUZZRUNNER_SHADOW", shadow)
-        plan = campaign.plan_campaign("reference_runner", Settings(device="cuda", oracles=("shadow",)),
+    for shadow in ("cpu", None):
+        plan = campaign.plan_campaign("reference_runner", Settings(device="cuda", oracles=("shadow",), shadow=shadow),
                                       on_cluster=True)  # (no GPU needed to plan)
         said.clear()
         shard_run.prepare_shadow(plan, said.append)

@@ -46,6 +46,7 @@ def test_a_case_under_any_oracle_imports_no_dynamo(tmp_path):
         _env.configure()
         from fuzzrunner import execute
         from fuzzrunner.case import Case
+        from fuzzrunner.context import Context
         from fuzzrunner.target import load_target
         target = load_target("reference_runner")
         ops = [{"op": "add_adapter", "adapter_id": 1, "rank": 4},
@@ -54,8 +55,8 @@ def test_a_case_under_any_oracle_imports_no_dynamo(tmp_path):
                {"op": "dummy_run", "num_tokens": 2, "kind": "warmup"}]
         case = Case("reference_runner", {"max_loras": 2, "capture_sizes": [1, 2, 4, 8]}, ops, [])
         for shadow, oracles in (("cpu", ["shadow"]), ("device", ["shadow"]), ("cpu", ["poison", "numeric", "invariants"])):
-            os.environ["FUZZRUNNER_SHADOW"] = shadow
-            found = execute.run_case(case, target, oracles=oracles, device="cpu", sanitizer=None, on_op=lambda i, op: None)
+            found = execute.run_case(case, target, oracles=oracles, context=Context.of("cpu", shadow=shadow),
+                                     on_op=lambda i, op: None)
             print(shadow, oracles, [v.kind for v in found], "torch._dynamo" in sys.modules)
     """, tmp_path)
     lines = out.strip().splitlines()

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import fuzzrunner
 from fuzzrunner.case import Case
+from fuzzrunner.context import Context
 from fuzzrunner.execute import RunContext, _caller_outside_this_file, _limitation, crash_violation, run_case
 from fuzzrunner.runner.uploads import upload, write
 from fuzzrunner.target import Target, load_target
@@ -38,7 +39,7 @@ def test_upload_and_write_give_the_values_on_the_device(device):
 def test_a_failed_runs_outputs_whose_copies_never_landed_are_dropped(monkeypatch):
     """After a run that broke the device, an output copied without waiting may hold memory the copy never
     wrote: it is dropped (a poison comparison of it would cry wolf); outputs copied before stay."""
-    ctx = RunContext(Case("reference_runner", {}, ()), "cpu", [])
+    ctx = RunContext(Case("reference_runner", {}, ()), Context.of("cpu"), [])
     kept, pending = torch.ones(2), torch.full((2,), 3.0)
     ctx.outputs = {(0, "step", "hidden"): kept, (1, "step", "hidden"): pending}
     ctx._pending.append((pending, torch.device("cuda", 0)))
@@ -54,7 +55,7 @@ def test_a_failed_runs_outputs_whose_copies_never_landed_are_dropped(monkeypatch
 
 
 def test_settled_outputs_are_all_kept(monkeypatch):
-    ctx = RunContext(Case("reference_runner", {}, ()), "cpu", [])
+    ctx = RunContext(Case("reference_runner", {}, ()), Context.of("cpu"), [])
     out = torch.ones(2)
     ctx.outputs = {(0, "step", "hidden"): out}
     ctx._pending.append((out, torch.device("cuda", 0)))

@@ -4,6 +4,7 @@ import pytest
 
 from fuzzrunner import names, settings
 from fuzzrunner.case import Case
+from fuzzrunner.context import Context
 from fuzzrunner.errors import InvalidArgument
 from fuzzrunner.execute import run_case
 from fuzzrunner.oracles.base import Oracle
@@ -13,8 +14,8 @@ from fuzzrunner.violation import Violation
 
 @pytest.mark.parametrize("name", sorted(names.ORACLES))
 def test_every_registered_oracle_resolves_to_an_oracle(name):
-    oracle = names.ORACLES[name].make()
-    assert isinstance(oracle, Oracle)
+    for context in (Context.of("cpu"), Context.of("cpu", shadow="device")):
+        assert isinstance(names.ORACLES[name].make(context), Oracle)
     for tool in names.ORACLES[name].not_under:
         assert tool in names.SANITIZER_TOOLS
     for device in names.ORACLES[name].default_on:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import fuzzrunner  # noqa: F401  (interpreter mode before Triton loads)
 from fuzzrunner import names, tracking
 from fuzzrunner.case import Case
+from fuzzrunner.context import Context
 from fuzzrunner.execute import run_case
 from fuzzrunner.oracles.base import Oracle
 from fuzzrunner.oracles.shadow.threads import ThreadCoverage
@@ -69,20 +70,20 @@ def _failing_step(shadow: str, step: str):
 def test_a_shadow_oracle_whose_start_raises_halfway_is_a_tool_limitation_and_leaves_nothing_installed(
         shadow, step, monkeypatch):
     from fuzzrunner.oracles.shadow.gpu import dispatch_filter
-    monkeypatch.setenv("FUZZRUNNER_SHADOW", shadow)
+    context = Context.of("cpu", shadow=shadow)
     if step == "filter" and dispatch_filter.get() is None:
         pytest.skip(f"the dispatch filter cannot be built here: {dispatch_filter.status()}")
     before = _installed()
-    baseline = run_case(CASE, TARGET, oracles=["shadow"], device="cpu")
+    baseline = run_case(CASE, TARGET, oracles=["shadow"], context=context)
     assert {(v.kind, v.tensor) for v in baseline} == {("uninitialized-read", "bad")}
     with monkeypatch.context() as m:
         m.setattr(*_failing_step(shadow, step), _planted)
-        vs = run_case(CASE, TARGET, oracles=["shadow"], device="cpu")
+        vs = run_case(CASE, TARGET, oracles=["shadow"], context=context)
     assert [(v.tool, v.kind, v.kernel) for v in vs] == [("fuzzrunner", "tool-limitation", "shadow")]
     assert "failed at its start" in vs[0].message and "planted" in vs[0].message
     assert "not a bug of the code under test (the case did not run)" in vs[0].message
     assert _installed() == before  # the mode, the watch, the hooks and the filter: all undone
-    assert run_case(CASE, TARGET, oracles=["shadow"], device="cpu") == baseline  # the next case as before
+    assert run_case(CASE, TARGET, oracles=["shadow"], context=context) == baseline  # the next case as before
 
 
 class _FailsAtFinish(Oracle):
@@ -112,7 +113,6 @@ def test_a_device_shadow_whose_last_read_back_raises_still_uninstalls_everything
     import sys
 
     from fuzzrunner.oracles.shadow.gpu.oracle import GpuShadowOracle
-    monkeypatch.setenv("FUZZRUNNER_SHADOW", "device")
     real = GpuShadowOracle._collect
 
     def collect(self):
@@ -121,7 +121,7 @@ def test_a_device_shadow_whose_last_read_back_raises_still_uninstalls_everything
         return real(self)
     before = _installed()
     monkeypatch.setattr(GpuShadowOracle, "_collect", collect)
-    vs = run_case(CASE, TARGET, oracles=["shadow"], device="cpu")
+    vs = run_case(CASE, TARGET, oracles=["shadow"], context=Context.of("cpu", shadow="device"))
     assert [(v.tool, v.kind, v.kernel if v.tool == "fuzzrunner" else v.tensor) for v in vs] == [
         ("fuzzrunner", "tool-limitation", "shadow"), ("shadow", "uninitialized-read", "bad")]  # op 1's, kept
     assert "failed at its finish" in vs[0].message

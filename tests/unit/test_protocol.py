@@ -5,6 +5,7 @@ import socket
 
 import pytest
 
+from fuzzrunner.context import Context
 from fuzzrunner.engine import events, protocol
 
 SAMPLES = {
@@ -60,12 +61,12 @@ def test_a_channel_refuses_a_message_it_does_not_carry_and_a_malformed_one(pair)
 
 
 def test_the_start_up_environment_is_one_round_trip():
-    start = protocol.WorkerEnv("my.py:T", "cuda", hub_socket="/tmp/s", parent=42, sanitizer="initcheck",
-                               extra={"CUDA_VISIBLE_DEVICES": "1"})
+    context = Context("cuda", False, "device", "initcheck", "1")
+    start = protocol.WorkerEnv("my.py:T", context, hub_socket="/tmp/s", parent=42, extra={"CUDA_LAUNCH_BLOCKING": "1"})
     env = start.environ({"PATH": "/bin"})
     assert env["PATH"] == "/bin" and env["CUDA_VISIBLE_DEVICES"] == "1" and env[protocol.PARENT_ENV] == "42"
-    assert protocol.WorkerEnv.read(env) == protocol.WorkerEnv("my.py:T", "cuda", "/tmp/s", 42, "initcheck")
-    assert protocol.WorkerEnv.read({}).device == "cpu"
+    assert protocol.WorkerEnv.read(env) == protocol.WorkerEnv("my.py:T", context, "/tmp/s", 42)
+    assert protocol.WorkerEnv.read({}).context == Context.of("cpu", interpreted=False)
 
 
 def test_an_event_nobody_declared_is_refused_and_a_default_takes_the_rest():

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from fuzzrunner import Case, _env, replay
+from fuzzrunner.context import Context
 from fuzzrunner.corpus import Corpus
 from fuzzrunner.errors import InvalidArgument
 from fuzzrunner.finding import Finding, primary
@@ -260,14 +261,19 @@ def test_the_script_rebuilds_the_case_exactly():
 
 
 def test_a_device_mode_finding_replays_in_the_device_mode(tmp_path, monkeypatch):
-    """A finding of the shadow oracle's device mode says so (``details["shadow_mode"]``), and its
-    script sets ``FUZZRUNNER_SHADOW=device`` (unless the user set a mode) before it replays."""
+    """A finding of the shadow oracle's device mode says so (its ``context``; a file from before findings
+    recorded it, ``details["shadow_mode"]``), and its script sets ``FUZZRUNNER_SHADOW=device`` (unless the user
+    set a mode) before it replays."""
     monkeypatch.setenv("FUZZRUNNER_SHADOW", "device")
     violations = replay(CASE)
     main = primary(violations)
-    assert main.details.get("shadow_mode") == "device"
     monkeypatch.delenv("FUZZRUNNER_SHADOW")
-    path = export_repro(Finding(main.signature, CASE, main), tmp_path / "repro.py")
+    found = Finding(main.signature, CASE, main, context=Context.of("cpu", shadow="device"))
+    old = Finding.from_dict({**found.to_dict(), "context": None,
+                             "violation": {**main.to_dict(), "details": {**main.details, "shadow_mode": "device"}}})
+    assert found.shadow_mode == old.shadow_mode == "device" and old.context is None
+    assert repro_script(old) == repro_script(found)
+    path = export_repro(found, tmp_path / "repro.py")
     text = path.read_text()
     assert 'if not os.environ.get("FUZZRUNNER_SHADOW", "").strip():' in text  # unset or empty: the device mode
     assert 'os.environ["FUZZRUNNER_SHADOW"] = "device"' in text

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fuzzrunner.case import Case
+from fuzzrunner.context import Context
 from fuzzrunner.engine import hub as hub_module
 from fuzzrunner.engine.hub import Hub, WorkerSpec
 from fuzzrunner.errors import InvalidArgument, SanitizerNotFound
@@ -407,10 +408,9 @@ def sanitized_hub(tmp_path):
     (tmp_path / "fake_target.py").write_text(FAKE_TARGET)
 
     def make(report_case: int, relay_delay_s: float = 0.0) -> Hub:
-        spec = WorkerSpec(f"{tmp_path / 'fake_target.py'}:TARGET", device="cpu",
+        spec = WorkerSpec(f"{tmp_path / 'fake_target.py'}:TARGET", Context.of("cpu", sanitizer="initcheck"),
                           wrapper=[sys.executable, str(tmp_path / "fake_sanitizer.py"), "--tool", "initcheck", "--"],
-                          env={"FUZZRUNNER_SANITIZER": "initcheck", "FAKE_REPORT_CASE": str(report_case),
-                               "FAKE_RELAY_DELAY_S": str(relay_delay_s)})
+                          env={"FAKE_REPORT_CASE": str(report_case), "FAKE_RELAY_DELAY_S": str(relay_delay_s)})
         return Hub(spec, oracles=("invariants",), timeout_s=120)
     return make
 
@@ -465,8 +465,8 @@ def test_a_gpu_worker_and_the_self_test_run_compiled_triton_from_a_process_that_
     from fuzzrunner.sanitizer import selftest
     from fuzzrunner.settings import Settings
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    gpu = worker_environment(worker_spec("reference_runner", Settings(), 0, "cuda"), "/tmp/hub.sock")
-    cpu = worker_environment(worker_spec("reference_runner", Settings(), 0, "cpu"), "/tmp/hub.sock")
+    gpu = worker_environment(worker_spec("reference_runner", Settings(), 0, Context.of("cuda")), "/tmp/hub.sock")
+    cpu = worker_environment(worker_spec("reference_runner", Settings(), 0, Context.of("cpu")), "/tmp/hub.sock")
     assert "TRITON_INTERPRET" not in gpu and gpu["FUZZRUNNER_DEVICE"] == "cuda"
     assert cpu["TRITON_INTERPRET"] == "1" and cpu["CUDA_VISIBLE_DEVICES"] == ""
     seen: dict = {}
@@ -479,4 +479,4 @@ def test_a_gpu_worker_and_the_self_test_run_compiled_triton_from_a_process_that_
     monkeypatch.setattr(selftest.subprocess, "run", script)
     ok, _ = selftest.self_test(sanitizer=type("Found", (), {"path": "compute-sanitizer", "version": "2025.3"})())
     assert not ok  # (nothing reported by the stand-in)
-    assert "TRITON_INTERPRET" not in seen and seen["FUZZRUNNER_DEVICE"] == "cuda"
+    assert "TRITON_INTERPRET" not in seen

@@ -47,7 +47,8 @@ def test_a_clean_case_runs_to_the_end_under_stop_early():
 
 
 def test_a_hub_asked_to_stop_early_passes_it_to_its_worker():
+    from fuzzrunner.context import Context
     from fuzzrunner.engine.hub import Hub, WorkerSpec
-    with Hub(WorkerSpec(f"{__file__}:TARGET", device="cpu"), oracles=("shadow",), stop_early=True) as hub:
+    with Hub(WorkerSpec(f"{__file__}:TARGET", Context.of("cpu")), oracles=("shadow",), stop_early=True) as hub:
         vs = hub.run(case("bad_a", "bad_b")).violations
     assert {v.tensor for v in vs} == {"bad_a"}

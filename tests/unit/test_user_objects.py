@@ -72,7 +72,7 @@ def test_a_run_raising_a_hostile_exception_is_a_crash_finding_in_process(kind, e
 def test_cases_raising_a_hostile_exception_is_the_targets_error_in_one_line():
     target = load_target(spec("CASES_RAISE"))
     with pytest.raises(TargetError) as e:
-        target.strategy((), max_ops=4)
+        target.strategy((), 4, device="cpu")
     assert str(e.value) == ("target 'cases_raise': its cases(faults, max_ops=4) raised StrRaises: <StrRaises "
                             "object: its str() failed (RuntimeError)>")
 
@@ -94,7 +94,7 @@ def test_a_strategy_drawing_a_case_that_is_not_json_stops_before_hypothesis_form
     from fuzzrunner.target import DrawError, draw_error
     target = load_target(spec("UNPRINTABLE_VALUES"))
     with pytest.raises(DrawError) as e:
-        find(target.strategy((), max_ops=4), lambda c: True)
+        find(target.strategy((), 4, device="cpu"), lambda c: True)
     assert "its strategy drew a case that is not plain JSON data (TypeError: Object of type Unprintable is not " \
            "JSON serializable)" in str(draw_error(target.name, e.value))
 

@@ -1,5 +1,6 @@
 """What the worker adds to a case's violations before they go to the hub."""
 
+from fuzzrunner.context import Context
 from fuzzrunner.engine.worker import _Session
 from fuzzrunner.violation import Violation
 
@@ -10,7 +11,7 @@ def _cuda_error() -> Violation:
 
 
 def test_a_cuda_error_raised_in_python_names_the_last_kernel_launched_and_keeps_its_identity():
-    session = _Session(None, None, "cuda")
+    session = _Session(None, None, Context.of("cuda"))
     session.reporter.last = "_lora_shrink_kernel"
     v = _cuda_error()
     named = session._with_last_launch(v)
@@ -20,11 +21,11 @@ def test_a_cuda_error_raised_in_python_names_the_last_kernel_launched_and_keeps_
 
 
 def test_other_violations_and_cpu_runs_are_left_alone():
-    session = _Session(None, None, "cuda")
+    session = _Session(None, None, Context.of("cuda"))
     session.reporter.last = "_lora_shrink_kernel"
     plain = Violation("python", "crash", "ValueError", "x.py:1", "", "op 0: ValueError: no", {})
     assert session._with_last_launch(plain) is plain
-    cpu = _Session(None, None, "cpu")
+    cpu = _Session(None, None, Context.of("cpu"))
     cpu.reporter.last = "_lora_shrink_kernel"
     assert cpu._with_last_launch(_cuda_error()) == _cuda_error()
 
@@ -43,7 +44,7 @@ def test_a_case_refused_after_a_kernel_broke_the_context_is_that_crash(monkeypat
                                                      protocol.Result)):
         monkeypatch.setattr(worker, "_context_lost", lambda last, lost=lost: lost)
         sent.clear()
-        code = _Session(None, None, "cuda").run(protocol.Run(case, ["shadow"], False))
+        code = _Session(None, None, Context.of("cuda")).run(protocol.Run(case, ["shadow"], False))
         [msg] = sent
         assert isinstance(msg, expect)
         assert code == (protocol.EXIT_CONTEXT_LOST if lost else None)

@@ -43,8 +43,8 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     mode_class = DeviceTorchMode  # the dispatch mode it runs (benchmarks/shadow_dispatch.py swaps it)
 
     def __init__(self, device: str | torch.device | None = None, *, auto_track_empty: bool = True):
-        """``device``: the device whose memory it checks; by default the process's (``FUZZRUNNER_DEVICE``: a
-        ``--device cpu`` run on a GPU machine checks the CPU, where its tensors are)."""
+        """``device``: the device whose memory it checks: the run's (``Context.device``, from ``shadow_oracle``: a
+        ``--device cpu`` run on a GPU machine checks the CPU, where its tensors are); by default the process's."""
         dev = torch.device(device or _env.device_type())
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
@@ -558,10 +558,11 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         if desc[0] == "oob":
             _, func, name, n, site = desc
             loc = source_location(*site)
-            self._add(Violation("shadow", "out-of-bounds", func, loc, name,
-                                f"{func} indexed row {wep} of {name} (size {n} along the indexed dim); {count} such "
-                                f"index(es); redirected to row 0 so the case could go on",
-                                {"index": wep, "rows": n, "op_index": self.op_index, "op": self.op_name}), count)
+            self.log_violations.add(Violation(
+                "shadow", "out-of-bounds", func, loc, name,
+                f"{func} indexed row {wep} of {name} (size {n} along the indexed dim); {count} such "
+                f"index(es); redirected to row 0 so the case could go on",
+                {"index": wep, "rows": n, "op_index": self.op_index, "op": self.op_name}), count)
             return
         _, func, region, view, site = desc
         loc = source_location(*site)
@@ -610,9 +611,9 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         b = BadAccess("out-of-bounds", near.allocation() if near else None, address, dist, 0, 1)
         details.update(address=hex(address), op_index=self.op_index, op=self.op_name)
         details.update(_driver_range(address))
-        msg = describe(b, rec.kernel, near.name if near else "<untracked>", details, self.op_index)
-        self._add(Violation("shadow", "out-of-bounds", rec.kernel, loc, near.name if near else "<untracked>",
-                            msg, details), 1)
+        name = near.name if near else "<untracked>"
+        msg = describe(b, rec.kernel, name, details, self.op_index)
+        self.log_violations.add(Violation("shadow", "out-of-bounds", rec.kernel, loc, name, msg, details), 1)
 
     def _adopt(self, entries: list) -> None:
         """Lanes outside their launch's table but inside a live tensor's storage (reached through a pointer
@@ -655,7 +656,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         if region.per_step:
             element = f"{region.name}[{', '.join(map(str, alloc.element(byte)))}]"
             details["unwritten_by"] = self._unwritten_by(kind, wep, element)
-        self._add(Violation("shadow", kind, kernel, loc, region.name, msg, details), count)
+        self.log_violations.add(Violation("shadow", kind, kernel, loc, region.name, msg, details), count)
 
     def _unwritten_by(self, kind: str, wep: int, element: str) -> str:
         if kind == "stale-read" and wep > 0:
@@ -663,10 +664,6 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         else:
             last = "written at set-up only" if kind == "stale-read" else "never written by any op"
         return f"op {self.op_index} ({self.op_name}) never wrote {element}; {last}"
-
-    def _add(self, v: Violation, count: int) -> None:
-        v.details.setdefault("shadow_mode", "device")  # a repro replays it in the same mode (repro.py)
-        self.log_violations.add(v, count)
 
 
 _SKIPPED = 32  # writes left unstamped per settled region and op (kept until the op ends)
