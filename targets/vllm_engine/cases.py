@@ -123,29 +123,9 @@ class EngineState(AdapterSlots):
 
 # -- rules --------------------------------------------------------------------------------------------------
 OPS = OpSequence()
-
-
-@OPS.rule(weight=3)
-def add(draw, s: EngineState) -> dict:
-    a = draw(s.adapter_to_add())
-    if len(s.pinned - {a}) >= s.slots:  # every slot pinned: vLLM would refuse; load a pinned one again instead
-        a = draw(st.sampled_from(sorted(s.pinned)))
-    s.load(a)
-    return {"op": "add", "id": a}
-
-
-@OPS.rule(precondition=lambda s: s.live)
-def remove(draw, s: EngineState) -> dict:
-    a = draw(s.live_adapter())
-    s.drop(a)
-    return {"op": "remove", "id": a}
-
-
-@OPS.rule(precondition=lambda s: [a for a in s.resident() if a not in s.pinned] and len(s.pinned) < s.slots - 1)
-def pin(draw, s: EngineState) -> dict:
-    a = draw(st.sampled_from([a for a in s.resident() if a not in s.pinned]))
-    s.pinned.add(a)
-    return {"op": "pin", "id": a}
+# Rule order matters beyond the weights: OpSequence's draw among the enabled rules favours the first ones (an
+# index near 0 is what Hypothesis draws most and shrinks to), so the rules that make a deep state come first
+# (enabled only in such a state), then a step, a step under eviction pressure, the adapter ops, the dummy run.
 
 
 def _new_requests(draw, s: EngineState, adapters: list[int], budget: int, keep: set[int]) -> list[dict]:
@@ -172,39 +152,6 @@ def _continued(draw, s: EngineState, rid: str, budget: int) -> dict | None:
     if 1 + drafts > budget:
         return None
     return {"id": rid, "lora": s.requests[rid], "tokens": 1 + drafts, "drafts": drafts, "prompt_logprobs": False}
-
-
-@OPS.rule(weight=lambda s: 12 if s.churned else 6)
-def step(draw, s: EngineState) -> dict:
-    live = sorted(s.requests)
-    finish = sorted(draw(st.sets(st.sampled_from(live), max_size=len(live)))) if live else []
-    for rid in finish:
-        del s.requests[rid]
-    budget, reqs, keep = s.cfg["max_num_batched_tokens"], [], set()
-    for rid in sorted(s.requests):
-        a = s.requests[rid]
-        if draw(st.booleans()) and (not a or a in keep or s.room(keep) > 0):
-            r = _continued(draw, s, rid, budget)
-            if r is not None:
-                reqs.append(r)
-                budget -= r["tokens"]
-                keep |= {a} - {0}
-    reqs += _new_requests(draw, s, draw(s.batch(max_requests=3)), budget, keep)
-    if not reqs and len(s.requests) < s.cfg["max_num_seqs"]:
-        reqs = _new_requests(draw, s, [0], budget, set())
-    if not reqs:  # every index held by a request left unscheduled: schedule one of them
-        rid = sorted(s.requests)[0]
-        reqs = [{"id": rid, "lora": s.requests[rid], "tokens": 1, "drafts": 0, "prompt_logprobs": False}]
-    for r in reqs:
-        s.requests[r["id"]] = r["lora"]
-    for a in {r["lora"] for r in reqs} - {0}:
-        if a not in s.live:
-            s.add(a)  # a request's adapter is loaded by set_active_adapters
-    s.activate([r["lora"] for r in reqs])
-    s.last_step = reqs
-    used = sum(r["tokens"] for r in reqs)
-    pad = draw(st.sampled_from([0, 0, 0, s.cfg["max_num_batched_tokens"] - used]))
-    return {"op": "step", "finish": finish, "reqs": reqs, "pad": pad, "seed": draw(st.integers(0, 7))}
 
 
 def _movable(s: EngineState) -> list[int]:
@@ -241,6 +188,131 @@ def move(draw, s: EngineState) -> list[dict]:
     again = [dict(r, prompt_logprobs=False) for r in s.last_step]  # type: ignore[union-attr]
     s.activate([r["lora"] for r in again])
     return ops + [{"op": "step", "finish": [], "reqs": again, "pad": 0, "seed": draw(st.integers(0, 7))}]
+
+
+def _lacks(s: EngineState, x: int, y: int) -> bool:
+    """Adapter ``y`` has no weights for a module ``x`` has, in a layer the case runs."""
+    run = set(s.cfg["layers"])
+    pack = packing(s.cfg["layout"])
+    tx, ty = (set(s.cfg["adapters"][str(a)]["targets"]) for a in (x, y))
+    return any(m in run and set(subs) & (tx - ty) for m, subs in pack.items())
+
+
+def _narrower(s: EngineState) -> list[tuple[int, int]]:
+    if len(s.requests) >= s.cfg["max_num_seqs"]:
+        return []
+    return [(x, y) for x in s.resident() if x not in s.pinned for y in s.ids
+            if y not in s.table and y not in s.pinned and _lacks(s, x, y)]
+
+
+@OPS.rule(weight=4, precondition=_narrower)
+def reuse_slot(draw, s: EngineState) -> list[dict]:
+    """Free the slot of ``x`` (remove it) and run a request of ``y``, which lacks a module ``x`` has: ``y`` takes a
+    slot whose layers last held ``x``'s weights."""
+    x, y = draw(st.sampled_from(_narrower(s)))
+    s.drop(x)
+    r = {"id": s.new_id(), "lora": y, "tokens": draw(st.integers(1, 2)), "drafts": 0, "prompt_logprobs": False}
+    s.requests[r["id"]] = y
+    s.add(y)
+    s.activate([y])
+    s.last_step = [r]
+    return [{"op": "remove", "id": x}, {"op": "step", "finish": [], "reqs": [r], "pad": 0,
+                                        "seed": draw(st.integers(0, 7))}]
+
+
+@OPS.rule(weight=lambda s: 12 if s.churned else 6)
+def step(draw, s: EngineState) -> dict:
+    live = sorted(s.requests)
+    finish = sorted(draw(st.sets(st.sampled_from(live), max_size=len(live)))) if live else []
+    for rid in finish:
+        del s.requests[rid]
+    budget, reqs, keep = s.cfg["max_num_batched_tokens"], [], set()
+    for rid in sorted(s.requests):
+        a = s.requests[rid]
+        if draw(st.booleans()) and (not a or a in keep or s.room(keep) > 0):
+            r = _continued(draw, s, rid, budget)
+            if r is not None:
+                reqs.append(r)
+                budget -= r["tokens"]
+                keep |= {a} - {0}
+    reqs += _new_requests(draw, s, draw(s.batch(max_requests=3)), budget, keep)
+    if not reqs and len(s.requests) < s.cfg["max_num_seqs"]:
+        reqs = _new_requests(draw, s, [0], budget, set())
+    if not reqs:  # every index held by a request left unscheduled: schedule one of them
+        rid = sorted(s.requests)[0]
+        reqs = [{"id": rid, "lora": s.requests[rid], "tokens": 1, "drafts": 0, "prompt_logprobs": False}]
+    for r in reqs:
+        s.requests[r["id"]] = r["lora"]
+    for a in {r["lora"] for r in reqs} - {0}:
+        if a not in s.live:
+            s.add(a)  # a request's adapter is loaded by set_active_adapters
+    s.activate([r["lora"] for r in reqs])
+    s.last_step = reqs
+    used = sum(r["tokens"] for r in reqs)
+    pad = draw(st.sampled_from([0, 0, 0, s.cfg["max_num_batched_tokens"] - used]))
+    return {"op": "step", "finish": finish, "reqs": reqs, "pad": pad, "seed": draw(st.integers(0, 7))}
+
+
+def _pressure(s: EngineState) -> bool:
+    """Two or more slots, fewer pins than slots - 1, and adapters enough to fill them and bring one more in."""
+    free = [a for a in s.ids if a not in s.pinned]
+    return s.slots >= 2 and len(s.pinned) < s.slots - 1 and len(free) > s.slots
+
+
+@OPS.rule(weight=3, precondition=_pressure)
+def evict_under_use(draw, s: EngineState) -> list[dict]:
+    """Fill every slot (``add``), then one step with a request of the least recently used adapter (first in the
+    batch's order: decode-sized) and one of an adapter that is not resident, so that bringing it in must evict
+    another adapter than the one the step also uses."""
+    ops: list[dict] = []
+    while not s.full():
+        a = draw(st.sampled_from([a for a in s.ids if a not in s.table]))
+        s.load(a)
+        ops.append({"op": "add", "id": a})
+    old = next(a for a in s.by_age() if a not in s.pinned)
+    c = draw(st.sampled_from([a for a in s.ids if a not in s.table and a not in s.pinned]))
+    finish = sorted(s.requests)[:max(0, len(s.requests) + 2 - s.cfg["max_num_seqs"])]  # room for two requests
+    for rid in finish:
+        del s.requests[rid]
+    q = 1 + s.cfg["num_speculative_tokens"]  # the decode query length: sort_batch_req_ids puts it first
+    reqs = [{"id": s.new_id(), "lora": old, "tokens": q, "drafts": 0, "prompt_logprobs": False},
+            {"id": s.new_id(), "lora": c, "tokens": q + 1, "drafts": 0, "prompt_logprobs": False}]
+    if 2 * q + 1 > s.cfg["max_num_batched_tokens"]:
+        reqs[1]["tokens"] = 1
+    for r in reqs:
+        s.requests[r["id"]] = r["lora"]  # type: ignore[index]
+    s.add(c)
+    s.activate([old, c])
+    s.last_step = reqs
+    return ops + [{"op": "step", "finish": finish, "reqs": reqs, "pad": 0, "seed": draw(st.integers(0, 7))}]
+
+
+@OPS.rule(weight=3)
+def add(draw, s: EngineState) -> dict:
+    a = draw(s.adapter_to_add())
+    if len(s.pinned - {a}) >= s.slots:  # every slot pinned: vLLM would refuse; load a pinned one again instead
+        a = draw(st.sampled_from(sorted(s.pinned)))
+    s.load(a)
+    return {"op": "add", "id": a}
+
+
+@OPS.rule(precondition=lambda s: s.live)
+def remove(draw, s: EngineState) -> dict:
+    a = draw(s.live_adapter())
+    s.drop(a)
+    return {"op": "remove", "id": a}
+
+
+def _pinnable(s: EngineState) -> list[int]:
+    """Resident adapters not pinned, while a pin leaves a slot for the others."""
+    return [a for a in s.resident() if a not in s.pinned] if len(s.pinned) < s.slots - 1 else []
+
+
+@OPS.rule(weight=2, precondition=_pinnable)
+def pin(draw, s: EngineState) -> dict:
+    a = draw(st.sampled_from([a for a in s.resident() if a not in s.pinned]))
+    s.pinned.add(a)
+    return {"op": "pin", "id": a}
 
 
 @OPS.rule()
