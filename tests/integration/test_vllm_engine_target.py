@@ -166,6 +166,15 @@ def test_a_runtime_dummy_run_evicts_a_real_adapter_holding_a_warmup_id_and_fails
 
 
 @needs_vllm
+def test_a_runtime_dummy_run_beside_a_pinned_adapter_activates_more_dummies_than_free_slots():
+    """docs/findings/e1-dummy-run-evicts-real-adapter.md, its second form: max_loras dummies, max_loras - 1 slots."""
+    ops = [{"op": "add", "id": 4}, {"op": "pin", "id": 4}, {"op": "dummy_run", "num_tokens": 2, "reqs": 1}]
+    found = _run(ops)
+    assert [(v.kernel, v.details["op_index"]) for v in found] == [("KeyError", 2)], found
+    assert _run(ops[:1] + ops[2:]) == []  # not pinned: the dummies evict it, and nothing asks for it
+
+
+@needs_vllm
 def test_lora_on_lm_head_alone_makes_an_empty_dummy_adapter_and_the_profile_run_fails():
     """docs/findings/e2-lm-head-only-target-modules.md: the warm-up's dummy adapter has no weights at all."""
     found = _run([step(req("a", 1))], target_modules=["lm_head"])
@@ -181,6 +190,9 @@ def triaged(finding: dict) -> bool:
         return True
     if v["kind"] == "crash" and "warmup_" in v["message"] and "/not/a/real/path" in v["message"]:
         return True
+    op = case["ops"][v["details"]["op_index"]] if v["details"].get("op_index") is not None else {}
+    if v["kind"] == "crash" and v["kernel"] == "KeyError" and op.get("op") == "dummy_run":
+        return True  # E1's second form
     if v["kind"] == "crash" and "StopIteration" in v["message"]:
         return set(case["config"].get("target_modules") or []) <= {"lm_head"}
     return v.get("tensor", "").startswith("step.logits") and not _found()["make_lora_inputs_takes_num_logits"]
