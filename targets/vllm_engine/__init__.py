@@ -77,6 +77,7 @@ def make_target():
         feature_space=features.FEATURE_SPACE,
         details=tuple(describe()),
         faults_unavailable=faults.unavailable(found),
+        code_under_test=found["api"].code,
         own_code=(HERE, os.path.join(os.path.dirname(HERE), "vllm_lora")),
     )
 

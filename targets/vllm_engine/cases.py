@@ -125,7 +125,7 @@ class EngineState(AdapterSlots):
 OPS = OpSequence()
 # Rule order matters beyond the weights: OpSequence's draw among the enabled rules favours the first ones (an
 # index near 0 is what Hypothesis draws most and shrinks to), so the rules that make a deep state come first
-# (enabled only in such a state), then a step, a step under eviction pressure, the adapter ops, the dummy run.
+# (enabled only in such a state), then a step, a step under eviction pressure, a runtime dummy run, the adapter ops.
 
 
 def _new_requests(draw, s: EngineState, adapters: list[int], budget: int, keep: set[int]) -> list[dict]:
@@ -287,6 +287,16 @@ def evict_under_use(draw, s: EngineState) -> list[dict]:
     return ops + [{"op": "step", "finish": finish, "reqs": reqs, "pad": 0, "seed": draw(st.integers(0, 7))}]
 
 
+@OPS.rule(weight=lambda s: 3 if s.live else 1)  # a dummy run beside registered adapters: the state it meets
+def dummy_run(draw, s: EngineState) -> dict:
+    t = s.cfg["max_num_batched_tokens"]
+    n = draw(st.integers(1, t))
+    s.clear()  # the dummy run removes every adapter (maybe_dummy_run_with_lora(remove_lora=True))
+    s.last_step = None
+    return {"op": "dummy_run", "num_tokens": n, "reqs": draw(st.integers(1, min(n, s.cfg["max_num_seqs"]))),
+            "pad": draw(st.sampled_from([0, t - n])), "seed": draw(st.integers(0, 7))}
+
+
 @OPS.rule(weight=3)
 def add(draw, s: EngineState) -> dict:
     a = draw(s.adapter_to_add())
@@ -313,16 +323,6 @@ def pin(draw, s: EngineState) -> dict:
     a = draw(st.sampled_from([a for a in s.resident() if a not in s.pinned]))
     s.pinned.add(a)
     return {"op": "pin", "id": a}
-
-
-@OPS.rule()
-def dummy_run(draw, s: EngineState) -> dict:
-    t = s.cfg["max_num_batched_tokens"]
-    n = draw(st.integers(1, t))
-    s.clear()  # the dummy run removes every adapter (maybe_dummy_run_with_lora(remove_lora=True))
-    s.last_step = None
-    return {"op": "dummy_run", "num_tokens": n, "reqs": draw(st.integers(1, min(n, s.cfg["max_num_seqs"]))),
-            "pad": draw(st.sampled_from([0, t - n])), "seed": draw(st.integers(0, 7))}
 
 
 # -- configs ------------------------------------------------------------------------------------------------

@@ -198,18 +198,21 @@ def triaged(finding: dict) -> bool:
     return v.get("tensor", "").startswith("step.logits") and not _found()["make_lora_inputs_takes_num_logits"]
 
 
-def _fuzz(tmp_path, capsys, *args) -> tuple[int, str, list]:
+def _fuzz(tmp_path, capsys, *args) -> tuple[int, str, dict]:
     from fuzzrunner.cli import main
     code = main(["fuzz", "--target", "vllm_engine", *args, "--corpus", str(tmp_path / "c"),
                  "--report", str(tmp_path / "r.json")])
     out = capsys.readouterr()
     report = tmp_path / "r.json"
-    found = json.loads(report.read_text())["runs"][0]["findings"] if report.exists() else []
-    return code, out.out + out.err, found
+    run = json.loads(report.read_text())["runs"][0] if report.exists() else {}
+    return code, out.out + out.err, run
 
 
 @needs_vllm
 def test_cli_short_fault_free_campaign_finds_nothing_untriaged(tmp_path, capsys):
-    code, out, found = _fuzz(tmp_path, capsys, "--max-examples", "20", "--seed", "1", "--no-shrink")
+    code, out, run = _fuzz(tmp_path, capsys, "--max-examples", "20", "--seed", "1", "--no-shrink")
     assert code in (0, 1), out
-    assert [f["signature"] for f in found if not triaged(f)] == []
+    assert [f["signature"] for f in run["findings"] if not triaged(f)] == []
+    # the report and the summary name the vLLM that ran (release and tree), as vllm_lora's do
+    assert run["code_under_test"]["engine"] == "vllm" and run["code_under_test"]["release"] == _found()["api"].version
+    assert f"code under test: vllm {run['code_under_test']['release']}" in out, out
