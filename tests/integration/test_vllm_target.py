@@ -159,6 +159,39 @@ def test_the_gpu_trees_platform_plugin_answers_the_no_gpu_platform_when_the_gpu_
     assert r.stdout.split()[-2:] == ["vllm.platforms.interface.UnspecifiedPlatform", "True"]
 
 
+@needs_vllm
+def test_the_gpu_trees_platform_lets_the_lora_layers_and_the_engine_pieces_import_without_compiled_code(tmp_path):
+    """On the H100 with the carried 0.33.0 tree, ``import vllm.lora.layers`` failed: on a CUDA platform
+    ``w8a8_utils`` asks ``torch.ops._C.cutlass_scaled_mm_supports_block_fp8`` at import (no vllm._C), and next
+    ``fa_utils`` imports ``vllm.vllm_flash_attn``, which refuses to import without its extensions. So vllm_lora
+    never had PunicaWrapperGPU there (no punica entry) and vllm_engine could not load. The plugin now answers
+    vLLM's kernel queries "no such kernel" and imports flash-attention as built without extensions; a kernel
+    itself is still absent. The adapter manager asks the platform for its punica wrapper (the base platform
+    raises NotImplementedError): it answers PunicaWrapperGPU, as vLLM's CUDA platform does."""
+    # vLLM's platform as there (targets/vllm_lora/cuda_like.py: the plugin's class, torch.cuda answered here)
+    (tmp_path / "sitecustomize.py").write_text(_import_object("targets.vllm_lora.cuda_like:SITE"))
+    modules = ["vllm.lora.layers", "vllm.lora.punica_wrapper.punica_gpu", "vllm.lora.worker_manager",
+               "vllm.v1.worker.lora_model_runner_mixin", "vllm.v1.worker.gpu.lora_utils",
+               "vllm.model_executor.models"]
+    code = ("import importlib, torch\n"
+            "from targets.vllm_lora import site\n"
+            "site.activate(site.candidate_paths())\n"
+            "from vllm.platforms import current_platform\n"
+            "print(type(current_platform).__name__, current_platform.is_cuda())\n"
+            f"for m in {modules!r}:\n"
+            "    importlib.import_module(m)\n"
+            "from vllm.utils.import_utils import resolve_obj_by_qualname\n"
+            "print(resolve_obj_by_qualname(current_platform.get_punica_wrapper()).__name__)\n"
+            "print(torch.ops._C.cutlass_scaled_mm_supports_block_fp8(90), hasattr(torch.ops._C, 'cutlass_scaled_mm'))\n"
+            "import vllm.vllm_flash_attn as fa\n"
+            "print(fa.FA2_AVAILABLE, fa.FA3_AVAILABLE)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]),
+                                CUDA_VISIBLE_DEVICES="", VLLM_LOGGING_LEVEL="ERROR"))
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert r.stdout.split() == ["CudaLikeHere", "True", "PunicaWrapperGPU", "False", "False", "False", "False"], r.stdout
+
+
 MOE = {"experts": 64, "top_k": 2, "n": 16, "slices": 2, "rank": 16, "mul_routed_weight": False,
        "enabled": [True, True]}
 EMBEDDING = {"entry": "punica", "embedding": True, "lora_index_to_id": [3, 1]}
