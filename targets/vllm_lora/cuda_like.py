@@ -5,8 +5,10 @@ modules take their CUDA branches at import, e.g. ``fa_utils`` imports ``vllm.vll
 ``vllm._C`` nor any other compiled extension. ``install()`` makes vLLM resolve the same class here, its
 ``torch.cuda`` queries answered from constants, so that what the GPU machine imports can be measured
 (``gpu_tree``: the files to carry) and tested (``tests/integration/test_vllm_target.py``) without a GPU. Not for
-running kernels: nothing here has CUDA. Capability 8.0: on 9.0 a Mamba op's config filter reads Triton configs at
-import, placeholders where Triton has no GPU driver.
+running kernels: nothing here has CUDA. Capability 9.0 (the H100's). Set ``CUDA_VISIBLE_DEVICES=""`` as the CPU
+set-up does (``site.prepare_environment``): vLLM then takes Triton as present with no active driver, as on a
+machine whose GPUs are not yet initialized, instead of its placeholders (whose configs a Mamba op reads at import
+on 9.0).
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ def platform_class():
     from .platform import CudaFromTorch
 
     class CudaLikeHere(CudaFromTorch):
-        get_device_capability = classmethod(lambda cls, device_id=0: DeviceCapability(8, 0))
+        get_device_capability = classmethod(lambda cls, device_id=0: DeviceCapability(9, 0))
         get_device_name = classmethod(lambda cls, device_id=0: "no GPU here (targets.vllm_lora.cuda_like)")
-        num_compute_units = classmethod(lambda cls, device_id=0: 108)
+        num_compute_units = classmethod(lambda cls, device_id=0: 132)
     return CudaLikeHere
 
 

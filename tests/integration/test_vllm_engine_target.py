@@ -184,18 +184,8 @@ def test_lora_on_lm_head_alone_makes_an_empty_dummy_adapter_and_the_profile_run_
 
 def triaged(finding: dict) -> bool:
     """The real vLLM bugs above (known or reported), as a fault-free campaign reports them."""
-    v = finding["violation"]
-    case = finding["case"]
-    if "prompt_logits" in v.get("tensor", ""):
-        return True
-    if v["kind"] == "crash" and "warmup_" in v["message"] and "/not/a/real/path" in v["message"]:
-        return True
-    op = case["ops"][v["details"]["op_index"]] if v["details"].get("op_index") is not None else {}
-    if v["kind"] == "crash" and v["kernel"] == "KeyError" and op.get("op") == "dummy_run":
-        return True  # E1's second form
-    if v["kind"] == "crash" and "StopIteration" in v["message"]:
-        return set(case["config"].get("target_modules") or []) <= {"lm_head"}
-    return v.get("tensor", "").startswith("step.logits") and not _found()["make_lora_inputs_takes_num_logits"]
+    from targets.vllm_engine.known import known_bug
+    return known_bug(finding, logits_mapped_per_row=_found()["make_lora_inputs_takes_num_logits"]) is not None
 
 
 def _fuzz(tmp_path, capsys, *args) -> tuple[int, str, dict]:
