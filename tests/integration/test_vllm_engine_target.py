@@ -182,6 +182,32 @@ def test_lora_on_lm_head_alone_makes_an_empty_dummy_adapter_and_the_profile_run_
     assert _run([step(req("a", 1))], target_modules=["lm_head", "o_proj"]) == []
 
 
+@needs_vllm
+@pytest.mark.slow  # two fresh processes importing vLLM: ~1.5 min on 2 cores
+def test_the_standalone_e1_e2_repro_fails_on_the_pinned_vllm_and_passes_with_the_fix():
+    """docs/findings/repro_e1_e2_dummy_adapters.py needs nothing of ours: vLLM's tree on PYTHONPATH."""
+    import os
+    import subprocess
+    import sys
+
+    from targets.vllm_lora import patching, site
+    tree = list(site.site_dirs(site.PINNED))
+
+    def run(paths):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("FUZZRUNNER_", "PYTHONPATH"))}
+        return subprocess.run([sys.executable, str(ROOT / "docs" / "findings" / "repro_e1_e2_dummy_adapters.py"),
+                               "--device", "cpu"], capture_output=True, text=True, timeout=900, cwd=str(ROOT / "docs"),
+                              env=dict(env, PYTHONPATH=os.pathsep.join(map(str, paths))))
+    r = run(tree)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "E1 first form: max_cpu_loras = 2: BUG: LoRAAdapterNotFoundError" in r.stdout, r.stdout
+    assert "E2: target_modules = [lm_head]: BUG: RuntimeError: generator raised StopIteration" in r.stdout, r.stdout
+    assert "control: E1 first form, max_cpu_loras = 4: ok" in r.stdout, r.stdout
+    fixed = patching.apply(ROOT / "docs" / "findings" / "e1_e2_dummy_adapters.patch", tree[0], site.CACHE)
+    r = run([fixed, *tree])
+    assert r.returncode == 0 and r.stdout.count(": ok") == 4, r.stdout + r.stderr
+
+
 def triaged(finding: dict) -> bool:
     """The real vLLM bugs above (known or reported), as a fault-free campaign reports them."""
     from targets.vllm_engine.known import known_bug
