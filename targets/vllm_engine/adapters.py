@@ -53,24 +53,26 @@ def scaling(spec: dict) -> float:
 
 
 def weights(c: dict, spec: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """{sub-module: (A [rank, in], B [out, rank])} in float32, values exact in float16 (so that vLLM's cast to
-    the LoRA dtype changes nothing), drawn from the adapter's seed."""
+    """{sub-module: (A [rank, in], B [out, rank])} in float32, values exact in the model's dtype (so that vLLM's
+    cast to the LoRA dtype changes nothing), drawn from the adapter's seed."""
     shapes = sub_shapes(c)
+    exact = getattr(torch, c.get("dtype", "float16"))
     g = torch.Generator().manual_seed(1009 * spec["seed"] + spec["rank"])
     out = {}
     for sub in sorted(shapes):
         if sub not in spec["targets"]:
             continue
         o, i = shapes[sub]
-        a = (0.25 * torch.randn(spec["rank"], i, generator=g)).half().float()
-        b = (0.25 * torch.randn(o, spec["rank"], generator=g)).half().float()
+        a = (0.25 * torch.randn(spec["rank"], i, generator=g)).to(exact).float()
+        b = (0.25 * torch.randn(o, spec["rank"], generator=g)).to(exact).float()
         out[sub] = (a, b)
     return out
 
 
 def folder(c: dict, spec: dict) -> str:
     """The adapter's PEFT folder (written on first use; keyed by its spec and the model's shapes)."""
-    key = hashlib.sha256(json.dumps([sub_shapes(c), spec], sort_keys=True).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps([sub_shapes(c), spec, c.get("dtype", "float16")],
+                                    sort_keys=True).encode()).hexdigest()[:16]
     d = os.path.join(_folder(), key)
     if os.path.isdir(d):
         return d

@@ -4,7 +4,8 @@ Config (plain JSON; every LoRA knob is vLLM's own ``LoRAConfig`` / ``SchedulerCo
 ``max_loras``, ``max_cpu_loras``, ``max_lora_rank``, ``lora_dtype``, ``fully_sharded_loras``,
 ``specialize_active_lora``, ``target_modules`` (the deployment filter, or null), ``max_num_seqs``,
 ``max_num_batched_tokens``, ``num_speculative_tokens`` (drafts a request may carry); the model
-(``hidden``, ``vocab``, ``layout``: model.py; ``seed`` of its base weights); ``layers``, the layers each
+(``dtype``: float16, or bfloat16 where Triton runs compiled (``DTYPES``; absent: float16), ``hidden``,
+``vocab``, ``layout``: model.py; ``seed`` of its base weights); ``layers``, the layers each
 forward runs (model.LAYERS; ``lm_head`` is the logits processor); ``adapters``: id -> ``{"rank", "alpha",
 "rslora", "targets", "seed"}`` (adapters.py).
 
@@ -34,6 +35,7 @@ from fuzzrunner.strategies import AdapterSlots, OpSequence
 from .model import LAYERS, PACKED, packing
 
 POOL = 5          # adapter ids 1..POOL
+DTYPES = {"cpu": ("float16",), "cuda": ("float16", "bfloat16")}  # the model's, per device (as vllm_lora's)
 GO_ON_ODDS = 7    # going on after an op is 7 times as likely as stopping
 RANKS = (1, 2, 4, 8, 16)
 
@@ -47,6 +49,9 @@ def check(case) -> dict:
     missing = [k for k in need if k not in c]
     if missing:
         raise InvalidCase(f"vllm_engine config is missing {', '.join(missing)}.")
+    if c.get("dtype", "float16") not in DTYPES["cuda"] or c["lora_dtype"] not in ("auto", c.get("dtype", "float16")):
+        raise InvalidCase(f"dtype {c.get('dtype')!r}, lora_dtype {c['lora_dtype']!r}: the model's dtype is one of "
+                          f"{', '.join(DTYPES['cuda'])}, lora_dtype 'auto' or the model's.")
     if not c["layers"] or any(x not in LAYERS for x in c["layers"]):
         raise InvalidCase(f"layers {c['layers']!r}: a non-empty list of {', '.join(LAYERS)}.")
     if any((k, c["layout"].get(k)) not in PACKED for k in ("qkv", "gate_up")):
@@ -336,8 +341,9 @@ def _adapter(draw, max_rank: int, subs: list[str]) -> dict:
 
 
 @st.composite
-def engine_config(draw) -> dict:
+def engine_config(draw, device: str = "cpu") -> dict:
     max_loras = draw(st.integers(1, 3))
+    dtype = draw(st.sampled_from(DTYPES[device]))
     layout = {"qkv": draw(st.sampled_from(["merged", "fused"])), "gate_up": draw(st.sampled_from(["merged", "fused"]))}
     max_rank = draw(st.sampled_from([8, 16]))
     subs = sorted({s for m in packing(layout).values() for s in m})
@@ -345,7 +351,7 @@ def engine_config(draw) -> dict:
     wrapped = list(packing(layout))
     return {
         "max_loras": max_loras, "max_cpu_loras": max_loras + draw(st.integers(0, 2)), "max_lora_rank": max_rank,
-        "lora_dtype": draw(st.sampled_from(["auto", "float16"])),
+        "dtype": dtype, "lora_dtype": draw(st.sampled_from(["auto", dtype])),
         "fully_sharded_loras": draw(st.integers(0, 3)) == 0, "specialize_active_lora": draw(st.booleans()),
         "target_modules": (None if draw(st.integers(0, 4)) else
                            sorted(draw(st.sets(st.sampled_from(wrapped), min_size=1, max_size=len(wrapped))))),
@@ -359,6 +365,7 @@ def engine_config(draw) -> dict:
 
 @st.composite
 def vllm_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu") -> Case:
-    cfg = draw(engine_config())
+    """A case for a run on ``device`` (the campaign's): its model dtypes (``DTYPES``)."""
+    cfg = draw(engine_config(device))
     ops = draw(OPS.ops(lambda: EngineState(cfg), max_ops=max_ops, go_on_odds=GO_ON_ODDS))
     return Case("vllm_engine", cfg, tuple(ops), tuple(faults))

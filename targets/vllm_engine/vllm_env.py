@@ -135,7 +135,7 @@ def configs(c: dict, model_dir: str, device: str):
     from vllm.config import DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.config.lora import LoRAConfig
     model = ModelConfig(model=model_dir, tokenizer=model_dir, skip_tokenizer_init=True, max_model_len=64,
-                        dtype="float16")
+                        dtype=c.get("dtype", "float16"))
     lora_kw = {"max_loras": c["max_loras"], "max_lora_rank": c["max_lora_rank"], "max_cpu_loras": c["max_cpu_loras"],
                "lora_dtype": c["lora_dtype"], "fully_sharded_loras": c["fully_sharded_loras"],
                "specialize_active_lora": c["specialize_active_lora"], "target_modules": c.get("target_modules")}

@@ -94,10 +94,35 @@ def _case(config=None, ops=()):
     ({}, [{"op": "step", "finish": [], "reqs": [{"id": "a", "lora": 1, "tokens": 2, "drafts": 2}]}], "drafts"),
     ({}, [{"op": "dummy_run", "num_tokens": 0, "reqs": 1}], "dummy run"),
     ({}, [{"op": "evict"}], "unknown op"),
+    ({"dtype": "float32"}, (), "dtype"),
+    ({"dtype": "float16", "lora_dtype": "bfloat16"}, (), "lora_dtype 'auto' or the model's"),
 ])
 def test_invalid_cases_are_refused_with_the_rule(config, ops, words):
     with pytest.raises(InvalidCase, match=words):
         cases.check(_case(config, ops))
+
+
+def test_the_model_dtype_follows_the_device_and_adapter_weights_are_exact_in_it():
+    """bfloat16 only where Triton runs compiled (the campaign's device comes as cases(..., device=)); the PEFT
+    weights are exact in the model's dtype, so vLLM's cast to it changes nothing the float64 reference uses."""
+    def dtypes(device):
+        seen = set()
+
+        @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(cases.vllm_engine_cases(device=device))
+        def draw(case):
+            cases.check(case)
+            seen.add((case.config["dtype"], case.config["lora_dtype"]))
+        draw()
+        return seen
+    assert {d for d, _ in dtypes("cpu")} == {"float16"}
+    on_gpu = dtypes("cuda")
+    assert {d for d, _ in on_gpu} == {"float16", "bfloat16"} and all(lo in ("auto", d) for d, lo in on_gpu)
+    c = _case({"dtype": "bfloat16", "lora_dtype": "auto"}).config
+    cases.check(_case({"dtype": "bfloat16", "lora_dtype": "bfloat16"}))
+    for a, b in adapters.weights(c, c["adapters"]["1"]).values():
+        assert torch.equal(a, a.bfloat16().float()) and torch.equal(b, b.bfloat16().float())
+    assert cases.check(_case()).get("dtype", "float16") == "float16"  # a case from before dtypes: float16
 
 
 def test_the_layouts_pack_as_vllms_llama_does():
