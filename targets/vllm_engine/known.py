@@ -1,6 +1,7 @@
 """The real vLLM bugs ``vllm_engine`` finds on a release as shipped (docs/vllm.md, "What it found in vLLM";
 docs/findings/), told apart in a campaign's report by their op, output and message: a finding that is one of
-them is not new. Used by the integration tests and the GPU check (scripts/gpu_vllm_engine.py).
+them is not new. Used by the integration tests and the GPU acceptance step
+``vllm-engine`` (scripts/gpu/acceptance_steps.py).
 """
 
 from __future__ import annotations
