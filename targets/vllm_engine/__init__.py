@@ -22,20 +22,16 @@ _FOUND: dict = {}
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _device() -> str:
-    from fuzzrunner import _env
-    return _env.device_type()
-
-
 def load_engine() -> dict:
-    """vLLM imported (as ``vllm_lora`` imports it: its site, patch and CPU settings) and the engine pieces found."""
-    device = _device()
-    if device in _FOUND:
-        return _FOUND[device]
+    """vLLM imported (as ``vllm_lora`` imports it: its site, patch and this process's CPU settings) and the engine
+    pieces found, once per process. What a run's device changes is done by the run (``vllm_env.on_device``, from
+    the run's context)."""
+    if _FOUND:
+        return _FOUND
     api = load_api()
     from . import vllm_env
     try:
-        found = vllm_env.prepare(device)
+        found = vllm_env.prepare()
     except HarnessError:
         raise
     except Exception as e:  # noqa: BLE001 - a release whose engine pieces do not import: say which
@@ -45,8 +41,8 @@ def load_engine() -> dict:
         raise TargetUnavailable(f"vLLM {api.version} has no V2 model runner LoraState (vllm.v1.worker.gpu.lora_utils);"
                                 f" the vllm_engine target drives the V2 runner's LoRA bookkeeping.")
     found["api"] = api
-    _FOUND[device] = found
-    return found
+    _FOUND.update(found)
+    return _FOUND
 
 
 def describe() -> list[str]:

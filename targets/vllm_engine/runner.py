@@ -74,6 +74,7 @@ class Session:
         self.c = c = check(case)
         self.ctx, self.found = ctx, found
         self.device = torch.device(ctx.device)
+        vllm_env.on_device(ctx.device)
         vllm_env.distributed(ctx.device)
         self.cfg = vllm_env.configs(c, _model_dir(c), ctx.device)
         self.dtype = self.cfg.model_config.dtype

@@ -3,10 +3,13 @@
 Once per process (``prepare``, at load): ``LoRARequest`` hashed by id (``_hash_by_id``: replays); the tiny
 model class registered in vLLM's own ``ModelRegistry``
 (vLLM's API for out-of-tree models: its ``ModelConfig`` inspects it in-process instead of in a
-subprocess); on the CPU, the platform's answer to ``get_punica_wrapper`` (``PunicaWrapperGPU``, what
-vLLM's CUDA platform answers: its Triton ops run in the interpreter) for ``punica_selector`` only, and
-pinned host memory off (``PIN_MEMORY`` of every loaded vLLM module: vLLM pins when its platform probe
-says it may, which the no-GPU probe does, but a CPU-only torch cannot pin).
+subprocess).
+
+Once per process and device (``on_device``, by the first run, with the run's device): on the CPU, the
+platform's answer to ``get_punica_wrapper`` (``PunicaWrapperGPU``, what vLLM's CUDA platform answers: its
+Triton ops run in the interpreter) for ``punica_selector`` only, and pinned host memory off (``PIN_MEMORY``
+of every loaded vLLM module: vLLM pins when its platform probe says it may, which the no-GPU probe does, but
+a CPU-only torch cannot pin).
 
 Once per worker process (``distributed``, lazily, never in the zygote that forks workers): vLLM's
 distributed state on one rank, gloo on the CPU (nccl on a GPU), tensor-parallel size 1, as vLLM's
@@ -65,11 +68,23 @@ def unpin_host_memory() -> list[str]:
     return done
 
 
-def prepare(device: str) -> dict:
+def on_device(device: str) -> None:
+    """What a run on ``device`` needs of the process (once per device; see the module's doc)."""
+    if _STATE.get(("device", device)):
+        return
+    if device == "cpu":
+        import vllm.lora.punica_wrapper.punica_selector as selector
+        if not isinstance(selector.current_platform, _PunicaPlatform):
+            selector.current_platform = _PunicaPlatform(selector.current_platform)
+        unpin_host_memory()
+    _STATE[("device", device)] = True
+
+
+def prepare() -> dict:
     """Import the engine pieces of vLLM and adapt the process (once); the classes and functions found."""
     if "found" in _STATE:
         return _STATE["found"]
-    import vllm.lora.punica_wrapper.punica_selector as selector
+    import vllm.lora.punica_wrapper.punica_selector  # noqa: F401 - the manager's wrapper choice, patched by on_device
     from vllm.lora.request import LoRARequest
     from vllm.lora.worker_manager import LRUCacheWorkerLoRAManager
     from vllm.model_executor.models import ModelRegistry
@@ -89,9 +104,6 @@ def prepare(device: str) -> dict:
     cls = model_class()
     ModelRegistry.register_model(ARCH, cls)
     found["model_class"] = cls
-    if device == "cpu":
-        selector.current_platform = _PunicaPlatform(selector.current_platform)
-        unpin_host_memory()
     try:
         from vllm.v1.worker.gpu.lora_utils import LoraState
         found["LoraState"] = LoraState

@@ -63,7 +63,7 @@ cuda_like.install()
 site.activate(site.candidate_paths())
 import vllm.lora.punica_wrapper.punica_gpu, vllm.lora.ops.triton_ops
 from targets.vllm_engine import vllm_env
-vllm_env.prepare("cuda")
+vllm_env.prepare()
 print(json.dumps(sorted({getattr(m, "__file__", None) or "" for m in list(sys.modules.values())})))
 """
 
