@@ -73,10 +73,11 @@ class Session:
     def __init__(self, case, ctx, found: dict):
         self.c = c = check(case)
         self.ctx, self.found = ctx, found
-        self.device = torch.device(ctx.device)
-        vllm_env.on_device(ctx.device)
-        vllm_env.distributed(ctx.device)
-        self.cfg = vllm_env.configs(c, _model_dir(c), ctx.device)
+        device = ctx.context.device  # the run's (fuzzrunner.context.Context), decided once by the front end
+        self.device = torch.device(device)
+        vllm_env.on_device(device)
+        vllm_env.distributed(device)
+        self.cfg = vllm_env.configs(c, _model_dir(c), device)
         self.dtype = self.cfg.model_config.dtype
         self.runner = found["runner_class"](self.cfg.lora_config)
         from vllm.config import set_current_vllm_config

@@ -152,11 +152,14 @@ def test_invalid_cases_are_refused_with_the_rule(config, ops, words):
 def test_the_model_dtype_follows_the_device_and_adapter_weights_are_exact_in_it():
     """bfloat16 only where Triton runs compiled (the campaign's device comes as cases(..., device=)); the PEFT
     weights are exact in the model's dtype, so vLLM's cast to it changes nothing the float64 reference uses."""
+    from fuzzrunner.target import Target
+    target = Target("vllm_engine", "cases only", cases=cases.vllm_engine_cases, run=lambda case, ctx: None)
+
     def dtypes(device):
         seen = set()
 
         @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-        @given(cases.vllm_engine_cases(device=device))
+        @given(target.strategy((), 8, device=device))  # as a campaign asks its target for cases
         def draw(case):
             cases.check(case)
             seen.add((case.config["dtype"], case.config["lora_dtype"]))
