@@ -22,6 +22,7 @@ from .target import BUILTIN
 
 # the targets whose code under test may be missing here: a check that imports no engine -> (ok, where or why)
 AVAILABILITY = {"vllm_lora": "fuzzrunner.targets.vllm_lora:vllm_available",
+                "vllm_engine": "fuzzrunner.targets.vllm_engine:vllm_available",
                 "sglang_lora": "fuzzrunner.targets.sglang_lora:sglang_available",
                 "sglang_engine": "fuzzrunner.targets.sglang_engine:engine_available"}
 OURS = ("reference_runner", "lora_kernels")  # the code they test is fuzzrunner's own: always there

@@ -158,6 +158,10 @@ class AdapterSlots:
     def full(self) -> bool:
         return None not in self.table
 
+    def by_age(self) -> list[int]:
+        """Resident adapters, the least recently used first (the next one an activation evicts)."""
+        return [a for a in self._lru if a in self.table]
+
     def slot_of(self, adapter_id: int) -> int | None:
         return self.table.index(adapter_id) if adapter_id in self.table else None
 

@@ -32,6 +32,7 @@ BUILTIN = {
     "reference_runner": "fuzzrunner.targets.reference_runner:TARGET",
     "lora_kernels": "fuzzrunner.targets.lora_kernels:TARGET",
     "vllm_lora": "fuzzrunner.targets.vllm_lora:TARGET",
+    "vllm_engine": "fuzzrunner.targets.vllm_engine:TARGET",
     "sglang_lora": "fuzzrunner.targets.sglang_lora:TARGET",
     "sglang_engine": "fuzzrunner.targets.sglang_engine:TARGET",
 }

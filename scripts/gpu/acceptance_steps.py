@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 
@@ -267,13 +268,46 @@ def _triage_ran(r: Run) -> str:
     return f"CPU triage could not run: {bad[0]}" if bad else ""
 
 
+def _punica_reached(r: Run) -> str:
+    """vllm_lora drew its punica entry: PunicaWrapperGPU imported with the carried tree (it did not before the tree's
+    platform answered vLLM's kernel queries: targets/vllm_lora/platform.py)."""
+    reached = (r.report.get("coverage") or {}).get("features") or {}
+    return "" if "entry=punica" in reached else "entry=punica never reached: PunicaWrapperGPU did not import"
+
+
 def step_vllm_clean() -> tuple[str, str]:
-    """vllm_lora compiled, V1's fix applied (FUZZRUNNER_VLLM_PATCH): no finding."""
+    """vllm_lora compiled, V1's fix applied (FUZZRUNNER_VLLM_PATCH): no finding; its punica entry reached."""
     # 75 s: on an H100 a vLLM campaign's start-up (shard processes, vLLM's imports, the patched tree) took
     # 37 s; 45 s budgets ran 0 cases
     r = fuzz("vllm-clean-patched", "vllm_lora", "--seed", "0", "--max-examples", "5000", budget=75,
              env=_vllm_env(True))
-    return check([r], lambda r: clean(r) or _patched(r))
+    return check([r], lambda r: clean(r) or _patched(r) or _punica_reached(r))
+
+
+def _known_only(r: Run) -> str:
+    """A fault-free vllm_engine campaign: no finding but vLLM's known bugs (targets/vllm_engine/known.py: P1, S1
+    up to 0.33, E1, E2), and some cases ran."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from targets.vllm_engine.known import known_bug
+    release = (r.report.get("code_under_test") or {}).get("release", "0.0")
+    per_row = tuple(int(x) for x in release.split(".")[:2] if x.isdigit()) >= (0, 34)
+    new = [f["signature"] for f in r.findings if known_bug(f, logits_mapped_per_row=per_row) is None]
+    if r.exit not in (0, 1) or not r.examples or new:
+        return f"expected no finding but vLLM's known bugs, got {r.line()}" + (f"; new: {new[:2]}" if new else "")
+    return ""
+
+
+def step_vllm_engine() -> tuple[str, str]:
+    """vllm_engine compiled on the carried tree (vLLM's adapter manager, LoRA layers and V2-runner bookkeeping): a
+    fault-free campaign (nothing but vLLM's known bugs) and the planted fault mapping_cache_ignores_slots (found,
+    its CPU triage ran), at once."""
+    runs = at_once([
+        lambda: fuzz("vllm-engine-clean", "vllm_engine", "--seed", "0", "--max-examples", "5000", "--no-shrink",
+                     budget=75, env=_vllm_env(False)),
+        lambda: fuzz("vllm-engine-fault", "vllm_engine", "--fault", "mapping_cache_ignores_slots", "--seed", "0",
+                     "--max-examples", "500", "--no-shrink", budget=90, env=_vllm_env(False))])
+    return check(runs, lambda r: _known_only(r) if r.label.endswith("clean") else found(r) or _triage_ran(r))
 
 
 def step_vllm_fault() -> tuple[str, str]:
@@ -367,7 +401,8 @@ STEPS: dict[str, Callable[[], tuple[str, str]]] = {
     "reference-clean": step_reference_clean, "sanitizers": step_sanitizers, "gpu-only-runner": step_gpu_only_runner,
     "plugin-xdist": step_plugin_xdist, "shadow-cost": step_shadow_cost, "cuda-tests": step_cuda_tests,
     "cpu-suite": step_cpu_suite, "vllm-tree": step_vllm_tree, "v1-repro": step_v1_repro, "v1-replay": step_v1_replay,
-    "vllm-clean": step_vllm_clean, "vllm-fault": step_vllm_fault, "sglang-tree": step_sglang_tree,
+    "vllm-clean": step_vllm_clean, "vllm-fault": step_vllm_fault, "vllm-engine": step_vllm_engine,
+    "sglang-tree": step_sglang_tree,
     "sglang-clean": step_sglang_clean, "sglang-fault": step_sglang_fault, "two-gpus": step_two_gpus, "ray": step_ray,
     "hostile-targets": step_hostile_targets,
 }

@@ -1,9 +1,11 @@
 """``vllm_setup.sh VERSION --for-gpu DIR``: a tree to carry to a GPU machine that has no network.
 
 DIR gets (for ``FUZZRUNNER_VLLM_SITE=DIR``):
-* ``vllm/``: the vLLM files the target imports here (measured by running a few cases in a fresh
-  process), plus all of ``vllm/lora/`` and ``vllm/triton_utils/``; no compiled libraries (a vLLM
-  platform plugin answers the platform probe from torch: platform.py);
+* ``vllm/``: the vLLM files the targets import here (measured by running a few cases of ``vllm_lora`` and
+  ``vllm_engine`` in a fresh process, and by importing their vLLM modules under the CUDA platform the GPU
+  machine resolves: cuda_like.py), plus all of ``vllm/lora/`` and ``vllm/triton_utils/``; no compiled
+  libraries (a vLLM platform plugin answers the platform probe from torch, vLLM's kernel queries, and
+  flash-attention's absent extensions: platform.py);
 * ``deps/``: the imported dependency packages, installed for Python 3.12 (the GPU machine's): whole
   where they hold compiled modules, else only the imported modules and the data files.
 The compiled dependencies alone pass the 64 MiB that may be carried, so the tree is also written as
@@ -42,12 +44,26 @@ import json, sys
 from hypothesis import given, settings, HealthCheck, strategies as st
 from fuzzrunner.target import load_target
 from fuzzrunner.execute import run_case
-t = load_target("vllm_lora")
-@settings(max_examples=12, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(t.cases((), device="cpu"))
-def go(case):
-    run_case(case, t, oracles=())
-go()
+for name, n in (("vllm_lora", 12), ("vllm_engine", 4)):
+    t = load_target(name)
+    @settings(max_examples=n, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(t.cases((), device="cpu"))
+    def go(case):
+        run_case(case, t, oracles=())
+    go()
+print(json.dumps(sorted({getattr(m, "__file__", None) or "" for m in list(sys.modules.values())})))
+"""
+# What a CUDA platform imports beyond that (vLLM's modules take their CUDA branches at import: fa_utils imports
+# vllm.vllm_flash_attn...): the targets' vLLM modules imported under cuda_like, the platform the GPU machine resolves
+_CUDA_PROBE = r"""
+import json, os, sys
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+from targets.vllm_lora import cuda_like, site
+cuda_like.install()
+site.activate(site.candidate_paths())
+import vllm.lora.punica_wrapper.punica_gpu, vllm.lora.ops.triton_ops
+from targets.vllm_engine import vllm_env
+vllm_env.prepare()
 print(json.dumps(sorted({getattr(m, "__file__", None) or "" for m in list(sys.modules.values())})))
 """
 
@@ -56,10 +72,13 @@ def imported_files(version: str) -> list[str]:
     env = dict(os.environ, FUZZRUNNER_VLLM_VERSION=version, PYTHONPATH=str(ROOT), **{DEVICE_ENV: "cpu"})
     env.pop("FUZZRUNNER_VLLM_SITE", None)
     env.pop("FUZZRUNNER_VLLM_PATCH", None)  # the tree is the release itself; a patch is applied on the GPU machine
-    r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env, cwd=ROOT)
-    if r.returncode:
-        raise SystemExit(f"vllm_setup --for-gpu: the probe run failed: {r.stderr.strip().splitlines()[-1:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    files: set[str] = set()
+    for probe, label in ((_PROBE, "the probe run"), (_CUDA_PROBE, "the CUDA platform's imports")):
+        r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT)
+        if r.returncode:
+            raise SystemExit(f"vllm_setup --for-gpu: {label} failed: {r.stderr.strip().splitlines()[-1:]}")
+        files.update(json.loads(r.stdout.strip().splitlines()[-1]))
+    return sorted(files)
 
 
 def _copy(src: Path, dst: Path) -> None:

@@ -93,6 +93,8 @@ def facts(version: str, wheel_dirs: tuple = ()) -> dict:
         text = root.text("vllm/envs.py") or ""
         m = re.search(r"VLLM_USE_V2_MODEL_RUNNER: bool[^=\n]*= *([^\n]+)", text)
         default_line = m.group(1).strip() if m else ""
+    elif root.text(v2) is not None and root.text(v1) is None:
+        default_line = "the only runner (no V1 runner)"  # 0.34: gpu_model_runner.py and the variable are gone
     moe = _moe_flag(root)
     naive = _find(root, "vllm/lora/ops/triton_ops/fused_moe_lora_op.py", r"naive_block_assignment")
     return {"version": version, "moe_no_flag_check": moe, "moe_naive": naive,

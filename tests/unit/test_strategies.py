@@ -127,3 +127,18 @@ def test_an_op_sequence_draws_only_enabled_rules_runs_initializers_first_and_res
         seq.rule(weight=0)
     with pytest.raises(InvalidArgument, match="needs at least one rule"):
         OpSequence().ops(list)
+
+
+def test_by_age_lists_the_resident_adapters_least_recently_used_first():
+    s = AdapterSlots(slots=2, ids=range(1, 5))
+    assert s.by_age() == []
+    s.add(1)
+    s.add(2)
+    s.activate([1])
+    s.activate([2])
+    assert s.by_age() == [1, 2]
+    s.activate([1])                       # 1 used again: 2 is now the one an activation evicts
+    assert s.by_age() == [2, 1]
+    s.add(3)
+    s.activate([3])                       # evicts 2, the least recently used
+    assert s.by_age() == [1, 3] and 2 not in s.table

@@ -1,0 +1,82 @@
+"""Target ``vllm_engine``: vLLM's LoRA adapter manager, LoRA layers and V2-runner LoRA bookkeeping, as shipped.
+
+Where ``vllm_lora`` drives vLLM's LoRA kernels and their metadata, this target drives the state an engine
+keeps between steps, with vLLM's own objects: the worker's ``LRUCacheWorkerLoRAManager`` and the
+``LRUCacheLoRAModelManager`` it builds (loading PEFT folders, LRU eviction under ``max_loras`` /
+``max_cpu_loras``, pinning, the mapping and its cache), every ``*WithLoRA`` layer of a Llama-shaped model of
+vLLM's layer classes through its own forward, and the V2 model runner's ``LoraState`` and LoRA mixin
+(``make_lora_inputs``, ``_set_active_loras``, ``maybe_dummy_run_with_lora``). Same vLLM set-up as
+``vllm_lora`` (``scripts/vllm_setup.sh VERSION``). See docs/vllm.md, "The engine target".
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from fuzzrunner.errors import HarnessError, TargetUnavailable
+
+from ..vllm_lora import load_api, vllm_available
+
+_FOUND: dict = {}
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load_engine() -> dict:
+    """vLLM imported (as ``vllm_lora`` imports it: its site, patch and this process's CPU settings) and the engine
+    pieces found, once per process. What a run's device changes is done by the run (``vllm_env.on_device``, from
+    the run's context)."""
+    if _FOUND:
+        return _FOUND
+    api = load_api()
+    from . import vllm_env
+    try:
+        found = vllm_env.prepare()
+    except HarnessError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a release whose engine pieces do not import: say which
+        raise TargetUnavailable(f"vLLM {api.version}'s LoRA manager or model runner does not import here "
+                                f"({type(e).__name__}: {str(e).splitlines()[0][:200]}).") from None
+    if found.get("LoraState") is None:
+        raise TargetUnavailable(f"vLLM {api.version} has no V2 model runner LoraState (vllm.v1.worker.gpu.lora_utils);"
+                                f" the vllm_engine target drives the V2 runner's LoRA bookkeeping.")
+    found["api"] = api
+    _FOUND.update(found)
+    return _FOUND
+
+
+def describe() -> list[str]:
+    f = load_engine()
+    args = "req_ids, idx_mapping, num_scheduled_tokens" + (", num_logits" if f["make_lora_inputs_takes_num_logits"]
+                                                           else "")
+    how = f"make_lora_inputs({args})"
+    return [f"vllm         {f['api'].version} (engine pieces)",
+            "vllm driven  LRUCacheWorkerLoRAManager, LRUCacheLoRAModelManager, PEFT loading, the *WithLoRA layers of "
+            "a Llama-shaped model of vLLM's layer classes, PunicaWrapperGPU, LoRAModelRunnerMixin, LoraState."
+            f"{how}" + (", sort_batch_req_ids" if f["sort_batch_req_ids"] else "")]
+
+
+def make_target():
+    from fuzzrunner.target import Target
+
+    from . import cases, faults, features, runner
+    found = load_engine()
+    return Target(
+        name="vllm_engine",
+        description=f"vLLM {found['api'].version}'s LoRA adapter manager (load, LRU eviction, pinning, mapping), "
+                    f"*WithLoRA layers and V2-runner LoRA bookkeeping, driven through steps, dummy runs and churn",
+        cases=cases.vllm_engine_cases,
+        run=functools.partial(runner.run, found=found),
+        faults=tuple(faults.FAULTS),
+        fault_descriptions=dict(faults.FAULTS),
+        features=features.features,
+        feature_space=features.FEATURE_SPACE,
+        details=tuple(describe()),
+        faults_unavailable=faults.unavailable(found),
+        code_under_test=found["api"].code,
+        own_code=(HERE, os.path.join(os.path.dirname(HERE), "vllm_lora")),
+    )
+
+
+TARGET = make_target
+__all__ = ["TARGET", "load_engine", "make_target", "vllm_available"]

@@ -1,0 +1,126 @@
+"""Adapters as PEFT folders on disk (what vLLM loads through its own path), and their float64 deltas.
+
+A case's ``config["adapters"]`` maps an adapter id to ``{"rank", "alpha", "rslora", "targets", "seed"}``:
+``targets`` are adapter-visible module names of the model's layout (model.py: ``q_proj``... or the fused
+``qkv_proj``; ``embed_tokens``; ``lm_head``). Each adapter is written once per process as PEFT writes it,
+``adapter_config.json`` and ``adapter_model.safetensors`` (``base_model.model.<module>.lora_A.weight``
+[rank, in], ``lora_B.weight`` [out, rank]; the embedding as ``lora_embedding_A`` [rank, vocab] and
+``lora_embedding_B`` [hidden, rank]), and vLLM loads it from there (``WorkerLoRAManager._load_adapter``:
+``PEFTHelper.from_local_dir``, ``LoRAModel.from_local_checkpoint``).
+
+The reference delta of a row uses only these weights and the PEFT scaling (``alpha / rank``, or
+``alpha / sqrt(rank)`` with rsLoRA), never vLLM's stacked tensors or metadata.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+
+import torch
+
+from .model import LAYER, sub_shapes
+
+_DIR: list[str] = []  # this process's folder of adapters, made on first use
+
+
+def _folder() -> str:
+    if not _DIR:
+        d = tempfile.mkdtemp(prefix="fuzzrunner-vllm-adapters-")
+        atexit.register(shutil.rmtree, d, ignore_errors=True)
+        _DIR.append(d)
+    return _DIR[0]
+
+
+def peft_name(sub: str) -> str:
+    """The module's name in the adapter's tensors (its path in the model)."""
+    if sub == "embed_tokens":
+        return "model.embed_tokens"
+    if sub == "lm_head":
+        return "lm_head"
+    part = "self_attn" if sub in ("q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj") else "mlp"
+    return f"{LAYER}.{part}.{sub}"
+
+
+def scaling(spec: dict) -> float:
+    r, a = spec["rank"], spec["alpha"]
+    return a / math.sqrt(r) if spec.get("rslora") else a / r
+
+
+def weights(c: dict, spec: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """{sub-module: (A [rank, in], B [out, rank])} in float32, values exact in the model's dtype (so that vLLM's
+    cast to the LoRA dtype changes nothing), drawn from the adapter's seed."""
+    shapes = sub_shapes(c)
+    exact = getattr(torch, c.get("dtype", "float16"))
+    g = torch.Generator().manual_seed(1009 * spec["seed"] + spec["rank"])
+    out = {}
+    for sub in sorted(shapes):
+        if sub not in spec["targets"]:
+            continue
+        o, i = shapes[sub]
+        a = (0.25 * torch.randn(spec["rank"], i, generator=g)).to(exact).float()
+        b = (0.25 * torch.randn(o, spec["rank"], generator=g)).to(exact).float()
+        out[sub] = (a, b)
+    return out
+
+
+def folder(c: dict, spec: dict) -> str:
+    """The adapter's PEFT folder (written on first use; keyed by its spec and the model's shapes)."""
+    key = hashlib.sha256(json.dumps([sub_shapes(c), spec, c.get("dtype", "float16")],
+                                    sort_keys=True).encode()).hexdigest()[:16]
+    d = os.path.join(_folder(), key)
+    if os.path.isdir(d):
+        return d
+    from safetensors.torch import save_file
+    tensors = {}
+    for sub, (a, b) in weights(c, spec).items():
+        name = f"base_model.model.{peft_name(sub)}"
+        if sub == "embed_tokens":
+            tensors[f"{name}.lora_embedding_A"], tensors[f"{name}.lora_embedding_B"] = a, b
+        else:
+            tensors[f"{name}.lora_A.weight"], tensors[f"{name}.lora_B.weight"] = a, b
+    tmp = d + ".tmp"
+    os.makedirs(tmp, exist_ok=True)
+    save_file(tensors, os.path.join(tmp, "adapter_model.safetensors"))
+    with open(os.path.join(tmp, "adapter_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"peft_type": "LORA", "r": spec["rank"], "lora_alpha": spec["alpha"],
+                   "use_rslora": bool(spec.get("rslora")), "target_modules": sorted(spec["targets"]),
+                   "bias": "none", "task_type": "CAUSAL_LM"}, f)
+    os.replace(tmp, d)
+    return d
+
+
+class Deltas:
+    """Float64 LoRA deltas of one case's adapters, per runtime module (the slices packed in it)."""
+
+    def __init__(self, c: dict, packing: dict[str, tuple[str, ...]], wrapped: set[str]):
+        self.c, self.packing, self.wrapped = c, packing, wrapped
+        self._w = {int(i): (weights(c, spec), scaling(spec)) for i, spec in c["adapters"].items()}
+        self.shapes = sub_shapes(c)
+
+    def linear(self, module: str, adapter: int, x: torch.Tensor) -> torch.Tensor:
+        """[rows, out] delta of ``module`` for rows ``x`` under ``adapter`` (0: none)."""
+        cols = []
+        w, s = self._w.get(adapter, ({}, 0.0))
+        for sub in self.packing[module]:
+            o = self.shapes[sub][0]
+            if adapter and module in self.wrapped and sub in w:
+                a, b = w[sub]
+                cols.append(s * (x.double() @ a.double().T @ b.double().T))
+            else:
+                cols.append(torch.zeros(x.size(0), o, dtype=torch.float64))
+        return torch.cat(cols, dim=1)
+
+    def embedding(self, adapter: int, ids: torch.Tensor) -> torch.Tensor:
+        """[rows, hidden] delta of the embedding for token ``ids`` under ``adapter``."""
+        w, s = self._w.get(adapter, ({}, 0.0))
+        h = self.shapes["embed_tokens"][0]
+        if not adapter or "embed_tokens" not in self.wrapped or "embed_tokens" not in w:
+            return torch.zeros(ids.numel(), h, dtype=torch.float64)
+        a, b = w["embed_tokens"]
+        return s * (b.double() @ a.double()[:, ids]).T

@@ -1,0 +1,371 @@
+"""Cases for ``vllm_engine``: an engine's LoRA configuration, its adapters, and the ops its worker sees.
+
+Config (plain JSON; every LoRA knob is vLLM's own ``LoRAConfig`` / ``SchedulerConfig`` field, applied by vLLM):
+``max_loras``, ``max_cpu_loras``, ``max_lora_rank``, ``lora_dtype``, ``fully_sharded_loras``,
+``specialize_active_lora``, ``target_modules`` (the deployment filter, or null), ``max_num_seqs``,
+``max_num_batched_tokens``, ``num_speculative_tokens`` (drafts a request may carry); the model
+(``dtype``: float16, or bfloat16 where Triton runs compiled (``DTYPES``; absent: float16), ``hidden``,
+``vocab``, ``layout``: model.py; ``seed`` of its base weights); ``layers``, the layers each
+forward runs (model.LAYERS; ``lm_head`` is the logits processor); ``adapters``: id -> ``{"rank", "alpha",
+"rslora", "targets", "seed"}`` (adapters.py).
+
+Ops:
+
+* ``add`` / ``remove`` / ``pin`` ``{"id"}``: the runner's ``add_lora`` (load, register, activate), ``remove_lora``,
+  ``pin_lora``;
+* ``step`` ``{"finish": [request ids], "reqs": [{"id", "lora", "tokens", "drafts", "prompt_logprobs"}], "pad",
+  "seed"}``: the requests finished before the step, then the scheduled ones (a new id is a new request, with
+  adapter ``lora``, 0 = none; a live one keeps its adapter), ``pad`` rows of graph padding;
+* ``dummy_run`` ``{"num_tokens", "reqs", "pad", "seed"}``: a runtime dummy run (an idle data-parallel rank).
+
+Ops are drawn by rules over a model of the manager (``fuzzrunner.strategies``: ``OpSequence``,
+``AdapterSlots``): adapters re-added, removed while in use, pinned, brought in when every slot is taken
+(eviction), moved to another slot before an identical batch runs again, requests finished and their
+indices reused, decode steps with drafts, prompt-logprobs prefills, dummy runs that drop every adapter.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from fuzzrunner.case import Case
+from fuzzrunner.errors import InvalidCase
+from fuzzrunner.strategies import AdapterSlots, OpSequence
+
+from .model import LAYERS, PACKED, packing
+
+POOL = 5          # adapter ids 1..POOL
+DTYPES = {"cpu": ("float16",), "cuda": ("float16", "bfloat16")}  # the model's, per device (as vllm_lora's)
+GO_ON_ODDS = 7    # going on after an op is 7 times as likely as stopping
+RANKS = (1, 2, 4, 8, 16)
+
+
+# -- validity ---------------------------------------------------------------------------------------
+def check(case) -> dict:
+    c = case.config
+    need = ("max_loras", "max_cpu_loras", "max_lora_rank", "lora_dtype", "fully_sharded_loras",
+            "specialize_active_lora", "max_num_seqs", "max_num_batched_tokens", "num_speculative_tokens",
+            "hidden", "vocab", "layout", "seed", "layers", "adapters")
+    missing = [k for k in need if k not in c]
+    if missing:
+        raise InvalidCase(f"vllm_engine config is missing {', '.join(missing)}.")
+    if c.get("dtype", "float16") not in DTYPES["cuda"] or c["lora_dtype"] not in ("auto", c.get("dtype", "float16")):
+        raise InvalidCase(f"dtype {c.get('dtype')!r}, lora_dtype {c['lora_dtype']!r}: the model's dtype is one of "
+                          f"{', '.join(DTYPES['cuda'])}, lora_dtype 'auto' or the model's.")
+    if not c["layers"] or any(x not in LAYERS for x in c["layers"]):
+        raise InvalidCase(f"layers {c['layers']!r}: a non-empty list of {', '.join(LAYERS)}.")
+    if any((k, c["layout"].get(k)) not in PACKED for k in ("qkv", "gate_up")):
+        raise InvalidCase(f"layout {c['layout']!r}: qkv and gate_up are each 'merged' or 'fused'.")
+    subs = {s for m in packing(c["layout"]).values() for s in m}
+    for i, a in c["adapters"].items():
+        if not a["targets"] or any(t not in subs for t in a["targets"]) or a["rank"] > c["max_lora_rank"]:
+            raise InvalidCase(f"adapter {i}: targets must be modules of the layout ({', '.join(sorted(subs))}) and "
+                              f"rank <= max_lora_rank={c['max_lora_rank']}.")
+    for i, op in enumerate(case.ops):
+        _check_op(c, i, op)
+    return c
+
+
+def _check_op(c: dict, i: int, op: dict) -> None:
+    kind = op.get("op")
+    if kind not in ("add", "remove", "pin", "step", "dummy_run"):
+        raise InvalidCase(f"op {i}: unknown op {kind!r}; vllm_engine ops are add, remove, pin, step, dummy_run.")
+    if kind in ("add", "remove", "pin") and str(op.get("id")) not in c["adapters"]:
+        raise InvalidCase(f"op {i}: adapter {op.get('id')!r} is not in the config's adapters.")
+    if kind == "step":
+        reqs = op["reqs"]
+        tokens = sum(r["tokens"] for r in reqs) + op.get("pad", 0)
+        if not reqs or tokens > c["max_num_batched_tokens"] or len(reqs) > c["max_num_seqs"]:
+            raise InvalidCase(f"op {i}: a step schedules 1..max_num_seqs={c['max_num_seqs']} requests and at most "
+                              f"max_num_batched_tokens={c['max_num_batched_tokens']} rows (padding included).")
+        for r in reqs:
+            if r["lora"] and str(r["lora"]) not in c["adapters"]:
+                raise InvalidCase(f"op {i}: request {r['id']!r} asks for adapter {r['lora']}, not in the config.")
+            if not 0 <= r.get("drafts", 0) <= min(c["num_speculative_tokens"], r["tokens"] - 1):
+                raise InvalidCase(f"op {i}: request {r['id']!r}: drafts <= num_speculative_tokens and < its tokens.")
+        if len({r["lora"] for r in reqs if r["lora"]}) > c["max_loras"]:
+            raise InvalidCase(f"op {i}: more distinct adapters than max_loras={c['max_loras']} in one step.")
+    if kind == "dummy_run" and not 1 <= op["num_tokens"] <= c["max_num_batched_tokens"] - op.get("pad", 0):
+        raise InvalidCase(f"op {i}: a dummy run has 1..max_num_batched_tokens tokens, padding included.")
+
+
+# -- the model the rules draw over ------------------------------------------------------------------------
+class EngineState(AdapterSlots):
+    """The manager's slots (AdapterSlots: first free slot, LRU eviction), plus what the worker also holds:
+    pinned adapters, live requests (id -> adapter, tokens last scheduled), the last step's requests."""
+
+    def __init__(self, cfg: dict):
+        super().__init__(cfg["max_loras"], range(1, POOL + 1))
+        self.cfg = cfg
+        self.pinned: set[int] = set()
+        self.requests: dict[str, int] = {}     # live request id -> adapter id
+        self.last_step: list[dict] | None = None
+        self.next_id = 0
+
+    def load(self, a: int) -> None:
+        """``add_lora``: registered and activated, without being a batch."""
+        last, churned = self.last_batch, self.churned
+        self.add(a)
+        self.activate([a])
+        self.last_batch, self.churned = last, churned
+
+    def drop(self, a: int) -> None:
+        self.remove(a)
+        self.pinned.discard(a)
+
+    def clear(self) -> None:
+        for a in list(self.live):
+            self.drop(a)
+
+    def new_id(self) -> str:
+        self.next_id += 1
+        return f"r{self.next_id}"
+
+    def room(self, batch: set[int]) -> int:
+        """How many distinct adapters a step may bring beyond ``batch``: pinned ones outside it hold slots."""
+        return self.slots - len(batch) - len(self.pinned - batch)
+
+
+# -- rules --------------------------------------------------------------------------------------------------
+OPS = OpSequence()
+# Rule order matters beyond the weights: OpSequence's draw among the enabled rules favours the first ones (an
+# index near 0 is what Hypothesis draws most and shrinks to), so the rules that make a deep state come first
+# (enabled only in such a state), then a step, a step under eviction pressure, a runtime dummy run, the adapter ops.
+
+
+def _new_requests(draw, s: EngineState, adapters: list[int], budget: int, keep: set[int]) -> list[dict]:
+    out = []
+    room = s.room(keep)
+    for a in adapters:
+        if budget < 1 or len(s.requests) + len(out) >= s.cfg["max_num_seqs"]:  # each live request holds an index
+            break
+        if a and a not in keep and room <= 0:
+            a = 0  # a full batch: the scheduler would not schedule another adapter's request
+        if a and a not in keep:
+            keep.add(a)
+            room -= 1
+        n = draw(st.integers(1, min(4, budget)))
+        budget -= n
+        out.append({"id": s.new_id(), "lora": a, "tokens": n, "drafts": 0,
+                    "prompt_logprobs": n > 1 and draw(st.integers(0, 3)) == 0})
+    return out
+
+
+def _continued(draw, s: EngineState, rid: str, budget: int) -> dict | None:
+    spec = s.cfg["num_speculative_tokens"]
+    drafts = draw(st.integers(0, spec)) if spec else 0
+    if 1 + drafts > budget:
+        return None
+    return {"id": rid, "lora": s.requests[rid], "tokens": 1 + drafts, "drafts": drafts, "prompt_logprobs": False}
+
+
+def _movable(s: EngineState) -> list[int]:
+    """Adapters of the last step, its requests all still live, that a reload could move to another slot."""
+    if s.slots < 2 or not s.last_step or any(r["id"] not in s.requests for r in s.last_step):
+        return []
+    return sorted({r["lora"] for r in s.last_step} - {0})
+
+
+@OPS.rule(weight=8, precondition=_movable)
+def move(draw, s: EngineState) -> list[dict]:
+    """Move ``x`` (an adapter of the last step) to another slot and put another adapter ``z`` where it was, then
+    run the same requests with the same token counts again: an identical mapping, ``x`` in a new slot. With a
+    resident ``y`` in a lower slot, outside the last step: remove ``y`` and ``x``, add ``x`` (into ``y``'s slot,
+    the first free one) and ``y`` (into ``x``'s old one); else remove ``x``, add ``z`` (into ``x``'s slot), add ``x``.
+    vLLM does not zero a freed slot: only a slot refilled by another adapter shows a stale slot index."""
+    pairs = [(x, y) for x, y in s.movable() if x in _movable(s)]
+    if pairs:
+        x, y = draw(st.sampled_from(pairs))
+        ops = [{"op": "remove", "id": y}, {"op": "remove", "id": x}, {"op": "add", "id": x}, {"op": "add", "id": y}]
+        s.drop(y)
+        s.drop(x)
+        s.load(x)
+        s.load(y)
+    else:
+        x = draw(st.sampled_from(_movable(s)))
+        others = [a for a in s.ids if a != x and a not in s.pinned]
+        idle = [a for a in others if a not in s.table]  # not resident: it takes x's freed slot
+        z = draw(st.sampled_from(idle or others))
+        ops = [{"op": "remove", "id": x}, {"op": "add", "id": z}, {"op": "add", "id": x}]
+        s.drop(x)
+        s.load(z)
+        s.load(x)
+    again = [dict(r, prompt_logprobs=False) for r in s.last_step]  # type: ignore[union-attr]
+    s.activate([r["lora"] for r in again])
+    return ops + [{"op": "step", "finish": [], "reqs": again, "pad": 0, "seed": draw(st.integers(0, 7))}]
+
+
+def _lacks(s: EngineState, x: int, y: int) -> bool:
+    """Adapter ``y`` has no weights for a module ``x`` has, in a layer the case runs."""
+    run = set(s.cfg["layers"])
+    pack = packing(s.cfg["layout"])
+    tx, ty = (set(s.cfg["adapters"][str(a)]["targets"]) for a in (x, y))
+    return any(m in run and set(subs) & (tx - ty) for m, subs in pack.items())
+
+
+def _narrower(s: EngineState) -> list[tuple[int, int]]:
+    if len(s.requests) >= s.cfg["max_num_seqs"]:
+        return []
+    return [(x, y) for x in s.resident() if x not in s.pinned for y in s.ids
+            if y not in s.table and y not in s.pinned and _lacks(s, x, y)]
+
+
+@OPS.rule(weight=4, precondition=_narrower)
+def reuse_slot(draw, s: EngineState) -> list[dict]:
+    """Free the slot of ``x`` (remove it) and run a request of ``y``, which lacks a module ``x`` has: ``y`` takes a
+    slot whose layers last held ``x``'s weights."""
+    x, y = draw(st.sampled_from(_narrower(s)))
+    s.drop(x)
+    r = {"id": s.new_id(), "lora": y, "tokens": draw(st.integers(1, 2)), "drafts": 0, "prompt_logprobs": False}
+    s.requests[r["id"]] = y
+    s.add(y)
+    s.activate([y])
+    s.last_step = [r]
+    return [{"op": "remove", "id": x}, {"op": "step", "finish": [], "reqs": [r], "pad": 0,
+                                        "seed": draw(st.integers(0, 7))}]
+
+
+@OPS.rule(weight=lambda s: 12 if s.churned else 6)
+def step(draw, s: EngineState) -> dict:
+    live = sorted(s.requests)
+    finish = sorted(draw(st.sets(st.sampled_from(live), max_size=len(live)))) if live else []
+    for rid in finish:
+        del s.requests[rid]
+    budget, reqs, keep = s.cfg["max_num_batched_tokens"], [], set()
+    for rid in sorted(s.requests):
+        a = s.requests[rid]
+        if draw(st.booleans()) and (not a or a in keep or s.room(keep) > 0):
+            r = _continued(draw, s, rid, budget)
+            if r is not None:
+                reqs.append(r)
+                budget -= r["tokens"]
+                keep |= {a} - {0}
+    reqs += _new_requests(draw, s, draw(s.batch(max_requests=3)), budget, keep)
+    if not reqs and len(s.requests) < s.cfg["max_num_seqs"]:
+        reqs = _new_requests(draw, s, [0], budget, set())
+    if not reqs:  # every index held by a request left unscheduled: schedule one of them
+        rid = sorted(s.requests)[0]
+        reqs = [{"id": rid, "lora": s.requests[rid], "tokens": 1, "drafts": 0, "prompt_logprobs": False}]
+    for r in reqs:
+        s.requests[r["id"]] = r["lora"]
+    for a in {r["lora"] for r in reqs} - {0}:
+        if a not in s.live:
+            s.add(a)  # a request's adapter is loaded by set_active_adapters
+    s.activate([r["lora"] for r in reqs])
+    s.last_step = reqs
+    used = sum(r["tokens"] for r in reqs)
+    pad = draw(st.sampled_from([0, 0, 0, s.cfg["max_num_batched_tokens"] - used]))
+    return {"op": "step", "finish": finish, "reqs": reqs, "pad": pad, "seed": draw(st.integers(0, 7))}
+
+
+def _pressure(s: EngineState) -> bool:
+    """Two or more slots, fewer pins than slots - 1, and adapters enough to fill them and bring one more in."""
+    free = [a for a in s.ids if a not in s.pinned]
+    return s.slots >= 2 and len(s.pinned) < s.slots - 1 and len(free) > s.slots
+
+
+@OPS.rule(weight=3, precondition=_pressure)
+def evict_under_use(draw, s: EngineState) -> list[dict]:
+    """Fill every slot (``add``), then one step with a request of the least recently used adapter (first in the
+    batch's order: decode-sized) and one of an adapter that is not resident, so that bringing it in must evict
+    another adapter than the one the step also uses."""
+    ops: list[dict] = []
+    while not s.full():
+        a = draw(st.sampled_from([a for a in s.ids if a not in s.table]))
+        s.load(a)
+        ops.append({"op": "add", "id": a})
+    old = next(a for a in s.by_age() if a not in s.pinned)
+    c = draw(st.sampled_from([a for a in s.ids if a not in s.table and a not in s.pinned]))
+    finish = sorted(s.requests)[:max(0, len(s.requests) + 2 - s.cfg["max_num_seqs"])]  # room for two requests
+    for rid in finish:
+        del s.requests[rid]
+    q = 1 + s.cfg["num_speculative_tokens"]  # the decode query length: sort_batch_req_ids puts it first
+    reqs = [{"id": s.new_id(), "lora": old, "tokens": q, "drafts": 0, "prompt_logprobs": False},
+            {"id": s.new_id(), "lora": c, "tokens": q + 1, "drafts": 0, "prompt_logprobs": False}]
+    if 2 * q + 1 > s.cfg["max_num_batched_tokens"]:
+        reqs[1]["tokens"] = 1
+    for r in reqs:
+        s.requests[r["id"]] = r["lora"]  # type: ignore[index]
+    s.add(c)
+    s.activate([old, c])
+    s.last_step = reqs
+    return ops + [{"op": "step", "finish": finish, "reqs": reqs, "pad": 0, "seed": draw(st.integers(0, 7))}]
+
+
+@OPS.rule(weight=lambda s: 3 if s.live else 1)  # a dummy run beside registered adapters: the state it meets
+def dummy_run(draw, s: EngineState) -> dict:
+    t = s.cfg["max_num_batched_tokens"]
+    n = draw(st.integers(1, t))
+    s.clear()  # the dummy run removes every adapter (maybe_dummy_run_with_lora(remove_lora=True))
+    s.last_step = None
+    return {"op": "dummy_run", "num_tokens": n, "reqs": draw(st.integers(1, min(n, s.cfg["max_num_seqs"]))),
+            "pad": draw(st.sampled_from([0, t - n])), "seed": draw(st.integers(0, 7))}
+
+
+@OPS.rule(weight=3)
+def add(draw, s: EngineState) -> dict:
+    a = draw(s.adapter_to_add())
+    if len(s.pinned - {a}) >= s.slots:  # every slot pinned: vLLM would refuse; load a pinned one again instead
+        a = draw(st.sampled_from(sorted(s.pinned)))
+    s.load(a)
+    return {"op": "add", "id": a}
+
+
+@OPS.rule(precondition=lambda s: s.live)
+def remove(draw, s: EngineState) -> dict:
+    a = draw(s.live_adapter())
+    s.drop(a)
+    return {"op": "remove", "id": a}
+
+
+def _pinnable(s: EngineState) -> list[int]:
+    """Resident adapters not pinned, while a pin leaves a slot for the others."""
+    return [a for a in s.resident() if a not in s.pinned] if len(s.pinned) < s.slots - 1 else []
+
+
+@OPS.rule(weight=2, precondition=_pinnable)
+def pin(draw, s: EngineState) -> dict:
+    a = draw(st.sampled_from([a for a in s.resident() if a not in s.pinned]))
+    s.pinned.add(a)
+    return {"op": "pin", "id": a}
+
+
+# -- configs ------------------------------------------------------------------------------------------------
+@st.composite
+def _adapter(draw, max_rank: int, subs: list[str]) -> dict:
+    targets = draw(st.sampled_from([subs, subs, "some"]))
+    if targets == "some":
+        targets = sorted(draw(st.sets(st.sampled_from(subs), min_size=1, max_size=len(subs))))
+    return {"rank": draw(st.sampled_from([r for r in RANKS if r <= max_rank])), "alpha": draw(st.sampled_from([8, 16])),
+            "rslora": draw(st.integers(0, 4)) == 0, "targets": list(targets), "seed": draw(st.integers(0, 99))}
+
+
+@st.composite
+def engine_config(draw, device: str = "cpu") -> dict:
+    max_loras = draw(st.integers(1, 3))
+    dtype = draw(st.sampled_from(DTYPES[device]))
+    layout = {"qkv": draw(st.sampled_from(["merged", "fused"])), "gate_up": draw(st.sampled_from(["merged", "fused"]))}
+    max_rank = draw(st.sampled_from([8, 16]))
+    subs = sorted({s for m in packing(layout).values() for s in m})
+    layers = sorted(draw(st.sets(st.sampled_from(LAYERS), min_size=1, max_size=3)))
+    wrapped = list(packing(layout))
+    return {
+        "max_loras": max_loras, "max_cpu_loras": max_loras + draw(st.integers(0, 2)), "max_lora_rank": max_rank,
+        "dtype": dtype, "lora_dtype": draw(st.sampled_from(["auto", dtype])),
+        "fully_sharded_loras": draw(st.integers(0, 3)) == 0, "specialize_active_lora": draw(st.booleans()),
+        "target_modules": (None if draw(st.integers(0, 4)) else
+                           sorted(draw(st.sets(st.sampled_from(wrapped), min_size=1, max_size=len(wrapped))))),
+        "max_num_seqs": draw(st.integers(2, 4)), "max_num_batched_tokens": draw(st.sampled_from([8, 16])),
+        "num_speculative_tokens": draw(st.integers(0, 2)),
+        "hidden": draw(st.sampled_from([16, 32])), "vocab": 32, "layout": layout, "seed": draw(st.integers(0, 3)),
+        "layers": layers,
+        "adapters": {str(i): draw(_adapter(max_rank, subs)) for i in range(1, POOL + 1)},
+    }
+
+
+@st.composite
+def vllm_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu") -> Case:
+    """A case for a run on ``device`` (the campaign's): its model dtypes (``DTYPES``)."""
+    cfg = draw(engine_config(device))
+    ops = draw(OPS.ops(lambda: EngineState(cfg), max_ops=max_ops, go_on_odds=GO_ON_ODDS))
+    return Case("vllm_engine", cfg, tuple(ops), tuple(faults))

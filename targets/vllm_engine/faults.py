@@ -1,0 +1,177 @@
+"""Planted faults for the engine target: each replaces one method of vLLM's for the length of a case.
+
+Each fault is a plausible bug of the component it is planted in (the adapter manager, the LoRA layers, the
+V2 runner's LoRA bookkeeping), so that the target's oracles are shown to catch such a bug, from scratch,
+in a campaign (docs/vllm.md, "The engine target"). ``planted(faults)`` applies them and undoes them after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator
+
+FAULTS = {
+    "mapping_cache_ignores_slots":
+        "LoRAModelManager.set_adapter_mapping skips reprogramming when the mapping equals the last one, whatever "
+        "slots the adapters sit in now (the cache keyed on the mapping alone): after an adapter moves to another "
+        "slot, an identical batch keeps the old slot indices.",
+    "set_lora_keeps_old_weights":
+        "a *WithLoRA layer's set_lora copies the new adapter into its slot without zeroing the slot first: a "
+        "smaller-rank adapter, or one without a packed slice, keeps the previous occupant's weights there.",
+    "activation_keeps_missing_modules":
+        "LoRAModelManager.activate_adapter does not reset the layers the adapter has no weights for: they keep "
+        "the previous occupant of the slot's weights.",
+    "lru_activation_skips_touch":
+        "LRUCacheLoRAModelManager.activate_adapter does not refresh an adapter that is already active, so the "
+        "next activation of the same batch can evict it (the batch then maps an adapter that has no slot).",
+    "remove_keeps_slot":
+        "LoRAModelManager's deactivation leaves the adapter's id in lora_index_to_id: its slot is never freed.",
+    "lora_state_keeps_finished_adapter":
+        "the V2 runner's LoraState.add_request, for a request without an adapter, leaves the adapter id the "
+        "request index held before (a finished request's): the base-model request runs with that adapter.",
+    "logits_mapping_per_request":
+        "the V2 runner's LoraState.make_lora_inputs maps one lm_head row per request, whatever the number of "
+        "logits rows (1 + draft tokens under speculative decoding).",
+}
+
+
+def unavailable(found: dict) -> dict:
+    """{fault: why it cannot run on this vLLM}."""
+    out = {}
+    if found.get("LoraState") is None:
+        for f in ("lora_state_keeps_finished_adapter", "logits_mapping_per_request"):
+            out[f] = "this vLLM has no V2 runner LoraState (vllm.v1.worker.gpu.lora_utils)"
+    elif not found.get("make_lora_inputs_takes_num_logits"):
+        out["logits_mapping_per_request"] = ("this vLLM's LoraState.make_lora_inputs already maps one lm_head row per "
+                                             "request (it takes no num_logits)")
+    return out
+
+
+@contextlib.contextmanager
+def _patched(owner, name: str, value) -> Iterator[None]:
+    had = name in owner.__dict__
+    old = owner.__dict__.get(name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        if had:
+            setattr(owner, name, old)
+        else:
+            delattr(owner, name)
+
+
+def _mapping_cache(stack: contextlib.ExitStack) -> None:
+    from vllm.lora.model_manager import LoRAModelManager
+
+    def set_adapter_mapping(self, mapping) -> None:
+        if self._last_mapping != mapping:
+            self._set_adapter_mapping(mapping)
+            self._last_mapping = mapping
+    stack.enter_context(_patched(LoRAModelManager, "set_adapter_mapping", set_adapter_mapping))
+
+
+def _lora_classes():
+    import vllm.lora.layers as layers
+    return [c for c in vars(layers).values() if inspect.isclass(c) and issubclass(c, layers.BaseLayerWithLoRA)]
+
+
+def _set_lora_without_reset(stack: contextlib.ExitStack) -> None:
+    for cls in _lora_classes():
+        if "set_lora" not in cls.__dict__:
+            continue
+        original = cls.__dict__["set_lora"]
+
+        def set_lora(self, index, lora_a, lora_b, *args, _original=original, **kwargs):
+            self.__dict__["reset_lora"] = lambda i: None  # the instance's own: set_lora's reset does nothing
+            try:
+                return _original(self, index, lora_a, lora_b, *args, **kwargs)
+            finally:
+                del self.__dict__["reset_lora"]
+        stack.enter_context(_patched(cls, "set_lora", set_lora))
+
+
+def _activation_without_reset(stack: contextlib.ExitStack) -> None:
+    from vllm.lora.model_manager import LoRAModelManager
+    original = LoRAModelManager.__dict__["activate_adapter"]
+
+    def activate_adapter(self, lora_id, *args, **kwargs):
+        # the manager's own reset_lora calls (layers the adapter has no weights for) do nothing; set_lora's
+        # reset still runs (it calls the class's method through the instance, which we restore around it)
+        held = []
+        for module in self.modules.values():
+            module.__dict__["reset_lora"] = lambda i: None
+            held.append(module)
+            cls_set = type(module).set_lora
+
+            def set_lora(index, a, b, *rest, _m=module, _set=cls_set, **kw):
+                del _m.__dict__["reset_lora"]
+                try:
+                    return _set(_m, index, a, b, *rest, **kw)
+                finally:
+                    _m.__dict__["reset_lora"] = lambda i: None
+            module.__dict__["set_lora"] = set_lora
+        try:
+            return original(self, lora_id, *args, **kwargs)
+        finally:
+            for module in held:
+                module.__dict__.pop("reset_lora", None)
+                module.__dict__.pop("set_lora", None)
+    stack.enter_context(_patched(LoRAModelManager, "activate_adapter", activate_adapter))
+
+
+def _lru_without_touch(stack: contextlib.ExitStack) -> None:
+    from vllm.lora.model_manager import LoRAModelManager, LRUCacheLoRAModelManager
+
+    def activate_adapter(self, lora_id) -> bool:
+        if lora_id not in self._active_adapters and len(self._active_adapters) >= self.lora_slots:
+            self._active_adapters.remove_oldest()
+        return LoRAModelManager.activate_adapter(self, lora_id)
+    stack.enter_context(_patched(LRUCacheLoRAModelManager, "activate_adapter", activate_adapter))
+
+
+def _remove_keeps_slot(stack: contextlib.ExitStack) -> None:
+    from vllm.lora.model_manager import LoRAModelManager
+    stack.enter_context(_patched(LoRAModelManager, "_deactivate_adapter", lambda self, lora_id: None))
+
+
+def _state_keeps_adapter(stack: contextlib.ExitStack, found: dict) -> None:
+    cls = found["LoraState"]
+    original = cls.__dict__["add_request"]
+
+    def add_request(self, req_id, req_index, lora_request):
+        if lora_request is None:
+            return None
+        return original(self, req_id, req_index, lora_request)
+    stack.enter_context(_patched(cls, "add_request", add_request))
+
+
+def _logits_per_request(stack: contextlib.ExitStack, found: dict) -> None:
+    cls = found["LoraState"]
+    original = cls.__dict__["make_lora_inputs"]
+
+    def make_lora_inputs(self, req_ids, idx_mapping, num_scheduled_tokens, num_logits=None):
+        ones = None if num_logits is None else num_logits * 0 + 1
+        return original(self, req_ids, idx_mapping, num_scheduled_tokens, ones)
+    stack.enter_context(_patched(cls, "make_lora_inputs", make_lora_inputs))
+
+
+_PLANT = {
+    "mapping_cache_ignores_slots": lambda stack, found: _mapping_cache(stack),
+    "set_lora_keeps_old_weights": lambda stack, found: _set_lora_without_reset(stack),
+    "activation_keeps_missing_modules": lambda stack, found: _activation_without_reset(stack),
+    "lru_activation_skips_touch": lambda stack, found: _lru_without_touch(stack),
+    "remove_keeps_slot": lambda stack, found: _remove_keeps_slot(stack),
+    "lora_state_keeps_finished_adapter": _state_keeps_adapter,
+    "logits_mapping_per_request": _logits_per_request,
+}
+
+
+@contextlib.contextmanager
+def planted(faults, found: dict) -> Iterator[None]:
+    """vLLM with ``faults`` planted, for the length of the block."""
+    with contextlib.ExitStack() as stack:
+        for f in faults:
+            _PLANT[f](stack, found)
+        yield

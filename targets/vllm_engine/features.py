@@ -1,0 +1,124 @@
+"""What a vllm_engine case exercises, from its JSON alone (no vLLM import): coverage features."""
+
+from __future__ import annotations
+
+from .model import LAYERS
+
+OPS = ("add", "remove", "pin", "step", "dummy_run")
+FEATURE_SPACE = tuple(
+    [f"op={o}" for o in OPS] + [f"layer={x}" for x in LAYERS]
+    + ["layout=qkv-merged", "layout=qkv-fused", "layout=gate_up-merged", "layout=gate_up-fused",
+       "fully_sharded_loras=on", "specialize_active_lora=on", "target_modules=filtered", "lora_dtype=auto",
+       "adapter=rslora", "adapter=partial-targets", "adapters=mixed-ranks",
+       "step=mixed", "step=no-lora", "step=padded", "step=drafts", "step=prompt-logprobs", "step=finished-requests",
+       "step=index-reused", "step=repeated", "state=slots-full", "state=more-adapters-than-cpu-slots",
+       "state=removed-in-use", "state=pinned", "state=re-added"]
+    + [f"max_loras={n}" for n in (1, 2, 3)])
+
+
+def _config(c: dict, out: set) -> None:
+    out.add(f"max_loras={c.get('max_loras')}")
+    for part in ("qkv", "gate_up"):
+        out.add(f"layout={part}-{c.get('layout', {}).get(part)}")
+    for layer in c.get("layers", ()):
+        out.add(f"layer={layer}")
+    for knob, name in (("fully_sharded_loras", "fully_sharded_loras=on"),
+                       ("specialize_active_lora", "specialize_active_lora=on")):
+        if c.get(knob):
+            out.add(name)
+    if c.get("target_modules") is not None:
+        out.add("target_modules=filtered")
+    if c.get("lora_dtype") == "auto":
+        out.add("lora_dtype=auto")
+    specs = list(c.get("adapters", {}).values())
+    if any(a.get("rslora") for a in specs):
+        out.add("adapter=rslora")
+    if len({a.get("rank") for a in specs}) > 1:
+        out.add("adapters=mixed-ranks")
+
+
+def _step(op: dict, live: dict, freed: int, last, out: set) -> int:
+    reqs = op.get("reqs", [])
+    loras = [r.get("lora", 0) for r in reqs]
+    if any(loras) and not all(loras):
+        out.add("step=mixed")
+    if not any(loras):
+        out.add("step=no-lora")
+    if op.get("pad"):
+        out.add("step=padded")
+    if any(r.get("drafts") for r in reqs):
+        out.add("step=drafts")
+    if any(r.get("prompt_logprobs") for r in reqs):
+        out.add("step=prompt-logprobs")
+    if op.get("finish"):
+        out.add("step=finished-requests")
+    new = [r for r in reqs if r["id"] not in live]
+    if new and freed:
+        out.add("step=index-reused")
+    if last is not None and [(r["id"], r["tokens"]) for r in reqs] == last:
+        out.add("step=repeated")
+    return max(0, freed - len(new))
+
+
+class _Walk:
+    """The worker's state as the ops leave it, as far as the features need (no vLLM: from the JSON)."""
+
+    def __init__(self, c: dict, out: set):
+        self.c, self.out = c, out
+        self.live: dict = {}          # request id -> adapter
+        self.registered: set = set()  # adapters brought in since the last dummy run (no eviction modelled)
+        self.ever: set = set()
+        self.freed, self.last = 0, None
+
+    def add(self, op: dict) -> None:
+        if op["id"] in self.ever:
+            self.out.add("state=re-added")
+        self.registered.add(op["id"])
+        self.ever.add(op["id"])
+
+    def remove(self, op: dict) -> None:
+        if op["id"] in set(self.live.values()):
+            self.out.add("state=removed-in-use")
+        self.registered.discard(op["id"])
+
+    def pin(self, op: dict) -> None:
+        self.out.add("state=pinned")
+
+    def dummy_run(self, op: dict) -> None:
+        self.registered.clear()
+
+    def step(self, op: dict) -> None:
+        for rid in op.get("finish", []):
+            if self.live.pop(rid, None) is not None:
+                self.freed += 1
+        self.freed = _step(op, self.live, self.freed, self.last, self.out)
+        for r in op.get("reqs", []):
+            self.live.setdefault(r["id"], r.get("lora", 0))
+            if r.get("lora"):
+                self.registered.add(r["lora"])
+                self.ever.add(r["lora"])
+        self.last = [(r["id"], r["tokens"]) for r in op.get("reqs", [])]
+
+    def after(self) -> None:
+        if len(self.registered) >= self.c.get("max_loras", 1):
+            self.out.add("state=slots-full")
+        if len(self.registered) > self.c.get("max_cpu_loras", 1):
+            self.out.add("state=more-adapters-than-cpu-slots")
+
+
+def features(case) -> set:
+    c = case.config
+    out: set = set()
+    _config(c, out)
+    specs = list(c.get("adapters", {}).values())
+    widest = max((len(a.get("targets", ())) for a in specs), default=0)
+    if any(0 < len(a.get("targets", ())) < widest for a in specs):
+        out.add("adapter=partial-targets")
+    walk = _Walk(c, out)
+    for op in case.ops:
+        kind = op.get("op")
+        out.add(f"op={kind}")
+        if kind in OPS:
+            getattr(walk, kind)(op)
+        walk.after()
+    return out

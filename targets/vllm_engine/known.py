@@ -1,0 +1,30 @@
+"""The real vLLM bugs ``vllm_engine`` finds on a release as shipped (docs/vllm.md, "What it found in vLLM";
+docs/findings/), told apart in a campaign's report by their op, output and message: a finding that is one of
+them is not new. Used by the integration tests and the GPU acceptance step
+``vllm-engine`` (scripts/gpu/acceptance_steps.py).
+"""
+
+from __future__ import annotations
+
+
+def known_bug(finding: dict, *, logits_mapped_per_row: bool) -> str | None:
+    """"P1", "S1", "E1" or "E2" where ``finding`` (a report's finding: ``violation``, ``case``) is that bug, else
+    None. ``logits_mapped_per_row``: this vLLM's ``LoraState.make_lora_inputs`` takes ``num_logits`` (0.34 and
+    later), so a wrong lm_head row is not S1."""
+    v = finding["violation"]
+    case = finding["case"]
+    tensor, message = v.get("tensor") or "", v.get("message") or ""
+    at = (v.get("details") or {}).get("op_index")
+    op = case["ops"][at] if at is not None and at < len(case["ops"]) else {}
+    if "prompt_logits" in tensor:
+        return "P1"  # the prompt-logprobs rows under the sampled rows' mapping (vllm-project/vllm#53842)
+    if v["kind"] == "crash" and "warmup_" in message and "/not/a/real/path" in message:
+        return "E1"  # a runtime dummy run evicts a real adapter holding a warm-up id, then loads it
+    if v["kind"] == "crash" and v.get("kernel") == "KeyError" and op.get("op") == "dummy_run":
+        return "E1"  # its second form: a pinned adapter, more dummies activated than free slots
+    if v["kind"] == "crash" and "StopIteration" in message and \
+            set(case["config"].get("target_modules") or []) <= {"lm_head"}:
+        return "E2"  # LoRA on lm_head alone: an empty dummy adapter
+    if tensor.startswith("step.logits") and not logits_mapped_per_row:
+        return "S1"  # one lm_head row per request under speculative decoding (fixed in 0.34)
+    return None

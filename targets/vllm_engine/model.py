@@ -1,0 +1,152 @@
+"""A one-layer Llama-shaped model made of vLLM's own layer classes, for vLLM's LoRA manager to wrap.
+
+vLLM builds a model from its Hugging Face config (``ModelConfig``) and a class registered in its
+``ModelRegistry``; the LoRA manager then replaces every supported module by its ``*WithLoRA`` layer.
+This module is that class: ``VocabParallelEmbedding`` (``embed_tokens``), ``QKVParallelLinear``
+(``qkv_proj``), ``RowParallelLinear`` (``o_proj``, ``down_proj``), ``MergedColumnParallelLinear``
+(``gate_up_proj``), ``ParallelLMHead`` and ``LogitsProcessor``, as vLLM's Llama has them, with the
+packing drawn by the case (``layout``):
+
+* ``qkv``: ``merged`` (adapters train ``q_proj``/``k_proj``/``v_proj``: ``MergedQKVParallelLinearWithLoRA``,
+  three slices) or ``fused`` (one ``qkv_proj``: ``QKVParallelLinearWithLoRA``);
+* ``gate_up``: ``merged`` (``gate_proj``/``up_proj``: ``MergedColumnParallelLinearWithLoRA``) or ``fused``
+  (one ``gate_up_proj``: ``ColumnParallelLinearWithLoRA``).
+
+The shapes live in the config.json the case writes (``model_dir``), under ``fuzzrunner_layout``, so
+vLLM's ``ModelConfig`` reads them as it reads any model's. Base weights are drawn from the case's seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+ARCH = "FuzzrunnerTinyLoRAForCausalLM"
+HEAD_DIM = 8
+LAYER = "model.layers.0"
+
+# module (the runtime name vLLM wraps) -> the adapter-visible sub-modules packed in it, per layout
+PACKED = {
+    ("qkv", "merged"): ("qkv_proj", ("q_proj", "k_proj", "v_proj")),
+    ("qkv", "fused"): ("qkv_proj", ("qkv_proj",)),
+    ("gate_up", "merged"): ("gate_up_proj", ("gate_proj", "up_proj")),
+    ("gate_up", "fused"): ("gate_up_proj", ("gate_up_proj",)),
+}
+# where each runtime module sits in the model
+PATHS = {"embed_tokens": "model.embed_tokens", "qkv_proj": f"{LAYER}.self_attn.qkv_proj",
+         "o_proj": f"{LAYER}.self_attn.o_proj", "gate_up_proj": f"{LAYER}.mlp.gate_up_proj",
+         "down_proj": f"{LAYER}.mlp.down_proj", "lm_head": "lm_head"}
+LAYERS = tuple(PATHS)  # the layers a step can run: each *WithLoRA module, and the logits processor for lm_head
+
+
+def dims(c: dict) -> dict:
+    """The model's sizes from a case config: hidden H, heads of HEAD_DIM, one KV head, MLP 2H, vocab."""
+    h = c["hidden"]
+    return {"hidden": h, "heads": h // HEAD_DIM, "kv_heads": 1, "intermediate": 2 * h, "vocab": c["vocab"]}
+
+
+def packing(layout: dict) -> dict[str, tuple[str, ...]]:
+    """{runtime module: adapter-visible sub-modules} for this layout (every other module packs itself)."""
+    out = {m: (m,) for m in PATHS}
+    for part in ("qkv", "gate_up"):
+        name, subs = PACKED[(part, layout[part])]
+        out[name] = subs
+    return out
+
+
+def sub_shapes(c: dict) -> dict[str, tuple[int, int]]:
+    """(out, in) of every adapter-visible module of this layout (embed_tokens: (hidden, vocab))."""
+    d = dims(c)
+    h, q, kv, i, v = d["hidden"], d["heads"] * HEAD_DIM, d["kv_heads"] * HEAD_DIM, d["intermediate"], d["vocab"]
+    shapes = {"q_proj": (q, h), "k_proj": (kv, h), "v_proj": (kv, h), "qkv_proj": (q + 2 * kv, h), "o_proj": (h, q),
+              "gate_proj": (i, h), "up_proj": (i, h), "gate_up_proj": (2 * i, h), "down_proj": (h, i),
+              "lm_head": (v, h), "embed_tokens": (h, v)}
+    subs = [s for m in PATHS for s in packing(c["layout"])[m]]
+    return {s: shapes[s] for s in subs}
+
+
+def input_size(c: dict, module: str) -> int:
+    d = dims(c)
+    return {"o_proj": d["heads"] * HEAD_DIM, "down_proj": d["intermediate"]}.get(module, d["hidden"])
+
+
+def write_config(c: dict, folder: str) -> str:
+    """The model's Hugging Face config.json (what vLLM's ModelConfig reads); returns the folder."""
+    d = dims(c)
+    os.makedirs(folder, exist_ok=True)
+    cfg = {"architectures": [ARCH], "model_type": "llama", "hidden_size": d["hidden"],
+           "intermediate_size": d["intermediate"], "num_attention_heads": d["heads"],
+           "num_key_value_heads": d["kv_heads"], "head_dim": HEAD_DIM, "num_hidden_layers": 1,
+           "vocab_size": d["vocab"], "max_position_embeddings": 64, "torch_dtype": "float16", "rms_norm_eps": 1e-5,
+           "tie_word_embeddings": False, "fuzzrunner_layout": dict(c["layout"])}
+    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f)
+    return folder
+
+
+def model_class():
+    """The model class (vLLM imported here, once): registered in vLLM's ModelRegistry by vllm_env."""
+    from torch import nn
+    from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+    from vllm.model_executor.layers.logits_processor import LogitsProcessor
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+    from vllm.model_executor.models.interfaces import SupportsLoRA
+
+    class FuzzrunnerTinyLoRAForCausalLM(nn.Module, SupportsLoRA):
+        embedding_modules = {"embed_tokens": "input_embeddings", "lm_head": "output_embeddings"}
+
+        def __init__(self, *, vllm_config, prefix: str = ""):
+            super().__init__()
+            hf = vllm_config.model_config.hf_config
+            self.config = hf
+            layout = dict(hf.fuzzrunner_layout)
+            self.packed_modules_mapping = {m: list(s) for m, s in packing(layout).items() if m in ("qkv_proj",
+                                                                                                   "gate_up_proj")}
+            h, i, v = hf.hidden_size, hf.intermediate_size, hf.vocab_size
+            heads, kv = hf.num_attention_heads, hf.num_key_value_heads
+            self.model = nn.Module()
+            self.model.embed_tokens = VocabParallelEmbedding(v, h, prefix="model.embed_tokens")
+            layer = nn.Module()
+            layer.self_attn, layer.mlp = nn.Module(), nn.Module()
+            layer.self_attn.qkv_proj = QKVParallelLinear(h, HEAD_DIM, heads, kv, bias=False,
+                                                         prefix=f"{LAYER}.self_attn.qkv_proj")
+            layer.self_attn.o_proj = RowParallelLinear(heads * HEAD_DIM, h, bias=False,
+                                                       prefix=f"{LAYER}.self_attn.o_proj")
+            layer.mlp.gate_up_proj = MergedColumnParallelLinear(h, [i, i], bias=False,
+                                                                prefix=f"{LAYER}.mlp.gate_up_proj")
+            layer.mlp.down_proj = RowParallelLinear(i, h, bias=False, prefix=f"{LAYER}.mlp.down_proj")
+            self.model.layers = nn.ModuleList([layer])
+            self.lm_head = ParallelLMHead(v, h, prefix="lm_head")
+            self.logits_processor = LogitsProcessor(v)
+
+        def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+            return self.model.embed_tokens(input_ids)
+
+        def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+            return self.embed_input_ids(input_ids)
+
+        def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+            return self.logits_processor(self.lm_head, hidden_states)
+
+    FuzzrunnerTinyLoRAForCausalLM.__name__ = FuzzrunnerTinyLoRAForCausalLM.__qualname__ = ARCH
+    return FuzzrunnerTinyLoRAForCausalLM
+
+
+def build(cls, vllm_config, device, seed: int):
+    """The model on ``device`` in the model's dtype, as vLLM's loader builds it (vLLM's layers allocate their
+    parameters with torch.empty; a checkpoint would fill them: here, random values from ``seed``)."""
+    dtype = vllm_config.model_config.dtype
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = cls(vllm_config=vllm_config)
+    finally:
+        torch.set_default_dtype(old)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, p in sorted(model.named_parameters()):
+            p.copy_((0.25 * torch.randn(p.shape, generator=g)).to(p.dtype))
+    return model

@@ -1,0 +1,281 @@
+"""Run one ``vllm_engine`` case: vLLM's LoRA adapter manager, LoRA layers and V2-runner LoRA bookkeeping, as shipped.
+
+The session holds what vLLM's V2 model runner holds for LoRA across steps, each object vLLM's own:
+
+* a model of vLLM's layer classes (model.py) wrapped by vLLM's ``LoRAModelRunnerMixin.load_lora_model``:
+  an ``LRUCacheWorkerLoRAManager`` over an ``LRUCacheLoRAModelManager`` that replaces each layer by its
+  ``*WithLoRA`` class (``create_lora_weights``, and a ``PunicaWrapperGPU`` shared by all);
+* the runner's ``LoraState`` (request index -> adapter id, request -> ``LoRARequest``);
+* the request indices (``RequestState``'s free list, re-stated: its buffers need a GPU).
+
+Ops: ``add`` / ``remove`` / ``pin`` (the runner's ``add_lora`` / ``remove_lora`` / ``pin_lora``: loading from
+the PEFT folder through vLLM's loader, LRU eviction under ``max_cpu_loras`` and ``max_loras``); ``step`` (new
+and finished requests, ``sort_batch_req_ids``, ``LoraState.make_lora_inputs`` with the logits rows per
+request, ``_set_active_loras`` -> ``set_active_adapters`` -> ``set_adapter_mapping``, then each drawn layer's
+own forward on the scheduled rows plus padding, and the logits processor on every kind of row the runner
+feeds it: the sampled rows, 1 + drafts per request, and prompt-logprobs rows); ``dummy_run`` (the runner's
+``maybe_dummy_run_with_lora`` around a forward, then every adapter removed, as ``_dummy_run`` does).
+
+The float64 reference of every output row is the base layer's own output (vLLM's unwrapped layer) plus the
+delta of the row's request's adapter, computed from the PEFT weights alone (adapters.py), never from vLLM's
+metadata: base-model rows must equal the base output exactly, each adapter's rows their own delta.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import numpy as np
+import torch
+
+from fuzzrunner.errors import InvalidCase
+
+from . import adapters, faults, model, vllm_env
+from .cases import check
+
+_MODEL_DIRS: dict[str, str] = {}
+
+
+def _model_dir(c: dict) -> str:
+    key = repr((c["hidden"], c["vocab"], sorted(c["layout"].items())))
+    if key not in _MODEL_DIRS:
+        _MODEL_DIRS[key] = model.write_config(c, tempfile.mkdtemp(prefix="fuzzrunner-vllm-model-"))
+    return _MODEL_DIRS[key]
+
+
+class _Requests(set):
+    """The set of ``LoRARequest`` the runner hands ``set_active_adapters``, iterated in batch order.
+
+    vLLM iterates a plain set, so the order the adapters are loaded and activated in (and so the slot each
+    gets) follows the string hash of their names, which differs between processes (PYTHONHASHSEED): a
+    finding would not replay. Any order is one vLLM can take; this one is the case's."""
+
+    def __init__(self, items, order: list[int]):
+        super().__init__(items)
+        rank = {a: i for i, a in enumerate(order)}
+        self._order = sorted(items, key=lambda r: rank.get(r.lora_int_id, len(rank)))
+
+    def __iter__(self):
+        return iter(self._order)
+
+
+def wrapped_modules(c: dict) -> set[str]:
+    """The runtime modules vLLM wraps under the deployment filter ``target_modules`` (LoRAConfig): a module
+    whose name, or one of its packed sub-modules' names, is listed (vLLM's ``is_in_target_modules``)."""
+    tm = c.get("target_modules")
+    pack = model.packing(c["layout"])
+    if tm is None:
+        return set(pack)
+    return {m for m, subs in pack.items() if m in tm or any(s in tm for s in subs)}
+
+
+class Session:
+    def __init__(self, case, ctx, found: dict):
+        self.c = c = check(case)
+        self.ctx, self.found = ctx, found
+        device = ctx.context.device  # the run's (fuzzrunner.context.Context), decided once by the front end
+        self.device = torch.device(device)
+        vllm_env.on_device(device)
+        vllm_env.distributed(device)
+        self.cfg = vllm_env.configs(c, _model_dir(c), device)
+        self.dtype = self.cfg.model_config.dtype
+        self.runner = found["runner_class"](self.cfg.lora_config)
+        from vllm.config import set_current_vllm_config
+        with set_current_vllm_config(self.cfg):  # vLLM's layers read it when they are made
+            base = model.build(found["model_class"], self.cfg, self.device, seed=c["seed"])
+            self.model = self.runner.load_lora_model(base, self.cfg, self.device)
+        self._track_stacks()
+        self.lora_state = found["LoraState"](max_num_reqs=c["max_num_seqs"])
+        self.free = list(range(c["max_num_seqs"]))  # RequestState.free_indices: pop() to add, append() to remove
+        self.live: dict[str, tuple[int, int]] = {}  # request id -> (request index, adapter id)
+        self.pack = model.packing(c["layout"])
+        self.deltas = adapters.Deltas(c, self.pack, wrapped_modules(c))
+        self.compare = True
+        self.profile_run()
+
+    def _track_stacks(self) -> None:
+        """Name every LoRA layer's stacked weights for the oracles. The kernels reach them through vLLM's
+        pointer tables, not as arguments, so the shadow oracle would otherwise look for their storage among
+        every live object at each launch (a second or more per launch with vLLM imported)."""
+        for name, module in self.model.named_modules():
+            if not hasattr(module, "set_lora"):
+                continue
+            for attr in ("lora_a_stacked", "lora_b_stacked"):
+                stack = getattr(module, attr, None)
+                for i, t in enumerate(stack if isinstance(stack, (tuple, list)) else [stack]):
+                    if t is not None:
+                        self.ctx.track(t, f"{name}.{attr}[{i}]")
+
+    # -- the runner's adapter API ---------------------------------------------------------------
+    def request(self, adapter: int):
+        return self.found["LoRARequest"](f"adapter-{adapter}", adapter,
+                                         adapters.folder(self.c, self.c["adapters"][str(adapter)]))
+
+    def add(self, op) -> None:
+        self.runner.add_lora(self.request(op["id"]))
+
+    def remove(self, op) -> None:
+        self.runner.remove_lora(op["id"])
+
+    def pin(self, op) -> None:
+        if op["id"] in self.runner.list_loras():  # vLLM refuses (ValueError) to pin an adapter it does not hold
+            self.runner.pin_lora(op["id"])
+
+    # -- dummy runs -----------------------------------------------------------------------------
+    @staticmethod
+    def split(num_tokens: int, num_reqs: int) -> list[int]:
+        """The V2 runner's ``_dummy_run`` split: the remainder spread over the last requests."""
+        return [num_tokens // num_reqs + (i >= num_reqs - num_tokens % num_reqs) for i in range(num_reqs)]
+
+    def profile_run(self) -> None:
+        """The worker's start-up profile run (``profile_run`` -> ``_dummy_run(max_num_tokens)``): its dummy
+        LoRA mapping over every token row, then every adapter removed. Its forward is left out (a case's own
+        ``dummy_run`` op forwards): it only programs what every later step finds in the buffers."""
+        c = self.c
+        per = np.array(self.split(c["max_num_batched_tokens"], min(c["max_num_batched_tokens"], c["max_num_seqs"])),
+                       dtype=np.int32)
+        with self.runner.maybe_dummy_run_with_lora(self.cfg.lora_config, per, None, remove_lora=True,
+                                                   num_active_loras=c["max_loras"]):
+            pass
+
+    def dummy_run(self, op) -> None:
+        """A runtime dummy run (``execute_dummy_batch`` -> ``_dummy_run``): dummy adapters ids 1..max_loras (zero
+        weights, or a real adapter holding that id: vLLM keeps it), then every adapter removed. Its outputs
+        are discarded by vLLM, so they are not compared; the memory oracles watch it, and what it leaves
+        behind meets the next steps."""
+        n, reqs = op["num_tokens"], min(op["reqs"], op["num_tokens"])
+        per = self.split(n, reqs)
+        with self.runner.maybe_dummy_run_with_lora(self.cfg.lora_config, np.array(per, dtype=np.int32), None,
+                                                   remove_lora=True, num_active_loras=self.c["max_loras"]):
+            self.forward("dummy_run", [0] * n, op.get("pad", 0), op.get("seed", 0),
+                         logits_rows=[(sum(per[:i + 1]) - 1, 0) for i in range(reqs)], prompt_rows=[],
+                         compare=False)
+
+    # -- real steps -------------------------------------------------------------------------------
+    def _finish(self, rid: str) -> None:
+        if rid in self.live:
+            index, _ = self.live.pop(rid)
+            self.free.append(index)
+            self.lora_state.remove_request(rid)
+
+    def _new(self, r: dict) -> None:
+        if not self.free:
+            raise InvalidCase(f"step: request {r['id']!r} is one more than max_num_seqs={self.c['max_num_seqs']}.")
+        index = self.free.pop()
+        self.live[r["id"]] = (index, r["lora"])
+        self.lora_state.add_request(r["id"], index, self.request(r["lora"]) if r["lora"] else None)
+
+    def _order(self, reqs: list[dict]) -> list[dict]:
+        sort = self.found.get("sort_batch_req_ids")
+        if sort is None:
+            return reqs
+        by_id = {r["id"]: r for r in reqs}
+        drafts = {r["id"]: [0] * r["drafts"] for r in reqs if r.get("drafts")}
+        return [by_id[i] for i in sort({r["id"]: r["tokens"] for r in reqs}, drafts,
+                                       1 + self.c["num_speculative_tokens"])]
+
+    def step(self, op) -> None:
+        for rid in op.get("finish", []):
+            self._finish(rid)
+        new = {r["id"] for r in op["reqs"] if r["id"] not in self.live}
+        for r in op["reqs"]:
+            if r["id"] in new:
+                self._new(r)
+        reqs = self._order(op["reqs"])
+        ids = [r["id"] for r in reqs]
+        idx = np.array([self.live[i][0] for i in ids], dtype=np.int32)
+        tokens = np.array([r["tokens"] for r in reqs], dtype=np.int32)
+        logits = np.array([1 + r.get("drafts", 0) for r in reqs], dtype=np.int32)
+        args = [ids, idx, tokens] + ([logits] if self.found["make_lora_inputs_takes_num_logits"] else [])
+        prompt, token, requests = self.lora_state.make_lora_inputs(*args)
+        order = [self.live[i][1] for i in ids]
+        self.runner._set_active_loras(prompt, token, _Requests(requests, order))
+        rows = [a for a, n in zip(order, tokens) for _ in range(int(n))]
+        ends = np.cumsum(tokens)
+        logits_rows = [(int(e) - k, a) for e, n, a in zip(ends, logits, order) for k in range(int(n), 0, -1)]
+        # prompt logprobs (a request in its prefill asks for them): the runner's compute_prompt_logprobs takes
+        # the logits of every scheduled row, hidden_states[:num_tokens], in chunks of CHUNK_SIZE
+        prompt = [a for a, n in zip(order, tokens) for _ in range(int(n))] if any(
+            r.get("prompt_logprobs") and r["id"] in new for r in reqs) else []
+        prompt_rows = [list(enumerate(prompt))[k:k + self.found["prompt_chunk"]]
+                       for k in range(0, len(prompt), self.found["prompt_chunk"])]
+        self.forward("step", rows, op.get("pad", 0), op.get("seed", 0), logits_rows, prompt_rows)
+
+    # -- the forward and its reference ------------------------------------------------------------
+    def module(self, name: str):
+        return self.model.get_submodule(model.PATHS[name])
+
+    def forward(self, label: str, rows: list[int], pad: int, seed: int, logits_rows, prompt_rows,
+                compare: bool = True) -> None:
+        """Each drawn layer on the scheduled rows plus ``pad`` (a graph's padding: vLLM discards those rows),
+        then the logits processor on the sampled rows and on each prompt-logprobs chunk."""
+        self.compare = compare
+        g = torch.Generator().manual_seed(seed)
+        n = len(rows) + pad
+        hidden = torch.randn(n, model.dims(self.c)["hidden"], generator=g).to(self.device, self.dtype)
+        for name in self.c["layers"]:
+            if name == "lm_head":
+                if logits_rows:
+                    self.logits(f"{label}.logits", hidden, logits_rows)
+                for k, chunk in enumerate(prompt_rows):
+                    self.logits(f"{label}.prompt_logits[{k}]", hidden, chunk)
+            elif name == "embed_tokens":
+                ids = torch.randint(0, self.c["vocab"], (n,), generator=g).to(self.device)
+                self.embedding(f"{label}.embed_tokens", ids, rows)
+            else:
+                x = torch.randn(n, model.input_size(self.c, name), generator=g).to(self.device, self.dtype)
+                self.linear(f"{label}.{name}", name, x, rows)
+
+    def _check(self, label: str, out: torch.Tensor, base: torch.Tensor, delta: torch.Tensor, rows: list[int]):
+        """Rows with an adapter against base + their float64 delta; base-model rows against the base output
+        exactly (float32's tolerance on float16 values: equal)."""
+        if not self.compare:
+            self.ctx.output(label, out)
+            return
+        out, base = out[:len(rows)].detach().cpu(), base[:len(rows)].detach().cpu()
+        lora = [m for m, a in enumerate(rows) if a]
+        plain = [m for m, a in enumerate(rows) if not a]
+        if lora:
+            self.ctx.compare(f"{label}.adapter_rows", out[lora], base[lora].double() + delta[lora], self.dtype)
+        if plain:
+            self.ctx.compare(f"{label}.base_rows", out[plain], base[plain].double(), torch.float32)
+
+    def _delta(self, rows: list[int], fn) -> torch.Tensor:
+        return torch.cat([fn(a, m) for m, a in enumerate(rows)]) if rows else torch.zeros(0, 0, dtype=torch.float64)
+
+    def linear(self, label: str, name: str, x: torch.Tensor, rows: list[int]) -> None:
+        layer = self.module(name)
+        out = layer(x)
+        out = out[0] if isinstance(out, tuple) else out
+        base = layer.base_layer(x) if hasattr(layer, "base_layer") else layer(x)
+        base = base[0] if isinstance(base, tuple) else base
+        xc = x.detach().cpu()
+        self._check(label, out, base, self._delta(rows, lambda a, m: self.deltas.linear(name, a, xc[m:m + 1])), rows)
+
+    def embedding(self, label: str, ids: torch.Tensor, rows: list[int]) -> None:
+        layer = self.module("embed_tokens")
+        out = layer(ids)
+        base = layer.base_layer(ids) if hasattr(layer, "base_layer") else out
+        ic = ids.cpu()
+        self._check(label, out, base, self._delta(rows, lambda a, m: self.deltas.embedding(a, ic[m:m + 1])), rows)
+
+    def logits(self, label: str, hidden: torch.Tensor, picked: list[tuple[int, int]]) -> None:
+        h = hidden[[m for m, _ in picked]].contiguous()
+        out = self.model.compute_logits(h)
+        proc = self.model.logits_processor
+        base_proc = getattr(proc, "base_layer", proc)
+        base = base_proc(self.model.lm_head, h)
+        rows = [a for _, a in picked]
+        hc = h.detach().cpu()
+        self._check(label, out, base, self._delta(rows, lambda a, m: self.deltas.linear("lm_head", a, hc[m:m + 1])),
+                    rows)
+
+
+def run(case, ctx, found: dict) -> None:
+    from vllm.config import set_current_vllm_config
+    with faults.planted(case.faults, found):
+        s = Session(case, ctx, found)
+        with set_current_vllm_config(s.cfg):
+            for i, op in enumerate(case.ops):
+                with ctx.op(i, op):
+                    getattr(s, op["op"])(op)

@@ -1,0 +1,214 @@
+"""The vllm_engine target's pieces that need no vLLM: case generation and validation, the model's shapes,
+the adapters' PEFT folders and their float64 deltas."""
+
+import json
+import os
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, seed, settings
+
+from fuzzrunner.case import Case
+from fuzzrunner.errors import InvalidCase
+from fuzzrunner.target import _import_object
+
+_import_object("targets.vllm_lora:vllm_available")  # puts the repository root (targets/) on sys.path
+
+from targets.vllm_engine import adapters, cases, features, model  # noqa: E402
+from targets.vllm_engine.runner import wrapped_modules  # noqa: E402
+
+
+def _scheduled(case) -> list[set]:
+    """Per step, the requests live after it (finished ones out, scheduled ones in)."""
+    live: dict = {}
+    out = []
+    for op in case.ops:
+        if op["op"] == "step":
+            for rid in op["finish"]:
+                live.pop(rid, None)
+            for r in op["reqs"]:
+                assert live.setdefault(r["id"], r["lora"]) == r["lora"], "a live request keeps its adapter"
+            out.append(set(live))
+    return out
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cases.vllm_engine_cases())
+def test_generated_cases_are_valid_and_respect_vllms_limits(case):
+    c = cases.check(case)
+    assert features.features(case) <= set(features.FEATURE_SPACE)
+    assert c["max_cpu_loras"] >= c["max_loras"]
+    for live in _scheduled(case):
+        assert len(live) <= c["max_num_seqs"]  # each live request holds one of max_num_seqs indices
+    json.dumps(case.to_dict())  # plain JSON
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cases.vllm_engine_cases())
+def test_pinned_adapters_never_leave_a_step_without_a_slot(case):
+    """vLLM refuses (RuntimeError) a step needing more unpinned slots than there are: never drawn."""
+    pinned: set = set()
+    for op in case.ops:
+        if op["op"] == "pin":
+            pinned.add(op["id"])
+        elif op["op"] == "remove":
+            pinned.discard(op["id"])
+        elif op["op"] == "dummy_run":
+            pinned.clear()
+        elif op["op"] == "step":
+            batch = {r["lora"] for r in op["reqs"]} - {0}
+            assert len(batch) + len(pinned - batch) <= case.config["max_loras"], (op, pinned)
+
+
+def test_the_rules_reach_the_deep_states():
+    """Over generated cases: a slot swap before an identical step, a request index reused, eviction pressure,
+    a pin, a dummy run between steps."""
+    seen: set = set()
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(cases.vllm_engine_cases())
+    def collect(case):
+        seen.update(features.features(case))
+    collect()
+    for f in ("step=repeated", "step=index-reused", "state=more-adapters-than-cpu-slots", "state=pinned",
+              "state=removed-in-use", "step=drafts", "step=prompt-logprobs", "op=dummy_run"):
+        assert f in seen, f
+
+
+def _dummy_run_meets_real_adapters(case) -> bool:
+    """E1's state: a dummy run while a real adapter holding a warm-up id (1..max_loras) is registered and the
+    CPU cache is full (a dummy then evicts it), or while an adapter is pinned. Registration modelled as vLLM's
+    LRU of max_cpu_loras (pins kept); a dummy run removes every adapter."""
+    c = case.config
+    reg: list = []
+    pinned: set = set()
+
+    def touch(a):
+        if a in reg:
+            reg.remove(a)
+        reg.append(a)
+        while len(reg) > c["max_cpu_loras"] and any(x not in pinned for x in reg):
+            reg.remove(next(x for x in reg if x not in pinned))
+    for op in case.ops:
+        if op["op"] == "add":
+            touch(op["id"])
+        elif op["op"] == "remove":
+            reg[:] = [a for a in reg if a != op["id"]]
+            pinned.discard(op["id"])
+        elif op["op"] == "pin":
+            pinned.add(op["id"])
+        elif op["op"] == "step":
+            for r in op["reqs"]:
+                if r["lora"]:
+                    touch(r["lora"])
+        elif op["op"] == "dummy_run":
+            if pinned or (len(reg) >= c["max_cpu_loras"] and any(a <= c["max_loras"] for a in reg)):
+                return True
+            reg, pinned = [], set()
+    return False
+
+
+def test_runtime_dummy_runs_meet_real_adapters_in_e1s_state():
+    """The dummy-run rule comes before the adapter ops and is 3x as likely beside registered adapters: with it
+    drawn last (after the deep-state rules came first), 0 of these 300 cases reached E1's state; now 6."""
+    hits = []
+
+    @seed(0)
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(cases.vllm_engine_cases())
+    def collect(case):
+        hits.append(_dummy_run_meets_real_adapters(case))
+    collect()
+    assert sum(hits) >= 3, sum(hits)
+
+
+def _case(config=None, ops=()):
+    c = {"max_loras": 2, "max_cpu_loras": 2, "max_lora_rank": 8, "lora_dtype": "auto", "fully_sharded_loras": False,
+         "specialize_active_lora": False, "target_modules": None, "max_num_seqs": 4, "max_num_batched_tokens": 8,
+         "num_speculative_tokens": 1, "hidden": 16, "vocab": 32, "layout": {"qkv": "merged", "gate_up": "fused"},
+         "seed": 0, "layers": ["qkv_proj"],
+         "adapters": {"1": {"rank": 4, "alpha": 8, "rslora": False, "targets": ["q_proj"], "seed": 1}}}
+    return Case("vllm_engine", {**c, **(config or {})}, tuple(ops))
+
+
+@pytest.mark.parametrize("config, ops, words", [
+    ({"layers": ["attn"]}, (), "layers"),
+    ({"layout": {"qkv": "split", "gate_up": "fused"}}, (), "layout"),
+    ({"adapters": {"1": {"rank": 16, "alpha": 8, "targets": ["q_proj"], "seed": 1}}}, (), "max_lora_rank=8"),
+    ({"adapters": {"1": {"rank": 4, "alpha": 8, "targets": ["gate_proj"], "seed": 1}}}, (), "targets"),
+    ({}, [{"op": "add", "id": 7}], "not in the config"),
+    ({}, [{"op": "step", "finish": [], "reqs": [{"id": "a", "lora": 0, "tokens": 9}]}], "max_num_batched_tokens"),
+    ({}, [{"op": "step", "finish": [], "reqs": [{"id": "a", "lora": 1, "tokens": 2, "drafts": 2}]}], "drafts"),
+    ({}, [{"op": "dummy_run", "num_tokens": 0, "reqs": 1}], "dummy run"),
+    ({}, [{"op": "evict"}], "unknown op"),
+    ({"dtype": "float32"}, (), "dtype"),
+    ({"dtype": "float16", "lora_dtype": "bfloat16"}, (), "lora_dtype 'auto' or the model's"),
+])
+def test_invalid_cases_are_refused_with_the_rule(config, ops, words):
+    with pytest.raises(InvalidCase, match=words):
+        cases.check(_case(config, ops))
+
+
+def test_the_model_dtype_follows_the_device_and_adapter_weights_are_exact_in_it():
+    """bfloat16 only where Triton runs compiled (the campaign's device comes as cases(..., device=)); the PEFT
+    weights are exact in the model's dtype, so vLLM's cast to it changes nothing the float64 reference uses."""
+    from fuzzrunner.target import Target
+    target = Target("vllm_engine", "cases only", cases=cases.vllm_engine_cases, run=lambda case, ctx: None)
+
+    def dtypes(device):
+        seen = set()
+
+        @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(target.strategy((), 8, device=device))  # as a campaign asks its target for cases
+        def draw(case):
+            cases.check(case)
+            seen.add((case.config["dtype"], case.config["lora_dtype"]))
+        draw()
+        return seen
+    assert {d for d, _ in dtypes("cpu")} == {"float16"}
+    on_gpu = dtypes("cuda")
+    assert {d for d, _ in on_gpu} == {"float16", "bfloat16"} and all(lo in ("auto", d) for d, lo in on_gpu)
+    c = _case({"dtype": "bfloat16", "lora_dtype": "auto"}).config
+    cases.check(_case({"dtype": "bfloat16", "lora_dtype": "bfloat16"}))
+    for a, b in adapters.weights(c, c["adapters"]["1"]).values():
+        assert torch.equal(a, a.bfloat16().float()) and torch.equal(b, b.bfloat16().float())
+    assert cases.check(_case()).get("dtype", "float16") == "float16"  # a case from before dtypes: float16
+
+
+def test_the_layouts_pack_as_vllms_llama_does():
+    assert model.packing({"qkv": "merged", "gate_up": "merged"})["qkv_proj"] == ("q_proj", "k_proj", "v_proj")
+    assert model.packing({"qkv": "fused", "gate_up": "merged"})["qkv_proj"] == ("qkv_proj",)
+    shapes = model.sub_shapes(_case().config)
+    assert shapes["q_proj"] == (16, 16) and shapes["k_proj"] == (8, 16) and shapes["gate_up_proj"] == (64, 16)
+    assert shapes["embed_tokens"] == (16, 32) and shapes["lm_head"] == (32, 16)
+
+
+def test_the_deployment_filter_wraps_a_module_by_its_name_or_a_packed_sub_module():
+    c = _case({"target_modules": ["q_proj", "lm_head"]}).config
+    assert wrapped_modules(c) == {"qkv_proj", "lm_head"}
+    assert wrapped_modules(_case().config) == set(model.PATHS)
+
+
+def test_an_adapter_folder_is_what_peft_writes_and_its_delta_is_scaled_b_a_x():
+    load_file = pytest.importorskip("safetensors.torch", reason="safetensors comes with a vLLM set-up").load_file
+    c = _case({"adapters": {"1": {"rank": 4, "alpha": 8, "rslora": True, "targets": ["q_proj", "embed_tokens"],
+                                  "seed": 3}}}).config
+    spec = c["adapters"]["1"]
+    d = adapters.folder(c, spec)
+    with open(os.path.join(d, "adapter_config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    assert cfg["r"] == 4 and cfg["use_rslora"] and sorted(cfg["target_modules"]) == ["embed_tokens", "q_proj"]
+    t = load_file(os.path.join(d, "adapter_model.safetensors"))
+    a, b = t["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"], \
+        t["base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"]
+    assert a.shape == (4, 16) and b.shape == (16, 4)
+    assert t["base_model.model.model.embed_tokens.lora_embedding_A"].shape == (4, 32)
+    deltas = adapters.Deltas(c, model.packing(c["layout"]), set(model.PATHS))
+    x = torch.randn(2, 16)
+    d_qkv = deltas.linear("qkv_proj", 1, x)
+    assert d_qkv.shape == (2, 32)  # q (16) + k (8) + v (8): only q has weights
+    want = (8 / 2) * (x.double() @ a.double().T @ b.double().T)  # rsLoRA: alpha / sqrt(rank)
+    torch.testing.assert_close(d_qkv[:, :16], want)
+    assert d_qkv[:, 16:].abs().max() == 0
+    assert deltas.linear("qkv_proj", 0, x).abs().max() == 0  # no adapter: no delta
+    assert adapters.Deltas(c, model.packing(c["layout"]), {"lm_head"}).linear("qkv_proj", 1, x).abs().max() == 0
