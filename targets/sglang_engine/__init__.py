@@ -2,7 +2,7 @@
 wrappers, adapter load/unload through ``LoRARef``), driven on a tiny model of SGLang's layer classes.
 
 Needs an SGLang release set up with its engine's imports (``scripts/sglang_setup.sh VERSION``: the stamp
-``engine-ok``). Only 0.5.2x (the runtime-context generation, ``g3`` of docs/sglang.md) is driven so far.
+``engine-ok``). Every 0.5.x release from 0.5.5 is driven, per API generation (api.py).
 See docs/sglang.md ("sglang_engine").
 """
 
@@ -28,8 +28,6 @@ def engine_available() -> tuple[bool, str]:
     if not os.environ.get("FUZZRUNNER_SGLANG_SITE") and not (paths[0].parent / "engine-ok").exists():
         return False, (f"SGLang {v}'s engine imports are not set up (no {paths[0].parent / 'engine-ok'}); "
                        f"run scripts/sglang_setup.sh {v} again.")
-    if not (paths[0] / "sglang" / "srt" / "runtime_context.py").exists():
-        return False, f"SGLang {v} has no runtime context (sglang/srt/runtime_context.py): only 0.5.2x is driven yet."
     return True, str(paths[0])
 
 
@@ -76,13 +74,14 @@ def make_target():
         name="sglang_engine",
         description=f"SGLang {eng.version}'s LoRAManager, LoRAMemoryPool and LoRA layers (qkv, o, gate_up, down, "
                     f"embedding, lm_head) with real PEFT adapters: load, unload, reload, eviction, prepare, forward",
-        cases=functools.partial(cases.sglang_engine_cases),
+        cases=functools.partial(cases.sglang_engine_cases, modules=eng.api.modules),
         run=_run,
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),
+        faults_unavailable=faults.unavailable(eng.api),
         features=cases.features,
-        feature_space=cases.FEATURE_SPACE,
-        details=(f"sglang engine {eng.version} (from {eng.tree})",),
+        feature_space=cases.feature_space(eng.api.modules),
+        details=(f"sglang engine {eng.version} (from {eng.tree})", *eng.api.found()),
         own_code=(os.path.dirname(os.path.abspath(__file__)),),
         code_under_test={"engine": "sglang", "release": eng.version, "tree": str(eng.tree)},
     )

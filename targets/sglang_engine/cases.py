@@ -91,8 +91,10 @@ PROGRAM = _program()
 
 
 @st.composite
-def sglang_engine_cases(draw, faults: tuple = (), max_ops: int = 8, device: str = "cpu") -> Case:
-    server = draw(st.lists(st.sampled_from(SERVER_MODULES), min_size=1, max_size=3, unique=True))
+def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
+                        modules: tuple = SERVER_MODULES) -> Case:
+    """``modules``: the target modules the release's LoRA pool has buffers for (api.EngineAPI.modules)."""
+    server = draw(st.lists(st.sampled_from(list(modules)), min_size=1, max_size=3, unique=True))
     max_rank = draw(st.sampled_from([4, 8]))
     names = [f"a{i}" for i in range(draw(st.integers(2, 4)))]
     cfg = {
@@ -139,10 +141,15 @@ def features(case) -> set:
     return out
 
 
-FEATURE_SPACE = tuple(
-    ["backend=triton", "backend=csgmv", "eviction=lru", "eviction=fifo", "graph=on", "graph=off",
-     "max_loras_per_batch=2", "max_loras_per_batch=3", "op=load", "op=unload", "op=step", "adapter=reloaded",
-     "step=mixed", "step=several-adapters", "step=decode", "step=extend", "pool=more-adapters-than-slots"]
-    + [f"target={m}" for m in SERVER_MODULES])
+def feature_space(modules: tuple = SERVER_MODULES) -> tuple:
+    """Every feature ``features`` gives for a release whose pool has buffers for ``modules``."""
+    return tuple(
+        ["backend=triton", "backend=csgmv", "eviction=lru", "eviction=fifo", "graph=on", "graph=off",
+         "max_loras_per_batch=2", "max_loras_per_batch=3", "op=load", "op=unload", "op=step", "adapter=reloaded",
+         "step=mixed", "step=several-adapters", "step=decode", "step=extend", "pool=more-adapters-than-slots"]
+        + [f"target={m}" for m in modules])
 
-__all__ = ["FEATURE_SPACE", "SERVER_NAME", "features", "sglang_engine_cases"]
+
+FEATURE_SPACE = feature_space()
+
+__all__ = ["FEATURE_SPACE", "SERVER_NAME", "feature_space", "features", "sglang_engine_cases"]

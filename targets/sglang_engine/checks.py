@@ -28,9 +28,9 @@ def _slot_tensors(pool, slot: int):
     for key, layers in list(pool.A_buffer.items()) + list(pool.B_buffer.items()):
         for layer, t in enumerate(layers):
             yield f"{key}[layer {layer}]", t[slot]
-    for kind, bufs in (("embedding", pool.embedding_A_buffer), ("embedding", pool.embedding_B_buffer),
-                       ("lm_head", pool.lm_head_A_buffer), ("lm_head", pool.lm_head_B_buffer)):
-        for key, t in bufs.items():
+    for kind, name in (("embedding", "embedding_A_buffer"), ("embedding", "embedding_B_buffer"),
+                       ("lm_head", "lm_head_A_buffer"), ("lm_head", "lm_head_B_buffer")):
+        for key, t in getattr(pool, name, {}).items():  # no embedding buffers before 0.5.12 (api.EngineAPI.modules)
             yield f"{kind} {key}", t[slot]
 
 

@@ -40,10 +40,20 @@ def _unload_keeps_slot(pool) -> None:
     pool.remove_lora = remove_lora
 
 
+EMBEDDING_BUFFERS = ("embedding_A_buffer", "embedding_B_buffer", "lm_head_A_buffer", "lm_head_B_buffer")
+
+
+def unavailable(api) -> dict:
+    """{fault: why it cannot be planted in this release}."""
+    if api.unload_frees_slot:
+        return {}
+    return {"unload_keeps_slot": f"SGLang {api.version}'s unload_lora_adapter leaves the pool as it is (no "
+                                 f"LoRAMemoryPool.remove_lora): there is no slot-freeing step to break"}
+
+
 def _slot_views(pool, slot: int) -> list:
     views = [t[slot] for bufs in (pool.A_buffer, pool.B_buffer) for layers in bufs.values() for t in layers]
-    return views + [t[slot] for bufs in (pool.embedding_A_buffer, pool.embedding_B_buffer, pool.lm_head_A_buffer,
-                                         pool.lm_head_B_buffer) for t in bufs.values()]
+    return views + [t[slot] for name in EMBEDDING_BUFFERS for t in getattr(pool, name, {}).values()]
 
 
 def _load_keeps_residual_weights(pool) -> None:

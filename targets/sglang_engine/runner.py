@@ -54,20 +54,26 @@ class Session:
         self.ctx, self.eng, self.workdir = ctx, eng, workdir
         self.dtype = getattr(torch, c["dtype"])
         self.device = torch.device(ctx.device)
-        self.server_args = eng.ServerArgs(
-            model_path=eng.model_dir, device=ctx.device, dtype=c["dtype"], skip_tokenizer_init=True,
+        self.api = api = eng.api
+        missing = sorted(set(c["target_modules"]) - set(api.modules))
+        if missing:
+            raise InvalidCase(f"target modules {missing}: SGLang {eng.version}'s LoRA pool has no buffers for them "
+                              f"(it has {', '.join(api.modules)}); draw --lora-target-modules from those.")
+        self.server_args = api.server_args(
+            eng.ServerArgs, model_path=eng.model_dir, device=ctx.device, dtype=c["dtype"], skip_tokenizer_init=True,
             enable_lora=True, lora_backend=c["backend"], max_loras_per_batch=c["max_loras_per_batch"],
             max_lora_rank=c["max_lora_rank"], lora_target_modules=list(c["target_modules"]),
             lora_eviction_policy=c["eviction_policy"], max_lora_chunk_size=c.get("chunk", 16))
-        eng.publish(self.server_args, role="scheduler")
+        api.publish(self.server_args, ctx.device, eng.hf_config)
         self.model = tiny.build(eng.hf_config, self.dtype, self.device)
         self.base = tiny.base_weights(self.model)
-        self.mgr = eng.LoRAManager(
-            base_model=self.model, base_hf_config=eng.hf_config, max_loras_per_batch=c["max_loras_per_batch"],
-            load_config=eng.LoadConfig(), dtype=self.dtype, server_args=self.server_args, lora_backend=c["backend"],
-            max_lora_rank=c["max_lora_rank"], target_modules=set(c["target_modules"]), lora_paths=[])
+        self.mgr = api.manager(
+            eng.LoRAManager, base_model=self.model, base_hf_config=eng.hf_config,
+            max_loras_per_batch=c["max_loras_per_batch"], load_config=eng.LoadConfig(), dtype=self.dtype,
+            server_args=self.server_args, lora_backend=c["backend"], max_lora_rank=c["max_lora_rank"],
+            target_modules=set(c["target_modules"]), lora_paths=[])
         if c["graph_bs"]:
-            self.mgr.init_decode_cuda_graph_batch_info(c["graph_bs"], 1)
+            api.init_graph(self.mgr, c["graph_bs"])
         plant(self.mgr, set(case.faults))
         self.refs: dict = {}      # name -> LoRARef of the loaded adapter
         self.files: dict = {}     # name -> AdapterFiles of the loaded adapter
@@ -122,8 +128,7 @@ class Session:
         mode = op.get("mode", "decode")
         lens = list(op.get("lens", [1] * len(names))) if mode == "extend" else [1] * len(names)
         fb = self._forward_batch(mode, ids, lens)
-        self.mgr.fetch_new_loras(set(ids))
-        self.mgr.prepare_lora_batch(fb)
+        self.api.prepare(self.mgr, fb)
         self.ctx.check("pool", check_pool(self.mgr, ids, self.files, names))
         g = torch.Generator().manual_seed(op.get("seed", 0))
         tokens = torch.randint(0, self.eng.hf_config.vocab_size, (sum(lens),), generator=g)

@@ -65,8 +65,9 @@ def install_engine(version: str) -> bool:
     root = CACHE / version
     site, deps = site_dirs(version)
     stamp = root / "engine-ok"
-    if stamp.exists():
-        return True
+    probe = " ".join(ENGINE_PROBE) + "\n"
+    if stamp.exists() and stamp.read_text() == probe:
+        return True  # set up for these modules (a stamp of another probe list is checked again)
     t0 = time.time()
     print(f"sglang {version}: setting up the engine's imports for sglang_engine (once: ~2 min) ...")
     try:
@@ -85,7 +86,7 @@ def install_engine(version: str) -> bool:
     except SystemExit as e:
         print(f"sglang {version}: the engine does not import here ({e}); sglang_engine is unavailable for it.")
         return False
-    stamp.write_text("engine\n")
+    stamp.write_text(probe)
     print(f"sglang {version}: engine ready ({time.time() - t0:.0f} s)")
     return True
 

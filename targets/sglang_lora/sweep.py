@@ -18,7 +18,25 @@ import sys
 from pathlib import Path
 
 
+def _engine_ops(case: dict) -> str:
+    """An ``sglang_engine`` case in one line: ``triton L=2 fifo graph≤2: load(a0) → step[a0, -](decode) → ...``."""
+    c = case["config"]
+    out = []
+    for op in case["ops"]:
+        k = op["op"]
+        if k == "step":
+            reqs = ", ".join(r or "-" for r in op.get("reqs", []))
+            out.append(f"step[{reqs}]({op.get('mode', 'decode')}{' ' + str(op['lens']) if 'lens' in op else ''})")
+        else:
+            out.append(f"{k}({op.get('name')}{', v' + str(op['v']) if op.get('v') else ''})")
+    graph = f" graph≤{c['graph_bs']}" if c.get("graph_bs") else ""
+    return (f"{c['backend']} L={c['max_loras_per_batch']} {c['eviction_policy']}{graph} "
+            f"[{','.join(c['target_modules'])}]: " + " → ".join(out))
+
+
 def _ops(case: dict) -> str:
+    if case.get("target") == "sglang_engine":
+        return _engine_ops(case)
     c = case["config"]
     out = []
     for op in case["ops"]:
@@ -49,7 +67,17 @@ def _source_line(location: str, version: str | None) -> str:
     return ""
 
 
+def engine_category(f: dict, version: str | None = None) -> str:
+    """The triage of an ``sglang_engine`` finding (docs/sglang.md, "sglang_engine": sweep)."""
+    sig = f["signature"]
+    if sig["tool"] == "target":
+        return "target"
+    return "untriaged"
+
+
 def category(f: dict, version: str | None = None) -> str:
+    if f["case"].get("target") == "sglang_engine":
+        return engine_category(f, version)
     sig = f["signature"]
     vs = [f.get("violation") or {"kind": sig["kind"], "tensor": sig["tensor"]}] + f.get("others", [])
     backend = f["case"]["config"].get("backend")

@@ -1,0 +1,56 @@
+"""``sglang_engine``'s cases, features, API generations and sweep rows, without SGLang."""
+
+from importlib import import_module
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fuzzrunner.coverage import features_of
+
+cases = import_module("fuzzrunner.targets.sglang_engine.cases")
+api = import_module("fuzzrunner.targets.sglang_engine.api")
+sweep = import_module("fuzzrunner.targets.sglang_lora.sweep")
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+LINEAR = api.ALL_MODULES[:4]
+
+
+@FAST
+@given(st.data(), st.sampled_from([api.ALL_MODULES, LINEAR]))
+def test_drawn_cases_use_only_the_releases_target_modules_and_declared_features(data, modules):
+    case = data.draw(cases.sglang_engine_cases((), max_ops=8, device="cpu", modules=modules))
+    c = case.config
+    assert set(c["target_modules"]) <= set(modules)
+    peft = {m for a in c["adapters"].values() for m in a["modules"]}
+    assert {cases.SERVER_NAME[m] for m in peft} <= set(c["target_modules"])
+    assert set(features_of(cases.features, case)) <= set(cases.feature_space(modules))
+
+
+def _api(**kw):
+    base = dict(version="x", manager_params=frozenset({"tp_size", "tp_rank"}))
+    return api.EngineAPI(**(base | kw))
+
+
+def test_the_generation_follows_what_the_release_has():
+    assert _api().generation == "e0"
+    assert _api(fetch=True).generation == "e1"
+    assert _api(fetch=True, runtime_context=True).generation == "e2"
+    assert _api(fetch=True, runtime_context=True, fixture=print,
+                manager_params=frozenset({"server_args"})).generation == "e3"
+
+
+def test_server_args_keep_only_the_knobs_the_release_has():
+    a = _api(server_fields=frozenset({"lora_backend", "max_loras_per_batch"}))
+    got = a.server_args(dict, lora_backend="csgmv", max_loras_per_batch=2, max_lora_chunk_size=16)
+    assert got == {"lora_backend": "csgmv", "max_loras_per_batch": 2}
+
+
+def test_a_sweep_row_of_an_engine_finding_shows_its_program():
+    case = {"target": "sglang_engine", "config": {"backend": "triton", "max_loras_per_batch": 2,
+                                                  "eviction_policy": "fifo", "graph_bs": 2,
+                                                  "target_modules": ["qkv_proj"]},
+            "ops": [{"op": "load", "name": "a0"}, {"op": "step", "reqs": ["a0", None], "mode": "decode"},
+                    {"op": "unload", "name": "a0"}, {"op": "load", "name": "a0", "v": 1}]}
+    assert sweep._ops(case) == ("triton L=2 fifo graph≤2 [qkv_proj]: load(a0) → step[a0, -](decode) → unload(a0) "
+                                "→ load(a0, v1)")
+    target_error = {"signature": {"tool": "target", "kind": "crash"}, "case": case}
+    assert sweep.category(target_error) == "target"
