@@ -3,6 +3,8 @@ after start-up, so that the oracles are shown to catch the class of bug it stand
 
 from __future__ import annotations
 
+from fuzzrunner import tracking
+
 FAULTS = {
     "unload_keeps_slot":
         "LoRAMemoryPool.remove_lora drops the adapter's uid -> slot entry but leaves buffer_id_to_uid naming it: the "
@@ -60,13 +62,15 @@ def _load_keeps_residual_weights(pool) -> None:
     original = pool.load_lora_weight_to_buffer
 
     def load(uid, buffer_id, *args, **kwargs):
-        before = [v.clone() for v in _slot_views(pool, buffer_id)]
+        with tracking.quiet():  # the fault's own snapshot: never-written bytes are no read of SGLang's
+            before = [v.clone() for v in _slot_views(pool, buffer_id)]
         original(uid, buffer_id, *args, **kwargs)
         if uid is None:
             return
-        for view, old in zip(_slot_views(pool, buffer_id), before):
-            if not view.count_nonzero() and old.count_nonzero():  # zeroed as a module the adapter lacks
-                view.copy_(old)
+        with tracking.quiet():
+            for view, old in zip(_slot_views(pool, buffer_id), before):
+                if not view.count_nonzero() and old.count_nonzero():  # zeroed as a module the adapter lacks
+                    view.copy_(old)
     pool.load_lora_weight_to_buffer = load
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from fuzzrunner import tracking
 from fuzzrunner.errors import InvalidCase
 
 from . import adapters as adp
@@ -129,7 +130,8 @@ class Session:
         lens = list(op.get("lens", [1] * len(names))) if mode == "extend" else [1] * len(names)
         fb = self._forward_batch(mode, ids, lens)
         self.api.prepare(self.mgr, fb)
-        self.ctx.check("pool", check_pool(self.mgr, ids, self.files, names))
+        with tracking.quiet():  # the check's reads of the pool are the harness's, not SGLang's
+            self.ctx.check("pool", check_pool(self.mgr, ids, self.files, names))
         g = torch.Generator().manual_seed(op.get("seed", 0))
         tokens = torch.randint(0, self.eng.hf_config.vocab_size, (sum(lens),), generator=g)
         rows = [n for n, k in zip(names, lens) for _ in range(k)]
@@ -137,13 +139,14 @@ class Session:
         last = [sum(lens[: i + 1]) - 1 for i in range(len(lens))] if mode == "extend" else None
         with torch.no_grad():
             logits = tiny.forward(self.model, tokens.to(self.device), last)
-        ref = tiny.reference(self.eng.hf_config, self.base, tokens.tolist(),
-                             [None if n is None else self.files[n] for n in rows], last)
+        with tracking.quiet():
+            ref = tiny.reference(self.eng.hf_config, self.base, tokens.tolist(),
+                                 [None if n is None else self.files[n] for n in rows], last)
         self.ctx.compare("step.logits", logits, ref, self.dtype)
         kept = rows if last is None else [rows[i] for i in last]
         base_rows = [i for i, n in enumerate(kept) if n is None]
         if base_rows:
-            with torch.no_grad():
+            with torch.no_grad(), tracking.quiet():
                 base = tiny.base_path_logits(self.model, tokens.to(self.device), last)
             bad = [i for i in base_rows if not torch.equal(logits[i], base[i])]
             self.ctx.check("base-rows", [f"token {i} (a request without an adapter) differs from the base model's "

@@ -38,7 +38,8 @@ BASE = ("orjson", "msgspec", "psutil", "pybase64", "anyio", "sniffio", "starlett
 # the engine's pure-Python imports beyond transformers, installed up front (one pip call, --no-deps); the
 # import loop adds what a release needs beyond these
 ENGINE_BASE = ("traitlets", "dill", "einops", "compressed-tensors", "loguru", "gguf", "sentencepiece", "openai",
-               "partial-json-parser", "httpx2", "httpcore2", "truststore", "h11")
+               "partial-json-parser", "httpx2", "httpcore2", "truststore", "h11", "uvicorn", "fastapi",
+               "annotated-doc", "opentelemetry-api")  # the last four: the model runner's imports (0.5.5 - 0.5.23)
 PROBE = ("sglang.srt.lora.utils", "sglang.srt.lora.backend.triton_backend", "sglang.srt.lora.backend.chunked_backend")
 
 
