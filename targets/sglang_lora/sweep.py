@@ -67,11 +67,43 @@ def _source_line(location: str, version: str | None) -> str:
     return ""
 
 
+def _release_file(version: str | None, rel: str) -> str:
+    """The text of ``sglang/RELPATH`` in the release's set-up tree ("" when absent)."""
+    if not version:
+        return ""
+    from .site import site_dirs
+    path = site_dirs(version)[0] / "sglang" / rel
+    return path.read_text(encoding="utf-8") if path.exists() else ""
+
+
+def _sgemm_lora_b_unmasked(version: str | None) -> bool:
+    """The release's ``sgemm_lora_b`` masks neither B nor the output by column (the ``n-mask`` bug)."""
+    from .site import site_dirs
+    if not version:
+        return False
+    found = list((site_dirs(version)[0] / "sglang").rglob("sgemm_lora_b.py"))
+    return bool(found) and not any("n_mask" in p.read_text(encoding="utf-8") for p in found)
+
+
 def engine_category(f: dict, version: str | None = None) -> str:
-    """The triage of an ``sglang_engine`` finding (docs/sglang.md, "sglang_engine": sweep)."""
+    """The triage of an ``sglang_engine`` finding (docs/sglang.md, "sglang_engine": sweep): ``target``,
+    ``n-mask`` (as for ``sglang_lora``; with a numeric mismatch of a triton case in a release that has it: the
+    unmasked lanes add into the next request's output row), ``#21380`` (the unload keeps the adapter in the
+    pool: releases without ``LoRAMemoryPool.remove_lora``), else ``untriaged``."""
     sig = f["signature"]
     if sig["tool"] == "target":
         return "target"
+    if sig.get("kernel") == "_sgemm_lora_b_kernel" and sig["kind"] in ("out-of-bounds", "uninitialized-read",
+                                                                      "stale-read"):
+        text = _source_line(sig.get("location", ""), version)
+        if "w_ptrs" in text or "output_ptr" in text:
+            return "n-mask"
+    backend = f["case"]["config"].get("backend")
+    if sig["kind"] == "numeric-mismatch" and backend == "triton" and _sgemm_lora_b_unmasked(version):
+        return "n-mask"
+    if sig["kind"] == "state-violation" and sig.get("tensor") == "unload" and \
+            "def remove_lora" not in _release_file(version, "srt/lora/mem_pool.py"):
+        return "#21380"
     return "untriaged"
 
 

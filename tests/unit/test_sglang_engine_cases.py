@@ -54,3 +54,19 @@ def test_a_sweep_row_of_an_engine_finding_shows_its_program():
                                 "→ load(a0, v1)")
     target_error = {"signature": {"tool": "target", "kind": "crash"}, "case": case}
     assert sweep.category(target_error) == "target"
+
+
+def test_engine_findings_are_triaged_by_what_the_release_has(tmp_path, monkeypatch):
+    site = import_module("fuzzrunner.targets.sglang_lora.site")
+    old, new = tmp_path / "old" / "site", tmp_path / "new" / "site"
+    for tree, pool, kernel in ((old, "class LoRAMemoryPool: ...", "w_tile = tl.load(w_ptrs)"),
+                               (new, "def remove_lora(self, uid): ...", "n_mask = n_offset < N")):
+        (tree / "sglang/srt/lora/triton_ops").mkdir(parents=True)
+        (tree / "sglang/srt/lora/mem_pool.py").write_text(pool)
+        (tree / "sglang/srt/lora/triton_ops/sgemm_lora_b.py").write_text(kernel)
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+    case = {"target": "sglang_engine", "config": {"backend": "triton"}, "ops": []}
+    unload = {"signature": {"tool": "state", "kind": "state-violation", "tensor": "unload"}, "case": case}
+    numeric = {"signature": {"tool": "numeric", "kind": "numeric-mismatch", "tensor": "step.logits"}, "case": case}
+    assert [sweep.category(f, "old") for f in (unload, numeric)] == ["#21380", "n-mask"]
+    assert [sweep.category(f, "new") for f in (unload, numeric)] == ["untriaged", "untriaged"]
