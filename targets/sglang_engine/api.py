@@ -2,24 +2,25 @@
 has (signatures and attributes, never its version string), and each call made the way that release's own
 model runner and scheduler make it.
 
-Generations (docs/sglang.md lists the releases of each):
+Generations (docs/sglang.md has the per-release facts, ``scripts/sglang_api_facts.sh`` reads them from wheels):
 
-* ``e0`` (0.5.5): ``LoRAManager(tp_size=, tp_rank=)``; the manager allocates the graph batch info
-  (``init_cuda_graph_batch_info(bs)``); its ``prepare_lora_batch`` also loads the batch's adapters into the pool
-  (no ``fetch_new_loras``); LoRA for the linear layers only (the pool has no embedding buffers);
-* ``e1``: ``fetch_new_loras`` before ``prepare_lora_batch`` (as ``ForwardBatch.init_new`` calls them); the backend
-  allocates the graph batch info (``init_cuda_graph_batch_info(bs, num_tokens)``); embedding and lm_head LoRA;
-* ``e2``: the configuration is published into a runtime context (``runtime_context.publish``);
-* ``e3``: no ``tp_size`` / ``tp_rank`` (the manager reads the parallel context), ``init_decode_cuda_graph_batch_info``,
-  SGLang's own test fixture for parallel groups without a process group (``sglang.test.parallel_groups``).
+* ``e0`` (0.5.5 - 0.5.7): ``LoRAManager(tp_size=, tp_rank=)``; ``prepare_lora_batch`` also loads the batch's
+  adapters into the pool (no ``fetch_new_loras``);
+* ``e1`` (0.5.8 - 0.5.13.post1): ``fetch_new_loras`` before ``prepare_lora_batch`` (as ``ForwardBatch.init_new``
+  calls them);
+* ``e2`` (0.5.14 - 0.5.21): the configuration is published into a runtime context;
+* ``e3`` (0.5.22, 0.5.23): no ``tp_size`` / ``tp_rank`` (the manager reads the parallel context); SGLang's own
+  test fixture for parallel groups without a process group (``sglang.test.parallel_groups``).
 
-Independent of the generation: whether ``unload_lora_adapter`` frees the adapter's pool slot
-(``LoRAMemoryPool.remove_lora``).
+Independent of the generation, each found on its own: the decode graph's batch-info initializer
+(``init_cuda_graph_batch_info(bs)``, ``(bs, num_tokens)`` from 0.5.5.post3, ``init_decode_cuda_graph_batch_info``
+in 0.5.23), embedding / lm_head buffers in the pool (0.5.6.post2+: ``modules``), and whether
+``unload_lora_adapter`` frees the adapter's pool slot (``LoRAMemoryPool.remove_lora``, 0.5.16+).
 
 Where SGLang's test fixture is missing, the parallel state is set up as ``ModelRunner.init_torch_distributed``
 sets it up, for a world of one (``init_distributed_environment``, ``initialize_model_parallel``,
 ``initialize_dp_attention``; gloo on the CPU), once per process; every case then publishes its ``ServerArgs`` as
-``ModelRunner.__init__`` does (``set_global_server_args_for_scheduler``, a runtime-context publish from 0.5.18).
+``ModelRunner.__init__`` does (``set_global_server_args_for_scheduler``, a runtime-context publish from 0.5.14).
 """
 
 from __future__ import annotations
