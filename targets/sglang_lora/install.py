@@ -4,7 +4,8 @@
 
 1. ``pip download sglang==VERSION --no-deps`` into ``.cache/sglang/wheels/`` (3-40 MB);
 2. extract SGLang's files into ``.cache/sglang/VERSION/site/`` without compiled code (``*.so``, CUDA and
-   C++ sources): Python, JSON configs, the dist-info;
+   C++ sources, except the JIT kernels' sources that ``sglang.jit_kernel`` looks for at import): Python,
+   JSON configs, the dist-info;
 3. import the modules the target drives (with site.py's stubs) and ``pip install --no-deps --target
    .cache/sglang/VERSION/deps`` whatever is missing, until they import (never torch or Triton);
 4. for the ``sglang_engine`` target (``install_engine``, stamp ``engine-ok``): transformers at SGLang's pin
@@ -25,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..wheel_site import extract, missing_module, pip, wheel
+from ..wheel_site import extract, extract_kept, missing_module, pip, wheel
 from .site import CACHE, site_dirs
 
 DIST = {"zmq": "pyzmq", "yaml": "pyyaml", "PIL": "pillow", "google": "protobuf", "IPython": "ipython",
@@ -40,6 +41,9 @@ BASE = ("orjson", "msgspec", "psutil", "pybase64", "anyio", "sniffio", "starlett
 ENGINE_BASE = ("traitlets", "dill", "einops", "compressed-tensors", "loguru", "gguf", "sentencepiece", "openai",
                "partial-json-parser", "httpx2", "httpcore2", "truststore", "h11", "uvicorn", "fastapi",
                "annotated-doc", "opentelemetry-api")  # the last four: the model runner's imports (0.5.5 - 0.5.23)
+# SGLang's JIT-kernel sources: 0.5.6 - 0.5.9's sglang.jit_kernel.utils looks for their folders at import
+# (KERNEL_PATH) and raises without them; nothing here compiles them
+KEEP = ("sglang/jit_kernel/",)
 PROBE = ("sglang.srt.lora.utils", "sglang.srt.lora.backend.triton_backend", "sglang.srt.lora.backend.chunked_backend")
 
 
@@ -71,6 +75,7 @@ def install_engine(version: str) -> bool:
         return True  # set up for these modules (a stamp of another probe list is checked again)
     t0 = time.time()
     print(f"sglang {version}: setting up the engine's imports for sglang_engine (once: ~2 min) ...")
+    extract_kept(wheel("sglang_setup", "sglang", version, CACHE / "wheels"), site, KEEP)
     try:
         pip("sglang_setup", "install", "--target", str(deps), "--upgrade", _pin(site, "transformers"))
         pip("sglang_setup", "install", "--no-deps", "--target", str(deps), *ENGINE_BASE)
@@ -102,7 +107,7 @@ def install(version: str) -> Path:
         print(f"sglang {version}: ready in {root}")
         return root
     whl = wheel("sglang_setup", "sglang", version, CACHE / "wheels")
-    extract(whl, site)
+    extract(whl, site, keep=KEEP)
     shutil.rmtree(deps, ignore_errors=True)
     pip("sglang_setup", "install", "--no-deps", "--target", str(deps), *BASE)
     env = dict(os.environ, TRITON_INTERPRET="1")
