@@ -10,11 +10,12 @@ and only two things are not SGLang's:
 
 * ``sglang/__init__.py`` is not run (the front-end language API; no engine code lives there): the package
   object is made with the release's folder as its path, as ``site.install_stubs`` does;
-* ``torchvision`` and ``sgl_kernel`` where none is installed (no CPU build of either for this torch here):
-  a finder, after the real ones, serves them and their sub-modules as modules whose every name is a
+* ``torchvision``, ``sgl_kernel`` and ``vllm`` where none is installed (no CPU build of them for this torch
+  here): a finder, after the real ones, serves them and their sub-modules as modules whose every name is a
   placeholder that raises ``StubCalled`` when used (``__version__`` is ``0.0.0``, below any release).
   Multimodal model configs import torchvision at module level; 0.5.5's MoE runner imports
-  ``sgl_kernel.silu_and_mul`` at module level; the LoRA path calls neither. The finder is in place before
+  ``sgl_kernel.silu_and_mul`` at module level; 0.5.6's ``layers/activation.py`` imports vllm's
+  ``SiluAndMul`` on a CPU without AMX (on a GPU it takes sgl_kernel's); the LoRA path calls none of them. The finder is in place before
   transformers is imported: from transformers 5.12 (0.5.12 - 0.5.18's pins) ``AutoImageProcessor`` is a
   placeholder without torchvision, and SGLang's configs register image processors with it at import.
 
@@ -41,7 +42,7 @@ from targets.sglang_lora.site import StubCalled
 
 # in the server's order: server_args first (0.5.5's layers.linear <-> quantization cycle resolves only so)
 ENGINE_PROBE = ("sglang.srt.server_args", "sglang.srt.model_executor.model_runner", "sglang.srt.lora.lora_manager")
-LAZY_STUBS = ("torchvision", "sgl_kernel")
+LAZY_STUBS = ("torchvision", "sgl_kernel", "vllm")
 PLACEHOLDER_VERSION = "0.0.0"
 
 
