@@ -6,8 +6,10 @@ stubs must not meet in one process: every case here runs in one subprocess (~25 
 """
 
 import json
+import os
 import subprocess
 import sys
+from importlib import import_module
 from pathlib import Path
 
 import pytest
@@ -60,7 +62,7 @@ target = load_target("sglang_engine")
 out = []
 for cfg, ops, faults in json.load(sys.stdin):
     vs = run_case(Case("sglang_engine", cfg, tuple(ops), tuple(faults)), target, device="cpu")
-    out.append([[v.kind, v.tool, v.message[:300]] for v in vs])
+    out.append([[v.kind, v.tool, v.message[:300], v.kernel, v.location, v.tensor] for v in vs])
 print("RESULT " + json.dumps(out))
 """
 
@@ -84,10 +86,41 @@ def test_the_lifecycle_is_silent_on_sglangs_own_code(results, i, backend):
 
 @pytest.mark.parametrize("j,fault", list(enumerate(FAULT_CASES)))
 def test_each_planted_fault_is_caught_in_its_minimal_case(results, j, fault):
-    kinds = {k for k, _, _ in results[2 + j]}
+    kinds = {v[0] for v in results[2 + j]}
     assert kinds & set(FAULT_CASES[fault][2]), results[2 + j]
 
 
 @pytest.mark.parametrize("j,fault", list(enumerate(FAULT_CASES)))
 def test_each_faults_minimal_case_is_silent_without_it(results, j, fault):
     assert results[2 + len(FAULT_CASES) + j] == [], results[2 + len(FAULT_CASES) + j]
+
+
+def _set_up_releases() -> list[str]:
+    site = import_module("fuzzrunner.targets.sglang_lora.site")
+    return sorted((p.parent.name for p in site.CACHE.glob("*/engine-ok")),
+                  key=lambda v: [int(x) if x.isdigit() else x for x in v.replace(".post", ".").split(".")])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", _set_up_releases())
+def test_every_set_up_release_drives_the_lifecycle_with_only_triaged_findings(version):
+    """Each API generation (api.py) drives SGLang's own objects through load, evict, unload, reload and decode
+    graph batches; whatever the release's own bugs give is one of the sweep's verdicts (#21380, n-mask), never a
+    target error or an untriaged finding. ~1 min per release (one import of its engine)."""
+    sweep = import_module("fuzzrunner.targets.sglang_lora.sweep")
+    linear = ALL[:4]
+    adapters = {n: dict(a, modules=[m for m in a["modules"] if m not in ("embed_tokens", "lm_head")])
+                for n, a in ADAPTERS.items()}
+    cases = [[_cfg(b, target_modules=linear, adapters=adapters), LIFECYCLE, []] for b in ("triton", "csgmv")]
+    cases += [[_cfg(b, graph_bs=4, target_modules=linear, adapters=adapters), LIFECYCLE, []]
+              for b in ("triton", "csgmv")]
+    r = subprocess.run([sys.executable, "-c", RUN.format(root=str(ROOT))], input=json.dumps(cases), text=True,
+                       capture_output=True, timeout=1800, cwd=ROOT,
+                       env=dict(os.environ, FUZZRUNNER_SGLANG_VERSION=version))
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert line, r.stderr[-3000:]
+    for (cfg, _, _), vs in zip(cases, json.loads(line[-1][len("RESULT "):])):
+        for kind, tool, message, kernel, location, tensor in vs:
+            f = {"signature": {"tool": tool, "kind": kind, "kernel": kernel, "location": location, "tensor": tensor},
+                 "case": {"target": "sglang_engine", "config": cfg}}
+            assert sweep.category(f, version) not in ("target", "untriaged"), (version, cfg["backend"], message)
