@@ -37,9 +37,11 @@ def load_engine(device: str):
     ok, why = engine_available()
     if not ok:
         raise TargetUnavailable(why)
-    from . import boot, model
+    from . import boot, frontend, model
     try:
         eng = boot.load(device)
+        eng.frontend, eng.frontend_why = (frontend.load() if (eng.tree.parent / "frontend-ok").exists()
+                                          or os.environ.get("FUZZRUNNER_SGLANG_SITE") else (None, "no frontend-ok"))
         eng.model_dir = tempfile.mkdtemp(prefix="sglang_engine-model-")
         with open(os.path.join(eng.model_dir, "config.json"), "w") as f:
             json.dump(model.hf_config_dict(), f)
@@ -68,20 +70,22 @@ def _run(case, ctx, **_):
 def make_target():
     from fuzzrunner.target import Target
 
-    from . import cases, faults
+    from . import cases, faults, frontend
     eng = load_engine(_device())
     return Target(
         name="sglang_engine",
         description=f"SGLang {eng.version}'s LoRAManager, LoRAMemoryPool and LoRA layers (qkv, o, gate_up, down, "
                     f"embedding, lm_head) with real PEFT adapters: load, unload, reload, eviction, prepare, forward",
-        cases=functools.partial(cases.sglang_engine_cases, modules=eng.api.modules),
+        cases=functools.partial(cases.sglang_engine_cases, modules=eng.api.modules, frontend=eng.frontend is not None),
         run=_run,
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),
-        faults_unavailable=faults.unavailable(eng.api),
+        faults_unavailable=faults.unavailable(eng.api, eng.frontend),
         features=cases.features,
-        feature_space=cases.feature_space(eng.api.modules),
-        details=(f"sglang engine {eng.version} (from {eng.tree})", *eng.api.found()),
+        feature_space=cases.feature_space(eng.api.modules, eng.frontend is not None),
+        details=(f"sglang engine {eng.version} (from {eng.tree})", *eng.api.found(),
+                 *(frontend.describe(eng.frontend) or [f"adapter management: not driven ({eng.frontend_why}): "
+                                                       f"load / unload / requests go to the LoRAManager directly"])),
         own_code=(os.path.dirname(os.path.abspath(__file__)),),
         code_under_test={"engine": "sglang", "release": eng.version, "tree": str(eng.tree)},
     )

@@ -15,9 +15,9 @@ and only two things are not SGLang's:
   placeholder that raises ``StubCalled`` when used (``__version__`` is ``0.0.0``, below any release).
   Multimodal model configs import torchvision at module level; 0.5.5's MoE runner imports
   ``sgl_kernel.silu_and_mul`` at module level; 0.5.6's ``layers/activation.py`` imports vllm's
-  ``SiluAndMul`` on a CPU without AMX (on a GPU it takes sgl_kernel's); the LoRA path calls none of them. The finder is in place before
-  transformers is imported: from transformers 5.12 (0.5.12 - 0.5.18's pins) ``AutoImageProcessor`` is a
-  placeholder without torchvision, and SGLang's configs register image processors with it at import.
+  ``SiluAndMul`` on a CPU without AMX (on a GPU it takes sgl_kernel's); the LoRA path calls none of them.
+  The finder is in place before transformers is imported: from transformers 5.12 (0.5.12 - 0.5.18's pins)
+  ``AutoImageProcessor`` is a placeholder without torchvision, and SGLang's configs register image processors with it at import.
 
 On the CPU, three adaptations of *where* memory lives, none of *what* SGLang does (``cpu_adapt``): the LoRA
 modules see ``api.cpu_torch()`` (``device("cuda")`` is the CPU, factories drop ``pin_memory``), as in
@@ -42,6 +42,8 @@ from targets.sglang_lora.site import StubCalled
 
 # in the server's order: server_args first (0.5.5's layers.linear <-> quantization cycle resolves only so)
 ENGINE_PROBE = ("sglang.srt.server_args", "sglang.srt.model_executor.model_runner", "sglang.srt.lora.lora_manager")
+# the adapter-management API's and the scheduler's modules (frontend.py), imported on top where they import
+FRONTEND_PROBE = ("sglang.srt.managers.tokenizer_manager", "sglang.srt.managers.scheduler")
 LAZY_STUBS = ("torchvision", "sgl_kernel", "vllm")
 PLACEHOLDER_VERSION = "0.0.0"
 

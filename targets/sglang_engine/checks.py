@@ -73,3 +73,31 @@ def check_pool(mgr, lora_ids: list, files: dict, names: list) -> list[str]:
         if dirty:
             out.append(f"the base model's slot {base} holds non-zero LoRA weights in {dirty[:3]}")
     return out
+
+
+def check_frontend(front, mgr, before: dict, max_loaded, pinned_live: set) -> list[str]:
+    """After a load, unload or step through the adapter-management API (frontend.py): what the registry names
+    (``before``: name -> ``LoRARef`` registered before the op) and what the engine holds agree; every adapter
+    that left the registry left the engine (``check_unloaded``); at most ``--max-loaded-loras`` are registered;
+    every pinned adapter the user did not unload is still registered; no request still holds an adapter."""
+    out, now = [], front.registered()
+    held = set(mgr.loras)
+    pending = set(front.tok.pending_lora_unloads.values())
+    for name, ref in now.items():
+        if ref.lora_id not in held:
+            out.append(f"{name!r} is registered (requests resolve it to {ref.lora_id}) but the engine does not hold it")
+    reachable = {ref.lora_id for ref in now.values()} | pending
+    for uid in sorted(held - reachable):
+        out.append(f"the engine holds adapter {mgr.lora_refs[uid].lora_name!r} ({uid}) that no registered name "
+                   f"reaches")
+    for name, ref in before.items():
+        if now.get(name) is None or now[name].lora_id != ref.lora_id:
+            out += check_unloaded(mgr, ref.lora_id, name)
+    if max_loaded is not None and len(now) > max_loaded:
+        out.append(f"{len(now)} adapters are registered ({', '.join(now)}), above --max-loaded-loras {max_loaded}")
+    for name in sorted(pinned_live - set(now)):
+        out.append(f"pinned adapter {name!r} is no longer registered, and the user did not unload it")
+    busy = {uid: n for uid, n in front.in_flight().items() if n}
+    if busy:
+        out.append(f"requests that finished still hold adapters: {busy} (LoRARegistry counters)")
+    return out

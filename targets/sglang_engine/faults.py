@@ -1,5 +1,6 @@
-"""Planted faults: each a small change of one SGLang object of the case (the pool, its eviction policy), made
-after start-up, so that the oracles are shown to catch the class of bug it stands for."""
+"""Planted faults: each a small change of one SGLang object of the case (the pool, its eviction policy, the
+tokenizer manager's registry, the scheduler's admission), made after start-up, so that the oracles are shown to
+catch the class of bug it stands for."""
 
 from __future__ import annotations
 
@@ -17,10 +18,21 @@ FAULTS = {
     "evict_batch_adapter":
         "the eviction policy's select_victim ignores its candidates and takes the least recently used resident "
         "adapter, one of the current batch included: a full pool evicts an adapter its batch still needs.",
+    "lru_evicts_pinned":
+        "LoRARegistry.lru_lora_name ignores exclude_pinned: --max-loaded-loras unloads the least recently used "
+        "adapter even when the user pinned it.",
+    "admission_ignores_running":
+        "the scheduler admits each waiting LoRA request against its own adapter only, not the adapters of the "
+        "batch it joins (can_schedule_lora_req's running set left out): a batch needs more pool slots than "
+        "--max-loras-per-batch.",
 }
+FRONTEND_FAULTS = ("lru_evicts_pinned", "admission_ignores_running")
 
 
-def plant(mgr, faults: set) -> None:
+def plant(mgr, faults: set, front=None) -> None:
+    if "lru_evicts_pinned" in faults:
+        _lru_evicts_pinned(front.tok.lora_registry)
+    # admission_ignores_running: Frontend.admit(ignore_running=True), the runner passes it
     pool = mgr.memory_pool
     if "unload_keeps_slot" in faults:
         _unload_keeps_slot(pool)
@@ -45,12 +57,28 @@ def _unload_keeps_slot(pool) -> None:
 EMBEDDING_BUFFERS = ("embedding_A_buffer", "embedding_B_buffer", "lm_head_A_buffer", "lm_head_B_buffer")
 
 
-def unavailable(api) -> dict:
+def unavailable(api, fe=None) -> dict:
     """{fault: why it cannot be planted in this release}."""
-    if api.unload_frees_slot:
-        return {}
-    return {"unload_keeps_slot": f"SGLang {api.version}'s unload_lora_adapter leaves the pool as it is (no "
-                                 f"LoRAMemoryPool.remove_lora): there is no slot-freeing step to break"}
+    out = {}
+    if not api.unload_frees_slot:
+        out["unload_keeps_slot"] = (f"SGLang {api.version}'s unload_lora_adapter leaves the pool as it is (no "
+                                    f"LoRAMemoryPool.remove_lora): there is no slot-freeing step to break")
+    if fe is None:
+        for f in FRONTEND_FAULTS:
+            out[f] = (f"SGLang {api.version}'s tokenizer manager and scheduler are not driven here (no "
+                      f"frontend-ok stamp: scripts/sglang_setup.sh {api.version})")
+    elif not fe.evicts:
+        out["lru_evicts_pinned"] = (f"SGLang {api.version}'s load_lora_adapter refuses loads beyond "
+                                    f"--max-loaded-loras: it evicts nothing")
+    return out
+
+
+def _lru_evicts_pinned(registry) -> None:
+    original = registry.lru_lora_name
+
+    async def lru_lora_name(exclude_pinned=False):
+        return await original(exclude_pinned=False)
+    registry.lru_lora_name = lru_lora_name
 
 
 def _slot_views(pool, slot: int) -> list:

@@ -8,11 +8,15 @@ the tiny model of SGLang's layer classes (model.py); ``LoRAManager(...)`` exactl
 model); with ``graph_bs``, ``init_decode_cuda_graph_batch_info(graph_bs, 1)`` as the decode graph runner
 does before capture, so that decode batches of at most that size take the graph's static batch info.
 
-Ops:
-* ``load`` / ``unload``: ``load_lora_adapter`` / ``unload_lora_adapter`` with the ``LoRARef`` the tokenizer
-  manager makes (``pinned=False``; a fresh ``lora_id`` per load, deterministic here so cases replay);
-* ``step``: a batch (``reqs``: adapter name or null per request; ``mode`` decode or extend with ``lens``):
-  ``ForwardBatch.init_new``'s LoRA part (``fetch_new_loras`` then ``prepare_lora_batch``), then the forward.
+Ops, through SGLang's adapter-management API and scheduler admission where the release's tokenizer manager and
+scheduler import (frontend.py; else straight to the manager, as below):
+* ``load`` / ``unload``: the tokenizer manager's ``load_lora_adapter`` / ``unload_lora_adapter`` (``pinned`` as
+  the adapter says, ``--max-loaded-loras`` as drawn); without the front end, the manager's, with the
+  ``LoRARef`` the tokenizer manager makes (a fresh ``lora_id`` per load);
+* ``step``: requests (``reqs``: adapter name or null each; ``mode`` decode or extend with ``lens``), each
+  resolved by the tokenizer manager (an unloaded adapter is reloaded), admitted into batches by the scheduler
+  in queue order, each batch run as ``ForwardBatch.init_new``'s LoRA part (``fetch_new_loras`` then
+  ``prepare_lora_batch``) and the forward, its requests then released.
 
 Checks, the engine's users' properties (``ctx.compare`` / ``ctx.check``): each request's logits equal the
 float64 reference of its own adapter's files (none: the base model); a request without an adapter gets the
@@ -29,8 +33,9 @@ from fuzzrunner.errors import InvalidCase
 
 from . import adapters as adp
 from . import model as tiny
-from .checks import check_pool, check_unloaded
+from .checks import check_frontend, check_pool, check_unloaded
 from .faults import FAULTS, plant
+from .frontend import Frontend
 
 OPS = ("load", "unload", "step")
 
@@ -53,6 +58,7 @@ class Session:
     def __init__(self, case, ctx, eng, workdir: str):
         self.c = c = check_case(case)
         self.ctx, self.eng, self.workdir = ctx, eng, workdir
+        self.faults = set(case.faults)
         self.dtype = getattr(torch, c["dtype"])
         self.device = torch.device(ctx.device)
         self.api = api = eng.api
@@ -64,7 +70,8 @@ class Session:
             eng.ServerArgs, model_path=eng.model_dir, device=ctx.device, dtype=c["dtype"], skip_tokenizer_init=True,
             enable_lora=True, lora_backend=c["backend"], max_loras_per_batch=c["max_loras_per_batch"],
             max_lora_rank=c["max_lora_rank"], lora_target_modules=list(c["target_modules"]),
-            lora_eviction_policy=c["eviction_policy"], max_lora_chunk_size=c.get("chunk", 16))
+            lora_eviction_policy=c["eviction_policy"], max_lora_chunk_size=c.get("chunk", 16),
+            max_loaded_loras=c.get("max_loaded_loras"))
         api.publish(self.server_args, ctx.device, eng.hf_config)
         self.model = tiny.build(eng.hf_config, self.dtype, self.device)
         self.base = tiny.base_weights(self.model)
@@ -75,13 +82,20 @@ class Session:
             target_modules=set(c["target_modules"]), lora_paths=[])
         if c["graph_bs"]:
             api.init_graph(self.mgr, c["graph_bs"])
-        plant(self.mgr, set(case.faults))
-        self.refs: dict = {}      # name -> LoRARef of the loaded adapter
-        self.files: dict = {}     # name -> AdapterFiles of the loaded adapter
+        self.front = Frontend(eng.frontend, self.mgr, self.server_args) if eng.frontend else None
+        if self.front is None and (c.get("max_loaded_loras") or any(a.get("pinned") for a in c["adapters"].values())):
+            raise InvalidCase(f"--max-loaded-loras and pinned adapters are drawn only where SGLang {eng.version}'s "
+                              f"tokenizer manager imports (scripts/sglang_setup.sh {eng.version}: stamp frontend-ok).")
+        plant(self.mgr, set(case.faults), self.front)
+        self.refs: dict = {}      # name -> LoRARef of the loaded adapter (without the front end)
+        self.files: dict = {}     # name -> AdapterFiles of its latest successful load
+        self.pinned_live: set = set()
         self.loads = 0
 
     # -- the adapter-management API (tokenizer manager -> scheduler -> model runner) -----------------------
     def load(self, op) -> None:
+        if self.front is not None:
+            return self._front_load(op)
         name, v = op["name"], op.get("v", 0)
         if name in self.refs:
             raise InvalidCase(f"load: {name!r} is loaded already (the registry refuses it before the engine).")
@@ -96,6 +110,8 @@ class Session:
         self.refs[name], self.files[name] = ref, adp.AdapterFiles(path)
 
     def unload(self, op) -> None:
+        if self.front is not None:
+            return self._front_unload(op)
         name = op["name"]
         if name not in self.refs:
             raise InvalidCase(f"unload: {name!r} is not loaded.")
@@ -119,6 +135,8 @@ class Session:
                             seq_lens_cpu=torch.ones(bs, dtype=torch.int32))
 
     def step(self, op) -> None:
+        if self.front is not None:
+            return self._front_step(op)
         names = list(op["reqs"])
         if any(n is not None and n not in self.refs for n in names):
             raise InvalidCase("step: a request names an adapter that is not loaded (the registry refuses it).")
@@ -128,11 +146,88 @@ class Session:
                               f"{self.c['max_loras_per_batch']}: the scheduler would not admit this batch.")
         mode = op.get("mode", "decode")
         lens = list(op.get("lens", [1] * len(names))) if mode == "extend" else [1] * len(names)
+        self._batch(names, ids, mode, lens, op.get("seed", 0))
+
+    # -- through the adapter-management API and the scheduler (frontend.py) ------------------------------
+    def _front_load(self, op) -> None:
+        name, v = op["name"], op.get("v", 0)
+        pinned = bool(self.c["adapters"][name].get("pinned"))
+        before = self.front.registered()
+        path = adp.write(self.workdir, self.eng.hf_config, self.c["adapters"][name], name, v)
+        result = self.front.load(name, path, pinned)
+        limit, evicts = self.c.get("max_loaded_loras"), self.front.fe.evicts
+        refused = (name in before or (pinned and len(self.pinned_live) >= self.c["max_loras_per_batch"] - 1)
+                   or (limit is not None and not evicts and len(before) >= limit))
+        problems = []
+        if result.success:
+            self.files[name] = adp.AdapterFiles(path)
+            if pinned:
+                self.pinned_live.add(name)
+            if name in before:
+                problems.append(f"loading {name!r} succeeded while {name!r} was registered already")
+        elif not refused:
+            problems.append(f"loading {name!r} (rank {self.c['adapters'][name]['r']}, pinned {pinned}) failed: "
+                            f"{result.error_message}")
+        self.ctx.check("load", problems + check_frontend(self.front, self.mgr, before, limit, self.pinned_live))
+
+    def _front_unload(self, op) -> None:
+        name = op["name"]
+        before = self.front.registered()
+        result = self.front.unload(name)
+        problems = []
+        if result.success:
+            self.pinned_live.discard(name)
+            if name not in before:
+                problems.append(f"unloading {name!r} succeeded while it was not registered")
+        elif name in before:
+            problems.append(f"unloading {name!r} failed: {result.error_message}")
+        self.ctx.check("unload", problems + check_frontend(self.front, self.mgr, before,
+                                                           self.c.get("max_loaded_loras"), self.pinned_live))
+
+    def _front_step(self, op) -> None:
+        names = list(op["reqs"])
+        mode = op.get("mode", "decode")
+        lens = list(op.get("lens", [1] * len(names))) if mode == "extend" else [1] * len(names)
+        before = self.front.registered()
+        waiting, problems = [], []
+        for i, n in enumerate(names):
+            if n is not None and n not in self.files:
+                raise InvalidCase(f"step: request {i} names {n!r}, never loaded (the tokenizer manager refuses it).")
+            try:
+                waiting.append((i, n, self.front.acquire(n)))
+            except ValueError as e:  # refused: the adapter is not registered and is not reloaded here
+                if n in self.front.registered():
+                    problems.append(f"request {i} for registered adapter {n!r} was refused: {str(e)[:160]}")
+        slots = self.c["max_loras_per_batch"]
+        while waiting:
+            admitted = self.front.admit([uid for _, _, uid in waiting], ignore_running="admission_ignores_running"
+                                        in self.faults)
+            if not admitted:
+                left = sorted({str(n) for _, n, _ in waiting})
+                problems.append(f"requests {[i for i, _, _ in waiting]} ({left}) are never admitted, each alone fits "
+                                f"the pool of {slots} slots")
+                break
+            batch = [waiting[k] for k in admitted]
+            ids = [uid for _, _, uid in batch]
+            if len(set(ids)) > slots:
+                problems.append(f"the scheduler admitted a batch of {len(set(ids))} adapters (base included) into "
+                                f"{slots} slots")
+                break
+            self._batch([n for _, n, _ in batch], ids, mode, [lens[i] for i, _, _ in batch], op.get("seed", 0))
+            for _, _, uid in batch:
+                self.front.release(uid)
+            waiting = [w for k, w in enumerate(waiting) if k not in admitted]
+        for _, _, uid in waiting:
+            self.front.release(uid)
+        self.ctx.check("step", problems + check_frontend(self.front, self.mgr, before,
+                                                         self.c.get("max_loaded_loras"), self.pinned_live))
+
+    def _batch(self, names: list, ids: list, mode: str, lens: list, seed: int) -> None:
         fb = self._forward_batch(mode, ids, lens)
         self.api.prepare(self.mgr, fb)
         with tracking.quiet():  # the check's reads of the pool are the harness's, not SGLang's
             self.ctx.check("pool", check_pool(self.mgr, ids, self.files, names))
-        g = torch.Generator().manual_seed(op.get("seed", 0))
+        g = torch.Generator().manual_seed(seed)
         tokens = torch.randint(0, self.eng.hf_config.vocab_size, (sum(lens),), generator=g)
         rows = [n for n, k in zip(names, lens) for _ in range(k)]
         # the LogitsProcessor gives lm_head an extend batch's last token per request (no logprobs asked)
@@ -158,9 +253,13 @@ def run(case, ctx, eng) -> None:
     import tempfile
     with tempfile.TemporaryDirectory(prefix="sglang_engine-") as workdir:
         s = Session(case, ctx, eng, workdir)
-        for i, op in enumerate(case.ops):
-            with ctx.op(i, op):
-                getattr(s, op["op"])(op)
+        try:
+            for i, op in enumerate(case.ops):
+                with ctx.op(i, op):
+                    getattr(s, op["op"])(op)
+        finally:
+            if s.front is not None:
+                s.front.close()
 
 
 __all__ = ["FAULTS", "run"]
