@@ -17,7 +17,8 @@ and only two things are not SGLang's:
   ``sgl_kernel.silu_and_mul`` at module level; 0.5.6's ``layers/activation.py`` imports vllm's
   ``SiluAndMul`` on a CPU without AMX (on a GPU it takes sgl_kernel's); the LoRA path calls none of them.
   The finder is in place before transformers is imported: from transformers 5.12 (0.5.12 - 0.5.18's pins)
-  ``AutoImageProcessor`` is a placeholder without torchvision, and SGLang's configs register image processors with it at import.
+  ``AutoImageProcessor`` is a placeholder without torchvision, and SGLang's configs register image processors
+  with it at import.
 
 On the CPU, three adaptations of *where* memory lives, none of *what* SGLang does (``cpu_adapt``): the LoRA
 modules see ``api.cpu_torch()`` (``device("cuda")`` is the CPU, factories drop ``pin_memory``), as in
