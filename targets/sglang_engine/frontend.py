@@ -84,7 +84,7 @@ class Frontend:
         self.sched = sched
 
     def _run(self, coro):
-        return self.loop.run_until_complete(asyncio.wait_for(coro, timeout=30))
+        return self.loop.run_until_complete(asyncio.wait_for(coro, timeout=ARRIVAL_TIMEOUT_S * 6))
 
     async def _to_scheduler(self, obj):
         """One rank's reply: the scheduler and model runner pass the request's ``LoRARef`` to the manager."""
@@ -113,20 +113,70 @@ class Frontend:
         return {uid: c._count for uid, c in self.tok.lora_registry._counters.items()}
 
     # -- requests --------------------------------------------------------------------------------------
-    def acquire(self, name):
+    async def _resolve(self, name):
         """The request's ``lora_id``, as the tokenizer manager resolves it (None: no adapter)."""
         if name is None:
             return None
         req = types.SimpleNamespace(lora_path=name, lora_id=None)
         if self.fe.resolve is not None:
-            self._run(self.fe.resolve(self.tok, req))
+            await self.fe.resolve(self.tok, req)
         else:
-            req.lora_id = self._run(self.tok.lora_registry.acquire(name))
+            req.lora_id = await self.tok.lora_registry.acquire(name)
         return req.lora_id
 
-    def release(self, lora_id) -> None:
+    def serve(self, names: list, run_batch, ignore_running: bool = False) -> list[str]:
+        """Requests naming ``names`` arrive together; each is resolved (its own task, as each HTTP request is:
+        one may wait for another's adapter to be released), queued, admitted into batches that
+        ``run_batch([(index, name, lora_id), ...])`` runs, then released. The problems a user would see:
+        a request for a registered adapter refused, requests never admitted, requests that wait forever."""
+        return self.loop.run_until_complete(self._serve(names, run_batch, ignore_running))
+
+    async def _serve(self, names, run_batch, ignore_running) -> list[str]:
+        waiting: list = []
+        problems: list = []
+
+        async def arrive(i, name):
+            try:
+                uid = await self._resolve(name)
+            except ValueError as e:  # refused: fine for an adapter that is not registered (and not reloaded)
+                if name in self.registered():
+                    problems.append(f"request {i} for registered adapter {name!r} was refused: {str(e)[:160]}")
+                return
+            waiting.append((i, name, uid))
+
+        tasks = [asyncio.ensure_future(arrive(i, n)) for i, n in enumerate(names)]
+        while True:
+            for _ in range(ARRIVAL_YIELDS):  # let every arriving request run until it is queued or blocked
+                await asyncio.sleep(0)
+            if waiting:
+                await self._one_batch(waiting, run_batch, ignore_running, problems)
+            elif not await _arrivals(tasks, problems):
+                break
+        for t in tasks:
+            if t.done() and not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+        return problems
+
+    async def _one_batch(self, waiting: list, run_batch, ignore_running: bool, problems: list) -> None:
+        admitted = self.admit([uid for _, _, uid in waiting], ignore_running)
+        if not admitted:
+            problems.append(f"requests {[i for i, _, _ in waiting]} are never admitted, though each alone fits "
+                            f"the pool")
+            admitted = list(range(len(waiting)))
+            run_batch = None
+        batch = [waiting[k] for k in admitted]
+        for k in sorted(admitted, reverse=True):
+            del waiting[k]
+        try:
+            if run_batch is not None:
+                run_batch(batch)
+        finally:
+            for _, _, uid in batch:
+                await self._release(uid)
+
+    async def _release(self, lora_id) -> None:
         if lora_id is not None:
-            self._run(self.tok.lora_registry.release(lora_id))
+            await self.tok.lora_registry.release(lora_id)
 
     def admit(self, lora_ids: list, ignore_running: bool = False) -> list:
         """Indices of the waiting requests (``lora_ids`` in queue order) the scheduler puts in one new batch."""
@@ -143,5 +193,23 @@ class Frontend:
             running.add(uid)
         return batch
 
+
+ARRIVAL_TIMEOUT_S = 5.0
+ARRIVAL_YIELDS = 20
+
+
+async def _arrivals(tasks: list, problems: list) -> bool:
+    """Wait for a request to arrive in the queue; False when none is left, or those left wait forever."""
+    pending = [t for t in tasks if not t.done()]
+    if not pending:
+        return False
+    done, _ = await asyncio.wait(pending, timeout=ARRIVAL_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+    if done:
+        return True
+    problems.append(f"{len(pending)} request(s) wait forever in the tokenizer manager: no request holds an "
+                    f"adapter they wait for")
+    for t in pending:
+        t.cancel()
+    return False
 
 __all__ = ["Frontend", "describe", "load"]

@@ -188,37 +188,21 @@ class Session:
         names = list(op["reqs"])
         mode = op.get("mode", "decode")
         lens = list(op.get("lens", [1] * len(names))) if mode == "extend" else [1] * len(names)
-        before = self.front.registered()
-        waiting, problems = [], []
         for i, n in enumerate(names):
             if n is not None and n not in self.files:
                 raise InvalidCase(f"step: request {i} names {n!r}, never loaded (the tokenizer manager refuses it).")
-            try:
-                waiting.append((i, n, self.front.acquire(n)))
-            except ValueError as e:  # refused: the adapter is not registered and is not reloaded here
-                if n in self.front.registered():
-                    problems.append(f"request {i} for registered adapter {n!r} was refused: {str(e)[:160]}")
-        slots = self.c["max_loras_per_batch"]
-        while waiting:
-            admitted = self.front.admit([uid for _, _, uid in waiting], ignore_running="admission_ignores_running"
-                                        in self.faults)
-            if not admitted:
-                left = sorted({str(n) for _, n, _ in waiting})
-                problems.append(f"requests {[i for i, _, _ in waiting]} ({left}) are never admitted, each alone fits "
-                                f"the pool of {slots} slots")
-                break
-            batch = [waiting[k] for k in admitted]
+        before = self.front.registered()
+        slots, problems = self.c["max_loras_per_batch"], []
+
+        def run_batch(batch):
             ids = [uid for _, _, uid in batch]
             if len(set(ids)) > slots:
                 problems.append(f"the scheduler admitted a batch of {len(set(ids))} adapters (base included) into "
                                 f"{slots} slots")
-                break
+                return  # the engine would be asked for slots it does not have
             self._batch([n for _, n, _ in batch], ids, mode, [lens[i] for i, _, _ in batch], op.get("seed", 0))
-            for _, _, uid in batch:
-                self.front.release(uid)
-            waiting = [w for k, w in enumerate(waiting) if k not in admitted]
-        for _, _, uid in waiting:
-            self.front.release(uid)
+
+        problems += self.front.serve(names, run_batch, ignore_running="admission_ignores_running" in self.faults)
         self.ctx.check("step", problems + check_frontend(self.front, self.mgr, before,
                                                          self.c.get("max_loaded_loras"), self.pinned_live))
 

@@ -19,6 +19,8 @@ from fuzzrunner.target import _import_object
 ROOT = Path(__file__).resolve().parents[2]
 AVAILABLE, REASON = _import_object("targets.sglang_engine:engine_available")()
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=f"sglang_engine: {REASON}")
+# the adapter-management API and admission are driven where the tokenizer manager imports (frontend.py)
+FRONTEND = AVAILABLE and (Path(REASON).parent / "frontend-ok").exists()
 
 ALL = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj", "embed_tokens", "lm_head"]
 ADAPTERS = {"a0": {"r": 4, "alpha": 8, "modules": ["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
@@ -52,6 +54,28 @@ FAULT_CASES = {
                                             {"op": "step", "reqs": ["a2", "a0"]}],
                             ("crash",)),  # SGLang's prepare looks up the evicted adapter's slot: KeyError
 }
+PINNED = dict(ADAPTERS, a1=dict(ADAPTERS["a1"], pinned=True))
+# through the tokenizer manager and the scheduler: a pinned adapter, --max-loaded-loras evicting the least
+# recently used unpinned one, a request naming an unloaded adapter (reloaded), a batch of more adapters than
+# slots (the scheduler splits it), an unload of an unregistered name (refused)
+FRONTEND_LIFECYCLE = [{"op": "load", "name": "a1"}, {"op": "load", "name": "a0"},
+                      {"op": "step", "reqs": [None, "a0", "a1"], "mode": "decode"},
+                      {"op": "load", "name": "a2"}, {"op": "step", "reqs": ["a2", "a0", None, "a1"], "mode": "extend",
+                                                     "lens": [1, 2, 1, 1]},
+                      {"op": "unload", "name": "a2"}, {"op": "unload", "name": "a2"},
+                      {"op": "step", "reqs": ["a2", None], "mode": "decode"}, {"op": "unload", "name": "a1"},
+                      {"op": "load", "name": "a1", "v": 1}, {"op": "step", "reqs": ["a1", "a0"], "mode": "decode"}]
+FRONTEND_FAULT_CASES = {
+    # a1 pinned, then two more than --max-loaded-loras 2 allows: the registry's LRU must skip a1
+    "lru_evicts_pinned": (_cfg(adapters=PINNED, max_loaded_loras=2),
+                          [{"op": "load", "name": "a1"}, {"op": "load", "name": "a0"}, {"op": "load", "name": "a2"}],
+                          ("state-violation",)),
+    # two adapters and the base model in one queue, two slots: the scheduler must split them
+    "admission_ignores_running": (_cfg(), [{"op": "load", "name": "a0"}, {"op": "load", "name": "a2"},
+                                           {"op": "step", "reqs": ["a0", "a2", None]}], ("state-violation",)),
+}
+if FRONTEND:
+    FAULT_CASES |= FRONTEND_FAULT_CASES
 RUN = """
 import json, sys
 sys.path.insert(0, {root!r})
@@ -72,6 +96,8 @@ def results():
     cases = [[_cfg(b), LIFECYCLE, []] for b in ("triton", "csgmv")]
     cases += [[cfg, ops, [f]] for f, (cfg, ops, _) in FAULT_CASES.items()]
     cases += [[cfg, ops, []] for cfg, ops, _ in FAULT_CASES.values()]
+    cases += [[_cfg(b, adapters=PINNED, max_loaded_loras=m, graph_bs=g), FRONTEND_LIFECYCLE, []]
+              for b, m, g in (("triton", 2, 0), ("csgmv", 3, 4))] if FRONTEND else []
     r = subprocess.run([sys.executable, "-c", RUN.format(root=str(ROOT))], input=json.dumps(cases), text=True,
                        capture_output=True, timeout=900, cwd=ROOT)
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -93,6 +119,13 @@ def test_each_planted_fault_is_caught_in_its_minimal_case(results, j, fault):
 @pytest.mark.parametrize("j,fault", list(enumerate(FAULT_CASES)))
 def test_each_faults_minimal_case_is_silent_without_it(results, j, fault):
     assert results[2 + len(FAULT_CASES) + j] == [], results[2 + len(FAULT_CASES) + j]
+
+
+@pytest.mark.skipif(not FRONTEND, reason="the tokenizer manager does not import (no frontend-ok stamp)")
+@pytest.mark.parametrize("k,backend", [(0, "triton"), (1, "csgmv")])
+def test_the_adapter_management_lifecycle_is_silent_on_sglangs_own_code(results, k, backend):
+    i = 2 + 2 * len(FAULT_CASES) + k
+    assert results[i] == [], results[i]
 
 
 def _set_up_releases() -> list[str]:
