@@ -75,11 +75,12 @@ def check_pool(mgr, lora_ids: list, files: dict, names: list) -> list[str]:
     return out
 
 
-def check_frontend(front, mgr, before: dict, max_loaded, pinned_live: set) -> list[str]:
+def check_frontend(front, mgr, before: dict, max_loaded, keep: set) -> list[str]:
     """After a load, unload or step through the adapter-management API (frontend.py): what the registry names
     (``before``: name -> ``LoRARef`` registered before the op) and what the engine holds agree; every adapter
     that left the registry left the engine (``check_unloaded``); at most ``--max-loaded-loras`` are registered;
-    every pinned adapter the user did not unload is still registered; no request still holds an adapter."""
+    the pinned adapters registered before that the user did not unload in the op (``keep``) are still
+    registered; no request still holds an adapter."""
     out, now = [], front.registered()
     held = set(mgr.loras)
     pending = set(front.tok.pending_lora_unloads.values())
@@ -95,7 +96,7 @@ def check_frontend(front, mgr, before: dict, max_loaded, pinned_live: set) -> li
             out += check_unloaded(mgr, ref.lora_id, name)
     if max_loaded is not None and len(now) > max_loaded:
         out.append(f"{len(now)} adapters are registered ({', '.join(now)}), above --max-loaded-loras {max_loaded}")
-    for name in sorted(pinned_live - set(now)):
+    for name in sorted(keep - set(now)):
         out.append(f"pinned adapter {name!r} is no longer registered, and the user did not unload it")
     busy = {uid: n for uid, n in front.in_flight().items() if n}
     if busy:

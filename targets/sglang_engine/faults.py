@@ -25,6 +25,9 @@ FAULTS = {
         "the scheduler admits each waiting LoRA request against its own adapter only, not the adapters of the "
         "batch it joins (can_schedule_lora_req's running set left out): a batch needs more pool slots than "
         "--max-loras-per-batch.",
+    "capture_without_lora_batch":
+        "the decode graph runner captures without preparing its dummy LoRA batch (decode_cuda_graph_runner.py:1397 "
+        "left out): the graphs point at whatever batch info the backend held at start-up.",
 }
 FRONTEND_FAULTS = ("lru_evicts_pinned", "admission_ignores_running")
 
@@ -32,7 +35,8 @@ FRONTEND_FAULTS = ("lru_evicts_pinned", "admission_ignores_running")
 def plant(mgr, faults: set, front=None) -> None:
     if "lru_evicts_pinned" in faults:
         _lru_evicts_pinned(front.tok.lora_registry)
-    # admission_ignores_running: Frontend.admit(ignore_running=True), the runner passes it
+    # admission_ignores_running: Frontend.admit(ignore_running=True); capture_without_lora_batch: DecodeGraphs
+    # (skip_prepare): the runner passes them
     pool = mgr.memory_pool
     if "unload_keeps_slot" in faults:
         _unload_keeps_slot(pool)

@@ -87,9 +87,10 @@ def _sgemm_lora_b_unmasked(version: str | None) -> bool:
 
 def engine_category(f: dict, version: str | None = None) -> str:
     """The triage of an ``sglang_engine`` finding (docs/sglang.md, "sglang_engine": sweep): ``target``,
-    ``n-mask`` (as for ``sglang_lora``; with a numeric mismatch of a triton case in a release that has it: the
-    unmasked lanes add into the next request's output row), ``#21380`` (the unload keeps the adapter in the
-    pool: releases without ``LoRAMemoryPool.remove_lora``), else ``untriaged``."""
+    ``n-mask`` (as for ``sglang_lora``; with a numeric mismatch, or a base-model row that is not the base model's,
+    of a triton case in a release that has it: the unmasked lanes add into the next request's output row),
+    ``#21380`` (the unload keeps the adapter in the pool: releases without ``LoRAMemoryPool.remove_lora``), else
+    ``untriaged``."""
     sig = f["signature"]
     if sig["tool"] == "target":
         return "target"
@@ -99,8 +100,10 @@ def engine_category(f: dict, version: str | None = None) -> str:
         if "w_ptrs" in text or "output_ptr" in text:
             return "n-mask"
     backend = f["case"]["config"].get("backend")
-    if sig["kind"] == "numeric-mismatch" and backend == "triton" and _sgemm_lora_b_unmasked(version):
-        return "n-mask"
+    spills = sig["kind"] == "numeric-mismatch" or (sig["kind"] == "state-violation"
+                                                   and sig.get("tensor") == "base-rows")
+    if spills and backend == "triton" and _sgemm_lora_b_unmasked(version):
+        return "n-mask"  # the unmasked lanes add into the next request's row: an adapter's or the base model's
     if sig["kind"] == "state-violation" and sig.get("tensor") == "unload" and \
             "def remove_lora" not in _release_file(version, "srt/lora/mem_pool.py"):
         return "#21380"
