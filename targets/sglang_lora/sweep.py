@@ -52,8 +52,9 @@ def _ops(case: dict) -> str:
     return f"{c['backend']} L={c['max_loras']}: " + " → ".join(out)
 
 
-def _source_line(location: str, version: str | None) -> str:
-    """The text of ``file:line`` (as a finding names it, a path suffix) in the release's set-up tree."""
+def _source_line(location: str, version: str | None, before: int = 0) -> str:
+    """The text of ``file:line`` (as a finding names it, a path suffix) in the release's set-up tree (with
+    ``before`` lines above it)."""
     if not version or ":" not in location:
         return ""
     from .site import site_dirs
@@ -63,7 +64,7 @@ def _source_line(location: str, version: str | None) -> str:
         if str(f).endswith(path) and line.isdigit():
             lines = f.read_text(encoding="utf-8").splitlines()
             n = int(line)
-            return "\n".join(lines[n - 1:n + 2])  # the statement and its first arguments (tl.load(\n ptrs, ...)
+            return "\n".join(lines[max(0, n - 1 - before):n + 2])  # the statement and its first arguments
     return ""
 
 
@@ -89,7 +90,10 @@ def engine_category(f: dict, version: str | None = None) -> str:
     """The triage of an ``sglang_engine`` finding (docs/sglang.md, "sglang_engine": sweep): ``target``,
     ``n-mask`` (as for ``sglang_lora``; with a numeric mismatch, or a base-model row that is not the base model's,
     of a triton case in a release that has it: the unmasked lanes add into the next request's output row),
-    ``#21380`` (the unload keeps the adapter in the pool: releases without ``LoRAMemoryPool.remove_lora``), else
+    ``#21380`` (the unload keeps the adapter in the pool: releases without ``LoRAMemoryPool.remove_lora``),
+    ``#14177`` (a read of the triton backend's never-written graph ``seg_indptr``), ``emb-unzeroed`` (an adapter
+    without embedding / lm_head LoRA runs the slot's never-written embedding buffers: releases whose pool does not
+    zero them), ``csgmv-embedding`` (embedding LoRA on a csgmv backend without ``run_lora_a_embedding``), else
     ``untriaged``."""
     sig = f["signature"]
     if sig["tool"] == "target":
@@ -97,8 +101,11 @@ def engine_category(f: dict, version: str | None = None) -> str:
     if sig.get("kernel") == "_sgemm_lora_b_kernel" and sig["kind"] in ("out-of-bounds", "uninitialized-read",
                                                                       "stale-read"):
         text = _source_line(sig.get("location", ""), version)
-        if "w_ptrs" in text or "output_ptr" in text:
+        if ("w_ptrs" in text or "output_ptr" in text) and _sgemm_lora_b_unmasked(version):
             return "n-mask"
+    triage = _engine_release_bug(sig, f["case"]["config"].get("backend"), version)
+    if triage:
+        return triage
     backend = f["case"]["config"].get("backend")
     spills = sig["kind"] == "numeric-mismatch" or (sig["kind"] == "state-violation"
                                                    and sig.get("tensor") == "base-rows")
@@ -108,6 +115,26 @@ def engine_category(f: dict, version: str | None = None) -> str:
             "def remove_lora" not in _release_file(version, "srt/lora/mem_pool.py"):
         return "#21380"
     return "untriaged"
+
+
+EMBEDDING_ZEROED = "Zero out embedding/lm_head buffers for adapters without embedding LoRA"
+
+
+def _engine_release_bug(sig: dict, backend, version: str | None) -> str:
+    """The engine findings whose cause is in the release's own file, recognised by what the release has."""
+    tensor, kind = sig.get("tensor") or "", sig["kind"]
+    if kind == "uninitialized-read" and tensor.startswith("torch.empty@triton_backend.py") and \
+            sig.get("kernel", "").startswith("_sgemm_lora_") and "seg_indptr" in _source_line(sig.get("location", ""),
+                                                                                              version):
+        return "#14177"
+    if kind == "uninitialized-read" and tensor.startswith("torch.empty@mem_pool.py:") and \
+            "embedding" in _source_line(tensor.split("@", 1)[1], version, before=12) and \
+            EMBEDDING_ZEROED not in _release_file(version, "srt/lora/mem_pool.py"):
+        return "emb-unzeroed"
+    if kind == "crash" and backend == "csgmv" and "chunked_sgmv_expand" in sig.get("location", "") and \
+            "def run_lora_a_embedding" not in _release_file(version, "srt/lora/backend/chunked_backend.py"):
+        return "csgmv-embedding"
+    return ""
 
 
 def category(f: dict, version: str | None = None) -> str:

@@ -72,3 +72,34 @@ def test_engine_findings_are_triaged_by_what_the_release_has(tmp_path, monkeypat
     base_row = {"signature": {"tool": "state", "kind": "state-violation", "tensor": "base-rows"}, "case": case}
     assert [sweep.category(f, "old") for f in (unload, numeric, base_row)] == ["#21380", "n-mask", "n-mask"]
     assert [sweep.category(f, "new") for f in (unload, numeric, base_row)] == ["untriaged"] * 3
+
+
+def test_engine_findings_of_release_bugs_are_triaged_by_the_release_files(tmp_path, monkeypatch):
+    """#14177 (a read of the triton backend's graph seg_indptr), emb-unzeroed (an adapter without embedding
+    LoRA reads the slot's never-written embedding buffers: 0.5.6.post2 - 0.5.9), csgmv-embedding (0.5.8's csgmv
+    backend has no run_lora_a_embedding): each only where the release's files have the cause."""
+    site = import_module("fuzzrunner.targets.sglang_lora.site")
+    alloc = "        def init_embedding_buffer(\n" + "\n" * 8 + "            buffer[m] = torch.empty(shape)\n"
+    for v, pool, chunked in (("old", alloc, "class ChunkedSgmvLoRABackend: ..."),
+                             ("new", alloc + "        # " + sweep.EMBEDDING_ZEROED + "\n",
+                              "    def run_lora_a_embedding(self): ...")):
+        lora = tmp_path / v / "site" / "sglang" / "srt" / "lora"
+        (lora / "backend").mkdir(parents=True)
+        (lora / "triton_ops").mkdir()
+        (lora / "mem_pool.py").write_text(pool)
+        (lora / "backend" / "chunked_backend.py").write_text(chunked)
+        (lora / "backend" / "triton_backend.py").write_text("seg_indptr = torch.empty(bs + 1)\n")
+        (lora / "triton_ops" / "sgemm_lora_a.py").write_text("seg_start = tl.load(seg_indptr + batch_id)\n")
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+
+    def finding(backend, **sig):
+        return {"signature": {"tool": "shadow", "kind": "uninitialized-read"} | sig,
+                "case": {"target": "sglang_engine", "config": {"backend": backend}, "ops": []}}
+    seg = finding("triton", tensor="torch.empty@triton_backend.py:1", kernel="_sgemm_lora_a_kernel",
+                  location="triton_ops/sgemm_lora_a.py:1")
+    emb = finding("triton", tensor="torch.empty@mem_pool.py:10", kernel="_embedding_lora_a_kernel",
+                  location="triton_ops/embedding_lora_a.py:94")
+    crash = finding("csgmv", tool="python", kind="crash", kernel="AttributeError",
+                    location="triton_ops/chunked_sgmv_expand.py:163")
+    assert [sweep.category(f, "old") for f in (seg, emb, crash)] == ["#14177", "emb-unzeroed", "csgmv-embedding"]
+    assert [sweep.category(f, "new") for f in (emb, crash)] == ["untriaged", "untriaged"]
