@@ -33,6 +33,7 @@ from targets.sglang_lora.runner import HOST_FIELDS
 from . import model as tiny
 
 CAPTURE_SIZES = (1, 2, 4)
+CAPTURED = {"cuda-graph": 0, "cpu": 0}  # captures made in this process, by kind (scripts/gpu_sglang_engine.sh)
 
 
 class DecodeGraphs:
@@ -60,6 +61,7 @@ class DecodeGraphs:
         ids = torch.zeros(bs, dtype=torch.long, device=s.device)
         if not self.real:
             self.graphs[bs] = (None, ids, _held(s.mgr.lora_backend))
+            CAPTURED["cpu"] += 1
             return
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -71,6 +73,7 @@ class DecodeGraphs:
         with torch.cuda.graph(g, pool=self.pool):
             out = self._run_once(ids)
         self.graphs[bs] = (g, ids, out)
+        CAPTURED["cuda-graph"] += 1
 
     def pick(self, raw_bs: int) -> int | None:
         """The captured size a decode batch of ``raw_bs`` replays (None: it runs eagerly)."""
@@ -108,4 +111,4 @@ def _put(backend, held: dict) -> None:
                 setattr(info, f, v)
 
 
-__all__ = ["CAPTURE_SIZES", "DecodeGraphs"]
+__all__ = ["CAPTURED", "CAPTURE_SIZES", "DecodeGraphs"]
