@@ -16,8 +16,8 @@ FAULTS = {
         "zeroes them 'to avoid contamination from the residual weight of the evicted adapters'): an adapter that "
         "takes a slot after one with more target modules runs the old adapter's weights there.",
     "evict_batch_adapter":
-        "the eviction policy's select_victim ignores its candidates and takes the least recently used resident "
-        "adapter, one of the current batch included: a full pool evicts an adapter its batch still needs.",
+        "the eviction policy's select_victim ignores its candidates and takes a resident adapter that is not one "
+        "of them, i.e. one the current batch needs: a full pool evicts an adapter its batch still needs.",
     "lru_evicts_pinned":
         "LoRARegistry.lru_lora_name ignores exclude_pinned: --max-loaded-loras unloads the least recently used "
         "adapter even when the user pinned it.",
@@ -111,7 +111,10 @@ def _evict_batch_adapter(pool) -> None:
     original = policy.select_victim
 
     def select_victim(candidates):
+        # a resident adapter that is not a candidate: one the batch needs. Always one of those (not the least
+        # recently used resident): the pool loads a batch's adapters in the order of a set of ids, which changes
+        # with the process's string hashing, and a victim the batch reloads later would hide the fault
         order = list(getattr(policy, "access_order", getattr(policy, "insertion_order", {})))
-        resident = [u for u in order if u in pool.uid_to_buffer_id]
-        return resident[0] if resident else original(candidates)
+        needed = [u for u in order if u is not None and u in pool.uid_to_buffer_id and u not in candidates]
+        return needed[0] if needed else original(candidates)
     policy.select_victim = select_victim

@@ -29,6 +29,7 @@ import asyncio
 import importlib
 import inspect
 import types
+import uuid
 
 
 def load():
@@ -70,6 +71,11 @@ class Frontend:
     def __init__(self, fe, mgr, server_args):
         self.fe, self.mgr = fe, mgr
         self.loop = asyncio.new_event_loop()
+        # LoRARef's lora_id is uuid4(): drawn from a counter per server instead, so that a case replays the same
+        # ids (the pool loads a batch's adapters in the order of a set of ids)
+        registry_module = importlib.import_module(fe.LoRARegistry.__module__)
+        ids = iter(range(1, 1 << 62))
+        registry_module.uuid4 = lambda: uuid.UUID(int=next(ids))
         tok = type("Tokenizer", (fe.mixin,), {})()
         tok.server_args = server_args  # 0.5.5 - 0.5.2x read their knobs from it or from the runtime context
         tok.auto_create_handle_loop = lambda: None

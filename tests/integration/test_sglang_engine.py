@@ -48,14 +48,16 @@ FAULT_CASES = {
     "load_keeps_residual_weights": (_cfg(slots=2), [{"op": "load", "name": "a0"}, {"op": "step", "reqs": ["a0"]},
                                                     {"op": "load", "name": "a2"}, {"op": "step", "reqs": ["a2"]}],
                                     ("numeric-mismatch",)),
-    # under lru the batch's adapters are marked used before a victim is chosen: only fifo can pick one of them
+    # under lru the batch's adapters are marked used before a victim is chosen: only fifo can pick one of them; a0
+    # and a1 enter the pool in separate steps (one step's adapters enter in the order of a set of ids, which
+    # changes with the process's string hashing: a0 must be the first in, so that the fault's victim is a0)
     # the decode graph of size 1 replays a0's request with the batch info the backend held before any prepare
     "capture_without_lora_batch": (_cfg(graph_bs=2), [{"op": "load", "name": "a0"},
                                                       {"op": "step", "reqs": ["a0"], "mode": "decode"}],
                                    ("numeric-mismatch", "crash")),
     "evict_batch_adapter": (_cfg(slots=3, eviction_policy="fifo"), [{"op": "load", "name": "a0"}, {"op": "load", "name": "a1"},
-                                            {"op": "load", "name": "a2"}, {"op": "step", "reqs": ["a0", "a1"]},
-                                            {"op": "step", "reqs": ["a2", "a0"]}],
+                                            {"op": "load", "name": "a2"}, {"op": "step", "reqs": ["a0"]},
+                                            {"op": "step", "reqs": ["a1"]}, {"op": "step", "reqs": ["a2", "a0"]}],
                             ("crash",)),  # SGLang's prepare looks up the evicted adapter's slot: KeyError
 }
 PINNED = dict(ADAPTERS, a1=dict(ADAPTERS["a1"], pinned=True))
