@@ -31,15 +31,25 @@ def engine_available() -> tuple[bool, str]:
     return True, str(paths[0])
 
 
-def load_engine(device: str):
-    if device in _ENGINE:
-        return _ENGINE[device]
+def load_engine(device: str | None = None):
+    """The release's engine, imported once per process and the same for every device; with ``device`` (a case's,
+    from its run context) also fitted to it (``boot.adapt``: the CPU adaptations), once."""
+    from . import boot
+    eng = _ENGINE.get("engine") or _import_engine()
+    if device is not None and device not in eng.adapted:
+        boot.adapt(device)
+        eng.adapted.add(device)
+    return eng
+
+
+def _import_engine():
     ok, why = engine_available()
     if not ok:
         raise TargetUnavailable(why)
     from . import boot, frontend, model
     try:
-        eng = boot.load(device)
+        eng = boot.load()
+        eng.adapted = set()
         eng.frontend, eng.frontend_why = (frontend.load() if (eng.tree.parent / "frontend-ok").exists()
                                           or os.environ.get("FUZZRUNNER_SGLANG_SITE") else (None, "no frontend-ok"))
         eng.model_dir = tempfile.mkdtemp(prefix="sglang_engine-model-")
@@ -53,13 +63,8 @@ def load_engine(device: str):
         raise TargetUnavailable(f"SGLang's engine failed to import ({type(e).__name__}: "
                                 f"{str(e).splitlines()[0][:200] if str(e) else ''}); "
                                 f"{INSTALL_HINT.format(v=site.wanted_version())}.") from None
-    _ENGINE[device] = eng
+    _ENGINE["engine"] = eng
     return eng
-
-
-def _device() -> str:
-    from fuzzrunner import _env
-    return _env.device_type()
 
 
 def _run(case, ctx, **_):
@@ -71,11 +76,12 @@ def make_target():
     from fuzzrunner.target import Target
 
     from . import cases, faults, frontend
-    eng = load_engine(_device())
+    eng = load_engine()  # the same for every device: a case's run fits it to its own (ctx.device)
     return Target(
         name="sglang_engine",
         description=f"SGLang {eng.version}'s LoRAManager, LoRAMemoryPool and LoRA layers (qkv, o, gate_up, down, "
-                    f"embedding, lm_head) with real PEFT adapters: load, unload, reload, eviction, prepare, forward",
+                    f"embedding, lm_head) with real PEFT adapters: load, unload, reload, eviction, prepare, forward; "
+                    f"the adapter-management API, the scheduler's admission, the decode graph's capture",
         cases=functools.partial(cases.sglang_engine_cases, modules=eng.api.modules, frontend=eng.frontend is not None),
         run=_run,
         faults=tuple(faults.FAULTS),

@@ -138,22 +138,28 @@ def cpu_adapt() -> None:
     torch.Tensor.pin_memory = _unpinned  # type: ignore[method-assign]
 
 
+def adapt(device: str) -> None:
+    """Fit the imported release to the device a case runs on (the run's context): the CPU adaptations."""
+    if device == "cpu":
+        cpu_adapt()
+
+
 def _unpinned(self, *args, **kwargs):
     return self
 
 
-def load(device: str) -> types.SimpleNamespace:
-    """Import the release in engine mode; the modules the runner drives, by name."""
+def load() -> types.SimpleNamespace:
+    """Import the release in engine mode, the same for every device (``adapt`` then fits it to the run's);
+    the modules the runner drives, by name."""
     paths = site.candidate_paths()
     if paths is None:
         raise ImportError("no SGLang tree")
-    site.prepare_environment(device)
+    os.environ.setdefault("SGLANG_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("SGLANG_IS_IN_CI", "false")  # SGLang's default: set as sglang_lora sets it
     os.environ.setdefault("SGLANG_DISABLE_REQUEST_LOGGING", "1")
     activate(paths)
     for m in ENGINE_PROBE:
         importlib.import_module(m)
-    if device == "cpu":
-        cpu_adapt()
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.lora.lora_manager import LoRAManager
     from sglang.srt.lora.lora_registry import LoRARef

@@ -103,3 +103,14 @@ def test_engine_findings_of_release_bugs_are_triaged_by_the_release_files(tmp_pa
                     location="triton_ops/chunked_sgmv_expand.py:163")
     assert [sweep.category(f, "old") for f in (seg, emb, crash)] == ["#14177", "emb-unzeroed", "csgmv-embedding"]
     assert [sweep.category(f, "new") for f in (emb, crash)] == ["untriaged", "untriaged"]
+
+
+def test_the_engine_target_takes_its_device_from_the_run_not_the_environment():
+    """Issue 45 item 1: a target's device is the run's (``cases(..., device=)``, ``ctx.device``); the engine is
+    imported the same for every device and fitted to a case's at its run (targets/sglang_engine/__init__.py)."""
+    from pathlib import Path
+    folder = Path(__file__).resolve().parents[2] / "targets" / "sglang_engine"
+    for f in sorted(folder.glob("*.py")):
+        text = f.read_text(encoding="utf-8")
+        for needle in ("FUZZRUNNER_DEVICE", "FUZZRUNNER_SHADOW", "device_type("):
+            assert needle not in text, f"{f.name} reads {needle}"
