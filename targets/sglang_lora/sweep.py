@@ -91,10 +91,11 @@ def engine_category(f: dict, version: str | None = None) -> str:
     ``n-mask`` (as for ``sglang_lora``; with a numeric mismatch, or a base-model row that is not the base model's,
     of a triton case in a release that has it: the unmasked lanes add into the next request's output row),
     ``#21380`` (the unload keeps the adapter in the pool: releases without ``LoRAMemoryPool.remove_lora``),
-    ``#14177`` (a read of the triton backend's never-written graph ``seg_indptr``), ``emb-unzeroed`` (an adapter
-    without embedding / lm_head LoRA runs the slot's never-written embedding buffers: releases whose pool does not
-    zero them), ``csgmv-embedding`` (embedding LoRA on a csgmv backend without ``run_lora_a_embedding``), else
-    ``untriaged``."""
+    ``#14177`` (a read of the triton backend's never-written graph ``seg_indptr``), ``#28371`` (a numeric
+    mismatch of a csgmv case with decode graphs where the kernels' grid is the capture's segment count),
+    ``emb-unzeroed`` (an adapter without embedding / lm_head LoRA runs the slot's never-written embedding buffers:
+    releases whose pool does not zero them), ``csgmv-embedding`` (embedding LoRA on a csgmv backend without
+    ``run_lora_a_embedding``), else ``untriaged``."""
     sig = f["signature"]
     if sig["tool"] == "target":
         return "target"
@@ -103,7 +104,8 @@ def engine_category(f: dict, version: str | None = None) -> str:
         text = _source_line(sig.get("location", ""), version)
         if ("w_ptrs" in text or "output_ptr" in text) and _sgemm_lora_b_unmasked(version):
             return "n-mask"
-    triage = _engine_release_bug(sig, f["case"]["config"].get("backend"), version)
+    config = f["case"]["config"]
+    triage = _engine_release_bug(sig, config.get("backend"), version, bool(config.get("graph_bs")))
     if triage:
         return triage
     backend = f["case"]["config"].get("backend")
@@ -120,7 +122,17 @@ def engine_category(f: dict, version: str | None = None) -> str:
 EMBEDDING_ZEROED = "Zero out embedding/lm_head buffers for adapters without embedding LoRA"
 
 
-def _engine_release_bug(sig: dict, backend, version: str | None) -> str:
+def _csgmv_grid_frozen(version: str | None) -> bool:
+    """The release's csgmv kernels size their grid and ``num_segs`` by the batch's segment count, which a CUDA
+    graph freezes at its capture's (#28371; 0.5.15 sizes them by the static ``weight_indices``: ``segment_grid``)."""
+    from .site import site_dirs
+    if not version:
+        return False
+    found = list((site_dirs(version)[0] / "sglang").rglob("chunked_sgmv_shrink.py"))
+    return bool(found) and not any("segment_grid" in p.read_text(encoding="utf-8") for p in found)
+
+
+def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = False) -> str:
     """The engine findings whose cause is in the release's own file, recognised by what the release has."""
     tensor, kind = sig.get("tensor") or "", sig["kind"]
     if kind == "uninitialized-read" and tensor.startswith("torch.empty@triton_backend.py") and \
@@ -131,6 +143,8 @@ def _engine_release_bug(sig: dict, backend, version: str | None) -> str:
             "embedding" in _source_line(tensor.split("@", 1)[1], version, before=12) and \
             EMBEDDING_ZEROED not in _release_file(version, "srt/lora/mem_pool.py"):
         return "emb-unzeroed"
+    if kind == "numeric-mismatch" and backend == "csgmv" and graph and _csgmv_grid_frozen(version):
+        return "#28371"
     if kind == "crash" and backend == "csgmv" and "chunked_sgmv_expand" in sig.get("location", "") and \
             "def run_lora_a_embedding" not in _release_file(version, "srt/lora/backend/chunked_backend.py"):
         return "csgmv-embedding"

@@ -75,7 +75,7 @@ def test_engine_findings_are_triaged_by_what_the_release_has(tmp_path, monkeypat
 
 
 def test_engine_findings_of_release_bugs_are_triaged_by_the_release_files(tmp_path, monkeypatch):
-    """#14177 (a read of the triton backend's graph seg_indptr), emb-unzeroed (an adapter without embedding
+    """#14177 (a read of the triton backend's graph seg_indptr), #28371 (a csgmv graph's frozen grid), emb-unzeroed (an adapter without embedding
     LoRA reads the slot's never-written embedding buffers: 0.5.6.post2 - 0.5.9), csgmv-embedding (0.5.8's csgmv
     backend has no run_lora_a_embedding): each only where the release's files have the cause."""
     site = import_module("fuzzrunner.targets.sglang_lora.site")
@@ -90,19 +90,25 @@ def test_engine_findings_of_release_bugs_are_triaged_by_the_release_files(tmp_pa
         (lora / "backend" / "chunked_backend.py").write_text(chunked)
         (lora / "backend" / "triton_backend.py").write_text("seg_indptr = torch.empty(bs + 1)\n")
         (lora / "triton_ops" / "sgemm_lora_a.py").write_text("seg_start = tl.load(seg_indptr + batch_id)\n")
+        (lora / "triton_ops" / "chunked_sgmv_shrink.py").write_text(
+            "grid = (cdiv(N, BLOCK_N), num_segments)\n" if v == "old" else "segment_grid = weight_indices.shape[0]\n")
     monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
 
-    def finding(backend, **sig):
+    def finding(backend, graph_bs=0, **sig):
         return {"signature": {"tool": "shadow", "kind": "uninitialized-read"} | sig,
-                "case": {"target": "sglang_engine", "config": {"backend": backend}, "ops": []}}
+                "case": {"target": "sglang_engine", "config": {"backend": backend, "graph_bs": graph_bs}, "ops": []}}
     seg = finding("triton", tensor="torch.empty@triton_backend.py:1", kernel="_sgemm_lora_a_kernel",
                   location="triton_ops/sgemm_lora_a.py:1")
     emb = finding("triton", tensor="torch.empty@mem_pool.py:10", kernel="_embedding_lora_a_kernel",
                   location="triton_ops/embedding_lora_a.py:94")
     crash = finding("csgmv", tool="python", kind="crash", kernel="AttributeError",
                     location="triton_ops/chunked_sgmv_expand.py:163")
-    assert [sweep.category(f, "old") for f in (seg, emb, crash)] == ["#14177", "emb-unzeroed", "csgmv-embedding"]
-    assert [sweep.category(f, "new") for f in (emb, crash)] == ["untriaged", "untriaged"]
+    # a csgmv decode graph replays the capture's segment count (#28371): a mismatch with graphs, not without
+    frozen = finding("csgmv", graph_bs=4, tool="numeric", kind="numeric-mismatch", tensor="step.logits")
+    eager = finding("csgmv", graph_bs=0, tool="numeric", kind="numeric-mismatch", tensor="step.logits")
+    assert [sweep.category(f, "old") for f in (seg, emb, crash, frozen, eager)] == \
+        ["#14177", "emb-unzeroed", "csgmv-embedding", "#28371", "untriaged"]
+    assert [sweep.category(f, "new") for f in (emb, crash, frozen)] == ["untriaged"] * 3
 
 
 def test_the_engine_target_takes_its_device_from_the_run_not_the_environment():
