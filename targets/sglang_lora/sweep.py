@@ -113,7 +113,11 @@ def engine_category(f: dict, version: str | None = None) -> str:
                                                    and sig.get("tensor") == "base-rows")
     if spills and backend == "triton" and _sgemm_lora_b_unmasked(version):
         return "n-mask"  # the unmasked lanes add into the next request's row: an adapter's or the base model's
-    if sig["kind"] == "state-violation" and sig.get("tensor") == "unload" and \
+    # an unload leaves the slot: the user's, or (through the adapter-management API) --max-loaded-loras' eviction
+    # inside a load or a step's implicit reload
+    left = sig.get("tensor") == "unload" or (sig.get("tensor") in ("load", "step")
+                                             and "pool slot" in f.get("message", ""))
+    if sig["kind"] == "state-violation" and left and \
             "def remove_lora" not in _release_file(version, "srt/lora/mem_pool.py"):
         return "#21380"
     return "untriaged"

@@ -70,8 +70,12 @@ def test_engine_findings_are_triaged_by_what_the_release_has(tmp_path, monkeypat
     numeric = {"signature": {"tool": "numeric", "kind": "numeric-mismatch", "tensor": "step.logits"}, "case": case}
     # a graph replay's base-model row that the unmasked lanes of the row before it wrote into (0.5.5, graph_bs 4)
     base_row = {"signature": {"tool": "state", "kind": "state-violation", "tensor": "base-rows"}, "case": case}
-    assert [sweep.category(f, "old") for f in (unload, numeric, base_row)] == ["#21380", "n-mask", "n-mask"]
-    assert [sweep.category(f, "new") for f in (unload, numeric, base_row)] == ["untriaged"] * 3
+    # --max-loaded-loras' eviction inside a load (the adapter-management API) unloads through the same path
+    evicted = {"signature": {"tool": "state", "kind": "state-violation", "tensor": "load"}, "case": case,
+               "message": "op 4 (load): load: 'a2' still maps to pool slot 1 (uid_to_buffer_id)"}
+    assert [sweep.category(f, "old") for f in (unload, numeric, base_row, evicted)] == \
+        ["#21380", "n-mask", "n-mask", "#21380"]
+    assert [sweep.category(f, "new") for f in (unload, numeric, base_row, evicted)] == ["untriaged"] * 4
 
 
 def test_engine_findings_of_release_bugs_are_triaged_by_the_release_files(tmp_path, monkeypatch):
