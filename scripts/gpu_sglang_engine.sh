@@ -2,7 +2,8 @@
 # The sglang_engine target on a GPU, compiled: SGLang 0.5.23's own LoRAManager, pool, LoRA layers and the decode
 # graph runner's capture-time preparation (prepare_lora_batch of the dummy batch, reset_routing_cache, the forward)
 # under real torch.cuda.CUDAGraph captures (targets/sglang_engine/graphs.py). For a machine with no network: it runs
-# on the archive scripts/gpu_sglang.sh runs on (scripts/sglang_setup.sh 0.5.23 --for-gpu .gpu-sglang/sglang.tar.xz).
+# on the archive the GPU acceptance run carries (docs/ci.md: scripts/sglang_setup.sh 0.5.23 --for-gpu
+# .gpu-sglang/sglang.tar.xz); outside scripts/gpu_acceptance.py's plan, one call of its own.
 #   bash scripts/gpu_sglang_engine.sh [ARCHIVE]      (default .gpu-sglang/sglang.tar.xz; ~3 minutes)
 # Steps, each printing "== RESULT <label>: exit N (expected ...)":
 #   engine-graph  the integration test's graph cases on cuda: the lifecycle with graph_bs 4 on both backends
