@@ -4,7 +4,7 @@
 # under real torch.cuda.CUDAGraph captures (targets/sglang_engine/graphs.py). For a machine with no network: it runs
 # on the archive the GPU acceptance run carries (docs/ci.md: scripts/sglang_setup.sh 0.5.23 --for-gpu
 # .gpu-sglang/sglang.tar.xz); outside scripts/gpu_acceptance.py's plan, one call of its own.
-#   bash scripts/gpu_sglang_engine.sh [ARCHIVE]      (default .gpu-sglang/sglang.tar.xz; ~3 minutes)
+#   bash scripts/gpu_sglang_engine.sh [ARCHIVE]      (default .gpu-sglang/sglang.tar.xz; at most 205 s of steps)
 # Steps, each printing "== RESULT <label>: exit N (expected ...)":
 #   engine-graph  the integration test's graph cases on cuda: the lifecycle with graph_bs 4 on both backends
 #                 (expected silent) and capture_without_lora_batch's minimal case (expected found), and how many
@@ -23,7 +23,7 @@ out=out/gpu_sglang_engine; rm -rf "$out"; mkdir -p "$out"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
 
 echo; echo "== engine-graph"
-timeout 150 python3 - <<'PY'
+timeout 75 python3 - <<'PY'
 import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("t", "tests/integration/test_sglang_engine.py")
 t = importlib.util.module_from_spec(spec); spec.loader.exec_module(t)
@@ -48,11 +48,11 @@ PY
 echo "== RESULT engine-graph: exit $? (expected 0: lifecycle silent on both backends under real graphs, the fault found)"
 
 echo; echo "== engine-fault"
-timeout 120 python3 -m fuzzrunner fuzz --target sglang_engine --device cuda --fault unload_keeps_slot --seed 0 \
+timeout 75 python3 -m fuzzrunner fuzz --target sglang_engine --device cuda --fault unload_keeps_slot --seed 0 \
   --no-shrink --no-cpu-triage --budget 60 --max-examples 300 --report "$out/fault.json" 2>&1 | tail -8
 echo "== RESULT engine-fault: exit ${PIPESTATUS[0]} (expected 1: state-violation of unload)"
 
 echo; echo "== engine-clean"
-timeout 100 python3 -m fuzzrunner fuzz --target sglang_engine --device cuda --seed 0 --no-shrink --no-cpu-triage \
+timeout 55 python3 -m fuzzrunner fuzz --target sglang_engine --device cuda --seed 0 --no-shrink --no-cpu-triage \
   --budget 40 --report "$out/clean.json" 2>&1 | tail -8
 echo "== RESULT engine-clean: exit ${PIPESTATUS[0]} (expected 0)"
