@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Fuzz SGLang's own LoRA code across releases, fault-free, one after another, and write one table.
-#   scripts/sglang_sweep.sh [--budget SECONDS] [--max-examples N] [--seed N] [--out DIR] VERSION...
+#   scripts/sglang_sweep.sh [--target sglang_lora|sglang_engine] [--budget SECONDS] [--max-examples N] [--seed N]
+#                           [--out DIR] VERSION...
 # Each VERSION is set up (scripts/sglang_setup.sh, cached), its campaign replays the target's seeds (the known
 # bugs' minimal cases: a deterministic verdict per release) then generates cases, on the CPU; reports go to
 # DIR/VERSION.json and the table (release, finding, triage, first found after, minimal case) to DIR/table.md.
 # Exit 0 when every campaign ran (findings or not).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-budget=300 examples=200 seed=0 out=out/sglang_sweep
+budget=300 examples=200 seed=0 out=out/sglang_sweep target=sglang_lora
 while [ $# -gt 0 ]; do
   case "$1" in
     --budget) budget=$2; shift 2 ;;
     --max-examples) examples=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --target) target=$2; shift 2 ;;
     -*) echo "sglang_sweep: unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -29,10 +31,10 @@ for v in "$@"; do
     echo "   set-up failed: $(tail -1 "$out/$v.log")" >&2
     continue
   fi
-  echo "== SGLang $v: fuzzing (${examples} examples or ${budget}s, seed $seed)" >&2
+  echo "== SGLang $v: fuzzing $target (${examples} examples or ${budget}s, seed $seed)" >&2
   rm -rf "$out/$v.corpus"
   rc=0
-  FUZZRUNNER_SGLANG_VERSION=$v PYTHONPATH=. .venv/bin/python -m fuzzrunner fuzz --target sglang_lora \
+  FUZZRUNNER_SGLANG_VERSION=$v PYTHONPATH=. .venv/bin/python -m fuzzrunner fuzz --target "$target" \
     --budget "$budget" --max-examples "$examples" --seed "$seed" --corpus "$out/$v.corpus" \
     --report "$out/$v.json" >>"$out/$v.log" 2>&1 || rc=$?
   echo "   exit $rc ($([ $rc = 1 ] && echo findings || ([ $rc = 0 ] && echo none || echo error)))" >&2

@@ -39,17 +39,29 @@ def wheel(prog: str, package: str, version: str, wheels: Path, *download_args: s
     return found[0]
 
 
-def extract(whl: Path, site: Path) -> None:
-    """The wheel's files but compiled code, into ``site`` (replaced whole, through a temporary folder)."""
+def _skipped(name: str, keep: tuple) -> bool:
+    return (Path(name).suffix in SKIP or ".so." in name) and not (keep and name.startswith(keep))
+
+
+def extract(whl: Path, site: Path, keep: tuple = ()) -> None:
+    """The wheel's files but compiled code, into ``site`` (replaced whole, through a temporary folder);
+    files under a ``keep`` prefix are extracted whatever they are (sources a module looks for at import)."""
     tmp = site.with_name("site.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     with zipfile.ZipFile(whl) as z:
         for name in z.namelist():
-            if Path(name).suffix in SKIP or ".so." in name:
-                continue
-            z.extract(name, tmp)
+            if not _skipped(name, keep):
+                z.extract(name, tmp)
     shutil.rmtree(site, ignore_errors=True)
     tmp.rename(site)
+
+
+def extract_kept(whl: Path, site: Path, keep: tuple) -> None:
+    """The files under ``keep`` that a tree extracted without them lacks (an earlier ``extract``)."""
+    with zipfile.ZipFile(whl) as z:
+        for name in z.namelist():
+            if name.startswith(keep) and not (site / name).exists():
+                z.extract(name, site)
 
 
 def missing_module(prog: str, setup: str, imports, env: dict) -> str | None:

@@ -2,7 +2,7 @@
 wrappers, adapter load/unload through ``LoRARef``), driven on a tiny model of SGLang's layer classes.
 
 Needs an SGLang release set up with its engine's imports (``scripts/sglang_setup.sh VERSION``: the stamp
-``engine-ok``). Only 0.5.2x (the runtime-context generation, ``g3`` of docs/sglang.md) is driven so far.
+``engine-ok``). Every 0.5.x release from 0.5.5 is driven, per API generation (api.py).
 See docs/sglang.md ("sglang_engine").
 """
 
@@ -28,20 +28,30 @@ def engine_available() -> tuple[bool, str]:
     if not os.environ.get("FUZZRUNNER_SGLANG_SITE") and not (paths[0].parent / "engine-ok").exists():
         return False, (f"SGLang {v}'s engine imports are not set up (no {paths[0].parent / 'engine-ok'}); "
                        f"run scripts/sglang_setup.sh {v} again.")
-    if not (paths[0] / "sglang" / "srt" / "runtime_context.py").exists():
-        return False, f"SGLang {v} has no runtime context (sglang/srt/runtime_context.py): only 0.5.2x is driven yet."
     return True, str(paths[0])
 
 
-def load_engine(device: str):
-    if device in _ENGINE:
-        return _ENGINE[device]
+def load_engine(device: str | None = None):
+    """The release's engine, imported once per process and the same for every device; with ``device`` (a case's,
+    from its run context) also fitted to it (``boot.adapt``: the CPU adaptations), once."""
+    from . import boot
+    eng = _ENGINE.get("engine") or _import_engine()
+    if device is not None and device not in eng.adapted:
+        boot.adapt(device)
+        eng.adapted.add(device)
+    return eng
+
+
+def _import_engine():
     ok, why = engine_available()
     if not ok:
         raise TargetUnavailable(why)
-    from . import boot, model
+    from . import boot, frontend, model
     try:
-        eng = boot.load(device)
+        eng = boot.load()
+        eng.adapted = set()
+        eng.frontend, eng.frontend_why = (frontend.load() if (eng.tree.parent / "frontend-ok").exists()
+                                          or os.environ.get("FUZZRUNNER_SGLANG_SITE") else (None, "no frontend-ok"))
         eng.model_dir = tempfile.mkdtemp(prefix="sglang_engine-model-")
         with open(os.path.join(eng.model_dir, "config.json"), "w") as f:
             json.dump(model.hf_config_dict(), f)
@@ -53,13 +63,8 @@ def load_engine(device: str):
         raise TargetUnavailable(f"SGLang's engine failed to import ({type(e).__name__}: "
                                 f"{str(e).splitlines()[0][:200] if str(e) else ''}); "
                                 f"{INSTALL_HINT.format(v=site.wanted_version())}.") from None
-    _ENGINE[device] = eng
+    _ENGINE["engine"] = eng
     return eng
-
-
-def _device() -> str:
-    from fuzzrunner import _env
-    return _env.device_type()
 
 
 def _run(case, ctx, **_):
@@ -70,19 +75,23 @@ def _run(case, ctx, **_):
 def make_target():
     from fuzzrunner.target import Target
 
-    from . import cases, faults
-    eng = load_engine(_device())
+    from . import cases, faults, frontend
+    eng = load_engine()  # the same for every device: a case's run fits it to its own (ctx.device)
     return Target(
         name="sglang_engine",
         description=f"SGLang {eng.version}'s LoRAManager, LoRAMemoryPool and LoRA layers (qkv, o, gate_up, down, "
-                    f"embedding, lm_head) with real PEFT adapters: load, unload, reload, eviction, prepare, forward",
-        cases=functools.partial(cases.sglang_engine_cases),
+                    f"embedding, lm_head) with real PEFT adapters: load, unload, reload, eviction, prepare, forward; "
+                    f"the adapter-management API, the scheduler's admission, the decode graph's capture",
+        cases=functools.partial(cases.sglang_engine_cases, modules=eng.api.modules, frontend=eng.frontend is not None),
         run=_run,
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),
+        faults_unavailable=faults.unavailable(eng.api, eng.frontend),
         features=cases.features,
-        feature_space=cases.FEATURE_SPACE,
-        details=(f"sglang engine {eng.version} (from {eng.tree})",),
+        feature_space=cases.feature_space(eng.api.modules, eng.frontend is not None),
+        details=(f"sglang engine {eng.version} (from {eng.tree})", *eng.api.found(),
+                 *(frontend.describe(eng.frontend) or [f"adapter management: not driven ({eng.frontend_why}): "
+                                                       f"load / unload / requests go to the LoRAManager directly"])),
         own_code=(os.path.dirname(os.path.abspath(__file__)),),
         code_under_test={"engine": "sglang", "release": eng.version, "tree": str(eng.tree)},
     )

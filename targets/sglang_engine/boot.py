@@ -4,14 +4,21 @@ The ``sglang_lora`` target imports only the LoRA backends and kernels, with four
 by stubs. This target drives SGLang's ``LoRAManager``, ``LoRAMemoryPool`` and LoRA layer wrappers, which
 import the engine (model configs, parallel state, linear layers, the runtime context); so the release is
 imported as the server imports it, with its pure-Python dependencies (transformers at SGLang's pin, set
-up by ``scripts/sglang_setup.sh``), and only two things are not SGLang's:
+up by ``scripts/sglang_setup.sh``), in the server's order (``server_args``, then the model runner, then the
+LoRA manager: 0.5.5's ``layers.linear`` <-> ``layers.quantization`` import cycle resolves only in that order),
+and only two things are not SGLang's:
 
 * ``sglang/__init__.py`` is not run (the front-end language API; no engine code lives there): the package
   object is made with the release's folder as its path, as ``site.install_stubs`` does;
-* ``torchvision`` (image processors of multimodal model configs import it at module level; no CPU build
-  for this torch here): a finder serves ``torchvision`` and its sub-modules as empty modules whose every
-  name is a placeholder that raises ``StubCalled`` when used. It is installed after ``transformers`` is
-  imported, so that transformers' own availability probe sees no torchvision.
+* ``torchvision``, ``sgl_kernel`` and ``vllm`` where none is installed (no CPU build of them for this torch
+  here): a finder, after the real ones, serves them and their sub-modules as modules whose every name is a
+  placeholder that raises ``StubCalled`` when used (``__version__`` is ``0.0.0``, below any release).
+  Multimodal model configs import torchvision at module level; 0.5.5's MoE runner imports
+  ``sgl_kernel.silu_and_mul`` at module level; 0.5.6's ``layers/activation.py`` imports vllm's
+  ``SiluAndMul`` on a CPU without AMX (on a GPU it takes sgl_kernel's); the LoRA path calls none of them.
+  The finder is in place before transformers is imported: from transformers 5.12 (0.5.12 - 0.5.18's pins)
+  ``AutoImageProcessor`` is a placeholder without torchvision, and SGLang's configs register image processors
+  with it at import.
 
 On the CPU, three adaptations of *where* memory lives, none of *what* SGLang does (``cpu_adapt``): the LoRA
 modules see ``api.cpu_torch()`` (``device("cuda")`` is the CPU, factories drop ``pin_memory``), as in
@@ -34,8 +41,12 @@ import torch
 from targets.sglang_lora import site
 from targets.sglang_lora.site import StubCalled
 
-ENGINE_PROBE = ("sglang.srt.lora.lora_manager", "sglang.srt.server_args", "sglang.test.parallel_groups")
-LAZY_STUBS = ("torchvision",)
+# in the server's order: server_args first (0.5.5's layers.linear <-> quantization cycle resolves only so)
+ENGINE_PROBE = ("sglang.srt.server_args", "sglang.srt.model_executor.model_runner", "sglang.srt.lora.lora_manager")
+# the adapter-management API's and the scheduler's modules (frontend.py), imported on top where they import
+FRONTEND_PROBE = ("sglang.srt.managers.tokenizer_manager", "sglang.srt.managers.scheduler")
+LAZY_STUBS = ("torchvision", "sgl_kernel", "vllm")
+PLACEHOLDER_VERSION = "0.0.0"
 
 
 class _Placeholder(type):
@@ -63,6 +74,7 @@ class LazyStubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         m = types.ModuleType(spec.name)
         m.__path__ = []
+        m.__version__ = PLACEHOLDER_VERSION  # probes (transformers') parse it: lower than any release
 
         def attr(name: str):
             if name.startswith("__"):
@@ -93,10 +105,6 @@ def activate(paths) -> None:
         pkg = types.ModuleType("sglang")
         pkg.__path__ = [str(paths[0] / "sglang")]
         sys.modules["sglang"] = pkg
-    try:
-        import transformers  # noqa: F401  (before the finder: its torchvision probe must find none)
-    except ImportError:
-        pass
     if not any(isinstance(f, LazyStubFinder) for f in sys.meta_path):
         sys.meta_path.append(LazyStubFinder())  # after the real finders: a real torchvision wins
 
@@ -130,31 +138,39 @@ def cpu_adapt() -> None:
     torch.Tensor.pin_memory = _unpinned  # type: ignore[method-assign]
 
 
+def adapt(device: str) -> None:
+    """Fit the imported release to the device a case runs on (the run's context): the CPU adaptations."""
+    if device == "cpu":
+        cpu_adapt()
+
+
 def _unpinned(self, *args, **kwargs):
     return self
 
 
-def load(device: str) -> types.SimpleNamespace:
-    """Import the release in engine mode; the modules the runner drives, by name."""
+def load() -> types.SimpleNamespace:
+    """Import the release in engine mode, the same for every device (``adapt`` then fits it to the run's);
+    the modules the runner drives, by name."""
     paths = site.candidate_paths()
     if paths is None:
         raise ImportError("no SGLang tree")
-    site.prepare_environment(device)
+    os.environ.setdefault("SGLANG_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("SGLANG_IS_IN_CI", "false")  # SGLang's default: set as sglang_lora sets it
     os.environ.setdefault("SGLANG_DISABLE_REQUEST_LOGGING", "1")
     activate(paths)
     for m in ENGINE_PROBE:
         importlib.import_module(m)
-    if device == "cpu":
-        cpu_adapt()
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.lora.lora_manager import LoRAManager
     from sglang.srt.lora.lora_registry import LoRARef
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
     from sglang.srt.server_args import ServerArgs
-    from sglang.test.parallel_groups import publish
+
+    from . import api
+    version = _version(paths[0])
     return types.SimpleNamespace(LoRAManager=LoRAManager, LoRARef=LoRARef, ForwardMode=ForwardMode,
-                                 ServerArgs=ServerArgs, publish=publish, LoadConfig=LoadConfig,
-                                 version=_version(paths[0]), tree=paths[0])
+                                 ServerArgs=ServerArgs, LoadConfig=LoadConfig, api=api.load(version),
+                                 version=version, tree=paths[0])
 
 
 def _version(tree: Path) -> str:

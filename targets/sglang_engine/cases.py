@@ -5,8 +5,12 @@ Config (each a knob of SGLang's server, applied through its ``ServerArgs``): ``b
 ``max_loras_per_batch`` (the base model's slot included), ``eviction_policy`` (``--lora-eviction-policy``),
 ``max_lora_rank``, ``target_modules`` (``--lora-target-modules``), ``graph_bs`` (0: no decode CUDA graph; else
 the largest captured batch, whose static batch info decode batches then use), ``chunk``
-(``--max-lora-chunk-size``), ``dtype``; ``adapters``: name -> ``{r, alpha, modules}`` (PEFT target modules,
-within the server's).
+(``--max-lora-chunk-size``), ``dtype``, ``max_loaded_loras`` (``--max-loaded-loras``: null, or
+``max_loras_per_batch`` or one more, as the server requires it at least that); ``adapters``: name ->
+``{r, alpha, modules, pinned}`` (PEFT target modules, within the server's; ``pinned``: loaded with
+``pinned=True``). ``max_loaded_loras`` and ``pinned`` are drawn only where the release's adapter-management API
+is driven (``frontend``: frontend.py); there a step's requests may name any adapter ever loaded (the tokenizer
+manager reloads an unloaded one) and as many adapters as they like (the scheduler splits them into batches).
 
 Rules: ``load`` an adapter not loaded (``v``: which weights; a reload after an unload may bring others),
 ``unload`` a loaded one, ``step`` a batch of requests (an adapter name or null each) that the scheduler would
@@ -32,16 +36,19 @@ GROUPS = {"qkv_proj": (("q_proj", "v_proj"), ("q_proj", "k_proj", "v_proj")), "o
 
 
 class _State:
-    def __init__(self, cfg: dict):
-        self.cfg, self.loaded, self.ever = cfg, [], set()
+    def __init__(self, cfg: dict, frontend: bool = False):
+        self.cfg, self.loaded, self.ever, self.frontend = cfg, [], set(), frontend
 
 
 @st.composite
-def _adapter(draw, server: list, max_rank: int) -> dict:
+def _adapter(draw, server: list, max_rank: int, frontend: bool = False) -> dict:
     mods = draw(st.lists(st.sampled_from(server), min_size=1, max_size=len(server), unique=True))
     peft = [m for s in sorted(mods, key=SERVER_MODULES.index) for m in draw(st.sampled_from(GROUPS[s]))]
     r = draw(st.sampled_from([r for r in (2, 4, 8) if r <= max_rank]))
-    return {"r": r, "alpha": draw(st.sampled_from([r, 2 * r, 16])), "modules": peft}
+    out = {"r": r, "alpha": draw(st.sampled_from([r, 2 * r, 16])), "modules": peft}
+    if frontend:
+        out["pinned"] = draw(st.sampled_from([False, False, True]))
+    return out
 
 
 def _program() -> OpSequence:
@@ -72,12 +79,12 @@ def _program() -> OpSequence:
     def step(draw, s):
         limit = s.cfg["max_loras_per_batch"]
         n = draw(st.integers(1, 4))
-        pool = [None, *s.loaded]
+        pool = [None, *sorted(s.ever)] if s.frontend else [None, *s.loaded]
         reqs: list = []
         for _ in range(n):
             choice = draw(st.sampled_from(pool))
-            if choice not in reqs and len(set(reqs)) >= limit:
-                choice = reqs[0]
+            if not s.frontend and choice not in reqs and len(set(reqs)) >= limit:
+                choice = reqs[0]  # the scheduler would not admit it; with the front end it splits the batch
             reqs.append(choice)
         op = {"op": "step", "reqs": reqs, "mode": draw(st.sampled_from(["decode", "extend"])),
               "seed": draw(st.integers(0, 3))}
@@ -91,22 +98,28 @@ PROGRAM = _program()
 
 
 @st.composite
-def sglang_engine_cases(draw, faults: tuple = (), max_ops: int = 8, device: str = "cpu") -> Case:
-    server = draw(st.lists(st.sampled_from(SERVER_MODULES), min_size=1, max_size=3, unique=True))
+def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
+                        modules: tuple = SERVER_MODULES, frontend: bool = False) -> Case:
+    """``modules``: the target modules the release's LoRA pool has buffers for (api.EngineAPI.modules);
+    ``frontend``: whether the release's adapter-management API is driven (frontend.py)."""
+    server = draw(st.lists(st.sampled_from(list(modules)), min_size=1, max_size=3, unique=True))
     max_rank = draw(st.sampled_from([4, 8]))
     names = [f"a{i}" for i in range(draw(st.integers(2, 4)))]
+    slots = draw(st.integers(2, 3))
     cfg = {
         "backend": draw(st.sampled_from(["triton", "csgmv"])),
-        "max_loras_per_batch": draw(st.integers(2, 3)),
+        "max_loras_per_batch": slots,
         "eviction_policy": draw(st.sampled_from(["lru", "fifo"])),
         "max_lora_rank": max_rank,
         "target_modules": sorted(server, key=SERVER_MODULES.index),
         "graph_bs": draw(st.sampled_from([0, 0, 2, 4])),
         "chunk": 16,
         "dtype": "float32",  # float16 rounding over six LoRA'd layers exceeds its tolerance: exact enough in fp32
-        "adapters": {n: draw(_adapter(server, max_rank)) for n in names},
+        "adapters": {n: draw(_adapter(server, max_rank, frontend)) for n in names},
     }
-    ops = draw(PROGRAM.ops(lambda: _State(cfg), max_ops=max_ops))
+    if frontend:
+        cfg["max_loaded_loras"] = draw(st.sampled_from([None, slots, slots + 1]))
+    ops = draw(PROGRAM.ops(lambda: _State(cfg, frontend), max_ops=max_ops))
     return Case("sglang_engine", cfg, tuple(ops), tuple(faults))
 
 
@@ -115,6 +128,10 @@ def features(case) -> set:
     out |= {f"backend={c.get('backend')}", f"eviction={c.get('eviction_policy')}",
             f"graph={'on' if c.get('graph_bs') else 'off'}", f"max_loras_per_batch={c.get('max_loras_per_batch')}"}
     out |= {f"target={m}" for m in c.get("target_modules", ())}
+    if "max_loaded_loras" in c:
+        out.add(f"max_loaded_loras={'on' if c['max_loaded_loras'] else 'off'}")
+    if any(a.get("pinned") for a in c.get("adapters", {}).values()):
+        out.add("adapter=pinned")
     loaded: list = []
     resident_names: set = set()
     for op in case.ops:
@@ -128,21 +145,37 @@ def features(case) -> set:
             loaded.remove(op.get("name"))
             resident_names.add(op.get("name"))
         elif kind == "step":
-            reqs = op.get("reqs", [])
-            if None in reqs and any(reqs):
-                out.add("step=mixed")
-            if len({r for r in reqs if r}) > 1:
-                out.add("step=several-adapters")
-            out.add(f"step={op.get('mode', 'decode')}")
+            out |= _step_features(op, loaded, c.get("max_loras_per_batch", 9))
     if sum(1 for op in case.ops if op.get("op") == "load") >= c.get("max_loras_per_batch", 9):
         out.add("pool=more-adapters-than-slots")
     return out
 
 
-FEATURE_SPACE = tuple(
-    ["backend=triton", "backend=csgmv", "eviction=lru", "eviction=fifo", "graph=on", "graph=off",
-     "max_loras_per_batch=2", "max_loras_per_batch=3", "op=load", "op=unload", "op=step", "adapter=reloaded",
-     "step=mixed", "step=several-adapters", "step=decode", "step=extend", "pool=more-adapters-than-slots"]
-    + [f"target={m}" for m in SERVER_MODULES])
+def _step_features(op: dict, loaded: list, slots: int) -> set:
+    reqs, out = op.get("reqs", []), {f"step={op.get('mode', 'decode')}"}
+    if None in reqs and any(reqs):
+        out.add("step=mixed")
+    if len({r for r in reqs if r}) > 1:
+        out.add("step=several-adapters")
+    if len(set(reqs)) > slots:
+        out.add("step=more-adapters-than-slots")
+    if any(r is not None and r not in loaded for r in reqs):
+        out.add("step=names-unloaded-adapter")
+    return out
 
-__all__ = ["FEATURE_SPACE", "SERVER_NAME", "features", "sglang_engine_cases"]
+
+def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False) -> tuple:
+    """Every feature ``features`` gives for a release whose pool has buffers for ``modules`` (and whose
+    adapter-management API is driven: ``frontend``)."""
+    return tuple(
+        ["backend=triton", "backend=csgmv", "eviction=lru", "eviction=fifo", "graph=on", "graph=off",
+         "max_loras_per_batch=2", "max_loras_per_batch=3", "op=load", "op=unload", "op=step", "adapter=reloaded",
+         "step=mixed", "step=several-adapters", "step=decode", "step=extend", "pool=more-adapters-than-slots"]
+        + [f"target={m}" for m in modules]
+        + (["max_loaded_loras=on", "max_loaded_loras=off", "adapter=pinned", "step=more-adapters-than-slots",
+            "step=names-unloaded-adapter"] if frontend else []))
+
+
+FEATURE_SPACE = feature_space()
+
+__all__ = ["FEATURE_SPACE", "SERVER_NAME", "feature_space", "features", "sglang_engine_cases"]

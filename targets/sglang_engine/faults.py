@@ -1,7 +1,10 @@
-"""Planted faults: each a small change of one SGLang object of the case (the pool, its eviction policy), made
-after start-up, so that the oracles are shown to catch the class of bug it stands for."""
+"""Planted faults: each a small change of one SGLang object of the case (the pool, its eviction policy, the
+tokenizer manager's registry, the scheduler's admission), made after start-up, so that the oracles are shown to
+catch the class of bug it stands for."""
 
 from __future__ import annotations
+
+from fuzzrunner import tracking
 
 FAULTS = {
     "unload_keeps_slot":
@@ -13,12 +16,27 @@ FAULTS = {
         "zeroes them 'to avoid contamination from the residual weight of the evicted adapters'): an adapter that "
         "takes a slot after one with more target modules runs the old adapter's weights there.",
     "evict_batch_adapter":
-        "the eviction policy's select_victim ignores its candidates and takes the least recently used resident "
-        "adapter, one of the current batch included: a full pool evicts an adapter its batch still needs.",
+        "the eviction policy's select_victim ignores its candidates and takes a resident adapter that is not one "
+        "of them, i.e. one the current batch needs: a full pool evicts an adapter its batch still needs.",
+    "lru_evicts_pinned":
+        "LoRARegistry.lru_lora_name ignores exclude_pinned: --max-loaded-loras unloads the least recently used "
+        "adapter even when the user pinned it.",
+    "admission_ignores_running":
+        "the scheduler admits each waiting LoRA request against its own adapter only, not the adapters of the "
+        "batch it joins (can_schedule_lora_req's running set left out): a batch needs more pool slots than "
+        "--max-loras-per-batch.",
+    "capture_without_lora_batch":
+        "the decode graph runner captures without preparing its dummy LoRA batch (decode_cuda_graph_runner.py:1397 "
+        "left out): the graphs point at whatever batch info the backend held at start-up.",
 }
+FRONTEND_FAULTS = ("lru_evicts_pinned", "admission_ignores_running")
 
 
-def plant(mgr, faults: set) -> None:
+def plant(mgr, faults: set, front=None) -> None:
+    if "lru_evicts_pinned" in faults:
+        _lru_evicts_pinned(front.tok.lora_registry)
+    # admission_ignores_running: Frontend.admit(ignore_running=True); capture_without_lora_batch: DecodeGraphs
+    # (skip_prepare): the runner passes them
     pool = mgr.memory_pool
     if "unload_keeps_slot" in faults:
         _unload_keeps_slot(pool)
@@ -40,23 +58,51 @@ def _unload_keeps_slot(pool) -> None:
     pool.remove_lora = remove_lora
 
 
+EMBEDDING_BUFFERS = ("embedding_A_buffer", "embedding_B_buffer", "lm_head_A_buffer", "lm_head_B_buffer")
+
+
+def unavailable(api, fe=None) -> dict:
+    """{fault: why it cannot be planted in this release}."""
+    out = {}
+    if not api.unload_frees_slot:
+        out["unload_keeps_slot"] = (f"SGLang {api.version}'s unload_lora_adapter leaves the pool as it is (no "
+                                    f"LoRAMemoryPool.remove_lora): there is no slot-freeing step to break")
+    if fe is None:
+        for f in FRONTEND_FAULTS:
+            out[f] = (f"SGLang {api.version}'s tokenizer manager and scheduler are not driven here (no "
+                      f"frontend-ok stamp: scripts/sglang_setup.sh {api.version})")
+    elif not fe.evicts:
+        out["lru_evicts_pinned"] = (f"SGLang {api.version}'s load_lora_adapter refuses loads beyond "
+                                    f"--max-loaded-loras: it evicts nothing")
+    return out
+
+
+def _lru_evicts_pinned(registry) -> None:
+    original = registry.lru_lora_name
+
+    async def lru_lora_name(exclude_pinned=False):
+        return await original(exclude_pinned=False)
+    registry.lru_lora_name = lru_lora_name
+
+
 def _slot_views(pool, slot: int) -> list:
     views = [t[slot] for bufs in (pool.A_buffer, pool.B_buffer) for layers in bufs.values() for t in layers]
-    return views + [t[slot] for bufs in (pool.embedding_A_buffer, pool.embedding_B_buffer, pool.lm_head_A_buffer,
-                                         pool.lm_head_B_buffer) for t in bufs.values()]
+    return views + [t[slot] for name in EMBEDDING_BUFFERS for t in getattr(pool, name, {}).values()]
 
 
 def _load_keeps_residual_weights(pool) -> None:
     original = pool.load_lora_weight_to_buffer
 
     def load(uid, buffer_id, *args, **kwargs):
-        before = [v.clone() for v in _slot_views(pool, buffer_id)]
+        with tracking.quiet():  # the fault's own snapshot: never-written bytes are no read of SGLang's
+            before = [v.clone() for v in _slot_views(pool, buffer_id)]
         original(uid, buffer_id, *args, **kwargs)
         if uid is None:
             return
-        for view, old in zip(_slot_views(pool, buffer_id), before):
-            if not view.count_nonzero() and old.count_nonzero():  # zeroed as a module the adapter lacks
-                view.copy_(old)
+        with tracking.quiet():
+            for view, old in zip(_slot_views(pool, buffer_id), before):
+                if not view.count_nonzero() and old.count_nonzero():  # zeroed as a module the adapter lacks
+                    view.copy_(old)
     pool.load_lora_weight_to_buffer = load
 
 
@@ -65,7 +111,10 @@ def _evict_batch_adapter(pool) -> None:
     original = policy.select_victim
 
     def select_victim(candidates):
+        # a resident adapter that is not a candidate: one the batch needs. Always one of those (not the least
+        # recently used resident): the pool loads a batch's adapters in the order of a set of ids, which changes
+        # with the process's string hashing, and a victim the batch reloads later would hide the fault
         order = list(getattr(policy, "access_order", getattr(policy, "insertion_order", {})))
-        resident = [u for u in order if u in pool.uid_to_buffer_id]
-        return resident[0] if resident else original(candidates)
+        needed = [u for u in order if u is not None and u in pool.uid_to_buffer_id and u not in candidates]
+        return needed[0] if needed else original(candidates)
     policy.select_victim = select_victim

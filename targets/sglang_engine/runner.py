@@ -8,11 +8,15 @@ the tiny model of SGLang's layer classes (model.py); ``LoRAManager(...)`` exactl
 model); with ``graph_bs``, ``init_decode_cuda_graph_batch_info(graph_bs, 1)`` as the decode graph runner
 does before capture, so that decode batches of at most that size take the graph's static batch info.
 
-Ops:
-* ``load`` / ``unload``: ``load_lora_adapter`` / ``unload_lora_adapter`` with the ``LoRARef`` the tokenizer
-  manager makes (``pinned=False``; a fresh ``lora_id`` per load, deterministic here so cases replay);
-* ``step``: a batch (``reqs``: adapter name or null per request; ``mode`` decode or extend with ``lens``):
-  ``ForwardBatch.init_new``'s LoRA part (``fetch_new_loras`` then ``prepare_lora_batch``), then the forward.
+Ops, through SGLang's adapter-management API and scheduler admission where the release's tokenizer manager and
+scheduler import (frontend.py; else straight to the manager, as below):
+* ``load`` / ``unload``: the tokenizer manager's ``load_lora_adapter`` / ``unload_lora_adapter`` (``pinned`` as
+  the adapter says, ``--max-loaded-loras`` as drawn); without the front end, the manager's, with the
+  ``LoRARef`` the tokenizer manager makes (a fresh ``lora_id`` per load);
+* ``step``: requests (``reqs``: adapter name or null each; ``mode`` decode or extend with ``lens``), each
+  resolved by the tokenizer manager (an unloaded adapter is reloaded), admitted into batches by the scheduler
+  in queue order, each batch run as ``ForwardBatch.init_new``'s LoRA part (``fetch_new_loras`` then
+  ``prepare_lora_batch``) and the forward, its requests then released.
 
 Checks, the engine's users' properties (``ctx.compare`` / ``ctx.check``): each request's logits equal the
 float64 reference of its own adapter's files (none: the base model); a request without an adapter gets the
@@ -24,12 +28,15 @@ from __future__ import annotations
 
 import torch
 
+from fuzzrunner import tracking
 from fuzzrunner.errors import InvalidCase
 
 from . import adapters as adp
 from . import model as tiny
-from .checks import check_pool, check_unloaded
+from .checks import check_frontend, check_pool, check_unloaded
 from .faults import FAULTS, plant
+from .frontend import Frontend
+from .graphs import DecodeGraphs
 
 OPS = ("load", "unload", "step")
 
@@ -52,29 +59,45 @@ class Session:
     def __init__(self, case, ctx, eng, workdir: str):
         self.c = c = check_case(case)
         self.ctx, self.eng, self.workdir = ctx, eng, workdir
+        self.faults = set(case.faults)
         self.dtype = getattr(torch, c["dtype"])
         self.device = torch.device(ctx.device)
-        self.server_args = eng.ServerArgs(
-            model_path=eng.model_dir, device=ctx.device, dtype=c["dtype"], skip_tokenizer_init=True,
+        self.api = api = eng.api
+        missing = sorted(set(c["target_modules"]) - set(api.modules))
+        if missing:
+            raise InvalidCase(f"target modules {missing}: SGLang {eng.version}'s LoRA pool has no buffers for them "
+                              f"(it has {', '.join(api.modules)}); draw --lora-target-modules from those.")
+        self.server_args = api.server_args(
+            eng.ServerArgs, model_path=eng.model_dir, device=ctx.device, dtype=c["dtype"], skip_tokenizer_init=True,
             enable_lora=True, lora_backend=c["backend"], max_loras_per_batch=c["max_loras_per_batch"],
             max_lora_rank=c["max_lora_rank"], lora_target_modules=list(c["target_modules"]),
-            lora_eviction_policy=c["eviction_policy"], max_lora_chunk_size=c.get("chunk", 16))
-        eng.publish(self.server_args, role="scheduler")
+            lora_eviction_policy=c["eviction_policy"], max_lora_chunk_size=c.get("chunk", 16),
+            max_loaded_loras=c.get("max_loaded_loras"))
+        api.publish(self.server_args, ctx.device, eng.hf_config)
         self.model = tiny.build(eng.hf_config, self.dtype, self.device)
         self.base = tiny.base_weights(self.model)
-        self.mgr = eng.LoRAManager(
-            base_model=self.model, base_hf_config=eng.hf_config, max_loras_per_batch=c["max_loras_per_batch"],
-            load_config=eng.LoadConfig(), dtype=self.dtype, server_args=self.server_args, lora_backend=c["backend"],
-            max_lora_rank=c["max_lora_rank"], target_modules=set(c["target_modules"]), lora_paths=[])
-        if c["graph_bs"]:
-            self.mgr.init_decode_cuda_graph_batch_info(c["graph_bs"], 1)
-        plant(self.mgr, set(case.faults))
-        self.refs: dict = {}      # name -> LoRARef of the loaded adapter
-        self.files: dict = {}     # name -> AdapterFiles of the loaded adapter
+        self.mgr = api.manager(
+            eng.LoRAManager, base_model=self.model, base_hf_config=eng.hf_config,
+            max_loras_per_batch=c["max_loras_per_batch"], load_config=eng.LoadConfig(), dtype=self.dtype,
+            server_args=self.server_args, lora_backend=c["backend"], max_lora_rank=c["max_lora_rank"],
+            target_modules=set(c["target_modules"]), lora_paths=[])
+        self.graphs = None
+        if c["graph_bs"]:  # the decode graph runner, at start-up: before any adapter is loaded
+            api.init_graph(self.mgr, c["graph_bs"])
+            self.graphs = DecodeGraphs(self, c["graph_bs"], skip_prepare="capture_without_lora_batch" in case.faults)
+        self.front = Frontend(eng.frontend, self.mgr, self.server_args) if eng.frontend else None
+        if self.front is None and (c.get("max_loaded_loras") or any(a.get("pinned") for a in c["adapters"].values())):
+            raise InvalidCase(f"--max-loaded-loras and pinned adapters are drawn only where SGLang {eng.version}'s "
+                              f"tokenizer manager imports (scripts/sglang_setup.sh {eng.version}: stamp frontend-ok).")
+        plant(self.mgr, set(case.faults), self.front)
+        self.refs: dict = {}      # name -> LoRARef of the loaded adapter (without the front end)
+        self.files: dict = {}     # name -> AdapterFiles of its latest successful load
         self.loads = 0
 
     # -- the adapter-management API (tokenizer manager -> scheduler -> model runner) -----------------------
     def load(self, op) -> None:
+        if self.front is not None:
+            return self._front_load(op)
         name, v = op["name"], op.get("v", 0)
         if name in self.refs:
             raise InvalidCase(f"load: {name!r} is loaded already (the registry refuses it before the engine).")
@@ -89,6 +112,8 @@ class Session:
         self.refs[name], self.files[name] = ref, adp.AdapterFiles(path)
 
     def unload(self, op) -> None:
+        if self.front is not None:
+            return self._front_unload(op)
         name = op["name"]
         if name not in self.refs:
             raise InvalidCase(f"unload: {name!r} is not loaded.")
@@ -112,6 +137,8 @@ class Session:
                             seq_lens_cpu=torch.ones(bs, dtype=torch.int32))
 
     def step(self, op) -> None:
+        if self.front is not None:
+            return self._front_step(op)
         names = list(op["reqs"])
         if any(n is not None and n not in self.refs for n in names):
             raise InvalidCase("step: a request names an adapter that is not loaded (the registry refuses it).")
@@ -121,38 +148,117 @@ class Session:
                               f"{self.c['max_loras_per_batch']}: the scheduler would not admit this batch.")
         mode = op.get("mode", "decode")
         lens = list(op.get("lens", [1] * len(names))) if mode == "extend" else [1] * len(names)
+        self._batch(names, ids, mode, lens, op.get("seed", 0))
+
+    # -- through the adapter-management API and the scheduler (frontend.py) ------------------------------
+    def _front_load(self, op) -> None:
+        name, v = op["name"], op.get("v", 0)
+        pinned = bool(self.c["adapters"][name].get("pinned"))
+        before = self.front.registered()
+        path = adp.write(self.workdir, self.eng.hf_config, self.c["adapters"][name], name, v)
+        result = self.front.load(name, path, pinned)
+        limit, evicts = self.c.get("max_loaded_loras"), self.front.fe.evicts
+        refused = (name in before or (pinned and len(_pinned(before)) >= self.c["max_loras_per_batch"] - 1)
+                   or (limit is not None and not evicts and len(before) >= limit))
+        problems = []
+        if result.success:
+            self.files[name] = adp.AdapterFiles(path)
+            if name in before:
+                problems.append(f"loading {name!r} succeeded while {name!r} was registered already")
+        elif not refused:
+            problems.append(f"loading {name!r} (rank {self.c['adapters'][name]['r']}, pinned {pinned}) failed: "
+                            f"{result.error_message}")
+        self.ctx.check("load", problems + check_frontend(self.front, self.mgr, before, limit, _pinned(before)))
+
+    def _front_unload(self, op) -> None:
+        name = op["name"]
+        before = self.front.registered()
+        result = self.front.unload(name)
+        problems = []
+        if result.success:
+            if name not in before:
+                problems.append(f"unloading {name!r} succeeded while it was not registered")
+        elif name in before:
+            problems.append(f"unloading {name!r} failed: {result.error_message}")
+        self.ctx.check("unload", problems + check_frontend(self.front, self.mgr, before, self.c.get("max_loaded_loras"),
+                                                           _pinned(before) - {name}))
+
+    def _front_step(self, op) -> None:
+        names = list(op["reqs"])
+        mode = op.get("mode", "decode")
+        lens = list(op.get("lens", [1] * len(names))) if mode == "extend" else [1] * len(names)
+        for i, n in enumerate(names):
+            if n is not None and n not in self.files:
+                raise InvalidCase(f"step: request {i} names {n!r}, never loaded (the tokenizer manager refuses it).")
+        before = self.front.registered()
+        slots, problems = self.c["max_loras_per_batch"], []
+
+        def run_batch(batch):
+            ids = [uid for _, _, uid in batch]
+            if len(set(ids)) > slots:
+                problems.append(f"the scheduler admitted a batch of {len(set(ids))} adapters (base included) into "
+                                f"{slots} slots")
+                return  # the engine would be asked for slots it does not have
+            self._batch([n for _, n, _ in batch], ids, mode, [lens[i] for i, _, _ in batch], op.get("seed", 0))
+
+        problems += self.front.serve(names, run_batch, ignore_running="admission_ignores_running" in self.faults)
+        self.ctx.check("step", problems + check_frontend(self.front, self.mgr, before, self.c.get("max_loaded_loras"),
+                                                         _pinned(before)))
+
+    def _batch(self, names: list, ids: list, mode: str, lens: list, seed: int) -> None:
         fb = self._forward_batch(mode, ids, lens)
-        self.mgr.fetch_new_loras(set(ids))
-        self.mgr.prepare_lora_batch(fb)
-        self.ctx.check("pool", check_pool(self.mgr, ids, self.files, names))
-        g = torch.Generator().manual_seed(op.get("seed", 0))
+        self.api.prepare(self.mgr, fb)
+        with tracking.quiet():  # the check's reads of the pool are the harness's, not SGLang's
+            self.ctx.check("pool", check_pool(self.mgr, ids, self.files, names))
+        g = torch.Generator().manual_seed(seed)
         tokens = torch.randint(0, self.eng.hf_config.vocab_size, (sum(lens),), generator=g)
         rows = [n for n, k in zip(names, lens) for _ in range(k)]
         # the LogitsProcessor gives lm_head an extend batch's last token per request (no logprobs asked)
         last = [sum(lens[: i + 1]) - 1 for i in range(len(lens))] if mode == "extend" else None
-        with torch.no_grad():
-            logits = tiny.forward(self.model, tokens.to(self.device), last)
-        ref = tiny.reference(self.eng.hf_config, self.base, tokens.tolist(),
-                             [None if n is None else self.files[n] for n in rows], last)
-        self.ctx.compare("step.logits", logits, ref, self.dtype)
+        graph = self.graphs.pick(len(names)) if self.graphs is not None and mode == "decode" else None
+        if graph is not None:  # the decode graph runner replays the smallest captured graph that holds it
+            logits = self.graphs.replay(graph, tokens.to(self.device))
+        else:
+            with torch.no_grad():
+                logits = tiny.forward(self.model, tokens.to(self.device), last)
+        with tracking.quiet():
+            ref = tiny.reference(self.eng.hf_config, self.base, tokens.tolist(),
+                                 [None if n is None else self.files[n] for n in rows], last)
+        # relative to each row's largest logit: with scalings up to 8 through six LoRA'd layers the logits reach
+        # 1e4, and float32 rounding of those leaves ~1e-3 on a small logit that cancels out of them (a 1e-4
+        # tolerance on the element itself then reports rounding: 0.00925 on an 85.35 in a row of 26700s)
+        scale = ref.abs().amax(dim=-1, keepdim=True).clamp(min=1.0)
+        self.ctx.compare("step.logits", logits / scale.to(logits), ref / scale, self.dtype)
         kept = rows if last is None else [rows[i] for i in last]
         base_rows = [i for i, n in enumerate(kept) if n is None]
         if base_rows:
-            with torch.no_grad():
-                base = tiny.base_path_logits(self.model, tokens.to(self.device), last)
+            ids = tokens.to(self.device)
+            if graph is not None:  # the base model over the graph's padded rows: the same GEMM shapes
+                ids = torch.cat([ids, ids.new_zeros(graph - len(ids))])
+            with torch.no_grad(), tracking.quiet():
+                base = tiny.base_path_logits(self.model, ids, last)
             bad = [i for i in base_rows if not torch.equal(logits[i], base[i])]
             self.ctx.check("base-rows", [f"token {i} (a request without an adapter) differs from the base model's "
                                          f"logits (max |diff| {float((logits[i] - base[i]).abs().max()):.3g})"
                                          for i in bad[:3]])
 
 
+def _pinned(registered: dict) -> set:
+    """The names of the registered adapters that are pinned (the user's pin, kept by implicit reloads)."""
+    return {n for n, ref in registered.items() if ref.pinned}
+
+
 def run(case, ctx, eng) -> None:
     import tempfile
     with tempfile.TemporaryDirectory(prefix="sglang_engine-") as workdir:
         s = Session(case, ctx, eng, workdir)
-        for i, op in enumerate(case.ops):
-            with ctx.op(i, op):
-                getattr(s, op["op"])(op)
+        try:
+            for i, op in enumerate(case.ops):
+                with ctx.op(i, op):
+                    getattr(s, op["op"])(op)
+        finally:
+            if s.front is not None:
+                s.front.close()
 
 
 __all__ = ["FAULTS", "run"]

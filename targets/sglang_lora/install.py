@@ -4,13 +4,18 @@
 
 1. ``pip download sglang==VERSION --no-deps`` into ``.cache/sglang/wheels/`` (3-40 MB);
 2. extract SGLang's files into ``.cache/sglang/VERSION/site/`` without compiled code (``*.so``, CUDA and
-   C++ sources): Python, JSON configs, the dist-info;
+   C++ sources, except the JIT kernels' sources that ``sglang.jit_kernel`` looks for at import): Python,
+   JSON configs, the dist-info;
 3. import the modules the target drives (with site.py's stubs) and ``pip install --no-deps --target
    .cache/sglang/VERSION/deps`` whatever is missing, until they import (never torch or Triton);
 4. for the ``sglang_engine`` target (``install_engine``, stamp ``engine-ok``): transformers at SGLang's pin
    with its dependencies, then the engine's modules imported whole (``targets.sglang_engine.boot``) and
    what they miss installed the same way. A release whose engine does not import here is left without
-   the stamp: ``sglang_engine`` is unavailable for it, ``sglang_lora`` is not affected.
+   the stamp: ``sglang_engine`` is unavailable for it, ``sglang_lora`` is not affected;
+5. for ``sglang_engine``'s adapter-management API and admission (``install_frontend``, stamp ``frontend-ok``):
+   the tokenizer manager and the scheduler imported on top of the engine (aiohttp, uvloop, setproctitle and
+   what else they miss, compiled wheels included: the venv's Python runs them). Without the stamp the target
+   drives the manager directly (targets/sglang_engine/frontend.py says what is then not driven).
 
 ``--for-gpu FILE`` also archives the trees for a GPU machine with no network (gpu_tree.py, scripts/gpu_acceptance.py).
 """
@@ -25,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..wheel_site import extract, missing_module, pip, wheel
+from ..wheel_site import extract, extract_kept, missing_module, pip, wheel
 from .site import CACHE, site_dirs
 
 DIST = {"zmq": "pyzmq", "yaml": "pyyaml", "PIL": "pillow", "google": "protobuf", "IPython": "ipython",
@@ -38,7 +43,15 @@ BASE = ("orjson", "msgspec", "psutil", "pybase64", "anyio", "sniffio", "starlett
 # the engine's pure-Python imports beyond transformers, installed up front (one pip call, --no-deps); the
 # import loop adds what a release needs beyond these
 ENGINE_BASE = ("traitlets", "dill", "einops", "compressed-tensors", "loguru", "gguf", "sentencepiece", "openai",
-               "partial-json-parser", "httpx2", "httpcore2", "truststore", "h11")
+               "partial-json-parser", "httpx2", "httpcore2", "truststore", "h11", "uvicorn", "fastapi",
+               "annotated-doc", "opentelemetry-api")  # the last four: the model runner's imports (0.5.5 - 0.5.23)
+# SGLang's JIT-kernel sources: 0.5.6 - 0.5.9's sglang.jit_kernel.utils looks for their folders at import
+# (KERNEL_PATH) and raises without them; nothing here compiles them
+KEEP = ("sglang/jit_kernel/",)
+# the tokenizer manager's and the scheduler's imports beyond the engine's (0.5.23: aiohttp and its family,
+# uvloop, setproctitle), installed up front; the import loop adds what a release needs beyond these
+FRONTEND_BASE = ("aiohttp", "multidict", "yarl", "propcache", "frozenlist", "aiosignal", "aiohappyeyeballs",
+                 "uvloop", "setproctitle")
 PROBE = ("sglang.srt.lora.utils", "sglang.srt.lora.backend.triton_backend", "sglang.srt.lora.backend.chunked_backend")
 
 
@@ -65,10 +78,12 @@ def install_engine(version: str) -> bool:
     root = CACHE / version
     site, deps = site_dirs(version)
     stamp = root / "engine-ok"
-    if stamp.exists():
-        return True
+    probe = " ".join(ENGINE_PROBE) + "\n"
+    if stamp.exists() and stamp.read_text() == probe:
+        return True  # set up for these modules (a stamp of another probe list is checked again)
     t0 = time.time()
     print(f"sglang {version}: setting up the engine's imports for sglang_engine (once: ~2 min) ...")
+    extract_kept(wheel("sglang_setup", "sglang", version, CACHE / "wheels"), site, KEEP)
     try:
         pip("sglang_setup", "install", "--target", str(deps), "--upgrade", _pin(site, "transformers"))
         pip("sglang_setup", "install", "--no-deps", "--target", str(deps), *ENGINE_BASE)
@@ -85,8 +100,42 @@ def install_engine(version: str) -> bool:
     except SystemExit as e:
         print(f"sglang {version}: the engine does not import here ({e}); sglang_engine is unavailable for it.")
         return False
-    stamp.write_text("engine\n")
+    stamp.write_text(probe)
     print(f"sglang {version}: engine ready ({time.time() - t0:.0f} s)")
+    return True
+
+
+def install_frontend(version: str) -> bool:
+    """Step 5 (module doc): True when the tokenizer manager and the scheduler import (stamp ``frontend-ok``)."""
+    from ..sglang_engine.boot import ENGINE_PROBE, FRONTEND_PROBE, boot_lines
+    root = CACHE / version
+    site, deps = site_dirs(version)
+    stamp = root / "frontend-ok"
+    probe = " ".join(FRONTEND_PROBE) + "\n"
+    if stamp.exists() and stamp.read_text() == probe:
+        return True
+    if not (root / "engine-ok").exists():
+        return False
+    t0 = time.time()
+    print(f"sglang {version}: setting up the tokenizer manager's and scheduler's imports for sglang_engine ...")
+    try:
+        pip("sglang_setup", "install", "--no-deps", "--target", str(deps), *FRONTEND_BASE)
+        env = dict(os.environ, TRITON_INTERPRET="1")
+        for _ in range(15):
+            mod = missing_module("sglang_setup", boot_lines([site, deps]), ENGINE_PROBE + FRONTEND_PROBE, env)
+            if mod is None:
+                break
+            dist = DIST.get(mod, mod)
+            print(f"sglang {version}: installing {dist} (imported by SGLang's tokenizer manager or scheduler)")
+            pip("sglang_setup", "install", "--no-deps", "--target", str(deps), dist)
+        else:
+            raise SystemExit(f"sglang_setup: sglang {version}'s front end still misses modules after 15 installs.")
+    except SystemExit as e:
+        print(f"sglang {version}: the tokenizer manager or scheduler does not import here ({e}); sglang_engine "
+              f"drives the LoRA manager directly for it.")
+        return False
+    stamp.write_text(probe)
+    print(f"sglang {version}: front end ready ({time.time() - t0:.0f} s)")
     return True
 
 
@@ -96,11 +145,12 @@ def install(version: str) -> Path:
     site, deps = site_dirs(version)
     stamp = root / "ok"
     if stamp.exists():
-        install_engine(version)
+        if install_engine(version):
+            install_frontend(version)
         print(f"sglang {version}: ready in {root}")
         return root
     whl = wheel("sglang_setup", "sglang", version, CACHE / "wheels")
-    extract(whl, site)
+    extract(whl, site, keep=KEEP)
     shutil.rmtree(deps, ignore_errors=True)
     pip("sglang_setup", "install", "--no-deps", "--target", str(deps), *BASE)
     env = dict(os.environ, TRITON_INTERPRET="1")
@@ -115,7 +165,8 @@ def install(version: str) -> Path:
         raise SystemExit(f"sglang_setup: sglang {version} still misses modules after 30 installs.")
     size = sum(f.stat().st_size for d in (site, deps) for f in d.rglob("*") if f.is_file()) >> 20
     stamp.write_text(f"{whl.name}\n")
-    install_engine(version)
+    if install_engine(version):
+        install_frontend(version)
     print(f"sglang {version}: ready in {root} ({size} MB, {time.time() - t0:.0f} s)")
     return root
 

@@ -18,7 +18,25 @@ import sys
 from pathlib import Path
 
 
+def _engine_ops(case: dict) -> str:
+    """An ``sglang_engine`` case in one line: ``triton L=2 fifo graph≤2: load(a0) → step[a0, -](decode) → ...``."""
+    c = case["config"]
+    out = []
+    for op in case["ops"]:
+        k = op["op"]
+        if k == "step":
+            reqs = ", ".join(r or "-" for r in op.get("reqs", []))
+            out.append(f"step[{reqs}]({op.get('mode', 'decode')}{' ' + str(op['lens']) if 'lens' in op else ''})")
+        else:
+            out.append(f"{k}({op.get('name')}{', v' + str(op['v']) if op.get('v') else ''})")
+    graph = f" graph≤{c['graph_bs']}" if c.get("graph_bs") else ""
+    return (f"{c['backend']} L={c['max_loras_per_batch']} {c['eviction_policy']}{graph} "
+            f"[{','.join(c['target_modules'])}]: " + " → ".join(out))
+
+
 def _ops(case: dict) -> str:
+    if case.get("target") == "sglang_engine":
+        return _engine_ops(case)
     c = case["config"]
     out = []
     for op in case["ops"]:
@@ -34,8 +52,9 @@ def _ops(case: dict) -> str:
     return f"{c['backend']} L={c['max_loras']}: " + " → ".join(out)
 
 
-def _source_line(location: str, version: str | None) -> str:
-    """The text of ``file:line`` (as a finding names it, a path suffix) in the release's set-up tree."""
+def _source_line(location: str, version: str | None, before: int = 0) -> str:
+    """The text of ``file:line`` (as a finding names it, a path suffix) in the release's set-up tree (with
+    ``before`` lines above it)."""
     if not version or ":" not in location:
         return ""
     from .site import site_dirs
@@ -45,11 +64,100 @@ def _source_line(location: str, version: str | None) -> str:
         if str(f).endswith(path) and line.isdigit():
             lines = f.read_text(encoding="utf-8").splitlines()
             n = int(line)
-            return "\n".join(lines[n - 1:n + 2])  # the statement and its first arguments (tl.load(\n ptrs, ...)
+            return "\n".join(lines[max(0, n - 1 - before):n + 2])  # the statement and its first arguments
+    return ""
+
+
+def _release_file(version: str | None, rel: str) -> str:
+    """The text of ``sglang/RELPATH`` in the release's set-up tree ("" when absent)."""
+    if not version:
+        return ""
+    from .site import site_dirs
+    path = site_dirs(version)[0] / "sglang" / rel
+    return path.read_text(encoding="utf-8") if path.exists() else ""
+
+
+def _sgemm_lora_b_unmasked(version: str | None) -> bool:
+    """The release's ``sgemm_lora_b`` masks neither B nor the output by column (the ``n-mask`` bug)."""
+    from .site import site_dirs
+    if not version:
+        return False
+    found = list((site_dirs(version)[0] / "sglang").rglob("sgemm_lora_b.py"))
+    return bool(found) and not any("n_mask" in p.read_text(encoding="utf-8") for p in found)
+
+
+def engine_category(f: dict, version: str | None = None) -> str:
+    """The triage of an ``sglang_engine`` finding (docs/sglang.md, "sglang_engine": sweep): ``target``,
+    ``n-mask`` (as for ``sglang_lora``; with a numeric mismatch, or a base-model row that is not the base model's,
+    of a triton case in a release that has it: the unmasked lanes add into the next request's output row),
+    ``#21380`` (the unload keeps the adapter in the pool: releases without ``LoRAMemoryPool.remove_lora``),
+    ``#14177`` (a read of the triton backend's never-written graph ``seg_indptr``), ``#28371`` (a numeric
+    mismatch of a csgmv case with decode graphs where the kernels' grid is the capture's segment count),
+    ``emb-unzeroed`` (an adapter without embedding / lm_head LoRA runs the slot's never-written embedding buffers:
+    releases whose pool does not zero them), ``csgmv-embedding`` (embedding LoRA on a csgmv backend without
+    ``run_lora_a_embedding``), else ``untriaged``."""
+    sig = f["signature"]
+    if sig["tool"] == "target":
+        return "target"
+    if sig.get("kernel") == "_sgemm_lora_b_kernel" and sig["kind"] in ("out-of-bounds", "uninitialized-read",
+                                                                      "stale-read"):
+        text = _source_line(sig.get("location", ""), version)
+        if ("w_ptrs" in text or "output_ptr" in text) and _sgemm_lora_b_unmasked(version):
+            return "n-mask"
+    config = f["case"]["config"]
+    triage = _engine_release_bug(sig, config.get("backend"), version, bool(config.get("graph_bs")))
+    if triage:
+        return triage
+    backend = f["case"]["config"].get("backend")
+    spills = sig["kind"] == "numeric-mismatch" or (sig["kind"] == "state-violation"
+                                                   and sig.get("tensor") == "base-rows")
+    if spills and backend == "triton" and _sgemm_lora_b_unmasked(version):
+        return "n-mask"  # the unmasked lanes add into the next request's row: an adapter's or the base model's
+    # an unload leaves the slot: the user's, or (through the adapter-management API) --max-loaded-loras' eviction
+    # inside a load or a step's implicit reload
+    left = sig.get("tensor") == "unload" or (sig.get("tensor") in ("load", "step")
+                                             and "pool slot" in f.get("message", ""))
+    if sig["kind"] == "state-violation" and left and \
+            "def remove_lora" not in _release_file(version, "srt/lora/mem_pool.py"):
+        return "#21380"
+    return "untriaged"
+
+
+EMBEDDING_ZEROED = "Zero out embedding/lm_head buffers for adapters without embedding LoRA"
+
+
+def _csgmv_grid_frozen(version: str | None) -> bool:
+    """The release's csgmv kernels size their grid and ``num_segs`` by the batch's segment count, which a CUDA
+    graph freezes at its capture's (#28371; 0.5.15 sizes them by the static ``weight_indices``: ``segment_grid``)."""
+    from .site import site_dirs
+    if not version:
+        return False
+    found = list((site_dirs(version)[0] / "sglang").rglob("chunked_sgmv_shrink.py"))
+    return bool(found) and not any("segment_grid" in p.read_text(encoding="utf-8") for p in found)
+
+
+def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = False) -> str:
+    """The engine findings whose cause is in the release's own file, recognised by what the release has."""
+    tensor, kind = sig.get("tensor") or "", sig["kind"]
+    if kind == "uninitialized-read" and tensor.startswith("torch.empty@triton_backend.py") and \
+            sig.get("kernel", "").startswith("_sgemm_lora_") and "seg_indptr" in _source_line(sig.get("location", ""),
+                                                                                              version):
+        return "#14177"
+    if kind == "uninitialized-read" and tensor.startswith("torch.empty@mem_pool.py:") and \
+            "embedding" in _source_line(tensor.split("@", 1)[1], version, before=12) and \
+            EMBEDDING_ZEROED not in _release_file(version, "srt/lora/mem_pool.py"):
+        return "emb-unzeroed"
+    if kind == "numeric-mismatch" and backend == "csgmv" and graph and _csgmv_grid_frozen(version):
+        return "#28371"
+    if kind == "crash" and backend == "csgmv" and "chunked_sgmv_expand" in sig.get("location", "") and \
+            "def run_lora_a_embedding" not in _release_file(version, "srt/lora/backend/chunked_backend.py"):
+        return "csgmv-embedding"
     return ""
 
 
 def category(f: dict, version: str | None = None) -> str:
+    if f["case"].get("target") == "sglang_engine":
+        return engine_category(f, version)
     sig = f["signature"]
     vs = [f.get("violation") or {"kind": sig["kind"], "tensor": sig["tensor"]}] + f.get("others", [])
     backend = f["case"]["config"].get("backend")

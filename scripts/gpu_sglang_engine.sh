@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The sglang_engine target on a GPU, compiled: SGLang 0.5.23's own LoRAManager, pool, LoRA layers and the decode
+# graph runner's capture-time preparation (prepare_lora_batch of the dummy batch, reset_routing_cache, the forward)
+# under real torch.cuda.CUDAGraph captures (targets/sglang_engine/graphs.py). For a machine with no network: it runs
+# on the archive the GPU acceptance run carries (docs/ci.md: scripts/sglang_setup.sh 0.5.23 --for-gpu
+# .gpu-sglang/sglang.tar.xz); outside scripts/gpu_acceptance.py's plan, one call of its own.
+#   bash scripts/gpu_sglang_engine.sh [ARCHIVE]      (default .gpu-sglang/sglang.tar.xz; at most 205 s of steps)
+# Steps, each printing "== RESULT <label>: exit N (expected ...)":
+#   engine-graph  the integration test's graph cases on cuda: the lifecycle with graph_bs 4 on both backends
+#                 (expected silent) and capture_without_lora_batch's minimal case (expected found), and how many
+#                 real CUDA graphs were captured (expected > 0);
+#   engine-fault  a campaign with the planted unload_keeps_slot, 60 s (expected exit 1: found);
+#   engine-clean  a fault-free campaign, 40 s (expected exit 0).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+archive=${1:-.gpu-sglang/sglang.tar.xz}
+dest=/tmp/gpu-sglang-engine; rm -rf "$dest"; mkdir -p "$dest"
+tar -xJf "$archive" -C "$dest" || { echo "gpu_sglang_engine: cannot unpack $archive" >&2; exit 2; }
+ln -sfn "$dest/sglang/deps" "$dest/sglang/0.5.23/deps"
+export FUZZRUNNER_SGLANG_SITE=$dest/sglang/0.5.23 FUZZRUNNER_DEVICE=cuda PYTHONPATH=. PYTHONUNBUFFERED=1
+unset TRITON_INTERPRET
+out=out/gpu_sglang_engine; rm -rf "$out"; mkdir -p "$out"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
+
+echo; echo "== engine-graph"
+timeout 75 python3 - <<'PY'
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("t", "tests/integration/test_sglang_engine.py")
+t = importlib.util.module_from_spec(spec); spec.loader.exec_module(t)
+from fuzzrunner.case import Case
+from fuzzrunner.execute import run_case
+from fuzzrunner.target import load_target
+target = load_target("sglang_engine")
+print("\n".join(target.details))
+cfg, ops, _ = t.FAULT_CASES["capture_without_lora_batch"]
+runs = [(t._cfg(b, graph_bs=4), t.LIFECYCLE, [], False) for b in ("triton", "csgmv")]
+runs += [(cfg, ops, ["capture_without_lora_batch"], True), (cfg, ops, [], False)]
+ok = True
+for c, o, faults, want in runs:
+    vs = run_case(Case("sglang_engine", c, tuple(o), tuple(faults)), target, device="cuda")
+    print(f"  {c['backend']} graph_bs {c['graph_bs']} faults {faults}: {[(v.kind, v.message[:300]) for v in vs]}")
+    ok &= bool(vs) == want
+graphs = [m for n, m in sys.modules.items() if n.endswith("sglang_engine.graphs")][0]  # the target's own import
+print("  CUDA graphs captured:", graphs.CAPTURED)
+ok &= graphs.CAPTURED["cuda-graph"] > 0
+sys.exit(0 if ok else 1)
+PY
+echo "== RESULT engine-graph: exit $? (expected 0: lifecycle silent on both backends under real graphs, the fault found)"
+
+echo; echo "== engine-fault"
+timeout 75 python3 -m fuzzrunner fuzz --target sglang_engine --device cuda --fault unload_keeps_slot --seed 0 \
+  --no-shrink --no-cpu-triage --budget 60 --max-examples 300 --report "$out/fault.json" 2>&1 | tail -8
+echo "== RESULT engine-fault: exit ${PIPESTATUS[0]} (expected 1: state-violation of unload)"
+
+echo; echo "== engine-clean"
+timeout 55 python3 -m fuzzrunner fuzz --target sglang_engine --device cuda --seed 0 --no-shrink --no-cpu-triage \
+  --budget 40 --report "$out/clean.json" 2>&1 | tail -8
+echo "== RESULT engine-clean: exit ${PIPESTATUS[0]} (expected 0)"

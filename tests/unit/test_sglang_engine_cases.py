@@ -1,0 +1,126 @@
+"""``sglang_engine``'s cases, features, API generations and sweep rows, without SGLang."""
+
+from importlib import import_module
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fuzzrunner.coverage import features_of
+
+cases = import_module("fuzzrunner.targets.sglang_engine.cases")
+api = import_module("fuzzrunner.targets.sglang_engine.api")
+sweep = import_module("fuzzrunner.targets.sglang_lora.sweep")
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+LINEAR = api.ALL_MODULES[:4]
+
+
+@FAST
+@given(st.data(), st.sampled_from([api.ALL_MODULES, LINEAR]))
+def test_drawn_cases_use_only_the_releases_target_modules_and_declared_features(data, modules):
+    case = data.draw(cases.sglang_engine_cases((), max_ops=8, device="cpu", modules=modules))
+    c = case.config
+    assert set(c["target_modules"]) <= set(modules)
+    peft = {m for a in c["adapters"].values() for m in a["modules"]}
+    assert {cases.SERVER_NAME[m] for m in peft} <= set(c["target_modules"])
+    assert set(features_of(cases.features, case)) <= set(cases.feature_space(modules))
+
+
+def _api(**kw):
+    base = dict(version="x", manager_params=frozenset({"tp_size", "tp_rank"}))
+    return api.EngineAPI(**(base | kw))
+
+
+def test_the_generation_follows_what_the_release_has():
+    assert _api().generation == "e0"
+    assert _api(fetch=True).generation == "e1"
+    assert _api(fetch=True, runtime_context=True).generation == "e2"
+    assert _api(fetch=True, runtime_context=True, fixture=print,
+                manager_params=frozenset({"server_args"})).generation == "e3"
+
+
+def test_server_args_keep_only_the_knobs_the_release_has():
+    a = _api(server_fields=frozenset({"lora_backend", "max_loras_per_batch"}))
+    got = a.server_args(dict, lora_backend="csgmv", max_loras_per_batch=2, max_lora_chunk_size=16)
+    assert got == {"lora_backend": "csgmv", "max_loras_per_batch": 2}
+
+
+def test_a_sweep_row_of_an_engine_finding_shows_its_program():
+    case = {"target": "sglang_engine", "config": {"backend": "triton", "max_loras_per_batch": 2,
+                                                  "eviction_policy": "fifo", "graph_bs": 2,
+                                                  "target_modules": ["qkv_proj"]},
+            "ops": [{"op": "load", "name": "a0"}, {"op": "step", "reqs": ["a0", None], "mode": "decode"},
+                    {"op": "unload", "name": "a0"}, {"op": "load", "name": "a0", "v": 1}]}
+    assert sweep._ops(case) == ("triton L=2 fifo graph≤2 [qkv_proj]: load(a0) → step[a0, -](decode) → unload(a0) "
+                                "→ load(a0, v1)")
+    target_error = {"signature": {"tool": "target", "kind": "crash"}, "case": case}
+    assert sweep.category(target_error) == "target"
+
+
+def test_engine_findings_are_triaged_by_what_the_release_has(tmp_path, monkeypatch):
+    site = import_module("fuzzrunner.targets.sglang_lora.site")
+    old, new = tmp_path / "old" / "site", tmp_path / "new" / "site"
+    for tree, pool, kernel in ((old, "class LoRAMemoryPool: ...", "w_tile = tl.load(w_ptrs)"),
+                               (new, "def remove_lora(self, uid): ...", "n_mask = n_offset < N")):
+        (tree / "sglang/srt/lora/triton_ops").mkdir(parents=True)
+        (tree / "sglang/srt/lora/mem_pool.py").write_text(pool)
+        (tree / "sglang/srt/lora/triton_ops/sgemm_lora_b.py").write_text(kernel)
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+    case = {"target": "sglang_engine", "config": {"backend": "triton"}, "ops": []}
+    unload = {"signature": {"tool": "state", "kind": "state-violation", "tensor": "unload"}, "case": case}
+    numeric = {"signature": {"tool": "numeric", "kind": "numeric-mismatch", "tensor": "step.logits"}, "case": case}
+    # a graph replay's base-model row that the unmasked lanes of the row before it wrote into (0.5.5, graph_bs 4)
+    base_row = {"signature": {"tool": "state", "kind": "state-violation", "tensor": "base-rows"}, "case": case}
+    # --max-loaded-loras' eviction inside a load (the adapter-management API) unloads through the same path
+    evicted = {"signature": {"tool": "state", "kind": "state-violation", "tensor": "load"}, "case": case,
+               "message": "op 4 (load): load: 'a2' still maps to pool slot 1 (uid_to_buffer_id)"}
+    assert [sweep.category(f, "old") for f in (unload, numeric, base_row, evicted)] == \
+        ["#21380", "n-mask", "n-mask", "#21380"]
+    assert [sweep.category(f, "new") for f in (unload, numeric, base_row, evicted)] == ["untriaged"] * 4
+
+
+def test_engine_findings_of_release_bugs_are_triaged_by_the_release_files(tmp_path, monkeypatch):
+    """#14177 (a read of the triton backend's graph seg_indptr), #28371 (a csgmv graph's frozen grid), emb-unzeroed (an adapter without embedding
+    LoRA reads the slot's never-written embedding buffers: 0.5.6.post2 - 0.5.9), csgmv-embedding (0.5.8's csgmv
+    backend has no run_lora_a_embedding): each only where the release's files have the cause."""
+    site = import_module("fuzzrunner.targets.sglang_lora.site")
+    alloc = "        def init_embedding_buffer(\n" + "\n" * 8 + "            buffer[m] = torch.empty(shape)\n"
+    for v, pool, chunked in (("old", alloc, "class ChunkedSgmvLoRABackend: ..."),
+                             ("new", alloc + "        # " + sweep.EMBEDDING_ZEROED + "\n",
+                              "    def run_lora_a_embedding(self): ...")):
+        lora = tmp_path / v / "site" / "sglang" / "srt" / "lora"
+        (lora / "backend").mkdir(parents=True)
+        (lora / "triton_ops").mkdir()
+        (lora / "mem_pool.py").write_text(pool)
+        (lora / "backend" / "chunked_backend.py").write_text(chunked)
+        (lora / "backend" / "triton_backend.py").write_text("seg_indptr = torch.empty(bs + 1)\n")
+        (lora / "triton_ops" / "sgemm_lora_a.py").write_text("seg_start = tl.load(seg_indptr + batch_id)\n")
+        (lora / "triton_ops" / "chunked_sgmv_shrink.py").write_text(
+            "grid = (cdiv(N, BLOCK_N), num_segments)\n" if v == "old" else "segment_grid = weight_indices.shape[0]\n")
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+
+    def finding(backend, graph_bs=0, **sig):
+        return {"signature": {"tool": "shadow", "kind": "uninitialized-read"} | sig,
+                "case": {"target": "sglang_engine", "config": {"backend": backend, "graph_bs": graph_bs}, "ops": []}}
+    seg = finding("triton", tensor="torch.empty@triton_backend.py:1", kernel="_sgemm_lora_a_kernel",
+                  location="triton_ops/sgemm_lora_a.py:1")
+    emb = finding("triton", tensor="torch.empty@mem_pool.py:10", kernel="_embedding_lora_a_kernel",
+                  location="triton_ops/embedding_lora_a.py:94")
+    crash = finding("csgmv", tool="python", kind="crash", kernel="AttributeError",
+                    location="triton_ops/chunked_sgmv_expand.py:163")
+    # a csgmv decode graph replays the capture's segment count (#28371): a mismatch with graphs, not without
+    frozen = finding("csgmv", graph_bs=4, tool="numeric", kind="numeric-mismatch", tensor="step.logits")
+    eager = finding("csgmv", graph_bs=0, tool="numeric", kind="numeric-mismatch", tensor="step.logits")
+    assert [sweep.category(f, "old") for f in (seg, emb, crash, frozen, eager)] == \
+        ["#14177", "emb-unzeroed", "csgmv-embedding", "#28371", "untriaged"]
+    assert [sweep.category(f, "new") for f in (emb, crash, frozen)] == ["untriaged"] * 3
+
+
+def test_the_engine_target_takes_its_device_from_the_run_not_the_environment():
+    """Issue 45 item 1: a target's device is the run's (``cases(..., device=)``, ``ctx.device``); the engine is
+    imported the same for every device and fitted to a case's at its run (targets/sglang_engine/__init__.py)."""
+    from pathlib import Path
+    folder = Path(__file__).resolve().parents[2] / "targets" / "sglang_engine"
+    for f in sorted(folder.glob("*.py")):
+        text = f.read_text(encoding="utf-8")
+        for needle in ("FUZZRUNNER_DEVICE", "FUZZRUNNER_SHADOW", "device_type("):
+            assert needle not in text, f"{f.name} reads {needle}"
