@@ -1,11 +1,12 @@
 """The shadow-memory oracle and its parts: uninitialized, stale and out-of-bounds accesses.
 
-``oracle.py`` is the oracle; ``memory.py`` the shadow (the epoch of each byte's last write) and
-``report.py`` its words; the hooks that feed it are ``triton_hook.py`` (Triton's interpreter),
+One core (``core/``: the span record, the words and the reporter of a report, the stack of installed
+hooks, the protocol) and two back ends: the CPU mode, ``oracle.py`` with its shadow ``memory.py``, and the
+device mode, ``gpu/``. The hooks that feed the CPU mode are ``triton_hook.py`` (Triton's interpreter),
 ``torch_hook.py`` with ``torch_effects.py`` and ``torch_fallback.py`` (aten ops, custom ops),
-``storage_hook.py``, ``host_views.py`` (numpy views and lists), ``threads.py`` (other Python
-threads), ``compiled.py`` (``torch.compile``); bounds of views and sub-buffers are
-``launch_views.py`` and ``sub_buffers.py``; ``locations.py`` names the user's line.
+``host_views.py`` (numpy views and lists); both modes use ``storage_hook.py``, ``threads.py`` (other Python
+threads), ``compiled.py`` (``torch.compile``) and ``locations.py`` (the user's line); bounds of views and
+sub-buffers are ``launch_views.py`` and ``sub_buffers.py``.
 """
 
 from .oracle import ShadowOracle

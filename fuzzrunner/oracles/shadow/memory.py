@@ -16,17 +16,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-NEVER = -1
+from .core.span import NEVER, BadAccess, Span
+
+__all__ = ["NEVER", "Allocation", "BadAccess", "ShadowMemory"]
 
 
 @dataclass(eq=False)
-class Allocation:
-    start: int
-    nbytes: int
-    name: str
-    per_step: bool
-    itemsize: int
-    shape: tuple
+class Allocation(Span):
+    """A span with the epoch of each of its bytes' last write, in host memory."""
     auto: bool = False            # tracked automatically (torch.empty in a watched region, kernel arg)
     epochs: np.ndarray = field(default=None, repr=False)  # type: ignore[arg-type]
     fully_written: bool = False   # every byte written at least once: a persistent read needs no gather
@@ -36,29 +33,6 @@ class Allocation:
     def element_view(self, itemsize: int) -> np.ndarray | None:
         """Epochs viewed one row per element of ``itemsize`` bytes, when the size divides evenly."""
         return self.epochs.reshape(-1, itemsize) if self.nbytes % itemsize == 0 else None
-
-    @property
-    def end(self) -> int:
-        return self.start + self.nbytes
-
-    def element(self, byte_offset: int) -> tuple:
-        """The element index (in the allocation's own shape) holding ``byte_offset``."""
-        flat = byte_offset // max(self.itemsize, 1)
-        if self.shape and int(np.prod(self.shape)) * self.itemsize == self.nbytes:
-            return tuple(int(i) for i in np.unravel_index(flat, self.shape))
-        return (flat,)
-
-
-@dataclass
-class BadAccess:
-    kind: str
-    allocation: Allocation | None
-    address: int
-    byte_offset: int   # into the allocation (or distance to the nearest one for out-of-bounds)
-    lane: int          # index into the checked address array
-    count: int         # how many lanes of this access were bad this way
-    written_epoch: int = NEVER
-    offsets: np.ndarray | None = None  # byte offsets (into the allocation) of every bad lane's bytes
 
 
 class ShadowMemory:
@@ -259,7 +233,7 @@ class ShadowMemory:
     def mark_reported(self, bad: BadAccess) -> None:
         """The bytes of a reported bad read: not reported again in this op."""
         alloc = bad.allocation
-        if alloc is None or bad.offsets is None or bad.kind == "out-of-bounds":
+        if not isinstance(alloc, Allocation) or bad.offsets is None or bad.kind == "out-of-bounds":
             return
         if alloc.reported is None:
             alloc.reported = np.full(alloc.nbytes, NEVER, dtype=np.int64)

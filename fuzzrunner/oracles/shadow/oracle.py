@@ -1,8 +1,9 @@
-"""The shadow-memory oracle: uninitialized, stale and out-of-bounds accesses, on the CPU.
+"""The shadow-memory oracle's CPU mode: uninitialized, stale and out-of-bounds accesses, checked as they run.
 
-Triton kernels are checked through the interpreter hook (triton_hook.py), torch ops
-through a dispatch mode (torch_hook.py); both feed one ``ShadowMemory``. Each op of a
-case is an epoch: per-step buffers must be written in the epoch that reads them.
+A back end of the shadow core (core/): the shadow is a ``ShadowMemory`` in host memory; Triton kernels are
+checked through the interpreter hook (triton_hook.py), torch ops through a dispatch mode (torch_hook.py),
+numpy views and lists through host_views.py. Each op of a case is an epoch: per-step buffers must be
+written in the epoch that reads them. What a bad access is reported as is the core's ``Reporter``.
 """
 
 from __future__ import annotations
@@ -15,18 +16,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ... import _env, tracking, triton_compat
-from ...violation import Violation
-from ..base import Oracle, ViolationLog, source_location
-from .compiled import CompiledRegions
+from ... import _env, tracking
+from ..base import source_location
+from .core import BadAccess, Hooks, ShadowCore, words
 from .host_views import HostViews
 from .launch_views import LaunchViews
 from .locations import caller_line
-from .memory import BadAccess, ShadowMemory
-from .report import describe, describe_sub_buffer
-from .storage_hook import StorageHook
+from .memory import ShadowMemory
 from .sub_buffers import Provenance, SubBuffers
-from .threads import ACTIVE, PerThread, ThreadCoverage, locked, thread_name
+from .threads import ACTIVE, PerThread, locked
 from .torch_effects import addresses, has_memory
 from .torch_hook import TorchShadowMode
 from .triton_hook import TritonHook, grid_idx, kernel_source_line, live_storages
@@ -47,33 +45,28 @@ def _runs(addrs: np.ndarray, itemsize: int, contiguous: bool) -> list[tuple[int,
     return [(int(lo), int(hi)) for lo, hi in zip(starts, ends)]
 
 
-class ShadowOracle(Oracle, tracking.Watcher):
-    name = "shadow"
+class ShadowOracle(ShadowCore):
+    mode_class = TorchShadowMode
 
     def __init__(self, *, auto_track_empty: bool = True, check_triton: bool | None = None,
                  check_views: bool = False):
+        super().__init__(names_threads=True)
         self.auto_track_empty = auto_track_empty
         self.check_views = check_views  # out-of-view reads (launch_views.py)
         self.check_triton = _env.interpreted() if check_triton is None else check_triton
         self.memory = ShadowMemory()
-        self.log = ViolationLog()
-        self._mode: TorchShadowMode | None = None
         self._hook: TritonHook | None = None
-        self._watch = None
         self._dead: list = []
         self._finalized: set = set()
-        self._compiled = CompiledRegions()
         self.subs = SubBuffers()  # registered views with bounds of their own (sub_buffers.py)
         self._tls = PerThread()
-        self.lock = threading.RLock()
-        self._threads = ThreadCoverage(lambda: TorchShadowMode(self))
-        self._owner = threading.get_ident()
         self.forked = False  # this process is a fork of the one the oracle started in
-        self.reported = 0  # reports made so far (whether an op's inner checks found something)
-        self._storages: StorageHook | None = None
         self.host = HostViews(self)
-        self.op_index, self.op_name = -1, ""
-        self.op_names: dict[int, str] = {}  # op index -> its name, for "last written in op 1 (step)"
+
+    @property
+    def reported(self) -> int:
+        """Reports made so far (whether an op's inner checks found something: torch_hook.py)."""
+        return self.reporter.reported
 
     def _register(self, tensor: torch.Tensor, name: str, **kw):
         """Track ``tensor``'s storage until the storage dies (its memory may then be reused)."""
@@ -104,51 +97,23 @@ class ShadowOracle(Oracle, tracking.Watcher):
 
     # -- protocol -----------------------------------------------------------------------
     def start(self) -> None:
-        triton_compat.apply()  # the interpreter repaired where this installation needs it, before a kernel runs
-        self._watch = tracking.watch(self)  # type: ignore[assignment]
-        self._watch.__enter__()  # type: ignore[attr-defined]
+        self.reporter.owner = threading.get_ident()
+        super().start()
+        ACTIVE.add(self)  # (a fork of this process from here on runs unchecked: threads.py)
+        self.hooks.push(lambda: ACTIVE.discard(self))
+
+    def _install_back_end(self, hooks: Hooks) -> None:
         if self.check_triton:
-            self._hook = TritonHook(self._kernel_read, self._kernel_write, self._launch, self._launch_end,
-                                    self._sub_buffer_access)
-            self._hook.install()
-        self.host.install()
-        self._storages = StorageHook(self._new_storage, self.storage_resized)
-        self._storages.install()
-        self._compiled.install()  # before the mode enters: it reads whether Dynamo may compile
-        TorchShadowMode.skip_dynamo()
-        mode = TorchShadowMode(self)
-        mode.__enter__()
-        self._mode = mode  # (once entered: ``finish`` after a start that raised exits only what was entered)
-        self._owner = threading.get_ident()
-        self._threads.install()
-        ACTIVE.add(self)
+            self._hook = hooks.add(TritonHook(self._kernel_read, self._kernel_write, self._launch, self._launch_end,
+                                              self._sub_buffer_access))
+        hooks.add(self.host)
 
     def begin_op(self, index: int, op: dict) -> None:
-        self.op_index, self.op_name = index, op.get("op", "")
-        self.op_names[index] = self.op_name
+        super().begin_op(index, op)
         self.memory.epoch = index + 1
 
     def observe(self, index: int, op: dict, result: Any) -> None:
         pass
-
-    def finish(self) -> list[Violation]:
-        ACTIVE.discard(self)
-        self._threads.uninstall()
-        if self._mode is not None:
-            self._mode.__exit__(None, None, None)
-            self._mode = None
-        self._compiled.uninstall()
-        self.host.uninstall()
-        if self._storages is not None:
-            self._storages.uninstall()
-            self._storages = None
-        if self._hook is not None:
-            self._hook.uninstall()
-            self._hook = None
-        if self._watch is not None:
-            self._watch.__exit__(None, None, None)
-            self._watch = None
-        return self.log.violations()
 
     # -- tracking.Watcher ---------------------------------------------------------------
     @locked
@@ -283,15 +248,8 @@ class ShadowOracle(Oracle, tracking.Watcher):
         self._purge()  # the record holding the table's first element: the table may be a tracked view
         alloc = self.memory.containing(src.data_ptr()) if src.numel() else None
         alloc = alloc or self.memory.at(src.untyped_storage().data_ptr())
-        name = alloc.name if alloc else f"<{tuple(src.shape)} tensor>"
-        path, line = caller_line()
-        self.reported += 1
-        self.log.add(Violation(
-            "shadow", "out-of-bounds", str(func), source_location(path, line), name,
-            f"{func} indexed row {index} of {name} (size {size} along the indexed dim); "
-            f"{count} such index(es); redirected to row 0 so the case could go on{self._on_thread()}",
-            {"index": index, "rows": size, "op_index": self.op_index, "op": self.op_name,
-             "thread": thread_name()}), count)
+        name = alloc.name if alloc else words.unnamed(src.shape)
+        self.reporter.index_out_of_range(str(func), name, index, size, count, source_location(*caller_line()))
 
     @locked
     def torch_alloc(self, func, t: torch.Tensor, uninitialized: bool, since: int | None = None) -> None:
@@ -304,8 +262,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         if nbytes == 0:
             return
         if uninitialized and self.auto_track_empty:
-            path, line = caller_line()
-            self._register(t, f"torch.empty@{source_location(path, line)}", initialized=False, auto=True)
+            self._register(t, words.made_at("torch.empty", caller_line()), initialized=False, auto=True)
         else:
             self._purge()
             for a in self.memory.overlapping(ptr, nbytes):  # freed memory reused by a fresh tensor
@@ -313,13 +270,13 @@ class ShadowOracle(Oracle, tracking.Watcher):
                     self.memory.remove(a)
 
     @locked
-    def _new_storage(self, st) -> None:
+    def new_storage(self, st) -> None:
         """``torch.UntypedStorage(n)``: n bytes never written."""
         if self.paused() or not self.auto_track_empty or st.nbytes() == 0:
             return
         path, line = caller_line()
         self._purge()
-        self.memory.add(st.data_ptr(), st.nbytes(), f"UntypedStorage@{source_location(path, line)}",
+        self.memory.add(st.data_ptr(), st.nbytes(), words.made_at("UntypedStorage", (path, line)),
                         initialized=False, itemsize=1, shape=(st.nbytes(),), auto=True)
         self._on_death(st)
 
@@ -341,7 +298,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         if not olds and not self.auto_track_empty:
             return
         path, line = caller_line()
-        name = olds[0].name if olds else f"resize_@{source_location(path, line)}"
+        name = olds[0].name if olds else words.made_at("resize_", (path, line))
         epochs = np.full(before[1], self.memory.epoch, dtype=np.int64)
         for o in olds:
             lo, hi = max(o.start, before[0]), min(o.end, sum(before))
@@ -364,9 +321,9 @@ class ShadowOracle(Oracle, tracking.Watcher):
             st = t.untyped_storage()
             self._purge()
             if st.nbytes() and not self.memory.overlapping(st.data_ptr(), st.nbytes()):
-                added.append(self._register(t, f"{launch.name}:{name}", auto=True))
+                added.append(self._register(t, words.argument(launch.name, name), auto=True))
             elif st.nbytes():  # tracked in part: the rest of an argument's storage is its memory too
-                added += self._fill_gaps(st, t, f"{launch.name}:{name}")
+                added += self._fill_gaps(st, t, words.argument(launch.name, name))
         views = LaunchViews(launch.args) if self.check_views else None
         self._tls.views = views if views is not None and views.storages else None
         self._tls.pause += 1  # the interpreter's own copy-back of arguments is not a write
@@ -401,12 +358,9 @@ class ShadowOracle(Oracle, tracking.Watcher):
         into = self.memory.containing(int(addrs[lane]))
         path, line = kernel_source_line()
         kernel = self._hook.launch.name if self._hook and self._hook.launch else "?"
-        details = {"op_index": self.op_index, "op": self.op_name, "thread": thread_name(),
-                   "program_id": list(grid_idx()), "access": access}
-        msg = describe_sub_buffer(int(addrs[lane]), itemsize, view, into.name if into else None, kernel, details)
-        self.reported += 1
-        self.log.add(Violation("shadow", "out-of-bounds", kernel, source_location(path, line), name,
-                               msg + self._on_thread(), details), int(out.sum()))
+        details = {**self.reporter.op(), "program_id": list(grid_idx()), "access": access}
+        msg = words.describe_sub_buffer(int(addrs[lane]), itemsize, view, into.name if into else None, kernel, details)
+        self.reporter.add("out-of-bounds", kernel, source_location(path, line), name, msg, details, int(out.sum()))
 
     def _out_of_view(self, addrs: np.ndarray, itemsize: int) -> list[BadAccess]:
         hit = self._tls.views.outside(addrs, itemsize)  # type: ignore[union-attr]
@@ -415,9 +369,7 @@ class ShadowOracle(Oracle, tracking.Watcher):
         lanes, names = hit
         lane = int(np.flatnonzero(lanes)[0])
         alloc = self.memory.containing(int(addrs[lane]))
-        b = BadAccess("out-of-bounds", alloc, int(addrs[lane]), 0, lane, int(lanes.sum()))
-        b.view = names  # type: ignore[attr-defined]
-        return [b]
+        return [BadAccess("out-of-bounds", alloc, int(addrs[lane]), 0, lane, int(lanes.sum()), view=names)]
 
     def _adopt(self, addrs: np.ndarray) -> bool:
         """Lanes outside every tracked storage may still be inside a live torch storage (a tensor
@@ -425,11 +377,11 @@ class ShadowOracle(Oracle, tracking.Watcher):
         found = False
         for st, t in live_storages(addrs):
             if not self.memory.overlapping(st.data_ptr(), st.nbytes()):
-                self._tls.adopted.append(self.memory.add(st.data_ptr(), st.nbytes(), f"<{tuple(t.shape)} tensor>",
+                self._tls.adopted.append(self.memory.add(st.data_ptr(), st.nbytes(), words.unnamed(t.shape),
                                                      itemsize=t.element_size(), shape=tuple(t.shape), auto=True))
                 found = True
             else:
-                gaps = self._fill_gaps(st, t, f"<{tuple(t.shape)} tensor>")
+                gaps = self._fill_gaps(st, t, words.unnamed(t.shape))
                 self._tls.adopted += gaps
                 found = found or bool(gaps)
         return found
@@ -491,28 +443,6 @@ class ShadowOracle(Oracle, tracking.Watcher):
             self._report(b, kernel, source_location(path, line),
                          {"program_id": list(grid_idx()), "access": access})
 
-    def _unwritten_by(self, b: BadAccess, element: str) -> str:
-        """The op that should have written a per-step buffer's element and did not (the read's line
-        is where the bug shows, this op's path is where it is), and the op that last wrote it."""
-        if b.kind == "stale-read" and b.written_epoch > 0:
-            w = b.written_epoch - 1
-            last = f"last written in op {w} ({self.op_names.get(w) or '?'})"
-        else:
-            last = "written at set-up only" if b.kind == "stale-read" else "never written by any op"
-        return f"op {self.op_index} ({self.op_name}) never wrote {element}; {last}"
-
     def _report(self, b: BadAccess, kernel: str, location: str, extra: dict) -> None:
-        self.reported += 1
         self.memory.mark_reported(b)
-        name = b.allocation.name if b.allocation else "<untracked>"
-        details = {"address": hex(b.address), "op_index": self.op_index, "op": self.op_name,
-                   "thread": thread_name(), **extra}
-        msg = describe(b, kernel, name, details, self.op_index)
-        if b.kind != "out-of-bounds" and b.allocation is not None and b.allocation.per_step:
-            element = b.allocation.element(b.byte_offset)
-            details["unwritten_by"] = self._unwritten_by(b, f"{name}[{', '.join(map(str, element))}]")
-        self.log.add(Violation("shadow", b.kind, kernel, location, name, msg + self._on_thread(), details), b.count)
-
-    def _on_thread(self) -> str:
-        """The thread of a report made off the thread that runs the case (a worker's op)."""
-        return "" if threading.get_ident() == self._owner else f" (on thread {thread_name()!r})"
+        self.reporter.bad_access(b, kernel, location, self.reporter.at(b.address, **extra))

@@ -1,10 +1,11 @@
 """The shadow oracle on the device: the same reports as the CPU oracle, from device-side shadows.
 
-``GpuShadowOracle`` keeps a ``DeviceShadow`` (regions.py) fed by three paths: the tracking API
-(``fuzzrunner.track``), torch ops (``torch_mode.py``) and Triton launches, whose kernels are
-replaced for the launch by their instrumented twins (``instrument.py``). Nothing is read back
-during an op; at the end of each op the violation ring and the torch log are copied to the host
-once and turned into the CPU oracle's ``Violation`` s (same kinds, tensor names, messages, details).
+A back end of the shadow core (core/): ``GpuShadowOracle`` keeps a ``DeviceShadow`` (regions.py) fed by
+three paths: the tracking API (``fuzzrunner.track``), torch ops (``torch_mode.py``) and Triton launches,
+whose kernels are replaced for the launch by their instrumented twins (``instrument.py``). Nothing is read
+back during an op; at the end of each op the violation ring and the torch log are copied to the host once
+and handed to the core's ``Reporter``, which the CPU mode reports through too (same kinds, tensor names,
+messages, details; the thread of a bad access is not known on the device).
 A kernel that cannot be instrumented runs unchecked and is named, once per case, as a
 ``tool-limitation`` (never silently).
 """
@@ -16,15 +17,11 @@ import weakref
 
 import torch
 
-from .... import _env, tracking, triton_compat
-from ....violation import Violation
-from ...base import FinishFailed, Oracle, ViolationLog, source_location
-from ..compiled import CompiledRegions
+from .... import _env, tracking
+from ...base import source_location
+from ..core import BadAccess, Hooks, ShadowCore, insert_mode, words
 from ..locations import caller_line
-from ..memory import BadAccess
-from ..report import describe
-from ..storage_hook import StorageHook
-from ..threads import ThreadCoverage, locked
+from ..threads import locked
 from ..torch_effects import has_memory
 from . import device_checks as dc
 from . import dispatch_filter, torch_mode
@@ -32,19 +29,19 @@ from .instrument import INSTRUMENTER, NotInstrumentable, python_function
 from .internal_launch import launch as launch_internal
 from .launch_hook import LaunchHook
 from .regions import CAP, HEAD, DeviceShadow, Region, capturing
-from .torch_mode import GRAPH_ROWS, LOG_ROWS, SCRATCH_ROW, DeviceTorchMode, _capturing, exit_mode, insert_mode
+from .torch_mode import GRAPH_ROWS, LOG_ROWS, SCRATCH_ROW, DeviceTorchMode, _capturing
 from .views import byte_span
 
 _KINDS = {dc.UNINIT: "uninitialized-read", dc.STALE: "stale-read", dc.OOB: "out-of-bounds"}
 
 
-class GpuShadowOracle(Oracle, tracking.Watcher):
-    name = "shadow"
+class GpuShadowOracle(ShadowCore):
     mode_class = DeviceTorchMode  # the dispatch mode it runs (benchmarks/shadow_dispatch.py swaps it)
 
     def __init__(self, device: str | torch.device | None = None, *, auto_track_empty: bool = True):
         """``device``: the device whose memory it checks: the run's (``Context.device``, from ``shadow_oracle``: a
         ``--device cpu`` run on a GPU machine checks the CPU, where its tensors are); by default the process's."""
+        super().__init__(names_threads=False)
         dev = torch.device(device or _env.device_type())
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
@@ -52,7 +49,6 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self.cuda = dev.type == "cuda"  # else the CPU (Triton's interpreter): read at every op
         self.bounds_kernel = self.cuda  # index bounds by one launch (``index_bounds``); on the CPU by torch ops
         self.auto_track_empty = auto_track_empty
-        self.log_violations = ViolationLog()
         self.log: torch.Tensor | None = None   # device rows of torch-side checks
         self.shadow: DeviceShadow = None  # type: ignore[assignment]
         self._rows: list = []                 # per log row: what it checked
@@ -61,59 +57,41 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         self._launched = False                # an instrumented kernel ran since the last read-back
         self._captured = False                # one was captured in a CUDA graph: its replays write the ring
         self._tls = threading.local()
-        self._mode: DeviceTorchMode | None = None
-        self._compiled = CompiledRegions()
         self._hook: LaunchHook | None = None
-        self._storages: StorageHook | None = None
-        self._watch = None
         self._dead: list = []
         self._deaths: dict = {}                # (address, bytes) -> the finalizer that reports its storage freed
-        self.op_index, self.op_name = -1, ""
-        self.op_names: dict[int, str] = {}
         self.unchecked: dict[str, str] = {}   # kernel -> why it runs unchecked (named in the report)
         self._reported: set = set()           # (region id, element, op): one report per bad element per op
-        self.lock = threading.RLock()          # ops on the case's other threads share the shadow (threads.py)
-        self._threads = ThreadCoverage(lambda: self.mode_class(self))
         self._filter = None                    # the dispatch filter's module while this oracle uses it
         self._filter_was = False               # whether this thread had its key included before
         self._skipping: list = []              # regions holding this op's left-out writes (``unstamped``)
         self._pauser = _Pause(self._tls)
 
-    # the protocol's log of violations (``Oracle.seen`` counts it)
     @property
     def epoch(self) -> int:
         return self.shadow.epoch
 
-    def seen(self) -> int:
-        return len(self.log_violations)
-
     # -- protocol -------------------------------------------------------------------------
     def start(self) -> None:
-        triton_compat.apply()  # its own check kernels run through the interpreter off the GPU (Triton 3.6, numpy 2.4+)
         self.shadow = DeviceShadow(self.device)
         self.log = torch.zeros((SCRATCH_ROW + 1, 4), dtype=torch.int64, device=self.device)
-        self._watch = tracking.watch(self)  # type: ignore[assignment]
-        self._watch.__enter__()  # type: ignore[attr-defined]
-        self._hook = LaunchHook(self._launch, self.pause, self._unchecked_launch, dc.INTERNAL)
-        self._hook.install()
-        self._storages = StorageHook(self.new_storage, self.storage_resized)
-        self._storages.install()
-        self._compiled.install()  # torch.compile'd regions run their graphs op by op (compiled.py)
-        self.mode_class.skip_dynamo()
-        mode = self.mode_class(self)
-        mode.__enter__()
-        self._mode = mode  # (once entered: ``finish`` after a start that raised exits only what was entered)
-        if self.mode_class is DeviceTorchMode:  # (a mode of another class may do more with an op than it knows)
-            self._start_filter()
-        self._threads.install()  # pool work and threads started during the case: a mode of their own
+        super().start()  # (its own check kernels run through the interpreter off the GPU: triton_compat first)
 
-    def _start_filter(self) -> None:
+    def _install_back_end(self, hooks: Hooks) -> None:
+        self._hook = hooks.add(LaunchHook(self._launch, self.pause, self._unchecked_launch, dc.INTERNAL))
+
+    def _mode_entered(self, hooks: Hooks) -> None:
+        if self.mode_class is DeviceTorchMode:  # (a mode of another class may do more with an op than it knows)
+            self._start_filter(hooks)
+
+    def _start_filter(self, hooks: Hooks) -> None:
         """Ops that the mode would only run skip it on this thread (dispatch_filter.py), where it can be built
         and no other oracle of the process holds it (one mode, one index: that oracle's)."""
         filt = dispatch_filter.get()
         if filt is None or not dispatch_filter.claim(self):
             return
         self._filter, self._filter_was = filt, filt.included()  # from here on, ``_stop_filter`` undoes it all
+        hooks.push(self._stop_filter)
         torch_mode.use_filter(filt)
         filt.take_fresh()  # (an earlier case's)
         self.shadow.mirror_to(filt)
@@ -136,8 +114,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     def begin_op(self, index: int, op: dict) -> None:
         with self.pause():
             self._collect()
-            self.op_index, self.op_name = index, op.get("op", "")
-            self.op_names[index] = self.op_name
+            super().begin_op(index, op)
             self.shadow.set_epoch(index + 1)
             for r in self._skipping:  # the writes kept for the op that ended: let go
                 r.skipped = None
@@ -147,50 +124,30 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         with self.pause():
             self._collect()
 
-    def finish(self) -> list[Violation]:
-        failed = None
-        try:
-            with self.pause():
-                self._collect()
-        except Exception as e:  # noqa: BLE001  (the hooks undone, what earlier ops found kept: FinishFailed)
-            failed = e
-        finally:
-            self._uninstall()
+    def _read_back(self) -> None:
+        with self.pause():
+            self._collect()
+
+    def _closing_reports(self) -> None:
         for kernel, why in self.unchecked.items():
-            self.log_violations.add(Violation(
-                "shadow", "tool-limitation", kernel, "", "", f"{kernel} ran unchecked on the GPU: {why}",
-                {"op_index": -1}))
-        if failed is not None:
-            raise FinishFailed(failed, self.log_violations.violations()) from failed
-        return self.log_violations.violations()
+            self.reporter.add("tool-limitation", kernel, "", "", f"{kernel} ran unchecked on the GPU: {why}",
+                              {"op_index": -1}, 1)
 
     def _uninstall(self) -> None:
-        """Everything ``start`` installed, undone (after a ``start`` that raised halfway, what it had)."""
         for r in self._skipping:
             r.skipped = None
         self._skipping.clear()
         for watch in self._deaths.values():
             watch.detach()
         self._deaths.clear()
-        self._threads.uninstall()
-        self._stop_filter()
+        super()._uninstall()
+
+    def _leave_mode(self) -> None:
         stepped = getattr(self._tls, "stepped_aside", None)
         if stepped is not None:  # finished inside a quiet block: its mode back first, then left in its place
             self._tls.stepped_aside = None
             insert_mode(stepped[0], stepped[1])
-        if self._mode is not None:
-            exit_mode(self._mode)
-            self._mode = None
-        self._compiled.uninstall()
-        if self._storages is not None:
-            self._storages.uninstall()
-            self._storages = None
-        if self._hook is not None:
-            self._hook.uninstall()
-            self._hook = None
-        if self._watch is not None:
-            self._watch.__exit__(None, None, None)
-            self._watch = None
+        super()._leave_mode()
 
     # -- pausing (the oracle's own ops) ---------------------------------------------------
     def paused(self) -> bool:
@@ -361,7 +318,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         if self.paused() or not self.auto_track_empty or not st.nbytes() or st.device.type != self.device.type:
             return
         self._purge()
-        self.shadow.add(st.data_ptr(), st.nbytes(), f"UntypedStorage@{source_location(*caller_line())}",
+        self.shadow.add(st.data_ptr(), st.nbytes(), words.made_at("UntypedStorage", caller_line()),
                         per_step=False, initialized=False, itemsize=1, shape=(st.nbytes(),), auto=True)
         self._on_death(st)
 
@@ -378,7 +335,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         if not olds and not self.auto_track_empty:
             return
         with self.pause():
-            name = olds[0].name if olds else f"resize_@{source_location(*where)}"
+            name = olds[0].name if olds else words.made_at("resize_", where)
             for r in olds:
                 self._restamp(r)
             kept = [(r, r.shadow) for r in olds if r.shadow is not None]
@@ -406,7 +363,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         family, else its memory is new (a record there is of freed memory)."""
         self._settle()
         if uninitialized and self.auto_track_empty:
-            name = f"torch.empty@{source_location(*(where or ('?', 0)))}"
+            name = words.made_at("torch.empty", where or ("?", 0))
             self.shadow.add(st.data_ptr(), st.nbytes(), name, per_step=False, initialized=False,
                             itemsize=t.element_size(), shape=tuple(t.shape), auto=True)
             self._on_death(st)
@@ -471,7 +428,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
     def _oob_desc(self, func, span: tuple | None, shape: tuple, n: int, where: tuple) -> tuple:
         """The log description of an indexing op that indexed out of range (made at its read-back)."""
         regions = self.shadow.overlapping(span[0], span[1] - span[0]) if span else []
-        name = regions[-1].name if regions else f"<{shape} tensor>"
+        name = regions[-1].name if regions else words.unnamed(shape)
         return ("oob", str(func), name, n, where)
 
     # -- Triton launches ------------------------------------------------------------------
@@ -557,12 +514,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             desc = self._oob_desc(*desc[1:])
         if desc[0] == "oob":
             _, func, name, n, site = desc
-            loc = source_location(*site)
-            self.log_violations.add(Violation(
-                "shadow", "out-of-bounds", func, loc, name,
-                f"{func} indexed row {wep} of {name} (size {n} along the indexed dim); {count} such "
-                f"index(es); redirected to row 0 so the case could go on",
-                {"index": wep, "rows": n, "op_index": self.op_index, "op": self.op_name}), count)
+            self.reporter.index_out_of_range(func, name, wep, n, count, source_location(*site))
             return
         _, func, region, view, site = desc
         loc = source_location(*site)
@@ -608,12 +560,9 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         dist = 0
         if near is not None:
             dist = near.start - address if address < near.start else address - near.end + 1
-        b = BadAccess("out-of-bounds", near.allocation() if near else None, address, dist, 0, 1)
-        details.update(address=hex(address), op_index=self.op_index, op=self.op_name)
+        details.update(address=hex(address), **self.reporter.op())
         details.update(_driver_range(address))
-        name = near.name if near else "<untracked>"
-        msg = describe(b, rec.kernel, name, details, self.op_index)
-        self.log_violations.add(Violation("shadow", "out-of-bounds", rec.kernel, loc, name, msg, details), 1)
+        self.reporter.bad_access(BadAccess("out-of-bounds", near, address, dist, 0, 1), rec.kernel, loc, details)
 
     def _adopt(self, entries: list) -> None:
         """Lanes outside their launch's table but inside a live tensor's storage (reached through a pointer
@@ -629,7 +578,7 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
             return
         for st, t in live_storages(np.array(addrs, dtype=np.uint64)):
             if not self.shadow.overlapping(st.data_ptr(), st.nbytes()):
-                self.shadow.add(st.data_ptr(), st.nbytes(), f"<{tuple(t.shape)} tensor>", per_step=False,
+                self.shadow.add(st.data_ptr(), st.nbytes(), words.unnamed(t.shape), per_step=False,
                                 initialized=True, itemsize=t.element_size(), shape=tuple(t.shape), auto=True)
 
     def _adopted(self, rec, address: int) -> bool:
@@ -648,22 +597,9 @@ class GpuShadowOracle(Oracle, tracking.Watcher):
         if key in self._reported:
             return  # the same bad element read again in this op: one bad read, one report
         self._reported.add(key)
-        alloc = region.allocation()
         byte = elem * region.itemsize
-        b = BadAccess(kind, alloc, region.start + byte, byte, 0, count, written_epoch=wep)
-        details = {"address": hex(region.start + byte), "op_index": self.op_index, "op": self.op_name, **extra}
-        msg = describe(b, kernel, region.name, details, self.op_index)
-        if region.per_step:
-            element = f"{region.name}[{', '.join(map(str, alloc.element(byte)))}]"
-            details["unwritten_by"] = self._unwritten_by(kind, wep, element)
-        self.log_violations.add(Violation("shadow", kind, kernel, loc, region.name, msg, details), count)
-
-    def _unwritten_by(self, kind: str, wep: int, element: str) -> str:
-        if kind == "stale-read" and wep > 0:
-            last = f"last written in op {wep - 1} ({self.op_names.get(wep - 1) or '?'})"
-        else:
-            last = "written at set-up only" if kind == "stale-read" else "never written by any op"
-        return f"op {self.op_index} ({self.op_name}) never wrote {element}; {last}"
+        b = BadAccess(kind, region, region.start + byte, byte, 0, count, written_epoch=wep)
+        self.reporter.bad_access(b, kernel, loc, self.reporter.at(b.address, **extra))
 
 
 _SKIPPED = 32  # writes left unstamped per settled region and op (kept until the op ends)

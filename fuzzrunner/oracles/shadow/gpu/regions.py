@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..memory import NEVER, Allocation
+from ..core import words
+from ..core.span import NEVER, Span
 from . import device_checks as dc
 
 CAP = 1024  # ring entries kept per op; the counter counts every bad lane
@@ -32,13 +33,8 @@ _WIDE = (torch.int64, torch.uint64)  # argument dtypes that may hold pointers
 
 
 @dataclass(eq=False)
-class Region:
-    start: int
-    nbytes: int
-    name: str
-    per_step: bool
-    itemsize: int
-    shape: tuple
+class Region(Span):
+    """A span with a device tensor of epochs, one per element."""
     shadow: torch.Tensor | None      # int32 epochs per element; None: written memory (an untracked argument)
     auto: bool = False
     fully_at: int | None = None      # epoch of a write that covered every element (host knowledge, no sync)
@@ -47,16 +43,11 @@ class Region:
     skipped: list | None = None      # the writes whose stamps were left out in epoch ``skipped_at`` (``settled``)
     skipped_at: int = -1
 
-    end: int = field(init=False)     # start + nbytes (read at every lookup: a field, not a property)
     shift: int = field(init=False)   # log2 of itemsize (a table row's, made once)
 
     def __post_init__(self) -> None:
-        self.end = self.start + self.nbytes
+        super().__post_init__()
         self.shift = _log2(self.itemsize)
-
-    def allocation(self) -> Allocation:
-        """The CPU oracle's record of the same bytes, for its report words (``report.describe``)."""
-        return Allocation(self.start, self.nbytes, self.name, self.per_step, self.itemsize, self.shape, self.auto)
 
     def clean(self, epoch: int) -> bool:
         """No read of it can be reported now: every element written, and this op if per-step."""
@@ -86,8 +77,9 @@ class Launch:
     @property
     def regions(self) -> list:
         if self._regions is None:
-            self._regions = [Region(ptr, nbytes, f"{self.kernel}:{name}", False, item, (nbytes // max(item, 1),),
-                                    None, auto=True) for name, ptr, nbytes, item, _ in self._args] + self._tracked
+            self._regions = [Region(ptr, nbytes, words.argument(self.kernel, name), False, item,
+                                    (nbytes // max(item, 1),), None, auto=True)
+                             for name, ptr, nbytes, item, _ in self._args] + self._tracked
         return self._regions
 
 

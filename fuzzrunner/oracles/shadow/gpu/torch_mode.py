@@ -16,9 +16,7 @@ follows is the same on every run.
 from __future__ import annotations
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode, _pop_mode, _push_mode
-from torch.utils._python_dispatch import _get_current_dispatch_mode_stack as _mode_stack
-from torch.utils._python_dispatch import _len_torch_dispatch_stack as _len_stack
+from torch.utils._python_dispatch import _pop_mode, _push_mode
 
 from ...dynamo_free import HOOKS, DynamoFreeMode, disabled
 from .. import compiled
@@ -128,31 +126,6 @@ def _spans(args, kwargs, cuda: bool) -> list:
 
 _STRIDED = torch.strided
 _STREAM_CAPTURING = torch._C._cuda_isCurrentStreamCapturing  # torch.cuda.is_current_stream_capturing, unwrapped
-
-
-def insert_mode(mode: TorchDispatchMode, index: int) -> None:
-    """Put ``mode`` back on this thread's dispatch-mode stack at position ``index`` (from the bottom), under
-    the modes entered above it since it was taken off (``tracking.quiet``), or on top if fewer are left."""
-    above = []
-    while _len_stack() > index:
-        above.append(_pop_mode())
-    _push_mode(mode)
-    for m in reversed(above):
-        _push_mode(m)
-
-
-def exit_mode(mode: TorchDispatchMode) -> None:
-    """Leave ``mode`` (``__exit__``) where it sits on this thread's stack, the modes above it staying on;
-    nothing when it is not on the stack."""
-    stack = _mode_stack()
-    if not any(m is mode for m in stack):
-        return
-    above = []
-    while _get_current_dispatch_mode() is not mode:
-        above.append(_pop_mode())
-    mode.__exit__(None, None, None)
-    for m in reversed(above):
-        _push_mode(m)
 
 
 def _among(ptr: int, spans: list) -> bool:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from .memory import BadAccess
+from ...base import source_location
+from .span import BadAccess
 
 
 def describe(b: BadAccess, kernel: str, name: str, details: dict, op_index: int) -> str:
     """The message of bad access ``b`` of ``name``; adds its facts to ``details``."""
-    if b.kind == "out-of-bounds" and getattr(b, "view", None):
-        details["view"] = b.view  # type: ignore[attr-defined]
+    if b.kind == "out-of-bounds" and b.view:
+        details["view"] = b.view
         return (f"{kernel} read {hex(b.address)}, inside {name}'s storage but outside the view(s) "
-                f"{', '.join(b.view)} it was given (an adapter slice read past its end?)")  # type: ignore[attr-defined]
+                f"{', '.join(b.view)} it was given (an adapter slice read past its end?)")
     if b.kind == "out-of-bounds":
         where = (f"{b.byte_offset} byte(s) outside {name}" if b.allocation else "outside every tracked allocation")
         details["distance_bytes"] = b.byte_offset
@@ -37,3 +38,26 @@ def describe_sub_buffer(addr: int, itemsize: int, view: tuple, into: str | None,
     details.update(address=hex(addr), view=[name], into=into, distance_bytes=dist)
     verb = "read" if details.get("access") == "read" else "wrote"
     return f"{kernel} {verb} {hex(addr)}, {dist} byte(s) {side} of the view {name} it was given, into {into}"
+
+
+def indexed_out_of_range(func: str, name: str, index: int, rows: int, count: int) -> str:
+    """An indexing op's index past the indexed dim (the op was given row 0 instead)."""
+    return (f"{func} indexed row {index} of {name} (size {rows} along the indexed dim); "
+            f"{count} such index(es); redirected to row 0 so the case could go on")
+
+
+# The names of buffers the oracle tracks on its own (a report's tensor): the same in both modes.
+def made_at(maker: str, where: tuple) -> str:
+    """A buffer named by what made it and the user's line, ``where`` = (path, line): ``torch.empty@f.py:12``
+    (``signature.py`` matches it by that line's function, as it does a site)."""
+    return f"{maker}@{source_location(*where)}"
+
+
+def unnamed(shape) -> str:
+    """A tensor neither tracked nor given to the kernel (reached through a pointer array, or indexed): its shape."""
+    return f"<{tuple(shape)} tensor>"
+
+
+def argument(kernel: str, name: str) -> str:
+    """A kernel's argument storage, tracked (as written memory) for its launch."""
+    return f"{kernel}:{name}"
