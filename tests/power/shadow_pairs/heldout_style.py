@@ -1502,14 +1502,22 @@ def kernel_meta_without_reset(ctx, bug):
 
 # -- eighth round: data-parallel collectives (a one-rank gloo group) ---------------------------------
 class _OneRankGroup:
+    """A default process group of one rank for the program, unless this process already has one (an engine
+    run in the same process, e.g. an in-process engine target in the same pytest worker, made it): that one
+    is used and left in place."""
+
     def __enter__(self):
         import torch.distributed as dist
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        self.made = not dist.is_initialized()
+        if self.made:
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        assert dist.get_world_size() == 1, "a process group of one rank is needed"
         return dist
 
     def __exit__(self, *exc):
         import torch.distributed as dist
-        dist.destroy_process_group()
+        if self.made:
+            dist.destroy_process_group()
 
 
 @pair("style-dp-idle", U, "{alloc}")
