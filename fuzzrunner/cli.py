@@ -456,10 +456,9 @@ def _absolute_spec(spec: str) -> str:
 
 
 def _replay_one(replayer, path, args) -> int:
-    """1 reproduced, 0 not, 2 could not run; prints one verdict line (and what it saw)."""
+    """1 a violation shows, 0 none, 2 could not run or check; prints one verdict line (and what it saw)."""
     from .corpus import load_any
     from .errors import FuzzrunnerError
-    from .finding import limitations
     from .target import BUILTIN
     try:
         case, finding = load_any(path)
@@ -469,42 +468,43 @@ def _replay_one(replayer, path, args) -> int:
             _error(f"could not run {path}: it is a case of target {spec!r}, which is not built in: name yours "
                    f"with --target path/to/file.py:OBJ")
             return EXIT_ERROR
-        violations = replayer.run(case, spec, _replay_timeout(args, finding))
+        replay = replayer.verdict(case, spec, finding, _replay_timeout(args, finding))
     except FuzzrunnerError as e:
         message = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
         _error(f"could not run {message}")
         return EXIT_ERROR
-    limits = limitations(violations)
-    violations = [v for v in violations if not any(v is x for x in limits)]
-    for v in limits:
+    for v in replay.limits:
         print(f"fuzzrunner: warning: {path}: tool limitation: {v.message}", file=sys.stderr)
-    if limits and not violations:  # the tool could not run the case here: that proves nothing
+    _say_replay(path, replay, finding)
+    return _replay_exits()[replay.verdict]
+
+
+def _replay_exits() -> dict:
+    from .engine.replay import Verdict
+    return {Verdict.REPRODUCED: EXIT_FINDINGS, Verdict.MOVED: EXIT_FINDINGS, Verdict.OTHERS: EXIT_FINDINGS,
+            Verdict.GONE: EXIT_OK, Verdict.CANNOT_CHECK: EXIT_ERROR, Verdict.LIMITED: EXIT_ERROR}
+
+
+def _say_replay(path, replay, finding) -> None:
+    """The verdict's line(s): on stdout what was seen, on stderr why nothing could be concluded."""
+    from .engine.replay import Verdict
+    verdict, violations = replay.verdict, replay.violations
+    if verdict is Verdict.LIMITED:
         print(f"fuzzrunner: error: could not run {path}: a tool limitation (above)", file=sys.stderr)
-        return EXIT_ERROR
-    if finding is not None:
-        same = finding.reproduced_by(violations)
-        if same:
-            moved = finding.moved(violations)
-            where = moved[0].site or moved[0].location if moved else ""
-            note = f" (its access is now in {where}: a renamed or moved function or file)" if moved else ""
-            print(f"{path}: REPRODUCED {finding.signature.short()}{note}\n    {same[0].message}")
-            return EXIT_FINDINGS
-        other = replayer.other_shadow_mode(finding)
-        if not violations and other:  # another mode sees other accesses: no proof that the bug is gone
-            _error(f"could not check {path}: not reproduced, but {other}")
-            return EXIT_ERROR
-        if not violations:
-            print(f"{path}: NOT REPRODUCED ({finding.signature.short()})")
-            return EXIT_OK
-        print(f"{path}: the original violation is gone, but others appear:")
-    elif violations:
-        print(f"{path}: {len(violations)} violation{'s' * (len(violations) != 1)}")
-    else:
-        print(f"{path}: ok")
-        return EXIT_OK
-    for v in violations:
-        print(f"    {v.signature.short()}: {v.message}")
-    return EXIT_FINDINGS
+    elif verdict is Verdict.CANNOT_CHECK:
+        _error(f"could not check {path}: not reproduced, but {replay.unchecked}")
+    elif verdict in (Verdict.REPRODUCED, Verdict.MOVED):
+        where = replay.same[0].site or replay.same[0].location  # a moved bug's "same" is its access elsewhere
+        note = f" (its access is now in {where}: a renamed or moved function or file)" \
+            if verdict is Verdict.MOVED else ""
+        print(f"{path}: REPRODUCED {finding.signature.short()}{note}\n    {replay.same[0].message}")
+    elif verdict is Verdict.GONE:
+        print(f"{path}: NOT REPRODUCED ({finding.signature.short()})" if finding is not None else f"{path}: ok")
+    else:  # OTHERS
+        print(f"{path}: the original violation is gone, but others appear:" if finding is not None
+              else f"{path}: {len(violations)} violation{'s' * (len(violations) != 1)}")
+        for v in violations:
+            print(f"    {v.signature.short()}: {v.message}")
 
 
 def _replay_timeout(args, finding) -> float | None:

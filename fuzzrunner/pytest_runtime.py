@@ -207,7 +207,9 @@ def _importable(*dirs: Path):
 # -- the corpus as regression tests -----------------------------------------------------------
 
 def replay_corpus_file(path: Path, state) -> None:
-    """Replay one finding or case file in a worker; raise ``CorpusRegression`` if anything shows."""
+    """Replay one finding or case file in a worker: pass while nothing shows (``Verdict.GONE``), raise
+    ``CorpusRegression`` while anything does (a tool's limitation alone too), fail when it cannot be checked."""
+    from .engine.replay import Verdict
     try:
         case, finding = load_any(path)
     except InvalidCase as e:
@@ -216,25 +218,24 @@ def replay_corpus_file(path: Path, state) -> None:
     spec = _own_spec(finding) or _target_for(case.target, state, finding.target_spec if finding else "")
     try:
         with sigterm_stops():
-            violations = _replayer(state).run(case, spec, finding.case_timeout_s if finding else None)
+            replay = _replayer(state).verdict(case, spec, finding, finding.case_timeout_s if finding else None)
     except InvalidCase as e:
         raise CorpusRegression(f"{path} no longer runs on target {case.target!r}: {e}") from None
-    if violations:
-        raise CorpusRegression(_regression_report(path, case, finding, violations, spec))
-    other = _replayer(state).other_shadow_mode(finding)
-    if other:  # not reproduced in the other shadow mode: no proof that the bug is gone
-        pytest.fail(f"{path}: could not check: not reproduced, but {other}", pytrace=False)
+    if replay.verdict.shows or replay.verdict is Verdict.LIMITED:
+        raise CorpusRegression(_regression_report(path, case, finding, replay, spec))
+    if replay.verdict is Verdict.CANNOT_CHECK:  # not reproduced in the other shadow mode: no proof it is gone
+        pytest.fail(f"{path}: could not check: not reproduced, but {replay.unchecked}", pytrace=False)
 
 
-def _regression_report(path, case, finding, violations, spec) -> str:
-    same = finding.reproduced_by(violations) if finding is not None else []
+def _regression_report(path, case, finding, replay, spec) -> str:
+    violations, same = replay.seen, replay.same
     if same:
         head = [f"{path}: the saved bug REPRODUCES", f"  {same[0].signature.short()}", f"  {same[0].message}"]
         rest = [v for v in violations if v is not same[0]]
     else:
         was = f" (saved for: {finding.signature.short()})" if finding else ""
         head = [f"{path}: {len(violations)} violation{'s' * (len(violations) != 1)}{was}"]
-        rest = violations
+        rest = list(violations)
     rest = sorted(rest, key=lambda v: names.KINDS[v.kind].priority)
     head += [f"  also: {v.signature.short()}: {v.message}" for v in rest[:3]]
     if len(rest) > 3:

@@ -182,3 +182,41 @@ def test_a_finding_the_target_now_refuses_could_not_run(replay, capsys):
     cli_, plugin = replay(BUG, refused, capsys)
     assert cli_ == (2, "", f"fuzzrunner: error: could not run PATH: {refused}\n")
     assert plugin == ("regression", f"PATH no longer runs on target 'reference_runner': {refused}")
+
+
+# -- the verdict itself: one enum, both front ends map all of it ----------------------------------
+
+FINDING = Finding.of(BUG, [], CASE)
+
+
+@pytest.mark.parametrize(("seen", "finding", "other_mode", "verdict"), [
+    ([BUG], FINDING, None, "REPRODUCED"),
+    ([OTHER, BUG], FINDING, "device mode", "REPRODUCED"),
+    ([MOVED], FINDING, None, "MOVED"),
+    ([OTHER], FINDING, None, "OTHERS"),
+    ([OTHER], FINDING, "device mode", "OTHERS"),
+    ([OTHER], None, None, "OTHERS"),
+    ([LIMIT, OTHER], None, None, "OTHERS"),
+    ([], FINDING, None, "GONE"),
+    ([], None, None, "GONE"),
+    ([], FINDING, "device mode", "CANNOT_CHECK"),
+    ([LIMIT], FINDING, None, "LIMITED"),
+    ([LIMIT], FINDING, "device mode", "LIMITED"),
+    ([LIMIT], None, None, "LIMITED"),
+])
+def test_judge(seen, finding, other_mode, verdict):
+    from fuzzrunner.engine.replay import Verdict, judge
+    replay = judge(seen, finding, other_mode)
+    assert replay.verdict is Verdict[verdict]
+    assert replay.seen == tuple(seen) and replay.violations == [v for v in seen if v is not LIMIT]
+    assert replay.limits == tuple(v for v in seen if v is LIMIT)
+    assert bool(replay.same) == (verdict in ("REPRODUCED", "MOVED"))
+    assert replay.unchecked == (other_mode if verdict == "CANNOT_CHECK" else "")
+
+
+def test_every_verdict_is_described_and_has_an_exit_code():
+    from fuzzrunner.engine.replay import Verdict
+    assert set(cli._replay_exits()) == set(Verdict)
+    assert all(v.describe() for v in Verdict)
+    assert {v for v in Verdict if v.shows} == {Verdict.REPRODUCED, Verdict.MOVED, Verdict.OTHERS}
+    assert {v for v in Verdict if cli._replay_exits()[v] == cli.EXIT_FINDINGS} == {v for v in Verdict if v.shows}
