@@ -304,11 +304,12 @@ def _export_all(result, corpus: str) -> None:
 
 
 def _summary(result, out) -> None:
+    from .engine.result import stop_text
     from .finding import render
     from .report.json_report import cluster_text, skip_lines
     n = len(result.findings)
     out.write(f"{result.target}: {_cases_text(result)} in {result.duration_s:.1f} s (seed {result.seed}), "
-              f"stopped: {result.stop_reason or 'unknown'}; {n} finding{'s' * (n != 1)}\n")
+              f"stopped: {stop_text(result.stop_reason)}; {n} finding{'s' * (n != 1)}\n")
     if getattr(result, "cluster", None):
         out.write(f"  {cluster_text(result.cluster)}\n")
     if getattr(result, "code_under_test", None):
@@ -350,7 +351,8 @@ def _coverage_line(result, out) -> None:
 
 
 def _exit_code(results) -> int:
-    if any(r.stop_reason == "interrupted" for r in results):
+    from .engine.result import StopReason
+    if any(r.stop_reason is StopReason.INTERRUPTED for r in results):
         return EXIT_INTERRUPTED
     if any(r.errors for r in results):
         return EXIT_ERROR
@@ -433,11 +435,11 @@ def _interrupted_early(args, target: str, settings) -> int:
     """A stop signal before the campaign had a result (the target loading, the workers starting): the reports
     say so (no case ran), if their paths can be written; exit 130. ``target``: its name (its spec if it was
     not loaded yet)."""
-    from .engine.result import STOP_INTERRUPTED, CampaignResult
+    from .engine.result import CampaignResult, StopReason
     from .errors import FuzzrunnerError
     with args.stops.held():
         _error("interrupted before the campaign ran a case; findings of earlier runs are in the corpus")
-        result = CampaignResult(target, settings, settings.seed, tuple(args.fault), stop_reason=STOP_INTERRUPTED)
+        result = CampaignResult(target, settings, settings.seed, tuple(args.fault), stop_reason=StopReason.INTERRUPTED)
         try:
             _check_outputs({"--report": args.report, "--junit": args.junit, "--html": args.html})
             for p in _write_reports(_report([result], None, None), args.report, args.junit, args.html):

@@ -20,6 +20,7 @@ import pytest
 from . import names
 from .corpus import atomic_write, load_any, safe_name
 from .coverage import PYTEST_PROPERTY
+from .engine.result import StopReason, stop_text
 from .errors import HarnessError, InvalidArgument, InvalidCase
 from .finding import Finding, case_text, render
 from .text import plural
@@ -64,7 +65,8 @@ class FuzzCampaign:
         r = self.result
         n = len(r.findings)
         lines = [f"fuzzrunner found {plural(n, 'bug')} in target {r.target!r} ({plural(r.examples, 'case')} in "
-                 f"{r.duration_s:.1f} s, seed {r.seed}, profile {self.profile!r}, stopped: {r.stop_reason}):"]
+                 f"{r.duration_s:.1f} s, seed {r.seed}, profile {self.profile!r}, "
+                 f"stopped: {stop_text(r.stop_reason)}):"]
         for i, f in enumerate(sorted(r.findings, key=lambda f: f.first_found_after_examples), 1):
             lines += ["", f"{i}. " + render(f, indent="   ", with_case=True)]
             lines += ["   " + line for line in self._export(f)]
@@ -145,7 +147,7 @@ def run_marked_campaign(item: pytest.Item, marker, state) -> FuzzCampaign:
         failure = f"the harness broke (this is not a finding): {e}"
     if failure:  # outside the except: the one line, without "During handling of the above exception"
         pytest.fail(failure, pytrace=False)
-    if result.stop_reason == "interrupted":  # Ctrl-C or SIGTERM: the campaign stopped cleanly; so does pytest
+    if result.stop_reason is StopReason.INTERRUPTED:  # Ctrl-C or SIGTERM: the campaign stopped cleanly; so does pytest
         raise KeyboardInterrupt(f"fuzzrunner campaign of {spec} interrupted")
     item.user_properties.append(("fuzzrunner_cases", result.examples))
     if state.show_coverage:  # only then: user properties also go into JUnit XML

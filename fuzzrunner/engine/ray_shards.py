@@ -358,7 +358,7 @@ def _campaign(ray, plan: CampaignPlan, shard_spec: str, on_event, db_url) -> Cam
     except KeyboardInterrupt:
         _kill(ray, actors)  # what they found is with the driver already
         driver.drain(inbox)
-        merged.stop_reason = R.STOP_INTERRUPTED
+        merged.stop_reason = R.StopReason.INTERRUPTED
     except ray.exceptions.RayError as e:  # the driver's own actors or the cluster went away
         merged.errors.append(f"the Ray cluster failed under the campaign ({type(e).__name__}: "
                              f"{' '.join(str(e).split())[:200]}); what the shards sent before is in the corpus")

@@ -2,18 +2,49 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from ..context import Context
 from ..coverage import Coverage
 from ..settings import Settings
 
-# Why a campaign stopped.
-STOP_MAX_EXAMPLES = "max-examples"     # the example budget was spent
-STOP_BUDGET = "budget"                 # the time budget was spent
-STOP_INTERRUPTED = "interrupted"       # SIGINT / SIGTERM
-STOP_WRITE_ERROR = "write-error"       # a finding could not be written (it is kept in the result)
-STOP_EXHAUSTED = "exhausted"           # Hypothesis ran out of distinct cases to try
+
+class StopReason(enum.Enum):
+    """Why a campaign (or one shard of it) stopped. Its value is what the reports write (``stop_reason``;
+    ``unknown`` for none: ``stop_text``); compare members, never those strings."""
+
+    MAX_EXAMPLES = "max-examples"
+    BUDGET = "budget"
+    INTERRUPTED = "interrupted"
+    WRITE_ERROR = "write-error"
+    EXHAUSTED = "exhausted"
+
+    def describe(self) -> str:
+        return _STOP_DESCRIPTIONS[self]
+
+    @classmethod
+    def of_shards(cls, *reasons: StopReason | None) -> StopReason | None:
+        """The campaign's reason of its shards' (None: a shard that said none): the first of interrupted,
+        write-error, budget, max-examples, exhausted that one of them stopped for."""
+        said = [r for r in reasons if r is not None]
+        return min(said, key=_SHARD_ORDER.index) if said else None
+
+
+_STOP_DESCRIPTIONS = {
+    StopReason.MAX_EXAMPLES: "the example budget was spent",
+    StopReason.BUDGET: "the time budget was spent",
+    StopReason.INTERRUPTED: "a stop signal (SIGINT, SIGTERM, SIGHUP) ended it",
+    StopReason.WRITE_ERROR: "a finding could not be written (it is kept in the result)",
+    StopReason.EXHAUSTED: "Hypothesis ran out of distinct cases to try",
+}
+_SHARD_ORDER = (StopReason.INTERRUPTED, StopReason.WRITE_ERROR, StopReason.BUDGET, StopReason.MAX_EXAMPLES,
+                StopReason.EXHAUSTED)
+
+
+def stop_text(reason: StopReason | None) -> str:
+    """The reason as the reports and the summaries write it: its value, ``unknown`` for none."""
+    return reason.value if reason is not None else "unknown"
 
 
 @dataclass
@@ -38,7 +69,7 @@ class CampaignResult:
     worker_recycles: int = 0           # workers closed between cases because their memory grew (rss.py)
     budget_cut_cases: int = 0          # cases stopped mid-run because the time budget ran out (not findings)
     worker_s: float = 0.0              # seconds the workers spent on cases (send to result), summed over shards
-    stop_reason: str = ""
+    stop_reason: StopReason | None = None
     warnings: list = field(default_factory=list)
     errors: list = field(default_factory=list)       # why the campaign could not finish cleanly
     coverage: Coverage = field(default_factory=Coverage)  # features of the valid cases run (replayed, generated)

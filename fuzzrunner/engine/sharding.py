@@ -49,7 +49,7 @@ def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: in
         queue.put(events.done(portable_result(res)))
     except KeyboardInterrupt:  # stopped before its search began (importing the target): nothing found, no failure
         res = CampaignResult(plan.target_name, plan.settings, plan.seed, plan.faults)
-        res.stop_reason = R.STOP_INTERRUPTED
+        res.stop_reason = R.StopReason.INTERRUPTED
         queue.put(events.done(portable_result(res)))
     except BaseException as e:  # noqa: B036 - report, never hang the parent
         queue.put(events.error(describe(e, 2000)))
@@ -131,9 +131,7 @@ class Merger:
         into.coverage.merge(r.coverage)
         into.flaky += [f for f in map(Finding.from_dict, r.flaky) if all(f.id != g.id for g in into.flaky)]
         into.findings = merge_all(into.findings, [Finding.from_dict(d) for d in r.findings])
-        order = (R.STOP_INTERRUPTED, R.STOP_WRITE_ERROR, R.STOP_BUDGET, R.STOP_MAX_EXAMPLES, R.STOP_EXHAUSTED)
-        reasons = [s for s in (into.stop_reason, r.stop_reason) if s]
-        into.stop_reason = min(reasons, key=lambda s: order.index(s) if s in order else 9) if reasons else ""
+        into.stop_reason = R.StopReason.of_shards(into.stop_reason, r.stop_reason)
 
 
 def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
@@ -161,12 +159,12 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
             if p.is_alive():
                 p.terminate()  # SIGTERM: each shard stops its search and reports
         _collect(queue, procs, merger, deadline=time.monotonic() + SHUTDOWN_WAIT_S)
-        merged.stop_reason = R.STOP_INTERRUPTED
+        merged.stop_reason = R.StopReason.INTERRUPTED
     finally:
         try:
             _end(procs)
         except KeyboardInterrupt:  # a stop signal as the shards end: their results are in, and kept
-            merged.stop_reason = R.STOP_INTERRUPTED
+            merged.stop_reason = R.StopReason.INTERRUPTED
             _end(procs, wait_s=0)
     merged.duration_s = time.monotonic() - start
     return merged
