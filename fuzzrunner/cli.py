@@ -19,6 +19,7 @@ from pathlib import Path
 
 from . import names
 from .progress import Progress
+from .target_spec import TargetSpec
 from .text import describe, plural, safe_str
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -401,17 +402,18 @@ def _write_reports(report: dict, json_path=None, junit_path=None, html_path=None
 
 def cmd_fuzz(args) -> int:
     from .api import fuzz
-    from .target import load_target, resolve_spec
+    from .target import load_target
     outputs = {"--report": args.report, "--junit": args.junit, "--html": args.html}
     _check_distinct_files(outputs)
     settings = _settings(args)  # bad flags and targets first: a refused command leaves no folder behind
-    spec = _absolute_spec(resolve_spec(args.target)) if ":" in args.target else args.target
+    given = TargetSpec.parse(args.target)
+    spec = given.absolute() if not given.is_name else args.target
     name = spec
     try:
         target = load_target(spec)
         name = target.name
         target.check_faults(args.fault)
-        _check_outputs(outputs, {"the target file": spec.rpartition(":")[0] if ":" in spec else None})
+        _check_outputs(outputs, {"the target file": TargetSpec.parse(spec).file})
         previous = _load_previous(args.previous, [target.name])  # before the corpus: a refused command leaves no folder
         _check_corpus(args.corpus)
         _check_cluster(args)
@@ -449,14 +451,6 @@ def _interrupted_early(args, target: str, settings) -> int:
     return EXIT_INTERRUPTED
 
 
-def _absolute_spec(spec: str) -> str:
-    """A ``file.py:OBJ`` spec with an absolute path: findings and repro scripts work from anywhere."""
-    module, _, obj = spec.rpartition(":")
-    if module.endswith(".py") or os.sep in module:
-        return f"{os.path.abspath(module)}:{obj}"
-    return spec
-
-
 def _replay_one(replayer, path, args) -> int:
     """1 a violation shows, 0 none, 2 could not run or check; prints one verdict line (and what it saw)."""
     from .corpus import load_any
@@ -464,9 +458,9 @@ def _replay_one(replayer, path, args) -> int:
     from .target import BUILTIN
     try:
         case, finding = load_any(path)
-        spec = _absolute_spec(args.target) if args.target else (finding.target_spec if finding and
-                                                                 finding.target_spec else case.target)
-        if not args.target and ":" not in spec and spec not in BUILTIN:
+        spec = TargetSpec.parse(args.target).absolute() if args.target else \
+            (finding.target_spec if finding and finding.target_spec else case.target)
+        if not args.target and TargetSpec.parse(spec).is_name and spec not in BUILTIN:
             _error(f"could not run {path}: it is a case of target {spec!r}, which is not built in: name yours "
                    f"with --target path/to/file.py:OBJ")
             return EXIT_ERROR
@@ -545,7 +539,7 @@ def cmd_export(args) -> int:
         _make_folder(out, "-o", "the repro scripts' folder")
     elif not out.is_dir():
         _check_outputs({"-o": args.output}, {"the finding file being exported": args.finding[0]})
-    target = _absolute_spec(args.target) if args.target else None
+    target = TargetSpec.parse(args.target).absolute() if args.target else None
     code, written = EXIT_OK, set[Path]()
     for file in args.finding:
         try:

@@ -28,6 +28,7 @@ from .errors import InvalidCase, SkippedFile
 from .gpus import gpu_for_index, visible_gpus
 from .names import DEVICES, PROFILES, SANITIZERS
 from .safe_io import json_files, read_bytes, read_text, subfolders
+from .target_spec import TargetSpec
 
 _OPTIONS = {  # --fuzzrunner-NAME, and its twin ini option fuzzrunner_NAME; the command line wins
     "profile": "settings profile of fuzz tests (default dev)",
@@ -144,12 +145,13 @@ class _State:
 
     def _spec_path(self, spec: str, bases: list[Path]) -> str:
         """``rel/file.py:OBJ`` made absolute (first base where the file exists); other specs as they are."""
-        path, sep, obj = spec.rpartition(":")
-        if not sep or not (path.endswith(".py") or "/" in path) or os.path.isabs(path):
+        parsed = TargetSpec.parse(spec)
+        path = parsed.file
+        if path is None or os.path.isabs(path):
             return spec
         for base in bases:
             if (base / path).exists():
-                return f"{(base / path).resolve()}:{obj}"
+                return f"{(base / path).resolve()}:{parsed.obj}"
         return spec
 
     def target_spec(self, target, item: pytest.Item) -> str:

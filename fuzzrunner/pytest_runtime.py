@@ -23,6 +23,7 @@ from .coverage import PYTEST_PROPERTY
 from .engine.result import StopReason, stop_text
 from .errors import HarnessError, InvalidArgument, InvalidCase
 from .finding import Finding, case_text, render
+from .target_spec import TargetSpec
 from .text import plural
 
 
@@ -256,8 +257,8 @@ def _own_spec(finding) -> str | None:
     spec = finding.target_spec if finding is not None else ""
     if spec and is_builtin(spec):
         return spec
-    path, sep, _ = spec.rpartition(":")
-    return spec if sep and path.endswith(".py") and os.path.isfile(path) else None
+    path = TargetSpec.parse(spec).file
+    return spec if path is not None and os.path.isfile(path) else None
 
 
 def _target_for(name: str, state, recorded: str | None = "") -> str:

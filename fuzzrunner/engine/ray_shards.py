@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from ..corpus import Corpus
 from ..errors import HarnessError, InvalidArgument, NewerSchema, TargetUnavailable
 from ..finding import merge_all
+from ..target_spec import TargetSpec
 from ..text import describe, plural
 from . import events
 from . import result as R
@@ -73,11 +74,11 @@ def ray_session(address: str, runtime_env: dict | None = None):
 def packaged(spec: str) -> tuple[str, dict]:
     """A ``FILE.py:OBJ`` target travels as its folder (Ray's ``working_dir``): the spec the
     shards load and the runtime environment that ships it; a module spec travels as it is."""
-    module, _, obj = spec.rpartition(":")
-    if not module.endswith(".py"):
+    parsed = TargetSpec.parse(spec)
+    if parsed.file is None:
         return spec, {}
-    path = os.path.abspath(module)
-    return f"{os.path.basename(path)}:{obj}", {"working_dir": os.path.dirname(path)}
+    path = os.path.abspath(parsed.file)
+    return f"{os.path.basename(path)}:{parsed.obj}", {"working_dir": os.path.dirname(path)}
 
 
 @dataclass
