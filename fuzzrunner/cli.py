@@ -289,19 +289,10 @@ def _make_folder(folder, flag: str, what: str) -> None:
 # -- output -----------------------------------------------------------------------------------
 
 def _export_all(result, corpus: str) -> None:
-    """A repro script beside the corpus for every finding; a failed export loses only the script."""
-    from .corpus import safe_name
-    from .errors import FuzzrunnerError
-    from .repro import save_repro
-    faults = "+".join(sorted(result.faults))
-    prefix = safe_name(faults) + "." if faults else ""  # as corpus.Corpus names expected findings
-    for f in result.findings:
-        path = Path(corpus) / "repro" / safe_name(result.target) / f"{prefix}{f.id}.py"
-        try:
-            f.repro = str(save_repro(f, path))
-        except (OSError, FuzzrunnerError) as e:
-            print(f"fuzzrunner: warning: no repro for {f.id}: {e}", file=sys.stderr)
-            f.repro = None
+    """A repro script in the corpus for every finding (``repro.save_repros``); a failed one is a warning."""
+    from .repro import save_repros
+    for warning in save_repros(result, corpus):
+        print(f"fuzzrunner: warning: {warning}", file=sys.stderr)
 
 
 def _summary(result, out) -> None:
