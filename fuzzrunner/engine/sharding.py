@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 from ..errors import HarnessError
 from ..finding import Finding, merge_all
@@ -74,10 +75,9 @@ def end_shard(queue) -> None:
 
 
 def portable_result(res: CampaignResult) -> CampaignResult:
-    """A shard's result that can travel between processes (findings as dicts, as ``Merger.done`` takes them)."""
-    res.findings = [f.to_dict() for f in res.findings]
-    res.flaky = [f.to_dict() for f in res.flaky]
-    return res
+    """A copy of a shard's result that can travel between processes (findings as dicts, as ``Merger.done``
+    takes them); ``res`` keeps its findings (it turned them into dicts in place)."""
+    return replace(res, findings=[f.to_dict() for f in res.findings], flaky=[f.to_dict() for f in res.flaky])
 
 
 class Merger:
