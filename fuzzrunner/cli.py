@@ -19,6 +19,7 @@ from pathlib import Path
 
 from . import names
 from .progress import Progress
+from .safe_write import check_distinct_files, check_outputs
 from .target_spec import TargetSpec
 from .text import describe, plural, safe_str
 
@@ -228,40 +229,6 @@ def _check_device(s, on_cluster: bool = False):
     return s.override(device=Context.resolve(s, on_cluster=on_cluster, asked_as=flag).device)
 
 
-def _check_outputs(outputs: dict, inputs: dict | None = None) -> None:
-    """Before any case runs: each output path the user named ({flag: path}, None: not asked for) can
-    be written (``safe_write.check_output``: an empty path, a directory, a block device or a socket
-    is refused; /dev/null, /dev/stdout and FIFOs are written in place), no two name one file, and
-    none is one of the ``inputs`` ({what: path}) the command reads (``export F.json -o F.json``)."""
-    from .errors import InvalidArgument
-    from .safe_write import check_output, same_file
-    asked = {flag: p for flag, p in outputs.items() if p is not None}
-    _check_distinct_files(asked)
-    for flag, p in asked.items():
-        for what, source in (inputs or {}).items():
-            if source and p and same_file(p, source):
-                raise InvalidArgument(f"{flag} {p!r} is {what}: writing it would overwrite what is being read. "
-                                      f"Name another file.")
-        check_output(p, flag)
-
-
-def _check_distinct_files(paths: dict) -> None:
-    """Two report flags naming one file (``--report x --junit x``, or ``./x`` and ``x``, or a link):
-    the second write would silently replace the first report. Devices and FIFOs (``/dev/null`` for
-    two of them) are written in place: they may be shared."""
-    from .errors import InvalidArgument
-    from .safe_write import same_file, streamed
-    seen: dict = {}
-    for flag, p in paths.items():
-        if not p or streamed(p):
-            continue
-        other = next((f for f, q in seen.items() if same_file(p, q)), None)
-        if other is not None:
-            raise InvalidArgument(f"{other} and {flag} name the same file {p!r}: one would overwrite the other. "
-                                  f"Give each report its own file (--report r.json --junit r.xml --html r.html).")
-        seen[flag] = p
-
-
 def _check_cluster(args) -> None:
     """``--ray`` needs Ray here (the one install line if not); ``--db`` needs ``--ray`` and a Redis URL."""
     from .errors import InvalidArgument
@@ -395,7 +362,7 @@ def cmd_fuzz(args) -> int:
     from .api import fuzz
     from .target import load_target
     outputs = {"--report": args.report, "--junit": args.junit, "--html": args.html}
-    _check_distinct_files(outputs)
+    check_distinct_files(outputs)
     settings = _settings(args)  # bad flags and targets first: a refused command leaves no folder behind
     given = TargetSpec.parse(args.target)
     spec = given.absolute() if not given.is_name else args.target
@@ -404,7 +371,7 @@ def cmd_fuzz(args) -> int:
         target = load_target(spec)
         name = target.name
         target.check_faults(args.fault)
-        _check_outputs(outputs, {"the target file": TargetSpec.parse(spec).file})
+        check_outputs(outputs, {"the target file": TargetSpec.parse(spec).file})
         previous = _load_previous(args.previous, [target.name])  # before the corpus: a refused command leaves no folder
         _check_corpus(args.corpus)
         _check_cluster(args)
@@ -434,7 +401,7 @@ def _interrupted_early(args, target: str, settings) -> int:
         _error("interrupted before the campaign ran a case; findings of earlier runs are in the corpus")
         result = CampaignResult(target, settings, settings.seed, tuple(args.fault), stop_reason=StopReason.INTERRUPTED)
         try:
-            _check_outputs({"--report": args.report, "--junit": args.junit, "--html": args.html})
+            check_outputs({"--report": args.report, "--junit": args.junit, "--html": args.html})
             for p in _write_reports(_report([result], None, None), args.report, args.junit, args.html):
                 print(f"wrote {p}")
         except (FuzzrunnerError, OSError) as e:
@@ -529,7 +496,7 @@ def cmd_export(args) -> int:
                                   f"script: give a folder (-o DIR) for one repro_<id>.py each, or one file.")
         _make_folder(out, "-o", "the repro scripts' folder")
     elif not out.is_dir():
-        _check_outputs({"-o": args.output}, {"the finding file being exported": args.finding[0]})
+        check_outputs({"-o": args.output}, {"the finding file being exported": args.finding[0]})
     target = TargetSpec.parse(args.target).absolute() if args.target else None
     code, written = EXIT_OK, set[Path]()
     for file in args.finding:
@@ -608,7 +575,7 @@ def cmd_nightly(args) -> int:
     _make_folder(args.report_dir, "--report-dir", "report folder")
     report_dir = Path(args.report_dir)
     names = ["report.json", "junit.xml", "report.html", *(f"{t}.{ext}" for t in BUILTIN for ext in ("json", "xml"))]
-    _check_outputs({f"--report-dir's {name}": str(report_dir / name) for name in names})
+    check_outputs({f"--report-dir's {name}": str(report_dir / name) for name in names})
     previous = _load_previous(args.previous, list(BUILTIN))  # before the corpus: a refused command leaves no folder
     _check_corpus(args.corpus)
     _check_cluster(args)
