@@ -196,7 +196,7 @@ class _Driver:
 
         def done(m: dict) -> None:
             self.finished.add((index, run))
-            self.merger.done(m["result"])
+            self.merger.done(CampaignResult.from_dict(m["result"]))
 
         def error(m: dict) -> None:
             self.finished.add((index, run))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..context import Context
 from ..coverage import Coverage
+from ..finding import Finding
 from ..settings import Settings
 
 
@@ -40,6 +42,9 @@ _STOP_DESCRIPTIONS = {
 }
 _SHARD_ORDER = (StopReason.INTERRUPTED, StopReason.WRITE_ERROR, StopReason.BUDGET, StopReason.MAX_EXAMPLES,
                 StopReason.EXHAUSTED)
+
+
+_OWN_SHAPE = {"settings", "findings", "flaky", "coverage", "stop_reason", "context"}  # to_dict: their own to_dict
 
 
 def stop_text(reason: StopReason | None) -> str:
@@ -80,6 +85,25 @@ class CampaignResult:
     @property
     def valid(self) -> int:
         return self.generated - self.invalid
+
+    def to_dict(self) -> dict:
+        """The result as plain data (what a shard sends its campaign, across processes and Ray); the result
+        itself is not changed. ``from_dict`` reads it back."""
+        d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name not in _OWN_SHAPE}
+        return {**d, "settings": self.settings.to_dict(), "findings": [f.to_dict() for f in self.findings],
+                "flaky": [f.to_dict() for f in self.flaky], "coverage": self.coverage.to_dict(),
+                "stop_reason": self.stop_reason.value if self.stop_reason is not None else None,
+                "context": self.context.to_dict() if self.context is not None else None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CampaignResult:
+        s = dict(d["settings"])
+        settings = Settings(**{**s, "oracles": tuple(s["oracles"]) if s.get("oracles") is not None else None})
+        return cls(**{k: copy.deepcopy(v) for k, v in d.items() if k not in _OWN_SHAPE}, settings=settings,
+                   findings=[Finding.from_dict(f) for f in d["findings"]],
+                   flaky=[Finding.from_dict(f) for f in d["flaky"]], coverage=Coverage.from_dict(d["coverage"]),
+                   stop_reason=StopReason(d["stop_reason"]) if d["stop_reason"] is not None else None,
+                   context=Context.from_dict(d["context"]))
 
     def count_known_crash_skip(self, cause_id: str, short: str, n: int = 1) -> None:
         self.known_crash_skips += n

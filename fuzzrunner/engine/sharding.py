@@ -12,7 +12,6 @@ import os
 import signal
 import time
 from contextlib import contextmanager
-from dataclasses import replace
 
 from ..errors import HarnessError
 from ..finding import Finding, merge_all
@@ -74,10 +73,10 @@ def end_shard(queue) -> None:
     exit_now(0)
 
 
-def portable_result(res: CampaignResult) -> CampaignResult:
-    """A copy of a shard's result that can travel between processes (findings as dicts, as ``Merger.done``
-    takes them); ``res`` keeps its findings (it turned them into dicts in place)."""
-    return replace(res, findings=[f.to_dict() for f in res.findings], flaky=[f.to_dict() for f in res.flaky])
+def portable_result(res: CampaignResult) -> dict:
+    """A shard's result as it travels between processes (``CampaignResult.to_dict``; the campaign reads it
+    back with ``from_dict``). It used to be the result itself, its findings turned into dicts in place."""
+    return res.to_dict()
 
 
 class Merger:
@@ -129,8 +128,8 @@ class Merger:
         into.warnings += [w for w in r.warnings if w not in into.warnings]  # each shard says it once
         into.timeline = _merge_timelines(into.timeline, r.timeline)
         into.coverage.merge(r.coverage)
-        into.flaky += [f for f in map(Finding.from_dict, r.flaky) if all(f.id != g.id for g in into.flaky)]
-        into.findings = merge_all(into.findings, [Finding.from_dict(d) for d in r.findings])
+        into.flaky += [f for f in r.flaky if all(f.id != g.id for g in into.flaky)]
+        into.findings = merge_all(into.findings, list(r.findings))
         into.stop_reason = R.StopReason.of_shards(into.stop_reason, r.stop_reason)
 
 
@@ -223,7 +222,7 @@ def _collect(queue, procs, merger: Merger, deadline: float | None = None) -> Non
 
     def done(e: dict) -> None:
         ended.append(e)
-        merger.done(e["result"])
+        merger.done(CampaignResult.from_dict(e["result"]))
 
     failed: dict[str, int] = {}  # message -> shards that failed so: said once, counted
 
