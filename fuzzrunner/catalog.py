@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from .target import BUILTIN
+from .target_spec import TargetSpec
 
 # the targets whose code under test may be missing here: a check that imports no engine -> (ok, where or why)
 AVAILABILITY = {"vllm_lora": "fuzzrunner.targets.vllm_lora:vllm_available",
@@ -48,8 +49,8 @@ def about(name: str) -> About:
 
 def _docstring_line(spec: str, name: str) -> str:
     """The first sentence of the docstring of the module ``spec`` names, without its ``Target ``name``:``."""
-    module = spec.rpartition(":")[0]
-    path = module if module.endswith(".py") else _source_of(module)
+    parsed = TargetSpec.parse(spec)
+    path = parsed.file or _source_of(parsed.module)
     try:
         with open(path or "", encoding="utf-8") as f:
             doc = ast.get_docstring(ast.parse(f.read()))

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from . import names
 from .progress import Progress
+from .safe_write import check_distinct_files, check_outputs
+from .target_spec import TargetSpec
 from .text import describe, plural, safe_str
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -227,40 +229,6 @@ def _check_device(s, on_cluster: bool = False):
     return s.override(device=Context.resolve(s, on_cluster=on_cluster, asked_as=flag).device)
 
 
-def _check_outputs(outputs: dict, inputs: dict | None = None) -> None:
-    """Before any case runs: each output path the user named ({flag: path}, None: not asked for) can
-    be written (``safe_write.check_output``: an empty path, a directory, a block device or a socket
-    is refused; /dev/null, /dev/stdout and FIFOs are written in place), no two name one file, and
-    none is one of the ``inputs`` ({what: path}) the command reads (``export F.json -o F.json``)."""
-    from .errors import InvalidArgument
-    from .safe_write import check_output, same_file
-    asked = {flag: p for flag, p in outputs.items() if p is not None}
-    _check_distinct_files(asked)
-    for flag, p in asked.items():
-        for what, source in (inputs or {}).items():
-            if source and p and same_file(p, source):
-                raise InvalidArgument(f"{flag} {p!r} is {what}: writing it would overwrite what is being read. "
-                                      f"Name another file.")
-        check_output(p, flag)
-
-
-def _check_distinct_files(paths: dict) -> None:
-    """Two report flags naming one file (``--report x --junit x``, or ``./x`` and ``x``, or a link):
-    the second write would silently replace the first report. Devices and FIFOs (``/dev/null`` for
-    two of them) are written in place: they may be shared."""
-    from .errors import InvalidArgument
-    from .safe_write import same_file, streamed
-    seen: dict = {}
-    for flag, p in paths.items():
-        if not p or streamed(p):
-            continue
-        other = next((f for f, q in seen.items() if same_file(p, q)), None)
-        if other is not None:
-            raise InvalidArgument(f"{other} and {flag} name the same file {p!r}: one would overwrite the other. "
-                                  f"Give each report its own file (--report r.json --junit r.xml --html r.html).")
-        seen[flag] = p
-
-
 def _check_cluster(args) -> None:
     """``--ray`` needs Ray here (the one install line if not); ``--db`` needs ``--ray`` and a Redis URL."""
     from .errors import InvalidArgument
@@ -288,27 +256,19 @@ def _make_folder(folder, flag: str, what: str) -> None:
 # -- output -----------------------------------------------------------------------------------
 
 def _export_all(result, corpus: str) -> None:
-    """A repro script beside the corpus for every finding; a failed export loses only the script."""
-    from .corpus import safe_name
-    from .errors import FuzzrunnerError
-    from .repro import save_repro
-    faults = "+".join(sorted(result.faults))
-    prefix = safe_name(faults) + "." if faults else ""  # as corpus.Corpus names expected findings
-    for f in result.findings:
-        path = Path(corpus) / "repro" / safe_name(result.target) / f"{prefix}{f.id}.py"
-        try:
-            f.repro = str(save_repro(f, path))
-        except (OSError, FuzzrunnerError) as e:
-            print(f"fuzzrunner: warning: no repro for {f.id}: {e}", file=sys.stderr)
-            f.repro = None
+    """A repro script in the corpus for every finding (``repro.save_repros``); a failed one is a warning."""
+    from .repro import save_repros
+    for warning in save_repros(result, corpus):
+        print(f"fuzzrunner: warning: {warning}", file=sys.stderr)
 
 
 def _summary(result, out) -> None:
+    from .engine.result import stop_text
     from .finding import render
     from .report.json_report import cluster_text, skip_lines
     n = len(result.findings)
     out.write(f"{result.target}: {_cases_text(result)} in {result.duration_s:.1f} s (seed {result.seed}), "
-              f"stopped: {result.stop_reason or 'unknown'}; {n} finding{'s' * (n != 1)}\n")
+              f"stopped: {stop_text(result.stop_reason)}; {n} finding{'s' * (n != 1)}\n")
     if getattr(result, "cluster", None):
         out.write(f"  {cluster_text(result.cluster)}\n")
     if getattr(result, "code_under_test", None):
@@ -350,7 +310,8 @@ def _coverage_line(result, out) -> None:
 
 
 def _exit_code(results) -> int:
-    if any(r.stop_reason == "interrupted" for r in results):
+    from .engine.result import StopReason
+    if any(r.stop_reason is StopReason.INTERRUPTED for r in results):
         return EXIT_INTERRUPTED
     if any(r.errors for r in results):
         return EXIT_ERROR
@@ -399,17 +360,18 @@ def _write_reports(report: dict, json_path=None, junit_path=None, html_path=None
 
 def cmd_fuzz(args) -> int:
     from .api import fuzz
-    from .target import load_target, resolve_spec
+    from .target import load_target
     outputs = {"--report": args.report, "--junit": args.junit, "--html": args.html}
-    _check_distinct_files(outputs)
+    check_distinct_files(outputs)
     settings = _settings(args)  # bad flags and targets first: a refused command leaves no folder behind
-    spec = _absolute_spec(resolve_spec(args.target)) if ":" in args.target else args.target
+    given = TargetSpec.parse(args.target)
+    spec = given.absolute() if not given.is_name else args.target
     name = spec
     try:
         target = load_target(spec)
         name = target.name
         target.check_faults(args.fault)
-        _check_outputs(outputs, {"the target file": spec.rpartition(":")[0] if ":" in spec else None})
+        check_outputs(outputs, {"the target file": TargetSpec.parse(spec).file})
         previous = _load_previous(args.previous, [target.name])  # before the corpus: a refused command leaves no folder
         _check_corpus(args.corpus)
         _check_cluster(args)
@@ -433,13 +395,13 @@ def _interrupted_early(args, target: str, settings) -> int:
     """A stop signal before the campaign had a result (the target loading, the workers starting): the reports
     say so (no case ran), if their paths can be written; exit 130. ``target``: its name (its spec if it was
     not loaded yet)."""
-    from .engine.result import STOP_INTERRUPTED, CampaignResult
+    from .engine.result import CampaignResult, StopReason
     from .errors import FuzzrunnerError
     with args.stops.held():
         _error("interrupted before the campaign ran a case; findings of earlier runs are in the corpus")
-        result = CampaignResult(target, settings, settings.seed, tuple(args.fault), stop_reason=STOP_INTERRUPTED)
+        result = CampaignResult(target, settings, settings.seed, tuple(args.fault), stop_reason=StopReason.INTERRUPTED)
         try:
-            _check_outputs({"--report": args.report, "--junit": args.junit, "--html": args.html})
+            check_outputs({"--report": args.report, "--junit": args.junit, "--html": args.html})
             for p in _write_reports(_report([result], None, None), args.report, args.junit, args.html):
                 print(f"wrote {p}")
         except (FuzzrunnerError, OSError) as e:
@@ -447,64 +409,56 @@ def _interrupted_early(args, target: str, settings) -> int:
     return EXIT_INTERRUPTED
 
 
-def _absolute_spec(spec: str) -> str:
-    """A ``file.py:OBJ`` spec with an absolute path: findings and repro scripts work from anywhere."""
-    module, _, obj = spec.rpartition(":")
-    if module.endswith(".py") or os.sep in module:
-        return f"{os.path.abspath(module)}:{obj}"
-    return spec
-
-
 def _replay_one(replayer, path, args) -> int:
-    """1 reproduced, 0 not, 2 could not run; prints one verdict line (and what it saw)."""
+    """1 a violation shows, 0 none, 2 could not run or check; prints one verdict line (and what it saw)."""
     from .corpus import load_any
     from .errors import FuzzrunnerError
-    from .finding import limitations
     from .target import BUILTIN
     try:
         case, finding = load_any(path)
-        spec = _absolute_spec(args.target) if args.target else (finding.target_spec if finding and
-                                                                 finding.target_spec else case.target)
-        if not args.target and ":" not in spec and spec not in BUILTIN:
+        spec = TargetSpec.parse(args.target).absolute() if args.target else \
+            (finding.target_spec if finding and finding.target_spec else case.target)
+        if not args.target and TargetSpec.parse(spec).is_name and spec not in BUILTIN:
             _error(f"could not run {path}: it is a case of target {spec!r}, which is not built in: name yours "
                    f"with --target path/to/file.py:OBJ")
             return EXIT_ERROR
-        violations = replayer.run(case, spec, _replay_timeout(args, finding))
+        replay = replayer.verdict(case, spec, finding, _replay_timeout(args, finding))
     except FuzzrunnerError as e:
         message = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
         _error(f"could not run {message}")
         return EXIT_ERROR
-    limits = limitations(violations)
-    violations = [v for v in violations if not any(v is x for x in limits)]
-    for v in limits:
+    for v in replay.limits:
         print(f"fuzzrunner: warning: {path}: tool limitation: {v.message}", file=sys.stderr)
-    if limits and not violations:  # the tool could not run the case here: that proves nothing
+    _say_replay(path, replay, finding)
+    return _replay_exits()[replay.verdict]
+
+
+def _replay_exits() -> dict:
+    from .engine.replay import Verdict
+    return {Verdict.REPRODUCED: EXIT_FINDINGS, Verdict.MOVED: EXIT_FINDINGS, Verdict.OTHERS: EXIT_FINDINGS,
+            Verdict.GONE: EXIT_OK, Verdict.CANNOT_CHECK: EXIT_ERROR, Verdict.LIMITED: EXIT_ERROR}
+
+
+def _say_replay(path, replay, finding) -> None:
+    """The verdict's line(s): on stdout what was seen, on stderr why nothing could be concluded."""
+    from .engine.replay import Verdict
+    verdict, violations = replay.verdict, replay.violations
+    if verdict is Verdict.LIMITED:
         print(f"fuzzrunner: error: could not run {path}: a tool limitation (above)", file=sys.stderr)
-        return EXIT_ERROR
-    if finding is not None:
-        same = finding.reproduced_by(violations)
-        if same:
-            moved = finding.moved(violations)
-            where = moved[0].site or moved[0].location if moved else ""
-            note = f" (its access is now in {where}: a renamed or moved function or file)" if moved else ""
-            print(f"{path}: REPRODUCED {finding.signature.short()}{note}\n    {same[0].message}")
-            return EXIT_FINDINGS
-        other = replayer.other_shadow_mode(finding)
-        if not violations and other:  # another mode sees other accesses: no proof that the bug is gone
-            _error(f"could not check {path}: not reproduced, but {other}")
-            return EXIT_ERROR
-        if not violations:
-            print(f"{path}: NOT REPRODUCED ({finding.signature.short()})")
-            return EXIT_OK
-        print(f"{path}: the original violation is gone, but others appear:")
-    elif violations:
-        print(f"{path}: {len(violations)} violation{'s' * (len(violations) != 1)}")
-    else:
-        print(f"{path}: ok")
-        return EXIT_OK
-    for v in violations:
-        print(f"    {v.signature.short()}: {v.message}")
-    return EXIT_FINDINGS
+    elif verdict is Verdict.CANNOT_CHECK:
+        _error(f"could not check {path}: not reproduced, but {replay.unchecked}")
+    elif verdict in (Verdict.REPRODUCED, Verdict.MOVED):
+        where = replay.same[0].site or replay.same[0].location  # a moved bug's "same" is its access elsewhere
+        note = f" (its access is now in {where}: a renamed or moved function or file)" \
+            if verdict is Verdict.MOVED else ""
+        print(f"{path}: REPRODUCED {finding.signature.short()}{note}\n    {replay.same[0].message}")
+    elif verdict is Verdict.GONE:
+        print(f"{path}: NOT REPRODUCED ({finding.signature.short()})" if finding is not None else f"{path}: ok")
+    else:  # OTHERS
+        print(f"{path}: the original violation is gone, but others appear:" if finding is not None
+              else f"{path}: {len(violations)} violation{'s' * (len(violations) != 1)}")
+        for v in violations:
+            print(f"    {v.signature.short()}: {v.message}")
 
 
 def _replay_timeout(args, finding) -> float | None:
@@ -542,8 +496,8 @@ def cmd_export(args) -> int:
                                   f"script: give a folder (-o DIR) for one repro_<id>.py each, or one file.")
         _make_folder(out, "-o", "the repro scripts' folder")
     elif not out.is_dir():
-        _check_outputs({"-o": args.output}, {"the finding file being exported": args.finding[0]})
-    target = _absolute_spec(args.target) if args.target else None
+        check_outputs({"-o": args.output}, {"the finding file being exported": args.finding[0]})
+    target = TargetSpec.parse(args.target).absolute() if args.target else None
     code, written = EXIT_OK, set[Path]()
     for file in args.finding:
         try:
@@ -621,7 +575,7 @@ def cmd_nightly(args) -> int:
     _make_folder(args.report_dir, "--report-dir", "report folder")
     report_dir = Path(args.report_dir)
     names = ["report.json", "junit.xml", "report.html", *(f"{t}.{ext}" for t in BUILTIN for ext in ("json", "xml"))]
-    _check_outputs({f"--report-dir's {name}": str(report_dir / name) for name in names})
+    check_outputs({f"--report-dir's {name}": str(report_dir / name) for name in names})
     previous = _load_previous(args.previous, list(BUILTIN))  # before the corpus: a refused command leaves no folder
     _check_corpus(args.corpus)
     _check_cluster(args)

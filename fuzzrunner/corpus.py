@@ -4,10 +4,12 @@ Layout of a corpus directory:
     findings/<target>/<finding id>.json     one file per distinct bug, rewritten as it shrinks; <target> is the
                                             name (a user's target may share a built-in's: each finding is
                                             its recorded spec's, target.recorded_for)
-    expected/<target>/<finding id>.json     findings of campaigns with planted faults (not regressions)
+    expected/<target>/<faults>.<finding id>.json  findings of campaigns with planted faults (not regressions);
+                                            their repro scripts: repro/<target>/<faults>.<finding id>.py
     flaky/<target>/<finding id>.json        crashes a fresh worker did not reproduce (not regressions)
     cases/<target>/<name>.json              cases kept as regression seeds (replayed first)
     quarantine/...                          files that could not be read, moved aside (never deleted)
+    repro/<target>/<finding id>.py          each finding's repro script (``repro_path``; ``repro.save_repros``)
     hypothesis/<target>/                    Hypothesis' example database (if none is plugged in)
     hypothesis/.storage/                    Hypothesis' own caches (never ./.hypothesis in the working directory)
 Every write goes to a temporary file in the same directory, then ``os.replace``: a
@@ -26,8 +28,15 @@ from pathlib import Path
 from .case import Case, parse_json
 from .errors import InvalidCase, NewerSchema, SkippedFile
 from .finding import Finding, is_finding_dict
-from .safe_io import json_files, read_text, subfolders
+from .safe_io import json_files, read_bytes, read_text, subfolders
 from .safe_write import write_file
+
+FINDINGS, CASES = "findings", "cases"  # the regression set's two folders
+
+
+def section_of(path: Path) -> str:
+    """The corpus folder a file of it sits in (``<section>/<target>/<file>``): ``findings``, ``cases``, ..."""
+    return Path(path).parent.parent.name
 
 
 def atomic_write(path: Path | str, text: str, mode: int = 0o644) -> Path:
@@ -53,7 +62,7 @@ class Corpus:
         planted faults is two expected findings, never one merged over the other."""
         self.root = Path(root)
         self.faults = tuple(sorted(faults))
-        self.findings_dir = self.root / ("expected" if expected or faults else "findings")
+        self.findings_dir = self.root / ("expected" if expected or faults else FINDINGS)
         self._prefix = safe_name("+".join(self.faults)) + "." if self.faults else ""
 
     def finding_path(self, target: str, finding_id: str) -> Path:
@@ -61,6 +70,11 @@ class Corpus:
 
     def save_finding(self, target: str, finding: Finding) -> Path:
         return atomic_write(self.finding_path(target, finding.id), json.dumps(finding.to_dict(), indent=2))
+
+    def repro_path(self, target: str, finding_id: str) -> Path:
+        """Where the repro script of a finding of ``target`` goes, named as its finding file is (one bug seen
+        under two planted faults is two scripts)."""
+        return self.root / "repro" / safe_name(target) / f"{self._prefix}{finding_id}.py"
 
     def set_aside(self, target: str, finding: Finding) -> Path:
         """Move a finding that did not reproduce out of the regression set, into ``flaky/``."""
@@ -77,7 +91,7 @@ class Corpus:
         return Finding.load(path) if path.exists() else None
 
     def save_case(self, case: Case, name: str) -> Path:
-        return atomic_write(self.root / "cases" / safe_name(case.target) / f"{safe_name(name)}.json",
+        return atomic_write(self.root / CASES / safe_name(case.target) / f"{safe_name(name)}.json",
                             case.to_json(indent=2))
 
     def _files(self, base: Path, target: str | None, on_skip) -> list[Path]:
@@ -85,6 +99,24 @@ class Corpus:
         ``load_any`` reads each through ``safe_io``, which refuses FIFOs, loops and huge files."""
         dirs = [base / safe_name(target)] if target else subfolders(base, on_skip)
         return [p for d in dirs for p in json_files(d)]
+
+    def regression_files(self, on_skip=None) -> list[Path]:
+        """Every target's finding and case files (``findings/``, ``cases/``: what the pytest plugin collects),
+        listed and read as every other reader does (``safe_io``): a FIFO, a symlink loop or a huge file is left
+        out, said through ``on_skip(path, error)``. A file that reads but does not parse is listed: its
+        reader says so."""
+        out = []
+        for path in self._files(self.root / FINDINGS, None, None) + self._files(self.root / CASES, None, None):
+            try:
+                read_bytes(path)
+            except SkippedFile as e:
+                if on_skip is not None:
+                    on_skip(path, e)
+                continue
+            except InvalidCase:
+                pass
+            out.append(path)
+        return out
 
     def entries(self, target: str | None = None, *, on_bad=None) -> list[tuple[Path, Case, Finding | None]]:
         """Every finding, then every case, of ``target``: (path, case, finding or None).
@@ -96,7 +128,7 @@ class Corpus:
         """
         out = []
         skip = (lambda path, e: on_bad(path, None, e)) if on_bad is not None else None
-        for path in self._files(self.findings_dir, target, skip) + self._files(self.root / "cases", target, skip):
+        for path in self._files(self.findings_dir, target, skip) + self._files(self.root / CASES, target, skip):
             try:
                 case, finding = load_any(path)
             except InvalidCase as e:  # a newer fuzzrunner's file, or not a file at all, is left where it is

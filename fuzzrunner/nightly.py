@@ -13,6 +13,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .engine.result import StopReason
 from .errors import FuzzrunnerError
 from .report import build_report, write_reports
 from .settings import Settings
@@ -46,7 +47,7 @@ class NightlyRun:
 
     @property
     def interrupted(self) -> bool:
-        return any(r.stop_reason == "interrupted" for r in self.results)
+        return any(r.stop_reason is StopReason.INTERRUPTED for r in self.results)
 
 
 def runnable_targets(hooks: NightlyHooks) -> tuple[list[str], dict[str, str]]:
@@ -84,7 +85,7 @@ def run_nightly(settings: Settings, report_dir: Path, *, corpus=None, previous: 
                 try:
                     _write_combined(run, report_dir, previous, previous_path, hooks)
                 except KeyboardInterrupt:  # a stop signal as it is written: written again, said interrupted
-                    run.results[-1].stop_reason = "interrupted"
+                    run.results[-1].stop_reason = StopReason.INTERRUPTED
                     _write_combined(run, report_dir, previous, previous_path, hooks)
     return run
 
@@ -113,6 +114,6 @@ def _one(name: str, settings: Settings, report_dir: Path, corpus, previous, prev
         hooks.reported(name, report)
         write_reports(report, json_path=report_dir / f"{name}.json", junit_path=report_dir / f"{name}.xml")
     except KeyboardInterrupt:  # a stop signal once the target ran: its reports are written all the same
-        result.stop_reason = "interrupted"
+        result.stop_reason = StopReason.INTERRUPTED
         write_reports(build_report([result], previous=previous, previous_source=previous_path),
                       json_path=report_dir / f"{name}.json", junit_path=report_dir / f"{name}.xml")

@@ -155,8 +155,9 @@ class Progress:
             return
         self.view.stop()
         if result is not None:
+            from .engine.result import stop_text
             n = len(result.replayed) + result.examples  # as the summary counts: replayed, generated, shrinking
-            self.stream.write(f"{self.label}stopped: {result.stop_reason or 'unknown'} after {n} "
+            self.stream.write(f"{self.label}stopped: {stop_text(result.stop_reason)} after {n} "
                               f"case{'s' * (n != 1)} in {result.duration_s:.1f} s\n")
         self.stream.flush()
 

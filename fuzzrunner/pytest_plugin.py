@@ -24,10 +24,11 @@ from pathlib import Path
 import pytest
 
 from .coverage import PYTEST_PROPERTY
-from .errors import InvalidCase, SkippedFile
+from .errors import InvalidCase
 from .gpus import gpu_for_index, visible_gpus
 from .names import DEVICES, PROFILES, SANITIZERS
-from .safe_io import json_files, read_bytes, read_text, subfolders
+from .safe_io import read_text
+from .target_spec import TargetSpec
 
 _OPTIONS = {  # --fuzzrunner-NAME, and its twin ini option fuzzrunner_NAME; the command line wins
     "profile": "settings profile of fuzz tests (default dev)",
@@ -144,12 +145,13 @@ class _State:
 
     def _spec_path(self, spec: str, bases: list[Path]) -> str:
         """``rel/file.py:OBJ`` made absolute (first base where the file exists); other specs as they are."""
-        path, sep, obj = spec.rpartition(":")
-        if not sep or not (path.endswith(".py") or "/" in path) or os.path.isabs(path):
+        parsed = TargetSpec.parse(spec)
+        path = parsed.file
+        if path is None or os.path.isabs(path):
             return spec
         for base in bases:
             if (base / path).exists():
-                return f"{(base / path).resolve()}:{obj}"
+                return f"{(base / path).resolve()}:{parsed.obj}"
         return spec
 
     def target_spec(self, target, item: pytest.Item) -> str:
@@ -280,19 +282,13 @@ class CorpusFile(pytest.File):
 
 
 def corpus_files(corpus: Path) -> list[Path]:
-    """The corpus' finding and case files, listed and read as every other reader does (``safe_io``):
-    a FIFO, a symlink loop or a huge file is left out with a warning, never opened by a test."""
-    out = []
-    for path in (p for kind in ("findings", "cases") for d in subfolders(corpus / kind) for p in json_files(d)):
-        try:
-            read_bytes(path)
-        except SkippedFile as e:
-            warnings.warn(pytest.PytestWarning(f"fuzzrunner: {e}"), stacklevel=1)
-            continue
-        except InvalidCase:
-            pass  # its item will say it cannot read it
-        out.append(path)
-    return out
+    """The corpus' finding and case files (``Corpus.regression_files``): a FIFO, a symlink loop or a huge
+    file is left out with a warning, never opened by a test; one that does not parse, its item says so."""
+    from .corpus import Corpus  # the standard library, the case and finding records: no engine, no torch
+
+    def skipped(path, e) -> None:
+        warnings.warn(pytest.PytestWarning(f"fuzzrunner: {e}"), stacklevel=1)
+    return Corpus(corpus).regression_files(on_skip=skipped)
 
 
 def corpus_item_name(path: Path) -> str:
@@ -304,7 +300,8 @@ def corpus_item_name(path: Path) -> str:
         parts = [sig.get("kind", ""), files_only(sig.get("tensor", "")), files_only(sig.get("kernel", "")), data["id"]]
     except (InvalidCase, ValueError, KeyError, TypeError, AttributeError):
         # a case, or a file its item will say it cannot read
-        parts = ["finding" if path.parent.parent.name == "findings" else "case", path.stem]
+        from .corpus import FINDINGS, section_of
+        parts = ["finding" if section_of(path) == FINDINGS else "case", path.stem]
     name = "-".join(p for p in parts if p)
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 

@@ -20,8 +20,10 @@ import pytest
 from . import names
 from .corpus import atomic_write, load_any, safe_name
 from .coverage import PYTEST_PROPERTY
+from .engine.result import StopReason, stop_text
 from .errors import HarnessError, InvalidArgument, InvalidCase
 from .finding import Finding, case_text, render
+from .target_spec import TargetSpec
 from .text import plural
 
 
@@ -64,7 +66,8 @@ class FuzzCampaign:
         r = self.result
         n = len(r.findings)
         lines = [f"fuzzrunner found {plural(n, 'bug')} in target {r.target!r} ({plural(r.examples, 'case')} in "
-                 f"{r.duration_s:.1f} s, seed {r.seed}, profile {self.profile!r}, stopped: {r.stop_reason}):"]
+                 f"{r.duration_s:.1f} s, seed {r.seed}, profile {self.profile!r}, "
+                 f"stopped: {stop_text(r.stop_reason)}):"]
         for i, f in enumerate(sorted(r.findings, key=lambda f: f.first_found_after_examples), 1):
             lines += ["", f"{i}. " + render(f, indent="   ", with_case=True)]
             lines += ["   " + line for line in self._export(f)]
@@ -145,7 +148,7 @@ def run_marked_campaign(item: pytest.Item, marker, state) -> FuzzCampaign:
         failure = f"the harness broke (this is not a finding): {e}"
     if failure:  # outside the except: the one line, without "During handling of the above exception"
         pytest.fail(failure, pytrace=False)
-    if result.stop_reason == "interrupted":  # Ctrl-C or SIGTERM: the campaign stopped cleanly; so does pytest
+    if result.stop_reason is StopReason.INTERRUPTED:  # Ctrl-C or SIGTERM: the campaign stopped cleanly; so does pytest
         raise KeyboardInterrupt(f"fuzzrunner campaign of {spec} interrupted")
     item.user_properties.append(("fuzzrunner_cases", result.examples))
     if state.show_coverage:  # only then: user properties also go into JUnit XML
@@ -207,7 +210,9 @@ def _importable(*dirs: Path):
 # -- the corpus as regression tests -----------------------------------------------------------
 
 def replay_corpus_file(path: Path, state) -> None:
-    """Replay one finding or case file in a worker; raise ``CorpusRegression`` if anything shows."""
+    """Replay one finding or case file in a worker: pass while nothing shows (``Verdict.GONE``), raise
+    ``CorpusRegression`` while anything does (a tool's limitation alone too), fail when it cannot be checked."""
+    from .engine.replay import Verdict
     try:
         case, finding = load_any(path)
     except InvalidCase as e:
@@ -216,25 +221,24 @@ def replay_corpus_file(path: Path, state) -> None:
     spec = _own_spec(finding) or _target_for(case.target, state, finding.target_spec if finding else "")
     try:
         with sigterm_stops():
-            violations = _replayer(state).run(case, spec, finding.case_timeout_s if finding else None)
+            replay = _replayer(state).verdict(case, spec, finding, finding.case_timeout_s if finding else None)
     except InvalidCase as e:
         raise CorpusRegression(f"{path} no longer runs on target {case.target!r}: {e}") from None
-    if violations:
-        raise CorpusRegression(_regression_report(path, case, finding, violations, spec))
-    other = _replayer(state).other_shadow_mode(finding)
-    if other:  # not reproduced in the other shadow mode: no proof that the bug is gone
-        pytest.fail(f"{path}: could not check: not reproduced, but {other}", pytrace=False)
+    if replay.verdict.shows or replay.verdict is Verdict.LIMITED:
+        raise CorpusRegression(_regression_report(path, case, finding, replay, spec))
+    if replay.verdict is Verdict.CANNOT_CHECK:  # not reproduced in the other shadow mode: no proof it is gone
+        pytest.fail(f"{path}: could not check: not reproduced, but {replay.unchecked}", pytrace=False)
 
 
-def _regression_report(path, case, finding, violations, spec) -> str:
-    same = finding.reproduced_by(violations) if finding is not None else []
+def _regression_report(path, case, finding, replay, spec) -> str:
+    violations, same = replay.seen, replay.same
     if same:
         head = [f"{path}: the saved bug REPRODUCES", f"  {same[0].signature.short()}", f"  {same[0].message}"]
         rest = [v for v in violations if v is not same[0]]
     else:
         was = f" (saved for: {finding.signature.short()})" if finding else ""
         head = [f"{path}: {len(violations)} violation{'s' * (len(violations) != 1)}{was}"]
-        rest = violations
+        rest = list(violations)
     rest = sorted(rest, key=lambda v: names.KINDS[v.kind].priority)
     head += [f"  also: {v.signature.short()}: {v.message}" for v in rest[:3]]
     if len(rest) > 3:
@@ -253,8 +257,8 @@ def _own_spec(finding) -> str | None:
     spec = finding.target_spec if finding is not None else ""
     if spec and is_builtin(spec):
         return spec
-    path, sep, _ = spec.rpartition(":")
-    return spec if sep and path.endswith(".py") and os.path.isfile(path) else None
+    path = TargetSpec.parse(spec).file
+    return spec if path is not None and os.path.isfile(path) else None
 
 
 def _target_for(name: str, state, recorded: str | None = "") -> str:

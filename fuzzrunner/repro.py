@@ -21,6 +21,8 @@ import os
 from pathlib import Path
 
 from . import names
+from .corpus import Corpus
+from .errors import FuzzrunnerError
 from .finding import Finding
 from .safe_write import write_error, write_file
 from .target import BUILTIN
@@ -42,6 +44,20 @@ def save_repro(finding: Finding, path: str | os.PathLike, *, target: str | None 
     """``export_repro`` into a folder fuzzrunner keeps (the corpus' ``repro/``, the pytest plugin's): a
     symlink there is replaced, never followed out of it."""
     return _write(finding, path, oracle=None, target=target, follow=False)
+
+
+def save_repros(result, corpus: str | os.PathLike) -> list[str]:
+    """A repro script in the corpus for every finding of campaign ``result`` (``Corpus.repro_path``), each
+    finding's ``repro`` set to it; a failed export loses only its script: one warning each, returned."""
+    store = Corpus(corpus, faults=result.faults)
+    warnings = []
+    for f in result.findings:
+        try:
+            f.repro = str(save_repro(f, store.repro_path(result.target, f.id)))
+        except (OSError, FuzzrunnerError) as e:
+            warnings.append(f"no repro for {f.id}: {e}")
+            f.repro = None
+    return warnings
 
 
 def _write(finding, path, *, oracle, target, follow: bool) -> Path:

@@ -305,3 +305,33 @@ def same_file(a, b) -> bool:
 
 def _show(path) -> str:
     return os.fsdecode(path) if isinstance(path, bytes) else str(path)
+
+
+def check_outputs(outputs: dict, inputs: dict | None = None) -> None:
+    """Before any case runs (a front end's flags): each output path the user named ({flag: path}, None: not
+    asked for) can be written (``check_output``: an empty path, a directory, a block device or a socket is
+    refused; /dev/null, /dev/stdout and FIFOs are written in place), no two name one file, and none is one of
+    the ``inputs`` ({what: path}) the command reads (``export F.json -o F.json``)."""
+    asked = {flag: p for flag, p in outputs.items() if p is not None}
+    check_distinct_files(asked)
+    for flag, p in asked.items():
+        for what, source in (inputs or {}).items():
+            if source and p and same_file(p, source):
+                raise InvalidArgument(f"{flag} {p!r} is {what}: writing it would overwrite what is being read. "
+                                      f"Name another file.")
+        check_output(p, flag)
+
+
+def check_distinct_files(paths: dict) -> None:
+    """Two report flags naming one file (``--report x --junit x``, or ``./x`` and ``x``, or a link):
+    the second write would silently replace the first report. Devices and FIFOs (``/dev/null`` for
+    two of them) are written in place: they may be shared."""
+    seen: dict = {}
+    for flag, p in paths.items():
+        if not p or streamed(p):
+            continue
+        other = next((f for f, q in seen.items() if same_file(p, q)), None)
+        if other is not None:
+            raise InvalidArgument(f"{other} and {flag} name the same file {p!r}: one would overwrite the other. "
+                                  f"Give each report its own file (--report r.json --junit r.xml --html r.html).")
+        seen[flag] = p

@@ -26,6 +26,7 @@ from .callbacks import function_kind, refuse_async, refuse_awaitable, value_kind
 from .case import Case
 from .errors import HarnessError, InvalidArgument, InvalidCase, TargetError, did_you_mean
 from .safe_io import json_files
+from .target_spec import TargetSpec
 from .text import describe, safe_repr, safe_str, type_name
 
 BUILTIN = {
@@ -43,7 +44,8 @@ def register_target(name: str, spec: str) -> None:
     """Name a target (a plug-in's): ``--target NAME``, ``fuzzrunner targets``, the nightly, corpus items and
     repro scripts find it as they find a built-in one. ``spec``: ``package.module:OBJ``, importable in every
     process (a worker loads it by that spec). Registering the same again is harmless."""
-    if not isinstance(name, str) or not name or ":" in name or not isinstance(spec, str) or ":" not in spec:
+    if not isinstance(name, str) or not name or ":" in name or not isinstance(spec, str) \
+            or TargetSpec.parse(spec).is_name:
         raise InvalidArgument(f"register_target({name!r}, {spec!r}): give a name without ':' and a spec "
                               f"'package.module:OBJ' (OBJ a Target, or a callable returning one).")
     if name in _SHIPPED and spec != _SHIPPED[name]:
@@ -288,11 +290,9 @@ def _import_module(module_part: str):
 
 
 def _import_object(spec: str):
-    module_part, _, obj_name = spec.rpartition(":")
-    if module_part.endswith(".py") or os.sep in module_part:
-        module = _exec_file(module_part)
-    else:
-        module = _import_module(module_part)
+    parsed = TargetSpec.parse(spec)
+    module_part, obj_name = parsed.module, parsed.obj
+    module = _exec_file(module_part) if parsed.is_file else _import_module(module_part)
     if not hasattr(module, obj_name):
         raise InvalidArgument(f"target module {module_part!r} has no object {obj_name!r}.")
     return getattr(module, obj_name)
@@ -300,7 +300,7 @@ def _import_object(spec: str):
 
 def resolve_spec(spec: str) -> str:
     """A built-in name -> its module spec; anything else as it is."""
-    if ":" in spec:
+    if not TargetSpec.parse(spec).is_name:
         return spec
     if spec not in BUILTIN:
         hint = did_you_mean(spec, BUILTIN)

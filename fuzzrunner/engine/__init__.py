@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import importlib
 
-_EXPORTS = {"CampaignResult": ".result", "run_campaign": ".campaign", "Hub": ".hub", "WorkerSpec": ".hub"}
+_EXPORTS = {"CampaignResult": ".result", "StopReason": ".result", "run_campaign": ".campaign", "Hub": ".hub",
+            "WorkerSpec": ".hub"}
 
 __all__ = sorted(_EXPORTS)
 

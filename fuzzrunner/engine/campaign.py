@@ -82,7 +82,7 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
         if result is None:  # nothing ran yet: the caller's stop
             raise
         result.seed, result.context, result.code_under_test = plan.seed, plan.context, dict(plan.code)
-        result.stop_reason = R.STOP_INTERRUPTED
+        result.stop_reason = R.StopReason.INTERRUPTED
     return result
 
 
@@ -167,17 +167,17 @@ def _triage(result: CampaignResult, plan: CampaignPlan, triage) -> None:
 
 def _check_floor(r: CampaignResult, settings: Settings) -> None:
     """Never pass on nothing: too few valid cases is an error, few is a warning."""
-    if r.stop_reason == R.STOP_INTERRUPTED:
+    if r.stop_reason is R.StopReason.INTERRUPTED:
         return
     if r.valid < settings.min_valid:
         why = ("See the error(s) above." if r.errors  # (a shard or the target failed: that is the cause)
                else f"The {settings.budget_s:g} s budget ended first: it counts the start-up too (imports, the "
-                    f"workers' start), so raise --budget." if r.stop_reason == R.STOP_BUDGET
+                    f"workers' start), so raise --budget." if r.stop_reason is R.StopReason.BUDGET
                else "Check the target's strategy, or raise the budget.")
         r.errors.append(f"only {r.valid} valid case(s) ran ({r.generated} generated, {r.invalid} rejected by "
-                        f"the target; stop: {r.stop_reason or 'unknown'}), below the floor of "
+                        f"the target; stop: {R.stop_text(r.stop_reason)}), below the floor of "
                         f"{settings.min_valid}: this campaign tested (almost) nothing. {why}")
-    elif r.stop_reason == R.STOP_BUDGET and r.valid < FEW_CASES:
+    elif r.stop_reason is R.StopReason.BUDGET and r.valid < FEW_CASES:
         r.warnings.append(f"only {r.valid} valid case(s) ran before the {settings.budget_s:g} s budget ended "
                           f"(of {settings.max_examples} asked): this run tested little of the case space; "
                           f"give it more time (--budget).")

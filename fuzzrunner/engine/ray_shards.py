@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from ..corpus import Corpus
 from ..errors import HarnessError, InvalidArgument, NewerSchema, TargetUnavailable
 from ..finding import merge_all
+from ..target_spec import TargetSpec
 from ..text import describe, plural
 from . import events
 from . import result as R
@@ -73,11 +74,11 @@ def ray_session(address: str, runtime_env: dict | None = None):
 def packaged(spec: str) -> tuple[str, dict]:
     """A ``FILE.py:OBJ`` target travels as its folder (Ray's ``working_dir``): the spec the
     shards load and the runtime environment that ships it; a module spec travels as it is."""
-    module, _, obj = spec.rpartition(":")
-    if not module.endswith(".py"):
+    parsed = TargetSpec.parse(spec)
+    if parsed.file is None:
         return spec, {}
-    path = os.path.abspath(module)
-    return f"{os.path.basename(path)}:{obj}", {"working_dir": os.path.dirname(path)}
+    path = os.path.abspath(parsed.file)
+    return f"{os.path.basename(path)}:{parsed.obj}", {"working_dir": os.path.dirname(path)}
 
 
 @dataclass
@@ -195,7 +196,7 @@ class _Driver:
 
         def done(m: dict) -> None:
             self.finished.add((index, run))
-            self.merger.done(m["result"])
+            self.merger.done(CampaignResult.from_dict(m["result"]))
 
         def error(m: dict) -> None:
             self.finished.add((index, run))
@@ -358,7 +359,7 @@ def _campaign(ray, plan: CampaignPlan, shard_spec: str, on_event, db_url) -> Cam
     except KeyboardInterrupt:
         _kill(ray, actors)  # what they found is with the driver already
         driver.drain(inbox)
-        merged.stop_reason = R.STOP_INTERRUPTED
+        merged.stop_reason = R.StopReason.INTERRUPTED
     except ray.exceptions.RayError as e:  # the driver's own actors or the cluster went away
         merged.errors.append(f"the Ray cluster failed under the campaign ({type(e).__name__}: "
                              f"{' '.join(str(e).split())[:200]}); what the shards sent before is in the corpus")

@@ -2,16 +2,20 @@
 
 One hub per target spec, kept for every case of that target (torch starts once), running
 exactly the oracles a campaign with the same settings runs (``names.effective_oracles``).
+``Replayer.verdict`` says what one replay of a saved finding or case proves (a ``Verdict``); the
+CLI maps it to an exit code, the pytest plugin to a pass or a failure.
 """
 
 from __future__ import annotations
 
+import enum
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..case import Case
 from ..context import Context
 from ..env_defaults import SHADOW_ENV
+from ..finding import Finding, limitations
 from ..names import effective_oracles
 from ..oracles.shadow import prepare_device_mode
 from ..settings import Settings
@@ -23,6 +27,71 @@ from .plan import worker_spec
 
 class OutOfTime(Exception):
     """The caller's deadline came before the replay ended (its worker was stopped): no verdict."""
+
+
+class Verdict(enum.Enum):
+    """What one replay of a saved finding (or case) proves."""
+
+    REPRODUCED = "reproduced"      # the finding's bug shows again
+    MOVED = "moved"                # it shows again, its access now at another site (a renamed or moved function/file)
+    OTHERS = "others"              # violations show, none of them the finding's (a case file: any violation)
+    GONE = "gone"                  # nothing shows: the bug is fixed (a case runs clean)
+    CANNOT_CHECK = "cannot check"  # nothing shows, but the finding is the other shadow mode's: no proof it is gone
+    LIMITED = "limited"            # only the tool's own limitations show: the case could not be checked here
+
+    @property
+    def shows(self) -> bool:
+        """A violation shows: a corpus item fails, ``fuzzrunner replay`` exits 1."""
+        return self in (Verdict.REPRODUCED, Verdict.MOVED, Verdict.OTHERS)
+
+    def describe(self) -> str:
+        return _DESCRIPTIONS[self]
+
+
+_DESCRIPTIONS = {
+    Verdict.REPRODUCED: "the saved bug shows again",
+    Verdict.MOVED: "the saved bug shows again, its access at another site (a renamed or moved function or file)",
+    Verdict.OTHERS: "violations show that are not the saved bug's",
+    Verdict.GONE: "no violation shows",
+    Verdict.CANNOT_CHECK: "not reproduced, but by the other shadow mode than the one that found it: no proof",
+    Verdict.LIMITED: "only a tool limitation shows: the case could not be checked here",
+}
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One replay judged: its ``verdict`` and what it rests on."""
+
+    verdict: Verdict
+    seen: tuple[Violation, ...] = ()    # every violation of the run, the tool's limitations included
+    limits: tuple[Violation, ...] = ()  # the tool's limitations among them (never a finding, always said)
+    same: tuple[Violation, ...] = ()    # the finding's bug among them (REPRODUCED, MOVED)
+    unchecked: str = ""                 # CANNOT_CHECK: why not reproduced proves nothing here
+
+    @property
+    def violations(self) -> list[Violation]:
+        """What the run saw, the tool's limitations left out."""
+        return [v for v in self.seen if not any(v is x for x in self.limits)]
+
+
+def judge(seen: list[Violation], finding: Finding | None, other_mode: str | None = None) -> Replay:
+    """The verdict of a replay that saw ``seen``, of ``finding`` (None: a case file); ``other_mode``: why
+    not reproducing it proves nothing here (``Replayer.other_shadow_mode``), if it does not."""
+    limits = tuple(limitations(seen))
+    rest = [v for v in seen if not any(v is x for x in limits)]
+    same = finding.reproduced_by(rest) if finding is not None else []
+    if limits and not rest:  # the tool could not run the case here: that proves nothing
+        verdict = Verdict.LIMITED
+    elif finding is not None and same:
+        verdict = Verdict.MOVED if finding.moved(rest) else Verdict.REPRODUCED
+    elif rest:
+        verdict = Verdict.OTHERS
+    elif other_mode:  # another mode sees other accesses: no proof that the bug is gone
+        verdict = Verdict.CANNOT_CHECK
+    else:
+        verdict = Verdict.GONE
+    return Replay(verdict, tuple(seen), limits, tuple(same),
+                  other_mode or "" if verdict is Verdict.CANNOT_CHECK else "")
 
 
 class Replayer:
@@ -75,6 +144,12 @@ class Replayer:
         if result.budget_cut:
             raise OutOfTime(f"stopped after {result.seconds:.1f} s: the deadline came first")
         return result.violations
+
+    def verdict(self, case: Case, spec: str, finding: Finding | None = None, timeout_s: float | None = None,
+                cut_at: float = math.inf) -> Replay:
+        """Replay ``case`` (``run``: its errors, its timeout) and judge what it proves of ``finding`` (None: a
+        case file)."""
+        return judge(self.run(case, spec, timeout_s, cut_at), finding, self.other_shadow_mode(finding))
 
     def close(self) -> None:
         for hub in self.hubs.values():

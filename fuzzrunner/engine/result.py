@@ -2,18 +2,54 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+import enum
+from dataclasses import dataclass, field, fields
 
 from ..context import Context
 from ..coverage import Coverage
+from ..finding import Finding
 from ..settings import Settings
 
-# Why a campaign stopped.
-STOP_MAX_EXAMPLES = "max-examples"     # the example budget was spent
-STOP_BUDGET = "budget"                 # the time budget was spent
-STOP_INTERRUPTED = "interrupted"       # SIGINT / SIGTERM
-STOP_WRITE_ERROR = "write-error"       # a finding could not be written (it is kept in the result)
-STOP_EXHAUSTED = "exhausted"           # Hypothesis ran out of distinct cases to try
+
+class StopReason(enum.Enum):
+    """Why a campaign (or one shard of it) stopped. Its value is what the reports write (``stop_reason``;
+    ``unknown`` for none: ``stop_text``); compare members, never those strings."""
+
+    MAX_EXAMPLES = "max-examples"
+    BUDGET = "budget"
+    INTERRUPTED = "interrupted"
+    WRITE_ERROR = "write-error"
+    EXHAUSTED = "exhausted"
+
+    def describe(self) -> str:
+        return _STOP_DESCRIPTIONS[self]
+
+    @classmethod
+    def of_shards(cls, *reasons: StopReason | None) -> StopReason | None:
+        """The campaign's reason of its shards' (None: a shard that said none): the first of interrupted,
+        write-error, budget, max-examples, exhausted that one of them stopped for."""
+        said = [r for r in reasons if r is not None]
+        return min(said, key=_SHARD_ORDER.index) if said else None
+
+
+_STOP_DESCRIPTIONS = {
+    StopReason.MAX_EXAMPLES: "the example budget was spent",
+    StopReason.BUDGET: "the time budget was spent",
+    StopReason.INTERRUPTED: "a stop signal (SIGINT, SIGTERM, SIGHUP) ended it",
+    StopReason.WRITE_ERROR: "a finding could not be written (it is kept in the result)",
+    StopReason.EXHAUSTED: "Hypothesis ran out of distinct cases to try",
+}
+_SHARD_ORDER = (StopReason.INTERRUPTED, StopReason.WRITE_ERROR, StopReason.BUDGET, StopReason.MAX_EXAMPLES,
+                StopReason.EXHAUSTED)
+
+
+_OWN_SHAPE = {"settings", "findings", "flaky", "coverage", "stop_reason", "context"}  # to_dict: their own to_dict
+
+
+def stop_text(reason: StopReason | None) -> str:
+    """The reason as the reports and the summaries write it: its value, ``unknown`` for none."""
+    return reason.value if reason is not None else "unknown"
 
 
 @dataclass
@@ -38,7 +74,7 @@ class CampaignResult:
     worker_recycles: int = 0           # workers closed between cases because their memory grew (rss.py)
     budget_cut_cases: int = 0          # cases stopped mid-run because the time budget ran out (not findings)
     worker_s: float = 0.0              # seconds the workers spent on cases (send to result), summed over shards
-    stop_reason: str = ""
+    stop_reason: StopReason | None = None
     warnings: list = field(default_factory=list)
     errors: list = field(default_factory=list)       # why the campaign could not finish cleanly
     coverage: Coverage = field(default_factory=Coverage)  # features of the valid cases run (replayed, generated)
@@ -49,6 +85,25 @@ class CampaignResult:
     @property
     def valid(self) -> int:
         return self.generated - self.invalid
+
+    def to_dict(self) -> dict:
+        """The result as plain data (what a shard sends its campaign, across processes and Ray); the result
+        itself is not changed. ``from_dict`` reads it back."""
+        d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name not in _OWN_SHAPE}
+        return {**d, "settings": self.settings.to_dict(), "findings": [f.to_dict() for f in self.findings],
+                "flaky": [f.to_dict() for f in self.flaky], "coverage": self.coverage.to_dict(),
+                "stop_reason": self.stop_reason.value if self.stop_reason is not None else None,
+                "context": self.context.to_dict() if self.context is not None else None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CampaignResult:
+        s = dict(d["settings"])
+        settings = Settings(**{**s, "oracles": tuple(s["oracles"]) if s.get("oracles") is not None else None})
+        return cls(**{k: copy.deepcopy(v) for k, v in d.items() if k not in _OWN_SHAPE}, settings=settings,
+                   findings=[Finding.from_dict(f) for f in d["findings"]],
+                   flaky=[Finding.from_dict(f) for f in d["flaky"]], coverage=Coverage.from_dict(d["coverage"]),
+                   stop_reason=StopReason(d["stop_reason"]) if d["stop_reason"] is not None else None,
+                   context=Context.from_dict(d["context"]))
 
     def count_known_crash_skip(self, cause_id: str, short: str, n: int = 1) -> None:
         self.known_crash_skips += n

@@ -187,7 +187,7 @@ class Shard:
         return result.violations
 
     def _budget_spent(self) -> NoReturn:
-        self.result.stop_reason = R.STOP_BUDGET
+        self.result.stop_reason = R.StopReason.BUDGET
         raise BudgetSpent()
 
     def _recycled(self, why: str) -> None:
@@ -218,7 +218,7 @@ class Shard:
         if self.book.write_errors:
             self.result.errors += self.book.write_errors
             self.book.write_errors = []
-            self.result.stop_reason = R.STOP_WRITE_ERROR
+            self.result.stop_reason = R.StopReason.WRITE_ERROR
             raise _Stop()
         return [(f, n) for f, n in recorded if f.id in self.book.by_id]
 
@@ -373,7 +373,7 @@ class Shard:
     # -- the search -----------------------------------------------------------------------
     def _test(self, case: Case) -> None:
         if self.over_budget():
-            self.result.stop_reason = R.STOP_BUDGET
+            self.result.stop_reason = R.StopReason.BUDGET
             raise _Stop()
         r = self.result
         r.examples += 1
@@ -468,7 +468,7 @@ class Shard:
                     self.book.mark_interrupted(fid)
                 return
             except KeyboardInterrupt:
-                self.result.stop_reason = R.STOP_INTERRUPTED
+                self.result.stop_reason = R.StopReason.INTERRUPTED
                 for fid in self._failing:
                     self.book.mark_interrupted(fid)
                 return
@@ -479,10 +479,10 @@ class Shard:
             batch += 1
             generated = self.result.generated - before
             if generated == 0 and not self._failing:
-                self.result.stop_reason = R.STOP_EXHAUSTED  # nothing new to try
+                self.result.stop_reason = R.StopReason.EXHAUSTED  # nothing new to try
                 return
             done += max(1, generated) if self._failing else n
-        self.result.stop_reason = self.result.stop_reason or R.STOP_MAX_EXAMPLES
+        self.result.stop_reason = self.result.stop_reason or R.StopReason.MAX_EXAMPLES
 
     def _close_hubs(self) -> None:
         self.hub.close()
@@ -506,7 +506,7 @@ class Shard:
         try:
             self._close_hubs()
         except KeyboardInterrupt:
-            self.result.stop_reason = R.STOP_INTERRUPTED
+            self.result.stop_reason = R.StopReason.INTERRUPTED
             self._close_hubs()  # (a front end raises only the first stop signal: this one finishes)
         r = self.result
         r.duration_s = self.elapsed()

@@ -35,7 +35,7 @@ def run_shard(plan: CampaignPlan, index: int, quota: int, on_event: Callable | N
             replay_corpus(shard)
             shard.search(quota)
     except KeyboardInterrupt:
-        shard.result.stop_reason = R.STOP_INTERRUPTED
+        shard.result.stop_reason = R.StopReason.INTERRUPTED
     except BudgetSpent:  # the budget ran out during the corpus replay
         pass
     except Refused as r:  # the corpus replay showed the target cannot run here

@@ -49,7 +49,7 @@ def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: in
         queue.put(events.done(portable_result(res)))
     except KeyboardInterrupt:  # stopped before its search began (importing the target): nothing found, no failure
         res = CampaignResult(plan.target_name, plan.settings, plan.seed, plan.faults)
-        res.stop_reason = R.STOP_INTERRUPTED
+        res.stop_reason = R.StopReason.INTERRUPTED
         queue.put(events.done(portable_result(res)))
     except BaseException as e:  # noqa: B036 - report, never hang the parent
         queue.put(events.error(describe(e, 2000)))
@@ -73,11 +73,10 @@ def end_shard(queue) -> None:
     exit_now(0)
 
 
-def portable_result(res: CampaignResult) -> CampaignResult:
-    """A shard's result that can travel between processes (findings as dicts, as ``Merger.done`` takes them)."""
-    res.findings = [f.to_dict() for f in res.findings]
-    res.flaky = [f.to_dict() for f in res.flaky]
-    return res
+def portable_result(res: CampaignResult) -> dict:
+    """A shard's result as it travels between processes (``CampaignResult.to_dict``; the campaign reads it
+    back with ``from_dict``). It used to be the result itself, its findings turned into dicts in place."""
+    return res.to_dict()
 
 
 class Merger:
@@ -129,11 +128,9 @@ class Merger:
         into.warnings += [w for w in r.warnings if w not in into.warnings]  # each shard says it once
         into.timeline = _merge_timelines(into.timeline, r.timeline)
         into.coverage.merge(r.coverage)
-        into.flaky += [f for f in map(Finding.from_dict, r.flaky) if all(f.id != g.id for g in into.flaky)]
-        into.findings = merge_all(into.findings, [Finding.from_dict(d) for d in r.findings])
-        order = (R.STOP_INTERRUPTED, R.STOP_WRITE_ERROR, R.STOP_BUDGET, R.STOP_MAX_EXAMPLES, R.STOP_EXHAUSTED)
-        reasons = [s for s in (into.stop_reason, r.stop_reason) if s]
-        into.stop_reason = min(reasons, key=lambda s: order.index(s) if s in order else 9) if reasons else ""
+        into.flaky += [f for f in r.flaky if all(f.id != g.id for g in into.flaky)]
+        into.findings = merge_all(into.findings, list(r.findings))
+        into.stop_reason = R.StopReason.of_shards(into.stop_reason, r.stop_reason)
 
 
 def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
@@ -161,12 +158,12 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
             if p.is_alive():
                 p.terminate()  # SIGTERM: each shard stops its search and reports
         _collect(queue, procs, merger, deadline=time.monotonic() + SHUTDOWN_WAIT_S)
-        merged.stop_reason = R.STOP_INTERRUPTED
+        merged.stop_reason = R.StopReason.INTERRUPTED
     finally:
         try:
             _end(procs)
         except KeyboardInterrupt:  # a stop signal as the shards end: their results are in, and kept
-            merged.stop_reason = R.STOP_INTERRUPTED
+            merged.stop_reason = R.StopReason.INTERRUPTED
             _end(procs, wait_s=0)
     merged.duration_s = time.monotonic() - start
     return merged
@@ -225,7 +222,7 @@ def _collect(queue, procs, merger: Merger, deadline: float | None = None) -> Non
 
     def done(e: dict) -> None:
         ended.append(e)
-        merger.done(e["result"])
+        merger.done(CampaignResult.from_dict(e["result"]))
 
     failed: dict[str, int] = {}  # message -> shards that failed so: said once, counted
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from ..case import Case, check_schema, check_types, parse_json
+from ..engine.result import stop_text
 from ..errors import InvalidCase
 from ..finding import Finding, check_violation
 from ..safe_io import MAX_REPORT_BYTES, read_text
@@ -121,7 +122,7 @@ def _run_dict(r) -> dict:
             "findings": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.findings],
             "timeline": [[round(t, 3), n, k] for t, n, k in r.timeline],
             # why it ended (an interrupted run's report is partial), and what it kept apart
-            "stop_reason": r.stop_reason or "unknown", "generated": r.generated,
+            "stop_reason": stop_text(r.stop_reason), "generated": r.generated,
             "flaky": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.flaky],
             "quarantined": [{"path": p, "moved_to": m, "why": w} for p, m, w in r.quarantined],
             "warnings": list(r.warnings), "errors": list(r.errors),

@@ -98,11 +98,11 @@ def test_previous_of_another_targets_report_is_refused_before_the_campaign(tmp_p
 
 
 def _report_of_another_target(tmp_path) -> Path:
-    from fuzzrunner.engine.result import CampaignResult
+    from fuzzrunner.engine.result import CampaignResult, StopReason
     from fuzzrunner.report import write_reports
     from fuzzrunner.settings import Settings
     result = CampaignResult("lora_kernels", Settings(), 1, ())
-    result.stop_reason = "max-examples"
+    result.stop_reason = StopReason.MAX_EXAMPLES
     path = tmp_path / "old.json"
     write_reports([result], json_path=path)
     return path

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fuzzrunner.case import Case
-from fuzzrunner.engine.result import CampaignResult
+from fuzzrunner.engine.result import CampaignResult, StopReason
 from fuzzrunner.finding import Finding
 from fuzzrunner.report import build_report, report_dict, write_html
 from fuzzrunner.settings import profile
@@ -62,7 +62,7 @@ def _finding(tensor: str, kind: str = "uninitialized-read", line: int = 103, **d
 
 def _campaign(findings, examples=40) -> CampaignResult:
     r = CampaignResult("reference_runner", profile("ci"), 3, (), examples=examples, generated=examples,
-                       duration_s=8.0, findings=findings, stop_reason="max-examples",
+                       duration_s=8.0, findings=findings, stop_reason=StopReason.MAX_EXAMPLES,
                        timeline=[(0.2 * i, i, int(i >= 4) * len(findings)) for i in range(1, examples + 1)])
     r.coverage.declared = ("op=step", "op=dummy_run", "op=capture")
     for i in range(examples):  # every case steps, every other one has a dummy run; none captures

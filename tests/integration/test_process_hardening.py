@@ -20,6 +20,7 @@ import pytest
 from fuzzrunner.case import Case
 from fuzzrunner.cli import main
 from fuzzrunner.engine import Hub, WorkerSpec
+from fuzzrunner.engine.result import StopReason
 from fuzzrunner.report import load_report
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,7 +239,7 @@ def test_a_stop_signal_once_the_shard_has_its_result_keeps_the_result_as_interru
         result = api.fuzz(spec("RAISES"), max_examples=3, seed=1, corpus=tmp_path / "corpus")
     except KeyboardInterrupt:
         pytest.fail("the stop signal lost the campaign's result")
-    assert result.stop_reason == "interrupted" and result.generated == 3 and result.seed == 1
+    assert result.stop_reason is StopReason.INTERRUPTED and result.generated == 3 and result.seed == 1
 
 
 def test_a_stop_signal_as_a_nightly_writes_a_report_still_writes_every_report(tmp_path, monkeypatch):
@@ -246,8 +247,8 @@ def test_a_stop_signal_as_a_nightly_writes_a_report_still_writes_every_report(tm
     from fuzzrunner.engine.result import CampaignResult
     from fuzzrunner.settings import Settings
     monkeypatch.setattr(nightly, "runnable_targets", lambda hooks: (["reference_runner"], {}))
-    monkeypatch.setattr(api, "fuzz", lambda name, settings, **kw: CampaignResult(name, settings, 1, (),
-                                                                                 stop_reason="max-examples"))
+    monkeypatch.setattr(api, "fuzz", lambda name, settings, **kw: CampaignResult(
+        name, settings, 1, (), stop_reason=StopReason.MAX_EXAMPLES))
     real, calls = nightly.write_reports, []
 
     def write(*args, **kwargs):

@@ -17,6 +17,7 @@ ray = pytest.importorskip("ray", reason="the Ray cluster tests need Ray: pip ins
 from fuzzrunner import cli  # noqa: E402
 from fuzzrunner.api import fuzz  # noqa: E402
 from fuzzrunner.corpus import Corpus  # noqa: E402
+from fuzzrunner.engine.result import StopReason  # noqa: E402
 from fuzzrunner.finding import Finding  # noqa: E402
 from fuzzrunner.report.json_report import load_report  # noqa: E402
 
@@ -141,7 +142,7 @@ def test_losing_a_node_mid_campaign_loses_no_finding_and_the_campaign_ends_norma
     assert len(deaths) == 1, r.warnings
     death = deaths[0]
     assert "resumed with seed" in death
-    assert r.errors == [] and r.stop_reason == "max-examples"
+    assert r.errors == [] and r.stop_reason is StopReason.MAX_EXAMPLES
     assert r.generated >= 16  # the resumed shard ran what its dead run had left
     assert Corpus(tmp_path, faults=r.faults).findings_dir.name == "expected"
 
@@ -154,6 +155,6 @@ def test_an_interrupted_campaign_stops_its_shards_and_keeps_what_they_sent(clust
 
     r = fuzz(TARGET, faults=("planted", "slow"), corpus=tmp_path, ray=cluster.address, workers=2,
              max_examples=2000, seed=3, device="cpu", case_timeout_s=30, on_event=on_event)
-    assert r.stop_reason == "interrupted" and 0 < r.generated <= r.examples < 2000  # counted though cut short
+    assert r.stop_reason is StopReason.INTERRUPTED and 0 < r.generated <= r.examples < 2000  # counted though cut short
     [f] = r.findings
     assert [Finding.load(p).id for p in _files(tmp_path)] == [f.id]

@@ -16,6 +16,7 @@ from fuzzrunner.engine import triage as triage_module
 from fuzzrunner.engine.campaign import plan_campaign
 from fuzzrunner.engine.deadline import TAIL_MAX_S, TAIL_MIN_S, Deadline, monotonic
 from fuzzrunner.engine.hub import RunResult, WorkerSpec
+from fuzzrunner.engine.result import StopReason
 from fuzzrunner.engine.search import BudgetSpent, Shard
 from fuzzrunner.settings import Settings
 from fuzzrunner.target import load_target
@@ -84,7 +85,7 @@ def test_a_shard_stops_by_the_campaigns_deadline_not_by_its_own_clock():
     try:
         assert shard.elapsed() < 60.0 and shard.over_budget()
         shard.search(10)
-        assert shard.result.examples == 0 and shard.result.stop_reason == "budget"
+        assert shard.result.examples == 0 and shard.result.stop_reason is StopReason.BUDGET
     finally:
         shard.close()
 
@@ -119,7 +120,7 @@ def test_the_gpu_precheck_runs_until_the_search_stops_and_a_cut_one_spends_the_b
     try:
         with pytest.raises(BudgetSpent):
             shard._cpu_run(CASE)
-        assert calls == [shard.stop_at()] and shard.result.stop_reason == "budget"
+        assert calls == [shard.stop_at()] and shard.result.stop_reason is StopReason.BUDGET
     finally:
         shard.close()
 
@@ -175,9 +176,9 @@ def test_a_triage_past_its_end_starts_no_worker_and_says_the_budget_ran_out(monk
 
 
 def test_a_budget_that_ended_before_any_case_says_the_start_up_counts_in_it():
-    from fuzzrunner.engine.result import STOP_BUDGET, CampaignResult
+    from fuzzrunner.engine.result import CampaignResult
     settings = Settings(budget_s=5.0)
-    r = CampaignResult("reference_runner", settings, 1, (), stop_reason=STOP_BUDGET)
+    r = CampaignResult("reference_runner", settings, 1, (), stop_reason=StopReason.BUDGET)
     campaign_module._check_floor(r, settings)
     [error] = r.errors
     assert "only 0 valid case(s) ran" in error and "The 5 s budget ended first: it counts the start-up too" in error

@@ -16,6 +16,7 @@ from fuzzrunner import cli
 from fuzzrunner.case import Case
 from fuzzrunner.errors import InvalidArgument
 from fuzzrunner.finding import Finding, merge, render
+from fuzzrunner.safe_write import check_distinct_files
 from fuzzrunner.settings import PROFILES, Settings
 from fuzzrunner.signature import Signature
 from fuzzrunner.violation import Violation
@@ -169,8 +170,8 @@ def test_two_report_flags_naming_one_file_are_refused(tmp_path, monkeypatch):
     for a, b in (("r.json", "r.json"), ("r.json", str(tmp_path / "r.json")), ("a.json", "link.json"),
                  ("d/../r.json", "r.json")):
         with pytest.raises(InvalidArgument, match="name the same file"):
-            cli._check_distinct_files({"--report": a, "--junit": None, "--html": b})
-    cli._check_distinct_files({"--report": "r.json", "--junit": "r.xml", "--html": "r.html"})
+            check_distinct_files({"--report": a, "--junit": None, "--html": b})
+    check_distinct_files({"--report": "r.json", "--junit": "r.xml", "--html": "r.html"})
 
 
 # -- a finding says what the live line said --------------------------------------------------------

@@ -7,6 +7,7 @@ import types
 import pytest
 
 from fuzzrunner import progress as progress_module
+from fuzzrunner.engine.result import StopReason
 from fuzzrunner.progress import Progress
 
 
@@ -29,7 +30,7 @@ def finding(after=1):
 
 
 def result(examples=1):
-    return types.SimpleNamespace(stop_reason="max_examples", examples=examples, duration_s=2.0, replayed=[])
+    return types.SimpleNamespace(stop_reason=StopReason.MAX_EXAMPLES, examples=examples, duration_s=2.0, replayed=[])
 
 
 def test_the_line_splits_generated_from_shrinking_and_counts_findings():
@@ -62,7 +63,7 @@ def test_off_a_terminal_heartbeat_lines_are_spaced_and_messages_are_plain(monkey
     lines = s.getvalue().splitlines()
     assert [ln.split(" generated")[0] for ln in lines[:2]] == ["0/100", "9/100"]
     assert lines[2] == "  found: uninitialized-read of x after 1 example (0.5 s)"
-    assert lines[3] == "stopped: max_examples after 1 case in 2.0 s"
+    assert lines[3] == "stopped: max-examples after 1 case in 2.0 s"
     assert "\033" not in s.getvalue() and len(lines) == 4
 
 
@@ -75,7 +76,7 @@ def test_on_a_terminal_rich_draws_a_bar_and_messages_stay_above_it():
     p.done(result(examples=5))
     out = s.getvalue()
     assert "  warning: a slow case" in out
-    assert out.rstrip().endswith("ref: stopped: max_examples after 5 cases in 2.0 s")
+    assert out.rstrip().endswith("ref: stopped: max-examples after 5 cases in 2.0 s")
     assert "\033[" in out  # drawn live, and cleared (transient) before the summary
 
 

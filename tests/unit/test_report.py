@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fuzzrunner import Case, _env, replay
-from fuzzrunner.engine.result import CampaignResult
+from fuzzrunner.engine.result import CampaignResult, StopReason
 from fuzzrunner.errors import InvalidArgument, InvalidCase
 from fuzzrunner.finding import Finding, primary
 from fuzzrunner.report import build_report, load_report, report_dict, write_html, write_json, write_junit
@@ -287,7 +287,7 @@ def test_every_written_report_validates_against_the_published_schema(tmp_path, f
     schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "report.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     flaky = replace(finding, flaky=True, triage={"device": "cpu", "status": "not-reproduced"})
-    for results in (campaign(finding, flaky=[flaky], stop_reason="budget"), [campaign(finding), clean_campaign()]):
+    for results in (campaign(finding, flaky=[flaky], stop_reason=StopReason.BUDGET), [campaign(finding), clean_campaign()]):
         data = json.loads(write_json(results, tmp_path / "r.json").read_text())
         jsonschema.validate(data, schema)
         assert data["provenance"]["versions"]["fuzzrunner"] and data["provenance"]["written_at"].endswith("Z")
