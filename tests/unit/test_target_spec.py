@@ -19,7 +19,7 @@ SPECS = {
     "tests/my_runner.py:make": ("tests/my_runner.py", "make", False, True),
     "tests/my_runner:TARGET": ("tests/my_runner", "TARGET", False, True),  # a path, though not a .py
     "/abs/dir/runner.py:TARGET": ("/abs/dir/runner.py", "TARGET", False, True),
-    "C:/work/runner.py:TARGET": ("C:/work/runner.py", "TARGET", False, True),  # split at the last ':'
+    "C:/proj/runner.py:TARGET": ("C:/proj/runner.py", "TARGET", False, True),  # split at the last ':'
 }
 
 
