@@ -123,6 +123,8 @@ def run_threaded(case, ctx):
             if op["n"] >= int(os.environ.get("HOSTILE_THREAD_FROM", "0")):
                 threading.Thread(target=_later, args=(mine, op.get("do"), op.get("wait")), name="hostile-later",
                                  daemon=True).start()
+            if op.get("hold"):  # stays in its op that long: an earlier case's thread acts while this case runs
+                time.sleep(op["hold"])
 
 
 def run_thread_raises_now(case, ctx):
