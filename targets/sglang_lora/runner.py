@@ -16,8 +16,9 @@ Re-implemented here from SGLang's source (it needs the engine around it):
 * ``CudaGraphRunner``: a capture prepares the dummy batch (``lora_ids = [None] * bs``, decode) with
   ``use_cuda_graph=True`` and runs the layer, on every device without a ``torch.cuda.CUDAGraph`` (the
   ``sglang_engine`` target captures a real one on a GPU), by freezing what a graph freezes: which
-  ``LoRABatchInfo`` the kernels were launched with (its tensors are the graph's pointers) and its host values (``bs``, ``num_segments``, ``max_len``, ``use_cuda_graph``),
-  which the kernel wrappers turn into grids and scalar arguments. A replay prepares the real batch
+  ``LoRABatchInfo`` the kernels were launched with (its tensors are the graph's pointers) and its host values
+  (``bs``, ``num_segments``, ``max_len``, ``use_cuda_graph``), which the kernel wrappers turn into grids and
+  scalar arguments. A replay prepares the real batch
   (``use_cuda_graph=True``, unpadded, as ``ForwardBatch.init_new`` does), then runs the graph of the
   smallest captured size that fits, over the padded rows, with the frozen values.
 * The overlap scheduler (``overlap``): batch preparation and the forward on a thread of their own fed by a queue,
