@@ -14,7 +14,7 @@ from .. import gpus
 from ..context import Context
 from ..settings import Settings
 from .deadline import Deadline
-from .hub import WorkerSpec
+from .worker_spec import WorkerSpec
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ _AT_START = {signal.SIGINT, signal.SIGTERM}  # blocked while a shard process sta
 
 
 def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: int, findings_seen=None) -> None:
-    from .hub import drop_prestarted, prestart_zygote
     from .lifeline import die_with, sigterm_as_interrupt
+    from .prestart import drop_prestarted, prestart_zygote
     # A terminal's Ctrl-C reaches the whole process group: the campaign process decides and stops each
     # shard once (SIGTERM, ``run_sharded``); a shard taking the SIGINT too would have that SIGTERM land in
     # its clean-up, and its result would be lost. SIGINT goes to a handler that does nothing (not SIG_IGN,

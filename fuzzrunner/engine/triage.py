@@ -23,8 +23,8 @@ from ..finding import Finding, group
 from ..settings import Settings
 from .cpu_check import classify, harness_reason
 from .deadline import monotonic
-from .hub import drop_prestarted, prestart_zygote
 from .plan import worker_spec
+from .prestart import drop_prestarted, prestart_zygote
 from .replay import OutOfTime, Replayer
 
 OUT_OF_TIME = "the campaign's budget ran out before its CPU replay ended"

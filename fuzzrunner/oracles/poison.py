@@ -10,6 +10,11 @@ its per-step metadata with its own kernel and relies on carry-over is not suppor
 Pattern A fills ints with -1 and floats with NaN; pattern B ints with 0 and floats
 with -5. A correct runner gives bit-identical outputs under both. Works on compiled
 kernels too. Never combine with initcheck: a fill counts as initialization there.
+
+A torch dispatch mode is thread-local: the fill mode is entered on the case's thread, and on the
+case's other threads as the shadow oracle's is (``shadow/threads.py``): every callable submitted to a
+``ThreadPoolExecutor`` and every ``threading.Thread`` started during the case (an overlap scheduler
+preparing the next batch). A thread started before the case that is not a pool worker is not covered.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from .. import tracking
 from ..violation import Violation
 from .base import Oracle, RunRecord
 from .dynamo_free import DynamoFreeMode
+from .shadow.threads import ThreadCoverage
 from .shadow.torch_effects import EMPTY_OPS, classify
 
 
@@ -50,11 +56,12 @@ class _FillEmpties(DynamoFreeMode):
     def __init__(self, poison: PoisonFill):
         super().__init__()
         self.poison = poison
+        self.checker = poison  # on a thread that outlives the case: ``threads.OFF`` (inert)
 
     def _dispatch(self, func, types, args=(), kwargs=None):  # (DynamoFreeMode.__torch_dispatch__ calls it)
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if tracking.is_quiet():
+        if self.checker.paused():
             return out
         if func in EMPTY_OPS:
             fill(out, self.poison.pattern)
@@ -75,6 +82,11 @@ class PoisonFill(tracking.Watcher):
         self.dirty: set[int] = set()  # per-step buffers written (or carried over) during this op
         self.poisoned: set[str] = set()
         self._watch = self._mode = None
+        self._threads = ThreadCoverage(lambda: _FillEmpties(self))  # the case's other threads
+
+    @staticmethod
+    def paused() -> bool:
+        return tracking.is_quiet()
 
     def start(self) -> None:
         self._watch = tracking.watch(self)  # type: ignore[assignment]
@@ -83,8 +95,10 @@ class PoisonFill(tracking.Watcher):
         mode = _FillEmpties(self)
         mode.__enter__()
         self._mode = mode  # type: ignore[assignment]  # (once entered: ``finish`` exits only what was entered)
+        self._threads.install()
 
     def finish(self) -> None:
+        self._threads.uninstall()
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
         if self._watch is not None:
