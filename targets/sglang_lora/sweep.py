@@ -95,7 +95,8 @@ def engine_category(f: dict, version: str | None = None) -> str:
     mismatch of a csgmv case with decode graphs where the kernels' grid is the capture's segment count),
     ``emb-unzeroed`` (an adapter without embedding / lm_head LoRA runs the slot's never-written embedding buffers:
     releases whose pool does not zero them), ``csgmv-embedding`` (embedding LoRA on a csgmv backend without
-    ``run_lora_a_embedding``), else ``untriaged``."""
+    ``run_lora_a_embedding``), ``#31910`` (a triton case whose input-logprob passes of lm_head LoRA crash in
+    ``_prepare_lm_head_batch_info``: releases that append the passes to the attribute), else ``untriaged``."""
     sig = f["signature"]
     if sig["tool"] == "target":
         return "target"
@@ -124,6 +125,9 @@ def engine_category(f: dict, version: str | None = None) -> str:
 
 
 EMBEDDING_ZEROED = "Zero out embedding/lm_head buffers for adapters without embedding LoRA"
+# 0.5.10 - 0.5.15.post1's TritonLoRABackend._prepare_lm_head_batch_info appends each logprob pass's batch info to the
+# attribute (None) instead of its local list: lm_head LoRA with input logprobs in > 1 pass crashes (PR #31910)
+LM_HEAD_PASSES_DROPPED = "self.lm_head_pass_batch_infos.append("
 
 
 def _csgmv_grid_frozen(version: str | None) -> bool:
@@ -149,6 +153,9 @@ def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = F
         return "emb-unzeroed"
     if kind == "numeric-mismatch" and backend == "csgmv" and graph and _csgmv_grid_frozen(version):
         return "#28371"
+    if kind == "crash" and backend == "triton" and "triton_backend.py" in sig.get("location", "") and \
+            LM_HEAD_PASSES_DROPPED in _release_file(version, "srt/lora/backend/triton_backend.py"):
+        return "#31910"
     if kind == "crash" and backend == "csgmv" and "chunked_sgmv_expand" in sig.get("location", "") and \
             "def run_lora_a_embedding" not in _release_file(version, "srt/lora/backend/chunked_backend.py"):
         return "csgmv-embedding"
