@@ -94,7 +94,8 @@ def make_target():
         feature_space=cases.feature_space(eng.api.modules, eng.frontend is not None, eng.logits_processor),
         details=(f"sglang engine {eng.version} (from {eng.tree})", *eng.api.found(),
                  "logits: " + ("SGLang's LogitsProcessor (last token per request, input-logprob passes)"
-                               if eng.logits_processor else f"lm_head called by the target ({eng.logits_processor_why})"),
+                               if eng.logits_processor else
+                               f"lm_head called by the target ({eng.logits_processor_why})"),
                  *(frontend.describe(eng.frontend) or [f"adapter management: not driven ({eng.frontend_why}): "
                                                        f"load / unload / requests go to the LoRAManager directly"])),
         own_code=(os.path.dirname(os.path.abspath(__file__)),),

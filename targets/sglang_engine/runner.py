@@ -213,8 +213,9 @@ class Session:
         each request's own adapter, in the batch's order, however the LogitsProcessor chunks its lm_head passes."""
         want = _expected_logprobs(ref_all, tokens, lens, starts)
         if got is None or tuple(got.shape) != tuple(want.shape):
-            self.ctx.check("step.logprobs", [f"the LogitsProcessor returned {None if got is None else tuple(got.shape)} "
-                                             f"input logprobs for {tuple(want.shape)} asked (starts {starts}, lens {lens})"])
+            shape = None if got is None else tuple(got.shape)
+            self.ctx.check("step.logprobs", [f"the LogitsProcessor returned {shape} input logprobs for "
+                                             f"{tuple(want.shape)} asked (starts {starts}, lens {lens})"])
             return
         rows, off = [], 0
         for n, s in zip(lens, starts):
