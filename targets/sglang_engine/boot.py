@@ -23,7 +23,8 @@ and only two things are not SGLang's:
 On the CPU, three adaptations of *where* memory lives, none of *what* SGLang does (``cpu_adapt``): the LoRA
 modules and the LogitsProcessor's (``LOGITS_MODULES``) see ``api.cpu_torch()`` (``device("cuda")`` is the CPU,
 factories drop ``pin_memory``), as in ``sglang_lora``; ``Tensor.pin_memory()`` returns the tensor (``LoRA
-layers`` pin host copies of their offsets); the csgmv kernels' tuned-config lookup names the device ``"cpu"`` (SGLang's default blocks).
+layers`` pin host copies of their offsets); the csgmv kernels' tuned-config lookup names the device ``"cpu"``
+(SGLang's default blocks).
 """
 
 from __future__ import annotations
