@@ -42,13 +42,17 @@ LIFECYCLE = [{"op": "load", "name": "a0"}, {"op": "step", "reqs": [None, "a0"], 
              {"op": "unload", "name": "a0"}, {"op": "load", "name": "a0", "v": 1},
              {"op": "step", "reqs": ["a0", None, "a0"], "mode": "decode"}]
 # SGLang's LogitsProcessor over lm_head LoRA: an extend batch asking input logprobs from several starts (one
-# request none: its start is its length), with the adapters mixed across the chunked passes, then one without
+# request none: its start is its length), with the adapters mixed across the chunked passes, then one without,
+# a decode batch, and a batch asking logprobs where no request has a position to give
 LP_ADAPTERS = {"a0": {"r": 4, "alpha": 8, "modules": ["q_proj", "v_proj", "o_proj", "lm_head"]},
                "a1": {"r": 2, "alpha": 2, "modules": ["q_proj", "k_proj", "v_proj", "lm_head"]}}
 LOGPROBS = [{"op": "load", "name": "a0"}, {"op": "load", "name": "a1"},
             {"op": "step", "reqs": ["a0", None, "a1"], "mode": "extend", "lens": [3, 2, 3], "logprob": [0, 2, 1]},
             {"op": "step", "reqs": ["a1", "a0"], "mode": "extend", "lens": [2, 3]},
-            {"op": "step", "reqs": ["a1", "a0"], "mode": "decode"}]
+            {"op": "step", "reqs": ["a1", "a0"], "mode": "decode"},
+            # logprobs asked from every request's last position + 1: none computed (the first clean campaign's
+            # target error: SGLang returns None there, not an empty tensor)
+            {"op": "step", "reqs": [None, "a0"], "mode": "extend", "lens": [3, 1], "logprob": [3, 1]}]
 
 
 def _lp_cfg(backend="triton", chunk=2):
