@@ -26,10 +26,12 @@ def _engine_ops(case: dict) -> str:
         k = op["op"]
         if k == "step":
             reqs = ", ".join(r or "-" for r in op.get("reqs", []))
-            out.append(f"step[{reqs}]({op.get('mode', 'decode')}{' ' + str(op['lens']) if 'lens' in op else ''})")
+            lp = f" logprob {op['logprob']}" if op.get("logprob") is not None else ""
+            out.append(f"step[{reqs}]({op.get('mode', 'decode')}{' ' + str(op['lens']) if 'lens' in op else ''}{lp})")
         else:
             out.append(f"{k}({op.get('name')}{', v' + str(op['v']) if op.get('v') else ''})")
     graph = f" graph≤{c['graph_bs']}" if c.get("graph_bs") else ""
+    graph += f" logprob-chunk {c['logprob_chunk']}" if c.get("logprob_chunk") is not None else ""
     return (f"{c['backend']} L={c['max_loras_per_batch']} {c['eviction_policy']}{graph} "
             f"[{','.join(c['target_modules'])}]: " + " → ".join(out))
 

@@ -80,6 +80,11 @@ def test_a_sweep_row_of_an_engine_finding_shows_its_program():
                     {"op": "unload", "name": "a0"}, {"op": "load", "name": "a0", "v": 1}]}
     assert sweep._ops(case) == ("triton L=2 fifo graph≤2 [qkv_proj]: load(a0) → step[a0, -](decode) → unload(a0) "
                                 "→ load(a0, v1)")
+    # the LogitsProcessor's knobs: the logprob passes' chunk and each request's logprob start
+    lp = {"target": "sglang_engine", "config": dict(case["config"], logprob_chunk=2),
+          "ops": [{"op": "step", "reqs": ["a0", None], "mode": "extend", "lens": [3, 1], "logprob": [0, 1]}]}
+    assert sweep._ops(lp) == ("triton L=2 fifo graph≤2 logprob-chunk 2 [qkv_proj]: "
+                              "step[a0, -](extend [3, 1] logprob [0, 1])")
     target_error = {"signature": {"tool": "target", "kind": "crash"}, "case": case}
     assert sweep.category(target_error) == "target"
 
