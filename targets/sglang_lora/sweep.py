@@ -97,8 +97,10 @@ def engine_category(f: dict, version: str | None = None) -> str:
     mismatch of a csgmv case with decode graphs where the kernels' grid is the capture's segment count),
     ``emb-unzeroed`` (an adapter without embedding / lm_head LoRA runs the slot's never-written embedding buffers:
     releases whose pool does not zero them), ``csgmv-embedding`` (embedding LoRA on a csgmv backend without
-    ``run_lora_a_embedding``), ``#31910`` (a triton case whose input-logprob passes of lm_head LoRA crash in
-    ``_prepare_lm_head_batch_info``: releases that append the passes to the attribute), else ``untriaged``."""
+    ``run_lora_a_embedding``), ``#18649`` (lm_head LoRA's shrink reading past the LogitsProcessor's kept rows,
+    or writing past its output, in releases without pruned lm_head routing), ``#31910`` (a triton case whose
+    input-logprob passes of lm_head LoRA crash in ``_prepare_lm_head_batch_info``: releases that append the passes
+    to the attribute), else ``untriaged``."""
     sig = f["signature"]
     if sig["tool"] == "target":
         return "target"
@@ -142,6 +144,13 @@ def _csgmv_grid_frozen(version: str | None) -> bool:
     return bool(found) and not any("segment_grid" in p.read_text(encoding="utf-8") for p in found)
 
 
+def _lm_head_unpruned(version: str | None) -> bool:
+    """The release has lm_head LoRA but routes it over the batch's every token while the LogitsProcessor hands
+    lm_head only the kept rows (no ``lm_head_batch_info``: 0.5.6.post2 - 0.5.9; PR #18649 adds it in 0.5.10)."""
+    layers = _release_file(version, "srt/lora/layers.py")
+    return "class ParallelLMHeadWithLoRA" in layers and "lm_head_batch_info" not in layers
+
+
 def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = False) -> str:
     """The engine findings whose cause is in the release's own file, recognised by what the release has."""
     tensor, kind = sig.get("tensor") or "", sig["kind"]
@@ -155,6 +164,10 @@ def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = F
         return "emb-unzeroed"
     if kind == "numeric-mismatch" and backend == "csgmv" and graph and _csgmv_grid_frozen(version):
         return "#28371"
+    if kind == "out-of-bounds" and sig.get("kernel", "") == "_sgemm_lora_a_kernel" and \
+            (tensor == "_sgemm_lora_a_kernel:x" or tensor.startswith("torch.empty@triton_ops/sgemm_lora_a.py")) and \
+            _lm_head_unpruned(version):
+        return "#18649"
     if kind == "crash" and backend == "triton" and "triton_backend.py" in sig.get("location", "") and \
             LM_HEAD_PASSES_DROPPED in _release_file(version, "srt/lora/backend/triton_backend.py"):
         return "#31910"

@@ -112,7 +112,8 @@ def test_engine_findings_are_triaged_by_what_the_release_has(tmp_path, monkeypat
 
 
 def test_engine_findings_of_release_bugs_are_triaged_by_the_release_files(tmp_path, monkeypatch):
-    """#14177 (a read of the triton backend's graph seg_indptr), #31910 (lm_head LoRA's logprob passes), #28371 (a csgmv graph's frozen grid), emb-unzeroed (an adapter without embedding
+    """#14177 (a read of the triton backend's graph seg_indptr), #31910 (lm_head LoRA's logprob passes), #18649
+    (lm_head LoRA routed over unpruned rows), #28371 (a csgmv graph's frozen grid), emb-unzeroed (an adapter without embedding
     LoRA reads the slot's never-written embedding buffers: 0.5.6.post2 - 0.5.9), csgmv-embedding (0.5.8's csgmv
     backend has no run_lora_a_embedding): each only where the release's files have the cause."""
     site = import_module("fuzzrunner.targets.sglang_lora.site")
@@ -128,6 +129,8 @@ def test_engine_findings_of_release_bugs_are_triaged_by_the_release_files(tmp_pa
         (lora / "backend" / "triton_backend.py").write_text(
             "seg_indptr = torch.empty(bs + 1)\n" + ("            " + sweep.LM_HEAD_PASSES_DROPPED + "\n" if v == "old" else ""))
         (lora / "triton_ops" / "sgemm_lora_a.py").write_text("seg_start = tl.load(seg_indptr + batch_id)\n")
+        (lora / "layers.py").write_text("class ParallelLMHeadWithLoRA: ...\n"
+                                        + ("" if v == "old" else "    lm_head_batch_info = None\n"))
         (lora / "triton_ops" / "chunked_sgmv_shrink.py").write_text(
             "grid = (cdiv(N, BLOCK_N), num_segments)\n" if v == "old" else "segment_grid = weight_indices.shape[0]\n")
     monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
@@ -146,9 +149,15 @@ def test_engine_findings_of_release_bugs_are_triaged_by_the_release_files(tmp_pa
     eager = finding("csgmv", graph_bs=0, tool="numeric", kind="numeric-mismatch", tensor="step.logits")
     # lm_head LoRA's input-logprob passes on triton: None.append in _prepare_lm_head_batch_info (#31910)
     passes = finding("triton", tool="python", kind="crash", kernel="AttributeError", location="triton_backend.py:343")
-    assert [sweep.category(f, "old") for f in (seg, emb, crash, frozen, eager, passes)] == \
-        ["#14177", "emb-unzeroed", "csgmv-embedding", "#28371", "untriaged", "#31910"]
-    assert [sweep.category(f, "new") for f in (emb, crash, frozen, passes)] == ["untriaged"] * 4
+    # lm_head LoRA routed over every token while the LogitsProcessor keeps the last ones (#18649): the shrink reads
+    # past its input x and writes past its output
+    unpruned = [finding("triton", tool="shadow", kind="out-of-bounds", kernel="_sgemm_lora_a_kernel", tensor=t,
+                        location=loc) for t, loc in (("_sgemm_lora_a_kernel:x", "triton_ops/sgemm_lora_a.py:90"),
+                                                     ("torch.empty@triton_ops/sgemm_lora_a.py:147",
+                                                      "triton_ops/sgemm_lora_a.py:111"))]
+    assert [sweep.category(f, "old") for f in (seg, emb, crash, frozen, eager, passes, *unpruned)] == \
+        ["#14177", "emb-unzeroed", "csgmv-embedding", "#28371", "untriaged", "#31910", "#18649", "#18649"]
+    assert [sweep.category(f, "new") for f in (emb, crash, frozen, passes, *unpruned)] == ["untriaged"] * 6
 
 
 def test_the_engine_target_takes_its_device_from_the_run_not_the_environment():
