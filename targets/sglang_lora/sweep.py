@@ -130,7 +130,8 @@ def engine_category(f: dict, version: str | None = None) -> str:
 
 EMBEDDING_ZEROED = "Zero out embedding/lm_head buffers for adapters without embedding LoRA"
 # 0.5.10 - 0.5.15.post1's TritonLoRABackend._prepare_lm_head_batch_info appends each logprob pass's batch info to the
-# attribute (None) instead of its local list: lm_head LoRA with input logprobs in > 1 pass crashes (PR #31910)
+# attribute (None) instead of its local list: lm_head LoRA with input logprobs in > 1 pass crashes (described by
+# PR #31910; gone from 0.5.16)
 LM_HEAD_PASSES_DROPPED = "self.lm_head_pass_batch_infos.append("
 
 
