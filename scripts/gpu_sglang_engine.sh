@@ -4,11 +4,14 @@
 # under real torch.cuda.CUDAGraph captures (targets/sglang_engine/graphs.py). For a machine with no network: it runs
 # on the archive the GPU acceptance run carries (docs/ci.md: scripts/sglang_setup.sh 0.5.23 --for-gpu
 # .gpu-sglang/sglang.tar.xz); outside scripts/gpu_acceptance.py's plan, one call of its own.
-#   bash scripts/gpu_sglang_engine.sh [ARCHIVE]      (default .gpu-sglang/sglang.tar.xz; at most 205 s of steps)
+#   bash scripts/gpu_sglang_engine.sh [ARCHIVE]      (default .gpu-sglang/sglang.tar.xz; at most 265 s of steps)
 # Steps, each printing "== RESULT <label>: exit N (expected ...)":
 #   engine-graph  the integration test's graph cases on cuda: the lifecycle with graph_bs 4 on both backends
 #                 (expected silent) and capture_without_lora_batch's minimal case (expected found), and how many
 #                 real CUDA graphs were captured (expected > 0);
+#   engine-logits SGLang's LogitsProcessor over lm_head LoRA on cuda (its input-logprob passes on the device path:
+#                 borrowed graph-pool memory, the fused normalizer): the integration test's logprob cases (expected
+#                 silent) and logprob_pass_stale_routing's minimal case (expected found);
 #   engine-fault  a campaign with the planted unload_keeps_slot, 60 s (expected exit 1: found);
 #   engine-clean  a fault-free campaign, 40 s (expected exit 0).
 set -uo pipefail
@@ -46,6 +49,26 @@ ok &= graphs.CAPTURED["cuda-graph"] > 0
 sys.exit(0 if ok else 1)
 PY
 echo "== RESULT engine-graph: exit $? (expected 0: lifecycle silent on both backends under real graphs, the fault found)"
+
+echo; echo "== engine-logits"
+timeout 60 python3 - <<'PY'
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("t", "tests/integration/test_sglang_engine.py")
+t = importlib.util.module_from_spec(spec); spec.loader.exec_module(t)
+from fuzzrunner.case import Case
+from fuzzrunner.execute import run_case
+from fuzzrunner.target import load_target
+target = load_target("sglang_engine")
+runs = [(t._lp_cfg(b, chunk), t.LOGPROBS, [], False) for b, chunk in t.LP_VARIANTS]
+runs += [(t._lp_cfg(), t.LOGPROBS, ["logprob_pass_stale_routing"], True)]
+ok = True
+for c, o, faults, want in runs:
+    vs = run_case(Case("sglang_engine", c, tuple(o), tuple(faults)), target, device="cuda")
+    print(f"  {c['backend']} logprob_chunk {c['logprob_chunk']} faults {faults}: {[(v.kind, v.message[:300]) for v in vs]}")
+    ok &= bool(vs) == want
+sys.exit(0 if ok else 1)
+PY
+echo "== RESULT engine-logits: exit $? (expected 0: SGLang's LogitsProcessor over lm_head LoRA silent, input-logprob passes chunked or not; the stale-pass fault found)"
 
 echo; echo "== engine-fault"
 timeout 75 python3 -m fuzzrunner fuzz --target sglang_engine --device cuda --fault unload_keeps_slot --seed 0 \

@@ -45,6 +45,7 @@ class EngineAPI:
     graph_init: str = ""               # init_decode_cuda_graph_batch_info | init_cuda_graph_batch_info(bs, n) | (bs)
     modules: tuple = ALL_MODULES[:4]   # --lora-target-modules this release's pool has buffers for
     unload_frees_slot: bool = False    # LoRAMemoryPool.remove_lora exists
+    lm_head_passes: bool = False       # ParallelLMHeadWithLoRA.set_lm_head_pass (per-pass logprob routing) exists
     server_fields: frozenset = frozenset()
     _distributed: bool = field(default=False, repr=False)
 
@@ -136,12 +137,15 @@ def load(version: str) -> EngineAPI:
     else:
         graph_init = "init_cuda_graph_batch_info(bs)"
     embeddings = hasattr(LoRAMemoryPool, "get_embedding_lora_A_shape")
+    from sglang.srt.lora import layers
+    lm_head_layer = getattr(layers, "ParallelLMHeadWithLoRA", None)
     return EngineAPI(
         version=version, manager_params=frozenset(inspect.signature(LoRAManager.__init__).parameters),
         fixture=fixture, publish_args=getattr(sa, "set_global_server_args_for_scheduler", None),
         runtime_context=runtime_context, fetch=hasattr(LoRAManager, "fetch_new_loras"), graph_init=graph_init,
         modules=ALL_MODULES if embeddings else ALL_MODULES[:4],
         unload_frees_slot=hasattr(LoRAMemoryPool, "remove_lora"),
+        lm_head_passes=hasattr(lm_head_layer, "set_lm_head_pass"),
         server_fields=frozenset(inspect.signature(sa.ServerArgs).parameters))
 
 

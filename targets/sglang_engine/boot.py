@@ -21,13 +21,15 @@ and only two things are not SGLang's:
   with it at import.
 
 On the CPU, three adaptations of *where* memory lives, none of *what* SGLang does (``cpu_adapt``): the LoRA
-modules see ``api.cpu_torch()`` (``device("cuda")`` is the CPU, factories drop ``pin_memory``), as in
-``sglang_lora``; ``Tensor.pin_memory()`` returns the tensor (``LoRA layers`` pin host copies of their
-offsets); the csgmv kernels' tuned-config lookup names the device ``"cpu"`` (SGLang's default blocks).
+modules and the LogitsProcessor's (``LOGITS_MODULES``) see ``api.cpu_torch()`` (``device("cuda")`` is the CPU,
+factories drop ``pin_memory``), as in ``sglang_lora``; ``Tensor.pin_memory()`` returns the tensor (``LoRA
+layers`` pin host copies of their offsets); the csgmv kernels' tuned-config lookup names the device ``"cpu"``
+(SGLang's default blocks).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -46,6 +48,8 @@ ENGINE_PROBE = ("sglang.srt.server_args", "sglang.srt.model_executor.model_runne
 # the adapter-management API's and the scheduler's modules (frontend.py), imported on top where they import
 FRONTEND_PROBE = ("sglang.srt.managers.tokenizer_manager", "sglang.srt.managers.scheduler")
 LAZY_STUBS = ("torchvision", "sgl_kernel", "vllm")
+# the LogitsProcessor's modules (batch.py): they pin host copies of their row indices up to 0.5.2x
+LOGITS_MODULES = ("sglang.srt.layers.logits_processor", "sglang.srt.layers.logprob_processor")
 PLACEHOLDER_VERSION = "0.0.0"
 
 
@@ -128,8 +132,11 @@ def cpu_adapt() -> None:
             except Exception:  # noqa: BLE001 - a module of a backend or kernel family not drivable here
                 continue
     proxy = cpu_torch()
+    for name in LOGITS_MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
     for name, m in list(sys.modules.items()):
-        if m is None or not name.startswith(("sglang.srt.lora", "sglang.kernels.ops")):
+        if m is None or not name.startswith(("sglang.srt.lora", "sglang.kernels.ops", *LOGITS_MODULES)):
             continue
         if name.endswith("lora_tuning_config") and hasattr(m, "get_device_name"):
             m.get_device_name = lambda: "cpu"

@@ -36,8 +36,8 @@ GROUPS = {"qkv_proj": (("q_proj", "v_proj"), ("q_proj", "k_proj", "v_proj")), "o
 
 
 class _State:
-    def __init__(self, cfg: dict, frontend: bool = False):
-        self.cfg, self.loaded, self.ever, self.frontend = cfg, [], set(), frontend
+    def __init__(self, cfg: dict, frontend: bool = False, logprobs: bool = False):
+        self.cfg, self.loaded, self.ever, self.frontend, self.logprobs = cfg, [], set(), frontend, logprobs
 
 
 @st.composite
@@ -90,6 +90,8 @@ def _program() -> OpSequence:
               "seed": draw(st.integers(0, 3))}
         if op["mode"] == "extend":
             op["lens"] = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
+            if s.logprobs and draw(st.booleans()):  # input logprobs asked: each request's start (its len: none)
+                op["logprob"] = [draw(st.integers(0, k)) for k in op["lens"]]
         return op
     return seq
 
@@ -99,9 +101,10 @@ PROGRAM = _program()
 
 @st.composite
 def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
-                        modules: tuple = SERVER_MODULES, frontend: bool = False) -> Case:
+                        modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False) -> Case:
     """``modules``: the target modules the release's LoRA pool has buffers for (api.EngineAPI.modules);
-    ``frontend``: whether the release's adapter-management API is driven (frontend.py)."""
+    ``frontend``: whether the release's adapter-management API is driven (frontend.py); ``logprobs``: whether
+    SGLang's LogitsProcessor is driven (batch.py), so extend steps may ask for input logprobs."""
     server = draw(st.lists(st.sampled_from(list(modules)), min_size=1, max_size=3, unique=True))
     max_rank = draw(st.sampled_from([4, 8]))
     names = [f"a{i}" for i in range(draw(st.integers(2, 4)))]
@@ -119,7 +122,9 @@ def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: s
     }
     if frontend:
         cfg["max_loaded_loras"] = draw(st.sampled_from([None, slots, slots + 1]))
-    ops = draw(PROGRAM.ops(lambda: _State(cfg, frontend), max_ops=max_ops))
+    if logprobs:  # SGLANG_ENABLE_LOGPROB_CHUNK / SGLANG_LOGPROB_CHUNK_SIZE: None = SGLang's defaults, 0 = off
+        cfg["logprob_chunk"] = draw(st.sampled_from([None, 0, 1, 2, 3]))
+    ops = draw(PROGRAM.ops(lambda: _State(cfg, frontend, logprobs), max_ops=max_ops))
     return Case("sglang_engine", cfg, tuple(ops), tuple(faults))
 
 
@@ -132,6 +137,9 @@ def features(case) -> set:
         out.add(f"max_loaded_loras={'on' if c['max_loaded_loras'] else 'off'}")
     if any(a.get("pinned") for a in c.get("adapters", {}).values()):
         out.add("adapter=pinned")
+    if "logprob_chunk" in c:
+        chunk = c["logprob_chunk"]
+        out.add("logprob_chunk=" + ("default" if chunk is None else "off" if chunk == 0 else "small"))
     loaded: list = []
     resident_names: set = set()
     for op in case.ops:
@@ -161,19 +169,23 @@ def _step_features(op: dict, loaded: list, slots: int) -> set:
         out.add("step=more-adapters-than-slots")
     if any(r is not None and r not in loaded for r in reqs):
         out.add("step=names-unloaded-adapter")
+    if op.get("logprob") is not None:
+        out.add("step=input-logprobs")
     return out
 
 
-def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False) -> tuple:
+def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False) -> tuple:
     """Every feature ``features`` gives for a release whose pool has buffers for ``modules`` (and whose
-    adapter-management API is driven: ``frontend``)."""
+    adapter-management API is driven: ``frontend``; whose LogitsProcessor is driven: ``logprobs``)."""
     return tuple(
         ["backend=triton", "backend=csgmv", "eviction=lru", "eviction=fifo", "graph=on", "graph=off",
          "max_loras_per_batch=2", "max_loras_per_batch=3", "op=load", "op=unload", "op=step", "adapter=reloaded",
          "step=mixed", "step=several-adapters", "step=decode", "step=extend", "pool=more-adapters-than-slots"]
         + [f"target={m}" for m in modules]
         + (["max_loaded_loras=on", "max_loaded_loras=off", "adapter=pinned", "step=more-adapters-than-slots",
-            "step=names-unloaded-adapter"] if frontend else []))
+            "step=names-unloaded-adapter"] if frontend else [])
+        + (["logprob_chunk=default", "logprob_chunk=off", "logprob_chunk=small", "step=input-logprobs"]
+           if logprobs else []))
 
 
 FEATURE_SPACE = feature_space()

@@ -28,11 +28,17 @@ FAULTS = {
     "capture_without_lora_batch":
         "the decode graph runner captures without preparing its dummy LoRA batch (decode_cuda_graph_runner.py:1397 "
         "left out): the graphs point at whatever batch info the backend held at start-up.",
+    "logprob_pass_stale_routing":
+        "ParallelLMHeadWithLoRA.set_lm_head_pass ignores the pass index the LogitsProcessor gives it: every chunked "
+        "input-logprob pass of lm_head runs with the first pass's adapter routing (lm_head_pass_batch_infos[0]), "
+        "so later passes' rows get another request's lm_head delta, or a routing of another row count.",
 }
 FRONTEND_FAULTS = ("lru_evicts_pinned", "admission_ignores_running")
 
 
-def plant(mgr, faults: set, front=None) -> None:
+def plant(mgr, faults: set, front=None, model=None) -> None:
+    if "logprob_pass_stale_routing" in faults and model is not None and hasattr(model.lm_head, "set_lm_head_pass"):
+        _stale_pass(model.lm_head)
     if "lru_evicts_pinned" in faults:
         _lru_evicts_pinned(front.tok.lora_registry)
     # admission_ignores_running: Frontend.admit(ignore_running=True); capture_without_lora_batch: DecodeGraphs
@@ -61,9 +67,12 @@ def _unload_keeps_slot(pool) -> None:
 EMBEDDING_BUFFERS = ("embedding_A_buffer", "embedding_B_buffer", "lm_head_A_buffer", "lm_head_B_buffer")
 
 
-def unavailable(api, fe=None) -> dict:
+def unavailable(api, fe=None, logits_processor: bool = True) -> dict:
     """{fault: why it cannot be planted in this release}."""
     out = {}
+    if not logits_processor or not api.lm_head_passes:
+        out["logprob_pass_stale_routing"] = (f"SGLang {api.version}'s lm_head LoRA has no per-pass routing "
+                                             f"(ParallelLMHeadWithLoRA.set_lm_head_pass: 0.5.10+)")
     if not api.unload_frees_slot:
         out["unload_keeps_slot"] = (f"SGLang {api.version}'s unload_lora_adapter leaves the pool as it is (no "
                                     f"LoRAMemoryPool.remove_lora): there is no slot-freeing step to break")
@@ -75,6 +84,14 @@ def unavailable(api, fe=None) -> dict:
         out["lru_evicts_pinned"] = (f"SGLang {api.version}'s load_lora_adapter refuses loads beyond "
                                     f"--max-loaded-loras: it evicts nothing")
     return out
+
+
+def _stale_pass(lm_head) -> None:
+    original = lm_head.set_lm_head_pass
+
+    def set_lm_head_pass(pass_idx):
+        return original(0)
+    lm_head.set_lm_head_pass = set_lm_head_pass
 
 
 def _lru_evicts_pinned(registry) -> None:

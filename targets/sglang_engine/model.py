@@ -84,9 +84,9 @@ def _mix(qkv: torch.Tensor, cfg) -> torch.Tensor:
     return (q + k + v).contiguous()
 
 
-def forward(m, ids: torch.Tensor, last: list | None = None) -> torch.Tensor:
-    """Logits, calling each (LoRA-wrapped) module as SGLang's model code does; ``last``: the rows the
-    LogitsProcessor keeps for ``lm_head`` (an extend batch's last token per request), else every row."""
+def hidden(m, ids: torch.Tensor) -> torch.Tensor:
+    """The final hidden states (what SGLang's model hands its ``LogitsProcessor``), calling each (LoRA-wrapped)
+    module as SGLang's model code does."""
     cfg = m.config
     h = m.model.embed_tokens(ids)
     for layer in m.model.layers:
@@ -97,6 +97,14 @@ def forward(m, ids: torch.Tensor, last: list | None = None) -> torch.Tensor:
         gate, up = gu.chunk(2, dim=-1)
         d, _ = layer.mlp.down_proj((nn.functional.silu(gate) * up).contiguous())
         h = h + d
+    return h
+
+
+def forward(m, ids: torch.Tensor, last: list | None = None) -> torch.Tensor:
+    """Logits with ``lm_head`` called on ``last`` (an extend batch's last token per request; None: every row):
+    the decode graphs' captured forward (graphs.py: SGLang's LogitsProcessor keeps every row of a decode batch)."""
+    cfg = m.config
+    h = hidden(m, ids)
     if last is not None:
         h = h[last].contiguous()
     if hasattr(m.lm_head, "base_layer"):  # LoRA-wrapped: the LogitsProcessor calls it (ParallelLMHeadWithLoRA)
@@ -140,9 +148,10 @@ def reference(cfg, base: dict, ids: list[int], adapters: list, last: list | None
     return out if last is None else out[last]
 
 
-def base_path_logits(m, ids: torch.Tensor, last: list | None = None) -> torch.Tensor:
+def base_path_logits(m, ids: torch.Tensor, last: list | None = None, logits=None) -> torch.Tensor:
     """The base model's logits through the base layers only (no LoRA wrapper runs): what a request without an
-    adapter must get exactly."""
+    adapter must get exactly. ``logits(hidden, lm_head)``: SGLang's LogitsProcessor over the base ``lm_head`` (the
+    rows and passes it multiplies are the LoRA'd forward's), else ``lm_head`` on ``last``."""
     cfg = m.config
 
     def base(mod, x):
@@ -155,6 +164,8 @@ def base_path_logits(m, ids: torch.Tensor, last: list | None = None) -> torch.Te
         h = h + base(layer.self_attn.o_proj, _mix(qkv, cfg))
         gate, up = base(layer.mlp.gate_up_proj, h).chunk(2, dim=-1)
         h = h + base(layer.mlp.down_proj, (nn.functional.silu(gate) * up).contiguous())
+    if logits is not None:
+        return logits(h, getattr(m.lm_head, "base_layer", m.lm_head))[:, : cfg.vocab_size]
     if last is not None:
         h = h[last].contiguous()
     return base(m.lm_head, h)[:, : cfg.vocab_size]

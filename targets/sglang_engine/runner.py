@@ -32,6 +32,7 @@ from fuzzrunner import tracking
 from fuzzrunner.errors import InvalidCase
 
 from . import adapters as adp
+from . import batch as sglang_batch
 from . import model as tiny
 from .checks import check_frontend, check_pool, check_unloaded
 from .faults import FAULTS, plant
@@ -52,6 +53,11 @@ def check_case(case) -> dict:
             raise InvalidCase(f"op {i}: unknown op {op.get('op')!r}; sglang_engine ops are {', '.join(OPS)}.")
         if op["op"] in ("load", "unload") and op.get("name") not in c["adapters"]:
             raise InvalidCase(f"op {i}: adapter {op.get('name')!r} is not in the case's adapters.")
+        lp = op.get("logprob")
+        if lp is not None and (op.get("mode") != "extend" or len(lp) != len(op.get("lens", ()))
+                               or any(not 0 <= s <= n for s, n in zip(lp, op["lens"]))):
+            raise InvalidCase(f"op {i}: logprob {lp!r} must give an extend step's requests one logprob start each, "
+                              f"0 <= start <= its len (lens {op.get('lens')!r}).")
     return c
 
 
@@ -89,7 +95,9 @@ class Session:
         if self.front is None and (c.get("max_loaded_loras") or any(a.get("pinned") for a in c["adapters"].values())):
             raise InvalidCase(f"--max-loaded-loras and pinned adapters are drawn only where SGLang {eng.version}'s "
                               f"tokenizer manager imports (scripts/sglang_setup.sh {eng.version}: stamp frontend-ok).")
-        plant(self.mgr, set(case.faults), self.front)
+        plant(self.mgr, set(case.faults), self.front, self.model)
+        # SGLang's LogitsProcessor, made as the model makes it at start-up (its chunk knobs read then: run())
+        self.logits = sglang_batch.Logits(eng.hf_config) if eng.logits_processor else None
         self.refs: dict = {}      # name -> LoRARef of the loaded adapter (without the front end)
         self.files: dict = {}     # name -> AdapterFiles of its latest successful load
         self.loads = 0
@@ -124,17 +132,10 @@ class Session:
         self.ctx.check("unload", problems + check_unloaded(self.mgr, ref.lora_id, name))
 
     # -- a batch -------------------------------------------------------------------------------------
-    def _forward_batch(self, mode: str, lora_ids: list, lens: list):
-        from targets.sglang_lora.batch import ForwardBatch
-        fm, bs = self.eng.ForwardMode, len(lora_ids)
-        if mode == "extend":
-            return ForwardBatch(forward_mode=fm.EXTEND, batch_size=bs, lora_ids=lora_ids,
-                                extend_seq_lens=torch.tensor(lens, dtype=torch.int32, device=self.device),
-                                extend_seq_lens_cpu=list(lens), extend_num_tokens=sum(lens),
-                                seq_lens_cpu=torch.tensor(lens), extend_prefix_lens_cpu=[0] * bs,
-                                extend_logprob_start_lens_cpu=list(lens), is_extend_in_batch=True)
-        return ForwardBatch(forward_mode=fm.DECODE, batch_size=bs, lora_ids=lora_ids,
-                            seq_lens_cpu=torch.ones(bs, dtype=torch.int32))
+    def _forward_batch(self, mode: str, lora_ids: list, lens: list, tokens=None, logprob=None):
+        from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+        fm = self.eng.ForwardMode.EXTEND if mode == "extend" else self.eng.ForwardMode.DECODE
+        return sglang_batch.forward_batch(ForwardBatch, fm, lora_ids, lens, self.device, tokens, logprob)
 
     def step(self, op) -> None:
         if self.front is not None:
@@ -148,7 +149,7 @@ class Session:
                               f"{self.c['max_loras_per_batch']}: the scheduler would not admit this batch.")
         mode = op.get("mode", "decode")
         lens = list(op.get("lens", [1] * len(names))) if mode == "extend" else [1] * len(names)
-        self._batch(names, ids, mode, lens, op.get("seed", 0))
+        self._batch(names, ids, mode, lens, op.get("seed", 0), op.get("logprob"))
 
     # -- through the adapter-management API and the scheduler (frontend.py) ------------------------------
     def _front_load(self, op) -> None:
@@ -199,48 +200,91 @@ class Session:
                 problems.append(f"the scheduler admitted a batch of {len(set(ids))} adapters (base included) into "
                                 f"{slots} slots")
                 return  # the engine would be asked for slots it does not have
-            self._batch([n for _, n, _ in batch], ids, mode, [lens[i] for i, _, _ in batch], op.get("seed", 0))
+            lp = op.get("logprob")
+            self._batch([n for _, n, _ in batch], ids, mode, [lens[i] for i, _, _ in batch], op.get("seed", 0),
+                        None if lp is None else [lp[i] for i, _, _ in batch])
 
         problems += self.front.serve(names, run_batch, ignore_running="admission_ignores_running" in self.faults)
         self.ctx.check("step", problems + check_frontend(self.front, self.mgr, before, self.c.get("max_loaded_loras"),
                                                          _pinned(before)))
 
-    def _batch(self, names: list, ids: list, mode: str, lens: list, seed: int) -> None:
-        fb = self._forward_batch(mode, ids, lens)
+    def _check_logprobs(self, got, ref_all, tokens: list, lens: list, starts: list) -> None:
+        """The input logprobs a user asked for (``return_logprob`` with a logprob start per request) are those of
+        each request's own adapter, in the batch's order, however the LogitsProcessor chunks its lm_head passes."""
+        want = _expected_logprobs(ref_all, tokens, lens, starts)
+        if got is None and not want.numel():
+            return  # every request's start is its length: SGLang computes no input logprobs (extend_return_logprob)
+        if got is None or tuple(got.shape) != tuple(want.shape):
+            shape = None if got is None else tuple(got.shape)
+            self.ctx.check("step.logprobs", [f"the LogitsProcessor returned {shape} input logprobs for "
+                                             f"{tuple(want.shape)} asked (starts {starts}, lens {lens})"])
+            return
+        rows, off = [], 0
+        for n, s in zip(lens, starts):
+            rows += [off + p for p in range(s, n)]
+            off += n
+        scale = ref_all[rows].abs().amax(dim=-1).clamp(min=1.0) if rows else want.new_ones(0)
+        self.ctx.compare("step.logprobs", got / scale.to(got), want / scale, self.dtype)
+
+    def _batch(self, names: list, ids: list, mode: str, lens: list, seed: int, logprob=None) -> None:
+        g = torch.Generator().manual_seed(seed)
+        tokens = torch.randint(0, self.eng.hf_config.vocab_size, (sum(lens),), generator=g).to(self.device)
+        logprob = logprob if mode == "extend" else None
+        fb = self._forward_batch(mode, ids, lens, tokens, logprob)
         self.api.prepare(self.mgr, fb)
         with tracking.quiet():  # the check's reads of the pool are the harness's, not SGLang's
             self.ctx.check("pool", check_pool(self.mgr, ids, self.files, names))
-        g = torch.Generator().manual_seed(seed)
-        tokens = torch.randint(0, self.eng.hf_config.vocab_size, (sum(lens),), generator=g)
         rows = [n for n, k in zip(names, lens) for _ in range(k)]
-        # the LogitsProcessor gives lm_head an extend batch's last token per request (no logprobs asked)
+        # the rows lm_head's logits are read for: an extend batch's last token per request
         last = [sum(lens[: i + 1]) - 1 for i in range(len(lens))] if mode == "extend" else None
         graph = self.graphs.pick(len(names)) if self.graphs is not None and mode == "decode" else None
+        logprobs = None
         if graph is not None:  # the decode graph runner replays the smallest captured graph that holds it
-            logits = self.graphs.replay(graph, tokens.to(self.device))
+            logits = self.graphs.replay(graph, tokens)
+        elif self.logits is not None:  # SGLang's LogitsProcessor, as the model's forward calls it
+            with torch.no_grad():
+                logits, logprobs = self.logits(tokens, tiny.hidden(self.model, tokens), self.model.lm_head, fb)
+            logits = logits[:, : self.eng.hf_config.vocab_size]
         else:
             with torch.no_grad():
-                logits = tiny.forward(self.model, tokens.to(self.device), last)
+                logits = tiny.forward(self.model, tokens, last)
         with tracking.quiet():
-            ref = tiny.reference(self.eng.hf_config, self.base, tokens.tolist(),
-                                 [None if n is None else self.files[n] for n in rows], last)
+            ref_all = tiny.reference(self.eng.hf_config, self.base, tokens.tolist(),
+                                     [None if n is None else self.files[n] for n in rows])
+        ref = ref_all if last is None else ref_all[last]
         # relative to each row's largest logit: with scalings up to 8 through six LoRA'd layers the logits reach
         # 1e4, and float32 rounding of those leaves ~1e-3 on a small logit that cancels out of them (a 1e-4
         # tolerance on the element itself then reports rounding: 0.00925 on an 85.35 in a row of 26700s)
         scale = ref.abs().amax(dim=-1, keepdim=True).clamp(min=1.0)
         self.ctx.compare("step.logits", logits / scale.to(logits), ref / scale, self.dtype)
+        if logprob is not None:
+            self._check_logprobs(logprobs, ref_all, tokens.tolist(), lens, logprob)
         kept = rows if last is None else [rows[i] for i in last]
         base_rows = [i for i, n in enumerate(kept) if n is None]
         if base_rows:
-            ids = tokens.to(self.device)
+            ids = tokens
             if graph is not None:  # the base model over the graph's padded rows: the same GEMM shapes
                 ids = torch.cat([ids, ids.new_zeros(graph - len(ids))])
             with torch.no_grad(), tracking.quiet():
-                base = tiny.base_path_logits(self.model, ids, last)
+                via = None if graph is not None or self.logits is None else (
+                    lambda h, head: self.logits(tokens, h, head, fb)[0])
+                base = tiny.base_path_logits(self.model, ids, last, via)
             bad = [i for i in base_rows if not torch.equal(logits[i], base[i])]
             self.ctx.check("base-rows", [f"token {i} (a request without an adapter) differs from the base model's "
                                          f"logits (max |diff| {float((logits[i] - base[i]).abs().max()):.3g})"
                                          for i in bad[:3]])
+
+
+def _expected_logprobs(ref_all, tokens: list, lens: list, starts: list):
+    """Each asked-for input logprob from the float64 reference: position ``p`` of a request from its logprob start,
+    the log-softmax of its own adapter's logits at ``p``, at the token the scheduler asks for there."""
+    want = sglang_batch.input_logprob_token_ids(tokens, lens, starts)
+    rows, off = [], 0
+    for n, s in zip(lens, starts):
+        rows += [off + p for p in range(s, n)]
+        off += n
+    lp = torch.log_softmax(ref_all[rows], dim=-1) if rows else ref_all.new_zeros((0, ref_all.shape[-1]))
+    return lp[torch.arange(len(rows)), torch.tensor(want, dtype=torch.long)]
 
 
 def _pinned(registered: dict) -> set:
@@ -250,7 +294,8 @@ def _pinned(registered: dict) -> set:
 
 def run(case, ctx, eng) -> None:
     import tempfile
-    with tempfile.TemporaryDirectory(prefix="sglang_engine-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="sglang_engine-") as workdir, \
+            sglang_batch.logprob_env(case.config.get("logprob_chunk")):
         s = Session(case, ctx, eng, workdir)
         try:
             for i, op in enumerate(case.ops):

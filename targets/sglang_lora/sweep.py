@@ -26,10 +26,12 @@ def _engine_ops(case: dict) -> str:
         k = op["op"]
         if k == "step":
             reqs = ", ".join(r or "-" for r in op.get("reqs", []))
-            out.append(f"step[{reqs}]({op.get('mode', 'decode')}{' ' + str(op['lens']) if 'lens' in op else ''})")
+            lp = f" logprob {op['logprob']}" if op.get("logprob") is not None else ""
+            out.append(f"step[{reqs}]({op.get('mode', 'decode')}{' ' + str(op['lens']) if 'lens' in op else ''}{lp})")
         else:
             out.append(f"{k}({op.get('name')}{', v' + str(op['v']) if op.get('v') else ''})")
     graph = f" graph≤{c['graph_bs']}" if c.get("graph_bs") else ""
+    graph += f" logprob-chunk {c['logprob_chunk']}" if c.get("logprob_chunk") is not None else ""
     return (f"{c['backend']} L={c['max_loras_per_batch']} {c['eviction_policy']}{graph} "
             f"[{','.join(c['target_modules'])}]: " + " → ".join(out))
 
@@ -95,7 +97,10 @@ def engine_category(f: dict, version: str | None = None) -> str:
     mismatch of a csgmv case with decode graphs where the kernels' grid is the capture's segment count),
     ``emb-unzeroed`` (an adapter without embedding / lm_head LoRA runs the slot's never-written embedding buffers:
     releases whose pool does not zero them), ``csgmv-embedding`` (embedding LoRA on a csgmv backend without
-    ``run_lora_a_embedding``), else ``untriaged``."""
+    ``run_lora_a_embedding``), ``#18649`` (lm_head LoRA's shrink reading past the LogitsProcessor's kept rows,
+    or writing past its output, in releases without pruned lm_head routing), ``#31910`` (a triton case whose
+    input-logprob passes of lm_head LoRA crash in ``_prepare_lm_head_batch_info``: releases that append the passes
+    to the attribute), else ``untriaged``."""
     sig = f["signature"]
     if sig["tool"] == "target":
         return "target"
@@ -124,6 +129,10 @@ def engine_category(f: dict, version: str | None = None) -> str:
 
 
 EMBEDDING_ZEROED = "Zero out embedding/lm_head buffers for adapters without embedding LoRA"
+# 0.5.10 - 0.5.15.post1's TritonLoRABackend._prepare_lm_head_batch_info appends each logprob pass's batch info to the
+# attribute (None) instead of its local list: lm_head LoRA with input logprobs in > 1 pass crashes (described by
+# PR #31910; gone from 0.5.16)
+LM_HEAD_PASSES_DROPPED = "self.lm_head_pass_batch_infos.append("
 
 
 def _csgmv_grid_frozen(version: str | None) -> bool:
@@ -134,6 +143,13 @@ def _csgmv_grid_frozen(version: str | None) -> bool:
         return False
     found = list((site_dirs(version)[0] / "sglang").rglob("chunked_sgmv_shrink.py"))
     return bool(found) and not any("segment_grid" in p.read_text(encoding="utf-8") for p in found)
+
+
+def _lm_head_unpruned(version: str | None) -> bool:
+    """The release has lm_head LoRA but routes it over the batch's every token while the LogitsProcessor hands
+    lm_head only the kept rows (no ``lm_head_batch_info``: 0.5.6.post2 - 0.5.9; PR #18649 adds it in 0.5.10)."""
+    layers = _release_file(version, "srt/lora/layers.py")
+    return "class ParallelLMHeadWithLoRA" in layers and "lm_head_batch_info" not in layers
 
 
 def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = False) -> str:
@@ -149,6 +165,13 @@ def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = F
         return "emb-unzeroed"
     if kind == "numeric-mismatch" and backend == "csgmv" and graph and _csgmv_grid_frozen(version):
         return "#28371"
+    if kind == "out-of-bounds" and sig.get("kernel", "") == "_sgemm_lora_a_kernel" and \
+            (tensor == "_sgemm_lora_a_kernel:x" or tensor.startswith("torch.empty@triton_ops/sgemm_lora_a.py")) and \
+            _lm_head_unpruned(version):
+        return "#18649"
+    if kind == "crash" and backend == "triton" and "triton_backend.py" in sig.get("location", "") and \
+            LM_HEAD_PASSES_DROPPED in _release_file(version, "srt/lora/backend/triton_backend.py"):
+        return "#31910"
     if kind == "crash" and backend == "csgmv" and "chunked_sgmv_expand" in sig.get("location", "") and \
             "def run_lora_a_embedding" not in _release_file(version, "srt/lora/backend/chunked_backend.py"):
         return "csgmv-embedding"

@@ -41,6 +41,24 @@ LIFECYCLE = [{"op": "load", "name": "a0"}, {"op": "step", "reqs": [None, "a0"], 
              {"op": "load", "name": "a2"}, {"op": "step", "reqs": ["a2", "a0"], "mode": "decode"},
              {"op": "unload", "name": "a0"}, {"op": "load", "name": "a0", "v": 1},
              {"op": "step", "reqs": ["a0", None, "a0"], "mode": "decode"}]
+# SGLang's LogitsProcessor over lm_head LoRA: an extend batch asking input logprobs from several starts (one
+# request none: its start is its length), with the adapters mixed across the chunked passes, then one without,
+# a decode batch, and a batch asking logprobs where no request has a position to give
+LP_ADAPTERS = {"a0": {"r": 4, "alpha": 8, "modules": ["q_proj", "v_proj", "o_proj", "lm_head"]},
+               "a1": {"r": 2, "alpha": 2, "modules": ["q_proj", "k_proj", "v_proj", "lm_head"]}}
+LOGPROBS = [{"op": "load", "name": "a0"}, {"op": "load", "name": "a1"},
+            {"op": "step", "reqs": ["a0", None, "a1"], "mode": "extend", "lens": [3, 2, 3], "logprob": [0, 2, 1]},
+            {"op": "step", "reqs": ["a1", "a0"], "mode": "extend", "lens": [2, 3]},
+            {"op": "step", "reqs": ["a1", "a0"], "mode": "decode"},
+            # logprobs asked from every request's last position + 1: none computed (the first clean campaign's
+            # target error: SGLang returns None there, not an empty tensor)
+            {"op": "step", "reqs": [None, "a0"], "mode": "extend", "lens": [3, 1], "logprob": [3, 1]}]
+
+
+def _lp_cfg(backend="triton", chunk=2):
+    return _cfg(backend, slots=3, adapters=LP_ADAPTERS, logprob_chunk=chunk)
+
+
 # the minimal case of each planted fault (faults.py), and what finds it
 FAULT_CASES = {
     "unload_keeps_slot": (_cfg(), [{"op": "load", "name": "a0"}, {"op": "step", "reqs": ["a0"]},
@@ -59,6 +77,8 @@ FAULT_CASES = {
                                             {"op": "load", "name": "a2"}, {"op": "step", "reqs": ["a0"]},
                                             {"op": "step", "reqs": ["a1"]}, {"op": "step", "reqs": ["a2", "a0"]}],
                             ("crash",)),  # SGLang's prepare looks up the evicted adapter's slot: KeyError
+    # passes of 2 rows over a0's 3, the base request's 1 and a1's 2: the second and third pass run a0's routing
+    "logprob_pass_stale_routing": (_lp_cfg(), LOGPROBS, ("numeric-mismatch", "crash")),
 }
 PINNED = dict(ADAPTERS, a1=dict(ADAPTERS["a1"], pinned=True))
 # through the tokenizer manager and the scheduler: a pinned adapter, --max-loaded-loras evicting the least
@@ -104,6 +124,7 @@ def results():
     cases += [[cfg, ops, []] for cfg, ops, _ in FAULT_CASES.values()]
     cases += [[_cfg(b, adapters=PINNED, max_loaded_loras=m, graph_bs=g), FRONTEND_LIFECYCLE, []]
               for b, m, g in (("triton", 2, 0), ("csgmv", 3, 4))] if FRONTEND else []
+    cases += [[_lp_cfg(b, chunk), LOGPROBS, []] for b, chunk in LP_VARIANTS]
     r = subprocess.run([sys.executable, "-c", RUN.format(root=str(ROOT))], input=json.dumps(cases), text=True,
                        capture_output=True, timeout=900, cwd=ROOT)
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -131,6 +152,15 @@ def test_each_faults_minimal_case_is_silent_without_it(results, j, fault):
 @pytest.mark.parametrize("k,backend", [(0, "triton"), (1, "csgmv")])
 def test_the_adapter_management_lifecycle_is_silent_on_sglangs_own_code(results, k, backend):
     i = 2 + 2 * len(FAULT_CASES) + k
+    assert results[i] == [], results[i]
+
+
+LP_VARIANTS = [("triton", None), ("csgmv", 0), ("csgmv", 1)]  # SGLang's default chunking, off, one row a pass
+
+
+@pytest.mark.parametrize("k,variant", list(enumerate(LP_VARIANTS)))
+def test_logits_and_input_logprobs_through_sglangs_logits_processor_are_silent(results, k, variant):
+    i = 2 + 2 * len(FAULT_CASES) + (2 if FRONTEND else 0) + k
     assert results[i] == [], results[i]
 
 

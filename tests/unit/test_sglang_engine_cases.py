@@ -15,14 +15,42 @@ LINEAR = api.ALL_MODULES[:4]
 
 
 @FAST
-@given(st.data(), st.sampled_from([api.ALL_MODULES, LINEAR]))
-def test_drawn_cases_use_only_the_releases_target_modules_and_declared_features(data, modules):
-    case = data.draw(cases.sglang_engine_cases((), max_ops=8, device="cpu", modules=modules))
+@given(st.data(), st.sampled_from([api.ALL_MODULES, LINEAR]), st.booleans())
+def test_drawn_cases_use_only_the_releases_target_modules_and_declared_features(data, modules, logprobs):
+    case = data.draw(cases.sglang_engine_cases((), max_ops=8, device="cpu", modules=modules, logprobs=logprobs))
     c = case.config
     assert set(c["target_modules"]) <= set(modules)
     peft = {m for a in c["adapters"].values() for m in a["modules"]}
     assert {cases.SERVER_NAME[m] for m in peft} <= set(c["target_modules"])
-    assert set(features_of(cases.features, case)) <= set(cases.feature_space(modules))
+    assert set(features_of(cases.features, case)) <= set(cases.feature_space(modules, logprobs=logprobs))
+    # input logprobs are asked only where SGLang's LogitsProcessor is driven, of extend steps, one start per
+    # request within its tokens (runner.check_case refuses anything else)
+    assert ("logprob_chunk" in c) == logprobs
+    for op in case.ops:
+        if op.get("logprob") is not None:
+            assert logprobs and op["mode"] == "extend"
+            assert all(0 <= s <= n for s, n in zip(op["logprob"], op["lens"], strict=True))
+
+
+def test_the_logprob_chunk_knob_is_set_under_both_names_and_restored():
+    batch = import_module("fuzzrunner.targets.sglang_engine.batch")
+    import os
+    names = [n for pair in batch.CHUNK_ENV for n in pair]
+    before = {n: os.environ.get(n) for n in names}
+    with batch.logprob_env(2):
+        assert [os.environ[n] for n in names] == ["1", "2", "1", "2"]
+    with batch.logprob_env(0):
+        assert os.environ["SGLANG_ENABLE_LOGPROB_CHUNK"] == os.environ["SGLANG_ENABLE_LOGITS_PROCESSER_CHUNK"] == "0"
+    with batch.logprob_env(None):
+        assert {n: os.environ.get(n) for n in names} == before
+    assert {n: os.environ.get(n) for n in names} == before
+
+
+def test_input_logprob_token_ids_are_the_next_tokens_from_each_start():
+    batch = import_module("fuzzrunner.targets.sglang_engine.batch")
+    # two requests [10 11 12] from 0, [20 21] from 2 (none asked): 11, 12, then 0 after the first's last token
+    assert batch.input_logprob_token_ids([10, 11, 12, 20, 21], [3, 2], [0, 2]) == [11, 12, 0]
+    assert batch.input_logprob_token_ids([10, 11, 12, 20, 21], [3, 2], [2, 1]) == [0, 0]
 
 
 def _api(**kw):
@@ -52,6 +80,11 @@ def test_a_sweep_row_of_an_engine_finding_shows_its_program():
                     {"op": "unload", "name": "a0"}, {"op": "load", "name": "a0", "v": 1}]}
     assert sweep._ops(case) == ("triton L=2 fifo graph≤2 [qkv_proj]: load(a0) → step[a0, -](decode) → unload(a0) "
                                 "→ load(a0, v1)")
+    # the LogitsProcessor's knobs: the logprob passes' chunk and each request's logprob start
+    lp = {"target": "sglang_engine", "config": dict(case["config"], logprob_chunk=2),
+          "ops": [{"op": "step", "reqs": ["a0", None], "mode": "extend", "lens": [3, 1], "logprob": [0, 1]}]}
+    assert sweep._ops(lp) == ("triton L=2 fifo graph≤2 logprob-chunk 2 [qkv_proj]: "
+                              "step[a0, -](extend [3, 1] logprob [0, 1])")
     target_error = {"signature": {"tool": "target", "kind": "crash"}, "case": case}
     assert sweep.category(target_error) == "target"
 
@@ -79,7 +112,8 @@ def test_engine_findings_are_triaged_by_what_the_release_has(tmp_path, monkeypat
 
 
 def test_engine_findings_of_release_bugs_are_triaged_by_the_release_files(tmp_path, monkeypatch):
-    """#14177 (a read of the triton backend's graph seg_indptr), #28371 (a csgmv graph's frozen grid), emb-unzeroed (an adapter without embedding
+    """#14177 (a read of the triton backend's graph seg_indptr), #31910 (lm_head LoRA's logprob passes), #18649
+    (lm_head LoRA routed over unpruned rows), #28371 (a csgmv graph's frozen grid), emb-unzeroed (an adapter without embedding
     LoRA reads the slot's never-written embedding buffers: 0.5.6.post2 - 0.5.9), csgmv-embedding (0.5.8's csgmv
     backend has no run_lora_a_embedding): each only where the release's files have the cause."""
     site = import_module("fuzzrunner.targets.sglang_lora.site")
@@ -92,8 +126,11 @@ def test_engine_findings_of_release_bugs_are_triaged_by_the_release_files(tmp_pa
         (lora / "triton_ops").mkdir()
         (lora / "mem_pool.py").write_text(pool)
         (lora / "backend" / "chunked_backend.py").write_text(chunked)
-        (lora / "backend" / "triton_backend.py").write_text("seg_indptr = torch.empty(bs + 1)\n")
+        (lora / "backend" / "triton_backend.py").write_text(
+            "seg_indptr = torch.empty(bs + 1)\n" + ("            " + sweep.LM_HEAD_PASSES_DROPPED + "\n" if v == "old" else ""))
         (lora / "triton_ops" / "sgemm_lora_a.py").write_text("seg_start = tl.load(seg_indptr + batch_id)\n")
+        (lora / "layers.py").write_text("class ParallelLMHeadWithLoRA: ...\n"
+                                        + ("" if v == "old" else "    lm_head_batch_info = None\n"))
         (lora / "triton_ops" / "chunked_sgmv_shrink.py").write_text(
             "grid = (cdiv(N, BLOCK_N), num_segments)\n" if v == "old" else "segment_grid = weight_indices.shape[0]\n")
     monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
@@ -110,9 +147,17 @@ def test_engine_findings_of_release_bugs_are_triaged_by_the_release_files(tmp_pa
     # a csgmv decode graph replays the capture's segment count (#28371): a mismatch with graphs, not without
     frozen = finding("csgmv", graph_bs=4, tool="numeric", kind="numeric-mismatch", tensor="step.logits")
     eager = finding("csgmv", graph_bs=0, tool="numeric", kind="numeric-mismatch", tensor="step.logits")
-    assert [sweep.category(f, "old") for f in (seg, emb, crash, frozen, eager)] == \
-        ["#14177", "emb-unzeroed", "csgmv-embedding", "#28371", "untriaged"]
-    assert [sweep.category(f, "new") for f in (emb, crash, frozen)] == ["untriaged"] * 3
+    # lm_head LoRA's input-logprob passes on triton: None.append in _prepare_lm_head_batch_info (#31910)
+    passes = finding("triton", tool="python", kind="crash", kernel="AttributeError", location="triton_backend.py:343")
+    # lm_head LoRA routed over every token while the LogitsProcessor keeps the last ones (#18649): the shrink reads
+    # past its input x and writes past its output
+    unpruned = [finding("triton", tool="shadow", kind="out-of-bounds", kernel="_sgemm_lora_a_kernel", tensor=t,
+                        location=loc) for t, loc in (("_sgemm_lora_a_kernel:x", "triton_ops/sgemm_lora_a.py:90"),
+                                                     ("torch.empty@triton_ops/sgemm_lora_a.py:147",
+                                                      "triton_ops/sgemm_lora_a.py:111"))]
+    assert [sweep.category(f, "old") for f in (seg, emb, crash, frozen, eager, passes, *unpruned)] == \
+        ["#14177", "emb-unzeroed", "csgmv-embedding", "#28371", "untriaged", "#31910", "#18649", "#18649"]
+    assert [sweep.category(f, "new") for f in (emb, crash, frozen, passes, *unpruned)] == ["untriaged"] * 6
 
 
 def test_the_engine_target_takes_its_device_from_the_run_not_the_environment():
