@@ -31,8 +31,11 @@ def fuzz(target: str | Target = "reference_runner", *, settings: Settings | None
     ``ray="local"|"auto"|"ray://host:port"`` runs its ``workers`` shards as Ray actors, sharing the
     example database at ``db="redis://..."`` or, without it, the one the driver serves.
 
-    ``on_event(event)`` gets each event (progress, warning, finding, regression: a dict with a
-    ``type``); an exception it raises is said once in the result's warnings and the campaign goes on."""
+    ``on_event(event)`` gets each event, a frozen dataclass of ``fuzzrunner.engine.events``:
+    ``ProgressEvent``, ``WarningEvent``, ``FindingEvent``, ``RegressionEvent`` (``event.kind`` names it; read its
+    attributes: ``event.message``, ``event.finding``). Reading one as the dict events used to be
+    (``event["type"]``, ``event.get("message")``) still works for one release, with a ``DeprecationWarning``.
+    An exception the callback raises is said once in the result's warnings and the campaign goes on."""
     _check_fuzz_arguments(target, corpus, on_event, profile, ray, db)
     spec = target if isinstance(target, str) else spec_of(target)
     if settings is not None and not isinstance(settings, Settings):
@@ -91,7 +94,7 @@ def _check_fuzz_arguments(target, corpus, on_event, profile, ray, db) -> None:
     kind_of(target, (str, Target), "fuzz(target)", f"pass {_TARGET}")
     kind_of(corpus, (str, os.PathLike, type(None)), "fuzz(corpus)", f"pass {_PATH}, or None for no corpus")
     if on_event is not None and not callable(on_event):
-        kind_of(on_event, (), "fuzz(on_event)", "pass a function of one event (a dict), or None")
+        kind_of(on_event, (), "fuzz(on_event)", "pass a function of one event, or None")
     if on_event is not None and function_kind(on_event):  # called, never awaited or iterated: it would see nothing
         raise InvalidArgument(f"fuzz(on_event) is {function_kind(on_event)}: it would see no event (it is called, "
                               f"never awaited); pass a plain function of one event (a dict).")

@@ -111,8 +111,8 @@ def _starting_triage(on_event: Callable | None, triage) -> Callable | None:
     if triage is None:
         return on_event
 
-    def relay(e: dict) -> None:
-        if e.get("type") == events.FINDING:
+    def relay(e: events.Event) -> None:
+        if isinstance(e, events.FindingEvent):
             triage.start()
         if on_event is not None:
             on_event(e)

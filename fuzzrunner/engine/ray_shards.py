@@ -28,7 +28,7 @@ from . import result as R
 from .corpus_stream import CorpusWriter, StreamedCorpus, snapshot
 from .plan import CampaignPlan
 from .result import CampaignResult
-from .sharding import Merger, portable_result
+from .sharding import Merger
 
 RAY_MISSING = ("--ray needs Ray, an optional extra: pip install 'fuzzrunner[ray]' "
                "(on the driver and on every node of the cluster).")
@@ -118,9 +118,10 @@ class ShardActor:
     def ping(self) -> bool:
         return True
 
-    def _send(self, job: ShardJob, message: dict, wait: bool) -> None:
+    def _send(self, job: ShardJob, event: events.Event, wait: bool) -> None:
+        """``event`` to the driver's inbox, as plain data (``Event.to_dict``; the driver reads it back)."""
         import ray
-        ref = job.inbox.put.remote((job.index, job.run, message))  # type: ignore[attr-defined]
+        ref = job.inbox.put.remote((job.index, job.run, event.to_dict()))  # type: ignore[attr-defined]
         if wait:  # findings, corpus writes, the result: on the driver's node before the shard goes on
             ray.get(ref)
 
@@ -132,21 +133,21 @@ class ShardActor:
         # imports vLLM for that device); the workers get the whole context from their start-up
         use_device(job.plan.context.device)
 
-        def send(message: dict) -> None:
-            self._send(job, message, wait=True)
+        def send(event: events.Event) -> None:
+            self._send(job, event, wait=True)
         plan = job.plan
         corpus = StreamedCorpus(plan.corpus_dir, plan.faults, job.entries, send) if plan.corpus_dir else None
         db = (database_from_url(job.db_url) if job.db_url else
               ServedDatabase(job.db_server) if job.db_server is not None else None)
 
-        def on_event(e: dict) -> None:
-            self._send(job, events.portable(e), e["type"] != events.PROGRESS)
+        def on_event(e: events.Event) -> None:
+            self._send(job, e, not isinstance(e, events.ProgressEvent))
         try:
             prepare_shadow(plan, on_event)  # on this node, before the shard's worker (within the plan's deadline)
             res = run_shard(plan, job.index, job.quota, on_event, corpus=corpus, database=db)
-            send(events.done(portable_result(res)))
+            send(events.ShardDone(res))
         except BaseException as e:  # noqa: B036 - report, never leave the driver waiting
-            send(events.error(describe(e, 2000)))
+            send(events.ShardError(describe(e, 2000)))
         finally:
             close_database(db)
 
@@ -184,24 +185,25 @@ class _Driver:
 
     def drain(self, inbox) -> None:
         for index, run, message in self.ray.get(inbox.take.remote()):
-            self.handle(index, run, message)
+            self.handle(index, run, events.Event.from_dict(message))
 
-    def handle(self, index: int, run: int, m: dict) -> None:
-        """One message of shard ``index``'s run ``run``: corpus writes to the writer, its end and its
+    def handle(self, index: int, run: int, m: events.Event) -> None:
+        """One event of shard ``index``'s run ``run``: corpus writes to the writer, its end and its
         progress (summed over its runs) here, every other event to the merger."""
-        def progress(m: dict) -> None:
-            self.counts[(index, run)] = (m["examples"], m.get("generated", 0))
+        def progress(m: events.ProgressEvent) -> None:
+            self.counts[(index, run)] = (m.examples, m.generated)
             mine = [c for (i, _), c in self.counts.items() if i == index]
-            self.merger.event({**m, "examples": sum(c[0] for c in mine), "generated": sum(c[1] for c in mine)})
+            self.merger.event(replace(m, examples=sum(c[0] for c in mine), generated=sum(c[1] for c in mine)))
 
-        def done(m: dict) -> None:
+        def done(m: events.ShardDone) -> None:
             self.finished.add((index, run))
-            self.merger.done(CampaignResult.from_dict(m["result"]))
+            self.merger.done(m.result)
 
-        def error(m: dict) -> None:
+        def error(m: events.ShardError) -> None:
             self.finished.add((index, run))
-            self.merger.result.errors.append(f"shard {index} failed: {m['message']}")
-        handlers = {**self.writer.handlers(), events.PROGRESS: progress, events.DONE: done, events.ERROR: error}
+            self.merger.result.errors.append(f"shard {index} failed: {m.message}")
+        handlers = {**self.writer.handlers(), events.ProgressEvent: progress, events.ShardDone: done,
+                    events.ShardError: error}
         events.dispatch(handlers, m, default=self.merger.event)
 
     def _ended(self, ref, actor, job: ShardJob) -> None:
@@ -225,7 +227,7 @@ class _Driver:
         message = (f"shard {job.index}'s Ray actor died ({type(error).__name__}: its process or node was lost) "
                    f"after {plural(examples, 'case')}; its findings were already with the driver; {tail}")
         self.deaths.append((job.index, job.run, message))
-        self.merger.event(events.warning(message))
+        self.merger.event(events.WarningEvent(message))
         if resumed is not None:
             self.restarting[actor.ping.remote()] = (actor, resumed)
             self.give_up_at[job.index] = time.monotonic() + self._wait_s()
@@ -383,5 +385,5 @@ def _on_bad(result: CampaignResult, merger: Merger):
         result.quarantined.append((str(path), str(moved) if moved else None, str(error)))
         where = f"moved to {moved}" if moved else "left in place" if isinstance(error, NewerSchema) else \
             "could not be moved"
-        merger.event(events.warning(f"unreadable corpus file {path} ({where}): {error}"))
+        merger.event(events.WarningEvent(f"unreadable corpus file {path} ({where}): {error}"))
     return bad

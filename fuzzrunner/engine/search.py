@@ -175,7 +175,7 @@ class Shard:
                        f"({self.hub.rerun_error}): their findings name the last kernel launched, which may "
                        f"come after the one that broke the context")
             self.result.warnings.append(message)
-            self.emit(events.warning(message, self.index))
+            self.emit(events.WarningEvent(message, self.index))
         if result.recycled:
             self._recycled(result.recycled)
         if result.budget_cut:
@@ -197,7 +197,7 @@ class Shard:
             message = (f"{why}: the worker was recycled (a leak in the target?); each recycle is counted in "
                        f"the report (worker_recycles)")
             r.warnings.append(message)
-            self.emit(events.warning(message))
+            self.emit(events.WarningEvent(message))
 
     def record(self, violations, case: Case) -> list[tuple[Finding, bool]]:
         self._refuse_missing_device(violations)
@@ -214,7 +214,7 @@ class Shard:
             if new and names.kind(finding.violation.kind).case_wide:
                 self._learn_crash(finding, case)
             if new:
-                self.emit(events.finding(finding, self.index))
+                self.emit(events.FindingEvent(finding, self.index))
         if self.book.write_errors:
             self.result.errors += self.book.write_errors
             self.book.write_errors = []
@@ -244,7 +244,7 @@ class Shard:
         """The tool's own limits: counted, said once each, never a finding (the campaign goes on)."""
         for v in limitations(violations):
             if self.result.count_limitation(v.signature.id, v.message):  # the summary and report count them
-                self.emit(events.warning(f"tool limitation: {v.message}", self.index))
+                self.emit(events.WarningEvent(f"tool limitation: {v.message}", self.index))
 
     def _confirmed(self, finding: Finding, case: Case) -> bool:
         """A dead worker is confirmed by a rerun in a fresh one. One that does not die again was killed by an
@@ -278,8 +278,8 @@ class Shard:
         if any(f.id == finding.id for f in self.result.flaky):
             return
         self.result.flaky.append(finding)
-        self.emit(events.warning(f"flaky: {finding.signature.short()} did not happen again in a fresh worker{note}; "
-                                 f"kept apart, not a finding"))
+        self.emit(events.WarningEvent(f"flaky: {finding.signature.short()} did not happen again in a fresh "
+                                      f"worker{note}; kept apart, not a finding"))
 
     # -- what a case's threads did after it returned ----------------------------------------
     def _account_earlier(self, result) -> None:
@@ -297,7 +297,7 @@ class Shard:
                    f"{THREAD_GRACE_S:g} s for their threads, did not end it: not a finding")
         if message not in self.result.warnings:
             self.result.warnings.append(message)
-            self.emit(events.warning(message, self.index))
+            self.emit(events.WarningEvent(message, self.index))
 
     def _rerun_suspect(self, suspect) -> bool:
         """Run an earlier case again in a fresh worker, waiting for its threads: whether it died (then its
@@ -318,7 +318,7 @@ class Shard:
         message = (f"{why}: from now on each case waits up to {THREAD_GRACE_S:g} s for the threads it started, so "
                    f"that what they do is found (and shrunk) with their own case")
         self.result.warnings.append(message)
-        self.emit(events.warning(message, self.index))
+        self.emit(events.WarningEvent(message, self.index))
 
     # -- crash-aware search (GPU) ---------------------------------------------------------
     def _learn_crash(self, finding: Finding, case: Case) -> None:
@@ -358,7 +358,7 @@ class Shard:
         message = (f"CPU pre-check of cases is off for this campaign: {why}. Every case now runs on the GPU, "
                    f"and each one that re-hits a known crash costs a worker restart.")
         self.result.warnings.append(message)
-        self.emit(events.warning(message, self.index))
+        self.emit(events.WarningEvent(message, self.index))
 
     def _known_crash(self, case: Case) -> bool:
         if not self._crash_heads or self._failing or not self.precheck_on:
@@ -425,7 +425,7 @@ class Shard:
     def _tick(self) -> None:
         r = self.result
         r.timeline.append((round(self.elapsed(), 3), r.examples, len(self.book.by_id)))
-        self.emit(events.progress(r.examples, r.generated, len(self.book.by_id), self.elapsed(), self.index))
+        self.emit(events.ProgressEvent(r.examples, r.generated, len(self.book.by_id), self.elapsed(), self.index))
 
     def phases(self, *, first_batch: bool) -> list:
         """Hypothesis phases of a batch: reuse (the database) first; target when steering; shrink if on."""

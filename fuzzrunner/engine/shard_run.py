@@ -58,10 +58,10 @@ def prepare_shadow(plan: CampaignPlan, on_event: Callable | None) -> None:
     if "shadow" not in names.effective_oracles(s.oracles, context.device, s.sanitizer):
         return
     if on_event is not None and context.device == "cuda" and context.shadow == "cpu":
-        on_event(events.warning(f"{SHADOW_ENV}=cpu on cuda: the CPU shadow oracle sees torch ops only there; "
+        on_event(events.WarningEvent(f"{SHADOW_ENV}=cpu on cuda: the CPU shadow oracle sees torch ops only there; "
                                 f"Triton kernels run compiled and unchecked (unset it for the device mode, which "
                                 f"checks them, or use --device cpu to check them in Triton's interpreter)"))
     off = prepare_device_mode(context)
     if off is not None and on_event is not None:
-        on_event(events.warning(f"the GPU shadow's dispatch filter is {off}: every torch op goes through its "
+        on_event(events.WarningEvent(f"the GPU shadow's dispatch filter is {off}: every torch op goes through its "
                                 f"Python mode (the same reports, slower)"))

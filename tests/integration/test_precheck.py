@@ -12,6 +12,7 @@ import pytest
 
 from fuzzrunner.context import Context
 from fuzzrunner.engine.cpu_check import classify, outside_reason
+from fuzzrunner.engine.events import WarningEvent
 from fuzzrunner.engine.hub import WorkerSpec
 from fuzzrunner.engine.search import Shard
 from fuzzrunner.settings import Settings
@@ -43,7 +44,7 @@ def test_a_target_that_cannot_run_on_the_cpu_turns_the_precheck_off_and_both_bug
     assert result.known_crash_skips == 0 and result.known_crash_causes == {}
     off = [w for w in result.warnings if w.startswith("CPU pre-check of cases is off")]
     assert len(off) == 1 and "device error" in off[0] and "ctx.device" in off[0]
-    assert any(e["type"] == "warning" and "pre-check" in e["message"] for e in events)
+    assert any(isinstance(e, WarningEvent) and "pre-check" in e.message for e in events)
 
 
 def test_a_precheck_that_runs_skips_only_the_proven_root_causes_and_counts_each(monkeypatch):
@@ -132,9 +133,9 @@ def test_shards_saying_one_warning_say_it_once():
     heard: list = []
     merger = Merger(3, heard.append, CampaignResult("t", Settings(), 0, ()))
     for shard in range(3):
-        merger.event({"type": "warning", "message": "CPU pre-check of cases is off", "shard": shard})
-    merger.event({"type": "warning", "message": "another", "shard": 0})
-    assert [e["message"] for e in heard] == ["CPU pre-check of cases is off", "another"]
+        merger.event(WarningEvent("CPU pre-check of cases is off", shard))
+    merger.event(WarningEvent("another", 0))
+    assert [e.message for e in heard] == ["CPU pre-check of cases is off", "another"]
 
 
 def test_a_cpu_campaign_of_a_target_that_asks_for_cuda_is_the_targets_error_not_a_finding(tmp_path, capsys):

@@ -9,6 +9,7 @@ import pytest
 from fuzzrunner import cli
 from fuzzrunner.case import Case
 from fuzzrunner.corpus import Corpus
+from fuzzrunner.engine import events
 from fuzzrunner.engine.corpus_stream import CorpusWriter, StreamedCorpus
 from fuzzrunner.engine.ray_shards import _Driver, packaged, shard_options
 from fuzzrunner.engine.result import CampaignResult
@@ -62,7 +63,7 @@ def test_a_streamed_corpus_writes_nothing_itself_and_replays_the_drivers_snapsho
     entries = [(tmp_path / "a.json", _finding(3).case, None)]
     c = StreamedCorpus(str(tmp_path), ("planted",), entries, sent.append)
     c.save_finding("ray_toy", _finding(12))
-    assert list(tmp_path.iterdir()) == [] and [m["type"] for m in sent] == ["corpus-save"]
+    assert list(tmp_path.iterdir()) == [] and [m.kind for m in sent] == ["corpus-save"]
     assert c.entries("ray_toy") == entries and c.entries("other") == [] and c.load_finding("ray_toy", "x") is None
 
 
@@ -71,23 +72,23 @@ def test_the_driver_writes_each_bug_once_the_smaller_case_winning_under_the_user
     w = CorpusWriter(corpus, "/abs/ray_target.py:TARGET")
     big, small = _finding(12, 13, 14), _finding(10, minimized=True)
     for f in (big, small, big):  # shard A, shard B, then A again with its bigger case
-        w.apply({"type": "corpus-save", "target": "ray_toy", "finding": f.to_dict()})
+        w.apply(events.CorpusSave("ray_toy", f))
     [path] = list((tmp_path / "expected" / "ray_toy").iterdir())
     on_disk = Finding.load(path)
     assert [op["n"] for op in on_disk.case.ops] == [10] and on_disk.minimized
     assert on_disk.target_spec == "/abs/ray_target.py:TARGET" == w.findings[big.id].target_spec
-    w.apply({"type": "corpus-set-aside", "target": "ray_toy", "finding": big.to_dict()})
+    w.apply(events.CorpusSetAside("ray_toy", big))
     assert not path.exists() and w.findings == {} and list((tmp_path / "flaky" / "ray_toy").iterdir())
 
 
 def test_a_resumed_shard_adds_its_cases_to_those_of_its_dead_run():
-    events = []
+    heard: list = []
     merged = CampaignResult("ray_toy", Settings(), 1, ())
-    d = _Driver(None, Merger(2, events.append, merged), CorpusWriter(None, "t"), Settings(), 0.0)
-    d.handle(1, 0, {"type": "progress", "examples": 10, "generated": 8, "shard": 1})
-    d.handle(1, 1, {"type": "progress", "examples": 4, "generated": 4, "shard": 1})
-    d.handle(0, 0, {"type": "progress", "examples": 3, "generated": 3, "shard": 0})
-    assert (events[-1]["examples"], events[-1]["generated"]) == (17, 15)
+    d = _Driver(None, Merger(2, heard.append, merged), CorpusWriter(None, "t"), Settings(), 0.0)
+    d.handle(1, 0, events.ProgressEvent(10, 8, 0, 1.0, 1))
+    d.handle(1, 1, events.ProgressEvent(4, 4, 0, 1.0, 1))
+    d.handle(0, 0, events.ProgressEvent(3, 3, 0, 1.0, 0))
+    assert (heard[-1].examples, heard[-1].generated) == (17, 15)
 
 
 def test_the_redis_database_of_db_is_one_store_for_every_shard_under_the_campaign_prefix():
@@ -121,8 +122,8 @@ def test_db_without_ray_or_not_redis_is_a_usage_error(tmp_path, capsys):
 def test_what_a_shard_found_before_it_died_is_in_the_result_also_without_a_corpus():
     merged = CampaignResult("ray_toy", Settings(), 1, ("planted",))
     d = _Driver(None, Merger(2, None, merged), CorpusWriter(None, "/abs/t.py:TARGET"), Settings(), 0.0)
-    d.handle(1, 0, {"type": "finding", "finding": _finding(12).to_dict(), "shard": 1})
-    d.handle(1, 0, {"type": "progress", "examples": 5, "generated": 5, "shard": 1})
+    d.handle(1, 0, events.FindingEvent(_finding(12), 1))
+    d.handle(1, 0, events.ProgressEvent(5, 5, 0, 1.0, 1))
     d.deaths.append((1, 0, "shard 1's Ray actor died"))  # and no done from it
     d.finish(merged)
     [f] = merged.findings

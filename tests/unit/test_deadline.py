@@ -129,9 +129,9 @@ def test_shards_learn_of_a_finding_through_the_campaigns_event():
     got, flag = [], _Flag()
     flag.set = lambda: setattr(flag, "on", True)
     relay = sharding._noting_findings(got.append, flag)
-    relay(events.progress(1, 1, 0, 0.1, 0))
+    relay(events.ProgressEvent(1, 1, 0, 0.1, 0))
     assert not flag.on
-    relay({"type": events.FINDING, "finding": None, "shard": 0})
+    relay(events.FindingEvent(None, 0))  # type: ignore[arg-type]
     assert flag.on and len(got) == 2
 
 
@@ -143,10 +143,10 @@ def test_the_triage_worker_starts_at_the_first_finding_only(monkeypatch):
             self.starts += 1
     t, got = Triage(), []
     relay = campaign_module._starting_triage(got.append, t)
-    relay(events.warning("x"))
+    relay(events.WarningEvent("x"))
     assert t.starts == 0
-    relay({"type": events.FINDING, "finding": None, "shard": 0})
-    relay({"type": events.FINDING, "finding": None, "shard": 1})
+    relay(events.FindingEvent(None, 0))  # type: ignore[arg-type]
+    relay(events.FindingEvent(None, 1))  # type: ignore[arg-type]
     assert t.starts == 2 and len(got) == 3  # CpuTriage.start itself starts once
     assert campaign_module._starting_triage(None, None) is None
 
