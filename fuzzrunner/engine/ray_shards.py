@@ -84,8 +84,8 @@ def packaged(spec: str) -> tuple[str, dict]:
 @dataclass
 class ShardJob:
     """One run of one shard: what its actor needs (the driver makes a new one on each resume). The
-    plan's ``target_spec`` is the one the shards load (a ``FILE.py`` target travels as its folder),
-    its seed and settings this run's (a resumed shard gets a new seed and what is left of the budget)."""
+    plan is the campaign's, whole: its ``target_spec`` the one the shards load (a ``FILE.py`` target travels as
+    its folder), its seed this run's (a resumed shard gets a new one; its deadline is the campaign's)."""
     plan: CampaignPlan
     index: int
     run: int
@@ -155,8 +155,10 @@ class ShardActor:
 class _Driver:
     """The driver's loop: messages to the merger and the writer; dead shards resumed."""
 
-    def __init__(self, ray, merger: Merger, writer: CorpusWriter, settings, start: float):
-        self.ray, self.merger, self.writer, self.settings, self.start = ray, merger, writer, settings, start
+    def __init__(self, ray, merger: Merger, writer: CorpusWriter, plan: CampaignPlan):
+        """``plan``: the campaign's; a resumed shard gets it whole (a new seed only), and whether it is resumed
+        and how long Ray is waited for go by its deadline."""
+        self.ray, self.merger, self.writer, self.plan = ray, merger, writer, plan
         self.counts: dict[tuple, tuple] = {}       # (shard, run) -> (examples, generated) so far
         self.deaths: list[tuple] = []              # (shard, run, message)
         self.finished: set[tuple] = set()          # (shard, run) that sent done or error
@@ -261,8 +263,8 @@ class _Driver:
                 self._gave_up(job)
 
     def _wait_s(self) -> float:
-        budget = self.settings.budget_s
-        return RESUME_WAIT_S if budget is None else min(RESUME_WAIT_S, budget - (time.monotonic() - self.start))
+        deadline = self.plan.deadline
+        return RESUME_WAIT_S if deadline is None else min(RESUME_WAIT_S, deadline.left())
 
     def _gave_up(self, job: ShardJob) -> None:
         self.merger.result.errors.append(f"shard {job.index} died and Ray could not bring it back (no node had "
@@ -273,12 +275,10 @@ class _Driver:
         if job.run >= MAX_RESTARTS:
             return None
         quota = job.quota - generated
-        budget = self.settings.budget_s
-        left = None if budget is None else budget - (time.monotonic() - self.start)
-        if quota <= 0 or (left is not None and left < 1.0):
+        deadline = job.plan.deadline  # the campaign's, from the command's start: the resumed shard's too
+        if quota <= 0 or (deadline is not None and deadline.left() < 1.0):
             return None
-        settings = self.settings.override(budget_s=left) if left is not None else self.settings
-        plan = replace(job.plan, seed=job.plan.seed + RESEED * (job.run + 1), settings=settings)
+        plan = replace(job.plan, seed=job.plan.seed + RESEED * (job.run + 1))
         return replace(job, run=job.run + 1, quota=quota, plan=plan)
 
     def finish(self, merged: CampaignResult) -> None:
@@ -353,7 +353,7 @@ def _campaign(ray, plan: CampaignPlan, shard_spec: str, on_event, db_url) -> Cam
             for i, quota in enumerate(plan.quotas())]
     actor_class = ray.remote(ShardActor).options(**shard_options(plan.context.device))
     actors = [actor_class.remote() for _ in jobs]
-    driver = _Driver(ray, merger, writer, plan.settings, start)
+    driver = _Driver(ray, merger, writer, plan)
     try:
         for actor, job in zip(actors, jobs):
             driver.submit(actor, job)

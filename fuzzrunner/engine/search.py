@@ -25,15 +25,15 @@ from ..corpus import Corpus
 from ..coverage import Coverage, features_of
 from ..errors import HarnessError, InvalidCase, TargetError
 from ..finding import Finding, group, limitations
-from ..settings import Settings
 from ..target import DrawError, Target, draw_error
 from . import events
 from . import result as R
 from .cpu_check import CpuRun, classify, harness_reason, missing_device
 from .database import campaign_database
-from .deadline import Deadline, monotonic
+from .deadline import monotonic
 from .finding_book import FindingBook
 from .hub import THREAD_GRACE_S, Hub, WorkerSpec
+from .plan import CampaignPlan
 
 BATCH = 50
 
@@ -96,13 +96,18 @@ def _no_shrink_time_limit():
 
 
 class Shard:
-    def __init__(self, target_spec: str, target: Target, settings: Settings, faults: tuple, corpus: Corpus | None,
-                 database, index: int, seed: int, worker: WorkerSpec, on_event: Callable | None = None, *,
-                 deadline: Deadline | None = None, findings_seen=None):
-        """``deadline``: the campaign's (``plan.deadline``; default: the budget from now). ``findings_seen``:
+    def __init__(self, plan: CampaignPlan, index: int, target: Target, on_event: Callable | None = None, *,
+                 corpus: Corpus | None = None, database=None, worker: WorkerSpec | None = None,
+                 findings_seen=None):
+        """Shard ``index`` of the campaign ``plan`` (the whole plan: its target spec, settings, faults, seed and
+        deadline; ``target``: its target, loaded). ``corpus``, ``database``: this shard's (a Ray shard's
+        ``StreamedCorpus``). ``worker``: the plan's worker of this shard unless given. ``findings_seen``:
         set (``is_set()``) once any shard of the campaign has a finding (its CPU triage then needs time)."""
-        self.target_spec, self.target, self.settings, self.faults = target_spec, target, settings, faults
-        self.corpus, self.index, self.seed = corpus, index, seed
+        worker = worker if worker is not None else plan.worker(index)
+        settings, faults, deadline = plan.settings, plan.faults, plan.deadline
+        self.target_spec, self.target, self.settings, self.faults = plan.target_spec, target, settings, faults
+        self.corpus, self.index, self.seed = corpus, index, plan.seed
+        target_spec = plan.target_spec
         self.emit = on_event or (lambda e: None)
         self.book = FindingBook(corpus, target.name, target_spec, settings.case_timeout_s,
                                 worker.context.placed(None))  # each finding records it, not which GPU
@@ -110,12 +115,11 @@ class Shard:
         self.hub = Hub(worker, oracles=effective_oracles(settings.oracles, worker.device, settings.sanitizer),
                        timeout_s=settings.case_timeout_s)
         self.database = campaign_database(database, corpus, target.name, faults, settings.seed)
-        self.result = R.CampaignResult(target.name, settings, seed, faults)
+        self.result = R.CampaignResult(target.name, settings, plan.seed, faults)
         self.result.coverage = Coverage(tuple(target.feature_space), steering=settings.steer)
         self.start = time.monotonic()
         # The search ends before the campaign's deadline by what comes after it (deadline.py): the later
         # end until there is a finding to triage on the CPU, the earlier one from then on.
-        deadline = deadline or Deadline.of(settings.budget_s)
         self._ends = ((monotonic(deadline.search_end(triage=False)), monotonic(deadline.search_end(triage=True)))
                       if deadline is not None else (math.inf, math.inf))
         self._triages = worker.device == "cuda" and settings.cpu_triage

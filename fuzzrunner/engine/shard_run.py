@@ -27,9 +27,8 @@ def run_shard(plan: CampaignPlan, index: int, quota: int, on_event: Callable | N
     target = load_target(plan.target_spec)
     if corpus is None and plan.corpus_dir:
         corpus = Corpus(plan.corpus_dir, faults=plan.faults)
-    shard = Shard(plan.target_spec, target, plan.settings, plan.faults, corpus,
-                  database if database is not None else plan.database, index, plan.seed, plan.worker(index),
-                  on_event, deadline=plan.deadline, findings_seen=findings_seen)
+    shard = Shard(plan, index, target, on_event, corpus=corpus,
+                  database=database if database is not None else plan.database, findings_seen=findings_seen)
     try:
         with hypothesis_storage(corpus):  # never ./.hypothesis in the user's working directory
             replay_corpus(shard)

@@ -14,6 +14,7 @@ from fuzzrunner.context import Context
 from fuzzrunner.engine.cpu_check import classify, outside_reason
 from fuzzrunner.engine.events import WarningEvent
 from fuzzrunner.engine.hub import WorkerSpec
+from fuzzrunner.engine.plan import CampaignPlan
 from fuzzrunner.engine.search import Shard
 from fuzzrunner.settings import Settings
 from fuzzrunner.target import load_target
@@ -27,7 +28,8 @@ def _campaign(seed: int, examples: int = 40):
     settings = Settings(oracles=("numeric",), max_examples=examples, seed=seed, case_timeout_s=60)
     worker = WorkerSpec(SPEC, Context.of("cpu"), env={"GPU_ONLY_FAKE": "1"})  # the "GPU" worker
     events: list = []
-    shard = Shard(SPEC, load_target(SPEC), settings, FAULTS, None, None, 0, seed, worker, events.append)
+    plan = CampaignPlan(SPEC, "gpu_only", settings, FAULTS, seed, worker.context)
+    shard = Shard(plan, 0, load_target(SPEC), events.append, worker=worker)
     shard.precheck_on = True  # as on a GPU
     try:
         shard.search(examples)
@@ -87,7 +89,6 @@ def test_a_memory_error_is_proof_even_when_the_run_failed_later_for_an_outside_r
 
 def test_a_one_worker_gpu_campaign_prechecks_in_parallel_shards_and_nothing_else_changes():
     from fuzzrunner.engine.campaign import _with_precheck_shards
-    from fuzzrunner.engine.plan import CampaignPlan
 
     def shards(settings, device="cuda", database=None) -> Settings:
         plan = CampaignPlan("reference_runner", "reference_runner", settings, (), 0, Context.of(device), None, database)
@@ -114,8 +115,8 @@ def test_a_bug_another_shard_already_wrote_is_neither_confirmed_nor_shrunk_again
     runs = []
     for index in range(2):  # the first still shrinking (here: not shrinking) when the second meets the bug
         settings = Settings(max_examples=30, seed=5, workers=2, shrink=index == 1)
-        shard = Shard(spec, target, settings, ("boom",), Corpus(tmp_path, faults=("boom",)), None, index, 5,
-                      WorkerSpec(spec, Context.of("cpu")))
+        plan = CampaignPlan(spec, target.name, settings, ("boom",), 5, Context.of("cpu"))
+        shard = Shard(plan, index, target, corpus=Corpus(tmp_path, faults=("boom",)))
         shard.shrink_once = True  # as on a GPU
         try:
             shard.search(30)

@@ -2,16 +2,21 @@
 line without Ray, a GPU per shard, the target's packaging. (The cluster itself: integration/test_ray.py.)"""
 
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from fuzzrunner import cli
 from fuzzrunner.case import Case
+from fuzzrunner.context import Context
 from fuzzrunner.corpus import Corpus
 from fuzzrunner.engine import events
 from fuzzrunner.engine.corpus_stream import CorpusWriter, StreamedCorpus
-from fuzzrunner.engine.ray_shards import _Driver, packaged, shard_options
+from fuzzrunner.engine.deadline import Deadline
+from fuzzrunner.engine.plan import CampaignPlan
+from fuzzrunner.engine.ray_shards import RESEED, ShardJob, _Driver, packaged, shard_options
 from fuzzrunner.engine.result import CampaignResult
 from fuzzrunner.engine.sharding import Merger
 from fuzzrunner.errors import InvalidArgument
@@ -81,10 +86,37 @@ def test_the_driver_writes_each_bug_once_the_smaller_case_winning_under_the_user
     assert not path.exists() and w.findings == {} and list((tmp_path / "flaky" / "ray_toy").iterdir())
 
 
+def _plan(deadline: Deadline | None = None) -> CampaignPlan:
+    settings = Settings(budget_s=deadline.budget_s if deadline else None, seed=7)
+    return CampaignPlan("ray_target.py:TARGET", "ray_toy", settings, ("planted",), 7, Context.of("cpu"),
+                        deadline=deadline)
+
+
+def test_a_resumed_shard_gets_the_campaigns_plan_whole_and_its_deadline_decides():
+    """The driver resumes a dead shard by the campaign's deadline (the budget from the command's start),
+    and the resumed shard's plan is the campaign's with a new seed. It used to count the budget from the
+    driver loop's own start (after the Ray session began) and hand the shard settings with a re-derived
+    budget: it resumed shards the deadline had no room for, and their budget messages named that budget."""
+    def driver(plan):
+        return _Driver(None, Merger(2, None, CampaignResult("ray_toy", plan.settings, 7, ())), CorpusWriter(None, "t"),
+                       plan)
+    plan = _plan(Deadline.of(60.0, time.time() - 50.0))  # 50 s of the 60 s budget went before the driver began
+    d = driver(plan)
+    resumed = d._resumed(ShardJob(plan, 1, 0, 10, [], None, None, None), generated=4)
+    assert resumed is not None and (resumed.run, resumed.quota) == (1, 6)
+    assert resumed.plan == replace(plan, seed=7 + RESEED)  # settings (its budget) and deadline: the campaign's
+    assert 5.0 < d._wait_s() <= 10.0
+    late = _plan(Deadline.of(60.0, time.time() - 59.5))
+    assert driver(late)._resumed(ShardJob(late, 1, 0, 10, [], None, None, None), generated=4) is None
+    endless = _plan()
+    again = driver(endless)._resumed(ShardJob(endless, 1, 0, 10, [], None, None, None), generated=4)
+    assert again is not None and again.plan == replace(endless, seed=7 + RESEED)
+
+
 def test_a_resumed_shard_adds_its_cases_to_those_of_its_dead_run():
     heard: list = []
     merged = CampaignResult("ray_toy", Settings(), 1, ())
-    d = _Driver(None, Merger(2, heard.append, merged), CorpusWriter(None, "t"), Settings(), 0.0)
+    d = _Driver(None, Merger(2, heard.append, merged), CorpusWriter(None, "t"), _plan())
     d.handle(1, 0, events.ProgressEvent(10, 8, 0, 1.0, 1))
     d.handle(1, 1, events.ProgressEvent(4, 4, 0, 1.0, 1))
     d.handle(0, 0, events.ProgressEvent(3, 3, 0, 1.0, 0))
@@ -121,7 +153,7 @@ def test_db_without_ray_or_not_redis_is_a_usage_error(tmp_path, capsys):
 
 def test_what_a_shard_found_before_it_died_is_in_the_result_also_without_a_corpus():
     merged = CampaignResult("ray_toy", Settings(), 1, ("planted",))
-    d = _Driver(None, Merger(2, None, merged), CorpusWriter(None, "/abs/t.py:TARGET"), Settings(), 0.0)
+    d = _Driver(None, Merger(2, None, merged), CorpusWriter(None, "/abs/t.py:TARGET"), _plan())
     d.handle(1, 0, events.FindingEvent(_finding(12), 1))
     d.handle(1, 0, events.ProgressEvent(5, 5, 0, 1.0, 1))
     d.deaths.append((1, 0, "shard 1's Ray actor died"))  # and no done from it

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from fuzzrunner.case import Case
 from fuzzrunner.engine.hub import DeathBetween, Earlier, RunResult, WorkerSpec
+from fuzzrunner.engine.plan import CampaignPlan
 from fuzzrunner.engine.search import Shard
 from fuzzrunner.settings import Settings
 from fuzzrunner.target import Target
@@ -43,7 +44,8 @@ class ScriptedHub:
 
 def shard(script: dict) -> tuple[Shard, list]:
     events: list = []
-    s = Shard("t.py:T", TARGET, Settings(max_examples=5, seed=0), (), None, None, 0, 0, WorkerSpec("t"), events.append)
+    plan = CampaignPlan("t.py:T", TARGET.name, Settings(max_examples=5, seed=0), (), 0, WorkerSpec("t").context)
+    s = Shard(plan, 0, TARGET, events.append, worker=WorkerSpec("t"))
     s.hub = ScriptedHub(script)  # type: ignore[assignment]
     return s, events
 
