@@ -17,6 +17,7 @@ import time
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..corpus import Corpus
 from ..errors import HarnessError, InvalidArgument, NewerSchema, TargetUnavailable
@@ -44,6 +45,19 @@ def import_ray():
     except ImportError:
         raise TargetUnavailable(RAY_MISSING) from None
     return ray
+
+
+def check_cluster(address: str | None, db_url: str | None) -> None:
+    """Before a campaign starts (the CLI, before it makes the corpus folder): ``--ray`` needs Ray here (the one
+    install line if not); ``--db`` needs ``--ray`` and a Redis URL."""
+    if db_url and not address:
+        raise InvalidArgument(f"--db {db_url} is the example database of Ray shards: add --ray ADDRESS (a local "
+                              f"campaign keeps its database in the corpus).")
+    if db_url:
+        from .shared_db import check_url
+        check_url(db_url)
+    if address:
+        import_ray()
 
 
 @contextmanager
@@ -92,8 +106,8 @@ class ShardJob:
     quota: int
     entries: list
     db_url: str | None
-    db_server: object
-    inbox: object
+    db_server: Any  # a Ray actor handle (shared_db.serve), or None
+    inbox: Any      # the driver's Inbox, a Ray actor handle
 
 
 class Inbox:
@@ -121,7 +135,7 @@ class ShardActor:
     def _send(self, job: ShardJob, event: events.Event, wait: bool) -> None:
         """``event`` to the driver's inbox, as plain data (``Event.to_dict``; the driver reads it back)."""
         import ray
-        ref = job.inbox.put.remote((job.index, job.run, event.to_dict()))  # type: ignore[attr-defined]
+        ref = job.inbox.put.remote((job.index, job.run, event.to_dict()))
         if wait:  # findings, corpus writes, the result: on the driver's node before the shard goes on
             ray.get(ref)
 

@@ -50,12 +50,13 @@ def test_under_cuda_each_shard_asks_ray_for_one_gpu_and_on_the_cpu_for_none():
 
 
 def test_on_a_cluster_the_driver_needs_no_gpu_of_its_own_for_device_cuda():
-    s = cli._check_device(Settings(device="cuda"), on_cluster=True)
-    assert s.device == "cuda"
+    from fuzzrunner.env_defaults import resolved
+    s, context = resolved(Settings(device="cuda"), on_cluster=True)
+    assert s.device == context.device == "cuda"
     from fuzzrunner import _env
     if not _env.cuda_present():
         with pytest.raises(InvalidArgument, match="needs a CUDA GPU"):
-            cli._check_device(Settings(device="cuda"))
+            resolved(Settings(device="cuda"))
 
 
 def test_a_file_target_travels_as_its_folder_and_a_module_target_as_it_is(tmp_path):
