@@ -86,13 +86,12 @@ def _search(m):
     _wrap(m.Shard, "close", "close")
 
 
-def _cli(m):
+def _cli(m):  # before cli/__init__.py takes cmd_fuzz into its COMMANDS: main dispatches the wrapped one
     _wrap(m, "cmd_fuzz", "cli")
-    m.COMMANDS["fuzz"] = m.cmd_fuzz
     _wrap(m, "_write_reports", "reports")
 
 
-PATCH = {"fuzzrunner.engine.search": _search, "fuzzrunner.cli": _cli,
+PATCH = {"fuzzrunner.engine.search": _search, "fuzzrunner.cli.commands": _cli,
          "fuzzrunner.api": lambda m: _wrap(m, "run_campaign", "campaign"),
          "fuzzrunner.engine.campaign": lambda m: _wrap(m, "_triage", "triage"),
          "fuzzrunner.engine.shard_run": lambda m: _wrap(m, "replay_corpus", "corpus")}

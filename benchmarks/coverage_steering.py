@@ -45,8 +45,8 @@ def campaign(spec: str, fault: str, seed: int, steer: bool, max_examples: int, d
     first: dict = {}
 
     def note(e):
-        if e["type"] == "finding":
-            f = e["finding"]
+        if e.kind == "finding":
+            f = e.finding
             first.update(n=f.first_found_after_examples, s=f.found_after_s, kind=f.signature.short())
             raise _First()
     start = time.monotonic()

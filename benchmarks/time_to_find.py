@@ -33,8 +33,8 @@ def main(argv=None) -> int:
             first = {}
 
             def note(e, first=first):
-                if e["type"] == "finding" and not first:
-                    f = e["finding"]
+                if e.kind == "finding" and not first:
+                    f = e.finding
                     first.update(n=f.first_found_after_examples, s=f.found_after_s, kind=f.signature.short())
 
             run_campaign("reference_runner", s, faults=(fault,), on_event=note)

@@ -23,16 +23,23 @@ from .violation import Violation
 
 def fuzz(target: str | Target = "reference_runner", *, settings: Settings | None = None, faults: Iterable[str] = (),
          profile: str | None = None, corpus: str | os.PathLike | None = None, database=None, on_event=None,
-         ray: str | None = None, db: str | None = None, started: float | None = None, **overrides) -> CampaignResult:
+         ray: str | None = None, db: str | None = None, started: float | None = None, context: Context | None = None,
+         **overrides) -> CampaignResult:
     """Run a campaign under ``settings`` (default: the ``profile``'s, ``dev`` if none is named);
     ``overrides`` are ``Settings`` fields on top (max_examples=, budget_s=, seed=, ...). The campaign ends
     ``budget_s`` after ``started`` (``time.time()``; default: this call), start-up and CPU triage included.
 
+    ``context``: the run's context, resolved already for these settings (``env_defaults.resolved``: the CLI
+    resolves it once, before anything starts, to refuse a device that cannot be had); default: resolved here.
+
     ``ray="local"|"auto"|"ray://host:port"`` runs its ``workers`` shards as Ray actors, sharing the
     example database at ``db="redis://..."`` or, without it, the one the driver serves.
 
-    ``on_event(event)`` gets each event (progress, warning, finding, regression: a dict with a
-    ``type``); an exception it raises is said once in the result's warnings and the campaign goes on."""
+    ``on_event(event)`` gets each event, a frozen dataclass of ``fuzzrunner.engine.events``:
+    ``ProgressEvent``, ``WarningEvent``, ``FindingEvent``, ``RegressionEvent`` (``event.kind`` names it; read its
+    attributes: ``event.message``, ``event.finding``). Reading one as the dict events used to be
+    (``event["type"]``, ``event.get("message")``) still works for one release, with a ``DeprecationWarning``.
+    An exception the callback raises is said once in the result's warnings and the campaign goes on."""
     _check_fuzz_arguments(target, corpus, on_event, profile, ray, db)
     spec = target if isinstance(target, str) else spec_of(target)
     if settings is not None and not isinstance(settings, Settings):
@@ -45,7 +52,7 @@ def fuzz(target: str | Target = "reference_runner", *, settings: Settings | None
     # refused here, not in every worker
     settings = env_defaults.apply((settings or _profile(profile or "dev")).override(**overrides))
     return run_campaign(spec, settings, faults=several(faults, "faults"), corpus_dir=corpus, database=database,
-                        on_event=on_event, ray=ray, db=db, started=started)
+                        on_event=on_event, ray=ray, db=db, started=started, context=context)
 
 
 def replay(case: Case | str | os.PathLike, *, target: str | Target | None = None,
@@ -68,7 +75,8 @@ def replay(case: Case | str | os.PathLike, *, target: str | Target | None = None
     if not isinstance(case, Case):
         case, finding = load_any(case)
     if target is None:
-        target = (finding.target_spec if finding is not None and finding.target_spec else case.target)
+        from .engine.replay import recorded_target
+        target = recorded_target(case, finding)
     if isolated or sanitizer != "none":
         from .engine.replay import Replayer
         spec = target if isinstance(target, str) else spec_of(target)
@@ -91,10 +99,10 @@ def _check_fuzz_arguments(target, corpus, on_event, profile, ray, db) -> None:
     kind_of(target, (str, Target), "fuzz(target)", f"pass {_TARGET}")
     kind_of(corpus, (str, os.PathLike, type(None)), "fuzz(corpus)", f"pass {_PATH}, or None for no corpus")
     if on_event is not None and not callable(on_event):
-        kind_of(on_event, (), "fuzz(on_event)", "pass a function of one event (a dict), or None")
+        kind_of(on_event, (), "fuzz(on_event)", "pass a function of one event, or None")
     if on_event is not None and function_kind(on_event):  # called, never awaited or iterated: it would see nothing
         raise InvalidArgument(f"fuzz(on_event) is {function_kind(on_event)}: it would see no event (it is called, "
-                              f"never awaited); pass a plain function of one event (a dict).")
+                              f"never awaited); pass a plain function of one event.")
     for name, value in (("profile", profile), ("ray", ray), ("db", db)):
         kind_of(value, (str, type(None)), f"fuzz({name})", "pass a string, or None")
 

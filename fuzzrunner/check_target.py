@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .errors import InvalidArgument
 from .text import describe
 
 CHILD_TIMEOUT_S = 120.0  # one small case, from its start; the first compile of a GPU kernel takes seconds
@@ -307,6 +308,17 @@ def _device_lines(device: str, run: dict) -> tuple[list[str], Outcome | None]:
 
 def _quiet(line: str) -> None:
     return None
+
+
+def check_timeout(timeout: float | None) -> float:
+    """How long the case may run on a device: ``timeout`` (None: ``CHILD_TIMEOUT_S``), a positive number of
+    seconds, else ``InvalidArgument``."""
+    import math
+    value = CHILD_TIMEOUT_S if timeout is None else timeout
+    if not (math.isfinite(value) and value > 0):
+        raise InvalidArgument(f"--timeout {timeout!r} must be a positive number of seconds: the longest one "
+                              f"case may run on a device (e.g. --timeout 300).")
+    return value
 
 
 def check_target(spec: str, timeout_s: float = CHILD_TIMEOUT_S,

@@ -15,7 +15,7 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from .context import SHADOW_MODES
+from .context import SHADOW_MODES, Context
 from .errors import InvalidArgument
 
 DEVICE_ENV = "FUZZRUNNER_DEVICE"
@@ -37,6 +37,18 @@ def apply(settings: Any) -> Any:
     bad value (checked even when the settings name their own: a typo is said, never ignored)."""
     mode = shadow()
     return replace(settings, shadow=mode) if mode is not None and settings.shadow is None else settings
+
+
+def resolved(settings: Any, *, on_cluster: bool = False, asked_as: str | None = None) -> tuple[Any, Context]:
+    """``settings`` with the environment's defaults (``apply``) and the run's context they give, resolved once
+    (``Context.resolve``): a device or sanitizer that cannot be had here is a ``DeviceUnavailable`` or
+    ``SanitizerNotFound`` now, before anything starts (``asked_as``: how the user asked, e.g. ``--device cuda``);
+    on a Ray cluster (``on_cluster``) those are the nodes' business. The settings come back on the context's
+    device. A front end passes both on (``fuzz(settings=, context=)``, ``Replayer(settings, context=)``), so the
+    library does not resolve the context again."""
+    settings = apply(settings)
+    context = Context.resolve(settings, on_cluster=on_cluster, asked_as=asked_as)
+    return replace(settings, device=context.device), context
 
 
 def use_device(device: str | None) -> str | None:

@@ -18,6 +18,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from types import FrameType
 
 import torch
 
@@ -163,9 +164,9 @@ def _label(label) -> str:
 def _caller_outside_this_file() -> tuple[str, int] | None:
     """The file and line of the innermost caller outside execute.py (the target's ``ctx.output`` or
     ``ctx.compare``)."""
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     while f is not None and f.f_code.co_filename == __file__:
-        f = f.f_back  # type: ignore[assignment]
+        f = f.f_back
     return (f.f_code.co_filename, f.f_lineno) if f is not None else None
 
 

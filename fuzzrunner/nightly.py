@@ -9,10 +9,11 @@ failure or an interruption, from what ran.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .context import Context
 from .engine.result import StopReason
 from .errors import FuzzrunnerError
 from .report import build_report, write_reports
@@ -59,25 +60,33 @@ def runnable_targets(hooks: NightlyHooks) -> tuple[list[str], dict[str, str]]:
     return [n for n in BUILTIN if n not in skipped], skipped
 
 
+def report_files(report_dir: Path) -> list[Path]:
+    """Every file the nightly may write in ``report_dir``: the combined reports, each built-in target's own."""
+    from .target import BUILTIN
+    names = ["report.json", "junit.xml", "report.html", *(f"{t}.{ext}" for t in BUILTIN for ext in ("json", "xml"))]
+    return [Path(report_dir) / name for name in names]
+
+
 def run_nightly(settings: Settings, report_dir: Path, *, corpus=None, previous: dict | None = None,
                 previous_path: str = "", ray: str | None = None, db: str | None = None,
-                hooks: NightlyHooks | None = None) -> NightlyRun:
+                hooks: NightlyHooks | None = None, context: Context | None = None) -> NightlyRun:
     """Fuzz each runnable built-in target with ``settings.budget_s`` shared equally; its reports go to
     ``report_dir/NAME.json`` and ``NAME.xml`` as soon as it ends, the combined ones to
-    ``report_dir/report.{json,html}`` and ``junit.xml`` at the end."""
+    ``report_dir/report.{json,html}`` and ``junit.xml`` at the end. ``context``: the run's, if the caller resolved
+    it already (``env_defaults.resolved``): every target runs under it."""
     hooks = hooks or NightlyHooks()
     run = NightlyRun()
     names, run.skipped = runnable_targets(hooks)
     per = (settings.budget_s / len(names)) if settings.budget_s and names else None
-    context = nullcontext()
+    session: AbstractContextManager = nullcontext()
     if ray:
         from .engine.ray_shards import ray_session
-        context = ray_session(ray)  # type: ignore[assignment]  # one Ray session for all targets
-    with context:
+        session = ray_session(ray)  # one Ray session for all targets
+    with session:
         try:
             for name in names:
                 _one(name, settings.override(budget_s=per), report_dir, corpus, previous, previous_path, ray, db,
-                     hooks, run)
+                     hooks, run, context)
                 if run.interrupted:
                     break
         finally:  # the combined report, also after a failure or an interruption
@@ -98,11 +107,11 @@ def _write_combined(run: NightlyRun, report_dir: Path, previous, previous_path: 
 
 
 def _one(name: str, settings: Settings, report_dir: Path, corpus, previous, previous_path: str, ray, db,
-         hooks: NightlyHooks, run: NightlyRun) -> None:
+         hooks: NightlyHooks, run: NightlyRun, context: Context | None = None) -> None:
     from .api import fuzz
     on_event = hooks.start(name, settings)
     try:
-        result = fuzz(name, settings=settings, corpus=corpus, on_event=on_event, ray=ray, db=db)
+        result = fuzz(name, settings=settings, corpus=corpus, on_event=on_event, ray=ray, db=db, context=context)
     except FuzzrunnerError as e:
         run.errors.append(f"{name}: {e}")
         hooks.done(name, None)

@@ -9,6 +9,7 @@ lack it) a terminal gets the plain line rewritten in place.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .engine import events
@@ -25,11 +26,10 @@ class _Numbers:
         self.start = self.began        # the search's own clock, from the progress events: the rate's
         self.examples = self.generated = self.findings = 0
 
-    def update(self, event: dict) -> None:
-        self.examples, self.findings = event["examples"], event["findings"]
-        self.generated = event.get("generated", self.examples)
-        if "elapsed" in event:  # after the set-up (imports, a filter build), which the rate leaves out
-            self.start = time.monotonic() - event["elapsed"]
+    def update(self, event: events.ProgressEvent) -> None:
+        self.examples, self.findings, self.generated = event.examples, event.findings, event.generated
+        # after the set-up (imports, a filter build), which the rate leaves out
+        self.start = time.monotonic() - event.elapsed
 
     def _fractions(self) -> tuple[float, float]:
         """(done by count, done by time): the campaign ends at whichever reaches 1 first."""
@@ -122,30 +122,30 @@ class Progress:
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
         self.view = None if quiet else _view(stream, label, self.tty)
 
-    def __call__(self, event: dict) -> None:
-        """A campaign event (``engine/events.py``), by its type."""
-        handlers = {events.PROGRESS: self._progress, events.WARNING: self._warning,
-                    events.FINDING: self._say, events.REGRESSION: self._say}
+    def __call__(self, event: events.Event) -> None:
+        """A campaign event (``engine/events.py``), by its class."""
+        handlers = {events.ProgressEvent: self._progress, events.WarningEvent: self._warning,
+                    events.FindingEvent: self._say, events.RegressionEvent: self._say}
         events.dispatch(handlers, event, default=lambda e: None)  # an event it does not show
 
-    def _progress(self, event: dict) -> None:
+    def _progress(self, event: events.ProgressEvent) -> None:
         self.numbers.update(event)
         if self.view is not None:
             self.view.show(self.numbers.text(), self.numbers.fraction())
 
-    def _say(self, event: dict) -> None:
+    def _say(self, event: events.Event) -> None:
         if self.view is not None:
             self.view.say(self._message(event))
 
-    def _warning(self, event: dict) -> None:
+    def _warning(self, event: events.WarningEvent) -> None:
         if self.view is not None:
             self.view.say(self._message(event))
         else:  # quiet: warnings still, on their own line; the summary lists findings
             self.stream.write(self._message(event))
             self.stream.flush()
 
-    def _message(self, event: dict) -> str:
-        return _MESSAGES[event["type"]](event, self.verbose)
+    def _message(self, event: events.Event) -> str:
+        return _MESSAGES[type(event)](event, self.verbose)
 
     def text(self) -> str:
         return f"{self.label}{self.numbers.text()}"
@@ -162,9 +162,9 @@ class Progress:
         self.stream.flush()
 
 
-def _found(event: dict, verbose: bool) -> str:
+def _found(event: events.FindingEvent, verbose: bool) -> str:
     from .finding import case_text
-    f = event["finding"]
+    f = event.finding
     text = (f"  found: {f.signature.short()} after {f.first_found_after_examples} "
             f"example{'s' * (f.first_found_after_examples != 1)} ({f.found_after_s:.1f} s)\n")
     if verbose:
@@ -172,8 +172,8 @@ def _found(event: dict, verbose: bool) -> str:
     return text
 
 
-_MESSAGES = {
-    events.FINDING: _found,
-    events.REGRESSION: lambda e, verbose: f"  still failing from the corpus: {e['finding'].signature.short()}\n",
-    events.WARNING: lambda e, verbose: f"  warning: {e['message']}\n",
+_MESSAGES: dict[type, Callable[[Any, bool], str]] = {
+    events.FindingEvent: _found,
+    events.RegressionEvent: lambda e, verbose: f"  still failing from the corpus: {e.finding.signature.short()}\n",
+    events.WarningEvent: lambda e, verbose: f"  warning: {e.message}\n",
 }

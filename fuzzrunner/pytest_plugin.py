@@ -20,6 +20,7 @@ import json
 import os
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -29,6 +30,9 @@ from .gpus import gpu_for_index, visible_gpus
 from .names import DEVICES, PROFILES, SANITIZERS
 from .safe_io import read_text
 from .target_spec import TargetSpec
+
+if TYPE_CHECKING:  # (the plugin itself imports it only when a fuzz test runs: it is not light)
+    from .pytest_runtime import FuzzCampaign
 
 _OPTIONS = {  # --fuzzrunner-NAME, and its twin ini option fuzzrunner_NAME; the command line wins
     "profile": "settings profile of fuzz tests (default dev)",
@@ -40,7 +44,7 @@ _OPTIONS = {  # --fuzzrunner-NAME, and its twin ini option fuzzrunner_NAME; the 
 }
 _CHOICES = {"profile": PROFILES, "sanitizer": SANITIZERS, "device": DEVICES}
 _STATE = pytest.StashKey["_State"]()
-CAMPAIGN = pytest.StashKey[object]()  # the FuzzCampaign of a fuzz test, once its fixture ran
+CAMPAIGN: pytest.StashKey[FuzzCampaign] = pytest.StashKey()  # the FuzzCampaign of a fuzz test, once its fixture ran
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -171,9 +175,10 @@ class _State:
 def _module_spec(target, item: pytest.Item) -> str | None:
     """``test_file.py:NAME`` when the Target object is a global of the test module itself."""
     module = getattr(item, "module", None)
-    for name, obj in vars(module).items() if getattr(module, "__file__", None) else ():
+    path = getattr(module, "__file__", None)
+    for name, obj in vars(module).items() if path else ():
         if obj is target:
-            return f"{module.__file__}:{name}"  # type: ignore[union-attr]
+            return f"{path}:{name}"
     return None
 
 
@@ -237,7 +242,7 @@ def _fuzzrunner_marked(request: pytest.FixtureRequest) -> None:
 def pytest_runtest_call(item: pytest.Item):
     result = yield
     campaign = item.stash.get(CAMPAIGN, None)
-    if campaign is not None and not campaign.checked:  # type: ignore[attr-defined]
+    if campaign is not None and not campaign.checked:
         campaign.assert_no_findings()  # type: ignore[attr-defined]  # findings the test body never looked at still fail it
     return result
 

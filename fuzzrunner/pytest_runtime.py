@@ -95,7 +95,7 @@ class FuzzCampaign:
             return [x for x in (note, f"finding not written to {path}: {e.strerror}; use --fuzzrunner-repro-dir DIR")
                     if x]
         out = [f"finding: {self._show(path)}"]
-        out += [f"repro:   {self._show(script)}"] if script else [note]  # type: ignore[list-item]
+        out.append(f"repro:   {self._show(script)}" if script else note or "repro script not written")
         out.append(f"Reproduce with: python {self._show(script)}" if script
                    else f"Reproduce with: {replay_line(path, self.target_spec)}")
         return out

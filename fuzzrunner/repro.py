@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import names
 from .corpus import Corpus
-from .errors import FuzzrunnerError
+from .errors import FuzzrunnerError, InvalidArgument
 from .finding import Finding
 from .safe_write import write_error, write_file
 from .target import BUILTIN
@@ -38,6 +38,38 @@ def export_repro(finding: Finding | str | os.PathLike, path: str | os.PathLike, 
     spec the finding recorded. The finding is not changed.
     """
     return _write(finding, path, oracle=oracle, target=target, follow=True)
+
+
+def export_output(output: str, findings: list) -> Path:
+    """Where ``fuzzrunner export`` writes the scripts of ``findings`` (their files), checked before any is read:
+    ``output`` is one script, or a folder for one ``repro_<id>.py`` each; several findings need a folder (made
+    if missing). No script replaces a finding file being exported (through a link or another spelling too)."""
+    from .safe_write import check_folder, check_outputs
+    if not output:
+        raise InvalidArgument("-o: an empty path names no file; give a script (-o repro.py) or a folder (-o repros/).")
+    out = Path(output)
+    if len(findings) > 1:
+        if out.suffix == ".py" and not out.is_dir():
+            raise InvalidArgument(f"{len(findings)} finding files were given and -o {output!r} names one "
+                                  f"script: give a folder (-o DIR) for one repro_<id>.py each, or one file.")
+        check_folder(out, f"the repro scripts' folder {str(out)!r}", "Choose another with -o DIR.")
+    elif not out.is_dir():
+        check_outputs({"-o": output}, {"the finding file being exported": findings[0]})
+    return out
+
+
+def export_path(out: Path, finding, written: set, inputs: list) -> Path:
+    """Where one finding's script goes; never over the first of one bug saved twice (findings/ and
+    expected/), never over a finding file being exported."""
+    from .safe_write import same_file
+    dest = out / f"repro_{finding.id}.py" if out.is_dir() else out
+    if dest in written:
+        dest = dest.with_name(f"{dest.stem}_{len(written)}.py")
+    clash = next((f for f in inputs if same_file(dest, f)), None)
+    if clash is not None:
+        raise InvalidArgument(f"cannot write the repro script {str(dest)!r}: it is the finding file {clash!r} being "
+                              f"exported; name another path with -o.")
+    return dest
 
 
 def save_repro(finding: Finding, path: str | os.PathLike, *, target: str | None = None) -> Path:

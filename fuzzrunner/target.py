@@ -347,11 +347,14 @@ def spec_of(target: Target) -> str:
     """A spec another process can load ``target`` from: the module-level name it is bound to."""
     import inspect
     module = inspect.getmodule(target.run)
-    for name, obj in vars(module).items() if module is not None else ():
+    if module is None:
+        raise InvalidArgument(f"target {target.name!r} must be a module-level object so worker processes can import "
+                              f"it.")
+    for name, obj in vars(module).items():
         if obj is target:
             path = getattr(module, "__file__", None)
-            if module.__name__.startswith("fuzzrunner.") or not path:  # type: ignore[union-attr]
-                return f"{module.__name__}:{name}"  # type: ignore[union-attr]  # ours: importable anywhere fuzzrunner is
+            if module.__name__.startswith("fuzzrunner.") or not path:
+                return f"{module.__name__}:{name}"  # ours: importable anywhere fuzzrunner is
             return f"{path}:{name}"
     raise InvalidArgument(f"target {target.name!r} must be a module-level object so worker processes can import it.")
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {"CampaignResult": ".result", "StopReason": ".result", "run_campaign": ".campaign", "Hub": ".hub",
-            "WorkerSpec": ".hub"}
+            "WorkerSpec": ".hub", "Event": ".events", "ProgressEvent": ".events", "WarningEvent": ".events",
+            "FindingEvent": ".events", "RegressionEvent": ".events"}
 
 __all__ = sorted(_EXPORTS)
 

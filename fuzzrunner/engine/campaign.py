@@ -34,13 +34,15 @@ FEW_CASES = 10            # a budget-stopped run with fewer valid cases is warne
 
 
 def plan_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=None, database=None,
-                  on_cluster: bool = False, started: float | None = None) -> CampaignPlan:
+                  on_cluster: bool = False, started: float | None = None, context: Context | None = None
+                  ) -> CampaignPlan:
     """The campaign's plan: the target loaded (a target that cannot even load is a harness error, here)
     and its faults checked, the seed drawn, the run's context resolved and the deadline set (the budget from
-    ``started``, ``time.time()``, default now), once."""
+    ``started``, ``time.time()``, default now), once. ``context``: resolved already by the caller (the CLI), not
+    again."""
     target = load_target(target_spec)
     seed = settings.seed if settings.seed is not None else random.randrange(1 << 30)
-    context = Context.resolve(settings, on_cluster=on_cluster)
+    context = context if context is not None else Context.resolve(settings, on_cluster=on_cluster)
     deadline = Deadline.of(settings.budget_s, started)
     return CampaignPlan(target_spec, target.name, settings, target.check_faults(faults), seed, context,
                         os.fspath(corpus_dir) if corpus_dir else None, database, code=dict(target.code_under_test),
@@ -49,14 +51,15 @@ def plan_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir
 
 def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=None, database=None,
                  on_event: Callable | None = None, ray: str | None = None, db: str | None = None,
-                 started: float | None = None) -> CampaignResult:
+                 started: float | None = None, context: Context | None = None) -> CampaignResult:
     """Fuzz ``target_spec`` under ``settings``; findings are on disk as soon as they are found.
 
     ``ray`` (an address: ``local``, ``auto``, ``ray://host:port``) runs the shards as Ray actors;
     ``db`` (``redis://...``, with ``ray``) is the example database they share. ``started``: when the
-    budget's clock started (``time.time()``; default now): the campaign ends by then plus ``budget_s``."""
+    budget's clock started (``time.time()``; default now): the campaign ends by then plus ``budget_s``.
+    ``context``: the run's context if the caller resolved it already (``env_defaults.resolved``)."""
     plan = plan_campaign(target_spec, settings, faults=faults, corpus_dir=corpus_dir, database=database,
-                         on_cluster=ray is not None, started=started)
+                         on_cluster=ray is not None, started=started, context=context)
     listener = on_event = events.Listener(on_event)  # the user's callback cannot end the campaign
     triage = _cpu_triage(plan)
     on_event = _starting_triage(on_event, triage)
@@ -111,8 +114,8 @@ def _starting_triage(on_event: Callable | None, triage) -> Callable | None:
     if triage is None:
         return on_event
 
-    def relay(e: dict) -> None:
-        if e.get("type") == events.FINDING:
+    def relay(e: events.Event) -> None:
+        if isinstance(e, events.FindingEvent):
             triage.start()
         if on_event is not None:
             on_event(e)

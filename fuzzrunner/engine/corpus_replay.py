@@ -26,7 +26,7 @@ def replay_corpus(shard) -> None:
         where = f"moved to {moved}" if moved else "left in place" if isinstance(error, (NewerSchema, SkippedFile)) \
             else "could not be moved"
         said = str(error).removeprefix(f"{path}: ")  # the error names the file too: say it once
-        shard.emit(events.warning(f"unreadable corpus file {path} ({where}): {said}"))
+        shard.emit(events.WarningEvent(f"unreadable corpus file {path} ({where}): {said}"))
 
     entries = _own(shard, corpus.entries(shard.target.name, on_bad=bad) if corpus is not None else [])
     for path, case, finding in entries + _seed_entries(shard, bad):
@@ -44,7 +44,7 @@ def replay_corpus(shard) -> None:
             _refile(shard, finding, violations, case)
         elif still:
             shard.book.adopt(finding)
-            shard.emit(events.regression(finding, str(path)))
+            shard.emit(events.RegressionEvent(finding, str(path)))
         elif violations:
             shard.record(violations, case)
 
@@ -61,7 +61,7 @@ def _own(shard, entries: list) -> list:
                    f"{'is' if others == 1 else 'are'} in the corpus: left alone (each finding belongs to the target "
                    f"spec it recorded; give your target another name to keep their folders apart)")
         shard.result.warnings.append(message)
-        shard.emit(events.warning(message))
+        shard.emit(events.WarningEvent(message))
     return mine
 
 
@@ -73,8 +73,8 @@ def _refile(shard, finding, violations, case) -> None:
         if new.signature.moved_from(finding.signature) and new.id != finding.id:
             shard.book.supersede(finding, new)
             where = new.violation.site or new.violation.location
-            shard.emit(events.warning(f"finding {finding.id} ({finding.signature.short()}): its access is now at "
-                                      f"{where} (a renamed or moved function or file): filed as {new.id}"))
+            shard.emit(events.WarningEvent(f"finding {finding.id} ({finding.signature.short()}): its access is now "
+                                           f"at {where} (a renamed or moved function or file): filed as {new.id}"))
 
 
 def _count_features(shard, case) -> None:

@@ -217,5 +217,6 @@ class ForkedProcess:
                 pass
 
     def __del__(self):
-        if getattr(self, "_fd", None) is not None:
-            os.close(self._fd)  # type: ignore[arg-type]
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            os.close(fd)

@@ -52,7 +52,8 @@ def worker_spec(target_spec: str, settings: Settings, index: int, context: Conte
     # Launches stay asynchronous on a GPU (docs/concepts.md, "GPU launches"). A case that loses the CUDA
     # context runs again with blocking launches, in a worker of its own (``Hub``), so the crash finding
     # still names the kernel and line that caused it.
-    wrapper, env = [], {}  # type: ignore[var-annotated]
+    wrapper: list[str] = []
+    env: dict[str, str] = {}
     if context.sanitizer != "none":
         from ..sanitizer.session import sanitizer_wrapper
         wrapper, sanitizer_env = sanitizer_wrapper(context.sanitizer)

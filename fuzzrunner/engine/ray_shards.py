@@ -17,6 +17,7 @@ import time
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..corpus import Corpus
 from ..errors import HarnessError, InvalidArgument, NewerSchema, TargetUnavailable
@@ -28,7 +29,7 @@ from . import result as R
 from .corpus_stream import CorpusWriter, StreamedCorpus, snapshot
 from .plan import CampaignPlan
 from .result import CampaignResult
-from .sharding import Merger, portable_result
+from .sharding import Merger
 
 RAY_MISSING = ("--ray needs Ray, an optional extra: pip install 'fuzzrunner[ray]' "
                "(on the driver and on every node of the cluster).")
@@ -44,6 +45,19 @@ def import_ray():
     except ImportError:
         raise TargetUnavailable(RAY_MISSING) from None
     return ray
+
+
+def check_cluster(address: str | None, db_url: str | None) -> None:
+    """Before a campaign starts (the CLI, before it makes the corpus folder): ``--ray`` needs Ray here (the one
+    install line if not); ``--db`` needs ``--ray`` and a Redis URL."""
+    if db_url and not address:
+        raise InvalidArgument(f"--db {db_url} is the example database of Ray shards: add --ray ADDRESS (a local "
+                              f"campaign keeps its database in the corpus).")
+    if db_url:
+        from .shared_db import check_url
+        check_url(db_url)
+    if address:
+        import_ray()
 
 
 @contextmanager
@@ -84,16 +98,16 @@ def packaged(spec: str) -> tuple[str, dict]:
 @dataclass
 class ShardJob:
     """One run of one shard: what its actor needs (the driver makes a new one on each resume). The
-    plan's ``target_spec`` is the one the shards load (a ``FILE.py`` target travels as its folder),
-    its seed and settings this run's (a resumed shard gets a new seed and what is left of the budget)."""
+    plan is the campaign's, whole: its ``target_spec`` the one the shards load (a ``FILE.py`` target travels as
+    its folder), its seed this run's (a resumed shard gets a new one; its deadline is the campaign's)."""
     plan: CampaignPlan
     index: int
     run: int
     quota: int
     entries: list
     db_url: str | None
-    db_server: object
-    inbox: object
+    db_server: Any  # a Ray actor handle (shared_db.serve), or None
+    inbox: Any      # the driver's Inbox, a Ray actor handle
 
 
 class Inbox:
@@ -118,9 +132,10 @@ class ShardActor:
     def ping(self) -> bool:
         return True
 
-    def _send(self, job: ShardJob, message: dict, wait: bool) -> None:
+    def _send(self, job: ShardJob, event: events.Event, wait: bool) -> None:
+        """``event`` to the driver's inbox, as plain data (``Event.to_dict``; the driver reads it back)."""
         import ray
-        ref = job.inbox.put.remote((job.index, job.run, message))  # type: ignore[attr-defined]
+        ref = job.inbox.put.remote((job.index, job.run, event.to_dict()))
         if wait:  # findings, corpus writes, the result: on the driver's node before the shard goes on
             ray.get(ref)
 
@@ -132,21 +147,21 @@ class ShardActor:
         # imports vLLM for that device); the workers get the whole context from their start-up
         use_device(job.plan.context.device)
 
-        def send(message: dict) -> None:
-            self._send(job, message, wait=True)
+        def send(event: events.Event) -> None:
+            self._send(job, event, wait=True)
         plan = job.plan
         corpus = StreamedCorpus(plan.corpus_dir, plan.faults, job.entries, send) if plan.corpus_dir else None
         db = (database_from_url(job.db_url) if job.db_url else
               ServedDatabase(job.db_server) if job.db_server is not None else None)
 
-        def on_event(e: dict) -> None:
-            self._send(job, events.portable(e), e["type"] != events.PROGRESS)
+        def on_event(e: events.Event) -> None:
+            self._send(job, e, not isinstance(e, events.ProgressEvent))
         try:
             prepare_shadow(plan, on_event)  # on this node, before the shard's worker (within the plan's deadline)
             res = run_shard(plan, job.index, job.quota, on_event, corpus=corpus, database=db)
-            send(events.done(portable_result(res)))
+            send(events.ShardDone(res))
         except BaseException as e:  # noqa: B036 - report, never leave the driver waiting
-            send(events.error(describe(e, 2000)))
+            send(events.ShardError(describe(e, 2000)))
         finally:
             close_database(db)
 
@@ -154,8 +169,10 @@ class ShardActor:
 class _Driver:
     """The driver's loop: messages to the merger and the writer; dead shards resumed."""
 
-    def __init__(self, ray, merger: Merger, writer: CorpusWriter, settings, start: float):
-        self.ray, self.merger, self.writer, self.settings, self.start = ray, merger, writer, settings, start
+    def __init__(self, ray, merger: Merger, writer: CorpusWriter, plan: CampaignPlan):
+        """``plan``: the campaign's; a resumed shard gets it whole (a new seed only), and whether it is resumed
+        and how long Ray is waited for go by its deadline."""
+        self.ray, self.merger, self.writer, self.plan = ray, merger, writer, plan
         self.counts: dict[tuple, tuple] = {}       # (shard, run) -> (examples, generated) so far
         self.deaths: list[tuple] = []              # (shard, run, message)
         self.finished: set[tuple] = set()          # (shard, run) that sent done or error
@@ -184,24 +201,25 @@ class _Driver:
 
     def drain(self, inbox) -> None:
         for index, run, message in self.ray.get(inbox.take.remote()):
-            self.handle(index, run, message)
+            self.handle(index, run, events.Event.from_dict(message))
 
-    def handle(self, index: int, run: int, m: dict) -> None:
-        """One message of shard ``index``'s run ``run``: corpus writes to the writer, its end and its
+    def handle(self, index: int, run: int, m: events.Event) -> None:
+        """One event of shard ``index``'s run ``run``: corpus writes to the writer, its end and its
         progress (summed over its runs) here, every other event to the merger."""
-        def progress(m: dict) -> None:
-            self.counts[(index, run)] = (m["examples"], m.get("generated", 0))
+        def progress(m: events.ProgressEvent) -> None:
+            self.counts[(index, run)] = (m.examples, m.generated)
             mine = [c for (i, _), c in self.counts.items() if i == index]
-            self.merger.event({**m, "examples": sum(c[0] for c in mine), "generated": sum(c[1] for c in mine)})
+            self.merger.event(replace(m, examples=sum(c[0] for c in mine), generated=sum(c[1] for c in mine)))
 
-        def done(m: dict) -> None:
+        def done(m: events.ShardDone) -> None:
             self.finished.add((index, run))
-            self.merger.done(CampaignResult.from_dict(m["result"]))
+            self.merger.done(m.result)
 
-        def error(m: dict) -> None:
+        def error(m: events.ShardError) -> None:
             self.finished.add((index, run))
-            self.merger.result.errors.append(f"shard {index} failed: {m['message']}")
-        handlers = {**self.writer.handlers(), events.PROGRESS: progress, events.DONE: done, events.ERROR: error}
+            self.merger.result.errors.append(f"shard {index} failed: {m.message}")
+        handlers = {**self.writer.handlers(), events.ProgressEvent: progress, events.ShardDone: done,
+                    events.ShardError: error}
         events.dispatch(handlers, m, default=self.merger.event)
 
     def _ended(self, ref, actor, job: ShardJob) -> None:
@@ -225,7 +243,7 @@ class _Driver:
         message = (f"shard {job.index}'s Ray actor died ({type(error).__name__}: its process or node was lost) "
                    f"after {plural(examples, 'case')}; its findings were already with the driver; {tail}")
         self.deaths.append((job.index, job.run, message))
-        self.merger.event(events.warning(message))
+        self.merger.event(events.WarningEvent(message))
         if resumed is not None:
             self.restarting[actor.ping.remote()] = (actor, resumed)
             self.give_up_at[job.index] = time.monotonic() + self._wait_s()
@@ -259,8 +277,8 @@ class _Driver:
                 self._gave_up(job)
 
     def _wait_s(self) -> float:
-        budget = self.settings.budget_s
-        return RESUME_WAIT_S if budget is None else min(RESUME_WAIT_S, budget - (time.monotonic() - self.start))
+        deadline = self.plan.deadline
+        return RESUME_WAIT_S if deadline is None else min(RESUME_WAIT_S, deadline.left())
 
     def _gave_up(self, job: ShardJob) -> None:
         self.merger.result.errors.append(f"shard {job.index} died and Ray could not bring it back (no node had "
@@ -271,12 +289,10 @@ class _Driver:
         if job.run >= MAX_RESTARTS:
             return None
         quota = job.quota - generated
-        budget = self.settings.budget_s
-        left = None if budget is None else budget - (time.monotonic() - self.start)
-        if quota <= 0 or (left is not None and left < 1.0):
+        deadline = job.plan.deadline  # the campaign's, from the command's start: the resumed shard's too
+        if quota <= 0 or (deadline is not None and deadline.left() < 1.0):
             return None
-        settings = self.settings.override(budget_s=left) if left is not None else self.settings
-        plan = replace(job.plan, seed=job.plan.seed + RESEED * (job.run + 1), settings=settings)
+        plan = replace(job.plan, seed=job.plan.seed + RESEED * (job.run + 1))
         return replace(job, run=job.run + 1, quota=quota, plan=plan)
 
     def finish(self, merged: CampaignResult) -> None:
@@ -351,7 +367,7 @@ def _campaign(ray, plan: CampaignPlan, shard_spec: str, on_event, db_url) -> Cam
             for i, quota in enumerate(plan.quotas())]
     actor_class = ray.remote(ShardActor).options(**shard_options(plan.context.device))
     actors = [actor_class.remote() for _ in jobs]
-    driver = _Driver(ray, merger, writer, plan.settings, start)
+    driver = _Driver(ray, merger, writer, plan)
     try:
         for actor, job in zip(actors, jobs):
             driver.submit(actor, job)
@@ -383,5 +399,5 @@ def _on_bad(result: CampaignResult, merger: Merger):
         result.quarantined.append((str(path), str(moved) if moved else None, str(error)))
         where = f"moved to {moved}" if moved else "left in place" if isinstance(error, NewerSchema) else \
             "could not be moved"
-        merger.event(events.warning(f"unreadable corpus file {path} ({where}): {error}"))
+        merger.event(events.WarningEvent(f"unreadable corpus file {path} ({where}): {error}"))
     return bad

@@ -15,14 +15,40 @@ from dataclasses import dataclass, replace
 from ..case import Case
 from ..context import Context
 from ..env_defaults import SHADOW_ENV
+from ..errors import InvalidArgument
 from ..finding import Finding, limitations
 from ..names import effective_oracles
 from ..oracles.shadow import prepare_device_mode
 from ..settings import Settings
-from ..target import load_target
+from ..target import BUILTIN, load_target
+from ..target_spec import TargetSpec
 from ..violation import Violation
 from .hub import THREAD_GRACE_S, Hub
 from .plan import worker_spec
+
+
+def recorded_target(case: Case, finding: Finding | None) -> str:
+    """The target a case (or finding) file names: the spec the finding recorded, else the case's target."""
+    return finding.target_spec if finding is not None and finding.target_spec else case.target
+
+
+def replay_target(case: Case, finding: Finding | None, given: str | None = None) -> str:
+    """The target spec a case (or finding) file replays on: ``given`` (a file spec made absolute), else the one
+    it names (``recorded_target``), which must then load here: a plain name must be built in (``InvalidArgument``,
+    naming the fix: ``--target``)."""
+    if given:
+        return TargetSpec.parse(given).absolute()
+    spec = recorded_target(case, finding)
+    if TargetSpec.parse(spec).is_name and spec not in BUILTIN:
+        raise InvalidArgument(f"it is a case of target {spec!r}, which is not built in: name yours with --target "
+                          f"path/to/file.py:OBJ")
+    return spec
+
+
+def replay_timeout(given: float | None, finding: Finding | None) -> float | None:
+    """A replay's case timeout: ``given``, else the one the finding was found under (a timeout finding of a 5 s
+    campaign must not wait 120 s), else None (the settings' default)."""
+    return given or (finding.case_timeout_s if finding is not None else None)
 
 
 class OutOfTime(Exception):

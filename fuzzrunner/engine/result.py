@@ -56,7 +56,7 @@ def stop_text(reason: StopReason | None) -> str:
 class CampaignResult:
     target: str
     settings: Settings
-    seed: int
+    seed: int | None                   # None: stopped before the campaign drew one (interrupted_at_start)
     faults: tuple
     examples: int = 0                  # cases run, shrinking included
     generated: int = 0                 # of which generated (not shrinking)
@@ -104,6 +104,12 @@ class CampaignResult:
                    flaky=[Finding.from_dict(f) for f in d["flaky"]], coverage=Coverage.from_dict(d["coverage"]),
                    stop_reason=StopReason(d["stop_reason"]) if d["stop_reason"] is not None else None,
                    context=Context.from_dict(d["context"]))
+
+    @classmethod
+    def interrupted_at_start(cls, target: str, settings: Settings, faults) -> CampaignResult:
+        """A campaign's result when a stop signal came before it had one (its target loading, its workers
+        starting): no case ran, interrupted (``target``: its name, or its spec if it was not loaded yet)."""
+        return cls(target, settings, settings.seed, tuple(faults), stop_reason=StopReason.INTERRUPTED)
 
     def count_known_crash_skip(self, cause_id: str, short: str, n: int = 1) -> None:
         self.known_crash_skips += n

@@ -25,15 +25,15 @@ from ..corpus import Corpus
 from ..coverage import Coverage, features_of
 from ..errors import HarnessError, InvalidCase, TargetError
 from ..finding import Finding, group, limitations
-from ..settings import Settings
 from ..target import DrawError, Target, draw_error
 from . import events
 from . import result as R
 from .cpu_check import CpuRun, classify, harness_reason, missing_device
 from .database import campaign_database
-from .deadline import Deadline, monotonic
+from .deadline import monotonic
 from .finding_book import FindingBook
 from .hub import THREAD_GRACE_S, Hub, WorkerSpec
+from .plan import CampaignPlan
 
 BATCH = 50
 
@@ -96,13 +96,18 @@ def _no_shrink_time_limit():
 
 
 class Shard:
-    def __init__(self, target_spec: str, target: Target, settings: Settings, faults: tuple, corpus: Corpus | None,
-                 database, index: int, seed: int, worker: WorkerSpec, on_event: Callable | None = None, *,
-                 deadline: Deadline | None = None, findings_seen=None):
-        """``deadline``: the campaign's (``plan.deadline``; default: the budget from now). ``findings_seen``:
+    def __init__(self, plan: CampaignPlan, index: int, target: Target, on_event: Callable | None = None, *,
+                 corpus: Corpus | None = None, database=None, worker: WorkerSpec | None = None,
+                 findings_seen=None):
+        """Shard ``index`` of the campaign ``plan`` (the whole plan: its target spec, settings, faults, seed and
+        deadline; ``target``: its target, loaded). ``corpus``, ``database``: this shard's (a Ray shard's
+        ``StreamedCorpus``). ``worker``: the plan's worker of this shard unless given. ``findings_seen``:
         set (``is_set()``) once any shard of the campaign has a finding (its CPU triage then needs time)."""
-        self.target_spec, self.target, self.settings, self.faults = target_spec, target, settings, faults
-        self.corpus, self.index, self.seed = corpus, index, seed
+        worker = worker if worker is not None else plan.worker(index)
+        settings, faults, deadline = plan.settings, plan.faults, plan.deadline
+        self.target_spec, self.target, self.settings, self.faults = plan.target_spec, target, settings, faults
+        self.corpus, self.index, self.seed = corpus, index, plan.seed
+        target_spec = plan.target_spec
         self.emit = on_event or (lambda e: None)
         self.book = FindingBook(corpus, target.name, target_spec, settings.case_timeout_s,
                                 worker.context.placed(None))  # each finding records it, not which GPU
@@ -110,12 +115,11 @@ class Shard:
         self.hub = Hub(worker, oracles=effective_oracles(settings.oracles, worker.device, settings.sanitizer),
                        timeout_s=settings.case_timeout_s)
         self.database = campaign_database(database, corpus, target.name, faults, settings.seed)
-        self.result = R.CampaignResult(target.name, settings, seed, faults)
+        self.result = R.CampaignResult(target.name, settings, plan.seed, faults)
         self.result.coverage = Coverage(tuple(target.feature_space), steering=settings.steer)
         self.start = time.monotonic()
         # The search ends before the campaign's deadline by what comes after it (deadline.py): the later
         # end until there is a finding to triage on the CPU, the earlier one from then on.
-        deadline = deadline or Deadline.of(settings.budget_s)
         self._ends = ((monotonic(deadline.search_end(triage=False)), monotonic(deadline.search_end(triage=True)))
                       if deadline is not None else (math.inf, math.inf))
         self._triages = worker.device == "cuda" and settings.cpu_triage
@@ -175,7 +179,7 @@ class Shard:
                        f"({self.hub.rerun_error}): their findings name the last kernel launched, which may "
                        f"come after the one that broke the context")
             self.result.warnings.append(message)
-            self.emit(events.warning(message, self.index))
+            self.emit(events.WarningEvent(message, self.index))
         if result.recycled:
             self._recycled(result.recycled)
         if result.budget_cut:
@@ -197,7 +201,7 @@ class Shard:
             message = (f"{why}: the worker was recycled (a leak in the target?); each recycle is counted in "
                        f"the report (worker_recycles)")
             r.warnings.append(message)
-            self.emit(events.warning(message))
+            self.emit(events.WarningEvent(message))
 
     def record(self, violations, case: Case) -> list[tuple[Finding, bool]]:
         self._refuse_missing_device(violations)
@@ -214,7 +218,7 @@ class Shard:
             if new and names.kind(finding.violation.kind).case_wide:
                 self._learn_crash(finding, case)
             if new:
-                self.emit(events.finding(finding, self.index))
+                self.emit(events.FindingEvent(finding, self.index))
         if self.book.write_errors:
             self.result.errors += self.book.write_errors
             self.book.write_errors = []
@@ -244,7 +248,7 @@ class Shard:
         """The tool's own limits: counted, said once each, never a finding (the campaign goes on)."""
         for v in limitations(violations):
             if self.result.count_limitation(v.signature.id, v.message):  # the summary and report count them
-                self.emit(events.warning(f"tool limitation: {v.message}", self.index))
+                self.emit(events.WarningEvent(f"tool limitation: {v.message}", self.index))
 
     def _confirmed(self, finding: Finding, case: Case) -> bool:
         """A dead worker is confirmed by a rerun in a fresh one. One that does not die again was killed by an
@@ -278,8 +282,8 @@ class Shard:
         if any(f.id == finding.id for f in self.result.flaky):
             return
         self.result.flaky.append(finding)
-        self.emit(events.warning(f"flaky: {finding.signature.short()} did not happen again in a fresh worker{note}; "
-                                 f"kept apart, not a finding"))
+        self.emit(events.WarningEvent(f"flaky: {finding.signature.short()} did not happen again in a fresh "
+                                      f"worker{note}; kept apart, not a finding"))
 
     # -- what a case's threads did after it returned ----------------------------------------
     def _account_earlier(self, result) -> None:
@@ -297,7 +301,7 @@ class Shard:
                    f"{THREAD_GRACE_S:g} s for their threads, did not end it: not a finding")
         if message not in self.result.warnings:
             self.result.warnings.append(message)
-            self.emit(events.warning(message, self.index))
+            self.emit(events.WarningEvent(message, self.index))
 
     def _rerun_suspect(self, suspect) -> bool:
         """Run an earlier case again in a fresh worker, waiting for its threads: whether it died (then its
@@ -318,7 +322,7 @@ class Shard:
         message = (f"{why}: from now on each case waits up to {THREAD_GRACE_S:g} s for the threads it started, so "
                    f"that what they do is found (and shrunk) with their own case")
         self.result.warnings.append(message)
-        self.emit(events.warning(message, self.index))
+        self.emit(events.WarningEvent(message, self.index))
 
     # -- crash-aware search (GPU) ---------------------------------------------------------
     def _learn_crash(self, finding: Finding, case: Case) -> None:
@@ -358,7 +362,7 @@ class Shard:
         message = (f"CPU pre-check of cases is off for this campaign: {why}. Every case now runs on the GPU, "
                    f"and each one that re-hits a known crash costs a worker restart.")
         self.result.warnings.append(message)
-        self.emit(events.warning(message, self.index))
+        self.emit(events.WarningEvent(message, self.index))
 
     def _known_crash(self, case: Case) -> bool:
         if not self._crash_heads or self._failing or not self.precheck_on:
@@ -425,7 +429,7 @@ class Shard:
     def _tick(self) -> None:
         r = self.result
         r.timeline.append((round(self.elapsed(), 3), r.examples, len(self.book.by_id)))
-        self.emit(events.progress(r.examples, r.generated, len(self.book.by_id), self.elapsed(), self.index))
+        self.emit(events.ProgressEvent(r.examples, r.generated, len(self.book.by_id), self.elapsed(), self.index))
 
     def phases(self, *, first_batch: bool) -> list:
         """Hypothesis phases of a batch: reuse (the database) first; target when steering; shrink if on."""

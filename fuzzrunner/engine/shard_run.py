@@ -27,9 +27,8 @@ def run_shard(plan: CampaignPlan, index: int, quota: int, on_event: Callable | N
     target = load_target(plan.target_spec)
     if corpus is None and plan.corpus_dir:
         corpus = Corpus(plan.corpus_dir, faults=plan.faults)
-    shard = Shard(plan.target_spec, target, plan.settings, plan.faults, corpus,
-                  database if database is not None else plan.database, index, plan.seed, plan.worker(index),
-                  on_event, deadline=plan.deadline, findings_seen=findings_seen)
+    shard = Shard(plan, index, target, on_event, corpus=corpus,
+                  database=database if database is not None else plan.database, findings_seen=findings_seen)
     try:
         with hypothesis_storage(corpus):  # never ./.hypothesis in the user's working directory
             replay_corpus(shard)
@@ -58,10 +57,10 @@ def prepare_shadow(plan: CampaignPlan, on_event: Callable | None) -> None:
     if "shadow" not in names.effective_oracles(s.oracles, context.device, s.sanitizer):
         return
     if on_event is not None and context.device == "cuda" and context.shadow == "cpu":
-        on_event(events.warning(f"{SHADOW_ENV}=cpu on cuda: the CPU shadow oracle sees torch ops only there; "
+        on_event(events.WarningEvent(f"{SHADOW_ENV}=cpu on cuda: the CPU shadow oracle sees torch ops only there; "
                                 f"Triton kernels run compiled and unchecked (unset it for the device mode, which "
                                 f"checks them, or use --device cpu to check them in Triton's interpreter)"))
     off = prepare_device_mode(context)
     if off is not None and on_event is not None:
-        on_event(events.warning(f"the GPU shadow's dispatch filter is {off}: every torch op goes through its "
+        on_event(events.WarningEvent(f"the GPU shadow's dispatch filter is {off}: every torch op goes through its "
                                 f"Python mode (the same reports, slower)"))

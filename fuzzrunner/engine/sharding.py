@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 from ..errors import HarnessError
 from ..finding import Finding, merge_all
@@ -45,14 +46,14 @@ def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: in
         # (run_shard loads the target): seconds of every shard's start, once rather than one after the other.
         prestart_zygote(plan.worker(index))
         from .shard_run import run_shard
-        res = run_shard(plan, index, quota, lambda e: queue.put(events.portable(e)), findings_seen=findings_seen)
-        queue.put(events.done(portable_result(res)))
+        res = run_shard(plan, index, quota, lambda e: queue.put(e.to_dict()), findings_seen=findings_seen)
+        queue.put(events.ShardDone(res).to_dict())
     except KeyboardInterrupt:  # stopped before its search began (importing the target): nothing found, no failure
         res = CampaignResult(plan.target_name, plan.settings, plan.seed, plan.faults)
         res.stop_reason = R.StopReason.INTERRUPTED
-        queue.put(events.done(portable_result(res)))
+        queue.put(events.ShardDone(res).to_dict())
     except BaseException as e:  # noqa: B036 - report, never hang the parent
-        queue.put(events.error(describe(e, 2000)))
+        queue.put(events.ShardError(describe(e, 2000)).to_dict())
     finally:
         drop_prestarted()
 
@@ -87,32 +88,35 @@ class Merger:
         self.seen: dict[str, Finding] = {}
         self.warned: set[str] = set()  # each shard says the same warning (e.g. the pre-check is off): say it once
         self.on_event, self.result = on_event, result
-        self.handlers = {events.PROGRESS: self._progress, events.WARNING: self._warning,
-                         events.FINDING: self._finding, events.REGRESSION: self._finding}
+        self.handlers = {events.ProgressEvent: self._progress, events.WarningEvent: self._warning,
+                         events.FindingEvent: self._finding, events.RegressionEvent: self._regression}
 
-    def event(self, e: dict) -> None:
-        """A shard's (portable) campaign event, as the campaign's: counts summed, each finding and warning
-        said once."""
-        e = events.dispatch(self.handlers, e, default=lambda e: e)  # another event: passed on as it is
-        if e is not None and self.on_event:
-            self.on_event(e)
+    def event(self, e: events.Event) -> None:
+        """A shard's campaign event (read back with ``Event.from_dict``), as the campaign's: counts summed,
+        each finding and warning said once."""
+        said = events.dispatch(self.handlers, e, default=lambda e: e)  # another event: passed on as it is
+        if said is not None and self.on_event:
+            self.on_event(said)
 
-    def _progress(self, e: dict) -> dict:
-        self.totals[e["shard"]], self.generated[e["shard"]] = e["examples"], e.get("generated", 0)
-        return {**e, "examples": sum(self.totals), "generated": sum(self.generated), "findings": len(self.seen)}
+    def _progress(self, e: events.ProgressEvent) -> events.ProgressEvent:
+        self.totals[e.shard], self.generated[e.shard] = e.examples, e.generated
+        return replace(e, examples=sum(self.totals), generated=sum(self.generated), findings=len(self.seen))
 
-    def _warning(self, e: dict) -> dict | None:
-        if e["message"] in self.warned:
+    def _warning(self, e: events.WarningEvent) -> events.WarningEvent | None:
+        if e.message in self.warned:
             return None
-        self.warned.add(e["message"])
+        self.warned.add(e.message)
         return e
 
-    def _finding(self, e: dict) -> dict | None:
-        f = Finding.from_dict(e["finding"])
-        if e["type"] == events.FINDING and f.id in self.seen:
+    def _finding(self, e: events.FindingEvent) -> events.FindingEvent | None:
+        if e.finding.id in self.seen:
             return None
-        self.seen.setdefault(f.id, f)
-        return {**e, "finding": f}
+        self.seen[e.finding.id] = e.finding
+        return e
+
+    def _regression(self, e: events.RegressionEvent) -> events.RegressionEvent:
+        self.seen.setdefault(e.finding.id, e.finding)
+        return e
 
     def done(self, r: CampaignResult) -> None:
         into = self.result
@@ -171,8 +175,8 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
 
 def _noting_findings(on_event, seen):
     """``on_event``, which also sets ``seen`` at the campaign's first finding."""
-    def relay(e: dict) -> None:
-        if e["type"] == events.FINDING:
+    def relay(e: events.Event) -> None:
+        if isinstance(e, events.FindingEvent):
             seen.set()
         if on_event is not None:
             on_event(e)
@@ -218,22 +222,22 @@ def _failed(message: str, shards: int) -> str:
 
 
 def _collect(queue, procs, merger: Merger, deadline: float | None = None) -> None:
-    ended = []
+    ended: list[events.Event] = []
 
-    def done(e: dict) -> None:
+    def done(e: events.ShardDone) -> None:
         ended.append(e)
-        merger.done(CampaignResult.from_dict(e["result"]))
+        merger.done(e.result)
 
     failed: dict[str, int] = {}  # message -> shards that failed so: said once, counted
 
-    def error(e: dict) -> None:
+    def error(e: events.ShardError) -> None:
         ended.append(e)
-        errors, message = merger.result.errors, e["message"]
+        errors, message = merger.result.errors, e.message
         if message in failed:
             errors.remove(_failed(message, failed[message]))
         failed[message] = failed.get(message, 0) + 1
         errors.append(_failed(message, failed[message]))
-    handlers = {events.DONE: done, events.ERROR: error}
+    handlers = {events.ShardDone: done, events.ShardError: error}
     n = len(procs)
     while len(ended) < n and (deadline is None or time.monotonic() < deadline):
         try:
@@ -243,7 +247,7 @@ def _collect(queue, procs, merger: Merger, deadline: float | None = None) -> Non
                 merger.result.errors.append(f"{n - len(ended)} shard process(es) died without reporting")
                 return
             continue
-        events.dispatch(handlers, e, default=merger.event)
+        events.dispatch(handlers, events.Event.from_dict(e), default=merger.event)
 
 
 def _merge_timelines(a: list, b: list) -> list:

@@ -20,6 +20,7 @@ preparing the next batch). A thread started before the case that is not a pool w
 from __future__ import annotations
 
 import math
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
@@ -81,7 +82,8 @@ class PoisonFill(tracking.Watcher):
         self.saved: dict[int, torch.Tensor] = {}
         self.dirty: set[int] = set()  # per-step buffers written (or carried over) during this op
         self.poisoned: set[str] = set()
-        self._watch = self._mode = None
+        self._watch: AbstractContextManager | None = None
+        self._mode: _FillEmpties | None = None
         self._threads = ThreadCoverage(lambda: _FillEmpties(self))  # the case's other threads
 
     @staticmethod
@@ -89,12 +91,13 @@ class PoisonFill(tracking.Watcher):
         return tracking.is_quiet()
 
     def start(self) -> None:
-        self._watch = tracking.watch(self)  # type: ignore[assignment]
-        self._watch.__enter__()  # type: ignore[attr-defined]
+        watch = tracking.watch(self)
+        watch.__enter__()
+        self._watch = watch
         _FillEmpties.skip_dynamo()
         mode = _FillEmpties(self)
         mode.__enter__()
-        self._mode = mode  # type: ignore[assignment]  # (once entered: ``finish`` exits only what was entered)
+        self._mode = mode  # (once entered: ``finish`` exits only what was entered)
         self._threads.install()
 
     def finish(self) -> None:

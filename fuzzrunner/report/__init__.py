@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from .html import html_text, write_html
-from .json_report import SCHEMA, json_text, load_report, report_dict, runs, write_json
+from .json_report import SCHEMA, json_text, load_previous, load_report, report_dict, runs, write_json
 from .junit import failure_text, junit_text, write_junit
 from .trend import mark
 
-__all__ = ["SCHEMA", "build_report", "failure_text", "html_text", "json_text", "junit_text", "load_report",
-           "report_dict", "runs", "write_html", "write_json", "write_junit", "write_reports"]
+__all__ = ["SCHEMA", "build_report", "failure_text", "html_text", "json_text", "junit_text", "load_previous",
+           "load_report", "report_dict", "runs", "write_html", "write_json", "write_junit", "write_reports"]
 
 
 def build_report(results, *, previous: dict | None = None, previous_source: str = "",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..case import Case, check_schema, check_types, parse_json
 from ..engine.result import stop_text
-from ..errors import InvalidCase
+from ..errors import InvalidArgument, InvalidCase
 from ..finding import Finding, check_violation
 from ..safe_io import MAX_REPORT_BYTES, read_text
 from ..safe_write import write_error, write_file
@@ -181,6 +181,28 @@ def load_report(path) -> dict:
     data = parse_json(read_text(path, MAX_REPORT_BYTES), source)
     _check_report(data, source)
     return upgrade(data)
+
+
+
+def load_previous(path: str | None, targets=()) -> dict | None:
+    """The report ``--previous`` names (``path``; None: none), read before any case runs: a bad one costs
+    nothing. A report that ran none of ``targets`` (the campaign's) is refused: it would compare nothing, every
+    finding "new", nothing "fixed"."""
+    if path is None:
+        return None
+    if not path:
+        raise InvalidArgument("--previous: an empty path names no report; give the JSON report of an earlier run, "
+                              "or drop --previous.")
+    try:
+        previous = load_report(path)
+    except InvalidCase as e:
+        raise InvalidArgument(f"--previous: {e} Pass the JSON report of an earlier run, or drop --previous.") from None
+    ran = sorted({r.get("target") for r in previous.get("runs", []) if isinstance(r.get("target"), str)})
+    if targets and not set(ran) & set(targets):
+        raise InvalidArgument(f"--previous {path!r} has no run of {' or '.join(map(repr, targets))} (it ran: "
+                              f"{', '.join(ran) or 'nothing'}): there would be nothing to compare. Pass a report of "
+                              f"this target's earlier run, or drop --previous.")
+    return previous
 
 
 _RUN_FIELDS = {"target": str, "settings": dict, "faults": list, "examples": int, "invalid": int,

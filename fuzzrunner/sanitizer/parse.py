@@ -280,13 +280,13 @@ def _xml_violation(rec, tool: str | None) -> Violation:
                  "line": (where.findtext("line") or "0").strip() or "0", "pc": where.findtext("pc")}
         if not frame["file"] or frame["line"] == "0":
             frame["file"] = None
-    extra = {k: v for k, v in (("thread", _axes(_first(rec, "threadIdx", "thread"))),
+    extra: dict[str, object] = {k: v for k, v in (("thread", _axes(_first(rec, "threadIdx", "thread"))),
                                ("block", _axes(_first(rec, "blockIdx", "block")))) if v}
     address, size = rec.findtext(".//address"), rec.findtext(".//size")
     if address:
-        extra["address"] = address.strip() if address.strip().startswith("0x") else hex(int(address))  # type: ignore[assignment]
+        extra["address"] = address.strip() if address.strip().startswith("0x") else hex(int(address))
     if size and size.strip().isdigit():
-        extra["size"] = int(size)  # type: ignore[assignment]
+        extra["size"] = int(size)
     whole = " ".join(" ".join(rec.itertext()).split())
     v = _violation(header, header + "\n" + whole, frame, tool, extra)
     v.details["report"] = ET.tostring(rec, encoding="unicode")[:4000]

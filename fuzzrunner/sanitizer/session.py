@@ -52,9 +52,10 @@ def sanitizer_wrapper(tool: str, *, sanitizer: Sanitizer | str | None = None,
     return argv + list(extra_args), env
 
 
-def split_cases(text: str) -> dict:
+def split_cases(text: str) -> dict[int | None, list[str]]:
     """Lines of a worker log by the case that owns them: the last one begun (None: before any)."""
-    owner, out = None, {}  # type: ignore[var-annotated]
+    owner: int | None = None
+    out: dict[int | None, list[str]] = {}
     for line in text.splitlines():
         m = MARKER.search(line)
         if m and m.group(1) == "begin":

@@ -188,20 +188,21 @@ _signalled: list = []
 
 
 def _install_window(window: str) -> None:
-    from fuzzrunner import cli, progress, report
+    from fuzzrunner import progress, report
+    from fuzzrunner.cli import commands
     if window == "import":
         _signal_now()
     elif window == "case":  # the campaign's 2nd progress event: its search is running
-        _after(progress.Progress, "__call__", lambda self, e: e.get("type") == "progress" and e["examples"] >= 2)
+        _after(progress.Progress, "__call__", lambda self, e: e.kind == "progress" and e.examples >= 2)
     elif window == "shrink":  # the first case run after a finding was found: its shrink is running
         found: list = []
 
         def shrinking(self, e):
-            found.append(e.get("type") == "finding")
-            return e.get("type") == "progress" and any(found[:-1])
+            found.append(e.kind == "finding")
+            return e.kind == "progress" and any(found[:-1])
         _after(progress.Progress, "__call__", shrinking)
     elif window == "summary":  # just after the "stopped:" line
-        _after(cli, "_summary")
+        _after(commands, "_summary")  # as cmd_fuzz calls it
     elif window == "reports":  # between the JSON report and the JUnit XML
         _after(report, "write_json")
     elif window == "written":  # after the reports, before the exit code

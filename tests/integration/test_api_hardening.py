@@ -76,7 +76,7 @@ def test_an_on_event_that_raises_is_said_once_and_the_campaign_keeps_its_finding
     seen: list = []
 
     def on_event(event):
-        seen.append(event["type"])
+        seen.append(event.kind)
         raise ValueError("the user's progress bar broke")
     with no_hang(300):
         result = fuzzrunner.fuzz(spec("STR_RAISES"), max_examples=3, seed=1, corpus=tmp_path / "corpus",

@@ -12,7 +12,9 @@ import pytest
 
 from fuzzrunner.context import Context
 from fuzzrunner.engine.cpu_check import classify, outside_reason
+from fuzzrunner.engine.events import WarningEvent
 from fuzzrunner.engine.hub import WorkerSpec
+from fuzzrunner.engine.plan import CampaignPlan
 from fuzzrunner.engine.search import Shard
 from fuzzrunner.settings import Settings
 from fuzzrunner.target import load_target
@@ -26,7 +28,8 @@ def _campaign(seed: int, examples: int = 40):
     settings = Settings(oracles=("numeric",), max_examples=examples, seed=seed, case_timeout_s=60)
     worker = WorkerSpec(SPEC, Context.of("cpu"), env={"GPU_ONLY_FAKE": "1"})  # the "GPU" worker
     events: list = []
-    shard = Shard(SPEC, load_target(SPEC), settings, FAULTS, None, None, 0, seed, worker, events.append)
+    plan = CampaignPlan(SPEC, "gpu_only", settings, FAULTS, seed, worker.context)
+    shard = Shard(plan, 0, load_target(SPEC), events.append, worker=worker)
     shard.precheck_on = True  # as on a GPU
     try:
         shard.search(examples)
@@ -43,7 +46,7 @@ def test_a_target_that_cannot_run_on_the_cpu_turns_the_precheck_off_and_both_bug
     assert result.known_crash_skips == 0 and result.known_crash_causes == {}
     off = [w for w in result.warnings if w.startswith("CPU pre-check of cases is off")]
     assert len(off) == 1 and "device error" in off[0] and "ctx.device" in off[0]
-    assert any(e["type"] == "warning" and "pre-check" in e["message"] for e in events)
+    assert any(isinstance(e, WarningEvent) and "pre-check" in e.message for e in events)
 
 
 def test_a_precheck_that_runs_skips_only_the_proven_root_causes_and_counts_each(monkeypatch):
@@ -86,7 +89,6 @@ def test_a_memory_error_is_proof_even_when_the_run_failed_later_for_an_outside_r
 
 def test_a_one_worker_gpu_campaign_prechecks_in_parallel_shards_and_nothing_else_changes():
     from fuzzrunner.engine.campaign import _with_precheck_shards
-    from fuzzrunner.engine.plan import CampaignPlan
 
     def shards(settings, device="cuda", database=None) -> Settings:
         plan = CampaignPlan("reference_runner", "reference_runner", settings, (), 0, Context.of(device), None, database)
@@ -113,8 +115,8 @@ def test_a_bug_another_shard_already_wrote_is_neither_confirmed_nor_shrunk_again
     runs = []
     for index in range(2):  # the first still shrinking (here: not shrinking) when the second meets the bug
         settings = Settings(max_examples=30, seed=5, workers=2, shrink=index == 1)
-        shard = Shard(spec, target, settings, ("boom",), Corpus(tmp_path, faults=("boom",)), None, index, 5,
-                      WorkerSpec(spec, Context.of("cpu")))
+        plan = CampaignPlan(spec, target.name, settings, ("boom",), 5, Context.of("cpu"))
+        shard = Shard(plan, index, target, corpus=Corpus(tmp_path, faults=("boom",)))
         shard.shrink_once = True  # as on a GPU
         try:
             shard.search(30)
@@ -132,9 +134,9 @@ def test_shards_saying_one_warning_say_it_once():
     heard: list = []
     merger = Merger(3, heard.append, CampaignResult("t", Settings(), 0, ()))
     for shard in range(3):
-        merger.event({"type": "warning", "message": "CPU pre-check of cases is off", "shard": shard})
-    merger.event({"type": "warning", "message": "another", "shard": 0})
-    assert [e["message"] for e in heard] == ["CPU pre-check of cases is off", "another"]
+        merger.event(WarningEvent("CPU pre-check of cases is off", shard))
+    merger.event(WarningEvent("another", 0))
+    assert [e.message for e in heard] == ["CPU pre-check of cases is off", "another"]
 
 
 def test_a_cpu_campaign_of_a_target_that_asks_for_cuda_is_the_targets_error_not_a_finding(tmp_path, capsys):

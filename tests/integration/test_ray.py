@@ -17,6 +17,7 @@ ray = pytest.importorskip("ray", reason="the Ray cluster tests need Ray: pip ins
 from fuzzrunner import cli  # noqa: E402
 from fuzzrunner.api import fuzz  # noqa: E402
 from fuzzrunner.corpus import Corpus  # noqa: E402
+from fuzzrunner.engine.events import FindingEvent, ProgressEvent  # noqa: E402
 from fuzzrunner.engine.result import StopReason  # noqa: E402
 from fuzzrunner.finding import Finding  # noqa: E402
 from fuzzrunner.report.json_report import load_report  # noqa: E402
@@ -125,7 +126,7 @@ def test_losing_a_node_mid_campaign_loses_no_finding_and_the_campaign_ends_norma
 
     def on_event(e):
         events.append(e)
-        if e["type"] == "finding" and e["finding"].violation.kernel == "KeyError" and node_b in cluster.worker_nodes:
+        if isinstance(e, FindingEvent) and e.finding.violation.kernel == "KeyError" and node_b in cluster.worker_nodes:
             cluster.remove_node(node_b, allow_graceful=False)  # the node is gone, its shard with it
 
     try:
@@ -134,7 +135,7 @@ def test_losing_a_node_mid_campaign_loses_no_finding_and_the_campaign_ends_norma
     finally:
         if node_b not in cluster.worker_nodes:
             cluster.add_node(num_cpus=1, env_vars={"FUZZ_NODE": "b"})
-    assert node_b not in cluster.worker_nodes, ([f.violation.kernel for f in r.findings], r.warnings, r.errors, [e for e in events if e["type"] != "progress"])  # removed mid-campaign
+    assert node_b not in cluster.worker_nodes, ([f.violation.kernel for f in r.findings], r.warnings, r.errors, [e for e in events if not isinstance(e, ProgressEvent)])  # removed mid-campaign
     kinds = sorted(f.violation.kernel for f in r.findings)
     assert kinds == ["KeyError", "ValueError"]  # KeyError: only node b's shard could find it
     assert sorted(Finding.load(p).violation.kernel for p in _files(tmp_path)) == ["KeyError", "ValueError"]
@@ -150,7 +151,7 @@ def test_losing_a_node_mid_campaign_loses_no_finding_and_the_campaign_ends_norma
 @pytest.mark.slow  # ~20 s more; the tests above are the CI set
 def test_an_interrupted_campaign_stops_its_shards_and_keeps_what_they_sent(cluster, tmp_path):
     def on_event(e):
-        if e["type"] == "finding":
+        if isinstance(e, FindingEvent):
             raise KeyboardInterrupt  # as SIGINT/SIGTERM reach the driver (cli: sigterm_as_interrupt)
 
     r = fuzz(TARGET, faults=("planted", "slow"), corpus=tmp_path, ray=cluster.address, workers=2,

@@ -69,7 +69,7 @@ def test_a_targets_fields_of_several_names_take_one_as_one():
     (lambda: fuzzrunner.fuzz("reference_runner", corpus=7), "fuzz(corpus)=7 is int: pass a path (str or "
                                                            "os.PathLike), or None for no corpus."),
     (lambda: fuzzrunner.fuzz("reference_runner", on_event="print"), "fuzz(on_event)='print' is str: pass a "
-                                                                   "function of one event (a dict), or None."),
+                                                                   "function of one event, or None."),
     (lambda: fuzzrunner.fuzz("reference_runner", profile=1), "fuzz(profile)=1 is int: pass a string, or None."),
     (lambda: fuzzrunner.replay(3), "replay(case)=3 is int: pass a fuzzrunner.Case or a path (str or os.PathLike) "
                                    "of a case or finding file."),
@@ -146,10 +146,10 @@ def test_a_campaign_without_a_corpus_leaves_no_hypothesis_folder_in_tmpdir(tmp_p
 
 
 def test_counts_are_printed_in_the_right_number():
-    from fuzzrunner import cli
+    from fuzzrunner.cli import render
     from fuzzrunner.engine.result import CampaignResult
 
     r = CampaignResult("t", Settings(), 1, ())
     r.examples = r.generated = 1
-    assert cli._cases_text(r).startswith("1 case: 0 replayed (corpus and seeds), 1 generated (0 invalid)")
-    assert cli._nightly_line([r], {}, [], 0) == "nightly: t 1 case 0 findings: exit 0 (no finding)"
+    assert render._cases_text(r).startswith("1 case: 0 replayed (corpus and seeds), 1 generated (0 invalid)")
+    assert render._nightly_line([r], {}, [], 0) == "nightly: t 1 case 0 findings: exit 0 (no finding)"

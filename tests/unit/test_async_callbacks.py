@@ -97,7 +97,7 @@ def test_an_async_target_factory_is_refused_without_calling_it():
 def test_an_async_on_event_is_refused_and_one_returning_a_coroutine_is_said_once(monkeypatch):
     import fuzzrunner
     from fuzzrunner import api
-    from fuzzrunner.engine.events import Listener, progress
+    from fuzzrunner.engine.events import Listener, ProgressEvent
     from fuzzrunner.errors import InvalidArgument
     monkeypatch.setattr(api, "run_campaign", lambda *a, **k: None)
 
@@ -108,8 +108,8 @@ def test_an_async_on_event_is_refused_and_one_returning_a_coroutine_is_said_once
     listener, warnings_said = Listener(lambda e: on_event(e)), []
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        listener(progress(1, 1, 0, 0.1, 0))
-        listener(progress(2, 2, 0, 0.2, 0))
+        listener(ProgressEvent(1, 1, 0, 0.1, 0))
+        listener(ProgressEvent(2, 2, 0, 0.2, 0))
     listener.report(warnings_said)
     assert warnings_said == ["on_event returned a coroutine (on a 'progress' event): it is called, never awaited; "
                              "2 events it failed on in all; the campaign went on without them (fix the callback)"]

@@ -2,15 +2,21 @@
 line without Ray, a GPU per shard, the target's packaging. (The cluster itself: integration/test_ray.py.)"""
 
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from fuzzrunner import cli
 from fuzzrunner.case import Case
+from fuzzrunner.context import Context
 from fuzzrunner.corpus import Corpus
+from fuzzrunner.engine import events
 from fuzzrunner.engine.corpus_stream import CorpusWriter, StreamedCorpus
-from fuzzrunner.engine.ray_shards import _Driver, packaged, shard_options
+from fuzzrunner.engine.deadline import Deadline
+from fuzzrunner.engine.plan import CampaignPlan
+from fuzzrunner.engine.ray_shards import RESEED, ShardJob, _Driver, packaged, shard_options
 from fuzzrunner.engine.result import CampaignResult
 from fuzzrunner.engine.sharding import Merger
 from fuzzrunner.errors import InvalidArgument
@@ -44,12 +50,13 @@ def test_under_cuda_each_shard_asks_ray_for_one_gpu_and_on_the_cpu_for_none():
 
 
 def test_on_a_cluster_the_driver_needs_no_gpu_of_its_own_for_device_cuda():
-    s = cli._check_device(Settings(device="cuda"), on_cluster=True)
-    assert s.device == "cuda"
+    from fuzzrunner.env_defaults import resolved
+    s, context = resolved(Settings(device="cuda"), on_cluster=True)
+    assert s.device == context.device == "cuda"
     from fuzzrunner import _env
     if not _env.cuda_present():
         with pytest.raises(InvalidArgument, match="needs a CUDA GPU"):
-            cli._check_device(Settings(device="cuda"))
+            resolved(Settings(device="cuda"))
 
 
 def test_a_file_target_travels_as_its_folder_and_a_module_target_as_it_is(tmp_path):
@@ -62,7 +69,7 @@ def test_a_streamed_corpus_writes_nothing_itself_and_replays_the_drivers_snapsho
     entries = [(tmp_path / "a.json", _finding(3).case, None)]
     c = StreamedCorpus(str(tmp_path), ("planted",), entries, sent.append)
     c.save_finding("ray_toy", _finding(12))
-    assert list(tmp_path.iterdir()) == [] and [m["type"] for m in sent] == ["corpus-save"]
+    assert list(tmp_path.iterdir()) == [] and [m.kind for m in sent] == ["corpus-save"]
     assert c.entries("ray_toy") == entries and c.entries("other") == [] and c.load_finding("ray_toy", "x") is None
 
 
@@ -71,23 +78,50 @@ def test_the_driver_writes_each_bug_once_the_smaller_case_winning_under_the_user
     w = CorpusWriter(corpus, "/abs/ray_target.py:TARGET")
     big, small = _finding(12, 13, 14), _finding(10, minimized=True)
     for f in (big, small, big):  # shard A, shard B, then A again with its bigger case
-        w.apply({"type": "corpus-save", "target": "ray_toy", "finding": f.to_dict()})
+        w.apply(events.CorpusSave("ray_toy", f))
     [path] = list((tmp_path / "expected" / "ray_toy").iterdir())
     on_disk = Finding.load(path)
     assert [op["n"] for op in on_disk.case.ops] == [10] and on_disk.minimized
     assert on_disk.target_spec == "/abs/ray_target.py:TARGET" == w.findings[big.id].target_spec
-    w.apply({"type": "corpus-set-aside", "target": "ray_toy", "finding": big.to_dict()})
+    w.apply(events.CorpusSetAside("ray_toy", big))
     assert not path.exists() and w.findings == {} and list((tmp_path / "flaky" / "ray_toy").iterdir())
 
 
+def _plan(deadline: Deadline | None = None) -> CampaignPlan:
+    settings = Settings(budget_s=deadline.budget_s if deadline else None, seed=7)
+    return CampaignPlan("ray_target.py:TARGET", "ray_toy", settings, ("planted",), 7, Context.of("cpu"),
+                        deadline=deadline)
+
+
+def test_a_resumed_shard_gets_the_campaigns_plan_whole_and_its_deadline_decides():
+    """The driver resumes a dead shard by the campaign's deadline (the budget from the command's start),
+    and the resumed shard's plan is the campaign's with a new seed. It used to count the budget from the
+    driver loop's own start (after the Ray session began) and hand the shard settings with a re-derived
+    budget: it resumed shards the deadline had no room for, and their budget messages named that budget."""
+    def driver(plan):
+        return _Driver(None, Merger(2, None, CampaignResult("ray_toy", plan.settings, 7, ())), CorpusWriter(None, "t"),
+                       plan)
+    plan = _plan(Deadline.of(60.0, time.time() - 50.0))  # 50 s of the 60 s budget went before the driver began
+    d = driver(plan)
+    resumed = d._resumed(ShardJob(plan, 1, 0, 10, [], None, None, None), generated=4)
+    assert resumed is not None and (resumed.run, resumed.quota) == (1, 6)
+    assert resumed.plan == replace(plan, seed=7 + RESEED)  # settings (its budget) and deadline: the campaign's
+    assert 5.0 < d._wait_s() <= 10.0
+    late = _plan(Deadline.of(60.0, time.time() - 59.5))
+    assert driver(late)._resumed(ShardJob(late, 1, 0, 10, [], None, None, None), generated=4) is None
+    endless = _plan()
+    again = driver(endless)._resumed(ShardJob(endless, 1, 0, 10, [], None, None, None), generated=4)
+    assert again is not None and again.plan == replace(endless, seed=7 + RESEED)
+
+
 def test_a_resumed_shard_adds_its_cases_to_those_of_its_dead_run():
-    events = []
+    heard: list = []
     merged = CampaignResult("ray_toy", Settings(), 1, ())
-    d = _Driver(None, Merger(2, events.append, merged), CorpusWriter(None, "t"), Settings(), 0.0)
-    d.handle(1, 0, {"type": "progress", "examples": 10, "generated": 8, "shard": 1})
-    d.handle(1, 1, {"type": "progress", "examples": 4, "generated": 4, "shard": 1})
-    d.handle(0, 0, {"type": "progress", "examples": 3, "generated": 3, "shard": 0})
-    assert (events[-1]["examples"], events[-1]["generated"]) == (17, 15)
+    d = _Driver(None, Merger(2, heard.append, merged), CorpusWriter(None, "t"), _plan())
+    d.handle(1, 0, events.ProgressEvent(10, 8, 0, 1.0, 1))
+    d.handle(1, 1, events.ProgressEvent(4, 4, 0, 1.0, 1))
+    d.handle(0, 0, events.ProgressEvent(3, 3, 0, 1.0, 0))
+    assert (heard[-1].examples, heard[-1].generated) == (17, 15)
 
 
 def test_the_redis_database_of_db_is_one_store_for_every_shard_under_the_campaign_prefix():
@@ -120,9 +154,9 @@ def test_db_without_ray_or_not_redis_is_a_usage_error(tmp_path, capsys):
 
 def test_what_a_shard_found_before_it_died_is_in_the_result_also_without_a_corpus():
     merged = CampaignResult("ray_toy", Settings(), 1, ("planted",))
-    d = _Driver(None, Merger(2, None, merged), CorpusWriter(None, "/abs/t.py:TARGET"), Settings(), 0.0)
-    d.handle(1, 0, {"type": "finding", "finding": _finding(12).to_dict(), "shard": 1})
-    d.handle(1, 0, {"type": "progress", "examples": 5, "generated": 5, "shard": 1})
+    d = _Driver(None, Merger(2, None, merged), CorpusWriter(None, "/abs/t.py:TARGET"), _plan())
+    d.handle(1, 0, events.FindingEvent(_finding(12), 1))
+    d.handle(1, 0, events.ProgressEvent(5, 5, 0, 1.0, 1))
     d.deaths.append((1, 0, "shard 1's Ray actor died"))  # and no done from it
     d.finish(merged)
     [f] = merged.findings

@@ -144,15 +144,15 @@ def test_the_html_report_shows_counts_combinations_and_highlights_features_never
 def test_the_cli_summary_says_how_many_declared_features_were_never_reached_and_steer_is_a_flag():
     import io
 
-    from fuzzrunner import cli
+    from fuzzrunner.cli import parser, render
     out = io.StringIO()
-    cli._summary(_result_with_coverage(), out)
+    render._summary(_result_with_coverage(), out)
     assert ("coverage: 3 feature(s) reached over 3 valid case(s) (replayed and generated); 1 declared feature(s) "
             "never reached: op=never") in out.getvalue()
-    parse = cli._parser().parse_args
-    assert cli._settings(parse(["fuzz", "--target", "t", "--steer", "--device", "cpu"])).steer is True
-    assert cli._settings(parse(["fuzz", "--target", "t", "--no-steer", "--profile", "dev"])).steer is False
-    assert cli._settings(parse(["nightly", "--steer", "--device", "cpu"])).steer is True
+    parse = parser._parser().parse_args
+    assert parser._settings(parse(["fuzz", "--target", "t", "--steer", "--device", "cpu"])).steer is True
+    assert parser._settings(parse(["fuzz", "--target", "t", "--no-steer", "--profile", "dev"])).steer is False
+    assert parser._settings(parse(["nightly", "--steer", "--device", "cpu"])).steer is True
 
 
 def test_shards_coverage_adds_up_in_the_merged_campaign():

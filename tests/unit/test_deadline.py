@@ -16,6 +16,7 @@ from fuzzrunner.engine import triage as triage_module
 from fuzzrunner.engine.campaign import plan_campaign
 from fuzzrunner.engine.deadline import TAIL_MAX_S, TAIL_MIN_S, Deadline, monotonic
 from fuzzrunner.engine.hub import RunResult, WorkerSpec
+from fuzzrunner.engine.plan import CampaignPlan
 from fuzzrunner.engine.result import StopReason
 from fuzzrunner.engine.search import BudgetSpent, Shard
 from fuzzrunner.settings import Settings
@@ -66,8 +67,8 @@ def test_the_cli_starts_the_budgets_clock_before_it_loads_anything(monkeypatch, 
 def _shard(device: str, deadline: Deadline, seen=None) -> Shard:
     settings = Settings(budget_s=deadline.budget_s, seed=1, case_timeout_s=30)
     worker = WorkerSpec("reference_runner", Context.of(device))  # no process starts before a case runs
-    return Shard("reference_runner", load_target("reference_runner"), settings, (), None, None, 0, 1, worker,
-                 deadline=deadline, findings_seen=seen)
+    plan = CampaignPlan("reference_runner", "reference_runner", settings, (), 1, worker.context, deadline=deadline)
+    return Shard(plan, 0, load_target("reference_runner"), worker=worker, findings_seen=seen)
 
 
 class _Flag:
@@ -76,6 +77,23 @@ class _Flag:
 
     def is_set(self):
         return self.on
+
+
+def test_a_shard_takes_the_campaigns_plan_whole():
+    """``run_shard`` (one shard here, a shard process, a Ray actor) hands ``Shard`` the plan itself: its spec,
+    settings, faults, seed, deadline and this shard's worker are the plan's, not pieces passed one by one."""
+    d = Deadline.of(120.0, started=time.time() - 30.0)
+    plan = CampaignPlan("reference_runner", "reference_runner", Settings(budget_s=120.0, seed=9, max_worker_rss_mb=900),
+                        ("dummy_run_skips_mapping",), 4242, Context.of("cpu"), code={"vllm": "x"}, deadline=d)
+    shard = Shard(plan, 1, load_target("reference_runner"))
+    try:
+        assert (shard.target_spec, shard.settings, shard.faults, shard.seed) == \
+            (plan.target_spec, plan.settings, plan.faults, plan.seed)
+        assert shard.hub.spec == plan.worker(1) and shard.hub.spec.code == {"vllm": "x"}
+        assert shard.stop_at() == pytest.approx(monotonic(d.search_end(triage=False)), abs=0.05)
+        assert (shard.result.seed, shard.result.faults) == (4242, plan.faults)
+    finally:
+        shard.close()
 
 
 def test_a_shard_stops_by_the_campaigns_deadline_not_by_its_own_clock():
@@ -129,9 +147,9 @@ def test_shards_learn_of_a_finding_through_the_campaigns_event():
     got, flag = [], _Flag()
     flag.set = lambda: setattr(flag, "on", True)
     relay = sharding._noting_findings(got.append, flag)
-    relay(events.progress(1, 1, 0, 0.1, 0))
+    relay(events.ProgressEvent(1, 1, 0, 0.1, 0))
     assert not flag.on
-    relay({"type": events.FINDING, "finding": None, "shard": 0})
+    relay(events.FindingEvent(None, 0))  # type: ignore[arg-type]
     assert flag.on and len(got) == 2
 
 
@@ -143,10 +161,10 @@ def test_the_triage_worker_starts_at_the_first_finding_only(monkeypatch):
             self.starts += 1
     t, got = Triage(), []
     relay = campaign_module._starting_triage(got.append, t)
-    relay(events.warning("x"))
+    relay(events.WarningEvent("x"))
     assert t.starts == 0
-    relay({"type": events.FINDING, "finding": None, "shard": 0})
-    relay({"type": events.FINDING, "finding": None, "shard": 1})
+    relay(events.FindingEvent(None, 0))  # type: ignore[arg-type]
+    relay(events.FindingEvent(None, 1))  # type: ignore[arg-type]
     assert t.starts == 2 and len(got) == 3  # CpuTriage.start itself starts once
     assert campaign_module._starting_triage(None, None) is None
 

@@ -182,7 +182,7 @@ def test_a_campaign_builds_the_filter_before_its_workers_and_says_when_it_is_off
     said: list = []
     shard_run.prepare_shadow(plan, said.append)
     assert bool(asked) == built
-    assert [e["message"] for e in said] == ([
+    assert [e.message for e in said] == ([
         "the GPU shadow's dispatch filter is off (RuntimeError: no compiler): every torch op goes through its "
         "Python mode (the same reports, slower)"] if built else [])
 
@@ -368,5 +368,5 @@ def test_the_cpu_shadow_forced_on_a_gpu_campaign_says_that_triton_kernels_go_unc
                                       on_cluster=True)  # (no GPU needed to plan)
         said.clear()
         shard_run.prepare_shadow(plan, said.append)
-        assert [("Triton kernels run compiled and unchecked" in e["message"]) for e in said] == (
+        assert [("Triton kernels run compiled and unchecked" in e.message) for e in said] == (
             [True] if shadow == "cpu" else [])

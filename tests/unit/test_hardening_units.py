@@ -14,6 +14,7 @@ import pytest
 
 from fuzzrunner import cli
 from fuzzrunner.case import Case
+from fuzzrunner.cli import render as cli_render
 from fuzzrunner.errors import InvalidArgument
 from fuzzrunner.finding import Finding, merge, render
 from fuzzrunner.safe_write import check_distinct_files
@@ -81,7 +82,7 @@ def test_the_html_links_a_non_utf8_folder_by_its_bytes():
 def test_the_output_streams_write_undecodable_bytes_escaped_instead_of_raising():
     raw = io.BytesIO()
     strict = io.TextIOWrapper(raw, encoding="utf-8", errors="strict")
-    stream = cli._SafeStream(strict)
+    stream = cli_render._SafeStream(strict)
     stream.write(f"repro: python {BAD}\n")
     stream.flush()
     assert raw.getvalue() == b"repro: python /tmp/dir\\udcff/t.py\n"
@@ -140,7 +141,7 @@ class _Gone(io.StringIO):
 
 
 def test_a_stream_whose_reader_has_gone_drops_later_writes_instead_of_raising():
-    stream = cli._SafeStream(_Gone())
+    stream = cli_render._SafeStream(_Gone())
     assert stream.write("a line\n") == 7 and stream.gone
     stream.write("more\n")
     stream.flush()
@@ -195,7 +196,7 @@ def test_a_finding_shrunk_to_another_kind_of_its_family_says_what_it_was_first_s
 
 def test_the_summary_labels_every_count_so_they_add_up():
     r = types.SimpleNamespace(replayed=[1] * 5, examples=25, generated=19, invalid=2)
-    assert cli._cases_text(r) == "30 cases: 5 replayed (corpus and seeds), 19 generated (2 invalid), 6 shrinking"
+    assert cli_render._cases_text(r) == "30 cases: 5 replayed (corpus and seeds), 19 generated (2 invalid), 6 shrinking"
 
 
 def test_a_finding_found_by_a_replayed_case_is_found_after_1_example_not_0(monkeypatch):

@@ -7,6 +7,7 @@ import types
 import pytest
 
 from fuzzrunner import progress as progress_module
+from fuzzrunner.engine.events import FindingEvent, ProgressEvent, WarningEvent
 from fuzzrunner.engine.result import StopReason
 from fuzzrunner.progress import Progress
 
@@ -29,13 +30,20 @@ def finding(after=1):
                                  first_found_after_examples=after, found_after_s=0.5, case=None)
 
 
+def prog(p, examples, findings, generated=None, elapsed=None):
+    """A progress event; its ``elapsed`` leaves the search's clock where it is unless given."""
+    if elapsed is None:
+        elapsed = progress_module.time.monotonic() - p.numbers.start
+    return ProgressEvent(examples, examples if generated is None else generated, findings, elapsed, 0)
+
+
 def result(examples=1):
     return types.SimpleNamespace(stop_reason=StopReason.MAX_EXAMPLES, examples=examples, duration_s=2.0, replayed=[])
 
 
 def test_the_line_splits_generated_from_shrinking_and_counts_findings():
     p = Progress(Stream(False), settings(max_examples=200), label="ref: ")
-    p({"type": "progress", "examples": 60, "generated": 50, "findings": 1})
+    p(prog(p, 60, 1, generated=50))
     text = p.text()
     assert text.startswith("ref: 50/200 generated (25%) + 10 shrinking, 1 finding, ")
     assert re.search(r"cases/s, \d+ s, ETA \d+ s$", text)
@@ -44,7 +52,7 @@ def test_the_line_splits_generated_from_shrinking_and_counts_findings():
 def test_a_budget_moves_the_fraction_even_when_few_cases_ran(monkeypatch):
     p = Progress(Stream(False), settings(max_examples=10_000, budget_s=10.0))
     monkeypatch.setattr(progress_module.time, "monotonic", lambda: p.numbers.start + 5.0)
-    p({"type": "progress", "examples": 3, "findings": 0})
+    p(prog(p, 3, 0))
     assert "3/10000 generated (50% of the 10 s budget)" in p.text() and "ETA 5 s" in p.text()
 
 
@@ -55,10 +63,10 @@ def test_off_a_terminal_heartbeat_lines_are_spaced_and_messages_are_plain(monkey
     monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
     for i in range(5):  # within one heartbeat: one line
         clock[0] += 1.0
-        p({"type": "progress", "examples": i, "findings": 0})
+        p(prog(p, i, 0))
     clock[0] += progress_module.HEARTBEAT_S
-    p({"type": "progress", "examples": 9, "findings": 0})
-    p({"type": "finding", "finding": finding(after=1)})
+    p(prog(p, 9, 0))
+    p(FindingEvent(finding(after=1), 0))
     p.done(result(examples=1))
     lines = s.getvalue().splitlines()
     assert [ln.split(" generated")[0] for ln in lines[:2]] == ["0/100", "9/100"]
@@ -71,8 +79,8 @@ def test_on_a_terminal_rich_draws_a_bar_and_messages_stay_above_it():
     pytest.importorskip("rich")
     s = Stream(True)
     p = Progress(s, settings(max_examples=10), label="ref: ")
-    p({"type": "progress", "examples": 5, "findings": 0})
-    p({"type": "warning", "message": "a slow case"})
+    p(prog(p, 5, 0))
+    p(WarningEvent("a slow case"))
     p.done(result(examples=5))
     out = s.getvalue()
     assert "  warning: a slow case" in out
@@ -84,9 +92,9 @@ def test_quiet_prints_only_warnings():
     for tty in (False, True):
         s = Stream(tty)
         p = Progress(s, settings(), quiet=True)
-        p({"type": "progress", "examples": 5, "findings": 1})
-        p({"type": "finding", "finding": finding()})
-        p({"type": "warning", "message": "quarantined a.json"})
+        p(prog(p, 5, 1))
+        p(FindingEvent(finding(), 0))
+        p(WarningEvent("quarantined a.json"))
         p.done(result())
         assert s.getvalue() == "  warning: quarantined a.json\n"
 
@@ -95,7 +103,7 @@ def test_without_rich_a_terminal_gets_the_plain_line_in_place(monkeypatch):
     monkeypatch.setattr(progress_module, "_Rich", lambda *a: (_ for _ in ()).throw(ImportError("no rich")))
     s = Stream(True)
     p = Progress(s, settings(max_examples=4))
-    p({"type": "progress", "examples": 2, "findings": 0})
+    p(prog(p, 2, 0))
     p.done(None)
     assert s.getvalue().startswith("\r\033[K2/4 generated (50%)") and s.getvalue().endswith("\r\033[K")
 
@@ -107,5 +115,5 @@ def test_the_budget_share_and_eta_count_the_set_up_and_the_rate_does_not(monkeyp
     monkeypatch.setattr(progress_module.time, "monotonic", lambda: now[0])
     p = Progress(Stream(False), settings(max_examples=10_000, budget_s=60.0))
     now[0] = 136.0  # 30 s of set-up, then 6 s of the campaign
-    p({"type": "progress", "examples": 3, "findings": 0, "elapsed": 6.0})
+    p(prog(p, 3, 0, elapsed=6.0))
     assert "(60% of the 60 s budget)" in p.text() and "0.5 cases/s, 36 s, ETA 24 s" in p.text()

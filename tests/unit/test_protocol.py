@@ -71,9 +71,11 @@ def test_the_start_up_environment_is_one_round_trip():
 
 def test_an_event_nobody_declared_is_refused_and_a_default_takes_the_rest():
     seen = []
-    handlers = {events.PROGRESS: seen.append}
-    events.dispatch(handlers, events.progress(1, 1, 0, 0.1, 0))
+    handlers = {events.ProgressEvent: seen.append}
+    events.dispatch(handlers, events.ProgressEvent(1, 1, 0, 0.1, 0))
     with pytest.raises(ValueError, match="unexpected event 'warning'"):
-        events.dispatch(handlers, events.warning("w"))
-    events.dispatch(handlers, events.warning("w"), default=seen.append)
-    assert [e["type"] for e in seen] == ["progress", "warning"]
+        events.dispatch(handlers, events.WarningEvent("w"))
+    events.dispatch(handlers, events.WarningEvent("w"), default=seen.append)
+    assert [e.kind for e in seen] == ["progress", "warning"]
+    with pytest.raises(ValueError, match="unexpected event 'news'"):
+        events.Event.from_dict({"type": "news"})

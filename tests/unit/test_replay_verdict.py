@@ -11,6 +11,7 @@ import pytest
 
 from fuzzrunner import cli
 from fuzzrunner.case import Case
+from fuzzrunner.cli import render
 from fuzzrunner.corpus import Corpus
 from fuzzrunner.engine.replay import Replayer
 from fuzzrunner.finding import Finding, case_text
@@ -216,7 +217,7 @@ def test_judge(seen, finding, other_mode, verdict):
 
 def test_every_verdict_is_described_and_has_an_exit_code():
     from fuzzrunner.engine.replay import Verdict
-    assert set(cli._replay_exits()) == set(Verdict)
+    assert set(render._replay_exits()) == set(Verdict)
     assert all(v.describe() for v in Verdict)
     assert {v for v in Verdict if v.shows} == {Verdict.REPRODUCED, Verdict.MOVED, Verdict.OTHERS}
-    assert {v for v in Verdict if cli._replay_exits()[v] == cli.EXIT_FINDINGS} == {v for v in Verdict if v.shows}
+    assert {v for v in Verdict if render._replay_exits()[v] == render.EXIT_FINDINGS} == {v for v in Verdict if v.shows}

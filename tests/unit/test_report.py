@@ -486,7 +486,7 @@ def test_skips_per_root_cause_tool_limitations_and_triage_reach_every_report(tmp
 def test_the_text_summary_says_plainly_when_most_cases_were_skipped(finding):
     import io
 
-    from fuzzrunner.cli import _summary
+    from fuzzrunner.cli.render import _summary
     out = io.StringIO()
     _summary(_gpu_campaign(finding), out)
     text = out.getvalue()

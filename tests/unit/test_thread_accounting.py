@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from fuzzrunner.case import Case
 from fuzzrunner.engine.hub import DeathBetween, Earlier, RunResult, WorkerSpec
+from fuzzrunner.engine.plan import CampaignPlan
 from fuzzrunner.engine.search import Shard
 from fuzzrunner.settings import Settings
 from fuzzrunner.target import Target
@@ -43,7 +44,8 @@ class ScriptedHub:
 
 def shard(script: dict) -> tuple[Shard, list]:
     events: list = []
-    s = Shard("t.py:T", TARGET, Settings(max_examples=5, seed=0), (), None, None, 0, 0, WorkerSpec("t"), events.append)
+    plan = CampaignPlan("t.py:T", TARGET.name, Settings(max_examples=5, seed=0), (), 0, WorkerSpec("t").context)
+    s = Shard(plan, 0, TARGET, events.append, worker=WorkerSpec("t"))
     s.hub = ScriptedHub(script)  # type: ignore[assignment]
     return s, events
 
@@ -57,7 +59,7 @@ def test_a_death_whose_rerun_survives_is_the_earlier_cases_whose_rerun_waiting_f
     [finding] = s.book.by_id.values()
     assert finding.case == case(1) and not s.result.flaky  # the earlier case's finding, confirmed by its rerun
     assert s.hub.calls == [(2, 0.0, False), (2, 0.0, False), (1, 2.0, True)]  # waited for, in a fresh worker
-    assert s._linger_s == 2.0 and any("waits up to 2 s" in e.get("message", "") for e in events)
+    assert s._linger_s == 2.0 and any("waits up to 2 s" in getattr(e, "message", "") for e in events)
 
 
 def test_a_worker_found_dead_between_cases_is_a_suspects_finding_or_said_once_never_silent():
@@ -86,4 +88,4 @@ def test_a_death_nothing_explains_is_flaky_once_however_often_it_comes():
     s, events = shard({n: [RunResult([death()], 0.1, crashed=True), RunResult([], 0.1)] for n in range(4)})
     for n in range(4):
         s.record(s.execute(case(n)), case(n))
-    assert len(s.result.flaky) == 1 and sum("flaky" in e.get("message", "") for e in events) == 1
+    assert len(s.result.flaky) == 1 and sum("flaky" in getattr(e, "message", "") for e in events) == 1

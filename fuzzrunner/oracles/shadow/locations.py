@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import sys
 import threading
+from types import FrameType
 
 # Frames skipped when blaming a torch op on its caller: torch, Triton, and our own hooks.
 NOT_CALLERS = ("/torch/", "/triton/", "/numpy/", "/fuzzrunner/oracles/", "/fuzzrunner/tracking.py", "/contextlib.py",
@@ -64,7 +65,7 @@ def _kind(filename: str) -> tuple[str, int]:
 
 def caller_line(depth: int = 2) -> tuple[str, int]:
     """The innermost frame outside torch and the oracles: the code that called the torch op."""
-    f = sys._getframe(depth)
+    f: FrameType | None = sys._getframe(depth)
     while f is not None:
         path, kind = _kind(f.f_code.co_filename)
         if kind == 0:
@@ -73,5 +74,5 @@ def caller_line(depth: int = 2) -> tuple[str, int]:
             found = _fx_source(f)
             if found is not None:
                 return found
-        f = f.f_back  # type: ignore[assignment]
+        f = f.f_back
     return getattr(ORIGIN, "site", None) or ("?", 0)  # a builtin handed to a pool: its submit line

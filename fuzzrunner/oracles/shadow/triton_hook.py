@@ -22,6 +22,7 @@ import sys
 import threading
 from collections.abc import Callable
 from contextlib import contextmanager
+from types import FrameType
 
 import numpy as np
 
@@ -226,12 +227,12 @@ _SKIP = (os.sep + "triton" + os.sep, _ORACLES,
 
 def kernel_source_line() -> tuple[str, int]:
     """The innermost frame of kernel code (not Triton, numpy or this package's oracles)."""
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     while f is not None:
         path = f.f_code.co_filename
         if not any(s in path for s in _SKIP) and "<" not in path:
             return path, f.f_lineno
-        f = f.f_back  # type: ignore[assignment]
+        f = f.f_back
     return "?", 0
 
 

@@ -130,6 +130,8 @@ def _build():
                 raise RuntimeError(why)
             os.replace(tmp, built)
     spec = importlib.util.spec_from_file_location(name, built)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the built dispatch filter {built}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return module
