@@ -74,12 +74,6 @@ def end_shard(queue) -> None:
     exit_now(0)
 
 
-def portable_result(res: CampaignResult) -> dict:
-    """A shard's result as it travels between processes (``CampaignResult.to_dict``; the campaign reads it
-    back with ``from_dict``). It used to be the result itself, its findings turned into dicts in place."""
-    return res.to_dict()
-
-
 class Merger:
     """Events and results of all shards, as one campaign's (local shard processes or Ray actors)."""
 

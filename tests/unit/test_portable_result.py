@@ -1,6 +1,6 @@
 """A shard's result travels between processes as plain data (``CampaignResult.to_dict``, read back with
-``from_dict``); the result itself is left as it was (``portable_result`` turned its findings into dicts in
-place, and the merger read a "result" whose findings were dicts)."""
+``from_dict``); the result itself is left as it was (the old ``portable_result`` turned its findings into dicts
+in place, and the merger read a "result" whose findings were dicts)."""
 
 import copy
 import pickle
@@ -12,7 +12,7 @@ from fuzzrunner.case import Case
 from fuzzrunner.context import Context
 from fuzzrunner.coverage import Coverage
 from fuzzrunner.engine.result import CampaignResult, StopReason
-from fuzzrunner.engine.sharding import Merger, portable_result
+from fuzzrunner.engine.sharding import Merger
 from fuzzrunner.finding import Finding
 from fuzzrunner.settings import Settings
 from fuzzrunner.violation import Violation
@@ -38,7 +38,7 @@ def _result(stop_reason=StopReason.BUDGET, context=CPU) -> CampaignResult:
 def test_to_dict_reads_back_and_leaves_the_result_as_it_was(stop_reason, context):
     r = _result(stop_reason, context)
     before = copy.deepcopy(r.to_dict())
-    d = pickle.loads(pickle.dumps(portable_result(r)))  # as it crosses a process
+    d = pickle.loads(pickle.dumps(r.to_dict()))  # as it crosses a process
     assert r.to_dict() == before and all(isinstance(f, Finding) for f in (*r.findings, *r.flaky))
     back = CampaignResult.from_dict(d)
     assert back.to_dict() == before
@@ -51,6 +51,6 @@ def test_the_merger_folds_results_read_back():
     merged = CampaignResult("reference_runner", Settings(), 1, ("f",))
     merger = Merger(2, None, merged)
     for stop in (StopReason.MAX_EXAMPLES, StopReason.BUDGET):
-        merger.done(CampaignResult.from_dict(portable_result(_result(stop))))
+        merger.done(CampaignResult.from_dict(_result(stop).to_dict()))
     assert merged.examples == 6 and merged.stop_reason is StopReason.BUDGET
     assert len(merged.findings) == 1 and len(merged.flaky) == 1 and merged.tool_limitations["sig"]["count"] == 4
