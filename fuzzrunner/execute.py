@@ -14,6 +14,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -420,10 +421,50 @@ def _run_target(case: Case, target, context: Context, oracles: list[Oracle], on_
     return record
 
 
+class _Timed:
+    """An oracle whose own calls are timed into ``times[f"oracle:{name}"]`` (seconds, ``perf_counter``): the
+    engine's per-stage times (``engine/stages.py``). Anything else is the oracle's own attribute."""
+
+    _TIMED = frozenset({"start", "begin_op", "observe", "end_op", "finish", "begin_pass", "verdict"})
+
+    def __init__(self, oracle: Oracle, times: dict):
+        self._oracle, self._times, self._key = oracle, times, f"oracle:{oracle.name}"
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._oracle, name)
+        if name not in _Timed._TIMED:
+            return attr
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                self._times[self._key] = self._times.get(self._key, 0.0) + time.perf_counter() - t0
+        return timed
+
+
+def _made(specs, context: Context, times: dict | None) -> list:
+    """The oracles of ``specs`` made for ``context``; with ``times``, timed (making them included)."""
+    if times is None:
+        return [s.make(context) for s in specs]
+    out = []
+    for s in specs:
+        t0 = time.perf_counter()
+        o = s.make(context)
+        times[f"oracle:{o.name}"] = times.get(f"oracle:{o.name}", 0.0) + time.perf_counter() - t0
+        out.append(_Timed(o, times))
+    return out
+
+
+def _oracle_s(times: dict | None) -> float:
+    return sum(v for k, v in times.items() if k.startswith("oracle:")) if times else 0.0
+
+
 def run_case(case: Case, target, *, context: Context | None = None, oracles: Iterable[str] | None = None,
              device: str | None = None, sanitizer: str | None = None,
              on_op: Callable[[int, dict], None] | None = None, on_partial: Callable[[list], None] | None = None,
-             stop_early: bool = False) -> list[Violation]:
+             stop_early: bool = False, times: dict | None = None) -> list[Violation]:
     """Run ``case`` under the oracles (the device's defaults unless named); return every violation.
 
     ``context``: the run's (``Context.resolve``: a worker's comes from its start-up, ``fuzzrunner.replay``
@@ -432,6 +473,8 @@ def run_case(case: Case, target, *, context: Context | None = None, oracles: Ite
     ``on_partial`` gets the first run's violations before a second run (poison) starts, so a
     crash there loses nothing already found. ``stop_early``: end each run after the first op
     that showed a violation (what a GPU would crash on first; the CPU pre-check needs no more).
+    ``times``: a dict that gets the seconds of each oracle's own calls (``oracle:NAME``) and of a second
+    run (``second-run``, its oracles' calls excluded): the engine's per-stage times (``engine/stages.py``).
     """
     if context is None:
         context = Context.of(device or _env.device_type(), interpreted=_env.interpreted(),
@@ -439,7 +482,7 @@ def run_case(case: Case, target, *, context: Context | None = None, oracles: Ite
     triton_compat.apply()  # before the first interpreted kernel (Triton 3.6 + numpy >= 2.4)
     chosen = names.effective_oracles(oracles, context.device, context.sanitizer)
     specs = sorted((names.ORACLES[n] for n in chosen), key=lambda s: not s.needs_second_run)
-    made = [s.make(context) for s in specs]  # two-pass oracles first: their dispatch modes sit outermost
+    made = _made(specs, context, times)  # two-pass oracles first: their dispatch modes sit outermost
     first = _one_run(case, target, context, made, on_op, stop_early)
     twice = [o for o in made if o.passes > 1]
     if not twice or not first.ran:
@@ -449,8 +492,11 @@ def run_case(case: Case, target, *, context: Context | None = None, oracles: Ite
     guards = {g for s in specs if s.needs_second_run for g in s.guard if g in chosen}
     for o in twice:
         o.begin_pass(1)
-    second = _one_run(case, target, context, twice + [names.ORACLES[g].make(context) for g in sorted(guards)], on_op,
-                      stop_early)
+    t0, oracle_s = time.perf_counter(), _oracle_s(times)
+    second = _one_run(case, target, context, twice + _made([names.ORACLES[g] for g in sorted(guards)], context, times),
+                      on_op, stop_early)
+    if times is not None:
+        times["second-run"] = time.perf_counter() - t0 - (_oracle_s(times) - oracle_s)
     if not second.ran:  # one run only: no comparison, the failure named
         return first.violations + second.violations
     return first.violations + [v for o in twice for v in o.verdict([first, second])]

@@ -114,6 +114,12 @@ def _validate_precheck_workers(v):
                               f"the host's CPUs (at most 8).")
 
 
+def _validate_shape_palette(v):
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 10_000:
+        raise InvalidArgument(f"shape_palette={v!r} (--shape-palette) must be a number of case shapes from 0 (off: "
+                              f"every case draws its shape from the whole space) to 10000.")
+
+
 @dataclass(frozen=True)
 class Settings:
     max_examples: int = 200
@@ -132,6 +138,7 @@ class Settings:
     steer: bool = False            # Hypothesis target() towards cases with rarely reached features (coverage.py)
     precheck_workers: int | None = None  # GPU, one worker: CPU pre-checks in parallel (shards); None: CPUs // 4, <= 8
     max_worker_rss_mb: float | None = None  # recycle a worker past this size (None: engine/rss.py's growth rule)
+    shape_palette: int = 0         # cases draw their shape from this many, rotated by the seed (palette.py); 0: off
 
     def __post_init__(self):
         if self.oracles is not None:  # one name is one oracle (arguments.several), never its letters

@@ -119,9 +119,11 @@ class Target:
             refuse_async(self.name, "features", self.features, generators=False)
         return self
 
-    def strategy(self, faults: tuple, max_ops: int, *, device: str):
+    def strategy(self, faults: tuple, max_ops: int, *, device: str, palette=None):
         """``cases(faults, max_ops=max_ops)``, with ``device=device`` (the run's, ``cpu`` or ``cuda``) when
-        ``cases`` takes it; checked: a ``cases`` that raises, or returns no strategy, is a ``TargetError``
+        ``cases`` takes it, and ``palette`` (a ``palette.Palette``: the campaign's shapes) when one is given and
+        ``cases`` takes it (a target without shapes of its own draws as before); checked: a ``cases`` that raises,
+        or returns no strategy, is a ``TargetError``
         naming this target; so is a strategy that raises while it draws a case (``DrawError`` at once,
         which the search turns into a ``TargetError``: see ``draw_error``)."""
         import inspect
@@ -129,8 +131,11 @@ class Target:
         from hypothesis.strategies import SearchStrategy
         kwargs: dict[str, Any] = {"max_ops": max_ops}
         try:
-            if "device" in inspect.signature(self.cases).parameters:
+            takes = inspect.signature(self.cases).parameters
+            if "device" in takes:
                 kwargs["device"] = device
+            if palette is not None and "palette" in takes:
+                kwargs["palette"] = palette
             inspect.signature(self.cases).bind(faults, **kwargs)
         except TypeError as e:
             raise TargetError(f"target {self.name!r}: its cases cannot be called as cases(faults, *, max_ops) "

@@ -2,6 +2,8 @@
 
     python3 scripts/gpu_acceptance.py --part 1      # the reference runner, sanitizers, the GPU shadow's cost
     python3 scripts/gpu_acceptance.py --part 2      # vLLM and SGLang compiled, V1, the test suites
+    python3 scripts/gpu_acceptance.py --part 3      # where a campaign's time goes: 1 vs 8 workers, the shared
+                                                    # Triton cache, the shape palette (issue 46)
     python3 scripts/gpu_acceptance.py --dry-run     # the plan: steps, lanes, budgets, commands
     python3 scripts/gpu_acceptance.py --steps doctor,shadow-cost   # some steps only
 
@@ -87,7 +89,15 @@ def plan(part: str) -> list[Step]:
         _step("ray", 5, 200, "checks", "a GPU campaign through --ray local (with .raysite/ray312.tar.xz carried)",
               optional=True),
     ]
-    return {"1": one, "2": two, "all": one + two}[part]
+    three = [
+        _step("stage-profile", 250, 320, "gpu", "reference_runner, vllm_lora, sglang_lora compiled, 1 and 8 workers, "
+              "--stage-times: per-stage tables, 8 workers' cases/s vs 1 and vs the reference runner's", alone=True),
+        _step("triton-cache", 75, 110, "gpu", "vllm_lora twice, 8 workers, on a fresh shared Triton cache: the second "
+              "compiles less", alone=True),
+        _step("shape-palette", 100, 130, "gpu", "vllm_lora 8 workers with --shape-palette 8 vs without: cases/s, "
+              "compile s", alone=True),
+    ]
+    return {"1": one, "2": two, "3": three, "all": one + two + three}[part]
 
 
 def _select(steps: list[Step], names: str) -> list[Step]:
@@ -133,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["step"]:
         return S.run_step(argv[1])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="docs/ci.md: what to carry, the command.")
-    ap.add_argument("--part", choices=("1", "2", "all"), default="all")
+    ap.add_argument("--part", choices=("1", "2", "3", "all"), default="all")
     ap.add_argument("--steps", default="", help="comma-separated step names instead of a part")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     ap.add_argument("--deadline", type=float, default=DEADLINE_S, help="seconds: no step runs past it")

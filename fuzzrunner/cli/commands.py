@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from ..progress import Progress
@@ -96,10 +97,14 @@ def cmd_fuzz(args) -> int:
         progress.done(result)
         _export_all(result, args.corpus)
         _summary(result, sys.stdout)
+        t0 = time.perf_counter()
         report = _report([result], previous, args.previous)
         _print_trend(report)
         for p in _write_reports(report, args.report, args.junit, args.html):
             print(f"wrote {p}")
+        if args.stage_times:
+            from ..engine.stages import result_table
+            print(result_table(result, {"report": time.perf_counter() - t0}))
     return EXIT_INTERRUPTED if args.stops.stopped else _exit_code([result])
 
 

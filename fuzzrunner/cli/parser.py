@@ -111,6 +111,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="on a GPU with --workers 1: search in N shards so that N CPU pre-checks run at once "
                         "(default: a quarter of the CPUs, at most 8)")
     f.add_argument("--report", metavar="FILE.json", help="write the JSON report")
+    f.add_argument("--shape-palette", type=int, metavar="N",
+                   help="draw each case's shape from N shapes (rotated by the seed) so that compiled kernel variants "
+                        "repeat; targets with shapes of their own (vllm_lora, sglang_lora) (default: 0, off)")
+    f.add_argument("--stage-times", action="store_true",
+                   help="at the end, print where the campaign's time went, per stage (docs/ci.md)")
     f.add_argument("--junit", metavar="FILE.xml", help="write JUnit XML")
     f.add_argument("--html", metavar="FILE.html", help="write the HTML report")
     _verbosity(f)
@@ -198,4 +203,6 @@ def _settings(args):
         changes["cpu_triage"] = False
     if getattr(args, "precheck_workers", None) is not None:
         changes["precheck_workers"] = args.precheck_workers
+    if getattr(args, "shape_palette", None) is not None:
+        changes["shape_palette"] = args.shape_palette
     return s.override(**changes)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -26,6 +27,7 @@ from .deadline import Deadline
 from .plan import CampaignPlan
 from .result import CampaignResult
 from .shard_run import prepare_shadow, run_shard
+from .stages import merged
 
 __all__ = ["CampaignPlan", "CampaignResult", "plan_campaign", "run_campaign"]
 
@@ -58,6 +60,7 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
     ``db`` (``redis://...``, with ``ray``) is the example database they share. ``started``: when the
     budget's clock started (``time.time()``; default now): the campaign ends by then plus ``budget_s``.
     ``context``: the run's context if the caller resolved it already (``env_defaults.resolved``)."""
+    begun = started if started is not None else time.time()
     plan = plan_campaign(target_spec, settings, faults=faults, corpus_dir=corpus_dir, database=database,
                          on_cluster=ray is not None, started=started, context=context)
     listener = on_event = events.Listener(on_event)  # the user's callback cannot end the campaign
@@ -71,15 +74,18 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
     try:  # a stop signal once the shards have a result (CPU triage, the floor) keeps it: interrupted
         if ray is not None:
             from .ray_shards import run_on_ray
+            set_up = time.time() - begun
             result = run_on_ray(ray, plan, on_event, db_url=db)
         else:
             prepare_shadow(plan, on_event)
             plan = _with_precheck_shards(plan)
+            set_up = time.time() - begun
             if plan.settings.workers == 1:
                 result = run_shard(plan, 0, plan.settings.max_examples, on_event)
             else:
                 from .sharding import run_sharded
                 result = run_sharded(plan, on_event)
+        result.stage_s = merged(result.stage_s, {"set-up": set_up})  # the command's start to the shards'
         _finish(result, plan, listener, triage)
     except KeyboardInterrupt:
         if result is None:  # nothing ran yet: the caller's stop
@@ -96,7 +102,9 @@ def _finish(result: CampaignResult, plan: CampaignPlan, listener: events.Listene
     result.code_under_test = dict(plan.code)
     listener.report(result.warnings)
     if triage is not None and result.findings:
+        t0 = time.perf_counter()
         _triage(result, plan, triage)
+        result.stage_s = merged(result.stage_s, {"triage": time.perf_counter() - t0})
     _check_floor(result, plan.settings)
 
 

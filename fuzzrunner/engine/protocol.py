@@ -116,6 +116,7 @@ class Result(Message):
     case_no: int
     fatal: bool = False           # the CUDA context is gone: the worker retires
     lingering: list = field(default_factory=list)  # [case_no, [thread names]] of cases whose threads still run
+    stages: dict = field(default_factory=dict)  # the case's seconds in the worker, per stage (stages.py)
 
 
 @dataclass(frozen=True)

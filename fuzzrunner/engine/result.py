@@ -74,6 +74,7 @@ class CampaignResult:
     worker_recycles: int = 0           # workers closed between cases because their memory grew (rss.py)
     budget_cut_cases: int = 0          # cases stopped mid-run because the time budget ran out (not findings)
     worker_s: float = 0.0              # seconds the workers spent on cases (send to result), summed over shards
+    stage_s: dict = field(default_factory=dict)  # seconds per stage (engine/stages.py), summed over shards
     stop_reason: StopReason | None = None
     warnings: list = field(default_factory=list)
     errors: list = field(default_factory=list)       # why the campaign could not finish cleanly

@@ -37,3 +37,4 @@ class RunResult:
     late: list = field(default_factory=list)      # Earlier cases whose threads raised meanwhile (their crashes)
     suspects: list = field(default_factory=list)  # crashed: Earlier cases whose threads still ran in the worker
     died_before: DeathBetween | None = None  # the worker was found dead before this case (a fresh one ran it)
+    stages: dict = field(default_factory=dict)  # the worker's seconds per stage (stages.py); none if it said none

@@ -25,6 +25,7 @@ from ..corpus import Corpus
 from ..coverage import Coverage, features_of
 from ..errors import HarnessError, InvalidCase, TargetError
 from ..finding import Finding, group, limitations
+from ..palette import of_settings
 from ..target import DrawError, Target, draw_error
 from . import events
 from . import result as R
@@ -33,7 +34,9 @@ from .database import campaign_database
 from .deadline import monotonic
 from .finding_book import FindingBook
 from .hub import THREAD_GRACE_S, Hub, WorkerSpec
+from .local_constants import skip_tree
 from .plan import CampaignPlan
+from .stages import StageClock
 
 BATCH = 50
 
@@ -118,6 +121,7 @@ class Shard:
         self.result = R.CampaignResult(target.name, settings, plan.seed, faults)
         self.result.coverage = Coverage(tuple(target.feature_space), steering=settings.steer)
         self.start = time.monotonic()
+        self.clock = StageClock()  # where the shard's time goes (stages.py): the result's stage_s
         # The search ends before the campaign's deadline by what comes after it (deadline.py): the later
         # end until there is a finding to triage on the CPU, the earlier one from then on.
         self._ends = ((monotonic(deadline.search_end(triage=False)), monotonic(deadline.search_end(triage=True)))
@@ -165,8 +169,11 @@ class Shard:
         hanging case must not overrun it by the case timeout). A worker recycled for its memory is told.
         What earlier cases' threads did meanwhile is accounted to them (``_account_earlier``)."""
         b = self.settings.budget_s
+        t0 = time.perf_counter()
         result = self.hub.run(case, cut_at=self.stop_at(),
                               linger_s=self._linger_s if linger_s is None else linger_s, fresh=fresh)
+        # a worker still starting at the deadline is cut before any case of its (case_no 0): all start-up
+        self.clock.case(time.perf_counter() - t0, result.seconds if result.case_no else 0.0, result.stages)
         self.result.worker_s += result.seconds
         if not result.budget_cut:
             self._account_earlier(result)  # (may run those cases again: before this run's state is kept)
@@ -204,6 +211,10 @@ class Shard:
             self.emit(events.WarningEvent(message))
 
     def record(self, violations, case: Case) -> list[tuple[Finding, bool]]:
+        with self.clock.stage("findings"):
+            return self._record(violations, case)
+
+    def _record(self, violations, case: Case) -> list[tuple[Finding, bool]]:
         self._refuse_missing_device(violations)
         self._note_limitations(violations)
         siblings = self._found_by_siblings(violations)
@@ -367,7 +378,8 @@ class Shard:
     def _known_crash(self, case: Case) -> bool:
         if not self._crash_heads or self._failing or not self.precheck_on:
             return False
-        run = self._cpu_run(case)
+        with self.clock.stage("pre-check"):
+            run = self._cpu_run(case)
         hit = [i for i in (run.heads if run else ()) if i in self._crash_heads]
         if not hit:
             return False
@@ -450,14 +462,17 @@ class Shard:
         # settings outside seed: seed() alone would switch the example database off
         test = hs(hseed(self.seed * 1_000_003 + self.index * 7919 + batch)(given(strategy)(self._test)))
         try:
-            with _no_shrink_time_limit():
+            with _no_shrink_time_limit(), self.clock.stage("generate"):
                 test()
         except DrawError as e:  # the target's strategy raised: the target's error, not ours, not a finding
             raise draw_error(self.target.name, e) from e.error
 
     def search(self, quota: int) -> None:
         # TargetError if cases() fails
-        strategy = self.target.strategy(self.faults, self.settings.max_ops, device=self.hub.spec.device)
+        with self.clock.stage("generate"):
+            skip_tree(self.target.code_under_test)  # Hypothesis need not parse an engine's tree for literals
+            strategy = self.target.strategy(self.faults, self.settings.max_ops, device=self.hub.spec.device,
+                                            palette=of_settings(self.settings.shape_palette, self.seed))
         batch, done = 0, 0
         while done < quota:
             self._failing = set()
@@ -508,11 +523,13 @@ class Shard:
     def close(self) -> R.CampaignResult:
         """The shard's result, its workers closed (a stop signal while they close: the result says interrupted)."""
         try:
-            self._close_hubs()
+            with self.clock.stage("shutdown"):
+                self._close_hubs()
         except KeyboardInterrupt:
             self.result.stop_reason = R.StopReason.INTERRUPTED
             self._close_hubs()  # (a front end raises only the first stop signal: this one finishes)
         r = self.result
+        r.stage_s = dict(self.clock.stage_s)
         r.duration_s = self.elapsed()
         r.findings = list(self.book.by_id.values())
         r.worker_restarts = self.hub.restarts

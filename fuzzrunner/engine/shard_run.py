@@ -31,7 +31,8 @@ def run_shard(plan: CampaignPlan, index: int, quota: int, on_event: Callable | N
                   database=database if database is not None else plan.database, findings_seen=findings_seen)
     try:
         with hypothesis_storage(corpus):  # never ./.hypothesis in the user's working directory
-            replay_corpus(shard)
+            with shard.clock.stage("corpus-replay"):
+                replay_corpus(shard)
             shard.search(quota)
     except KeyboardInterrupt:
         shard.result.stop_reason = R.StopReason.INTERRUPTED

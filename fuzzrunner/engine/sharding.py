@@ -22,6 +22,7 @@ from . import result as R
 from .plan import CampaignPlan
 from .processes import exit_now
 from .result import CampaignResult
+from .stages import merged
 
 SHUTDOWN_WAIT_S = 60.0
 _AT_START = {signal.SIGINT, signal.SIGTERM}  # blocked while a shard process starts (run_sharded)
@@ -77,8 +78,11 @@ def end_shard(queue) -> None:
 class Merger:
     """Events and results of all shards, as one campaign's (local shard processes or Ray actors)."""
 
-    def __init__(self, n: int, on_event, result: CampaignResult):
+    def __init__(self, n: int, on_event, result: CampaignResult, *, started: float | None = None):
+        """``started``: when the shards were started (monotonic, this host): a shard's result that comes later
+        than its own duration is that much shard start (``shard-start``: the process, its imports)."""
         self.totals, self.generated = [0] * n, [0] * n
+        self.started = started
         self.seen: dict[str, Finding] = {}
         self.warned: set[str] = set()  # each shard says the same warning (e.g. the pre-check is off): say it once
         self.on_event, self.result = on_event, result
@@ -126,6 +130,10 @@ class Merger:
         into.warnings += [w for w in r.warnings if w not in into.warnings]  # each shard says it once
         into.timeline = _merge_timelines(into.timeline, r.timeline)
         into.coverage.merge(r.coverage)
+        into.stage_s = merged(into.stage_s, getattr(r, "stage_s", {}))
+        if self.started is not None:
+            into.stage_s = merged(into.stage_s, {"shard-start": max(0.0, time.monotonic() - self.started
+                                                                     - r.duration_s)})
         into.flaky += [f for f in r.flaky if all(f.id != g.id for g in into.flaky)]
         into.findings = merge_all(into.findings, list(r.findings))
         into.stop_reason = R.StopReason.of_shards(into.stop_reason, r.stop_reason)
@@ -145,7 +153,8 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
     # interpreter's start, would end it before it could report (``_shard_process`` takes them once its
     # handlers are in place). Here a Ctrl-C meanwhile waits until the shards are started.
     merged = CampaignResult(plan.target_name, plan.settings, plan.seed, plan.faults)
-    merger, start = Merger(len(procs), _noting_findings(on_event, seen), merged), time.monotonic()
+    start = time.monotonic()
+    merger = Merger(len(procs), _noting_findings(on_event, seen), merged, started=start)
     try:
         with _signals_held():  # a Ctrl-C that came meanwhile is raised as it ends
             for p in procs:

@@ -25,11 +25,12 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
-from .. import tracking
+from .. import tracking, triton_cache
 from ..context import Context
 from ..text import describe, safe_str, traceback_text
 from . import processes, protocol
 from .case_threads import CaseThreads
+from .stages import WORKER, CompileTimer
 
 
 def _marker(kind: str, case_no: int) -> None:
@@ -109,6 +110,9 @@ class _Session:
         if context.sanitizer != "none":
             self.watchers.append(_TensorAnnouncer())
         self.case_no = 0
+        self.compiles = CompileTimer()  # Triton's compiles inside a case: its ``compile`` stage (stages.py)
+        if not context.interpreted:
+            self.compiles.install()
         self.handlers: dict[type, Any] = {protocol.Run: self.run, protocol.Exit: self.exit}
 
     def serve(self) -> int:
@@ -150,6 +154,8 @@ class _Session:
         from ..errors import InvalidCase, TargetError
         from ..execute import run_case
         t0 = time.perf_counter()
+        times: dict[str, float] = {}  # the case's seconds per stage (stages.py), filled by run_case
+        self.compiles.take()
         self.reporter.last = ""
         _marker("case-begin", self.case_no)
         try:
@@ -158,7 +164,8 @@ class _Session:
                 for w in self.watchers:
                     stack.enter_context(tracking.watch(w))
                 violations = run_case(case, self.target, context=self.context, oracles=msg.oracles,
-                                      on_op=self._op, on_partial=self._partial, stop_early=msg.stop_early)
+                                      on_op=self._op, on_partial=self._partial, stop_early=msg.stop_early,
+                                      times=times)
             lost = _context_lost(self.reporter.last) if self.device == "cuda" else None
         except InvalidCase as e:
             # launches are asynchronous: a kernel of this case may have broken the context before the
@@ -182,8 +189,10 @@ class _Session:
         _marker("case-end", self.case_no)
         violations = [self._with_last_launch(v) for v in violations] + ([lost] if lost else [])
         lingering = [[n, names] for n, names in sorted(self.threads.lingering().items())]
-        self.channel.send(protocol.Result([v.to_dict() for v in violations], time.perf_counter() - t0,
-                                          self.case_no, fatal=lost is not None, lingering=lingering))
+        seconds = time.perf_counter() - t0
+        stages = {**times, "compile": self.compiles.take(), WORKER: seconds}
+        self.channel.send(protocol.Result([v.to_dict() for v in violations], seconds, self.case_no,
+                                          fatal=lost is not None, lingering=lingering, stages=stages))
         return protocol.EXIT_CONTEXT_LOST if lost is not None else None
 
     def _with_last_launch(self, v):
@@ -219,6 +228,8 @@ def _set_up(sock: socket.socket, start: protocol.WorkerEnv):
         # seconds; code that compiles imports it when it does, at the target's import or in a case)
         if device == "cuda":
             torch.cuda.init()
+        # every worker, and later campaigns, share one Triton cache for this release and device
+        triton_cache.use(dict(target.code_under_test), device)
     except BaseException as e:  # noqa: B036 - SystemExit at import is a broken harness too
         protocol.send(sock, protocol.Harness(f"worker set-up failed: {describe(e, 2000)}", traceback_text(e)))
         return None

@@ -25,6 +25,7 @@ class Progress:
         self.waiting: list | None = None  # its ops are done: the worker waits for these threads of it
         self.thread_errors: list = []     # what its threads raised, said apart from its result (``Late``)
         self.late: list = []              # Earlier cases whose threads raised meanwhile
+        self.stages: dict = {}            # the case's seconds in the worker, per stage (stages.py)
 
 
 def signal_name(returncode: int | None) -> str:

@@ -156,7 +156,7 @@ class Worker(WorkerLog):
                 else:
                     self._await_end_marker(start_log)
                 return RunResult(vs + seen.thread_errors, time.monotonic() - t0, fatal, self.case_no,
-                                 self._case_log(start_log), late=seen.late)
+                                 self._case_log(start_log), late=seen.late, stages=seen.stages)
 
     def _handle(self, msg: protocol.Message, seen: Progress):
         """Take one message (``protocol.FROM_WORKER``); ``(violations, fatal)`` when the case is over."""
@@ -185,6 +185,7 @@ class Worker(WorkerLog):
     def _on_result(self, msg: protocol.Result, seen: Progress) -> tuple[list, bool]:
         self.lingering = {int(n): list(names) for n, names in msg.lingering}
         self.cases = {n: c for n, c in self.cases.items() if n in self.lingering or n == self.case_no}
+        seen.stages = dict(msg.stages)
         return [Violation.from_dict(d) for d in msg.violations], msg.fatal
 
     def _on_invalid(self, msg: protocol.Invalid, seen: Progress):

@@ -118,6 +118,7 @@ def _run_dict(r) -> dict:
             "worker_recycles": getattr(r, "worker_recycles", 0),
             "budget_cut_cases": getattr(r, "budget_cut_cases", 0),
             "worker_s": round(getattr(r, "worker_s", 0.0), 3),
+            "stage_s": {k: round(v, 4) for k, v in getattr(r, "stage_s", {}).items()},
             "replayed": [{"path": str(p), "id": i, "still_failing": bool(s)} for p, i, s in r.replayed],
             "findings": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.findings],
             "timeline": [[round(t, 3), n, k] for t, n, k in r.timeline],

@@ -39,6 +39,7 @@ from acceptance_tools import (
     unpack,
     vllm_site,
 )
+from perf_steps import PERF_STEPS
 
 # -- the steps -------------------------------------------------------------------------------------
 # Each returns (verdict, why); the campaign budgets are inside the step budgets of gpu_acceptance.py.
@@ -405,6 +406,7 @@ STEPS: dict[str, Callable[[], tuple[str, str]]] = {
     "sglang-tree": step_sglang_tree,
     "sglang-clean": step_sglang_clean, "sglang-fault": step_sglang_fault, "two-gpus": step_two_gpus, "ray": step_ray,
     "hostile-targets": step_hostile_targets,
+    **PERF_STEPS,  # part 3: where the time goes, what scales it (perf_steps.py)
 }
 
 

@@ -55,16 +55,29 @@ def sglang_lora_op(draw, cfg: dict, captured: list, idle: bool = True) -> list[d
     return [op]
 
 
+def shape_space(backends, dtypes) -> list[tuple]:
+    """Every shape SGLang's LoRA kernels are compiled for here, smallest first: (backend, max_loras, rank, hidden,
+    out, dtype). A palette (``fuzzrunner/palette.py``) draws from a few of them."""
+    return [(b, L, r, h, o, d) for b in backends for L in range(2, 5) for r in (8, 16) for h in (16, 32)
+            for o in (16, 32) for d in dtypes]
+
+
+@st.composite
+def _shape(draw, backends, dtypes, palette) -> tuple:
+    if palette is not None:
+        return draw(st.sampled_from(palette.choose(shape_space(backends, dtypes))))
+    return (draw(st.sampled_from(list(backends))), draw(st.integers(2, 4)), draw(st.sampled_from([8, 16])),
+            draw(st.sampled_from([16, 32])), draw(st.sampled_from([16, 32])), draw(st.sampled_from(list(dtypes))))
+
+
 @st.composite
 def sglang_lora_cases(draw, faults: tuple = (), max_ops: int = 8, *, backends=("triton", "csgmv"),
-                      dtypes=("float16",), idle: bool = True) -> Case:
+                      dtypes=("float16",), idle: bool = True, palette=None) -> Case:
+    """``palette`` (``Settings.shape_palette``): the shape from the campaign's few (``shape_space``), so that
+    compiled kernel variants repeat; the batches (graph sizes, requests, lengths) drawn in full."""
+    backend, max_loras, rank, hidden, out, dtype = draw(_shape(backends, dtypes, palette))
     cfg = {
-        "backend": draw(st.sampled_from(list(backends))),
-        "max_loras": draw(st.integers(2, 4)),
-        "rank": draw(st.sampled_from([8, 16])),
-        "hidden": draw(st.sampled_from([16, 32])),
-        "out": draw(st.sampled_from([16, 32])),
-        "dtype": draw(st.sampled_from(list(dtypes))),
+        "backend": backend, "max_loras": max_loras, "rank": rank, "hidden": hidden, "out": out, "dtype": dtype,
         "graph_sizes": sorted(draw(st.sets(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3))),
         "overlap": draw(st.booleans()),
         "chunk": 16,

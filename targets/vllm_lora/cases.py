@@ -61,15 +61,27 @@ def _slots(draw, max_loras: int, n: int) -> list[int]:
     return out
 
 
+def _padded(cfg: dict, n: int) -> int:
+    """The rows vLLM runs ``n`` tokens on: the smallest captured size that holds them, else ``n`` (eager)."""
+    return min([s for s in cfg["capture_sizes"] if s >= n], default=n)
+
+
 @st.composite
-def vllm_lora_op(draw, cfg: dict) -> list[dict]:
+def _pad(draw, cfg: dict, n: int, bucketed: bool) -> int:
+    """Rows past ``n``: any number up to ``max_num_tokens``, or (a palette) as vLLM pads (``_padded``)."""
+    return _padded(cfg, n) - n if bucketed else draw(st.integers(0, cfg["max_num_tokens"] - n))
+
+
+@st.composite
+def vllm_lora_op(draw, cfg: dict, bucketed: bool = False) -> list[dict]:
+    """One op (two for a capture and its replay); ``bucketed``: rows padded as vLLM pads them (a palette)."""
     kind = draw(st.sampled_from(OP_KINDS))
     T, L = cfg["max_num_tokens"], cfg["max_loras"]
     if kind == "dummy_run":
         n = draw(st.integers(1, T))
         dk = draw(st.sampled_from(["no_lora", "warmup"]))
         op = {"op": "dummy_run", "num_tokens": n, "kind": dk, "reqs": draw(st.integers(1, n)),
-              "pad": draw(st.integers(0, T - n))}
+              "pad": draw(_pad(cfg, n, bucketed))}
         if dk == "warmup":
             op["k"] = draw(st.integers(1, L + 1))
         return [op]
@@ -87,7 +99,7 @@ def vllm_lora_op(draw, cfg: dict) -> list[dict]:
                 {"op": "replay", "slots": slots, "seed": draw(st.integers(0, 7))}]
     n = draw(st.integers(0, T))
     slots = draw(_slots(L, n))
-    rows = n + draw(st.integers(0, T - n))
+    rows = n + draw(_pad(cfg, n, bucketed))
     sampled = sorted(draw(st.sets(st.integers(0, max(0, n - 1)), max_size=min(n, 4)))) if n else []
     return [{"op": "step", "slots": slots, "pad": rows - n, "sampled": sampled, "seed": draw(st.integers(0, 7))}]
 
@@ -102,22 +114,41 @@ def _moe(draw, max_loras: int) -> dict:
             "enabled": [not draw(st.booleans()) for _ in range(max_loras)]}
 
 
+SLICES = ((16,), (32, 16), (16, 16, 16))
+
+
+def shape_space(dtypes) -> list[tuple]:
+    """Every shape vLLM's LoRA kernels are compiled for here, smallest first: (max_loras, max_num_tokens, hidden,
+    rank, slices, dtype). A palette (``fuzzrunner/palette.py``) draws from a few of them."""
+    return [(L, T, h, r, sl, d) for L in range(1, 5) for T in (4, 8, 16) for h in (16, 32, 64) for r in (8, 16)
+            for sl in SLICES for d in dtypes]
+
+
 @st.composite
-def vllm_lora_cases(draw, faults: tuple = (), max_ops: int = 8, *, device: str = "cuda", entries=ENTRIES,
-                    grid_control=True, dtypes=None, moe=False, embedding=False) -> Case:
-    """A case for a run on ``device`` (the campaign's: ``Target.strategy`` passes it): its dtypes
-    (``DTYPES``) unless ``dtypes`` names them."""
-    dtypes = dtypes or DTYPES[device]
+def _shape(draw, dtypes, palette) -> tuple:
+    if palette is not None:
+        return draw(st.sampled_from(palette.choose(shape_space(dtypes))))
     L = draw(st.integers(1, 4))
     T = draw(st.sampled_from([4, 8, 16]))
+    hidden = draw(st.sampled_from([16, 32, 64]))
+    rank = draw(st.sampled_from([8, 16]))
+    slices = draw(st.sampled_from(SLICES))
+    return L, T, hidden, rank, slices, draw(st.sampled_from(list(dtypes)))
+
+
+@st.composite
+def vllm_lora_cases(draw, faults: tuple = (), max_ops: int = 8, *, device: str = "cuda", entries=ENTRIES,
+                    grid_control=True, dtypes=None, moe=False, embedding=False, palette=None) -> Case:
+    """A case for a run on ``device`` (the campaign's: ``Target.strategy`` passes it): its dtypes
+    (``DTYPES``) unless ``dtypes`` names them. ``palette`` (``Settings.shape_palette``): the shape from the
+    campaign's few (``shape_space``), and rows padded to the captured sizes as vLLM pads them, so that
+    compiled kernel variants repeat."""
+    dtypes = dtypes or DTYPES[device]
+    L, T, hidden, rank, slices, dtype = draw(_shape(dtypes, palette))
     sizes = [s for s in (1, 2, 4, 8, 16) if s <= T]
     cfg = {
-        "max_loras": L, "max_num_tokens": T,
-        "hidden": draw(st.sampled_from([16, 32, 64])),
-        "rank": draw(st.sampled_from([8, 16])),
-        "slices": draw(st.sampled_from([[16], [32, 16], [16, 16, 16]])),
-        "vocab": 32,
-        "dtype": draw(st.sampled_from(list(dtypes))),
+        "max_loras": L, "max_num_tokens": T, "hidden": hidden, "rank": rank, "slices": list(slices), "vocab": 32,
+        "dtype": dtype,
         "specialize_active_lora": draw(st.booleans()) if grid_control else False,
         "entry": draw(st.sampled_from(list(entries))),
         "capture_sizes": sorted(draw(st.sets(st.sampled_from(sizes), min_size=1, max_size=3))),
@@ -129,7 +160,7 @@ def vllm_lora_cases(draw, faults: tuple = (), max_ops: int = 8, *, device: str =
         cfg["moe"] = draw(_moe(L))
     ops = []
     while True:
-        ops += draw(vllm_lora_op(cfg))
+        ops += draw(vllm_lora_op(cfg, palette is not None))
         if len(ops) >= max_ops or draw(st.integers(0, 3)) == 0:
             break
     return Case("vllm_lora", cfg, tuple(ops[:max_ops]), tuple(faults))

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -18,3 +20,16 @@ def test_the_shadow_overhead_benchmark_runs_and_prints_a_ratio_per_row():
     rows = [line.split() for line in r.stdout.splitlines()[2:]]
     assert [row[0] for row in rows] == ["small", "gather"]
     assert all(float(row[-2]) > 0 for row in rows)
+
+
+@pytest.mark.slow
+def test_the_stage_profile_benchmark_prints_a_table_and_a_rate():
+    r = subprocess.run([sys.executable, "benchmarks/stage_profile.py", "--targets", "reference_runner", "--workers",
+                        "1", "--budget", "60", "--max-examples", "2", "--device", "cpu"],
+                       capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                       timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert any(line.split()[:1] == ["run"] for line in lines)
+    assert any(line.startswith("wall ") and line.endswith("cases/s") for line in lines)
+    assert "reference_runner   --workers 1" in r.stdout

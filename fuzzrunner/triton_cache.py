@@ -1,0 +1,93 @@
+"""One persistent Triton cache per machine and release, shared by every worker and every later campaign.
+
+Compiling a kernel variant costs seconds on a GPU (vLLM's shrink/expand: tens of variants a campaign), and
+a worker that compiles what another worker or yesterday's campaign compiled pays it again unless they share
+Triton's cache. Each worker sets ``TRITON_CACHE_DIR`` at its start-up, before its first compile
+(``engine/worker.py``), to
+
+    ROOT/triton-<Triton's version>/<the code under test's release>/<the device>
+
+ROOT: ``FUZZRUNNER_TRITON_CACHE``, else ``$FUZZRUNNER_CACHE_DIR/triton``, else
+``$XDG_CACHE_HOME/fuzzrunner/triton`` (``~/.cache``); the release: the target's ``code_under_test``
+(``vllm-0.33.0``, ``sglang-0.5.23``), else fuzzrunner's own; the device: the GPU's name and compute
+capability, or ``cpu``. Triton's own key already holds its version, the kernel's source and the GPU's
+architecture, so the folders are hygiene (one release's kernels deleted at once, a new Triton never
+reading an old one's files), not correctness. A ``TRITON_CACHE_DIR`` the user set wins, as it is;
+``FUZZRUNNER_TRITON_CACHE=off`` leaves Triton's default (``~/.triton/cache``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ._version import __version__
+
+ROOT_ENV = "FUZZRUNNER_TRITON_CACHE"
+OFF = ("0", "off", "no", "none")
+
+
+def root() -> str | None:
+    """Where the shared caches live; None if switched off (``FUZZRUNNER_TRITON_CACHE=off``)."""
+    given = os.environ.get(ROOT_ENV, "").strip()
+    if given.lower() in OFF:
+        return None
+    if given:
+        return os.path.abspath(os.path.expanduser(given))
+    base = os.environ.get("FUZZRUNNER_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "fuzzrunner")
+    return os.path.join(base, "triton")
+
+
+def _part(text: str) -> str:
+    """``text`` as one folder name: letters, digits, ``.``, ``_``, ``-`` (anything else ``_``), at most 80."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")[:80] or "_"
+
+
+def release(code_under_test: dict) -> str:
+    """The code under test's release (``vllm-0.33.0``), else fuzzrunner's own (``fuzzrunner-0.1.0``)."""
+    engine, version = code_under_test.get("engine"), code_under_test.get("release")
+    return f"{engine}-{version}" if engine and version else f"fuzzrunner-{__version__}"
+
+
+def triton_version() -> str:
+    try:
+        import triton
+    except ImportError:
+        return "none"
+    return str(getattr(triton, "__version__", "unknown"))
+
+
+def device_name(device: str) -> str:
+    """``cpu``, or the current GPU's name and compute capability (CUDA initialized: a worker's set-up)."""
+    if device != "cuda":
+        return "cpu"
+    import torch
+    major, minor = torch.cuda.get_device_capability()
+    return f"{torch.cuda.get_device_name()}-sm{major}{minor}"
+
+
+def folder(code_under_test: dict, device: str) -> str | None:
+    """This machine's cache for this release and device, or None if the shared cache is off."""
+    base = root()
+    if base is None:
+        return None
+    return os.path.join(base, f"triton-{_part(triton_version())}", _part(release(code_under_test)),
+                        _part(device_name(device)))
+
+
+def use(code_under_test: dict, device: str) -> str | None:
+    """Point this process's Triton at the shared cache (before its first compile); the folder it uses now (the
+    user's ``TRITON_CACHE_DIR`` if set; None: Triton's default). A folder that cannot be made leaves Triton's
+    default: a cache is never a reason for a worker not to start."""
+    if os.environ.get("TRITON_CACHE_DIR"):
+        return os.environ["TRITON_CACHE_DIR"]
+    path = folder(code_under_test, device)
+    if path is None:
+        return None
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return None
+    os.environ["TRITON_CACHE_DIR"] = path
+    return path
