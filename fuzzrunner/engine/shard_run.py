@@ -19,12 +19,16 @@ from .search import BudgetSpent, Refused, Shard
 
 
 def run_shard(plan: CampaignPlan, index: int, quota: int, on_event: Callable | None, *,
-              corpus: Corpus | None = None, database=None, findings_seen=None) -> CampaignResult:
+              corpus: Corpus | None = None, database=None, findings_seen=None,
+              on_loaded: Callable[[], object] | None = None) -> CampaignResult:
     """Shard ``index``: corpus replay, then the search for ``quota`` examples, until the plan's deadline;
     interrupted or not, a result. ``corpus``: the corpus to use instead of the plan's folder (a Ray shard's
     ``StreamedCorpus``); ``database``: the example database instead of the plan's; ``findings_seen``: set
-    once any shard has a finding (``Shard``)."""
+    once any shard has a finding (``Shard``); ``on_loaded``: called once the target is loaded (an engine's
+    imports: minutes on a busy machine), before the search starts."""
     target = load_target(plan.target_spec)
+    if on_loaded is not None:
+        on_loaded()
     if corpus is None and plan.corpus_dir:
         corpus = Corpus(plan.corpus_dir, faults=plan.faults)
     shard = Shard(plan, index, target, on_event, corpus=corpus,

@@ -25,10 +25,14 @@ from .result import CampaignResult
 from .stages import merged
 
 SHUTDOWN_WAIT_S = 60.0
+_STILL_LOADING = ("a shard was still loading the target when the {s:g} s budget's search time ran out: it was "
+                  "stopped before its first case (an engine's imports; a larger --budget, or fewer --workers on a "
+                  "busy machine, gives every shard its search)")
 _AT_START = {signal.SIGINT, signal.SIGTERM}  # blocked while a shard process starts (run_sharded)
 
 
-def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: int, findings_seen=None) -> None:
+def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: int, findings_seen=None,
+                   loaded=None) -> None:
     from .lifeline import die_with, sigterm_as_interrupt
     from .prestart import drop_prestarted, prestart_zygote
     # A terminal's Ctrl-C reaches the whole process group: the campaign process decides and stops each
@@ -47,11 +51,15 @@ def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: in
         # (run_shard loads the target): seconds of every shard's start, once rather than one after the other.
         prestart_zygote(plan.worker(index))
         from .shard_run import run_shard
-        res = run_shard(plan, index, quota, lambda e: queue.put(e.to_dict()), findings_seen=findings_seen)
+        res = run_shard(plan, index, quota, lambda e: queue.put(e.to_dict()), findings_seen=findings_seen,
+                        on_loaded=None if loaded is None else loaded.set)
         queue.put(events.ShardDone(res).to_dict())
     except KeyboardInterrupt:  # stopped before its search began (importing the target): nothing found, no failure
         res = CampaignResult(plan.target_name, plan.settings, plan.seed, plan.faults)
         res.stop_reason = R.StopReason.INTERRUPTED
+        if plan.deadline is not None and time.time() >= plan.deadline.search_end(triage=False):
+            res.stop_reason = R.StopReason.BUDGET  # cut by the campaign (``_cut_starting``), not by a user
+            res.warnings.append(_STILL_LOADING.format(s=plan.deadline.budget_s))
         queue.put(events.ShardDone(res).to_dict())
     except BaseException as e:  # noqa: B036 - report, never hang the parent
         queue.put(events.ShardError(describe(e, 2000)).to_dict())
@@ -59,12 +67,13 @@ def _shard_process(queue, parent: int, plan: CampaignPlan, index: int, quota: in
         drop_prestarted()
 
 
-def _shard_main(queue, parent: int, plan: CampaignPlan, index: int, quota: int, findings_seen=None) -> None:
+def _shard_main(queue, parent: int, plan: CampaignPlan, index: int, quota: int, findings_seen=None,
+                loaded=None) -> None:
     """A shard process: its shard, then its end once the result is in the pipe. Left to multiprocessing, it would
     wait for every non-daemon thread, and one the target started at its import never ends (issue 47); and an
     interpreter's own exit after torch's import (seconds on a busy machine: benchmarks/budget_overrun.py) is
     of no use to anyone."""
-    _shard_process(queue, parent, plan, index, quota, findings_seen)
+    _shard_process(queue, parent, plan, index, quota, findings_seen, loaded)
     end_shard(queue)
 
 
@@ -147,7 +156,9 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
     queue = ctx.Queue()
     quotas = plan.quotas()
     seen = ctx.Event()  # any shard has a finding: every shard leaves the deadline room for its triage
-    procs = [ctx.Process(target=_shard_main, args=(queue, os.getpid(), plan, i, quota, seen), daemon=True)
+    loaded = [ctx.Event() for _ in quotas]  # each shard's target is loaded: its search has begun
+    procs = [ctx.Process(target=_shard_main, args=(queue, os.getpid(), plan, i, quota, seen, loaded[i]),
+                         daemon=True)
              for i, quota in enumerate(quotas)]
     # Each shard starts with SIGINT and SIGTERM blocked (a mask outlives exec): either, during its
     # interpreter's start, would end it before it could report (``_shard_process`` takes them once its
@@ -159,7 +170,7 @@ def run_sharded(plan: CampaignPlan, on_event) -> CampaignResult:
         with _signals_held():  # a Ctrl-C that came meanwhile is raised as it ends
             for p in procs:
                 p.start()
-        _collect(queue, procs, merger)
+        _collect(queue, procs, merger, cut=_cut_starting(plan, procs, loaded))
     except KeyboardInterrupt:
         for p in procs:
             if p.is_alive():
@@ -224,7 +235,28 @@ def _failed(message: str, shards: int) -> str:
     return f"a shard failed: {message}" if shards == 1 else f"{shards} shards failed: {message}"
 
 
-def _collect(queue, procs, merger: Merger, deadline: float | None = None) -> None:
+def _cut_starting(plan: CampaignPlan, procs, loaded):
+    """Called as the shards' results are awaited: once the plan's search time is over, each shard process still
+    loading the target (an engine's imports: 175 s a shard on a busy 2-core machine, where a 120 s campaign of
+    two shards then took 285 s) is stopped; it reports a budget stop (``_shard_process``). A shard whose search
+    began keeps to the deadline itself (its cases, shrinking and triage are cut there)."""
+    if plan.deadline is None:
+        return None
+    cut_at, done = plan.deadline.search_end(triage=False), set()
+
+    def cut() -> None:
+        if time.time() < cut_at:
+            return
+        for i, p in enumerate(procs):
+            if i not in done and not loaded[i].is_set() and p.is_alive():
+                done.add(i)
+                p.terminate()  # SIGTERM: an interrupt in the shard, which reports and ends
+    return cut
+
+
+def _collect(queue, procs, merger: Merger, deadline: float | None = None, cut=None) -> None:
+    """The shards' events and results until each has ended (or ``deadline``, ``time.monotonic()``); ``cut``
+    is called about once a second meanwhile."""
     ended: list[events.Event] = []
 
     def done(e: events.ShardDone) -> None:
@@ -243,6 +275,8 @@ def _collect(queue, procs, merger: Merger, deadline: float | None = None) -> Non
     handlers = {events.ShardDone: done, events.ShardError: error}
     n = len(procs)
     while len(ended) < n and (deadline is None or time.monotonic() < deadline):
+        if cut is not None:
+            cut()
         try:
             e = queue.get(timeout=1.0)
         except Exception:

@@ -122,3 +122,36 @@ def test_a_worker_still_starting_at_the_deadline_is_a_budget_cut_not_a_wait(tmp_
     with no_hang(120), Hub(WorkerSpec(spec), standby=standby) as hub:
         result = hub.run(case, cut_at=time.monotonic() + 3)
     assert result.budget_cut and result.violations == [] and not result.crashed
+
+
+SLOW_SHARD_LOAD = '''
+import multiprocessing, os, time
+from hypothesis import strategies as st
+from fuzzrunner import Case, Target
+
+if multiprocessing.parent_process() is not None and not (os.environ.get("FUZZRUNNER_HUB_SOCKET")
+                                                         or os.environ.get("FUZZRUNNER_ZYGOTE_SOCKET")):
+    time.sleep(600)  # a shard process loading the target: an engine's imports on a busy machine (175 s seen)
+
+def run(case, ctx):
+    pass
+
+TARGET = Target("slow_load", "its shard processes take minutes to load it", lambda faults=(), *, max_ops=3:
+                st.builds(lambda n: Case("slow_load", {{}}, ({{"op": "x", "n": n}},)), st.integers(0, 3)), run)
+'''
+
+
+def test_a_shard_still_loading_the_target_at_the_deadline_is_a_budget_stop_not_a_wait(tmp_path, no_hang):
+    """Two shards of vllm_lora on a busy 2-core machine each spent 175 s importing vLLM; the campaign process
+    waited for them, and a 120 s campaign took 285 s. Now a shard whose search has not begun by the search's
+    end is stopped: the campaign ends at its budget with a budget stop, and says why it ran no case."""
+    import fuzzrunner
+    from fuzzrunner.engine.result import StopReason
+    (tmp_path / "slow_load.py").write_text(SLOW_SHARD_LOAD.format())
+    with no_hang(150):
+        result = fuzzrunner.fuzz(f"{tmp_path / 'slow_load.py'}:TARGET", workers=2, budget_s=20, max_examples=10_000,
+                                 device="cpu", corpus=str(tmp_path / "corpus"))
+    assert result.stop_reason is StopReason.BUDGET and result.examples == 0
+    assert any("still loading the target" in w for w in result.warnings), result.warnings
+    [error] = result.errors  # no case ran: never a silent pass
+    assert "only 0 valid case(s) ran" in error and "budget ended first" in error
