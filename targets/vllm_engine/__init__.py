@@ -65,7 +65,7 @@ def make_target():
         name="vllm_engine",
         description=f"vLLM {found['api'].version}'s LoRA adapter manager (load, LRU eviction, pinning, mapping), "
                     f"*WithLoRA layers and V2-runner LoRA bookkeeping, driven through steps, dummy runs and churn",
-        cases=cases.vllm_engine_cases,
+        cases=functools.partial(cases.vllm_engine_cases, runners=("v2", "v1") if found.get("v1") else ("v2",)),
         run=functools.partial(runner.run, found=found),
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),

@@ -61,9 +61,26 @@ def check(case) -> dict:
         if not a["targets"] or any(t not in subs for t in a["targets"]) or a["rank"] > c["max_lora_rank"]:
             raise InvalidCase(f"adapter {i}: targets must be modules of the layout ({', '.join(sorted(subs))}) and "
                               f"rank <= max_lora_rank={c['max_lora_rank']}.")
+    _check_runner(c)
     for i, op in enumerate(case.ops):
         _check_op(c, i, op)
     return c
+
+
+GRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")  # vLLM's CUDAGraphMode names
+
+
+def _check_runner(c: dict) -> None:
+    """The runner knobs (V1 cases: v1_runner.py): ``runner``, ``cudagraph_mode``, ``cudagraph_capture_sizes``,
+    ``cudagraph_specialize_lora``, ``reorder_threshold``."""
+    if c.get("runner", "v2") not in ("v1", "v2"):
+        raise InvalidCase(f"runner {c.get('runner')!r}: 'v1' (GPUModelRunner, up to vLLM 0.33) or 'v2'.")
+    if c.get("cudagraph_mode", "NONE") not in GRAPH_MODES:
+        raise InvalidCase(f"cudagraph_mode {c.get('cudagraph_mode')!r}: one of {', '.join(GRAPH_MODES)}.")
+    sizes = c.get("cudagraph_capture_sizes") or [1]
+    if any(not 1 <= n <= c["max_num_batched_tokens"] for n in sizes):
+        raise InvalidCase(f"cudagraph_capture_sizes {sizes!r}: each 1..max_num_batched_tokens="
+                          f"{c['max_num_batched_tokens']}.")
 
 
 def _check_op(c: dict, i: int, op: dict) -> None:
@@ -341,7 +358,18 @@ def _adapter(draw, max_rank: int, subs: list[str]) -> dict:
 
 
 @st.composite
-def engine_config(draw, device: str = "cpu") -> dict:
+def runner_config(draw, max_tokens: int) -> dict:
+    """The V1 runner's knobs (v1_runner.py): graph mode and capture sizes (as vLLM's CompilationConfig fields),
+    ``cudagraph_specialize_lora``, the attention backend's reorder threshold (None: no reorder)."""
+    sizes = sorted(draw(st.sets(st.sampled_from([n for n in (1, 2, 4, 8, 16) if n <= max_tokens]),
+                                min_size=1, max_size=3)))
+    return {"runner": "v1", "cudagraph_mode": draw(st.sampled_from(GRAPH_MODES[1:] + ("NONE",))),
+            "cudagraph_capture_sizes": sizes, "cudagraph_specialize_lora": draw(st.integers(0, 3)) > 0,
+            "reorder_threshold": draw(st.sampled_from([None, 1, 2]))}
+
+
+@st.composite
+def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",)) -> dict:
     max_loras = draw(st.integers(1, 3))
     dtype = draw(st.sampled_from(DTYPES[device]))
     layout = {"qkv": draw(st.sampled_from(["merged", "fused"])), "gate_up": draw(st.sampled_from(["merged", "fused"]))}
@@ -349,7 +377,7 @@ def engine_config(draw, device: str = "cpu") -> dict:
     subs = sorted({s for m in packing(layout).values() for s in m})
     layers = sorted(draw(st.sets(st.sampled_from(LAYERS), min_size=1, max_size=3)))
     wrapped = list(packing(layout))
-    return {
+    cfg = {
         "max_loras": max_loras, "max_cpu_loras": max_loras + draw(st.integers(0, 2)), "max_lora_rank": max_rank,
         "dtype": dtype, "lora_dtype": draw(st.sampled_from(["auto", dtype])),
         "fully_sharded_loras": draw(st.integers(0, 3)) == 0, "specialize_active_lora": draw(st.booleans()),
@@ -361,11 +389,19 @@ def engine_config(draw, device: str = "cpu") -> dict:
         "layers": layers,
         "adapters": {str(i): draw(_adapter(max_rank, subs)) for i in range(1, POOL + 1)},
     }
+    if "v1" in runners and ("v2" not in runners or draw(st.booleans())):
+        cfg.update(draw(runner_config(cfg["max_num_batched_tokens"])))
+    return cfg
 
 
 @st.composite
-def vllm_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu") -> Case:
-    """A case for a run on ``device`` (the campaign's): its model dtypes (``DTYPES``)."""
-    cfg = draw(engine_config(device))
+def vllm_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
+                      runners: tuple = ("v2",)) -> Case:
+    """A case for a run on ``device`` (the campaign's): its model dtypes (``DTYPES``); ``runners``: the model
+    runners this vLLM has (``"v1"`` up to 0.33: V1 cases draw no prompt logprobs)."""
+    cfg = draw(engine_config(device, runners))
     ops = draw(OPS.ops(lambda: EngineState(cfg), max_ops=max_ops, go_on_odds=GO_ON_ODDS))
+    if cfg.get("runner") == "v1":
+        ops = [dict(op, reqs=[dict(r, prompt_logprobs=False) for r in op["reqs"]]) if op["op"] == "step" else op
+               for op in ops]
     return Case("vllm_engine", cfg, tuple(ops), tuple(faults))
