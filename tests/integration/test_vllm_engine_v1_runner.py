@@ -87,3 +87,16 @@ def test_v1_replays_drop_the_last_adapter_of_a_mixed_batch_under_specialize_acti
     found = _run(ops, specialize_active_lora=True, **config)
     assert ("numeric-mismatch", "replay.qkv_proj.adapter_rows") in _kinds(found), found
     assert _run(ops, specialize_active_lora=False, **config) == []
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_generated_v1_runner_cases_find_nothing_but_v1(tmp_path, capsys):
+    """A generated campaign (seed 0, 40 examples) on a release with the V1 runner: every finding is a known vLLM
+    bug (V1 in V1-runner cases; P1 / S1 / E1 / E2 in the others), none from the V1 runner's bookkeeping."""
+    _needs_v1()
+    from test_vllm_engine_target import _fuzz, triaged
+    code, out, run = _fuzz(tmp_path, capsys, "--max-examples", "40", "--seed", "0", "--no-shrink", "--budget", "1500")
+    assert code in (0, 1), out
+    assert [f["signature"] for f in run["findings"] if not triaged(f)] == []
+    assert run["cases"]["generated"] >= 40, out
