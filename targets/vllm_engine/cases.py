@@ -81,6 +81,11 @@ def _check_runner(c: dict) -> None:
     if any(not 1 <= n <= c["max_num_batched_tokens"] for n in sizes):
         raise InvalidCase(f"cudagraph_capture_sizes {sizes!r}: each 1..max_num_batched_tokens="
                           f"{c['max_num_batched_tokens']}.")
+    q = 1 + c["num_speculative_tokens"]
+    if "FULL" in c.get("cudagraph_mode", "NONE") and max(sizes) < q:  # vLLM refuses it at start-up (ValueError)
+        raise InvalidCase(f"cudagraph_capture_sizes {sizes!r} with cudagraph_mode {c['cudagraph_mode']!r}: the largest "
+                          f"size must be at least 1 + num_speculative_tokens = {q} (a decode graph holds one "
+                          f"request of {q} tokens); add a size >= {q}.")
 
 
 def _check_op(c: dict, i: int, op: dict) -> None:
@@ -358,11 +363,13 @@ def _adapter(draw, max_rank: int, subs: list[str]) -> dict:
 
 
 @st.composite
-def runner_config(draw, max_tokens: int) -> dict:
+def runner_config(draw, max_tokens: int, query_len: int) -> dict:
     """The V1 runner's knobs (v1_runner.py): graph mode and capture sizes (as vLLM's CompilationConfig fields),
     ``cudagraph_specialize_lora``, the attention backend's reorder threshold (None: no reorder)."""
     sizes = sorted(draw(st.sets(st.sampled_from([n for n in (1, 2, 4, 8, 16) if n <= max_tokens]),
                                 min_size=1, max_size=3)))
+    if sizes[-1] < query_len:  # a FULL decode graph needs a size >= 1 + num_speculative_tokens (_check_runner)
+        sizes.append(next(n for n in (2, 4, 8, 16) if n >= query_len))
     return {"runner": "v1", "cudagraph_mode": draw(st.sampled_from(GRAPH_MODES[1:] + ("NONE",))),
             "cudagraph_capture_sizes": sizes, "cudagraph_specialize_lora": draw(st.integers(0, 3)) > 0,
             "reorder_threshold": draw(st.sampled_from([None, 1, 2]))}
@@ -390,7 +397,7 @@ def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",)) -> dict:
         "adapters": {str(i): draw(_adapter(max_rank, subs)) for i in range(1, POOL + 1)},
     }
     if "v1" in runners and ("v2" not in runners or draw(st.booleans())):
-        cfg.update(draw(runner_config(cfg["max_num_batched_tokens"])))
+        cfg.update(draw(runner_config(cfg["max_num_batched_tokens"], 1 + cfg["num_speculative_tokens"])))
     return cfg
 
 

@@ -254,3 +254,14 @@ def test_bad_runner_knobs_are_refused_with_the_rule(bad, message):
     case = find(cases.vllm_engine_cases(runners=("v1",)), lambda c: True)
     with pytest.raises(InvalidCase, match=message.replace("[", r"\[").replace("]", r"\]")):
         cases.check(Case(case.target, {**case.config, **bad}, case.ops, ()))
+
+
+def test_a_full_decode_graph_smaller_than_a_decode_step_is_refused():
+    """vLLM refuses it at start-up (CompilationConfig.adjust_cudagraph_sizes_for_spec_decode: ValueError): a case
+    error, never drawn."""
+    from hypothesis import find
+    case = find(cases.vllm_engine_cases(runners=("v1",)), lambda c: c.config["num_speculative_tokens"] == 2)
+    bad = {**case.config, "cudagraph_mode": "FULL", "cudagraph_capture_sizes": [1, 2]}
+    with pytest.raises(InvalidCase, match="at least 1 \\+ num_speculative_tokens = 3"):
+        cases.check(Case(case.target, bad, case.ops, ()))
+    cases.check(Case(case.target, {**bad, "cudagraph_mode": "PIECEWISE"}, case.ops, ()))
