@@ -223,6 +223,15 @@ class V1Session(Session):
         for i in ids:
             self.cached[i].num_computed_tokens += tokens[i]
 
+    def _check(self, label: str, out, base, delta, rows: list[int]) -> None:
+        """``Session._check``, and in a graph replay the padding rows too: their mapping entries are no request's,
+        so they must get no adapter (the base output exactly: ``<label>.pad_rows``). vLLM discards their outputs;
+        an adapter there means a kernel read a slot index the step never wrote (stale metadata)."""
+        super()._check(label, out, base, delta, rows)
+        if self.compare and label.startswith("replay.") and out.shape[0] > len(rows):
+            self.ctx.compare(f"{label}.pad_rows", out[len(rows):].detach().cpu(),
+                             base[len(rows):].detach().cpu().double(), self._torch.float32)
+
     def dummy_run(self, op) -> None:
         """``execute_dummy_batch`` -> ``_dummy_run(uniform_decode_query_len, uniform_decode=True)``: one request, no
         adapter, every adapter removed after (its outputs discarded by vLLM: not compared)."""

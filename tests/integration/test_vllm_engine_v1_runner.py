@@ -100,3 +100,21 @@ def test_generated_v1_runner_cases_find_nothing_but_v1(tmp_path, capsys):
     assert code in (0, 1), out
     assert [f["signature"] for f in run["findings"] if not triaged(f)] == []
     assert run["cases"]["generated"] >= 40, out
+
+
+@needs_vllm
+def test_a_replays_padding_rows_must_get_no_adapter(monkeypatch):
+    """The pad_rows oracle both ways: a 3-token LoRA batch replays the graph of 4; with the token mapping padded by
+    the last request's adapter (a runner that maps the graph's padding), the padding row gets a delta and is
+    reported; as shipped (the padding left unmapped) it gets the base output."""
+    _needs_v1()
+    ops, config = [step(req("a", 0, 1), req("b", 1, 2), seed=1)], dict(EAGER, cudagraph_mode="PIECEWISE")
+    assert _run(ops, **config) == []
+    cls = _found()["v1"].InputBatch
+    original = cls.make_lora_inputs
+
+    def padded(self, num_scheduled_tokens, num_sampled_tokens):
+        prompt, token, requests = original(self, num_scheduled_tokens, num_sampled_tokens)
+        return prompt, token + token[-1:], requests
+    monkeypatch.setattr(cls, "make_lora_inputs", padded)
+    assert ("numeric-mismatch", "replay.qkv_proj.pad_rows") in _kinds(_run(ops, **config))
