@@ -280,6 +280,34 @@ def step(draw, s: EngineState) -> dict:
     return {"op": "step", "finish": finish, "reqs": reqs, "pad": pad, "seed": draw(st.integers(0, 7))}
 
 
+def _drain_keep(s: EngineState) -> list[str]:
+    """V1 runner: the requests (newest first) ``drain`` may go on with alone: not the oldest, and its adapter
+    needs no slot a pin holds."""
+    if s.cfg.get("runner") != "v1" or len(s.requests) < 2:
+        return []
+    live = sorted(s.requests, key=lambda rid: int(rid[1:]))
+    return [rid for rid in reversed(live[1:]) if not s.requests[rid] or s.requests[rid] in s.table or s.room(set()) > 0]
+
+
+@OPS.rule(weight=6, precondition=_drain_keep)
+def drain(draw, s: EngineState) -> dict:
+    """V1 runner: the older requests finished or left unscheduled, a newer one goes on alone, no new request: the
+    persistent batch has holes below a live request, which ``condense()`` fills by moving it down (its LoRA
+    mapping entry with it)."""
+    rid = draw(st.sampled_from(_drain_keep(s)))
+    older = [r for r in sorted(s.requests) if r != rid]
+    finish = sorted(draw(st.sets(st.sampled_from(older), max_size=len(older))))
+    for r in finish:
+        del s.requests[r]
+    a = s.requests[rid]
+    if a and a not in s.live:
+        s.add(a)
+    s.activate([a])
+    r = _continued(draw, s, rid, s.cfg["max_num_batched_tokens"])
+    s.last_step = [r]
+    return {"op": "step", "finish": finish, "reqs": [r], "pad": 0, "seed": draw(st.integers(0, 7))}
+
+
 def _pressure(s: EngineState) -> bool:
     """Two or more slots, fewer pins than slots - 1, and adapters enough to fill them and bring one more in."""
     free = [a for a in s.ids if a not in s.pinned]
