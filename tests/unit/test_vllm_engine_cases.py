@@ -47,6 +47,10 @@ def test_generated_cases_are_valid_and_respect_vllms_limits(case):
 @given(cases.vllm_engine_cases())
 def test_pinned_adapters_never_leave_a_step_without_a_slot(case):
     """vLLM refuses (RuntimeError) a step needing more unpinned slots than there are: never drawn."""
+    _pins_fit(case)
+
+
+def _pins_fit(case) -> None:
     pinned: set = set()
     for op in case.ops:
         if op["op"] == "pin":
@@ -221,6 +225,9 @@ def test_v1_runner_cases_are_valid_and_draw_its_knobs(case):
     sizes within the batch; its steps ask for no prompt logprobs (not driven for V1)."""
     c = cases.check(case)
     assert features.features(case) <= set(features.FEATURE_SPACE)
+    _pins_fit(case)
+    for live in _scheduled(case):
+        assert len(live) <= c["max_num_seqs"]
     if c.get("runner") == "v1":
         assert c["cudagraph_mode"] in cases.GRAPH_MODES
         assert all(1 <= n <= c["max_num_batched_tokens"] for n in c["cudagraph_capture_sizes"])
