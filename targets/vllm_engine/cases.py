@@ -281,19 +281,20 @@ def step(draw, s: EngineState) -> dict:
 
 
 def _drain_keep(s: EngineState) -> list[str]:
-    """V1 runner: the requests (newest first) ``drain`` may go on with alone: not the oldest, and its adapter
-    needs no slot a pin holds."""
-    if s.cfg.get("runner") != "v1" or len(s.requests) < 2:
+    """V1 runner: the requests ``drain`` may go on with alone: one of the last step's but its first (so that another
+    of that step's requests sits in the batch below it), last ones first, whose adapter needs no slot a pin holds."""
+    if s.cfg.get("runner") != "v1" or not s.last_step or len(s.last_step) < 2:
         return []
-    live = sorted(s.requests, key=lambda rid: int(rid[1:]))
-    return [rid for rid in reversed(live[1:]) if not s.requests[rid] or s.requests[rid] in s.table or s.room(set()) > 0]
+    return [r["id"] for r in reversed(s.last_step[1:]) if r["id"] in s.requests and
+            (not s.requests[r["id"]] or s.requests[r["id"]] in s.table or s.room(set()) > 0)]
 
 
 @OPS.rule(weight=6, precondition=_drain_keep)
 def drain(draw, s: EngineState) -> dict:
-    """V1 runner: the older requests finished or left unscheduled, a newer one goes on alone, no new request: the
-    persistent batch has holes below a live request, which ``condense()`` fills by moving it down (its LoRA
-    mapping entry with it)."""
+    """V1 runner: the older requests finished or left unscheduled, a newer one goes on, and at most one new request:
+    the persistent batch has holes below a live request, which ``condense()`` fills by moving it down (its LoRA
+    mapping entry with it), or the new request fills the lowest, a prefill below a decode, which the decode-first
+    reorder swaps (``swap_states``)."""
     rid = draw(st.sampled_from(_drain_keep(s)))
     older = [r for r in sorted(s.requests) if r != rid]
     finish = sorted(draw(st.sets(st.sampled_from(older), max_size=len(older))))
@@ -302,10 +303,19 @@ def drain(draw, s: EngineState) -> dict:
     a = s.requests[rid]
     if a and a not in s.live:
         s.add(a)
-    s.activate([a])
     r = _continued(draw, s, rid, s.cfg["max_num_batched_tokens"])
-    s.last_step = [r]
-    return {"op": "step", "finish": finish, "reqs": [r], "pad": 0, "seed": draw(st.integers(0, 7))}
+    assert r is not None  # 1 + drafts <= 3 < max_num_batched_tokens
+    reqs = [r]
+    if draw(st.booleans()):
+        reqs += _new_requests(draw, s, draw(s.batch(max_requests=1)), s.cfg["max_num_batched_tokens"] - r["tokens"],
+                              {a} - {0})
+    for q in reqs[1:]:
+        s.requests[q["id"]] = q["lora"]
+        if q["lora"] and q["lora"] not in s.live:
+            s.add(q["lora"])
+    s.activate([q["lora"] for q in reqs])
+    s.last_step = reqs
+    return {"op": "step", "finish": finish, "reqs": reqs, "pad": 0, "seed": draw(st.integers(0, 7))}
 
 
 def _pressure(s: EngineState) -> bool:
