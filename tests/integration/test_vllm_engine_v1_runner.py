@@ -99,7 +99,7 @@ def test_generated_v1_runner_cases_find_nothing_but_v1(tmp_path, capsys):
     code, out, run = _fuzz(tmp_path, capsys, "--max-examples", "40", "--seed", "0", "--no-shrink", "--budget", "1500")
     assert code in (0, 1), out
     assert [f["signature"] for f in run["findings"] if not triaged(f)] == []
-    assert run["cases"]["generated"] >= 40, out
+    assert run["generated"] >= 40 and run["coverage"]["features"].get("runner=v1-graphs", 0) > 0, out
 
 
 @needs_vllm
