@@ -5,7 +5,8 @@ keeps between steps, with vLLM's own objects: the worker's ``LRUCacheWorkerLoRAM
 ``LRUCacheLoRAModelManager`` it builds (loading PEFT folders, LRU eviction under ``max_loras`` /
 ``max_cpu_loras``, pinning, the mapping and its cache), every ``*WithLoRA`` layer of a Llama-shaped model of
 vLLM's layer classes through its own forward, and the V2 model runner's ``LoraState`` and LoRA mixin
-(``make_lora_inputs``, ``_set_active_loras``, ``maybe_dummy_run_with_lora``). Same vLLM set-up as
+(``make_lora_inputs``, ``_set_active_loras``, ``maybe_dummy_run_with_lora``); up to 0.33, also the V1 runner's
+``InputBatch`` and ``CudagraphDispatcher`` (v1_runner.py). Same vLLM set-up as
 ``vllm_lora`` (``scripts/vllm_setup.sh VERSION``). See docs/vllm.md, "The engine target".
 """
 
@@ -53,7 +54,8 @@ def describe() -> list[str]:
     return [f"vllm         {f['api'].version} (engine pieces)",
             "vllm driven  LRUCacheWorkerLoRAManager, LRUCacheLoRAModelManager, PEFT loading, the *WithLoRA layers of "
             "a Llama-shaped model of vLLM's layer classes, PunicaWrapperGPU, LoRAModelRunnerMixin, LoraState."
-            f"{how}" + (", sort_batch_req_ids" if f["sort_batch_req_ids"] else "")]
+            f"{how}" + (", sort_batch_req_ids" if f["sort_batch_req_ids"] else "")
+            + ("; V1 runner: InputBatch, set_active_loras, CudagraphDispatcher" if f.get("v1") else "")]
 
 
 def make_target():
@@ -65,7 +67,7 @@ def make_target():
         name="vllm_engine",
         description=f"vLLM {found['api'].version}'s LoRA adapter manager (load, LRU eviction, pinning, mapping), "
                     f"*WithLoRA layers and V2-runner LoRA bookkeeping, driven through steps, dummy runs and churn",
-        cases=cases.vllm_engine_cases,
+        cases=functools.partial(cases.vllm_engine_cases, runners=("v2", "v1") if found.get("v1") else ("v2",)),
         run=functools.partial(runner.run, found=found),
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),

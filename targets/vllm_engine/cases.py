@@ -61,9 +61,31 @@ def check(case) -> dict:
         if not a["targets"] or any(t not in subs for t in a["targets"]) or a["rank"] > c["max_lora_rank"]:
             raise InvalidCase(f"adapter {i}: targets must be modules of the layout ({', '.join(sorted(subs))}) and "
                               f"rank <= max_lora_rank={c['max_lora_rank']}.")
+    _check_runner(c)
     for i, op in enumerate(case.ops):
         _check_op(c, i, op)
     return c
+
+
+GRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")  # vLLM's CUDAGraphMode names
+
+
+def _check_runner(c: dict) -> None:
+    """The runner knobs (V1 cases: v1_runner.py): ``runner``, ``cudagraph_mode``, ``cudagraph_capture_sizes``,
+    ``cudagraph_specialize_lora``, ``reorder_threshold``."""
+    if c.get("runner", "v2") not in ("v1", "v2"):
+        raise InvalidCase(f"runner {c.get('runner')!r}: 'v1' (GPUModelRunner, up to vLLM 0.33) or 'v2'.")
+    if c.get("cudagraph_mode", "NONE") not in GRAPH_MODES:
+        raise InvalidCase(f"cudagraph_mode {c.get('cudagraph_mode')!r}: one of {', '.join(GRAPH_MODES)}.")
+    sizes = c.get("cudagraph_capture_sizes") or [1]
+    if any(not 1 <= n <= c["max_num_batched_tokens"] for n in sizes):
+        raise InvalidCase(f"cudagraph_capture_sizes {sizes!r}: each 1..max_num_batched_tokens="
+                          f"{c['max_num_batched_tokens']}.")
+    q = 1 + c["num_speculative_tokens"]
+    if "FULL" in c.get("cudagraph_mode", "NONE") and max(sizes) < q:  # vLLM refuses it at start-up (ValueError)
+        raise InvalidCase(f"cudagraph_capture_sizes {sizes!r} with cudagraph_mode {c['cudagraph_mode']!r}: the largest "
+                          f"size must be at least 1 + num_speculative_tokens = {q} (a decode graph holds one "
+                          f"request of {q} tokens); add a size >= {q}.")
 
 
 def _check_op(c: dict, i: int, op: dict) -> None:
@@ -258,6 +280,44 @@ def step(draw, s: EngineState) -> dict:
     return {"op": "step", "finish": finish, "reqs": reqs, "pad": pad, "seed": draw(st.integers(0, 7))}
 
 
+def _drain_keep(s: EngineState) -> list[str]:
+    """V1 runner: the requests ``drain`` may go on with alone: one of the last step's but its first (so that another
+    of that step's requests sits in the batch below it), last ones first, whose adapter needs no slot a pin holds."""
+    if s.cfg.get("runner") != "v1" or not s.last_step or len(s.last_step) < 2:
+        return []
+    return [r["id"] for r in reversed(s.last_step[1:]) if r["id"] in s.requests and
+            (not s.requests[r["id"]] or s.requests[r["id"]] in s.table or s.room(set()) > 0)]
+
+
+@OPS.rule(weight=6, precondition=_drain_keep)
+def drain(draw, s: EngineState) -> dict:
+    """V1 runner: the older requests finished or left unscheduled, a newer one goes on, and at most one new request:
+    the persistent batch has holes below a live request, which ``condense()`` fills by moving it down (its LoRA
+    mapping entry with it), or the new request fills the lowest, a prefill below a decode, which the decode-first
+    reorder swaps (``swap_states``)."""
+    rid = draw(st.sampled_from(_drain_keep(s)))
+    older = [r for r in sorted(s.requests) if r != rid]
+    finish = sorted(draw(st.sets(st.sampled_from(older), max_size=len(older))))
+    for r in finish:
+        del s.requests[r]
+    a = s.requests[rid]
+    if a and a not in s.live:
+        s.add(a)
+    r = _continued(draw, s, rid, s.cfg["max_num_batched_tokens"])
+    assert r is not None  # 1 + drafts <= 3 < max_num_batched_tokens
+    reqs = [r]
+    if draw(st.booleans()):
+        reqs += _new_requests(draw, s, draw(s.batch(max_requests=1)), s.cfg["max_num_batched_tokens"] - r["tokens"],
+                              {a} - {0})
+    for q in reqs[1:]:
+        s.requests[q["id"]] = q["lora"]
+        if q["lora"] and q["lora"] not in s.live:
+            s.add(q["lora"])
+    s.activate([q["lora"] for q in reqs])
+    s.last_step = reqs
+    return {"op": "step", "finish": finish, "reqs": reqs, "pad": 0, "seed": draw(st.integers(0, 7))}
+
+
 def _pressure(s: EngineState) -> bool:
     """Two or more slots, fewer pins than slots - 1, and adapters enough to fill them and bring one more in."""
     free = [a for a in s.ids if a not in s.pinned]
@@ -341,7 +401,20 @@ def _adapter(draw, max_rank: int, subs: list[str]) -> dict:
 
 
 @st.composite
-def engine_config(draw, device: str = "cpu") -> dict:
+def runner_config(draw, max_tokens: int, query_len: int) -> dict:
+    """The V1 runner's knobs (v1_runner.py): graph mode and capture sizes (as vLLM's CompilationConfig fields),
+    ``cudagraph_specialize_lora``, the attention backend's reorder threshold (None: no reorder)."""
+    sizes = sorted(draw(st.sets(st.sampled_from([n for n in (1, 2, 4, 8, 16) if n <= max_tokens]),
+                                min_size=1, max_size=3)))
+    if sizes[-1] < query_len:  # a FULL decode graph needs a size >= 1 + num_speculative_tokens (_check_runner)
+        sizes.append(next(n for n in (2, 4, 8, 16) if n >= query_len))
+    return {"runner": "v1", "cudagraph_mode": draw(st.sampled_from(GRAPH_MODES[1:] + ("NONE",))),
+            "cudagraph_capture_sizes": sizes, "cudagraph_specialize_lora": draw(st.integers(0, 3)) > 0,
+            "reorder_threshold": draw(st.sampled_from([None, 1, 2]))}
+
+
+@st.composite
+def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",)) -> dict:
     max_loras = draw(st.integers(1, 3))
     dtype = draw(st.sampled_from(DTYPES[device]))
     layout = {"qkv": draw(st.sampled_from(["merged", "fused"])), "gate_up": draw(st.sampled_from(["merged", "fused"]))}
@@ -349,7 +422,7 @@ def engine_config(draw, device: str = "cpu") -> dict:
     subs = sorted({s for m in packing(layout).values() for s in m})
     layers = sorted(draw(st.sets(st.sampled_from(LAYERS), min_size=1, max_size=3)))
     wrapped = list(packing(layout))
-    return {
+    cfg = {
         "max_loras": max_loras, "max_cpu_loras": max_loras + draw(st.integers(0, 2)), "max_lora_rank": max_rank,
         "dtype": dtype, "lora_dtype": draw(st.sampled_from(["auto", dtype])),
         "fully_sharded_loras": draw(st.integers(0, 3)) == 0, "specialize_active_lora": draw(st.booleans()),
@@ -361,11 +434,19 @@ def engine_config(draw, device: str = "cpu") -> dict:
         "layers": layers,
         "adapters": {str(i): draw(_adapter(max_rank, subs)) for i in range(1, POOL + 1)},
     }
+    if "v1" in runners and ("v2" not in runners or draw(st.booleans())):
+        cfg.update(draw(runner_config(cfg["max_num_batched_tokens"], 1 + cfg["num_speculative_tokens"])))
+    return cfg
 
 
 @st.composite
-def vllm_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu") -> Case:
-    """A case for a run on ``device`` (the campaign's): its model dtypes (``DTYPES``)."""
-    cfg = draw(engine_config(device))
+def vllm_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
+                      runners: tuple = ("v2",)) -> Case:
+    """A case for a run on ``device`` (the campaign's): its model dtypes (``DTYPES``); ``runners``: the model
+    runners this vLLM has (``"v1"`` up to 0.33: V1 cases draw no prompt logprobs)."""
+    cfg = draw(engine_config(device, runners))
     ops = draw(OPS.ops(lambda: EngineState(cfg), max_ops=max_ops, go_on_odds=GO_ON_ODDS))
+    if cfg.get("runner") == "v1":
+        ops = [dict(op, reqs=[dict(r, prompt_logprobs=False) for r in op["reqs"]]) if op["op"] == "step" else op
+               for op in ops]
     return Case("vllm_engine", cfg, tuple(ops), tuple(faults))

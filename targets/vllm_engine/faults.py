@@ -11,6 +11,8 @@ import contextlib
 import inspect
 from collections.abc import Iterator
 
+from . import v1_faults
+
 FAULTS = {
     "mapping_cache_ignores_slots":
         "LoRAModelManager.set_adapter_mapping skips reprogramming when the mapping equals the last one, whatever "
@@ -35,6 +37,8 @@ FAULTS = {
         "logits rows (1 + draft tokens under speculative decoding).",
 }
 
+FAULTS.update(v1_faults.FAULTS)  # the V1 runner's InputBatch and dispatcher (v1_faults.py)
+
 
 def unavailable(found: dict) -> dict:
     """{fault: why it cannot run on this vLLM}."""
@@ -45,7 +49,7 @@ def unavailable(found: dict) -> dict:
     elif not found.get("make_lora_inputs_takes_num_logits"):
         out["logits_mapping_per_request"] = ("this vLLM's LoraState.make_lora_inputs already maps one lm_head row per "
                                              "request (it takes no num_logits)")
-    return out
+    return out | v1_faults.unavailable(found)
 
 
 @contextlib.contextmanager
@@ -165,6 +169,7 @@ _PLANT = {
     "remove_keeps_slot": lambda stack, found: _remove_keeps_slot(stack),
     "lora_state_keeps_finished_adapter": _state_keeps_adapter,
     "logits_mapping_per_request": _logits_per_request,
+    **v1_faults.PLANT,
 }
 
 

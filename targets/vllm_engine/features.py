@@ -13,7 +13,8 @@ FEATURE_SPACE = tuple(
        "step=mixed", "step=no-lora", "step=padded", "step=drafts", "step=prompt-logprobs", "step=finished-requests",
        "step=index-reused", "step=repeated", "state=slots-full", "state=more-adapters-than-cpu-slots",
        "state=removed-in-use", "state=pinned", "state=re-added"]
-    + [f"max_loras={n}" for n in (1, 2, 3)])
+    + [f"max_loras={n}" for n in (1, 2, 3)]
+    + ["runner=v1", "runner=v1-graphs", "runner=v1-reorder"])
 
 
 def _config(c: dict, out: set) -> None:
@@ -26,6 +27,12 @@ def _config(c: dict, out: set) -> None:
                        ("specialize_active_lora", "specialize_active_lora=on")):
         if c.get(knob):
             out.add(name)
+    if c.get("runner") == "v1":  # v1_runner.py
+        out.add("runner=v1")
+        if c.get("cudagraph_mode", "NONE") != "NONE":
+            out.add("runner=v1-graphs")
+        if c.get("reorder_threshold"):
+            out.add("runner=v1-reorder")
     if c.get("target_modules") is not None:
         out.add("target_modules=filtered")
     if c.get("lora_dtype") == "auto":

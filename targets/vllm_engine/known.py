@@ -8,9 +8,11 @@ from __future__ import annotations
 
 
 def known_bug(finding: dict, *, logits_mapped_per_row: bool) -> str | None:
-    """"P1", "S1", "E1" or "E2" where ``finding`` (a report's finding: ``violation``, ``case``) is that bug, else
+    """"P1", "S1", "E1", "E2" or "V1" where ``finding`` (a report's finding: ``violation``, ``case``) is that bug, else
     None. ``logits_mapped_per_row``: this vLLM's ``LoraState.make_lora_inputs`` takes ``num_logits`` (0.34 and
-    later), so a wrong lm_head row is not S1."""
+    later), so a wrong lm_head row is not S1 (nor in a V1-runner case: that runner maps 1 + drafts rows). V1 is
+    told by a graph replay's mismatch in a layer (the logits run outside the graph) in a V1-runner case under
+    ``specialize_active_lora`` (v1_runner.py)."""
     v = finding["violation"]
     case = finding["case"]
     tensor, message = v.get("tensor") or "", v.get("message") or ""
@@ -25,6 +27,10 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool) -> str | None:
     if v["kind"] == "crash" and "StopIteration" in message and \
             set(case["config"].get("target_modules") or []) <= {"lm_head"}:
         return "E2"  # LoRA on lm_head alone: an empty dummy adapter
-    if tensor.startswith("step.logits") and not logits_mapped_per_row:
+    v1_runner = case["config"].get("runner") == "v1"
+    if tensor.startswith("replay.") and not tensor.startswith("replay.logits") and v1_runner and \
+            case["config"].get("specialize_active_lora"):
+        return "V1"  # a graph of key k replays a batch of k adapters and base-model rows with grid z = k
+    if tensor.startswith("step.logits") and not logits_mapped_per_row and not v1_runner:
         return "S1"  # one lm_head row per request under speculative decoding (fixed in 0.34)
     return None

@@ -273,8 +273,10 @@ class Session:
 
 def run(case, ctx, found: dict) -> None:
     from vllm.config import set_current_vllm_config
+
+    from .v1_runner import V1Session
     with faults.planted(case.faults, found):
-        s = Session(case, ctx, found)
+        s = (V1Session if case.config.get("runner") == "v1" else Session)(case, ctx, found)
         with set_current_vllm_config(s.cfg):
             for i, op in enumerate(case.ops):
                 with ctx.op(i, op):

@@ -121,6 +121,8 @@ def prepare() -> dict:
         found["prompt_chunk"] = int(CHUNK_SIZE)
     except ImportError:
         found["prompt_chunk"] = 1024
+    from . import v1_runner
+    found["v1"] = v1_runner.find()  # the V1 runner's InputBatch and dispatcher (up to 0.33), or None
     _STATE["found"] = found
     return found
 

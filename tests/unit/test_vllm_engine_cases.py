@@ -47,6 +47,10 @@ def test_generated_cases_are_valid_and_respect_vllms_limits(case):
 @given(cases.vllm_engine_cases())
 def test_pinned_adapters_never_leave_a_step_without_a_slot(case):
     """vLLM refuses (RuntimeError) a step needing more unpinned slots than there are: never drawn."""
+    _pins_fit(case)
+
+
+def _pins_fit(case) -> None:
     pinned: set = set()
     for op in case.ops:
         if op["op"] == "pin":
@@ -212,3 +216,59 @@ def test_an_adapter_folder_is_what_peft_writes_and_its_delta_is_scaled_b_a_x():
     assert d_qkv[:, 16:].abs().max() == 0
     assert deltas.linear("qkv_proj", 0, x).abs().max() == 0  # no adapter: no delta
     assert adapters.Deltas(c, model.packing(c["layout"]), {"lm_head"}).linear("qkv_proj", 1, x).abs().max() == 0
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cases.vllm_engine_cases(runners=("v2", "v1")))
+def test_v1_runner_cases_are_valid_and_draw_its_knobs(case):
+    """Where the release has the V1 runner, cases draw it (v1_runner.py): its graph knobs are vLLM's names and
+    sizes within the batch; its steps ask for no prompt logprobs (not driven for V1)."""
+    c = cases.check(case)
+    assert features.features(case) <= set(features.FEATURE_SPACE)
+    _pins_fit(case)
+    for live in _scheduled(case):
+        assert len(live) <= c["max_num_seqs"]
+    if c.get("runner") == "v1":
+        assert c["cudagraph_mode"] in cases.GRAPH_MODES
+        assert all(1 <= n <= c["max_num_batched_tokens"] for n in c["cudagraph_capture_sizes"])
+        assert not any(r["prompt_logprobs"] for op in case.ops if op["op"] == "step" for r in op["reqs"])
+    else:
+        assert "cudagraph_mode" not in c
+
+
+def test_v1_runner_cases_come_only_where_asked_and_reach_graphs_and_reorder():
+    seen: set = set()
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(cases.vllm_engine_cases(runners=("v2", "v1")))
+    def collect(case):
+        seen.update(features.features(case))
+    collect()
+    assert {"runner=v1", "runner=v1-graphs", "runner=v1-reorder"} <= seen
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(cases.vllm_engine_cases())
+    def v2_only(case):
+        assert case.config.get("runner", "v2") == "v2"
+    v2_only()
+
+
+@pytest.mark.parametrize("bad, message", [({"runner": "v3"}, "runner 'v3'"),
+                                          ({"cudagraph_mode": "ALL"}, "cudagraph_mode 'ALL'"),
+                                          ({"cudagraph_capture_sizes": [0]}, "cudagraph_capture_sizes [0]")])
+def test_bad_runner_knobs_are_refused_with_the_rule(bad, message):
+    from hypothesis import find
+    case = find(cases.vllm_engine_cases(runners=("v1",)), lambda c: True)
+    with pytest.raises(InvalidCase, match=message.replace("[", r"\[").replace("]", r"\]")):
+        cases.check(Case(case.target, {**case.config, **bad}, case.ops, ()))
+
+
+def test_a_full_decode_graph_smaller_than_a_decode_step_is_refused():
+    """vLLM refuses it at start-up (CompilationConfig.adjust_cudagraph_sizes_for_spec_decode: ValueError): a case
+    error, never drawn."""
+    from hypothesis import find
+    case = find(cases.vllm_engine_cases(runners=("v1",)), lambda c: c.config["num_speculative_tokens"] == 2)
+    bad = {**case.config, "cudagraph_mode": "FULL", "cudagraph_capture_sizes": [1, 2]}
+    with pytest.raises(InvalidCase, match="at least 1 \\+ num_speculative_tokens = 3"):
+        cases.check(Case(case.target, bad, case.ops, ()))
+    cases.check(Case(case.target, {**bad, "cudagraph_mode": "PIECEWISE"}, case.ops, ()))
