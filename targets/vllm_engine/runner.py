@@ -30,7 +30,7 @@ import torch
 
 from fuzzrunner.errors import InvalidCase
 
-from . import adapters, faults, model, vllm_env
+from . import adapters, dummy, faults, model, vllm_env
 from .cases import check
 
 _MODEL_DIRS: dict[str, str] = {}
@@ -78,6 +78,8 @@ class Session:
         vllm_env.on_device(device)
         vllm_env.distributed(device)
         self.cfg = vllm_env.configs(c, _model_dir(c), device)
+        if c.get("target_modules") is not None and getattr(self.cfg.lora_config, "target_modules", None) is None:
+            self.c = c = dict(c, target_modules=None)  # a release before #34984 has no filter: every module wrapped
         self.dtype = self.cfg.model_config.dtype
         self.runner = found["runner_class"](self.cfg.lora_config)
         from vllm.config import set_current_vllm_config
@@ -132,6 +134,9 @@ class Session:
         LoRA mapping over every token row, then every adapter removed. Its forward is left out (a case's own
         ``dummy_run`` op forwards): it only programs what every later step finds in the buffers."""
         c = self.c
+        if self.found["api"].protocol in dummy.OWN:
+            dummy.startup(self)  # 0.15 - 0.23: the V2 runner's own start-up (dummy.py)
+            return
         per = np.array(self.split(c["max_num_batched_tokens"], min(c["max_num_batched_tokens"], c["max_num_seqs"])),
                        dtype=np.int32)
         with self.runner.maybe_dummy_run_with_lora(self.cfg.lora_config, per, None, remove_lora=True,
@@ -145,10 +150,15 @@ class Session:
         behind meets the next steps."""
         n, reqs = op["num_tokens"], min(op["reqs"], op["num_tokens"])
         per = self.split(n, reqs)
+        rows = [(sum(per[:i + 1]) - 1, 0) for i in range(reqs)]
+        if self.found["api"].protocol in dummy.OWN:  # 0.15 - 0.23: no dummy adapters at run time (dummy.py)
+            dummy.runtime(self, n + op.get("pad", 0), reqs)
+            self.forward("dummy_run", [0] * n, op.get("pad", 0), op.get("seed", 0), rows, [], compare=False)
+            return
         with self.runner.maybe_dummy_run_with_lora(self.cfg.lora_config, np.array(per, dtype=np.int32), None,
                                                    remove_lora=True, num_active_loras=self.c["max_loras"]):
             self.forward("dummy_run", [0] * n, op.get("pad", 0), op.get("seed", 0),
-                         logits_rows=[(sum(per[:i + 1]) - 1, 0) for i in range(reqs)], prompt_rows=[],
+                         logits_rows=rows, prompt_rows=[],
                          compare=False)
 
     # -- real steps -------------------------------------------------------------------------------

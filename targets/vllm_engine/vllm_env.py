@@ -58,13 +58,28 @@ def _hash_by_id(request) -> int:
     return hash(request.lora_int_id)
 
 
+def _no_pinning() -> bool:
+    """What vLLM's own CPU platform answers to ``is_pin_memory_available``."""
+    return False
+
+
 def unpin_host_memory() -> list[str]:
-    """``PIN_MEMORY = False`` in every loaded vLLM module that bound it (each imports the flag by value)."""
+    """``PIN_MEMORY = False`` in every loaded vLLM module that bound it (each imports the flag by value),
+    ``is_pin_memory_available`` answered False where a module imported it by name, and
+    ``async_tensor_h2d(..., pin_memory=PIN_MEMORY)``'s default, bound when it was defined (0.22's
+    ``convert_mapping`` copies the mapping through it: "pin_memory=True requires a CUDA ... backend")."""
     done = []
     for name, mod in list(sys.modules.items()):
         if name.startswith("vllm") and getattr(mod, "PIN_MEMORY", None) is True:
             mod.PIN_MEMORY = False
             done.append(name)
+        if name.startswith("vllm") and callable(getattr(mod, "is_pin_memory_available", None)):
+            mod.is_pin_memory_available = _no_pinning  # releases up to 0.2x ask it at each call (lora_weights.py)
+            done.append(f"{name}.is_pin_memory_available")
+        h2d = getattr(mod, "async_tensor_h2d", None) if name.startswith("vllm") else None
+        if h2d is not None and getattr(h2d, "__defaults__", None) == (True,):
+            h2d.__defaults__ = (False,)
+            done.append(f"{name}.async_tensor_h2d")
     return done
 
 

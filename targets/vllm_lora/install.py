@@ -26,14 +26,14 @@ import time
 from pathlib import Path
 
 from ..wheel_site import extract, missing_module, pip, wheel
-from .site import CACHE, IMPORTS, site_dirs
+from .site import CACHE, ENGINE_IMPORTS, IMPORTS, site_dirs
 
 # module name -> distribution name, where they differ
 DIST = {"zmq": "pyzmq", "yaml": "pyyaml", "PIL": "pillow", "google": "protobuf", "cv2": "opencv-python-headless",
         "attr": "attrs", "cpuinfo": "py-cpuinfo", "sklearn": "scikit-learn", "pydantic_core": "pydantic-core",
         "huggingface_hub": "huggingface-hub", "typing_inspection": "typing-inspection",
         "annotated_types": "annotated-types", "tvm_ffi": "apache-tvm-ffi", "dateutil": "python-dateutil",
-        "jwt": "pyjwt"}
+        "jwt": "pyjwt", "opentelemetry": "opentelemetry-api"}
 # installed up front (one pip call); the import loop below adds what a release needs beyond these
 BASE = ("psutil", "pyzmq", "urllib3", "regex", "transformers", "huggingface-hub", "tqdm", "idna", "pyyaml",
         "h11", "safetensors", "tokenizers", "packaging", "filelock", "requests", "certifi", "charset-normalizer",
@@ -66,8 +66,8 @@ def _pinned(dists, reqs: dict) -> list[str]:
     return [reqs.get(_norm(d), d) for d in dists]
 
 
-def _missing_module(site: Path, deps: Path, env: dict) -> str | None:
-    return missing_module("vllm_setup", f"sys.path[:0] = {[str(site), str(deps)]!r}", IMPORTS, env)
+def _missing_module(site: Path, deps: Path, env: dict, imports=IMPORTS) -> str | None:
+    return missing_module("vllm_setup", f"sys.path[:0] = {[str(site), str(deps)]!r}", imports, env)
 
 
 def _donor(version: str, reqs: dict) -> Path | None:
@@ -89,12 +89,39 @@ def _donor(version: str, reqs: dict) -> Path | None:
     return near / "deps"
 
 
+def _top_up(version: str, site: Path, deps: Path, reqs: dict, env: dict, imports=IMPORTS) -> None:
+    """Import ``imports`` and install (``--no-deps``, pinned as vLLM pins it) each missing module, until they import."""
+    for _ in range(30):
+        mod = _missing_module(site, deps, env, imports)
+        if mod is None:
+            return
+        dist = DIST.get(mod, mod)
+        print(f"vllm {version}: installing {reqs.get(_norm(dist), dist)} (imported by vLLM)")
+        pip("vllm_setup", "install", "--no-deps", "--target", str(deps), reqs.get(_norm(dist), dist))
+    raise SystemExit(f"vllm_setup: vllm {version} still misses modules after 30 installs.")
+
+
+def _engine_top_up(version: str, site: Path, deps: Path, reqs: dict, env: dict) -> None:
+    """``_top_up`` for vllm_engine's modules, never fatal: a release where they fail otherwise (0.22's xgrammar
+    against its tvm_ffi, in this probe's path order) keeps its vllm_lora set-up; vllm_engine then says why."""
+    try:
+        _top_up(version, site, deps, reqs, env, IMPORTS + ENGINE_IMPORTS)
+    except SystemExit as e:
+        print(f"vllm {version}: vllm_engine's modules left as they are ({str(e)[-200:]})")
+
+
 def install(version: str) -> Path:
     t0 = time.time()
     root = CACHE / version
     site, deps = site_dirs(version)
     stamp = root / "ok"
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1", VLLM_LOGGING_LEVEL="ERROR")
+    done = f"imports {','.join(IMPORTS + ENGINE_IMPORTS)}"
     if stamp.exists():
+        lines = stamp.read_text().splitlines()
+        if done not in lines:  # set up before the engine's modules were imported here: add what they need, once
+            _engine_top_up(version, site, deps, requirements(site), env)
+            stamp.write_text(f"{lines[0] if lines else ''}\n{done}\n")
         print(f"vllm {version}: ready in {root}")
         return root
     whl = wheel("vllm_setup", "vllm", version, CACHE / "wheels", "--only-binary=:all:")
@@ -115,18 +142,10 @@ def install(version: str) -> Path:
         have = {_norm(d.name.split("-")[0]) for d in deps.glob("*.dist-info")}
         rest = _pinned([b for b in BASE if _norm(b) not in have], reqs)
         pip("vllm_setup", "install", "--no-deps", "--target", str(deps), *rest)
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1", VLLM_LOGGING_LEVEL="ERROR")
-    for _ in range(30):
-        mod = _missing_module(site, deps, env)
-        if mod is None:
-            break
-        dist = DIST.get(mod, mod)
-        print(f"vllm {version}: installing {reqs.get(_norm(dist), dist)} (imported by vLLM)")
-        pip("vllm_setup", "install", "--no-deps", "--target", str(deps), reqs.get(_norm(dist), dist))
-    else:
-        raise SystemExit(f"vllm_setup: vllm {version} still misses modules after 30 installs.")
+    _top_up(version, site, deps, reqs, env)
+    _engine_top_up(version, site, deps, reqs, env)
     size = sum(f.stat().st_size for d in (site, deps) for f in d.rglob("*") if f.is_file()) >> 20
-    stamp.write_text(f"{whl.name}\n")
+    stamp.write_text(f"{whl.name}\n{done}\n")
     print(f"vllm {version}: ready in {root} ({size} MB, {time.time() - t0:.0f} s)")
     return root
 

@@ -25,7 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("FUZZRUNNER_VLLM_CACHE") or ROOT / ".cache" / "vllm")
 PINNED = "0.33.0"  # what scripts/setup.sh installs for CI
-IMPORTS = ("vllm.lora.ops.triton_ops", "vllm.lora.punica_wrapper.punica_gpu")
+IMPORTS = ("vllm.lora.ops.triton_ops", "vllm.lora.punica_wrapper.punica_gpu")  # vllm_lora's: the set-up needs them
+# vllm_engine's too (the managers and the runner mixin: 0.14 imports mistral_common, opentelemetry... through them,
+# which vllm_lora's never reach); the set-up adds what they miss, and goes on without them where they fail otherwise
+ENGINE_IMPORTS = ("vllm.lora.worker_manager", "vllm.v1.worker.lora_model_runner_mixin")
 
 
 def site_dirs(version: str) -> tuple[Path, Path]:

@@ -1,0 +1,107 @@
+"""What a vLLM release's source says about E1, E2, P1 and S1 (docs/findings/), read from its files, never imported.
+
+    python -m targets.vllm_engine.source_facts [--wheels DIR] VERSION...
+        (markdown; reads the tree scripts/vllm_setup.sh made, else the release's wheel: as
+        ``python -m targets.vllm_lora.source_facts``)
+
+Per release, with ``file:line`` of each fact:
+
+* whether ``vllm_engine`` can load it: the V2 runner's ``LoraState`` (``v1/worker/gpu/lora_utils.py``);
+* E1's halves: ``add_dummy_lora`` keeps a registered adapter under a warm-up id (``if lora_request.lora_int_id in
+  self.list_adapters()``), and which runner's runtime dummy run (``execute_dummy_batch``) asks for every warm-up
+  id: the V2 runner's ``_dummy_run(..., num_active_loras=max_loras)`` (#35536), or the V1 runner's ``_dummy_run``
+  where ``maybe_select_dummy_loras`` has no ``num_active_loras`` (before 0.16 it hands every warm-up request to
+  ``set_active_adapters`` whatever the mapping);
+* E2's halves: ``LoRAConfig.target_modules`` (#34984) and the unguarded
+  ``next(iter(lora_model.loras.values()))`` of ``_create_merged_loras_inplace``;
+* P1: the V2 runner's ``prompt_logprob.py`` computes prompt logits without touching the LoRA mapping;
+* S1: ``LoraState.make_lora_inputs`` maps one lm_head row per request (no ``num_logits``) while the V2 runner has
+  speculative decoding (``v1/worker/gpu/spec_decode/``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..vllm_lora.source_facts import _find, _Tree
+
+MIXIN = "vllm/v1/worker/lora_model_runner_mixin.py"
+LORA_UTILS = "vllm/v1/worker/gpu/lora_utils.py"
+V2 = "vllm/v1/worker/gpu/model_runner.py"
+V1 = "vllm/v1/worker/gpu_model_runner.py"
+
+
+def _function(root: _Tree, rel: str, name: str) -> str:
+    """The source of ``def name`` in ``rel`` up to the next ``def`` at the same or a lower indent, or ''."""
+    lines = (root.text(rel) or "").splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith(f"def {name}(")), None)
+    if start is None:
+        return ""
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    end = next((i for i in range(start + 1, len(lines))
+                if lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) <= indent
+                and not lines[i].lstrip().startswith((")", "]"))), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def facts(version: str, wheel_dirs: tuple = ()) -> dict:
+    root = _Tree(version, wheel_dirs)
+    lora_state = _find(root, LORA_UTILS, r"^class LoraState")
+    skip = _find(root, "vllm/lora/worker_manager.py", r"if lora_request\.lora_int_id in self\.list_adapters\(\)")
+    select = _function(root, MIXIN, "maybe_select_dummy_loras")
+    select_counts = "num_active_loras" in select.split("):", 1)[0]  # in its signature
+    # the V2 runner's runtime dummy run (execute_dummy_batch) maps max_loras dummies from #35536 (0.24); 0.12 - 0.14's
+    # V2 runner maps them in _dummy_run, which only its start-up calls (its DP dummy batch is
+    # execute_model(dummy_run=True), which programs no LoRA)
+    v2_maps = _find(root, V2, r"num_active_loras=max_loras") if root.text(V2) else ""
+    v1_lora_dummy = _find(root, V1, r"maybe_dummy_run_with_lora\(") if root.text(V1) else ""
+    v1_maps = v1_lora_dummy if (v1_lora_dummy and select and not select_counts) else ""
+    target_modules = _find(root, "vllm/config/lora.py", r"^\s+target_modules: ")
+    first = (_find(root, "vllm/lora/model_manager.py", r"first_lora.*= next\(iter\(lora_model\.loras\.values\(\)\)\)")
+             or _find(root, "vllm/lora/models.py", r"first_lora.*= next\(iter\(lora_model\.loras\.values\(\)\)\)"))
+    prompt = root.text("vllm/v1/worker/gpu/sample/prompt_logprob.py")
+    prompt_at = _find(root, "vllm/v1/worker/gpu/sample/prompt_logprob.py", r"def compute_prompt_logprobs")
+    make = _function(root, LORA_UTILS, "make_lora_inputs")
+    spec = _find(root, V2, r"spec_decode")
+    return {
+        "version": version, "lora_state": lora_state, "add_dummy_skips_registered": skip,
+        "select_takes_count": select_counts, "v2_runtime_dummy_maps": v2_maps, "v1_runtime_dummy_maps": v1_maps,
+        "target_modules": target_modules, "unguarded_first_lora": first,
+        "prompt_logprobs_v2": prompt_at if prompt is not None else "",
+        "prompt_logprobs_touch_lora": bool(prompt and "lora" in prompt.lower()),
+        "make_lora_inputs": _find(root, LORA_UTILS, r"def make_lora_inputs"),
+        "per_logits_row": "num_logits" in make, "v2_spec_decode": spec,
+        "E1": bool(skip and (v2_maps or v1_maps)),
+        "E2": bool(target_modules and first),
+        "P1": bool(prompt is not None and prompt_at and "lora" not in prompt.lower() and lora_state),
+        "S1": bool(make and "num_logits" not in make and spec),
+    }
+
+
+def _yes(flag: bool, *where: str) -> str:
+    at = ", ".join(w for w in where if w)
+    return f"**yes** ({at})" if flag else "no"
+
+
+def main(argv: list[str]) -> int:
+    wheel_dirs: tuple = ()
+    if argv[:1] == ["--wheels"]:
+        wheel_dirs, argv = (argv[1],), argv[2:]
+    print("| vLLM | V2 `LoraState` (engine target loads) | E1 (runner whose runtime dummy run maps dummies) "
+          "| E2 | P1 | S1 |")
+    print("|---|---|---|---|---|---|")
+    for v in argv:
+        if not _Tree(v, wheel_dirs):
+            print(f"| {v} | not set up | | | | |")
+            continue
+        f = facts(v, wheel_dirs)
+        runners = [f"V2 {f['v2_runtime_dummy_maps']}" if f["v2_runtime_dummy_maps"] else "",
+                   f"V1 {f['v1_runtime_dummy_maps']}" if f["v1_runtime_dummy_maps"] else ""]
+        print(f"| {v} | {f['lora_state'] or 'no'} | {_yes(f['E1'], f['add_dummy_skips_registered'], *runners)} "
+              f"| {_yes(f['E2'], f['target_modules'], f['unguarded_first_lora'])} "
+              f"| {_yes(f['P1'], f['prompt_logprobs_v2'])} | {_yes(f['S1'], f['make_lora_inputs'])} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,155 @@
+"""The ``vllm_engine`` release sweep: its triage (targets/vllm_engine/known.py, sweep.py) and its source verdicts
+(source_facts.py); no vLLM import (the source verdicts read the pinned release's files where set up)."""
+
+import json
+
+import pytest
+
+from fuzzrunner.target import _import_object
+
+_import_object("targets.vllm_lora:vllm_available")  # puts the repository root (targets/) on sys.path
+
+from targets.vllm_engine import known, source_facts, sweep  # noqa: E402
+from targets.vllm_lora.source_facts import _Tree  # noqa: E402
+
+PINNED = "0.33.0"
+
+
+def _finding(kind, tool, op_index, ops, *, kernel="", location="", tensor="", message="", config=None, examples=3):
+    v = {"tool": tool, "kind": kind, "kernel": kernel, "location": location, "tensor": tensor, "message": message,
+         "details": {"op_index": op_index}}
+    return {"signature": {"tool": tool, "kind": kind, "tensor": tensor, "kernel": kernel, "location": location},
+            "violation": v, "case": {"config": config or {}, "ops": ops},
+            "first_found_after_examples": examples, "found_after_s": 1.0}
+
+
+PINNED_THEN_DUMMY = [{"op": "add", "id": 4}, {"op": "pin", "id": 4}, {"op": "dummy_run", "num_tokens": 2}]
+
+
+def test_e1s_pinned_form_is_known_in_both_of_convert_mappings_spellings():
+    # 0.28 and later: a dict of ids (KeyError); 0.24: lora_index_to_id.index (ValueError "... is not in list")
+    for kernel, where in (("KeyError", "vllm/lora/punica_wrapper/utils.py:101"),
+                          ("ValueError", "vllm/lora/punica_wrapper/utils.py:96")):
+        f = _finding("crash", "python", 2, PINNED_THEN_DUMMY, kernel=kernel, location=where)
+        assert known.known_bug(f, logits_mapped_per_row=True) == "E1"
+    # a ValueError elsewhere, or in a step, is not E1
+    assert known.known_bug(_finding("crash", "python", 2, PINNED_THEN_DUMMY, kernel="ValueError",
+                                    location="vllm/lora/model_manager.py:10"), logits_mapped_per_row=True) is None
+    assert known.known_bug(_finding("crash", "python", 0, [{"op": "step"}], kernel="ValueError",
+                                    location="vllm/lora/punica_wrapper/utils.py:96"),
+                           logits_mapped_per_row=True) is None
+
+
+def test_a_memory_finding_in_a_dummy_run_is_v0_only_where_the_release_programs_nothing_for_it():
+    f = _finding("uninitialized-read", "shadow", 0, [{"op": "dummy_run", "num_tokens": 2}],
+                 tensor="token_mapping_meta.active_lora_ids")
+    assert sweep.category(f, True, dummy_maps_nothing=True) == "V0"
+    assert sweep.category(f, True, dummy_maps_nothing=False) == "other"
+    assert sweep.category(dict(f, signature=dict(f["signature"], tool="target")), True, True) == "target"
+
+
+def test_the_row_separates_replayed_seeds_from_the_search_and_says_why_a_release_did_not_run(tmp_path, monkeypatch):
+    seeds = tmp_path / "9.9.9.corpus" / "cases" / "vllm_engine"
+    seeds.mkdir(parents=True)
+    (seeds / "e1_x.json").write_text(json.dumps({"ops": PINNED_THEN_DUMMY}))
+    (seeds / "p1_x.json").write_text(json.dumps({"ops": [{"op": "step", "n": 1}]}))
+    seeded = _finding("crash", "python", 2, PINNED_THEN_DUMMY, kernel="KeyError", examples=0)
+    searched = _finding("crash", "python", 2, PINNED_THEN_DUMMY + [{"op": "step"}], kernel="KeyError", examples=40)
+    odd = _finding("numeric-mismatch", "numeric", 0, [{"op": "step"}], tensor="step.o_proj.adapter_rows", examples=7)
+    report = {"runs": [{"examples": 50, "generated": 48, "duration_s": 90.4, "findings": [seeded, searched, odd],
+                        "replayed": [{"path": str(seeds / "e1_x.json"), "still_failing": True},
+                                     {"path": str(seeds / "p1_x.json"), "still_failing": False}]}]}
+    (tmp_path / "9.9.9.json").write_text(json.dumps(report))
+    row = sweep.row(tmp_path, "9.9.9")
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:2] == ["9.9.9", "48 generated + 2 replayed in 90 s"]
+    assert cells[2] == "**reproduced**; search: found (40 ex)"  # E1
+    assert cells[3] == "–" and cells[4] == "not reproduced"  # E2 had no seed; P1's did not fail
+    assert cells[6] == "1 to triage (7 ex)" and cells[7] == "–"
+    # on 0.15 - 0.21 E1's case fails as V0 (its dummy run reads never-written metadata): not E1
+    v0 = _finding("uninitialized-read", "shadow", 2, PINNED_THEN_DUMMY, tensor="token_mapping_meta.x", examples=0)
+    report["runs"][0]["findings"] = [v0]
+    (tmp_path / "9.9.9.json").write_text(json.dumps(report))
+    monkeypatch.setattr(sweep, "_find", lambda *a: "v1/worker/gpu/model_runner.py:1")  # "Fix warmup for LoRA"
+    monkeypatch.setattr(sweep, "_Tree", lambda v: True)
+    monkeypatch.setattr(sweep, "facts", lambda v: {"per_logits_row": True})
+    cells = [c.strip() for c in sweep.row(tmp_path, "9.9.9").strip("|").split("|")]
+    assert cells[2] == "not reproduced (fails as V0)" and cells[6] == "none"
+    (tmp_path / "1.0.0.log").write_text("fuzz: vllm_engine is not available: vLLM 1.0.0 has no V2 model runner "
+                                        "LoraState (vllm.v1.worker.gpu.lora_utils)\n")
+    assert "unsupported or not run: fuzz: vllm_engine is not available" in sweep.row(tmp_path, "1.0.0")
+
+
+@pytest.mark.skipif(not _Tree(PINNED), reason=f"vLLM {PINNED} is not set up (scripts/setup.sh)")
+def test_the_pinned_release_ships_e1_e2_p1_and_s1_by_source():
+    f = source_facts.facts(PINNED)
+    assert f["lora_state"] and f["add_dummy_skips_registered"] and f["v2_runtime_dummy_maps"]
+    assert f["select_takes_count"] and not f["v1_runtime_dummy_maps"]  # 0.33's V1 runner maps none (count 0)
+    assert f["target_modules"] and f["unguarded_first_lora"]
+    assert (f["E1"], f["E2"], f["P1"], f["S1"]) == (True, True, True, True)
+    assert not f["per_logits_row"]
+
+
+def _tree(root, files: dict) -> None:
+    for rel, text in files.items():
+        f = root / "site" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+
+
+OLD_MIXIN = '''class LoRAModelRunnerMixin:
+    @contextmanager
+    def maybe_select_dummy_loras(
+        self,
+        lora_config,
+        num_scheduled_tokens,
+        activate_lora: bool = True,
+    ):
+        lora_requests = {LoRARequest(f"warmup_{i}", i, "/not/a/real/path") for i in range(1, n + 1)}
+'''
+SKIP = "    def add_dummy_lora(self, lora_request, rank):\n        if lora_request.lora_int_id in self.list_adapters():\n"
+
+
+def test_e1_by_source_follows_which_runners_runtime_dummy_run_asks_for_the_warmup_ids(tmp_path, monkeypatch):
+    import targets.vllm_lora.source_facts as lora_facts
+    monkeypatch.setattr(lora_facts, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+    # 0.14-like: the V1 runner's _dummy_run calls the mixin, whose select takes no count (every warm-up id asked
+    # for); the V2 runner calls it too, but only at start-up (no num_active_loras=max_loras)
+    v1_call = "        with self.maybe_dummy_run_with_lora(\n"
+    _tree(tmp_path / "1.14", {"vllm/lora/worker_manager.py": SKIP, "vllm/v1/worker/lora_model_runner_mixin.py": OLD_MIXIN,
+                              "vllm/v1/worker/gpu_model_runner.py": v1_call,
+                              "vllm/v1/worker/gpu/model_runner.py": v1_call})
+    f = source_facts.facts("1.14")
+    assert f["E1"] and f["v1_runtime_dummy_maps"] == "v1/worker/gpu_model_runner.py:1" and not f["v2_runtime_dummy_maps"]
+    # 0.16-like: the select takes the count, the V1 runner's dummy batch asks for none
+    _tree(tmp_path / "1.16", {"vllm/lora/worker_manager.py": SKIP,
+                              "vllm/v1/worker/lora_model_runner_mixin.py": OLD_MIXIN.replace(
+                                  "activate_lora: bool = True", "num_active_loras: int = 0"),
+                              "vllm/v1/worker/gpu_model_runner.py": v1_call})
+    assert not source_facts.facts("1.16")["E1"]
+    # 0.24-like: the V2 runner's _dummy_run maps max_loras dummies
+    _tree(tmp_path / "1.24", {"vllm/lora/worker_manager.py": SKIP,
+                              "vllm/v1/worker/gpu/model_runner.py": "            num_active_loras=max_loras,\n"})
+    assert source_facts.facts("1.24")["v2_runtime_dummy_maps"] == "v1/worker/gpu/model_runner.py:1"
+    assert source_facts.facts("1.24")["E1"]
+
+
+def test_older_releases_pinned_memory_questions_are_answered_as_vllms_cpu_platform_answers(monkeypatch):
+    """0.17 - 0.2x ask ``is_pin_memory_available()`` at each call (imported by name), 0.22's ``convert_mapping``
+    copies through ``async_tensor_h2d(..., pin_memory=PIN_MEMORY)`` (a default bound at definition): a CPU-only
+    torch cannot pin, and every 0.22 case crashed "pin_memory=True requires a CUDA ... backend"."""
+    import sys
+    import types
+
+    from targets.vllm_engine import vllm_env
+
+    def h2d(data, dtype, device, pin_memory: bool = True):
+        return pin_memory
+    old = types.ModuleType("vllm._fuzzrunner_old_release")
+    old.is_pin_memory_available = lambda: True
+    old.async_tensor_h2d = h2d
+    monkeypatch.setitem(sys.modules, old.__name__, old)
+    monkeypatch.setattr(h2d, "__defaults__", (True,))
+    vllm_env.unpin_host_memory()
+    assert old.is_pin_memory_available() is False
+    assert old.async_tensor_h2d([1], None, "cpu") is False
