@@ -208,7 +208,7 @@ def test_a_finding_found_by_a_replayed_case_is_found_after_1_example_not_0(monke
                                                              record=lambda v, c, n, t: seen.append(n) or []),
                                   elapsed=lambda: 0.0, _refuse_missing_device=lambda v: None,
                                   _note_limitations=lambda v: None, _found_by_siblings=lambda v: set())
-    Shard.record(shard, [], None)
+    Shard._record(shard, [], None)  # record() is this, timed as the campaign's 'findings' stage
     assert seen == [1]
 
 
