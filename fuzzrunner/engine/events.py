@@ -63,7 +63,8 @@ class Event:
 
     @classmethod
     def _read(cls, d: Mapping) -> Event:
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        """The fields of ``d``, a finding or a result read back from its own dict (by the field's annotation)."""
+        return cls(**{f.name: _READ.get(str(f.type), _same)(d[f.name]) for f in fields(cls) if f.name in d})
 
     # The dict these events were until they were typed: read for one release more, with a warning.
     def _old(self) -> dict:
@@ -95,6 +96,13 @@ def _plain(value):
     return value.to_dict() if hasattr(value, "to_dict") else value
 
 
+def _same(value):
+    return value
+
+
+_READ: dict[str, Callable[[Any], Any]] = {"Finding": Finding.from_dict, "CampaignResult": CampaignResult.from_dict}
+
+
 @dataclass(frozen=True)
 class ProgressEvent(Event):
     """Where a shard (or, merged, the campaign) stands: cases run (shrinking included), generated, findings."""
@@ -121,10 +129,6 @@ class FindingEvent(Event):
     finding: Finding
     shard: int
 
-    @classmethod
-    def _read(cls, d: Mapping) -> Event:
-        return cls(Finding.from_dict(d["finding"]), d["shard"])
-
 
 @dataclass(frozen=True)
 class RegressionEvent(Event):
@@ -133,20 +137,12 @@ class RegressionEvent(Event):
     finding: Finding
     path: str
 
-    @classmethod
-    def _read(cls, d: Mapping) -> Event:
-        return cls(Finding.from_dict(d["finding"]), d["path"])
-
 
 @dataclass(frozen=True)
 class ShardDone(Event):
     """A shard's end, with its result."""
     kind: ClassVar[str] = DONE
     result: CampaignResult
-
-    @classmethod
-    def _read(cls, d: Mapping) -> Event:
-        return cls(CampaignResult.from_dict(d["result"]))
 
 
 @dataclass(frozen=True)
@@ -163,10 +159,6 @@ class CorpusSave(Event):
     target: str
     finding: Finding
 
-    @classmethod
-    def _read(cls, d: Mapping) -> Event:
-        return cls(d["target"], Finding.from_dict(d["finding"]))
-
 
 @dataclass(frozen=True)
 class CorpusSetAside(Event):
@@ -174,10 +166,6 @@ class CorpusSetAside(Event):
     kind: ClassVar[str] = SET_ASIDE
     target: str
     finding: Finding
-
-    @classmethod
-    def _read(cls, d: Mapping) -> Event:
-        return cls(d["target"], Finding.from_dict(d["finding"]))
 
 
 @dataclass(frozen=True)
