@@ -119,6 +119,14 @@ class Target:
             refuse_async(self.name, "features", self.features, generators=False)
         return self
 
+    def takes_palette(self) -> bool:
+        """Whether ``cases`` draws its shapes from a palette (takes a ``palette`` argument)."""
+        import inspect
+        try:
+            return "palette" in inspect.signature(self.cases).parameters
+        except (TypeError, ValueError):
+            return False
+
     def strategy(self, faults: tuple, max_ops: int, *, device: str, palette=None):
         """``cases(faults, max_ops=max_ops)``, with ``device=device`` (the run's, ``cpu`` or ``cuda``) when
         ``cases`` takes it, and ``palette`` (a ``palette.Palette``: the campaign's shapes) when one is given and

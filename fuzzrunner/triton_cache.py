@@ -76,6 +76,24 @@ def folder(code_under_test: dict, device: str) -> str | None:
                         _part(device_name(device)))
 
 
+def unusable() -> str:
+    """Why the shared cache cannot be used on this machine, in one line ('' when it can, or is off, or the user's
+    ``TRITON_CACHE_DIR`` wins): workers then compile into Triton's default cache (``use``), which is said."""
+    base = root()
+    if base is None or os.environ.get("TRITON_CACHE_DIR"):
+        return ""
+    try:
+        os.makedirs(base, exist_ok=True)
+    except OSError as e:
+        where = f"{ROOT_ENV}={os.environ[ROOT_ENV]}" if os.environ.get(ROOT_ENV, "").strip() else "the shared cache"
+        return (f"{where}: the Triton cache folder {base} cannot be made ({e.strerror or e}): workers compile into "
+                f"Triton's default cache instead (set {ROOT_ENV} to a writable folder, or to off)")
+    if not os.access(base, os.W_OK | os.X_OK):
+        return (f"the Triton cache folder {base} is not writable: workers compile into Triton's default cache "
+                f"instead (set {ROOT_ENV} to a writable folder, or to off)")
+    return ""
+
+
 def use(code_under_test: dict, device: str) -> str | None:
     """Point this process's Triton at the shared cache (before its first compile); the folder it uses now (the
     user's ``TRITON_CACHE_DIR`` if set; None: Triton's default). A folder that cannot be made leaves Triton's

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import NoReturn
 
-from .. import names
+from .. import names, triton_cache
 from ..case import Case
 from ..context import Context
 from ..corpus import Corpus
@@ -325,6 +325,11 @@ class Shard:
         self.record(again, suspect.case)
         return True
 
+    def _say(self, message: str) -> None:
+        """A warning of this shard's set-up: in the result (each shard says it; the merge keeps one) and as an event."""
+        self.result.warnings.append(message)
+        self.emit(events.WarningEvent(message, self.index))
+
     def _lingers(self, why: str) -> None:
         """From now on each case waits for its threads: said once."""
         if self._linger_s:
@@ -471,8 +476,16 @@ class Shard:
         # TargetError if cases() fails
         with self.clock.stage("generate"):
             skip_tree(self.target.code_under_test)  # Hypothesis need not parse an engine's tree for literals
+            palette = of_settings(self.settings.shape_palette, self.seed)
             strategy = self.target.strategy(self.faults, self.settings.max_ops, device=self.hub.spec.device,
-                                            palette=of_settings(self.settings.shape_palette, self.seed))
+                                            palette=palette)
+        if palette is not None and not self.target.takes_palette():
+            self._say(f"--shape-palette {self.settings.shape_palette}: target {self.target.name!r} draws no "
+                      f"case shapes from a palette (its cases take no palette argument), so every case draws "
+                      f"from the whole space as without it")
+        problem = triton_cache.unusable()
+        if problem:
+            self._say(problem)
         batch, done = 0, 0
         while done < quota:
             self._failing = set()

@@ -25,9 +25,9 @@ from .result import CampaignResult
 from .stages import merged
 
 SHUTDOWN_WAIT_S = 60.0
-_STILL_LOADING = ("a shard was still loading the target when the {s:g} s budget's search time ran out: it was "
-                  "stopped before its first case (an engine's imports; a larger --budget, or fewer --workers on a "
-                  "busy machine, gives every shard its search)")
+_STILL_LOADING = ("a shard had not begun its search (its start, the target's imports) when the {s:g} s budget's "
+                  "search time ran out: it was stopped before its first case (a larger --budget, or fewer "
+                  "--workers on a busy machine, gives every shard its search)")
 _AT_START = {signal.SIGINT, signal.SIGTERM}  # blocked while a shard process starts (run_sharded)
 
 

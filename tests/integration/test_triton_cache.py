@@ -60,3 +60,31 @@ def test_the_user_s_triton_cache_dir_wins_and_off_leaves_triton_s_default(tmp_pa
     monkeypatch.setenv("FUZZRUNNER_CACHE_DIR", str(tmp_path / "fc"))
     assert triton_cache.folder({}, "cpu").startswith(os.path.join(tmp_path, "fc", "triton", "triton-"))
     assert triton_cache.folder({}, "cpu").endswith(os.path.join("fuzzrunner-" + triton_cache.__version__, "cpu"))
+
+
+def test_a_cache_folder_that_cannot_be_made_is_said_not_ignored(tmp_path, monkeypatch):
+    """A new user's FUZZRUNNER_TRITON_CACHE=/proc/x: the workers compile into Triton's default cache, and the
+    campaign says so in one line naming the folder and the fix (it used to fall back in silence)."""
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a folder cannot be made below a file, whoever runs the test (root too)
+    monkeypatch.setenv(triton_cache.ROOT_ENV, str(blocker / "tc"))
+    r = run_campaign("reference_runner", Settings(max_examples=2, seed=1, device="cpu", shrink=False),
+                     corpus_dir=tmp_path / "c")
+    [said] = [w for w in r.warnings if triton_cache.ROOT_ENV in w]
+    assert str(blocker / "tc") in said and "cannot be made" in said and "Triton's default cache" in said
+    monkeypatch.setenv(triton_cache.ROOT_ENV, str(tmp_path / "ok"))
+    assert triton_cache.unusable() == ""
+    monkeypatch.setenv(triton_cache.ROOT_ENV, "off")
+    assert triton_cache.unusable() == ""
+
+
+def test_a_shape_palette_on_a_target_without_shapes_is_said_not_ignored(tmp_path):
+    """--shape-palette on the reference runner (its cases take no palette) changed nothing, in silence."""
+    r = run_campaign("reference_runner", Settings(max_examples=2, seed=1, device="cpu", shrink=False,
+                                                  shape_palette=4), corpus_dir=tmp_path / "c")
+    assert any("--shape-palette 4: target 'reference_runner' draws no case shapes" in w for w in r.warnings), \
+        r.warnings
+    quiet = run_campaign("reference_runner", Settings(max_examples=2, seed=1, device="cpu", shrink=False),
+                         corpus_dir=tmp_path / "c2")
+    assert not any("shape-palette" in w for w in quiet.warnings)
