@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Iterator
+from unittest import mock
 
 from . import v1_faults
 
@@ -52,18 +53,9 @@ def unavailable(found: dict) -> dict:
     return out | v1_faults.unavailable(found)
 
 
-@contextlib.contextmanager
-def _patched(owner, name: str, value) -> Iterator[None]:
-    had = name in owner.__dict__
-    old = owner.__dict__.get(name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        if had:
-            setattr(owner, name, old)
-        else:
-            delattr(owner, name)
+def _patched(owner, name: str, value):
+    """``owner.name`` is ``value`` while the fault is planted, then what it was (inherited: removed again)."""
+    return mock.patch.object(owner, name, value)
 
 
 def _mapping_cache(stack: contextlib.ExitStack) -> None:
