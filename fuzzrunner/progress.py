@@ -49,7 +49,9 @@ class _Numbers:
         left = (self.budget or 0.0) - since if spent >= count else (el / count - el if count else 0.0)
         eta = f", ETA {max(0.0, left):.0f} s" if 0 < frac < 1 else ""
         shrinking = self.examples - self.generated
-        done = f"{100 * frac:.0f}% of the {self.budget:g} s budget" if spent > count else f"{100 * frac:.0f}%"
+        # both shares, always, in one shape: the line once switched from the count's to the budget's mid-run
+        done = f"{100 * min(count, 1.0):.0f}%" + (f", {100 * min(spent, 1.0):.0f}% of the {self.budget:g} s budget"
+                                                  if self.budget else "")
         return (f"{self.generated}/{self.max_examples} generated ({done})"
                 f"{f' + {shrinking} shrinking' if shrinking else ''}, {self.findings} "
                 f"finding{'s' * (self.findings != 1)}, {rate:.1f} cases/s, {since:.0f} s{eta}")
@@ -157,8 +159,10 @@ class Progress:
         if result is not None:
             from .engine.result import stop_text
             n = len(result.replayed) + result.examples  # as the summary counts: replayed, generated, shrinking
+            set_up = (getattr(result, "stage_s", None) or {}).get("set-up")
             self.stream.write(f"{self.label}stopped: {stop_text(result.stop_reason)} after {n} "
-                              f"case{'s' * (n != 1)} in {result.duration_s:.1f} s\n")
+                              f"case{'s' * (n != 1)} in {result.duration_s:.1f} s of campaign"
+                              f"{f' (+ {set_up:.1f} s set-up)' if set_up else ''}\n")
         self.stream.flush()
 
 

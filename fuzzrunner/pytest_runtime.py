@@ -132,16 +132,16 @@ def run_marked_campaign(item: pytest.Item, marker, state) -> FuzzCampaign:
         value = getattr(state, name)
         if value is not None and (name in state.from_command_line or name not in changes):
             changes[name] = value
-    skip_without_gpu(changes.get("sanitizer"), changes.get("device"))
     # one shard per test: shard processes would not see the test's import path (_importable below), and
     # pytest-xdist already runs one test per GPU
     changes.setdefault("precheck_workers", 1)
+    settings, context = _settings_and_context(item, state.profile, changes)
     spec = state.target_spec(target, item)
     import fuzzrunner
     failure = ""
     try:
         with _importable(item.path.parent, state.config.rootpath), sigterm_stops():
-            result = fuzzrunner.fuzz(spec, faults=faults, profile=state.profile, corpus=state.corpus, **changes)
+            result = fuzzrunner.fuzz(spec, settings=settings, context=context, faults=faults, corpus=state.corpus)
     except InvalidArgument as e:
         failure = f"@pytest.mark.fuzzrunner on {item.name}: {e}"
     except HarnessError as e:
@@ -158,20 +158,32 @@ def run_marked_campaign(item: pytest.Item, marker, state) -> FuzzCampaign:
     return FuzzCampaign(result, spec, state.profile, state.repro_dir, state.config.invocation_params.dir)
 
 
-def skip_without_gpu(sanitizer: str | None, device: str | None) -> None:
-    """A sanitizer or ``device='cuda'`` on a machine with no GPU: skip, saying why (``Context.resolve``)."""
-    if sanitizer in (None, "none") and device != "cuda":
-        return
-    from types import SimpleNamespace
+def _settings_and_context(item: pytest.Item, profile_name: str, changes: dict):
+    """The test's settings (the profile's, the marker's and the session's changes over them, the environment's
+    defaults) and the run's context, resolved once (``env_defaults.resolved``) and handed to the campaign: the
+    GPU-skip probe used to resolve a context of its own and the campaign another."""
+    from .settings import profile
+    try:
+        settings = profile(profile_name).override(**changes)
+    except InvalidArgument as e:
+        failure = f"@pytest.mark.fuzzrunner on {item.name}: {e}"
+    else:
+        return resolved_or_skip(settings)
+    pytest.fail(failure, pytrace=False)  # outside the except: the one line
 
-    from .context import Context
+
+def resolved_or_skip(settings):
+    """``env_defaults.resolved(settings)``: the settings and the one context the run gets. A device or sanitizer
+    that cannot be had here (no GPU) skips, saying why; a GPU without the sanitizer's tool fails, one line."""
+    from .env_defaults import resolved
     from .errors import DeviceUnavailable, SanitizerNotFound
-    try:  # the device alone (the settings are checked when the campaign starts)
-        Context.resolve(SimpleNamespace(device=device, sanitizer=sanitizer or "none", shadow=None))
+    try:
+        return resolved(settings)
     except DeviceUnavailable as e:
-        pytest.skip(f"{e} (drop --fuzzrunner-sanitizer)" if sanitizer not in (None, "none") else str(e))
+        skip = f"{e} (drop --fuzzrunner-sanitizer)" if settings.sanitizer not in (None, "none") else str(e)
     except SanitizerNotFound as e:  # a GPU without the tool: the set-up's error, one line
         pytest.fail(str(e), pytrace=False)
+    pytest.skip(skip)
 
 
 def _sigterm_interrupts(signum, frame):
@@ -217,11 +229,11 @@ def replay_corpus_file(path: Path, state) -> None:
         case, finding = load_any(path)
     except InvalidCase as e:
         raise CorpusRegression(f"cannot replay {path}: {e}") from None
-    skip_without_gpu(state.sanitizer, state.device)
+    replayer = _replayer(state)  # the session's context, resolved once: skips here where it cannot be had
     spec = _own_spec(finding) or _target_for(case.target, state, finding.target_spec if finding else "")
     try:
         with sigterm_stops():
-            replay = _replayer(state).verdict(case, spec, finding, finding.case_timeout_s if finding else None)
+            replay = replayer.verdict(case, spec, finding, finding.case_timeout_s if finding else None)
     except InvalidCase as e:
         raise CorpusRegression(f"{path} no longer runs on target {case.target!r}: {e}") from None
     if replay.verdict.shows or replay.verdict is Verdict.LIMITED:
@@ -298,8 +310,9 @@ def _replayer(state):
     exactly the oracles a campaign with the session's settings runs."""
     if state.replayer is None:
         from .engine.replay import Replayer
-        from .env_defaults import apply
         from .settings import profile
-        settings = apply(profile(state.profile).override(device=state.device, sanitizer=state.sanitizer))
-        state.replayer = Replayer(settings, inherit_gpu=True)  # one GPU per xdist worker, already pinned
+        settings, context = resolved_or_skip(profile(state.profile).override(device=state.device,
+                                                                             sanitizer=state.sanitizer))
+        # one GPU per xdist worker, already pinned
+        state.replayer = Replayer(settings, inherit_gpu=True, context=context)
     return state.replayer

@@ -85,6 +85,14 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
 
 
+def aligned(rows, gap: int = 2) -> list[str]:
+    """``(name, text)`` rows as lines whose texts start in one column: after the longest name and ``gap`` spaces (a
+    fixed width let a longer name push its text out of line: ``fuzzrunner faults`` past 28 characters)."""
+    rows = list(rows)
+    width = max((len(name) for name, _ in rows), default=0) + gap
+    return [f"{name:{width}}{text}".rstrip() for name, text in rows]
+
+
 def _guarded(convert, obj, what: str, limit: int) -> str:
     try:
         text = convert(obj)

@@ -13,7 +13,8 @@ ROOT: ``FUZZRUNNER_TRITON_CACHE``, else ``$FUZZRUNNER_CACHE_DIR/triton``, else
 capability, or ``cpu``. Triton's own key already holds its version, the kernel's source and the GPU's
 architecture, so the folders are hygiene (one release's kernels deleted at once, a new Triton never
 reading an old one's files), not correctness. A ``TRITON_CACHE_DIR`` the user set wins, as it is;
-``FUZZRUNNER_TRITON_CACHE=off`` leaves Triton's default (``~/.triton/cache``).
+``FUZZRUNNER_TRITON_CACHE=off`` leaves Triton's default (``~/.triton/cache``). Where Triton runs in its
+interpreter (the CPU) it compiles nothing: the folder is pointed at, proven makeable, and not left made.
 """
 
 from __future__ import annotations
@@ -76,36 +77,56 @@ def folder(code_under_test: dict, device: str) -> str | None:
                         _part(device_name(device)))
 
 
-def unusable() -> str:
+def _cannot_make(path: str, keep: bool = False) -> OSError | None:
+    """Whether ``path`` can be made, proven by making it, then (unless ``keep``) removing the folders that this
+    made: a run that compiles nothing (Triton's interpreter on the CPU) leaves no empty folders behind. None: it
+    can."""
+    made, p = [], path
+    while p and not os.path.exists(p):
+        made.append(p)
+        p = os.path.dirname(p)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        return e
+    for d in made if not keep else ():  # deepest first; one another process filled meanwhile stays
+        try:
+            os.rmdir(d)
+        except OSError:
+            break
+    return None
+
+
+def unusable(compiled: bool = True) -> str:
     """Why the shared cache cannot be used on this machine, in one line ('' when it can, or is off, or the user's
-    ``TRITON_CACHE_DIR`` wins): workers then compile into Triton's default cache (``use``), which is said."""
+    ``TRITON_CACHE_DIR`` wins): workers then compile into Triton's default cache (``use``), which is said.
+    ``compiled``: as for ``use`` (the root is kept where workers compile, so none of theirs races its removal)."""
     base = root()
     if base is None or os.environ.get("TRITON_CACHE_DIR"):
         return ""
-    try:
-        os.makedirs(base, exist_ok=True)
-    except OSError as e:
+    e = _cannot_make(base, keep=compiled)
+    if e is not None:
         where = f"{ROOT_ENV}={os.environ[ROOT_ENV]}" if os.environ.get(ROOT_ENV, "").strip() else "the shared cache"
         return (f"{where}: the Triton cache folder {base} cannot be made ({e.strerror or e}): workers compile into "
                 f"Triton's default cache instead (set {ROOT_ENV} to a writable folder, or to off)")
-    if not os.access(base, os.W_OK | os.X_OK):
+    if os.path.isdir(base) and not os.access(base, os.W_OK | os.X_OK):
         return (f"the Triton cache folder {base} is not writable: workers compile into Triton's default cache "
                 f"instead (set {ROOT_ENV} to a writable folder, or to off)")
     return ""
 
 
-def use(code_under_test: dict, device: str) -> str | None:
+def use(code_under_test: dict, device: str, *, compiled: bool = True) -> str | None:
     """Point this process's Triton at the shared cache (before its first compile); the folder it uses now (the
     user's ``TRITON_CACHE_DIR`` if set; None: Triton's default). A folder that cannot be made leaves Triton's
-    default: a cache is never a reason for a worker not to start."""
+    default: a cache is never a reason for a worker not to start. ``compiled``: Triton compiles here (a GPU);
+    in its interpreter nothing is compiled, so the folder is only proven makeable, not left made (Triton's cache
+    manager makes it if anything writes there): a CPU campaign left empty folders in the cache."""
     if os.environ.get("TRITON_CACHE_DIR"):
         return os.environ["TRITON_CACHE_DIR"]
     path = folder(code_under_test, device)
     if path is None:
         return None
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError:
+    if _cannot_make(path, keep=compiled) is not None:
         return None
     os.environ["TRITON_CACHE_DIR"] = path
     return path

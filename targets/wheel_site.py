@@ -64,15 +64,39 @@ def extract_kept(whl: Path, site: Path, keep: tuple) -> None:
                 z.extract(name, site)
 
 
+_PROBE = """import sys, json
+{setup}
+def _missing(e):
+    seen = set()
+    while e is not None and id(e) not in seen:  # the error, then what it was raised from or while handling
+        seen.add(id(e))
+        if isinstance(e, ModuleNotFoundError) and e.name:
+            return e.name
+        e = e.__cause__ or e.__context__
+    return None
+try:
+    import {imports}
+except Exception as e:
+    name = _missing(e)
+    if name is None:
+        raise
+    print(json.dumps(name))
+"""
+
+
 def missing_module(prog: str, setup: str, imports, env: dict) -> str | None:
     """Run ``setup`` (Python that puts the release on ``sys.path``), then import ``imports``: the first
-    missing top-level module's name, or None when they all import."""
-    probe = (f"import sys, json\n{setup}\ntry:\n    import {', '.join(imports)}\n"
-             f"except ModuleNotFoundError as e:\n    print(json.dumps(e.name))\n")
+    missing top-level module's name, or None when they all import. A module missing under another error counts:
+    ``pydantic_extra_types`` raises ``RuntimeError`` from the ``ModuleNotFoundError`` of ``pycountry`` (vLLM 0.14's
+    engine imports reach it through ``mistral_common``), and the set-up used to end without installing it. An
+    import that fails naming no missing module ends the set-up with one line: the error."""
+    probe = _PROBE.format(setup=setup, imports=", ".join(imports))
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith('"')]
     if lines:
         return json.loads(lines[-1]).split(".")[0]
     if r.returncode:
-        raise SystemExit(f"{prog}: importing the target's modules failed: {r.stderr.strip().splitlines()[-3:]}")
+        last = (r.stderr.strip().splitlines() or ["(no error output)"])[-1]
+        raise SystemExit(f"{prog}: importing {', '.join(imports)} failed, naming no missing module to install: "
+                         f"{last[:300]}")
     return None

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..progress import Progress
 from ..safe_write import check_distinct_files, check_outputs
 from ..target_spec import TargetSpec
+from ..text import aligned
 from .parser import _settings
 from .render import (
     EXIT_ERROR,
@@ -72,6 +73,7 @@ def _write_reports(report: dict, json_path=None, junit_path=None, html_path=None
 def cmd_fuzz(args) -> int:
     from ..api import fuzz
     from ..report import load_previous
+    from ..report.json_report import note_report_time
     from ..target import load_target
     outputs = {"--report": args.report, "--junit": args.junit, "--html": args.html}
     check_distinct_files(outputs)
@@ -98,7 +100,7 @@ def cmd_fuzz(args) -> int:
         _export_all(result, args.corpus)
         _summary(result, sys.stdout)
         t0 = time.perf_counter()
-        report = _report([result], previous, args.previous)
+        report = note_report_time(_report([result], previous, args.previous), time.perf_counter() - t0)
         _print_trend(report)
         for p in _write_reports(report, args.report, args.junit, args.html):
             print(f"wrote {p}")
@@ -200,6 +202,9 @@ class _NightlyHooks:
         if result is not None:
             _export_all(result, self.args.corpus)
             _summary(result, sys.stdout)
+            if self.args.stage_times:
+                from ..engine.stages import result_table
+                print(result_table(result))
 
     def reported(self, name: str, report: dict) -> None:
         _print_trend(report)
@@ -240,11 +245,14 @@ def cmd_nightly(args) -> int:
 def cmd_targets(args) -> int:
     from ..catalog import about
     from ..target import BUILTIN
+    rows = []
     for name in BUILTIN:  # without importing any of them (vLLM alone took 12-25 s): catalog.py
         known = about(name)
         said = f"(unavailable: {known.unavailable})" if known.unavailable else \
             known.description + (f" (engine: {known.engine})" if known.engine else "")
-        print(f"{name:18} {said}")
+        rows.append((name, said))
+    for line in aligned(rows, gap=3):
+        print(line)
     print("\nYour own: --target path/to/file.py:OBJ or --target package.module:OBJ (OBJ a fuzzrunner.Target)")
     return EXIT_OK
 
@@ -256,10 +264,13 @@ def cmd_faults(args) -> int:
         print(f"target {target.name} has no planted faults")
     else:
         print(f"planted faults of target {target.name} (turn one on with `fuzz --target {args.target} --fault NAME`):")
-    for name in target.faults:
-        doc = target.fault_descriptions.get(name, "")
-        print(f"{name:28} {doc.split('. ')[0].rstrip('.')}." if doc else name)
+    for line in aligned((name, _first_sentence(target.fault_descriptions.get(name, ""))) for name in target.faults):
+        print(line)
     return EXIT_OK
+
+
+def _first_sentence(doc: str) -> str:
+    return f"{doc.split('. ')[0].rstrip('.')}." if doc else ""
 
 
 def cmd_doctor(args) -> int:

@@ -7,6 +7,7 @@ import os
 import re
 
 from .. import names
+from ..errors import InvalidArgument
 
 
 class _Parser(argparse.ArgumentParser):
@@ -16,9 +17,18 @@ class _Parser(argparse.ArgumentParser):
         self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|nan)$",
                                                    re.IGNORECASE)
 
-    def error(self, message):  # one line and exit 2, as for every other error
-        raise _UsageError(f"{message} (see `fuzzrunner {self.prog.split()[-1]} --help`)"
-                          if " " in self.prog else message)
+    def error(self, message):  # one line and exit 2, as for every other error, and where to read more
+        raise _UsageError(f"{message} (see `{self.prog} --help`)")
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """As argparse's, but an unknown option is refused by the command it was given to, with that command's
+        ``--help`` (argparse's top level refused it, naming neither: a new user's trial)."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(ns, "command", None)
+            whose = _Parser(prog=f"{self.prog} {command}") if command else self
+            whose.error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns
 
 
 class _UsageError(Exception):
@@ -82,6 +92,14 @@ def _campaign_options(p: argparse.ArgumentParser, profile: str) -> None:
                    help="steer the search towards rarely reached features of the cases (Hypothesis target())")
 
 
+def _speed_options(p: argparse.ArgumentParser, whose: str) -> None:
+    p.add_argument("--shape-palette", type=int, metavar="N",
+                   help="draw each case's shape from N shapes (rotated by the seed) so that compiled kernel variants "
+                        "repeat; targets with shapes of their own (vllm_lora, sglang_lora) (default: 0, off)")
+    p.add_argument("--stage-times", action="store_true",
+                   help=f"at the end of {whose} campaign, print where its time went, per stage (docs/ci.md)")
+
+
 DEBUG_HELP = "on an internal error, print the traceback as well as the one-line message"
 
 
@@ -111,11 +129,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="on a GPU with --workers 1: search in N shards so that N CPU pre-checks run at once "
                         "(default: a quarter of the CPUs, at most 8)")
     f.add_argument("--report", metavar="FILE.json", help="write the JSON report")
-    f.add_argument("--shape-palette", type=int, metavar="N",
-                   help="draw each case's shape from N shapes (rotated by the seed) so that compiled kernel variants "
-                        "repeat; targets with shapes of their own (vllm_lora, sglang_lora) (default: 0, off)")
-    f.add_argument("--stage-times", action="store_true",
-                   help="at the end, print where the campaign's time went, per stage (docs/ci.md)")
+    _speed_options(f, "the campaign's")
     f.add_argument("--junit", metavar="FILE.xml", help="write JUnit XML")
     f.add_argument("--html", metavar="FILE.html", help="write the HTML report")
     _verbosity(f)
@@ -152,6 +166,7 @@ def _parser() -> argparse.ArgumentParser:
                        epilog="example:\n  fuzzrunner nightly --budget 3600 --report-dir reports")
     _campaign_options(n, "nightly")
     n.add_argument("--report-dir", default="reports", help="where report.json, junit.xml, report.html go")
+    _speed_options(n, "each target's")
     _verbosity(n)
 
     sub.add_parser("targets", help="list the built-in targets")
@@ -205,4 +220,29 @@ def _settings(args):
         changes["precheck_workers"] = args.precheck_workers
     if getattr(args, "shape_palette", None) is not None:
         changes["shape_palette"] = args.shape_palette
-    return s.override(**changes)
+    try:
+        return s.override(**changes)
+    except InvalidArgument as e:
+        raise InvalidArgument(_as_flag(str(e), changes)) from None
+
+
+# the setting each flag sets: an error names the flag a user typed, not the field (`--shape-palette -1 must be ...`)
+FLAGS = {"max_examples": "--max-examples", "budget_s": "--budget", "seed": "--seed", "workers": "--workers",
+         "device": "--device", "sanitizer": "--sanitizer", "case_timeout_s": "--case-timeout", "max_ops": "--max-ops",
+         "steer": "--steer", "max_worker_rss_mb": "--max-worker-rss", "precheck_workers": "--precheck-workers",
+         "shape_palette": "--shape-palette", "oracles": "--oracle"}
+
+
+def _as_flag(message: str, changes: dict) -> str:
+    """A settings error (``field=VALUE (--flag) must ...``) said as the command line's: ``--flag VALUE must ...``."""
+    for field_name, flag in FLAGS.items():
+        value = changes.get(field_name)
+        head = f"{field_name}={value!r}"
+        if value is not None and message.startswith(head):
+            rest = message[len(head):].removeprefix(f" ({flag})").replace(f"{field_name}=None", f"no {flag}")
+            for api, cli in ((", or None to", ", or leave it out to"), (", or None for", ", or leave it out for")):
+                rest = rest.replace(api, cli)
+            shown = f"{value:g}" if isinstance(value, float) else " ".join(map(str, value)) \
+                if isinstance(value, tuple) else str(value)
+            return f"{flag} {shown}{rest}"
+    return message

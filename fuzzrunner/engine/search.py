@@ -483,7 +483,7 @@ class Shard:
             self._say(f"--shape-palette {self.settings.shape_palette}: target {self.target.name!r} draws no "
                       f"case shapes from a palette (its cases take no palette argument), so every case draws "
                       f"from the whole space as without it")
-        problem = triton_cache.unusable()
+        problem = triton_cache.unusable(compiled=not self.hub.spec.context.interpreted)
         if problem:
             self._say(problem)
         batch, done = 0, 0

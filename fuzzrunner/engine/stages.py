@@ -109,22 +109,37 @@ def ordered(stage_s: Mapping[str, float]) -> list[str]:
     return known[:at] + oracles + known[at:] + rest
 
 
+def rows(stage_s: Mapping[str, float], duration_s: float, shards: int = 1,
+         extra: Mapping[str, float] | None = None) -> tuple[dict[str, float], float]:
+    """The table's rows (``ordered``, then ``extra``, then ``other``: shard time in no stage, N x ``duration_s`` less
+    the shard stages) and the wall: ``duration_s`` plus the campaign process's own stages (``CAMPAIGN``: set-up,
+    triage, and ``extra``, such as the report written). An ``other`` or ``report`` already in ``stage_s`` (a JSON
+    report's) is taken as it is, never counted twice."""
+    out = {k: stage_s[k] for k in ordered(stage_s) if k != "other"}
+    out.update(extra or {})
+    own = sum(v for k, v in out.items() if k in CAMPAIGN or k in (extra or {}))
+    out["other"] = max(0.0, shards * duration_s - (sum(out.values()) - own))
+    return out, duration_s + own
+
+
 def table(stage_s: Mapping[str, float], duration_s: float, cases: int, shards: int = 1,
           extra: Mapping[str, float] | None = None) -> str:
-    """The per-stage table. ``duration_s``: the shards' part of the campaign (``CampaignResult.duration_s``); the
-    wall is that plus the campaign process's own stages (``CAMPAIGN``: set-up, triage, and ``extra``, such as the
-    report written). A shard stage is summed over the shards (so with N shards those add up to at most N x 100%
-    of the wall); ``other``: shard time in no stage (N x ``duration_s`` less the shard stages)."""
-    rows = {k: stage_s[k] for k in ordered(stage_s)}
-    rows.update(extra or {})
-    own = sum(v for k, v in rows.items() if k in CAMPAIGN or k in (extra or {}))
-    wall_s = duration_s + own
-    wall = max(wall_s, 1e-9)
-    other = max(0.0, shards * duration_s - (sum(rows.values()) - own))
-    lines = [f"{'stage':<22}{'s':>10}{'% wall':>9}"]
-    for name, s in [*rows.items(), ("other", other)]:
-        lines.append(f"{name:<22}{s:>10.3f}{100 * s / wall:>8.1f}%")
-    lines.append(f"wall {wall_s:.2f} s, {shards} shard(s), {cases} cases, {cases / wall:.2f} cases/s")
+    """The per-stage table (``rows``). Its percentages are of the rows' sum, so they add up to 100%: with N shards a
+    shard stage is summed over the shards, and the sum (the ``total`` row) is more than the wall; the last line
+    says how the wall splits into set-up, the campaign (the summary's time) and what came after it."""
+    got, wall_s = rows(stage_s, duration_s, shards, extra)
+    total = max(sum(got.values()), 1e-9)
+    w = max(22, *(len(name) + 2 for name in got))  # a plug-in oracle's long name keeps its row in line
+    lines = [f"{'stage':<{w}}{'s':>10}{'%':>9}"]
+    for name, s in got.items():
+        lines.append(f"{name:<{w}}{s:>10.3f}{100 * s / total:>8.1f}%")
+    summed = f"{shards} shards' stages summed, " if shards > 1 else ""
+    lines.append(f"{'total':<{w}}{sum(got.values()):>10.3f}{100.0:>8.1f}%  ({summed}what the % are of)")
+    set_up = got.get("set-up", 0.0)
+    after = wall_s - duration_s - set_up
+    lines.append(f"wall {wall_s:.2f} s from the command's start: set-up {set_up:.2f} s + campaign {duration_s:.2f} s "
+                 f"(the summary's time) + after it {after:.2f} s; {shards} shard(s), {cases} cases, "
+                 f"{cases / max(wall_s, 1e-9):.2f} cases/s")
     return "\n".join(lines)
 
 

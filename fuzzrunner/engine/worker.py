@@ -229,7 +229,7 @@ def _set_up(sock: socket.socket, start: protocol.WorkerEnv):
         if device == "cuda":
             torch.cuda.init()
         # every worker, and later campaigns, share one Triton cache for this release and device
-        triton_cache.use(dict(target.code_under_test), device)
+        triton_cache.use(dict(target.code_under_test), device, compiled=not start.context.interpreted)
     except BaseException as e:  # noqa: B036 - SystemExit at import is a broken harness too
         protocol.send(sock, protocol.Harness(f"worker set-up failed: {describe(e, 2000)}", traceback_text(e)))
         return None

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..case import Case, check_schema, check_types, parse_json
 from ..engine.result import stop_text
+from ..engine.stages import rows as stage_rows
 from ..errors import InvalidArgument, InvalidCase
 from ..finding import Finding, check_violation
 from ..safe_io import MAX_REPORT_BYTES, read_text
@@ -118,7 +119,7 @@ def _run_dict(r) -> dict:
             "worker_recycles": getattr(r, "worker_recycles", 0),
             "budget_cut_cases": getattr(r, "budget_cut_cases", 0),
             "worker_s": round(getattr(r, "worker_s", 0.0), 3),
-            "stage_s": {k: round(v, 4) for k, v in getattr(r, "stage_s", {}).items()},
+            **_stage_dict(r, settings),
             "replayed": [{"path": str(p), "id": i, "still_failing": bool(s)} for p, i, s in r.replayed],
             "findings": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.findings],
             "timeline": [[round(t, 3), n, k] for t, n, k in r.timeline],
@@ -130,6 +131,26 @@ def _run_dict(r) -> dict:
             "context": r.context.to_dict() if getattr(r, "context", None) else None,
             **_coverage_dict(r), **({"cluster": r.cluster} if getattr(r, "cluster", None) else {}),
             **({"code_under_test": r.code_under_test} if getattr(r, "code_under_test", None) else {})}
+
+
+def _stage_dict(r, settings: dict) -> dict:
+    """``stage_s``: the rows of ``fuzz --stage-times``' table (engine/stages.py: every stage, ``other``; ``report``
+    once ``note_report_time`` adds it), and ``wall_s``: the command's wall time from its start (set-up, the
+    campaign's ``duration_s``, what came after it)."""
+    stage_s = getattr(r, "stage_s", {}) or {}
+    if not stage_s:
+        return {"stage_s": {}, "wall_s": round(r.duration_s, 3)}
+    got, wall = stage_rows(stage_s, r.duration_s, max(1, int(settings.get("workers") or 1)))
+    return {"stage_s": {k: round(v, 4) for k, v in got.items()}, "wall_s": round(wall, 3)}
+
+
+def note_report_time(report: dict, seconds: float) -> dict:
+    """Each run's ``stage_s["report"]`` (building the report: writing it cannot be in the file) and its wall."""
+    for run in runs(report):
+        if run.get("stage_s"):
+            run["stage_s"]["report"] = round(seconds, 4)
+            run["wall_s"] = round(run.get("wall_s", 0.0) + seconds, 3)
+    return report
 
 
 def skip_lines(skips: int, causes: list, generated: int) -> list[str]:

@@ -6,12 +6,7 @@ Layout: ``sglang/VERSION/sglang/`` (SGLang's Python and JSON files, no compiled 
 the GPU image already has (``IN_IMAGE``: pillow, psutil, charset-normalizer, numpy: 0.5.23's archive was 40 MB
 with numpy, over what can be carried beside vLLM's tree) are left out, and so are the JIT CUDA
 sources (0.5.2x's ``sglang/kernels/jit/include`` and ``csrc``: their folders are there, empty, because importing
-``sglang.kernels.jit`` on CUDA looks for them; nothing the target drives compiles them). Left out too (``UNUSED``),
-as nothing the engine's server path imports them: ``sglang/multimodal_gen`` (the diffusion server, 23 MB),
-``sglang/benchmark``, and ``hf_xet`` (Hugging Face's download accelerator: an offline machine downloads nothing, and
-``huggingface_hub`` only asks whether it is installed). 0.5.23's archive with the front end's packages was 37.7 MB
-with them, 31.9 MB without: with vLLM's tree and this checkout it was over what one device call carries (64 MiB).
-The archive is written beside ``out`` and renamed into place when whole, so a failed run leaves no truncated file.
+``sglang.kernels.jit`` on CUDA looks for them; nothing the target drives compiles them).
 """
 
 from __future__ import annotations
@@ -27,8 +22,6 @@ from pathlib import Path
 from .site import site_dirs
 
 IN_IMAGE = ("PIL", "pillow", "pillow.libs", "psutil", "charset_normalizer", "numpy", "numpy.libs")
-UNUSED_SGLANG = ("multimodal_gen", "benchmark")  # sglang/<this>/...: not imported by the engine's server path
-UNUSED_DEPS = ("hf_xet",)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux_2_34_x86_64", "manylinux_2_24_x86_64")
 
@@ -52,8 +45,6 @@ def _dists(deps: Path) -> dict:
 def _add_release(tar: tarfile.TarFile, version: str, seen: set, compiled: dict) -> None:
     site, deps = site_dirs(version)
     for f in sorted([*(site / "sglang").rglob("*"), *site.glob("sglang-*.dist-info/METADATA")]):
-        if f.relative_to(site).parts[1:2] and f.relative_to(site).parts[1] in UNUSED_SGLANG:
-            continue
         if f.is_file() and f.suffix in (".py", ".json", "") and "__pycache__" not in f.parts:
             tar.add(f, arcname=f"sglang/{version}/{f.relative_to(site)}", recursive=False)
     if (site / "sglang/kernels/jit").is_dir():  # imported on CUDA, it looks for its C++ source folders (left out:
@@ -62,7 +53,7 @@ def _add_release(tar: tarfile.TarFile, version: str, seen: set, compiled: dict) 
             d.type, d.mode = tarfile.DIRTYPE, 0o755
             tar.addfile(d)
     for top, (dist, ver, is_compiled) in _dists(deps).items():
-        if top in IN_IMAGE or top in UNUSED_DEPS or top in seen:
+        if top in IN_IMAGE or top in seen:
             continue
         seen.add(top)
         if is_compiled:
@@ -95,15 +86,10 @@ def _add_wheels(tar: tarfile.TarFile, compiled: dict, tmp: Path) -> None:
 def archive(versions: list[str], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     compiled: dict = {}
-    part = out.with_name(out.name + ".part")
-    try:
-        with tempfile.TemporaryDirectory() as tmp, tarfile.open(part, "w:xz") as tar:
-            seen: set = set()
-            for v in versions:
-                _add_release(tar, v, seen, compiled)
-            _add_wheels(tar, compiled, Path(tmp))
-        part.replace(out)
-    finally:
-        part.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(out, "w:xz") as tar:
+        seen: set = set()
+        for v in versions:
+            _add_release(tar, v, seen, compiled)
+        _add_wheels(tar, compiled, Path(tmp))
     print(f"gpu tree {', '.join(versions)}: {out} ({out.stat().st_size >> 20} MB; compiled deps for 3.12: "
           f"{', '.join(sorted(compiled))})")

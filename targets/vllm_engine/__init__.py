@@ -17,7 +17,7 @@ import os
 
 from fuzzrunner.errors import HarnessError, TargetUnavailable
 
-from ..vllm_lora import load_api, vllm_available
+from ..vllm_lora import check_patch, load_api, vllm_available
 
 _FOUND: dict = {}
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,6 +41,7 @@ def load_engine() -> dict:
     if found.get("LoraState") is None:
         raise TargetUnavailable(f"vLLM {api.version} has no V2 model runner LoraState (vllm.v1.worker.gpu.lora_utils);"
                                 f" the vllm_engine target drives the V2 runner's LoRA bookkeeping.")
+    check_patch(api, "vllm_engine")  # after its own imports: it runs files vllm_lora never imports
     found["api"] = api
     _FOUND.update(found)
     return _FOUND

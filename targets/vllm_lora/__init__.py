@@ -20,6 +20,7 @@ from . import patching, site
 
 INSTALL_HINT = "run scripts/vllm_setup.sh {v} (or pip install vllm, or set FUZZRUNNER_VLLM_SITE)"
 _API = {}
+_FAILED: dict = {}  # device -> the error its import raised (after sys.path was changed: final for this process)
 _FROM: dict = {}  # device -> where the loaded vLLM came from (said before importing it: after, it reads as installed)
 
 
@@ -35,6 +36,9 @@ def vllm_available() -> tuple[bool, str]:
         v = site.wanted_version()
         return False, (f"vLLM is not importable (no installed vllm, no FUZZRUNNER_VLLM_SITE, no set-up tree "
                        f".cache/vllm/{v}/); {INSTALL_HINT.format(v=v)}.")
+    problem = site.explicit_site_problem()
+    if problem:
+        return False, problem
     try:
         patch = patching.requested()
     except TargetUnavailable as e:
@@ -45,14 +49,27 @@ def vllm_available() -> tuple[bool, str]:
 
 
 def load_api():
-    """Import the vLLM under test (once per process) and adapt it."""
+    """Import the vLLM under test (once per process) and adapt it. A failure once sys.path has been changed is this
+    process's answer for good: a second target (doctor and nightly load both) would otherwise look again with the
+    patched copy on sys.path and take it for the tree to patch."""
     device = _device()
     if device in _API:
         return _API[device]
+    if device in _FAILED:
+        raise _FAILED[device]
     ok, why = vllm_available()
     if not ok:
         raise TargetUnavailable(why)
     _FROM[device] = why
+    try:
+        _API[device] = _import(device)
+    except HarnessError as e:
+        _FAILED[device] = e
+        raise
+    return _API[device]
+
+
+def _import(device: str):
     site.prepare_environment(device)
     paths = site.candidate_paths() or []
     patch = patching.requested()
@@ -68,13 +85,19 @@ def load_api():
         raise
     except Exception as e:  # an incomplete tree or an incompatible release: say which and how to fix
         raise TargetUnavailable(f"vLLM failed to import ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
-                           f"{INSTALL_HINT.format(v=site.wanted_version())}.") from None
-    if patch is not None and patched is not None:
-        patching.check_run(patch, patched, _files_run(a), a.found)
+                                f"{INSTALL_HINT.format(v=site.wanted_version())}.") from None
+    a.patched = patched
     a.code = {"engine": "vllm", "release": a.version, "tree": str(tree),
               "patch": str(patch) if patch else None, "patch_sha256": patching.digest(patch) if patch else None}
-    _API[device] = a
     return a
+
+
+def check_patch(a, target: str) -> None:
+    """Refuse a ``FUZZRUNNER_VLLM_PATCH`` that changes a file ``target`` does not run here (patching.check_run):
+    called by each target once it has imported what it drives (vllm_engine imports more than vllm_lora)."""
+    patch = patching.requested()
+    if patch is not None and a.patched is not None:
+        patching.check_run(patch, a.patched, _files_run(a), a.found, target)
 
 
 def _files_run(a) -> set[str]:
@@ -105,6 +128,7 @@ def make_target():
 
     from . import cases, features, runner
     a = load_api()
+    check_patch(a, "vllm_lora")
     entries = cases.ENTRIES if a.punica_cls else tuple(e for e in cases.ENTRIES if e != "punica")
     return Target(
         name="vllm_lora",

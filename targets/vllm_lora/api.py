@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.metadata
 import importlib.util
 import inspect
 import sys
@@ -35,7 +36,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from fuzzrunner import tracking
-from fuzzrunner.errors import HarnessError
+from fuzzrunner.errors import HarnessError, TargetUnavailable
 
 
 def opaque_op():
@@ -65,6 +66,7 @@ class VllmApi:
     code: dict = field(default_factory=dict)  # which vLLM runs: release, tree, patch, its sha256
     protocol: str = "lora_warmup"  # how this release's V2 model runner programs LoRA for dummy runs
     dummy_select: Any = None     # vLLM's maybe_select_dummy_loras (dummy.py), where it takes num_active_loras
+    patched: Any = None          # the patched copy imported (FUZZRUNNER_VLLM_PATCH: patching.py), else None
 
     # -- metadata ---------------------------------------------------------------------
     def make_meta(self, max_loras: int, max_num_tokens: int, device, captured: list[int]):
@@ -414,18 +416,51 @@ def _mapping(api: VllmApi, device: str) -> list[str]:
             f"PunicaWrapperGPU.add_lora_embedding through VocabParallelEmbeddingWithLoRA ({how})"]
 
 
+def _check_triton_on(version: str) -> None:
+    """vLLM decides at import whether Triton runs (``vllm.triton_utils.HAS_TRITON``); where it says no, its ``@jit``
+    hands back plain Python functions and its punica wrapper never imports ``LoRAKernelMeta`` (the NameError a site
+    copy without vLLM's dist-info met on 0.24): the target would fuzz no kernel at all. Refused, saying why."""
+    tu = sys.modules.get("vllm.triton_utils")
+    if tu is None or getattr(tu, "HAS_TRITON", True):
+        return
+    try:
+        importlib.metadata.version("vllm")
+        why = ("its Triton driver check failed: VLLM_LOGGING_LEVEL=INFO shows vLLM's reason; on the CPU, "
+               "CUDA_VISIBLE_DEVICES must be empty and TRITON_INTERPRET=1")
+    except importlib.metadata.PackageNotFoundError:
+        why = ("no vllm-*.dist-info is on sys.path and vLLM reads its own version from it; copy the release's "
+               "dist-info beside vllm/ (in FUZZRUNNER_VLLM_SITE's directory)")
+    raise TargetUnavailable(f"vLLM {version} switched its Triton off at import (vllm.triton_utils.HAS_TRITON is "
+                            f"False), so its LoRA kernels would run as plain Python or not at all: {why}.")
+
+
+def _import_ops(version: str):
+    """vLLM's Triton LoRA ops: (the package, lora_shrink_op, lora_expand_op, utils); a release without them, or a
+    tree missing a package they import, refused with one line saying which."""
+    try:
+        import vllm.lora.ops.triton_ops as ops
+        from vllm.lora.ops.triton_ops import lora_expand_op, lora_shrink_op, utils
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] == "vllm":
+            raise HarnessError(f"vLLM {version} has no vllm.lora.ops.triton_ops ({e}); the vllm_lora target supports "
+                               f"the releases with LoRAKernelMeta (0.8 and later, tested 0.12 - 0.33).") from None
+        raise TargetUnavailable(f"vLLM {version}'s LoRA ops import {e.name!r}, which is not importable here: run "
+                                f"scripts/vllm_setup.sh {version} (its deps/), or give FUZZRUNNER_VLLM_SITE's "
+                                f"directory a deps/ folder that holds it.") from None
+    except ImportError as e:
+        raise HarnessError(f"vLLM {version} has no vllm.lora.ops.triton_ops ({e}); the vllm_lora target "
+                           f"supports the releases with LoRAKernelMeta (0.8 and later, tested 0.12 - 0.33).") from None
+    return ops, lora_shrink_op, lora_expand_op, utils
+
+
 def load(device: str) -> VllmApi:
     notes = []
     import vllm
     version = getattr(vllm, "__version__", "?")
-    try:
-        import vllm.lora.ops.triton_ops as ops
-        from vllm.lora.ops.triton_ops import lora_expand_op, lora_shrink_op, utils
-    except ImportError as e:
-        raise HarnessError(f"vLLM {version} has no vllm.lora.ops.triton_ops ({e}); the vllm_lora target "
-                           f"supports the releases with LoRAKernelMeta (0.8 and later, tested 0.12 - 0.33).") from None
+    ops, lora_shrink_op, lora_expand_op, utils = _import_ops(version)
     if not hasattr(ops, "LoRAKernelMeta"):
         raise HarnessError(f"vLLM {version} has no LoRAKernelMeta; the vllm_lora target supports 0.8 and later.")
+    _check_triton_on(version)
     params = inspect.signature(ops.LoRAKernelMeta.meta_args).parameters
     generation = "g2" if "specialize_active_lora" in params else "g1"
     api = VllmApi(version, generation, ops, lora_shrink_op, lora_expand_op, utils)

@@ -91,11 +91,18 @@ def _donor(version: str, reqs: dict) -> Path | None:
 
 def _top_up(version: str, site: Path, deps: Path, reqs: dict, env: dict, imports=IMPORTS) -> None:
     """Import ``imports`` and install (``--no-deps``, pinned as vLLM pins it) each missing module, until they import."""
+    installed: set[str] = set()
     for _ in range(30):
         mod = _missing_module(site, deps, env, imports)
         if mod is None:
             return
         dist = DIST.get(mod, mod)
+        if mod in installed:  # pip installed the distribution, yet the module is still missing: say which
+            raise SystemExit(f"vllm_setup: vllm {version} imports the module {mod!r}, which installing "
+                             f"{reqs.get(_norm(dist), dist)!r} did not provide; install the distribution that "
+                             f"provides it: pip install --no-deps --target {deps} NAME (and add it to DIST in "
+                             f"targets/vllm_lora/install.py).")
+        installed.add(mod)
         print(f"vllm {version}: installing {reqs.get(_norm(dist), dist)} (imported by vLLM)")
         pip("vllm_setup", "install", "--no-deps", "--target", str(deps), reqs.get(_norm(dist), dist))
     raise SystemExit(f"vllm_setup: vllm {version} still misses modules after 30 installs.")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ IMPORTS = ("vllm.lora.ops.triton_ops", "vllm.lora.punica_wrapper.punica_gpu")  #
 # vllm_engine's too (the managers and the runner mixin: 0.14 imports mistral_common, opentelemetry... through them,
 # which vllm_lora's never reach); the set-up adds what they miss, and goes on without them where they fail otherwise
 ENGINE_IMPORTS = ("vllm.lora.worker_manager", "vllm.v1.worker.lora_model_runner_mixin")
+_VERSION = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
 
 
 def site_dirs(version: str) -> tuple[Path, Path]:
@@ -50,6 +52,37 @@ def candidate_paths() -> list[Path] | None:
     site, deps = site_dirs(wanted_version())
     if (site.parent / "ok").exists():
         return [site, deps]
+    return None
+
+
+def release_of(tree: Path) -> str:
+    """The vLLM release a tree holds: its dist-info's version, else ``vllm/_version.py``'s, else ``unknown``."""
+    for d in sorted(tree.glob("vllm-*.dist-info")):
+        return d.name[len("vllm-"):-len(".dist-info")]
+    try:
+        m = _VERSION.search((tree / "vllm" / "_version.py").read_text(encoding="utf-8"))
+    except OSError:
+        m = None
+    return m.group(1) if m else "unknown"
+
+
+def explicit_site_problem() -> str | None:
+    """What makes ``FUZZRUNNER_VLLM_SITE=DIR`` unusable, in one line (None when it is fine or unset): DIR must hold
+    ``vllm/`` (else an installed vLLM would be imported instead, in silence) and vLLM's dist-info (in DIR or
+    DIR/deps): vLLM reads its own version from it at import, and 0.24 - 0.31 switch Triton off without it (their
+    LoRA kernels undefined: ``NameError: LoRAKernelMeta``), later releases fail their platform probe."""
+    explicit = os.environ.get("FUZZRUNNER_VLLM_SITE")
+    if not explicit:
+        return None
+    base = Path(explicit)
+    if not (base / "vllm").is_dir():
+        return (f"FUZZRUNNER_VLLM_SITE={explicit!r} holds no vllm/ package; give the directory that holds vllm/ "
+                f"(e.g. .cache/vllm/VERSION/site), or unset it.")
+    if not any(next(d.glob("vllm-*.dist-info"), None) for d in (base, base / "deps")):
+        v = release_of(base) if release_of(base) != "unknown" else "VERSION"
+        return (f"FUZZRUNNER_VLLM_SITE={explicit!r} holds vllm/ but no vllm-*.dist-info (in it or its deps/): vLLM "
+                f"reads its own version from it at import, and without it switches Triton off (NameError: "
+                f"LoRAKernelMeta); copy the release's in (cp -al .cache/vllm/{v}/site/vllm-{v}.dist-info {explicit}/).")
     return None
 
 

@@ -2,6 +2,7 @@
 ``fuzzrunner fuzz --stage-times``; a shard's stages add up to at most its wall time (nothing counted twice)."""
 
 import json
+import re
 
 from fuzzrunner import names
 from fuzzrunner.cli import main
@@ -37,13 +38,22 @@ def test_the_report_and_the_command_say_where_the_time_went(tmp_path, capsys):
     oracles = names.effective_oracles(None, "cpu", "none")
     assert {"start-up", "generate", "dispatch", "run", *(f"oracle:{o}" for o in oracles)} <= set(stages)
     assert stages["run"] >= 0.05 * run["examples"]  # each case's nap is in its run
-    shard = sum(v for k, v in stages.items() if k not in CAMPAIGN)
-    assert shard <= run["duration_s"] + 0.01  # exclusive: no second counted twice
+    shard = sum(v for k, v in stages.items() if k not in CAMPAIGN)  # "other" included: the shard's whole time
+    assert abs(shard - run["duration_s"]) < 0.01  # exclusive: no second counted twice, none lost
     assert stages["set-up"] > 0  # the command's start to the shard's: imports, the target loaded, the plan
+    # the table's rows are all in the report (a new user's trial: report, other and the wall were not)
+    assert {"report", "other"} <= set(stages)
+    assert abs(run["wall_s"] - (run["duration_s"] + stages["set-up"] + stages["report"])) < 0.01
     out = capsys.readouterr().out
     table = out[out.index("where the time went (napping, cpu):"):].splitlines()
-    assert table[1].split() == ["stage", "s", "%", "wall"] and table[-1].startswith("wall ")
-    assert {"run", "report", "other"} <= {line.split()[0] for line in table[2:-1]}
+    assert table[1].split() == ["stage", "s", "%"] and table[-1].startswith("wall ")
+    assert {"run", "report", "other", "total"} <= {line.split()[0] for line in table[2:-1]}
+    # the summary's time is the table's campaign part, both labelled so
+    summary = next(line for line in out.splitlines() if line.startswith("napping: "))
+    said = re.search(r" in ([\d.]+) s of campaign \(\+ ([\d.]+) s set-up\)", summary)
+    assert said and abs(float(said[1]) - run["duration_s"]) < 0.06 and abs(float(said[2]) - stages["set-up"]) < 0.06
+    in_table = re.search(r"campaign ([\d.]+) s \(the summary's time\)", table[-1])
+    assert in_table and abs(float(in_table[1]) - run["duration_s"]) < 0.006, table[-1]
 
 
 def test_shard_processes_add_their_stages_and_their_start(tmp_path):

@@ -88,3 +88,19 @@ def test_a_shape_palette_on_a_target_without_shapes_is_said_not_ignored(tmp_path
     quiet = run_campaign("reference_runner", Settings(max_examples=2, seed=1, device="cpu", shrink=False),
                          corpus_dir=tmp_path / "c2")
     assert not any("shape-palette" in w for w in quiet.warnings)
+
+
+def test_a_cpu_campaign_that_compiles_nothing_leaves_no_empty_cache_folders(tmp_path, monkeypatch):
+    """A new user's trial: every CPU run made ROOT/triton-V/RELEASE/cpu, empty (Triton's interpreter compiles
+    nothing). The folder is proven makeable and removed; what does use Triton's cache makes it (the test above)."""
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setenv(triton_cache.ROOT_ENV, str(tmp_path / "tc"))
+    r = run_campaign("lora_kernels", Settings(max_examples=2, seed=1, device="cpu", shrink=False),
+                     corpus_dir=tmp_path / "c")
+    assert r.examples >= 1 and not any(triton_cache.ROOT_ENV in w for w in r.warnings)
+    assert not (tmp_path / "tc").exists(), [str(p) for p in (tmp_path / "tc").rglob("*")]
+    # the worker's side, in this process: pointed at the folder, nothing made; where Triton compiles, made
+    assert triton_cache.use({"engine": "e", "release": "1"}, "cpu", compiled=False) == os.environ["TRITON_CACHE_DIR"]
+    assert not (tmp_path / "tc").exists()
+    monkeypatch.delenv("TRITON_CACHE_DIR")
+    assert os.path.isdir(triton_cache.use({"engine": "e", "release": "1"}, "cpu", compiled=True))

@@ -53,7 +53,7 @@ def test_a_budget_moves_the_fraction_even_when_few_cases_ran(monkeypatch):
     p = Progress(Stream(False), settings(max_examples=10_000, budget_s=10.0))
     monkeypatch.setattr(progress_module.time, "monotonic", lambda: p.numbers.start + 5.0)
     p(prog(p, 3, 0))
-    assert "3/10000 generated (50% of the 10 s budget)" in p.text() and "ETA 5 s" in p.text()
+    assert "3/10000 generated (0%, 50% of the 10 s budget)" in p.text() and "ETA 5 s" in p.text()
 
 
 def test_off_a_terminal_heartbeat_lines_are_spaced_and_messages_are_plain(monkeypatch):
@@ -71,7 +71,7 @@ def test_off_a_terminal_heartbeat_lines_are_spaced_and_messages_are_plain(monkey
     lines = s.getvalue().splitlines()
     assert [ln.split(" generated")[0] for ln in lines[:2]] == ["0/100", "9/100"]
     assert lines[2] == "  found: uninitialized-read of x after 1 example (0.5 s)"
-    assert lines[3] == "stopped: max-examples after 1 case in 2.0 s"
+    assert lines[3] == "stopped: max-examples after 1 case in 2.0 s of campaign"
     assert "\033" not in s.getvalue() and len(lines) == 4
 
 
@@ -84,7 +84,7 @@ def test_on_a_terminal_rich_draws_a_bar_and_messages_stay_above_it():
     p.done(result(examples=5))
     out = s.getvalue()
     assert "  warning: a slow case" in out
-    assert out.rstrip().endswith("ref: stopped: max-examples after 5 cases in 2.0 s")
+    assert out.rstrip().endswith("ref: stopped: max-examples after 5 cases in 2.0 s of campaign")
     assert "\033[" in out  # drawn live, and cleared (transient) before the summary
 
 
@@ -116,4 +116,22 @@ def test_the_budget_share_and_eta_count_the_set_up_and_the_rate_does_not(monkeyp
     p = Progress(Stream(False), settings(max_examples=10_000, budget_s=60.0))
     now[0] = 136.0  # 30 s of set-up, then 6 s of the campaign
     p(prog(p, 3, 0, elapsed=6.0))
-    assert "(60% of the 60 s budget)" in p.text() and "0.5 cases/s, 36 s, ETA 24 s" in p.text()
+    assert "(0%, 60% of the 60 s budget)" in p.text() and "0.5 cases/s, 36 s, ETA 24 s" in p.text()
+
+
+def test_the_line_keeps_one_shape_as_the_budget_overtakes_the_count(monkeypatch):
+    """A new user's trial: the line said '1/20 generated (20% of the 120 s budget)', then '14/20 generated (70%)':
+    which share it showed switched mid-run with whichever was ahead. Now both, always, in the same places."""
+    now = [0.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: now[0])
+    p = Progress(Stream(False), settings(max_examples=20, budget_s=120.0))
+    shapes = set()
+    for t, n in ((24.0, 1), (35.0, 14), (60.0, 15), (100.0, 16)):
+        now[0] = t
+        p(prog(p, n, 0, elapsed=t))
+        shapes.add(re.sub(r"\d+", "N", p.text()))
+    assert shapes == {"N/N generated (N%, N% of the N s budget), N findings, N.N cases/s, N s, ETA N s"}, shapes
+    assert "1/20 generated (5%, 20% of the 120 s budget)" not in p.text()
+    unlimited = Progress(Stream(False), settings(max_examples=20))
+    unlimited(prog(unlimited, 14, 0))
+    assert "14/20 generated (70%), " in unlimited.text()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fuzzrunner.engine.stages import WORKER, CompileTimer, StageClock, merged, ordered, table
+from fuzzrunner.engine.stages import WORKER, CompileTimer, StageClock, merged, ordered, rows, table
 
 
 class _Clock:
@@ -62,11 +62,31 @@ def test_shards_are_summed_and_the_table_orders_oracles_after_the_run():
     assert ordered(s) == ["run", "oracle:a", "oracle:b", "triage", "mine"]
     text = table(s, duration_s=4.0, cases=9, shards=2, extra={"report": 0.5})
     lines = text.splitlines()
-    assert [ln.split()[0] for ln in lines[1:-1]] == ["run", "oracle:a", "oracle:b", "triage", "mine", "report",
+    assert [ln.split()[0] for ln in lines[1:-2]] == ["run", "oracle:a", "oracle:b", "triage", "mine", "report",
                                                      "other"]
-    # the wall: the shards' 4 s and the campaign process's triage and report; other: 2 x 4 s less 4.6 s in stages
-    assert lines[1].split() == ["run", "3.000", "54.5%"] and lines[-2].split() == ["other", "3.400", "61.8%"]
-    assert lines[-1] == "wall 5.50 s, 2 shard(s), 9 cases, 1.64 cases/s"
+    # other: 2 x 4 s less 4.6 s in shard stages; the % are of every row's sum (9.5 s), so they add up to 100
+    assert lines[1].split() == ["run", "3.000", "31.6%"] and lines[-3].split() == ["other", "3.400", "35.8%"]
+    assert lines[-2].startswith("total                      9.500   100.0%  (2 shards' stages summed")
+    # the wall: the shards' 4 s and the campaign process's triage and report, said as the summary's time splits it
+    assert lines[-1] == ("wall 5.50 s from the command's start: set-up 0.00 s + campaign 4.00 s (the summary's time) "
+                         "+ after it 1.50 s; 2 shard(s), 9 cases, 1.64 cases/s")
+
+
+@pytest.mark.parametrize("shards", [1, 2, 4])
+def test_the_percentages_add_up_to_100_whatever_the_shards(shards):
+    """A new user's trial: with 2 shards the '% wall' column summed to ~190% (shard stages summed over the shards,
+    divided by the wall) with nothing saying what it was of."""
+    s = {"set-up": 10.9, "shard-start": 44.5, "generate": 6.3, "run": 28.8, "oracle:numeric": 0.2, "shutdown": 0.5}
+    lines = table(s, duration_s=41.6, cases=20, shards=shards, extra={"report": 0.05}).splitlines()
+    pct = [float(ln.split()[-1].rstrip("%")) for ln in lines[1:-2]]
+    assert sum(pct) == pytest.approx(100.0, abs=0.3)
+    assert lines[0].split() == ["stage", "s", "%"] and lines[-2].split()[:3] == ["total", lines[-2].split()[1],
+                                                                                 "100.0%"]
+
+
+def test_rows_take_a_reports_other_and_report_as_they_are():
+    got, wall = rows({"set-up": 1.0, "run": 3.0, "other": 99.0, "report": 0.5}, 4.0, 1)
+    assert got == {"set-up": 1.0, "run": 3.0, "report": 0.5, "other": 1.0} and wall == 5.5
 
 
 def test_the_compile_timer_sums_triton_s_listener_calls_and_chains():
