@@ -14,7 +14,7 @@ FEATURE_SPACE = tuple(
        "step=index-reused", "step=repeated", "state=slots-full", "state=more-adapters-than-cpu-slots",
        "state=removed-in-use", "state=pinned", "state=re-added"]
     + [f"max_loras={n}" for n in (1, 2, 3)]
-    + ["runner=v1", "runner=v1-graphs", "runner=v1-reorder"])
+    + ["runner=v1", "runner=v1-graphs", "runner=v1-reorder", "runner=v2-graphs", "graphs=specialize-lora-off"])
 
 
 def _config(c: dict, out: set) -> None:
@@ -33,6 +33,10 @@ def _config(c: dict, out: set) -> None:
             out.add("runner=v1-graphs")
         if c.get("reorder_threshold"):
             out.add("runner=v1-reorder")
+    elif c.get("cudagraph_mode", "NONE") != "NONE":  # v2_graphs.py
+        out.add("runner=v2-graphs")
+    if c.get("cudagraph_mode", "NONE") != "NONE" and c.get("cudagraph_specialize_lora") is False:
+        out.add("graphs=specialize-lora-off")
     if c.get("target_modules") is not None:
         out.add("target_modules=filtered")
     if c.get("lora_dtype") == "auto":
