@@ -58,7 +58,13 @@ def describe() -> list[str]:
             f"{how}" + (", sort_batch_req_ids" if f["sort_batch_req_ids"] else "")
             + ("; V1 runner: InputBatch, set_active_loras, CudagraphDispatcher" if f.get("v1") else "")
             + ("; V2 runner graphs: ModelCudaGraphManager, get_lora_capture_cases, create_lora_capture_hook, "
-               "get_num_active_loras_for_dispatch, dispatch_cg_and_sync_dp" if f.get("v2_graphs") else "")]
+               "get_num_active_loras_for_dispatch, dispatch_cg_and_sync_dp" if f.get("v2_graphs") else
+               f"; no V2 runner graph cases ({_v2_graphs_missing()})")]
+
+
+def _v2_graphs_missing() -> str:
+    from .v2_graphs import MISSING
+    return MISSING[0] if MISSING else "no LoRA capture cases before vLLM 0.24"
 
 
 def make_target():

@@ -292,8 +292,8 @@ def run(case, ctx, found: dict) -> None:
     from .v1_runner import V1Session
     from .v2_graphs import V2GraphSession, graphs_drawn
     with faults.planted(case.faults, found):
-        cls = V1Session if case.config.get("runner") == "v1" else V2GraphSession if graphs_drawn(case.config) else Session
-        s = cls(case, ctx, found)
+        cls = V2GraphSession if graphs_drawn(case.config) else Session
+        s = (V1Session if case.config.get("runner") == "v1" else cls)(case, ctx, found)
         with set_current_vllm_config(s.cfg):
             for i, op in enumerate(case.ops):
                 with ctx.op(i, op):

@@ -50,7 +50,9 @@ from .runner import Session
 
 
 def find() -> SimpleNamespace | None:
-    """vLLM's V2-runner graph pieces with LoRA capture cases (#35536: 0.24 and later), or None."""
+    """vLLM's V2-runner graph pieces with LoRA capture cases (#35536: 0.24 and later), or None (``MISSING`` says
+    why: a release without them, or a tree where they do not import, e.g. a GPU machine's carried tree without a
+    module the graph manager imports: the rest of the target runs without V2 graph cases)."""
     try:
         from vllm.config import CUDAGraphMode
         from vllm.v1.worker.gpu import cudagraph_utils
@@ -60,7 +62,8 @@ def find() -> SimpleNamespace | None:
             get_lora_capture_cases,
             get_num_active_loras_for_dispatch,
         )
-    except ImportError:
+    except Exception as e:  # noqa: BLE001 - ImportError, or what a carried tree's platform raises at import
+        MISSING[:] = [f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"]
         return None
     try:  # the uniform decode count: 0.28 and later (its prefill argument named per release); 0.24 in cudagraph_utils
         from vllm.v1.worker.utils import get_uniform_decode_token_count as uniform
@@ -71,6 +74,9 @@ def find() -> SimpleNamespace | None:
         Manager=getattr(cudagraph_utils, "ModelCudaGraphManager", cudagraph_utils.CudaGraphManager),
         dispatch=dispatch_cg_and_sync_dp, capture_hook=create_lora_capture_hook, capture_cases=get_lora_capture_cases,
         active_loras=get_num_active_loras_for_dispatch, uniform=uniform)
+
+
+MISSING: list[str] = []  # why find() found no V2 graph pieces
 
 
 class _NoGraphPool:
@@ -123,7 +129,8 @@ class V2GraphSession(Session):
         mode = g.CUDAGraphMode[c["cudagraph_mode"]]
         cc.cudagraph_specialize_lora = bool(c.get("cudagraph_specialize_lora", True))
         cc.cudagraph_mode = mode
-        cc.cudagraph_capture_sizes, cc.max_cudagraph_capture_size = sorted(c.get("cudagraph_capture_sizes") or [1]), None
+        cc.cudagraph_capture_sizes = sorted(c.get("cudagraph_capture_sizes") or [1])
+        cc.max_cudagraph_capture_size = None  # vLLM's _set_cudagraph_sizes sets it from the sizes
         kw: dict = {"lora_capture_cases": g.capture_cases(self.cfg.lora_config, cc)}
         with self._drafts(), mock.patch.object(g.module, "current_platform", _NoGraphPool(g.module.current_platform)):
             self.cfg._set_cudagraph_sizes()  # vLLM's resolution of the sizes, as for a server's --compilation-config

@@ -121,8 +121,9 @@ def test_v1_through_the_v2_runner_is_silent_with_its_fix(tmp_path):
     import subprocess
     import sys
 
-    from fuzzrunner.case import Case
     from test_vllm_engine_target import CONFIG
+
+    from fuzzrunner.case import Case
     _needs_v2_graphs()
     path = tmp_path / "v1_v2_runner.json"
     path.write_text(Case("vllm_engine", {**CONFIG, **GRAPHS, "specialize_active_lora": True}, tuple(MIXED), ()).to_json())
