@@ -71,12 +71,15 @@ GRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEW
 
 
 def _check_runner(c: dict) -> None:
-    """The runner knobs (V1 cases: v1_runner.py): ``runner``, ``cudagraph_mode``, ``cudagraph_capture_sizes``,
-    ``cudagraph_specialize_lora``, ``reorder_threshold``."""
+    """The runner knobs (V1 cases: v1_runner.py; V2 graphs: v2_graphs.py): ``runner``, ``cudagraph_mode``,
+    ``cudagraph_capture_sizes`` (null in a V2-runner case: vLLM's default sizes), ``cudagraph_specialize_lora``,
+    ``reorder_threshold``."""
     if c.get("runner", "v2") not in ("v1", "v2"):
         raise InvalidCase(f"runner {c.get('runner')!r}: 'v1' (GPUModelRunner, up to vLLM 0.33) or 'v2'.")
     if c.get("cudagraph_mode", "NONE") not in GRAPH_MODES:
         raise InvalidCase(f"cudagraph_mode {c.get('cudagraph_mode')!r}: one of {', '.join(GRAPH_MODES)}.")
+    if c.get("cudagraph_capture_sizes") is None and c.get("runner", "v2") == "v2":
+        return  # vLLM's own default sizes (VllmConfig._set_cudagraph_sizes): up to max_num_batched_tokens
     sizes = c.get("cudagraph_capture_sizes") or [1]
     if any(not 1 <= n <= c["max_num_batched_tokens"] for n in sizes):
         raise InvalidCase(f"cudagraph_capture_sizes {sizes!r}: each 1..max_num_batched_tokens="
@@ -445,6 +448,8 @@ def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",), v2_graphs
         cfg.update(draw(runner_config(cfg["max_num_batched_tokens"], 1 + cfg["num_speculative_tokens"])))
     elif v2_graphs and draw(st.booleans()):  # the V2 runner's CUDA graphs (v2_graphs.py: 0.24 and later)
         cfg.update(draw(graph_config(cfg["max_num_batched_tokens"], 1 + cfg["num_speculative_tokens"])))
+        if draw(st.booleans()):
+            cfg["cudagraph_capture_sizes"] = None  # vLLM's default sizes, as a server without the option gets
     return cfg
 
 

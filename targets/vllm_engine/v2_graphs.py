@@ -129,7 +129,8 @@ class V2GraphSession(Session):
         mode = g.CUDAGraphMode[c["cudagraph_mode"]]
         cc.cudagraph_specialize_lora = bool(c.get("cudagraph_specialize_lora", True))
         cc.cudagraph_mode = mode
-        cc.cudagraph_capture_sizes = sorted(c.get("cudagraph_capture_sizes") or [1])
+        sizes = c.get("cudagraph_capture_sizes")  # None: vLLM's default sizes
+        cc.cudagraph_capture_sizes = None if sizes is None else sorted(sizes)
         cc.max_cudagraph_capture_size = None  # vLLM's _set_cudagraph_sizes sets it from the sizes
         kw: dict = {"lora_capture_cases": g.capture_cases(self.cfg.lora_config, cc)}
         with self._drafts(), mock.patch.object(g.module, "current_platform", _NoGraphPool(g.module.current_platform)):
