@@ -56,7 +56,15 @@ def describe() -> list[str]:
             "vllm driven  LRUCacheWorkerLoRAManager, LRUCacheLoRAModelManager, PEFT loading, the *WithLoRA layers of "
             "a Llama-shaped model of vLLM's layer classes, PunicaWrapperGPU, LoRAModelRunnerMixin, LoraState."
             f"{how}" + (", sort_batch_req_ids" if f["sort_batch_req_ids"] else "")
-            + ("; V1 runner: InputBatch, set_active_loras, CudagraphDispatcher" if f.get("v1") else "")]
+            + ("; V1 runner: InputBatch, set_active_loras, CudagraphDispatcher" if f.get("v1") else "")
+            + ("; V2 runner graphs: ModelCudaGraphManager, get_lora_capture_cases, create_lora_capture_hook, "
+               "get_num_active_loras_for_dispatch, dispatch_cg_and_sync_dp" if f.get("v2_graphs") else
+               f"; no V2 runner graph cases ({_v2_graphs_missing()})")]
+
+
+def _v2_graphs_missing() -> str:
+    from .v2_graphs import MISSING
+    return MISSING[0] if MISSING else "no LoRA capture cases before vLLM 0.24"
 
 
 def make_target():
@@ -68,7 +76,8 @@ def make_target():
         name="vllm_engine",
         description=f"vLLM {found['api'].version}'s LoRA adapter manager (load, LRU eviction, pinning, mapping), "
                     f"*WithLoRA layers and V2-runner LoRA bookkeeping, driven through steps, dummy runs and churn",
-        cases=functools.partial(cases.vllm_engine_cases, runners=("v2", "v1") if found.get("v1") else ("v2",)),
+        cases=functools.partial(cases.vllm_engine_cases, runners=("v2", "v1") if found.get("v1") else ("v2",),
+                                v2_graphs=found.get("v2_graphs") is not None),
         run=functools.partial(runner.run, found=found),
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),

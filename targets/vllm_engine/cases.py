@@ -71,12 +71,15 @@ GRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEW
 
 
 def _check_runner(c: dict) -> None:
-    """The runner knobs (V1 cases: v1_runner.py): ``runner``, ``cudagraph_mode``, ``cudagraph_capture_sizes``,
-    ``cudagraph_specialize_lora``, ``reorder_threshold``."""
+    """The runner knobs (V1 cases: v1_runner.py; V2 graphs: v2_graphs.py): ``runner``, ``cudagraph_mode``,
+    ``cudagraph_capture_sizes`` (null in a V2-runner case: vLLM's default sizes), ``cudagraph_specialize_lora``,
+    ``reorder_threshold``."""
     if c.get("runner", "v2") not in ("v1", "v2"):
         raise InvalidCase(f"runner {c.get('runner')!r}: 'v1' (GPUModelRunner, up to vLLM 0.33) or 'v2'.")
     if c.get("cudagraph_mode", "NONE") not in GRAPH_MODES:
         raise InvalidCase(f"cudagraph_mode {c.get('cudagraph_mode')!r}: one of {', '.join(GRAPH_MODES)}.")
+    if c.get("cudagraph_capture_sizes") is None and c.get("runner", "v2") == "v2":
+        return  # vLLM's own default sizes (VllmConfig._set_cudagraph_sizes): up to max_num_batched_tokens
     sizes = c.get("cudagraph_capture_sizes") or [1]
     if any(not 1 <= n <= c["max_num_batched_tokens"] for n in sizes):
         raise InvalidCase(f"cudagraph_capture_sizes {sizes!r}: each 1..max_num_batched_tokens="
@@ -401,20 +404,27 @@ def _adapter(draw, max_rank: int, subs: list[str]) -> dict:
 
 
 @st.composite
-def runner_config(draw, max_tokens: int, query_len: int) -> dict:
-    """The V1 runner's knobs (v1_runner.py): graph mode and capture sizes (as vLLM's CompilationConfig fields),
-    ``cudagraph_specialize_lora``, the attention backend's reorder threshold (None: no reorder)."""
+def graph_config(draw, max_tokens: int, query_len: int) -> dict:
+    """The graph knobs, as vLLM's ``CompilationConfig`` fields: ``cudagraph_mode``, ``cudagraph_capture_sizes``,
+    ``cudagraph_specialize_lora`` (on 3 times in 4: vLLM's default)."""
     sizes = sorted(draw(st.sets(st.sampled_from([n for n in (1, 2, 4, 8, 16) if n <= max_tokens]),
                                 min_size=1, max_size=3)))
     if sizes[-1] < query_len:  # a FULL decode graph needs a size >= 1 + num_speculative_tokens (_check_runner)
         sizes.append(next(n for n in (2, 4, 8, 16) if n >= query_len))
-    return {"runner": "v1", "cudagraph_mode": draw(st.sampled_from(GRAPH_MODES[1:] + ("NONE",))),
-            "cudagraph_capture_sizes": sizes, "cudagraph_specialize_lora": draw(st.integers(0, 3)) > 0,
+    return {"cudagraph_mode": draw(st.sampled_from(GRAPH_MODES[1:] + ("NONE",))),
+            "cudagraph_capture_sizes": sizes, "cudagraph_specialize_lora": draw(st.integers(0, 3)) > 0}
+
+
+@st.composite
+def runner_config(draw, max_tokens: int, query_len: int) -> dict:
+    """The V1 runner's knobs (v1_runner.py): the graph knobs (``graph_config``), the attention backend's reorder
+    threshold (None: no reorder)."""
+    return {"runner": "v1", **draw(graph_config(max_tokens, query_len)),
             "reorder_threshold": draw(st.sampled_from([None, 1, 2]))}
 
 
 @st.composite
-def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",)) -> dict:
+def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",), v2_graphs: bool = False) -> dict:
     max_loras = draw(st.integers(1, 3))
     dtype = draw(st.sampled_from(DTYPES[device]))
     layout = {"qkv": draw(st.sampled_from(["merged", "fused"])), "gate_up": draw(st.sampled_from(["merged", "fused"]))}
@@ -436,17 +446,24 @@ def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",)) -> dict:
     }
     if "v1" in runners and ("v2" not in runners or draw(st.booleans())):
         cfg.update(draw(runner_config(cfg["max_num_batched_tokens"], 1 + cfg["num_speculative_tokens"])))
+    elif v2_graphs and draw(st.booleans()):  # the V2 runner's CUDA graphs (v2_graphs.py: 0.24 and later)
+        cfg.update(draw(graph_config(cfg["max_num_batched_tokens"], 1 + cfg["num_speculative_tokens"])))
+        if draw(st.booleans()):
+            cfg["cudagraph_capture_sizes"] = None  # vLLM's default sizes, as a server without the option gets
     return cfg
 
 
 @st.composite
 def vllm_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
-                      runners: tuple = ("v2",)) -> Case:
+                      runners: tuple = ("v2",), v2_graphs: bool = False) -> Case:
     """A case for a run on ``device`` (the campaign's): its model dtypes (``DTYPES``); ``runners``: the model
-    runners this vLLM has (``"v1"`` up to 0.33: V1 cases draw no prompt logprobs)."""
-    cfg = draw(engine_config(device, runners))
+    runners this vLLM has (``"v1"`` up to 0.33: V1 cases draw no prompt logprobs); ``v2_graphs``: its V2 runner
+    captures CUDA graphs with LoRA (0.24 and later: half the V2-runner cases draw the graph knobs)."""
+    cfg = draw(engine_config(device, runners, v2_graphs))
     ops = draw(OPS.ops(lambda: EngineState(cfg), max_ops=max_ops, go_on_odds=GO_ON_ODDS))
     if cfg.get("runner") == "v1":
         ops = [dict(op, reqs=[dict(r, prompt_logprobs=False) for r in op["reqs"]]) if op["op"] == "step" else op
                for op in ops]
+    elif cfg.get("cudagraph_mode", "NONE") != "NONE":  # a step's padding is the graph dispatch's (v2_graphs.py)
+        ops = [dict(op, pad=0) if op["op"] == "step" else op for op in ops]
     return Case("vllm_engine", cfg, tuple(ops), tuple(faults))

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Iterator
 from unittest import mock
 
-from . import v1_faults
+from . import v1_faults, v2_graph_faults
 
 FAULTS = {
     "mapping_cache_ignores_slots":
@@ -39,6 +39,7 @@ FAULTS = {
 }
 
 FAULTS.update(v1_faults.FAULTS)  # the V1 runner's InputBatch and dispatcher (v1_faults.py)
+FAULTS.update(v2_graph_faults.FAULTS)  # the V2 runner's graph dispatch (v2_graph_faults.py)
 
 
 def unavailable(found: dict) -> dict:
@@ -50,7 +51,7 @@ def unavailable(found: dict) -> dict:
     elif not found.get("make_lora_inputs_takes_num_logits"):
         out["logits_mapping_per_request"] = ("this vLLM's LoraState.make_lora_inputs already maps one lm_head row per "
                                              "request (it takes no num_logits)")
-    return out | v1_faults.unavailable(found)
+    return out | v1_faults.unavailable(found) | v2_graph_faults.unavailable(found)
 
 
 def _patched(owner, name: str, value):
@@ -162,6 +163,7 @@ _PLANT = {
     "lora_state_keeps_finished_adapter": _state_keeps_adapter,
     "logits_mapping_per_request": _logits_per_request,
     **v1_faults.PLANT,
+    **v2_graph_faults.PLANT,
 }
 
 

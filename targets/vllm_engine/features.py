@@ -14,7 +14,7 @@ FEATURE_SPACE = tuple(
        "step=index-reused", "step=repeated", "state=slots-full", "state=more-adapters-than-cpu-slots",
        "state=removed-in-use", "state=pinned", "state=re-added"]
     + [f"max_loras={n}" for n in (1, 2, 3)]
-    + ["runner=v1", "runner=v1-graphs", "runner=v1-reorder"])
+    + ["runner=v1", "runner=v1-graphs", "runner=v1-reorder", "runner=v2-graphs", "graphs=specialize-lora-off"])
 
 
 def _config(c: dict, out: set) -> None:
@@ -27,12 +27,7 @@ def _config(c: dict, out: set) -> None:
                        ("specialize_active_lora", "specialize_active_lora=on")):
         if c.get(knob):
             out.add(name)
-    if c.get("runner") == "v1":  # v1_runner.py
-        out.add("runner=v1")
-        if c.get("cudagraph_mode", "NONE") != "NONE":
-            out.add("runner=v1-graphs")
-        if c.get("reorder_threshold"):
-            out.add("runner=v1-reorder")
+    _runner(c, out)
     if c.get("target_modules") is not None:
         out.add("target_modules=filtered")
     if c.get("lora_dtype") == "auto":
@@ -42,6 +37,21 @@ def _config(c: dict, out: set) -> None:
         out.add("adapter=rslora")
     if len({a.get("rank") for a in specs}) > 1:
         out.add("adapters=mixed-ranks")
+
+
+def _runner(c: dict, out: set) -> None:
+    """The runner and its graphs: V1 (v1_runner.py), V2 with CUDA graphs (v2_graphs.py)."""
+    graphs = c.get("cudagraph_mode", "NONE") != "NONE"
+    if c.get("runner") == "v1":
+        out.add("runner=v1")
+        if graphs:
+            out.add("runner=v1-graphs")
+        if c.get("reorder_threshold"):
+            out.add("runner=v1-reorder")
+    elif graphs:
+        out.add("runner=v2-graphs")
+    if graphs and c.get("cudagraph_specialize_lora") is False:
+        out.add("graphs=specialize-lora-off")
 
 
 def _step(op: dict, live: dict, freed: int, last, out: set) -> int:

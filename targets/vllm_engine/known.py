@@ -11,8 +11,8 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool) -> str | None:
     """"P1", "S1", "E1", "E2" or "V1" where ``finding`` (a report's finding: ``violation``, ``case``) is that bug, else
     None. ``logits_mapped_per_row``: this vLLM's ``LoraState.make_lora_inputs`` takes ``num_logits`` (0.34 and
     later), so a wrong lm_head row is not S1 (nor in a V1-runner case: that runner maps 1 + drafts rows). V1 is
-    told by a graph replay's mismatch in a layer (the logits run outside the graph) in a V1-runner case under
-    ``specialize_active_lora`` (v1_runner.py)."""
+    told by a graph replay's mismatch in a layer (the logits run outside the graph) under ``specialize_active_lora``,
+    in a V1-runner case (v1_runner.py) or a V2-runner case with CUDA graphs (v2_graphs.py)."""
     v = finding["violation"]
     case = finding["case"]
     tensor, message = v.get("tensor") or "", v.get("message") or ""
@@ -32,7 +32,7 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool) -> str | None:
             set(case["config"].get("target_modules") or []) <= {"lm_head"}:
         return "E2"  # LoRA on lm_head alone: an empty dummy adapter
     v1_runner = case["config"].get("runner") == "v1"
-    if tensor.startswith("replay.") and not tensor.startswith("replay.logits") and v1_runner and \
+    if tensor.startswith("replay.") and not tensor.startswith("replay.logits") and \
             case["config"].get("specialize_active_lora"):
         return "V1"  # a graph of key k replays a batch of k adapters and base-model rows with grid z = k
     if tensor.startswith("step.logits") and not logits_mapped_per_row and not v1_runner:

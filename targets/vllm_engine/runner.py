@@ -209,6 +209,11 @@ class Session:
             r.get("prompt_logprobs") and r["id"] in new for r in reqs) else []
         prompt_rows = [list(enumerate(prompt))[k:k + self.found["prompt_chunk"]]
                        for k in range(0, len(prompt), self.found["prompt_chunk"])]
+        self.forward_step(op, reqs, new, rows, logits_rows, prompt_rows)
+
+    def forward_step(self, op, reqs: list[dict], new: set[str], rows, logits_rows, prompt_rows) -> None:
+        """The step's forward, on ``pad`` rows of graph padding as the case draws them (with CUDA graphs the
+        dispatch's: v2_graphs.py)."""
         self.forward("step", rows, op.get("pad", 0), op.get("seed", 0), logits_rows, prompt_rows)
 
     # -- the forward and its reference ------------------------------------------------------------
@@ -285,8 +290,10 @@ def run(case, ctx, found: dict) -> None:
     from vllm.config import set_current_vllm_config
 
     from .v1_runner import V1Session
+    from .v2_graphs import V2GraphSession, graphs_drawn
     with faults.planted(case.faults, found):
-        s = (V1Session if case.config.get("runner") == "v1" else Session)(case, ctx, found)
+        cls = V2GraphSession if graphs_drawn(case.config) else Session
+        s = (V1Session if case.config.get("runner") == "v1" else cls)(case, ctx, found)
         with set_current_vllm_config(s.cfg):
             for i, op in enumerate(case.ops):
                 with ctx.op(i, op):

@@ -138,6 +138,8 @@ def prepare() -> dict:
         found["prompt_chunk"] = 1024
     from . import v1_runner
     found["v1"] = v1_runner.find()  # the V1 runner's InputBatch and dispatcher (up to 0.33), or None
+    from . import v2_graphs
+    found["v2_graphs"] = v2_graphs.find()  # the V2 runner's graph manager and LoRA capture cases (0.24 on), or None
     _STATE["found"] = found
     return found
 

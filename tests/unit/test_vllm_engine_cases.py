@@ -272,3 +272,21 @@ def test_a_full_decode_graph_smaller_than_a_decode_step_is_refused():
     with pytest.raises(InvalidCase, match="at least 1 \\+ num_speculative_tokens = 3"):
         cases.check(Case(case.target, bad, case.ops, ()))
     cases.check(Case(case.target, {**bad, "cudagraph_mode": "PIECEWISE"}, case.ops, ()))
+
+
+def test_v2_graph_cases_come_only_where_the_v2_runner_captures_lora_graphs():
+    """Where the V2 runner has LoRA capture cases (0.24 on: v2_graphs.py), V2-runner cases draw the graph knobs; their
+    steps draw no padding (the dispatch pads); V1-runner cases keep theirs."""
+    seen: set = set()
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck), database=None,
+              derandomize=True)
+    @given(cases.vllm_engine_cases(runners=("v2", "v1"), v2_graphs=True))
+    def collect(case):
+        c = cases.check(case)
+        seen.update(features.features(case))
+        if c.get("runner", "v2") == "v2" and c.get("cudagraph_mode", "NONE") != "NONE":
+            assert c["cudagraph_mode"] in cases.GRAPH_MODES and "reorder_threshold" not in c
+            assert all(op.get("pad", 0) == 0 for op in case.ops if op["op"] == "step")
+    collect()
+    assert {"runner=v2-graphs", "graphs=specialize-lora-off", "runner=v1-graphs"} <= seen, seen

@@ -1,0 +1,39 @@
+"""Planted faults in the V2 model runner's CUDA-graph choice with LoRA (v2_graphs.py): each replaces one method of
+vLLM's for the length of a case, as ``faults.py``'s do (which merges these into the target's ``FAULTS``)."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+
+FAULTS = {
+    "graph_dispatch_ignores_lora":
+        "the V2 runner's CudaGraphManager.dispatch keys the graph on the batch's shape alone (num_active_loras=0, as "
+        "the V2 runner before #35536 keyed it): a batch with adapters replays the graph captured without LoRA, "
+        "whose no-LoRA flag is frozen on.",
+}
+
+
+def unavailable(found: dict) -> dict:
+    if found.get("v2_graphs") is None:
+        return {f: "this vLLM's V2 runner has no LoRA capture cases (get_lora_capture_cases in "
+                   "vllm/v1/worker/gpu/lora_utils.py: 0.24 and later)" for f in FAULTS}
+    return {}
+
+
+def _dispatch_without_lora(stack: contextlib.ExitStack, found: dict) -> None:
+    from .faults import _patched
+    cls = found["v2_graphs"].module.CudaGraphManager
+    original = cls.__dict__["dispatch"]
+    at = list(inspect.signature(original).parameters).index("num_active_loras")  # self counted
+
+    def dispatch(self, *args, **kwargs):
+        if "num_active_loras" in kwargs:
+            kwargs["num_active_loras"] = 0
+        elif len(args) >= at:
+            args = args[:at - 1] + (0,) + args[at:]
+        return original(self, *args, **kwargs)
+    stack.enter_context(_patched(cls, "dispatch", dispatch))
+
+
+PLANT = {"graph_dispatch_ignores_lora": _dispatch_without_lora}
