@@ -75,6 +75,9 @@ class DecodeGraphs:
             self.graphs[bs, label] = (None, ids, _held(s.mgr.lora_backend))
             CAPTURED["cpu"] += 1
             return
+        # warm-up and capture on one stream, as SGLang's graph backend does (full_cuda_graph_backend.py: the
+        # capture stream): triton_v2's LoraWorkspace keys its buffers by stream, and a capture on another stream
+        # than the warm-ups' raises "workspace was not warmed before CUDA capture"
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -82,7 +85,7 @@ class DecodeGraphs:
                 self._run_once(ids)
         torch.cuda.current_stream().wait_stream(side)
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=self.pool):
+        with torch.cuda.graph(g, pool=self.pool, stream=side):
             out = self._run_once(ids)
         self.graphs[bs, label] = (g, ids, out)
         CAPTURED["cuda-graph"] += 1
