@@ -40,8 +40,9 @@ def unavailable(api) -> dict:
 
 def plant(stack: contextlib.ExitStack, faults: set, mgr, graphs=None) -> None:
     """Start each fault of ``faults`` on the case's objects; ``stack`` undoes them."""
-    if "nolora_graph_for_adapters" in faults and graphs is not None:
-        stack.enter_context(mock.patch.object(graphs.variants, "resolve", _always_nolora(graphs.variants)))
+    if "nolora_graph_for_adapters" in faults and graphs is not None and graphs.variants.runner_cls is not None:
+        cls = graphs.variants.runner_cls  # SGLang's DecodeCudaGraphRunner: patched for this case only
+        stack.enter_context(mock.patch.object(cls, "_resolve_lora_variant", _always_nolora(cls._resolve_lora_variant)))
     if "skip_inactive_from_first_request" in faults:
         stack.enter_context(mock.patch.object(mgr, "prepare_lora_batch", _first_request_only(mgr)))
     if "torch_native_first_segment_slot" in faults and getattr(mgr.lora_backend, "name", "") == "torch_native":
@@ -49,13 +50,11 @@ def plant(stack: contextlib.ExitStack, faults: set, mgr, graphs=None) -> None:
         stack.enter_context(mock.patch.object(backend, "prepare_lora_batch", _first_segment_slot(backend)))
 
 
-def _always_nolora(variants):
-    original = variants.resolve
-
-    def resolve(forward_batch):
-        label = original(forward_batch)
+def _always_nolora(original):
+    def _resolve_lora_variant(self, forward_batch):
+        label = original(self, forward_batch)
         return "nolora" if label is not None else None
-    return resolve
+    return _resolve_lora_variant
 
 
 def _first_request_only(mgr):
