@@ -15,7 +15,8 @@
 #   engine-backends the LoRA backends beyond triton / csgmv on cuda (tests/integration/test_sglang_engine_backends.py):
 #                 torch_native and triton_v2 lifecycles with graph_bs 4 (triton_v2: real "lora" and "nolora" graphs,
 #                 SGLang's variant choice; expected silent but for triton_v2's by-design rank over-read, which only
-#                 the shadow oracle reports: not run on cuda), nolora_graph_for_adapters' minimal case (expected found);
+#                 the shadow oracle reports: not run on cuda), nolora_graph_for_adapters' minimal case and G2's two
+#                 (docs/findings: torch_native's graph ops and ranks below the max) expected found;
 #   engine-fault  a campaign with the planted unload_keeps_slot, 60 s (expected exit 1: found);
 #   engine-clean  a fault-free campaign, 40 s (expected exit 0).
 set -uo pipefail
@@ -76,7 +77,7 @@ echo "== RESULT engine-logits: exit $? (expected 0: SGLang's LogitsProcessor ove
 
 echo; echo "== engine-backends"
 timeout 75 python3 - <<'PY'
-import importlib.util, sys
+import importlib.util, json, sys
 sys.path.insert(0, "tests/integration")
 spec = importlib.util.spec_from_file_location("tb", "tests/integration/test_sglang_engine_backends.py")
 tb = importlib.util.module_from_spec(spec); spec.loader.exec_module(tb)
@@ -84,8 +85,10 @@ from fuzzrunner.case import Case
 from fuzzrunner.execute import run_case
 from fuzzrunner.target import load_target
 target = load_target("sglang_engine")
-runs = [(tb._cfg(b, graph_bs=4, target_modules=tb.LINEAR, adapters=tb.LINEAR_ADAPTERS), tb.VARIANTS, [], False)
-        for b in ("torch_native", "triton_v2")]
+runs = [(tb.lifecycle_cfg(b, 4), tb.VARIANTS, [], False) for b in ("torch_native", "triton_v2")]
+# SGLang's torch_native bugs under real graphs (docs/findings G2): expected found
+runs += [(c["config"], c["ops"], [], True) for c in
+         (json.load(open(f"docs/findings/cases/{n}.json")) for n in tb.KNOWN if "graph_rank" in n)]
 cfg, ops = tb.FAULT_CASES["nolora_graph_for_adapters"]
 runs += [(cfg, ops, ["nolora_graph_for_adapters"], True), (cfg, ops, [], False)]
 ok = True
@@ -97,7 +100,7 @@ graphs = [m for n, m in sys.modules.items() if n.endswith("sglang_engine.graphs"
 print("  CUDA graphs captured:", graphs.CAPTURED)
 sys.exit(0 if ok else 1)
 PY
-echo "== RESULT engine-backends: exit $? (expected 0: torch_native and triton_v2 silent under real graphs, both variants; the nolora fault found)"
+echo "== RESULT engine-backends: exit $? (expected 0: torch_native and triton_v2 silent under real graphs, both variants; the nolora fault and G2 found)"
 
 echo; echo "== engine-fault"
 timeout 75 python3 -m fuzzrunner fuzz --target sglang_engine --device cuda --fault unload_keeps_slot --seed 0 \

@@ -114,6 +114,8 @@ def engine_category(f: dict, version: str | None = None) -> str:
     config = f["case"]["config"]
     if _torch_native_lm_head_unpruned(sig, config, version):
         return "torch-native-lm-head"
+    if _torch_native_graph_max_rank(sig, config, version):
+        return "torch-native-graph-rank"
     triage = _engine_release_bug(sig, config.get("backend"), version, bool(config.get("graph_bs")))
     if triage:
         return triage
@@ -159,6 +161,21 @@ def _torch_native_lm_head_unpruned(sig: dict, config: dict, version: str | None)
     torch_backend = _release_file(version, "srt/lora/backend/torch_backend.py")
     return (wrong_row and config.get("backend") == "torch_native" and "lm_head" in config.get("target_modules", ())
             and bool(torch_backend) and "lm_head" not in torch_backend)
+
+
+# 0.5.12+'s torch_native graph ops (lora/torch_ops/graph_lora_ops.py) slice a stacked module's shrink output by
+# --max-lora-rank and contract over the slot's whole max rank, while the pool packs an adapter's slices by its own
+# rank and leaves the rows past it as they were (docs/findings/sglang-g2-torch-native-graph-rank.md)
+GRAPH_MAX_RANK = "max_rank = input_dim // num_slices"
+
+
+def _torch_native_graph_max_rank(sig: dict, config: dict, version: str | None) -> bool:
+    """A wrong adapter row (or a base-model row that is not the base model's) of a torch_native case with decode
+    graphs, in a release whose graph ops slice by the pool's max rank."""
+    wrong_row = sig["kind"] == "numeric-mismatch" or (sig["kind"] == "state-violation"
+                                                       and sig.get("tensor") == "base-rows")
+    return (wrong_row and config.get("backend") == "torch_native" and bool(config.get("graph_bs"))
+            and GRAPH_MAX_RANK in _release_file(version, "srt/lora/torch_ops/graph_lora_ops.py"))
 
 
 EMBEDDING_ZEROED = "Zero out embedding/lm_head buffers for adapters without embedding LoRA"

@@ -40,6 +40,21 @@ FAULT_CASES = {
 # campaign's finding, docs/findings/sglang-torch-native-lm-head.md), kept out of the silent lifecycle
 LINEAR = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj", "embed_tokens"]
 LINEAR_ADAPTERS = {n: dict(a, modules=[m for m in a["modules"] if m != "lm_head"]) for n, a in ADAPTERS.items()}
+# under decode graphs, torch_native runs an adapter of a rank below --max-lora-rank with the wrong weights (G2,
+# docs/findings/sglang-g2-torch-native-graph-rank.md): its graph lifecycle's adapters are all of the max rank
+FULL_RANK_ADAPTERS = {n: dict(a, r=4, alpha=8) for n, a in LINEAR_ADAPTERS.items()}
+
+
+def lifecycle_cfg(backend: str, graph_bs: int) -> dict:
+    """The lifecycle's server: every module but lm_head (G1); torch_native's graphs with max-rank adapters (G2)."""
+    full = backend == "torch_native" and graph_bs
+    return _cfg(backend, graph_bs=graph_bs, target_modules=LINEAR,
+                adapters=FULL_RANK_ADAPTERS if full else LINEAR_ADAPTERS)
+# SGLang's own bugs that the torch_native draw found (docs/findings): each minimal case, and its sweep verdict
+FINDINGS = ROOT / "docs" / "findings" / "cases"
+KNOWN = {"sglang_g1_torch_native_lm_head": "torch-native-lm-head",
+         "sglang_g2_torch_native_graph_rank_stacked": "torch-native-graph-rank",
+         "sglang_g2_torch_native_graph_rank_stale_tail": "torch-native-graph-rank"}
 BACKENDS = [("torch_native", 0), ("torch_native", 4), ("triton_v2", 0), ("triton_v2", 4)]
 
 
@@ -66,11 +81,16 @@ def results():
     for b, g in BACKENDS:
         if b in have:
             keys.append(("lifecycle", b, g))
-            cases.append([_cfg(b, graph_bs=g, target_modules=LINEAR, adapters=LINEAR_ADAPTERS), VARIANTS, []])
+            cases.append([lifecycle_cfg(b, g), VARIANTS, []])
     for fault, (cfg, ops) in FAULT_CASES.items():
         if cfg["backend"] in have:
             keys += [(fault, "on"), (fault, "off")]
             cases += [[cfg, ops, [fault]], [cfg, ops, []]]
+    if "torch_native" in have:
+        for name in KNOWN:
+            case = json.loads((FINDINGS / f"{name}.json").read_text())
+            keys.append(("known", name))
+            cases.append([case["config"], case["ops"], []])
     if not cases:
         pytest.skip(f"SGLang {_version()} ships neither torch_native nor triton_v2")
     r = subprocess.run([sys.executable, "-c", RUN.format(root=str(ROOT))], input=json.dumps(cases), text=True,
@@ -98,7 +118,7 @@ def test_each_backend_and_graph_variant_is_silent_on_sglangs_own_code(results, b
     if backend not in _drivable():
         pytest.skip(f"SGLang {_version()} has no {backend} LoRA backend")
     vs = results["lifecycle", backend, graph_bs]
-    assert _untriaged(_cfg(backend, graph_bs=graph_bs), vs) == [], vs
+    assert _untriaged(lifecycle_cfg(backend, graph_bs), vs) == [], vs
 
 
 @pytest.mark.parametrize("fault", list(FAULT_CASES))
@@ -109,6 +129,22 @@ def test_each_backend_fault_is_caught_in_its_minimal_case_and_silent_without(res
     found = results[fault, "on"]
     assert {v[0] for v in found} & {"numeric-mismatch", "state-violation"}, found
     assert results[fault, "off"] == [], results[fault, "off"]
+
+
+@pytest.mark.parametrize("name", list(KNOWN))
+def test_sglangs_torch_native_bugs_are_reached_and_triaged(results, name):
+    """G1 and G2 (docs/findings) on the release: found in their minimal cases, each a wrong row, and triaged by
+    sweep.py as the bug it is (a release with their fixes gives nothing here: then the test says so)."""
+    if "torch_native" not in _drivable():
+        pytest.skip(f"SGLang {_version()} has no torch_native LoRA backend")
+    vs = results["known", name]
+    assert vs, f"{name}: no longer found on SGLang {_version()}: fixed upstream? update docs/findings"
+    case = json.loads((FINDINGS / f"{name}.json").read_text())
+    sweep = import_module("fuzzrunner.targets.sglang_lora.sweep")
+    for kind, tool, message, kernel, location, tensor in vs:
+        f = {"signature": {"tool": tool, "kind": kind, "kernel": kernel, "location": location, "tensor": tensor},
+             "case": {"target": "sglang_engine", "config": case["config"]}}
+        assert sweep.category(f, _version()) == KNOWN[name], (kind, message)
 
 
 def test_the_rank_overread_triage_names_only_the_loads_the_kernel_discards():
