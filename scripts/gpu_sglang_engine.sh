@@ -17,6 +17,7 @@
 #                 SGLang's variant choice; expected silent but for triton_v2's by-design rank over-read, which only
 #                 the shadow oracle reports: not run on cuda), nolora_graph_for_adapters' minimal case and G2's two
 #                 (docs/findings: torch_native's graph ops and ranks below the max) expected found;
+#   g2-repro      docs/findings/repro_sglang_g2_torch_native_graph_rank.py on cuda (expected exit 1: G2 there);
 #   engine-fault  a campaign with the planted unload_keeps_slot, 60 s (expected exit 1: found);
 #   engine-clean  a fault-free campaign, 40 s (expected exit 0).
 set -uo pipefail
@@ -101,6 +102,10 @@ print("  CUDA graphs captured:", graphs.CAPTURED)
 sys.exit(0 if ok else 1)
 PY
 echo "== RESULT engine-backends: exit $? (expected 0: torch_native and triton_v2 silent under real graphs, both variants; the nolora fault and G2 found)"
+
+echo; echo "== g2-repro"
+timeout 60 python3 docs/findings/repro_sglang_g2_torch_native_graph_rank.py "$FUZZRUNNER_SGLANG_SITE"
+echo "== RESULT g2-repro: exit $? (expected 1: SGLang's torch_native graph ops on cuda give other weights than the adapter's, docs/findings G2)"
 
 echo; echo "== engine-fault"
 timeout 75 python3 -m fuzzrunner fuzz --target sglang_engine --device cuda --fault unload_keeps_slot --seed 0 \

@@ -195,3 +195,25 @@ def test_each_backend_fault_is_found_from_scratch_within_300_examples(tmp_path, 
     assert line, replay.stderr[-3000:]
     wrong = {"numeric-mismatch", "state-violation"}  # (triton_v2's by-design over-read may stay: shadow's)
     assert any(not {v[0] for v in vs} & wrong for vs in json.loads(line[-1][len("RESULT "):])), found
+
+
+def test_g2_standalone_repro_fails_on_the_release_and_passes_with_the_patch(tmp_path):
+    """docs/findings/repro_sglang_g2_torch_native_graph_rank.py: SGLang's torch ops only (no engine import): exit 1
+    on the set-up release while G2 is there, exit 0 on a copy of its torch ops with the patch applied."""
+    import shutil
+    site = import_module("fuzzrunner.targets.sglang_lora.site").site_dirs(_version())[0]
+    ops = site / "sglang" / "srt" / "lora" / "torch_ops"
+    if not (ops / "graph_lora_ops.py").exists():
+        pytest.skip(f"SGLang {_version()} has no torch_native graph ops (0.5.12+)")
+    repro = ROOT / "docs" / "findings" / "repro_sglang_g2_torch_native_graph_rank.py"
+    run = subprocess.run([sys.executable, str(repro), str(site)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    copy = tmp_path / "sglang" / "srt" / "lora" / "torch_ops"
+    shutil.copytree(ops, copy)
+    patched = subprocess.run(["patch", "-p2", "-d", str(tmp_path), "-i",
+                              str(ROOT / "docs" / "findings" / "sglang_g2_torch_native_graph_rank.patch")],
+                             capture_output=True, text=True)
+    if patched.returncode != 0:
+        pytest.skip(f"the patch (against 0.5.23) does not apply to SGLang {_version()}: {patched.stdout[-300:]}")
+    run = subprocess.run([sys.executable, str(repro), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
