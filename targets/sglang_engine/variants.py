@@ -73,11 +73,14 @@ class Variants:
     @contextlib.contextmanager
     def capturing(self, label):
         """SGLang's capture mode for a graph of variant ``label`` (``model_capture_mode`` around the whole capture,
-        ``capture_lora_variant`` around each variant's); nothing where the release lacks them."""
-        if self.mode is None:
-            yield
-            return
-        with self.mode.model_capture_mode(), self.mode.capture_lora_variant(label):
+        ``capture_lora_variant`` around each variant's), each where the release has it."""
+        with contextlib.ExitStack() as stack:
+            capture = getattr(self.mode, "model_capture_mode", None)
+            if capture is not None:
+                stack.enter_context(capture())
+            variant = getattr(self.mode, "capture_lora_variant", None)  # 0.5.23+ (0.5.16 - 0.5.22: capture mode only)
+            if variant is not None:
+                stack.enter_context(variant(label))
             yield
 
 
