@@ -82,7 +82,8 @@ def make_target():
     return Target(
         name="sglang_engine",
         description=f"SGLang {eng.version}'s LoRAManager, LoRAMemoryPool and LoRA layers (qkv, o, gate_up, down, "
-                    f"embedding, lm_head) with real PEFT adapters: load, unload, reload, eviction, prepare, forward; "
+                    f"embedding, lm_head) with real PEFT adapters on the backends {', '.join(eng.api.backends)}: load, "
+                    f"unload, reload, eviction, prepare, forward; "
                     f"the adapter-management API, the scheduler's admission, the decode graph's capture",
         cases=functools.partial(cases.sglang_engine_cases, modules=eng.api.modules, frontend=eng.frontend is not None,
                                 logprobs=eng.logits_processor, backends=eng.api.backends),
