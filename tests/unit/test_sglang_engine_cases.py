@@ -194,3 +194,13 @@ def test_the_drivable_backends_keep_the_release_registrys_and_leave_out_compiled
     assert "not drawn: ascend" in line and "uno_cublas" in line
     with mock.patch.object(backends, "shipped", lambda: ("triton", "csgmv")):  # 0.5.5 - 0.5.7
         assert backends.drivable() == ("triton", "csgmv")
+
+
+def test_the_backend_faults_are_refused_where_the_release_lacks_their_component():
+    faults = import_module("fuzzrunner.targets.sglang_engine.backend_faults")
+    import types
+    old = types.SimpleNamespace(version="0.5.7", backends=("triton", "csgmv"))
+    assert set(faults.unavailable(old)) == set(faults.FAULTS)
+    mid = types.SimpleNamespace(version="0.5.16", backends=("triton", "csgmv", "torch_native"))
+    assert set(faults.unavailable(mid)) == {"nolora_graph_for_adapters", "skip_inactive_from_first_request"}
+    assert "triton_v2" in faults.unavailable(mid)["nolora_graph_for_adapters"]
