@@ -8,6 +8,13 @@ can be converted to Python scalars"). So every kernel with a runtime-bounded ``r
 on the GPU image (Triton 3.6.0 + numpy 2.5). Triton 3.9 squeezes the array first; this does the
 same, and only where the installed interpreter still has the old line and numpy refuses it.
 
+Triton 3.9's interpreter splats a truth value of a scalar comparison (``k_begin < rank``, a handle whose data is
+bool but whose type is its operands': int32) into a block of int32 (``create_splat`` takes the numpy dtype from
+the handle's type), so ``(k_offsets < RANK) & (k_begin < rank)`` is an int32 block and the masked load refuses it
+("mask has unsupported dtype"): SGLang 0.5.23's ``_per_row_lora_b_kernel`` (``kernels/ops/lora/common/lora_b.py``)
+masks its rank blocks so. Compiled, that mask is i1. The repair keeps a splat of bool data bool, where the
+installed interpreter splats it to another dtype.
+
 Each repair is named, so ``fuzzrunner doctor`` can say which were applied.
 """
 
@@ -53,6 +60,31 @@ def _repair_index(interpreter) -> None:
     interpreter._patch_lang_tensor = _patch_lang_tensor
 
 
+def _splat_repair_needed(interpreter) -> bool:
+    import numpy as np
+    import triton.language as tl
+    try:
+        handle = interpreter.TensorHandle(np.array([True]), tl.int32)  # a comparison's result, as 3.9 types it
+        out = interpreter.InterpreterBuilder.create_splat(None, tl.block_type(tl.int1, [2]), handle)
+    except Exception:  # noqa: BLE001 - another interpreter: nothing to repair here
+        return False
+    return out.data.dtype != np.bool_
+
+
+def _repair_splat(interpreter) -> None:
+    import numpy as np
+    original = interpreter.InterpreterBuilder.create_splat
+
+    def create_splat(self, ret_ty, arg):
+        out = original(self, ret_ty, arg)
+        if arg.data.dtype == np.bool_ and out.data.dtype != np.bool_:  # a truth value stays one (i1, compiled)
+            out.data = out.data.astype(np.bool_)
+        return out
+
+    create_splat.__wrapped__ = original  # type: ignore[attr-defined]
+    interpreter.InterpreterBuilder.create_splat = create_splat
+
+
 def apply() -> tuple[str, ...]:
     """Repair the interpreter where this installation needs it (idempotent); the repairs applied."""
     global _checked
@@ -66,6 +98,9 @@ def apply() -> tuple[str, ...]:
     if _index_repair_needed(interpreter):
         _repair_index(interpreter)
         _applied.append("index-of-1-element-block")
+    if _splat_repair_needed(interpreter):
+        _repair_splat(interpreter)
+        _applied.append("splat-of-a-truth-value")
     return tuple(_applied)
 
 

@@ -4,7 +4,7 @@
 # under real torch.cuda.CUDAGraph captures (targets/sglang_engine/graphs.py). For a machine with no network: it runs
 # on the archive the GPU acceptance run carries (docs/ci.md: scripts/sglang_setup.sh 0.5.23 --for-gpu
 # .gpu-sglang/sglang.tar.xz); outside scripts/gpu_acceptance.py's plan, one call of its own.
-#   bash scripts/gpu_sglang_engine.sh [ARCHIVE]      (default .gpu-sglang/sglang.tar.xz; at most 265 s of steps)
+#   bash scripts/gpu_sglang_engine.sh [ARCHIVE]      (default .gpu-sglang/sglang.tar.xz; at most 340 s of steps)
 # Steps, each printing "== RESULT <label>: exit N (expected ...)":
 #   engine-graph  the integration test's graph cases on cuda: the lifecycle with graph_bs 4 on both backends
 #                 (expected silent) and capture_without_lora_batch's minimal case (expected found), and how many
@@ -12,6 +12,12 @@
 #   engine-logits SGLang's LogitsProcessor over lm_head LoRA on cuda (its input-logprob passes on the device path:
 #                 borrowed graph-pool memory, the fused normalizer): the integration test's logprob cases (expected
 #                 silent) and logprob_pass_stale_routing's minimal case (expected found);
+#   engine-backends the LoRA backends beyond triton / csgmv on cuda (tests/integration/test_sglang_engine_backends.py):
+#                 torch_native and triton_v2 lifecycles with graph_bs 4 (triton_v2: real "lora" and "nolora" graphs,
+#                 SGLang's variant choice; expected silent but for triton_v2's by-design rank over-read, which only
+#                 the shadow oracle reports: not run on cuda), nolora_graph_for_adapters' minimal case and G2's two
+#                 (docs/findings: torch_native's graph ops and ranks below the max) expected found;
+#   g2-repro      docs/findings/repro_sglang_g2_torch_native_graph_rank.py on cuda (expected exit 1: G2 there);
 #   engine-fault  a campaign with the planted unload_keeps_slot, 60 s (expected exit 1: found);
 #   engine-clean  a fault-free campaign, 40 s (expected exit 0).
 set -uo pipefail
@@ -69,6 +75,37 @@ for c, o, faults, want in runs:
 sys.exit(0 if ok else 1)
 PY
 echo "== RESULT engine-logits: exit $? (expected 0: SGLang's LogitsProcessor over lm_head LoRA silent, input-logprob passes chunked or not; the stale-pass fault found)"
+
+echo; echo "== engine-backends"
+timeout 75 python3 - <<'PY'
+import importlib.util, json, sys
+sys.path.insert(0, "tests/integration")
+spec = importlib.util.spec_from_file_location("tb", "tests/integration/test_sglang_engine_backends.py")
+tb = importlib.util.module_from_spec(spec); spec.loader.exec_module(tb)
+from fuzzrunner.case import Case
+from fuzzrunner.execute import run_case
+from fuzzrunner.target import load_target
+target = load_target("sglang_engine")
+runs = [(tb.lifecycle_cfg(b, 4), tb.VARIANTS, [], False) for b in ("torch_native", "triton_v2")]
+# SGLang's torch_native bugs under real graphs (docs/findings G2): expected found
+runs += [(c["config"], c["ops"], [], True) for c in
+         (json.load(open(f"docs/findings/cases/{n}.json")) for n in tb.KNOWN if "graph_rank" in n)]
+cfg, ops = tb.FAULT_CASES["nolora_graph_for_adapters"]
+runs += [(cfg, ops, ["nolora_graph_for_adapters"], True), (cfg, ops, [], False)]
+ok = True
+for c, o, faults, want in runs:
+    vs = run_case(Case("sglang_engine", c, tuple(o), tuple(faults)), target, device="cuda")
+    print(f"  {c['backend']} graph_bs {c['graph_bs']} faults {faults}: {[(v.kind, v.message[:300]) for v in vs]}")
+    ok &= bool(vs) == want
+graphs = [m for n, m in sys.modules.items() if n.endswith("sglang_engine.graphs")][0]
+print("  CUDA graphs captured:", graphs.CAPTURED)
+sys.exit(0 if ok else 1)
+PY
+echo "== RESULT engine-backends: exit $? (expected 0: torch_native and triton_v2 silent under real graphs, both variants; the nolora fault and G2 found)"
+
+echo; echo "== g2-repro"
+timeout 60 python3 docs/findings/repro_sglang_g2_torch_native_graph_rank.py "$FUZZRUNNER_SGLANG_SITE"
+echo "== RESULT g2-repro: exit $? (expected 1: SGLang's torch_native graph ops on cuda give other weights than the adapter's, docs/findings G2)"
 
 echo; echo "== engine-fault"
 timeout 75 python3 -m fuzzrunner fuzz --target sglang_engine --device cuda --fault unload_keeps_slot --seed 0 \

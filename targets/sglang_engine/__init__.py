@@ -82,16 +82,18 @@ def make_target():
     return Target(
         name="sglang_engine",
         description=f"SGLang {eng.version}'s LoRAManager, LoRAMemoryPool and LoRA layers (qkv, o, gate_up, down, "
-                    f"embedding, lm_head) with real PEFT adapters: load, unload, reload, eviction, prepare, forward; "
+                    f"embedding, lm_head) with real PEFT adapters on the backends {', '.join(eng.api.backends)}: load, "
+                    f"unload, reload, eviction, prepare, forward; "
                     f"the adapter-management API, the scheduler's admission, the decode graph's capture",
         cases=functools.partial(cases.sglang_engine_cases, modules=eng.api.modules, frontend=eng.frontend is not None,
-                                logprobs=eng.logits_processor),
+                                logprobs=eng.logits_processor, backends=eng.api.backends),
         run=_run,
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),
         faults_unavailable=faults.unavailable(eng.api, eng.frontend, eng.logits_processor),
         features=cases.features,
-        feature_space=cases.feature_space(eng.api.modules, eng.frontend is not None, eng.logits_processor),
+        feature_space=cases.feature_space(eng.api.modules, eng.frontend is not None, eng.logits_processor,
+                                          eng.api.backends),
         details=(f"sglang engine {eng.version} (from {eng.tree})", *eng.api.found(),
                  "logits: " + ("SGLang's LogitsProcessor (last token per request, input-logprob passes)"
                                if eng.logits_processor else

@@ -47,6 +47,7 @@ class EngineAPI:
     unload_frees_slot: bool = False    # LoRAMemoryPool.remove_lora exists
     lm_head_passes: bool = False       # ParallelLMHeadWithLoRA.set_lm_head_pass (per-pass logprob routing) exists
     server_fields: frozenset = frozenset()
+    backends: tuple = ("triton", "csgmv")  # --lora-backend values drawn: the release's drivable ones (backends.py)
     _distributed: bool = field(default=False, repr=False)
 
     @property
@@ -66,6 +67,7 @@ class EngineAPI:
                                        "prepare_lora_batch (loads the batch's adapters itself)"),
                 f"decode graph batch info: {self.graph_init}",
                 f"LoRA target modules: {', '.join(self.modules)}",
+                f"LoRA backends drawn: {', '.join(self.backends)}",
                 "unload: " + ("frees the pool slot (remove_lora)" if self.unload_frees_slot else
                               "leaves the pool (no remove_lora)")]
 
@@ -138,6 +140,8 @@ def load(version: str) -> EngineAPI:
         graph_init = "init_cuda_graph_batch_info(bs)"
     embeddings = hasattr(LoRAMemoryPool, "get_embedding_lora_A_shape")
     from sglang.srt.lora import layers
+
+    from . import backends
     lm_head_layer = getattr(layers, "ParallelLMHeadWithLoRA", None)
     return EngineAPI(
         version=version, manager_params=frozenset(inspect.signature(LoRAManager.__init__).parameters),
@@ -146,7 +150,7 @@ def load(version: str) -> EngineAPI:
         modules=ALL_MODULES if embeddings else ALL_MODULES[:4],
         unload_frees_slot=hasattr(LoRAMemoryPool, "remove_lora"),
         lm_head_passes=hasattr(lm_head_layer, "set_lm_head_pass"),
-        server_fields=frozenset(inspect.signature(sa.ServerArgs).parameters))
+        server_fields=frozenset(inspect.signature(sa.ServerArgs).parameters), backends=backends.drivable())
 
 
 __all__ = ["ALL_MODULES", "EngineAPI", "load"]

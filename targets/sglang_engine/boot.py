@@ -149,6 +149,8 @@ def adapt(device: str) -> None:
     """Fit the imported release to the device a case runs on (the run's context): the CPU adaptations."""
     if device == "cpu":
         cpu_adapt()
+        from . import backends
+        backends.cpu_adapt()
 
 
 def _unpinned(self, *args, **kwargs):

@@ -28,6 +28,7 @@ from fuzzrunner.strategies import OpSequence
 
 from .adapters import SERVER_NAME
 
+BACKENDS = ("triton", "csgmv")  # every release's; torch_native (0.5.8+), triton_v2 (0.5.23+) where it has them
 SERVER_MODULES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "embed_tokens", "lm_head")
 # PEFT target-module groups adapters are made with (q_proj always with v_proj: see docs/sglang_engine.md)
 GROUPS = {"qkv_proj": (("q_proj", "v_proj"), ("q_proj", "k_proj", "v_proj")), "o_proj": (("o_proj",),),
@@ -101,16 +102,18 @@ PROGRAM = _program()
 
 @st.composite
 def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
-                        modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False) -> Case:
+                        modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False,
+                        backends: tuple = BACKENDS) -> Case:
     """``modules``: the target modules the release's LoRA pool has buffers for (api.EngineAPI.modules);
     ``frontend``: whether the release's adapter-management API is driven (frontend.py); ``logprobs``: whether
-    SGLang's LogitsProcessor is driven (batch.py), so extend steps may ask for input logprobs."""
+    SGLang's LogitsProcessor is driven (batch.py), so extend steps may ask for input logprobs; ``backends``: the
+    ``--lora-backend`` values the release has that run without compiled code (backends.py)."""
     server = draw(st.lists(st.sampled_from(list(modules)), min_size=1, max_size=3, unique=True))
     max_rank = draw(st.sampled_from([4, 8]))
     names = [f"a{i}" for i in range(draw(st.integers(2, 4)))]
     slots = draw(st.integers(2, 3))
     cfg = {
-        "backend": draw(st.sampled_from(["triton", "csgmv"])),
+        "backend": draw(st.sampled_from(list(backends))),
         "max_loras_per_batch": slots,
         "eviction_policy": draw(st.sampled_from(["lru", "fifo"])),
         "max_lora_rank": max_rank,
@@ -174,11 +177,12 @@ def _step_features(op: dict, loaded: list, slots: int) -> set:
     return out
 
 
-def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False) -> tuple:
+def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False,
+                  backends: tuple = BACKENDS) -> tuple:
     """Every feature ``features`` gives for a release whose pool has buffers for ``modules`` (and whose
     adapter-management API is driven: ``frontend``; whose LogitsProcessor is driven: ``logprobs``)."""
     return tuple(
-        ["backend=triton", "backend=csgmv", "eviction=lru", "eviction=fifo", "graph=on", "graph=off",
+        [f"backend={b}" for b in backends] + ["eviction=lru", "eviction=fifo", "graph=on", "graph=off",
          "max_loras_per_batch=2", "max_loras_per_batch=3", "op=load", "op=unload", "op=step", "adapter=reloaded",
          "step=mixed", "step=several-adapters", "step=decode", "step=extend", "pool=more-adapters-than-slots"]
         + [f"target={m}" for m in modules]
@@ -190,4 +194,4 @@ def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logpr
 
 FEATURE_SPACE = feature_space()
 
-__all__ = ["FEATURE_SPACE", "SERVER_NAME", "feature_space", "features", "sglang_engine_cases"]
+__all__ = ["BACKENDS", "FEATURE_SPACE", "SERVER_NAME", "feature_space", "features", "sglang_engine_cases"]

@@ -50,8 +50,9 @@ def check_pool(mgr, lora_ids: list, files: dict, names: list) -> list[str]:
             out.append(f"uid_to_buffer_id[{uid!r}] = {slot} but buffer_id_to_uid[{slot}] = "
                        f"{pool.buffer_id_to_uid[slot] if 0 <= slot < pool.max_loras_per_batch else 'out of range'}")
     info = mgr.lora_backend.batch_info
-    # the triton backend's weight_indices are per request; csgmv's per segment (requests sorted by adapter)
-    per_request = getattr(mgr.lora_backend, "name", "") == "triton"
+    # the triton and triton_v2 backends' weight_indices are per request; csgmv's per segment (requests sorted by
+    # adapter), torch_native's per run of equal adapters (unique_consecutive)
+    per_request = getattr(mgr.lora_backend, "name", "") in ("triton", "triton_v2")
     wi = info.weight_indices[: len(lora_ids)].tolist() if info is not None else []
     ranks = info.lora_ranks.tolist() if info is not None else []
     scalings = info.scalings.tolist() if info is not None else []

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from fuzzrunner import tracking
 
+from . import backend_faults
+
 FAULTS = {
     "unload_keeps_slot":
         "LoRAMemoryPool.remove_lora drops the adapter's uid -> slot entry but leaves buffer_id_to_uid naming it: the "
@@ -33,6 +35,7 @@ FAULTS = {
         "input-logprob pass of lm_head runs with the first pass's adapter routing (lm_head_pass_batch_infos[0]), "
         "so later passes' rows get another request's lm_head delta, or a routing of another row count.",
 }
+FAULTS |= backend_faults.FAULTS  # the backends beyond triton / csgmv, the graph runner's variant choice
 FRONTEND_FAULTS = ("lru_evicts_pinned", "admission_ignores_running")
 
 
@@ -69,7 +72,7 @@ EMBEDDING_BUFFERS = ("embedding_A_buffer", "embedding_B_buffer", "lm_head_A_buff
 
 def unavailable(api, fe=None, logits_processor: bool = True) -> dict:
     """{fault: why it cannot be planted in this release}."""
-    out = {}
+    out = backend_faults.unavailable(api)
     if not logits_processor or not api.lm_head_passes:
         out["logprob_pass_stale_routing"] = (f"SGLang {api.version}'s lm_head LoRA has no per-pass routing "
                                              f"(ParallelLMHeadWithLoRA.set_lm_head_pass: 0.5.10+)")

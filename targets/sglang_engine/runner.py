@@ -26,12 +26,15 @@ invariants that the kernels rely on, after each prepare.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from fuzzrunner import tracking
 from fuzzrunner.errors import InvalidCase
 
 from . import adapters as adp
+from . import backend_faults
 from . import batch as sglang_batch
 from . import model as tiny
 from .checks import check_frontend, check_pool, check_unloaded
@@ -96,6 +99,8 @@ class Session:
             raise InvalidCase(f"--max-loaded-loras and pinned adapters are drawn only where SGLang {eng.version}'s "
                               f"tokenizer manager imports (scripts/sglang_setup.sh {eng.version}: stamp frontend-ok).")
         plant(self.mgr, set(case.faults), self.front, self.model)
+        self.planted = contextlib.ExitStack()  # faults planted through mock.patch.object, undone by close()
+        backend_faults.plant(self.planted, self.faults, self.mgr, self.graphs)
         # SGLang's LogitsProcessor, made as the model makes it at start-up (its chunk knobs read then: run())
         self.logits = sglang_batch.Logits(eng.hf_config) if eng.logits_processor else None
         self.refs: dict = {}      # name -> LoRARef of the loaded adapter (without the front end)
@@ -240,7 +245,7 @@ class Session:
         graph = self.graphs.pick(len(names)) if self.graphs is not None and mode == "decode" else None
         logprobs = None
         if graph is not None:  # the decode graph runner replays the smallest captured graph that holds it
-            logits = self.graphs.replay(graph, tokens)
+            logits = self.graphs.replay(graph, tokens, fb)
         elif self.logits is not None:  # SGLang's LogitsProcessor, as the model's forward calls it
             with torch.no_grad():
                 logits, logprobs = self.logits(tokens, tiny.hidden(self.model, tokens), self.model.lm_head, fb)
@@ -302,6 +307,7 @@ def run(case, ctx, eng) -> None:
                 with ctx.op(i, op):
                     getattr(s, op["op"])(op)
         finally:
+            s.planted.close()
             if s.front is not None:
                 s.front.close()
 

@@ -104,12 +104,18 @@ def engine_category(f: dict, version: str | None = None) -> str:
     sig = f["signature"]
     if sig["tool"] == "target":
         return "target"
+    if _rank_overread(sig, version):
+        return "v2-rank-overread"
     if sig.get("kernel") == "_sgemm_lora_b_kernel" and sig["kind"] in ("out-of-bounds", "uninitialized-read",
                                                                       "stale-read"):
         text = _source_line(sig.get("location", ""), version)
         if ("w_ptrs" in text or "output_ptr" in text) and _sgemm_lora_b_unmasked(version):
             return "n-mask"
     config = f["case"]["config"]
+    if _torch_native_lm_head_unpruned(sig, config, version):
+        return "torch-native-lm-head"
+    if _torch_native_graph_max_rank(sig, config, version):
+        return "torch-native-graph-rank"
     triage = _engine_release_bug(sig, config.get("backend"), version, bool(config.get("graph_bs")))
     if triage:
         return triage
@@ -126,6 +132,50 @@ def engine_category(f: dict, version: str | None = None) -> str:
             "def remove_lora" not in _release_file(version, "srt/lora/mem_pool.py"):
         return "#21380"
     return "untriaged"
+
+
+# triton_v2's expand kernels (0.5.23 kernels/ops/lora/common/lora_b.py) load a K block of the shrink's bridge under
+# the pool's static rank mask and select the slot's live rank after the load ("Select, not multiply: the unselected
+# lanes may hold anything"): the lanes past a smaller adapter's rank are read never written and discarded, by design
+RANK_OVERREAD_KERNELS = ("_grouped_lora_b_kernel", "_per_row_lora_b_kernel")
+
+
+def _rank_overread(sig: dict, version: str | None) -> bool:
+    """An uninitialized read of the dense runner's bridge (``LoraWorkspace``) at an expand kernel's bridge load,
+    which the kernel then masks to the live rank with ``tl.where`` (checked in the release's file)."""
+    if sig["kind"] != "uninitialized-read" or sig.get("kernel") not in RANK_OVERREAD_KERNELS or \
+            not (sig.get("tensor") or "").startswith("torch.empty@workspace.py"):
+        return False
+    location = sig.get("location", "")
+    text, _, line = location.rpartition(":")
+    after = _source_line(f"{text}:{int(line) + 40}", version, before=40) if line.isdigit() else ""
+    return "lhs = tl.load(lhs_ptrs" in _source_line(location, version) and "lhs = tl.where(k_mask" in after
+
+
+def _torch_native_lm_head_unpruned(sig: dict, config: dict, version: str | None) -> bool:
+    """A wrong row (an adapter's logits or logprobs, or a base-model row that is not the base model's) of a
+    torch_native case with lm_head LoRA, in a release whose torch_native backend never routes lm_head over the
+    LogitsProcessor's kept rows (no pruned lm_head batch info: docs/findings/sglang-g1-torch-native-lm-head.md)."""
+    wrong_row = sig["kind"] == "numeric-mismatch" or (sig["kind"] == "state-violation"
+                                                       and sig.get("tensor") == "base-rows")
+    torch_backend = _release_file(version, "srt/lora/backend/torch_backend.py")
+    return (wrong_row and config.get("backend") == "torch_native" and "lm_head" in config.get("target_modules", ())
+            and bool(torch_backend) and "lm_head" not in torch_backend)
+
+
+# 0.5.12+'s torch_native graph ops (lora/torch_ops/graph_lora_ops.py) slice a stacked module's shrink output by
+# --max-lora-rank and contract over the slot's whole max rank, while the pool packs an adapter's slices by its own
+# rank and leaves the rows past it as they were (docs/findings/sglang-g2-torch-native-graph-rank.md)
+GRAPH_MAX_RANK = "max_rank = input_dim // num_slices"
+
+
+def _torch_native_graph_max_rank(sig: dict, config: dict, version: str | None) -> bool:
+    """A wrong adapter row (or a base-model row that is not the base model's) of a torch_native case with decode
+    graphs, in a release whose graph ops slice by the pool's max rank."""
+    wrong_row = sig["kind"] == "numeric-mismatch" or (sig["kind"] == "state-violation"
+                                                       and sig.get("tensor") == "base-rows")
+    return (wrong_row and config.get("backend") == "torch_native" and bool(config.get("graph_bs"))
+            and GRAPH_MAX_RANK in _release_file(version, "srt/lora/torch_ops/graph_lora_ops.py"))
 
 
 EMBEDDING_ZEROED = "Zero out embedding/lm_head buffers for adapters without embedding LoRA"

@@ -169,3 +169,38 @@ def test_the_engine_target_takes_its_device_from_the_run_not_the_environment():
         text = f.read_text(encoding="utf-8")
         for needle in ("FUZZRUNNER_DEVICE", "FUZZRUNNER_SHADOW", "device_type("):
             assert needle not in text, f"{f.name} reads {needle}"
+
+
+@FAST
+@given(st.data(), st.sampled_from([("triton", "csgmv"), ("triton", "csgmv", "torch_native"),
+                                   ("triton", "csgmv", "torch_native", "triton_v2")]))
+def test_drawn_cases_use_only_the_releases_drivable_backends(data, backends):
+    """``--lora-backend`` is drawn from what the release ships that runs without compiled code (backends.py):
+    torch_native from 0.5.8, triton_v2 in 0.5.23; each a declared feature of that release only."""
+    case = data.draw(cases.sglang_engine_cases((), max_ops=4, device="cpu", backends=backends))
+    assert case.config["backend"] in backends
+    space = set(cases.feature_space(backends=backends))
+    assert set(features_of(cases.features, case)) <= space
+    assert {f"backend={b}" for b in backends} <= space
+
+
+def test_the_drivable_backends_keep_the_release_registrys_and_leave_out_compiled_ones():
+    backends = import_module("fuzzrunner.targets.sglang_engine.backends")
+    registry = ["triton", "csgmv", "triton_v2", "ascend", "torch_native", "uno_cublas"]  # 0.5.23's, in its order
+    import unittest.mock as mock
+    with mock.patch.object(backends, "shipped", lambda: tuple(registry)):
+        assert backends.drivable() == ("triton", "csgmv", "torch_native", "triton_v2")
+        line = backends.describe()
+    assert "not drawn: ascend" in line and "uno_cublas" in line
+    with mock.patch.object(backends, "shipped", lambda: ("triton", "csgmv")):  # 0.5.5 - 0.5.7
+        assert backends.drivable() == ("triton", "csgmv")
+
+
+def test_the_backend_faults_are_refused_where_the_release_lacks_their_component():
+    faults = import_module("fuzzrunner.targets.sglang_engine.backend_faults")
+    import types
+    old = types.SimpleNamespace(version="0.5.7", backends=("triton", "csgmv"))
+    assert set(faults.unavailable(old)) == set(faults.FAULTS)
+    mid = types.SimpleNamespace(version="0.5.16", backends=("triton", "csgmv", "torch_native"))
+    assert set(faults.unavailable(mid)) == {"nolora_graph_for_adapters", "skip_inactive_from_first_request"}
+    assert "triton_v2" in faults.unavailable(mid)["nolora_graph_for_adapters"]

@@ -150,3 +150,44 @@ def test_a_shadow_oracle_started_on_its_own_repairs_the_interpreter_first(monkey
         vs = oracle.finish()
     assert torch.equal(y, torch.stack([torch.arange(100, dtype=torch.float32)[j::16].sum() for j in range(16)]))
     assert [v.kind for v in vs] == []
+
+
+@triton.jit
+def _rank_masked_sum(x_ptr, r_ptr, y_ptr, RANK: tl.constexpr, BLOCK: tl.constexpr):
+    rank = tl.load(r_ptr).to(tl.int32)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for k_begin in range(0, RANK, BLOCK):
+        k_offsets = k_begin + tl.arange(0, BLOCK).to(tl.int64)
+        # SGLang 0.5.23's _per_row_lora_b_kernel masks whole rank blocks so: a block & a scalar comparison
+        acc += tl.load(x_ptr + k_offsets, mask=(k_offsets < RANK) & (k_begin < rank), other=0.0)
+    tl.store(y_ptr + tl.arange(0, BLOCK), acc)
+
+
+def _launch_rank_masked(rank: int) -> torch.Tensor:
+    y = torch.zeros(4)
+    _rank_masked_sum[(1,)](torch.arange(8, dtype=torch.float32), torch.tensor([rank], dtype=torch.int32), y,
+                           RANK=8, BLOCK=4)
+    return y
+
+
+def test_a_mask_of_a_block_and_a_scalar_comparison_runs_in_the_interpreter():
+    """Triton 3.9's interpreter splats the scalar comparison into int32 lanes and the masked load refused the mask
+    ("mask has unsupported dtype"); compiled, the mask is i1. With the repair the kernel runs, block by block."""
+    triton_compat.apply()
+    assert torch.equal(_launch_rank_masked(3), torch.tensor([0.0, 1.0, 2.0, 3.0]))  # only the first block is live
+    assert torch.equal(_launch_rank_masked(8), torch.tensor([4.0, 6.0, 8.0, 10.0]))
+
+
+def test_without_the_splat_repair_the_mask_fails_as_a_tool_limitation():
+    from triton.runtime import interpreter
+    triton_compat.apply()
+    if "splat-of-a-truth-value" not in triton_compat.applied():
+        pytest.skip(f"Triton {triton.__version__}'s interpreter splats truth values as truth values")
+    repaired = interpreter.InterpreterBuilder.create_splat
+    interpreter.InterpreterBuilder.create_splat = repaired.__wrapped__
+    try:
+        with pytest.raises(Exception) as raised:
+            _launch_rank_masked(3)
+    finally:
+        interpreter.InterpreterBuilder.create_splat = repaired
+    assert crash_violation(raised.value, 0).kind == "tool-limitation"

@@ -1,0 +1,84 @@
+"""Planted faults of the backends beyond triton / csgmv and of the decode graph runner's variant choice
+(backends.py, variants.py): each a small change of one SGLang object, through ``unittest.mock.patch.object`` on
+the case's own objects, undone when the case ends (``Session.close``), so that the oracles are shown to catch the
+class of bug it stands for."""
+
+from __future__ import annotations
+
+import contextlib
+from unittest import mock
+
+FAULTS = {
+    "nolora_graph_for_adapters":
+        "DecodeCudaGraphRunner._resolve_lora_variant answers 'nolora' for every batch: a decode batch with adapters "
+        "replays the base-only graph recorded for backends that skip inactive batches (triton_v2), and its adapter "
+        "rows get no LoRA.",
+    "skip_inactive_from_first_request":
+        "the manager's skip-inactive decision (batch_info.has_active_lora) reads only the batch's first request: a "
+        "batch whose first request has no adapter skips every LoRA kernel on a backend that skips inactive batches "
+        "(triton_v2), and its later adapter rows get none.",
+    "torch_native_first_segment_slot":
+        "TorchNativeLoRABackend.prepare_lora_batch routes every segment of an eager batch to the first segment's "
+        "slot (its segment -> slot table written from the first entry): a batch of several adapters, or the base "
+        "model and an adapter, runs one adapter's weights for all.",
+}
+
+
+def unavailable(api) -> dict:
+    """{fault: why it cannot be planted in this release}."""
+    from .variants import recorded_for_skipping_backends
+    out = {}
+    if "triton_v2" not in api.backends or not recorded_for_skipping_backends():
+        why = (f"SGLang {api.version} has no backend that skips inactive batches (triton_v2: 0.5.23+) and so no "
+               f"'nolora' decode graph")
+        out["nolora_graph_for_adapters"] = why
+        out["skip_inactive_from_first_request"] = why
+    if "torch_native" not in api.backends:
+        out["torch_native_first_segment_slot"] = f"SGLang {api.version} has no torch_native LoRA backend (0.5.8+)"
+    return out
+
+
+def plant(stack: contextlib.ExitStack, faults: set, mgr, graphs=None) -> None:
+    """Start each fault of ``faults`` on the case's objects; ``stack`` undoes them."""
+    if "nolora_graph_for_adapters" in faults and graphs is not None and graphs.variants.runner_cls is not None:
+        cls = graphs.variants.runner_cls  # SGLang's DecodeCudaGraphRunner: patched for this case only
+        stack.enter_context(mock.patch.object(cls, "_resolve_lora_variant", _always_nolora(cls._resolve_lora_variant)))
+    if "skip_inactive_from_first_request" in faults:
+        stack.enter_context(mock.patch.object(mgr, "prepare_lora_batch", _first_request_only(mgr)))
+    if "torch_native_first_segment_slot" in faults and getattr(mgr.lora_backend, "name", "") == "torch_native":
+        backend = mgr.lora_backend
+        stack.enter_context(mock.patch.object(backend, "prepare_lora_batch", _first_segment_slot(backend)))
+
+
+def _always_nolora(original):
+    def _resolve_lora_variant(self, forward_batch):
+        label = original(self, forward_batch)
+        return "nolora" if label is not None else None
+    return _resolve_lora_variant
+
+
+def _first_request_only(mgr):
+    original = mgr.prepare_lora_batch
+
+    def prepare_lora_batch(forward_batch):
+        original(forward_batch)
+        info = mgr.lora_backend.batch_info
+        if info is not None and forward_batch.lora_ids:
+            info.has_active_lora = forward_batch.lora_ids[0] is not None
+    return prepare_lora_batch
+
+
+def _first_segment_slot(backend):
+    original = backend.prepare_lora_batch
+
+    def prepare_lora_batch(forward_batch, weight_indices, *args, **kwargs):
+        original(forward_batch, weight_indices, *args, **kwargs)
+        info = backend.batch_info
+        if not info.use_cuda_graph and info.num_segments > 1:
+            first = int(info.weight_indices_cpu[0])
+            info.weight_indices[: info.num_segments].fill_(first)
+            info.weight_indices_cpu = info.weight_indices_cpu.clone().fill_(first)
+    return prepare_lora_batch
+
+
+__all__ = ["FAULTS", "plant", "unavailable"]
