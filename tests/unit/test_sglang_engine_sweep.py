@@ -1,0 +1,73 @@
+"""``sglang_engine``'s seeds and the sweep's verdict table (targets/sglang_engine/sweep.py), without SGLang."""
+
+import json
+from importlib import import_module
+from pathlib import Path
+
+from fuzzrunner.case import Case
+
+esweep = import_module("fuzzrunner.targets.sglang_engine.sweep")
+runner = import_module("fuzzrunner.targets.sglang_engine.runner")
+site = import_module("fuzzrunner.targets.sglang_lora.site")
+SEEDS = Path(__file__).resolve().parents[2] / "targets" / "sglang_engine" / "seeds"
+
+
+def test_every_known_bug_has_a_well_formed_seed_and_every_seed_a_bug():
+    assert sorted(p.stem for p in SEEDS.glob("*.json")) == sorted(esweep.SEEDS.values())
+    for p in SEEDS.glob("*.json"):
+        d = json.loads(p.read_text())
+        assert d["target"] == "sglang_engine" and d["faults"] == []
+        runner.check_case(Case("sglang_engine", d["config"], tuple(d["ops"]), ()))  # raises InvalidCase if not
+
+
+def _tree(tmp_path, v, buggy: bool) -> None:
+    """A release tree whose files have every known bug (``buggy``) or none."""
+    lora = tmp_path / v / "site" / "sglang" / "srt" / "lora"
+    (lora / "backend").mkdir(parents=True)
+    (lora / "triton_ops").mkdir()
+    sweep = esweep.lora_sweep
+    (lora / "mem_pool.py").write_text("class LoRAMemoryPool: ...\n" if buggy else
+                                      f"def remove_lora(self, uid): ...\n# {sweep.EMBEDDING_ZEROED}\n")
+    (lora / "layers.py").write_text("class VocabParallelEmbeddingWithLoRA: ...\nclass ParallelLMHeadWithLoRA: ...\n"
+                                    + ("" if buggy else "lm_head_batch_info = None\n"))
+    (lora / "backend" / "triton_backend.py").write_text(
+        "seg_indptr=torch.empty(max_bs_in_cuda_graph + 1)\n" + sweep.LM_HEAD_PASSES_DROPPED + "x)\n" if buggy else "")
+    (lora / "backend" / "chunked_backend.py").write_text("" if buggy else "def run_lora_a_embedding(self): ...\n")
+    (lora / "triton_ops" / "chunked_sgmv_shrink.py").write_text("" if buggy else "segment_grid = 1\n")
+    (lora / "triton_ops" / "sgemm_lora_b.py").write_text("" if buggy else "n_mask = n_offset < N\n")
+
+
+def _report(out: Path, v: str, findings: list, replayed: list, refused: dict) -> None:
+    run = {"generated": 7, "examples": 7, "duration_s": 12.0, "findings": findings,
+           "replayed": [{"path": f"/x/targets/sglang_engine/seeds/{s}.json", "id": None, "still_failing": True}
+                        for s in replayed],
+           "quarantined": [{"path": f"/x/targets/sglang_engine/seeds/{s}.json", "moved_to": None,
+                            "why": f"/x/seeds/{s}.json: {why}; draw them"} for s, why in refused.items()]}
+    (out / f"{v}.json").write_text(json.dumps({"runs": [run]}))
+
+
+def test_each_release_gets_a_verdict_per_known_bug_checked_against_its_source(tmp_path, monkeypatch):
+    """yes where a finding is triaged as the bug; no where its seed ran silent; n/a with the seed's refusal; and
+    a verdict the release's files contradict is marked (a seed that no longer reproduces its bug: a wrong verdict)."""
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+    _tree(tmp_path, "old", buggy=True)
+    _tree(tmp_path, "new", buggy=False)
+    unload = {"signature": {"tool": "state", "kind": "state-violation", "tensor": "unload"},
+              "case": {"target": "sglang_engine", "config": {"backend": "triton"}, "ops": []},
+              "first_found_after_examples": 1}
+    seeds = list(esweep.SEEDS.values())
+    emb = esweep.SEEDS["emb-unzeroed"]
+    _report(tmp_path, "old", [unload], [s for s in seeds if s != emb],
+            {emb: "target modules ['embed_tokens']: SGLang old's LoRA pool has no buffers for them"})
+    _report(tmp_path, "new", [unload], seeds, {})
+    cells = {v: esweep.row(tmp_path, v).split(" | ")[2:2 + len(esweep.KNOWN)] for v in ("old", "new")}
+    old, new = (dict(zip(esweep.KNOWN, cells[v])) for v in ("old", "new"))
+    assert old["#21380"] == "**yes**"
+    assert old["#28371"] == "no (source: present)"  # the seed ran silent on a release that has the bug
+    assert old["emb-unzeroed"] == "n/a (target modules ['embed_tokens']: SGLang old's LoRA pool has no buffers for them)"
+    assert all(new[b] == "no" for b in esweep.KNOWN)  # the same state violation, on a release with the fix:
+    assert esweep.row(tmp_path, "new").endswith("| untriaged | – |")  # not #21380, left to triage
+    assert esweep.row(tmp_path, "missing").startswith("| missing | – |")
+    assert all(esweep.present(b, "old") for b in esweep.KNOWN)
+    assert not any(esweep.present(b, "new") for b in esweep.KNOWN)
+    assert esweep.present("#21380", "unset") is None
