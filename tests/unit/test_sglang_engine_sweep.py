@@ -71,3 +71,46 @@ def test_each_release_gets_a_verdict_per_known_bug_checked_against_its_source(tm
     assert all(esweep.present(b, "old") for b in esweep.KNOWN)
     assert not any(esweep.present(b, "new") for b in esweep.KNOWN)
     assert esweep.present("#21380", "unset") is None
+
+
+def test_a_release_that_publishes_placement_gets_the_schedulers_publish_and_its_group_calls(monkeypatch):
+    """0.5.21's engine refused every case (a target error): its ``initialize_model_parallel`` reads the widths from
+    the runtime context (no ``tensor_model_parallel_size``), ``initialize_dp_attention`` takes no ``model_config``,
+    and rank reads need the launcher's placement, which its scheduler publishes with ``SpawnRanks``. Releases of
+    either form (0.5.20's, 0.5.21's) are set up the way their own scheduler and model runner do it."""
+    import sys
+    import types
+    api = import_module("fuzzrunner.targets.sglang_engine.api")
+    calls: list = []
+
+    def fake(name, **attrs):
+        m = types.ModuleType(name)
+        m.__dict__.update(attrs)
+        monkeypatch.setitem(sys.modules, name, m)
+    for n in ("sglang", "sglang.srt", "sglang.srt.configs"):
+        fake(n)
+    fake("sglang.srt.configs.model_config", ModelConfig=types.SimpleNamespace(from_server_args=lambda a: "mc"))
+    shim = types.SimpleNamespace(set_global_server_args_for_scheduler=lambda a: calls.append(("shim", a)))
+
+    def old_mp(tensor_model_parallel_size=1, expert_model_parallel_size=1):
+        calls.append(("mp", tensor_model_parallel_size))
+
+    def new_mp(backend=None, duplicate_tp_group=False):
+        calls.append(("mp", None))
+    for mp, dp, expect in ((old_mp, lambda server_args, model_config: calls.append(("dp", model_config)),
+                            [("mp", 1), ("dp", "mc")]),
+                           (new_mp, lambda server_args: calls.append(("dp", None)), [("mp", None), ("dp", None)])):
+        calls.clear()
+        fake("sglang.srt.distributed", init_distributed_environment=lambda **kw: None, initialize_model_parallel=mp)
+        fake("sglang.srt.layers")
+        fake("sglang.srt.layers.dp_attention", initialize_dp_attention=dp)
+        api.EngineAPI(version="x", manager_params=frozenset())._init_distributed("args", "cpu")
+        assert calls == expect
+    monkeypatch.delitem(sys.modules, "sglang.srt.runtime_context", raising=False)
+    api._scheduler_publish(shim)("args")  # 0.5.14 - 0.5.20: the legacy shim (a runtime context without SpawnRanks)
+    assert calls[-1] == ("shim", "args")
+    fake("sglang.srt.runtime_context", SpawnRanks=lambda **kw: ("ranks", kw),
+         publish=lambda a, *, role, ranks=None: calls.append(("publish", role, ranks)))
+    calls.clear()
+    api._scheduler_publish(shim)("args")
+    assert calls == [("publish", "scheduler", ("ranks", {"world_rank": 0, "gpu_id": 0}))]
