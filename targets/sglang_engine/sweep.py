@@ -89,7 +89,7 @@ def row(out: Path, version: str) -> str:
 
 
 def table(out: Path, versions: list[str]) -> list[str]:
-    return (["| SGLang | generated + seeds, time | " + " | ".join(KNOWN) + " | other findings | target errors |",
+    return (["| SGLang | generated + seeds, search time | " + " | ".join(KNOWN) + " | other findings | target errors |",
              "|---|---|" + "---|" * len(KNOWN) + "---|---|"]
             + [row(out, v) for v in versions])
 
