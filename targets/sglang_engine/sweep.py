@@ -62,7 +62,10 @@ def cell(bug: str, version: str, triaged: set, replayed: set, refused: dict) -> 
     elif seed in replayed:
         verdict, found = "no", False
     elif seed in refused:
-        return "n/a (" + refused[seed].split(": ", 1)[-1].split(";")[0][:80] + ")"
+        why = refused[seed]
+        if why.startswith("/") and ".json: " in why:  # the file named first
+            why = why.split(".json: ", 1)[1]
+        return "n/a (refused: " + why.split(";")[0].split(":")[0][:60] + ")"
     else:
         return "– (seed not run)"
     has = present(bug, version)
