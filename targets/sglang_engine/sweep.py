@@ -31,8 +31,9 @@ def present(bug: str, version: str) -> bool | None:
     f = lambda rel: lora_sweep._release_file(version, rel)  # noqa: E731
     if not f("srt/lora/mem_pool.py"):
         return None
-    layers, pool = f("srt/lora/layers.py"), f("srt/lora/mem_pool.py")
-    embedding = "VocabParallelEmbeddingWithLoRA" in layers
+    pool = f("srt/lora/mem_pool.py")
+    # embedding / lm_head LoRA: the pool has their buffers (0.5.6.post2+; 0.5.5's layers.py has the layer class already)
+    embedding = "def get_embedding_lora_A_shape" in pool
     return {
         "#21380": "def remove_lora" not in pool,
         "#28371": lora_sweep._csgmv_grid_frozen(version),

@@ -26,8 +26,8 @@ def _tree(tmp_path, v, buggy: bool) -> None:
     (lora / "backend").mkdir(parents=True)
     (lora / "triton_ops").mkdir()
     sweep = esweep.lora_sweep
-    (lora / "mem_pool.py").write_text("class LoRAMemoryPool: ...\n" if buggy else
-                                      f"def remove_lora(self, uid): ...\n# {sweep.EMBEDDING_ZEROED}\n")
+    (lora / "mem_pool.py").write_text("def get_embedding_lora_A_shape(self): ...\n" + (
+        "" if buggy else f"def remove_lora(self, uid): ...\n# {sweep.EMBEDDING_ZEROED}\n"))
     (lora / "layers.py").write_text("class VocabParallelEmbeddingWithLoRA: ...\nclass ParallelLMHeadWithLoRA: ...\n"
                                     + ("" if buggy else "lm_head_batch_info = None\n"))
     (lora / "backend" / "triton_backend.py").write_text(
@@ -71,6 +71,10 @@ def test_each_release_gets_a_verdict_per_known_bug_checked_against_its_source(tm
     assert all(esweep.present(b, "old") for b in esweep.KNOWN)
     assert not any(esweep.present(b, "new") for b in esweep.KNOWN)
     assert esweep.present("#21380", "unset") is None
+    # a release whose pool has no embedding buffers (0.5.5: its layers.py has the embedding layer class already)
+    # has neither embedding bug
+    (tmp_path / "old/site/sglang/srt/lora/mem_pool.py").write_text("class LoRAMemoryPool: ...\n")
+    assert not esweep.present("emb-unzeroed", "old") and not esweep.present("csgmv-embedding", "old")
 
 
 def test_a_release_that_publishes_placement_gets_the_schedulers_publish_and_its_group_calls(monkeypatch):
