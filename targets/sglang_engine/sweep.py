@@ -85,6 +85,8 @@ def row(out: Path, version: str) -> str:
     cats = [lora_sweep.category(f, version) for f in findings]
     replayed, refused = _seed_runs(run)
     others = [c for c in cats if c not in KNOWN and c != "target"]
+    if not run.get("examples") and not run.get("replayed") and not refused:
+        others = ["**no case ran** (the budget ended during the start-up)"]  # every cell says "seed not run"
     targets = cats.count("target")
     generated = run.get("generated", run.get("examples", "?"))
     cases = f"{generated} + {len(replayed)} seeds, {run.get('duration_s', 0):.0f} s"

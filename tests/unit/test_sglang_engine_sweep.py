@@ -118,3 +118,17 @@ def test_a_release_that_publishes_placement_gets_the_schedulers_publish_and_its_
     calls.clear()
     api._scheduler_publish(shim)("args")
     assert calls == [("publish", "scheduler", ("ranks", {"world_rank": 0, "gpu_id": 0}))]
+
+
+def test_a_campaign_that_ran_no_case_is_not_a_clean_release(tmp_path, monkeypatch):
+    """0.5.23's first campaign of the fourth pass spent its whole 240 s budget importing the engine (load 17): its
+    report has no case, and its rows read "none" (no finding), as a release that ran clean would."""
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+    _tree(tmp_path, "new", buggy=False)
+    (tmp_path / "new.json").write_text(json.dumps({"runs": [{"generated": 0, "examples": 0, "duration_s": 7.0,
+                                                             "findings": [], "replayed": [], "quarantined": []}]}))
+    row = esweep.row(tmp_path, "new")
+    assert "**no case ran**" in row and "seed not run" in row
+    assert "**no case ran**" in esweep.lora_sweep.rows(tmp_path, ["new"])[2]
+    _report(tmp_path, "new", [], list(esweep.SEEDS.values()), {})  # seeds replayed, nothing found: clean
+    assert "no case ran" not in esweep.row(tmp_path, "new") + esweep.lora_sweep.rows(tmp_path, ["new"])[2]
