@@ -89,13 +89,16 @@ def row(out: Path, version: str) -> str:
         others = ["**no case ran** (the budget ended during the start-up)"]  # every cell says "seed not run"
     targets = cats.count("target")
     generated = run.get("generated", run.get("examples", "?"))
+    budget = (run.get("settings") or {}).get("budget_s")
     cases = f"{generated} + {len(replayed)} seeds, {run.get('duration_s', 0):.0f} s"
+    cases += f" of {budget:.0f}" if budget else ""
     return (f"| {version} | {cases} | " + " | ".join(cell(b, version, set(cats), replayed, refused) for b in KNOWN)
             + f" | {', '.join(others) or 'none'} | {targets or '–'} |")
 
 
 def table(out: Path, versions: list[str]) -> list[str]:
-    return (["| SGLang | generated + seeds, search time | " + " | ".join(KNOWN) + " | other findings | target errors |",
+    head = "| SGLang | generated + seeds, campaign s of budget s | " + " | ".join(KNOWN)
+    return ([head + " | other findings | target errors |",
              "|---|---|" + "---|" * len(KNOWN) + "---|---|"]
             + [row(out, v) for v in versions])
 
