@@ -132,3 +132,22 @@ def test_a_campaign_that_ran_no_case_is_not_a_clean_release(tmp_path, monkeypatc
     assert "**no case ran**" in esweep.lora_sweep.rows(tmp_path, ["new"])[2]
     _report(tmp_path, "new", [], list(esweep.SEEDS.values()), {})  # seeds replayed, nothing found: clean
     assert "no case ran" not in esweep.row(tmp_path, "new") + esweep.lora_sweep.rows(tmp_path, ["new"])[2]
+
+
+def test_a_finding_reproduces_every_bug_its_violations_are_triaged_as(tmp_path, monkeypatch):
+    """0.5.6.post2's #18649 seed was filed under its first violation, an n-mask read of sgemm_lora_b; the shrink's
+    reads past the LogitsProcessor's kept rows (#18649) came as the finding's other violations, and the verdict said
+    "no (source: present)" for #18649."""
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+    _tree(tmp_path, "old", buggy=True)
+    (tmp_path / "old/site/sglang/srt/lora/triton_ops/sgemm_lora_b.py").write_text("w_tile = tl.load(w_ptrs)\n")
+    nmask = {"tool": "shadow", "kind": "uninitialized-read", "kernel": "_sgemm_lora_b_kernel",
+             "location": "triton_ops/sgemm_lora_b.py:1", "tensor": "torch.empty@mem_pool.py:233"}
+    rows = {"tool": "shadow", "kind": "out-of-bounds", "kernel": "_sgemm_lora_a_kernel",
+            "location": "triton_ops/sgemm_lora_a.py:90", "tensor": "_sgemm_lora_a_kernel:x"}
+    f = {"signature": nmask, "violation": dict(nmask), "others": [dict(rows, message="x")],
+         "case": {"target": "sglang_engine", "config": {"backend": "triton"}, "ops": []},
+         "first_found_after_examples": 5}
+    _report(tmp_path, "old", [f], list(esweep.SEEDS.values()), {})
+    cells = dict(zip(esweep.KNOWN, esweep.row(tmp_path, "old").split(" | ")[2:2 + len(esweep.KNOWN)]))
+    assert cells["n-mask"] == "**yes**" and cells["#18649"] == "**yes**"
