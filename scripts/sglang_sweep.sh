@@ -4,7 +4,8 @@
 #                           [--out DIR] VERSION...
 # Each VERSION is set up (scripts/sglang_setup.sh, cached), its campaign replays the target's seeds (the known
 # bugs' minimal cases: a deterministic verdict per release) then generates cases, on the CPU; reports go to
-# DIR/VERSION.json and the table (release, finding, triage, first found after, minimal case) to DIR/table.md.
+# DIR/VERSION.json and the table (release, finding, triage, first found after, minimal case) to DIR/table.md; with
+# --target sglang_engine, first a verdict per release and known bug (targets/sglang_engine/sweep.py).
 # Exit 0 when every campaign ran (findings or not).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,4 +40,5 @@ for v in "$@"; do
     --report "$out/$v.json" >>"$out/$v.log" 2>&1 || rc=$?
   echo "   exit $rc ($([ $rc = 1 ] && echo findings || ([ $rc = 0 ] && echo none || echo error)))" >&2
 done
-PYTHONPATH=. .venv/bin/python -m targets.sglang_lora.sweep "$out" "$@" | tee "$out/table.md"
+# sglang_engine: a verdict per release and known bug (its seed replayed first), then the findings
+PYTHONPATH=. .venv/bin/python -m "targets.$target.sweep" "$out" "$@" | tee "$out/table.md"

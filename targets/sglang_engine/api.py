@@ -92,8 +92,14 @@ class EngineAPI:
         init_file = os.path.join(tempfile.mkdtemp(prefix="sglang_engine-dist-"), "init")
         init_distributed_environment(backend="gloo" if device == "cpu" else "nccl", world_size=1, rank=0,
                                      local_rank=0, distributed_init_method=f"file://{init_file}")
-        initialize_model_parallel(tensor_model_parallel_size=1)
-        initialize_dp_attention(server_args, ModelConfig.from_server_args(server_args))
+        # 0.5.21+ read the widths (and the DP-attention topology) from the runtime context the publish filled: their
+        # initialize_model_parallel has no tensor_model_parallel_size, their initialize_dp_attention no model_config
+        mp = inspect.signature(initialize_model_parallel).parameters
+        initialize_model_parallel(**({"tensor_model_parallel_size": 1} if "tensor_model_parallel_size" in mp else {}))
+        if "model_config" in inspect.signature(initialize_dp_attention).parameters:
+            initialize_dp_attention(server_args, ModelConfig.from_server_args(server_args))
+        else:
+            initialize_dp_attention(server_args)
         self._distributed = True
 
     def manager(self, cls, **kw):
@@ -116,6 +122,19 @@ class EngineAPI:
         if self.fetch:
             mgr.fetch_new_loras(set(fb.lora_ids))
         mgr.prepare_lora_batch(fb)
+
+
+def _scheduler_publish(sa):
+    """How the release's scheduler process publishes its ``ServerArgs``: ``runtime_context.publish(role="scheduler",
+    ranks=SpawnRanks(...))`` with the launcher's placement where the release has ``SpawnRanks`` (0.5.21+: without
+    it every rank read fails, "parallel name 'tp_rank' has not been written in this process"), else the
+    ``set_global_server_args_for_scheduler`` shim."""
+    try:
+        from sglang.srt.runtime_context import SpawnRanks, publish
+    except ImportError:
+        return getattr(sa, "set_global_server_args_for_scheduler", None)
+    # run_scheduler_process of a world of one: WORLD rank 0, no data-parallel controller, device 0
+    return lambda server_args: publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0, gpu_id=0))
 
 
 def load(version: str) -> EngineAPI:
@@ -145,7 +164,7 @@ def load(version: str) -> EngineAPI:
     lm_head_layer = getattr(layers, "ParallelLMHeadWithLoRA", None)
     return EngineAPI(
         version=version, manager_params=frozenset(inspect.signature(LoRAManager.__init__).parameters),
-        fixture=fixture, publish_args=getattr(sa, "set_global_server_args_for_scheduler", None),
+        fixture=fixture, publish_args=_scheduler_publish(sa),
         runtime_context=runtime_context, fetch=hasattr(LoRAManager, "fetch_new_loras"), graph_init=graph_init,
         modules=ALL_MODULES if embeddings else ALL_MODULES[:4],
         unload_frees_slot=hasattr(LoRAMemoryPool, "remove_lora"),

@@ -98,7 +98,8 @@ def engine_category(f: dict, version: str | None = None) -> str:
     ``emb-unzeroed`` (an adapter without embedding / lm_head LoRA runs the slot's never-written embedding buffers:
     releases whose pool does not zero them), ``csgmv-embedding`` (embedding LoRA on a csgmv backend without
     ``run_lora_a_embedding``), ``#18649`` (lm_head LoRA's shrink reading past the LogitsProcessor's kept rows,
-    or writing past its output, in releases without pruned lm_head routing), ``#31910`` (a triton case whose
+    or writing past its output, and the expand reading past the shrink's output, in releases without pruned
+    lm_head routing), ``#31910`` (a triton case whose
     input-logprob passes of lm_head LoRA crash in ``_prepare_lm_head_batch_info``: releases that append the passes
     to the attribute), else ``untriaged``."""
     sig = f["signature"]
@@ -215,9 +216,12 @@ def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = F
         return "emb-unzeroed"
     if kind == "numeric-mismatch" and backend == "csgmv" and graph and _csgmv_grid_frozen(version):
         return "#28371"
-    if kind == "out-of-bounds" and sig.get("kernel", "") == "_sgemm_lora_a_kernel" and \
-            (tensor == "_sgemm_lora_a_kernel:x" or tensor.startswith("torch.empty@triton_ops/sgemm_lora_a.py")) and \
-            _lm_head_unpruned(version):
+    # the shrink reads past its input (the kept rows) and writes past its output; the expand then reads past the
+    # shrink's output, its own input (the segments of the whole batch over the kept rows' LoRA-A result)
+    shrink_out = tensor.startswith("torch.empty@triton_ops/sgemm_lora_a.py")
+    if kind == "out-of-bounds" and _lm_head_unpruned(version) and (
+            (sig.get("kernel", "") == "_sgemm_lora_a_kernel" and (tensor == "_sgemm_lora_a_kernel:x" or shrink_out))
+            or (sig.get("kernel", "") == "_sgemm_lora_b_kernel" and shrink_out)):
         return "#18649"
     if kind == "crash" and backend == "triton" and "triton_backend.py" in sig.get("location", "") and \
             LM_HEAD_PASSES_DROPPED in _release_file(version, "srt/lora/backend/triton_backend.py"):
@@ -266,7 +270,9 @@ def rows(out: Path, versions: list[str]) -> list[str]:
         run = r["runs"][0] if r.get("runs") else {}
         n = run.get("examples", r.get("summary", {}).get("examples", "?"))
         found = run.get("findings", [])
-        if not found:
+        if not found and not n and not run.get("replayed"):  # "none" would read as a clean release
+            lines.append(f"| {v} | 0 | **no case ran** (the budget ended during the start-up: see {v}.log) | | | |")
+        elif not found:
             lines.append(f"| {v} | {n} | none | | | |")
         for f in found:
             s = f["signature"]

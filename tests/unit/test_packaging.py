@@ -44,7 +44,9 @@ def test_the_wheel_has_one_top_level_package_with_seeds_types_and_license(tmp_pa
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"fuzzrunner"}
     for needed in ("fuzzrunner/py.typed", "fuzzrunner/targets/reference_runner/__init__.py",
                    "fuzzrunner/targets/vllm_lora/__init__.py", "fuzzrunner/targets/vllm_engine/__init__.py",
-                   "fuzzrunner/targets/reference_runner/seeds/dummy_run_first.json"):
+                   "fuzzrunner/targets/reference_runner/seeds/dummy_run_first.json",
+                   "fuzzrunner/targets/sglang_engine/__init__.py",  # was left out of the wheel (not listed)
+                   "fuzzrunner/targets/sglang_engine/seeds/unload_keeps_slot_21380.json"):
         assert needed in names
     assert any(n.endswith("licenses/LICENSE") for n in names)
     metadata = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith("METADATA"))

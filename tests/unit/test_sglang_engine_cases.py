@@ -155,9 +155,12 @@ def test_engine_findings_of_release_bugs_are_triaged_by_the_release_files(tmp_pa
                         location=loc) for t, loc in (("_sgemm_lora_a_kernel:x", "triton_ops/sgemm_lora_a.py:90"),
                                                      ("torch.empty@triton_ops/sgemm_lora_a.py:147",
                                                       "triton_ops/sgemm_lora_a.py:111"))]
+    # and the expand reads past the shrink's output (0.5.8, the logprob seed: sgemm_lora_b.py:92, the x load)
+    unpruned.append(finding("triton", tool="shadow", kind="out-of-bounds", kernel="_sgemm_lora_b_kernel",
+                            tensor="torch.empty@triton_ops/sgemm_lora_a.py:147", location="triton_ops/sgemm_lora_b.py:92"))
     assert [sweep.category(f, "old") for f in (seg, emb, crash, frozen, eager, passes, *unpruned)] == \
-        ["#14177", "emb-unzeroed", "csgmv-embedding", "#28371", "untriaged", "#31910", "#18649", "#18649"]
-    assert [sweep.category(f, "new") for f in (emb, crash, frozen, passes, *unpruned)] == ["untriaged"] * 6
+        ["#14177", "emb-unzeroed", "csgmv-embedding", "#28371", "untriaged", "#31910", "#18649", "#18649", "#18649"]
+    assert [sweep.category(f, "new") for f in (emb, crash, frozen, passes, *unpruned)] == ["untriaged"] * 7
 
 
 def test_the_engine_target_takes_its_device_from_the_run_not_the_environment():

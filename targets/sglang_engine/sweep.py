@@ -1,0 +1,126 @@
+"""``scripts/sglang_sweep.sh --target sglang_engine``'s verdict table: one row per release, one column per known bug.
+
+    python -m targets.sglang_engine.sweep OUT_DIR VERSION...   (reads OUT_DIR/VERSION.json, prints markdown)
+
+Every campaign replays the target's seeds first (``seeds/``: each known bug's minimal case), so each release gets a
+deterministic verdict per bug: **yes** (a finding of the campaign, the seed's or the search's, is triaged as that
+bug by ``targets.sglang_lora.sweep.category``), no (the seed ran, and nothing was triaged as the bug), n/a (the
+seed cannot run on the release: its one-line reason, e.g. no pool buffers for ``embed_tokens``). Each verdict is
+checked against the release's own source (``present``: the buggy line, or the fix's absence, read from the set-up
+tree): a verdict the source contradicts is marked ``(source: present)`` / ``(source: absent)``, a wrong verdict of
+the target or of the triage to look at. The per-finding rows follow (``targets.sglang_lora.sweep.rows``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..sglang_lora import sweep as lora_sweep
+
+# bug -> its seed's file stem (seeds/STEM.json)
+SEEDS = {"#21380": "unload_keeps_slot_21380", "#28371": "csgmv_graph_segments_28371",
+         "#14177": "graph_seg_indptr_14177", "n-mask": "sgemm_lora_b_n_mask", "emb-unzeroed": "embedding_unzeroed",
+         "csgmv-embedding": "csgmv_embedding", "#18649": "lm_head_rows_18649", "#31910": "lm_head_passes_31910"}
+KNOWN = tuple(SEEDS)
+
+
+def present(bug: str, version: str) -> bool | None:
+    """Whether the release's own files have the bug (None: no set-up tree to read)."""
+    f = lambda rel: lora_sweep._release_file(version, rel)  # noqa: E731
+    if not f("srt/lora/mem_pool.py"):
+        return None
+    pool = f("srt/lora/mem_pool.py")
+    # embedding / lm_head LoRA: the pool has their buffers (0.5.6.post2+; 0.5.5's layers.py has the layer class already)
+    embedding = "def get_embedding_lora_A_shape" in pool
+    return {
+        "#21380": "def remove_lora" not in pool,
+        "#28371": lora_sweep._csgmv_grid_frozen(version),
+        "#14177": "seg_indptr=torch.empty(max_bs_in_cuda_graph" in f("srt/lora/backend/triton_backend.py"),
+        "n-mask": lora_sweep._sgemm_lora_b_unmasked(version),
+        "emb-unzeroed": embedding and lora_sweep.EMBEDDING_ZEROED not in pool,
+        "csgmv-embedding": embedding and "def run_lora_a_embedding" not in f("srt/lora/backend/chunked_backend.py"),
+        "#18649": lora_sweep._lm_head_unpruned(version),
+        "#31910": lora_sweep.LM_HEAD_PASSES_DROPPED in f("srt/lora/backend/triton_backend.py"),
+    }[bug]
+
+
+def _seed_runs(run: dict) -> tuple[set, dict]:
+    """The seeds the campaign replayed (stems), and those it could not run (stem -> why)."""
+    def stem(path: str) -> str:
+        p = Path(path)
+        return p.stem if p.parent.name == "seeds" else ""
+    replayed = {stem(e["path"]) for e in run.get("replayed", [])} - {""}
+    refused = {stem(q["path"]): q.get("why", "") for q in run.get("quarantined", []) if stem(q["path"])}
+    return replayed, refused
+
+
+def _signature(violation: dict) -> dict:
+    return {k: violation.get(k) or "" for k in ("tool", "kind", "kernel", "location", "tensor")}
+
+
+def cell(bug: str, version: str, triaged: set, replayed: set, refused: dict) -> str:
+    seed = SEEDS[bug]
+    if bug in triaged:
+        verdict, found = "**yes**", True
+    elif seed in replayed:
+        verdict, found = "no", False
+    elif seed in refused:
+        why = refused[seed]
+        if why.startswith("/") and ".json: " in why:  # the file named first
+            why = why.split(".json: ", 1)[1]
+        return "n/a (refused: " + why.split(";")[0].split(":")[0][:60] + ")"
+    else:
+        return "– (seed not run)"
+    has = present(bug, version)
+    if has is not None and has != found:
+        verdict += f" (source: {'present' if has else 'absent'})"
+    return verdict
+
+
+def row(out: Path, version: str) -> str:
+    p = out / f"{version}.json"
+    if not p.exists():
+        return f"| {version} | – | " + " | ".join("–" for _ in KNOWN) + f" | no report (see {version}.log) | |"
+    r = json.loads(p.read_text())
+    run = r["runs"][0] if r.get("runs") else r
+    findings = run.get("findings", [])
+    cats = [lora_sweep.category(f, version) for f in findings]
+    # a finding reproduces every bug one of its violations is triaged as: the campaign files a case under its first
+    # violation, the rest ride along as "others" (0.5.6.post2's #18649 seed is filed as n-mask, its shrink's reads
+    # past the LogitsProcessor's rows among the others)
+    also = {lora_sweep.category(dict(f, signature={**f["signature"], **_signature(o)}, message=o.get("message", "")),
+                                version) for f in findings for o in f.get("others", [])}
+    replayed, refused = _seed_runs(run)
+    others = [c for c in cats if c not in KNOWN and c != "target"]
+    if not run.get("examples") and not run.get("replayed") and not refused:
+        others = ["**no case ran** (the budget ended during the start-up)"]  # every cell says "seed not run"
+    targets = cats.count("target")
+    generated = run.get("generated", run.get("examples", "?"))
+    budget = (run.get("settings") or {}).get("budget_s")
+    cases = f"{generated} + {len(replayed)} seeds, {run.get('duration_s', 0):.0f} s"
+    cases += f" of {budget:.0f}" if budget else ""
+    found = set(cats) | also
+    return (f"| {version} | {cases} | " + " | ".join(cell(b, version, found, replayed, refused) for b in KNOWN)
+            + f" | {', '.join(others) or 'none'} | {targets or '–'} |")
+
+
+def table(out: Path, versions: list[str]) -> list[str]:
+    head = "| SGLang | generated + seeds, campaign s of budget s | " + " | ".join(KNOWN)
+    return ([head + " | other findings | target errors |",
+             "|---|---|" + "---|" * len(KNOWN) + "---|---|"]
+            + [row(out, v) for v in versions])
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    out, versions = Path(argv[0]), argv[1:]
+    print("\n".join(table(out, versions)))
+    print()
+    print("\n".join(lora_sweep.rows(out, versions)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""``sglang_engine``'s seeds and the sweep's verdict table (targets/sglang_engine/sweep.py), without SGLang."""
+
+import json
+from importlib import import_module
+from pathlib import Path
+
+from fuzzrunner.case import Case
+
+esweep = import_module("fuzzrunner.targets.sglang_engine.sweep")
+runner = import_module("fuzzrunner.targets.sglang_engine.runner")
+site = import_module("fuzzrunner.targets.sglang_lora.site")
+SEEDS = Path(__file__).resolve().parents[2] / "targets" / "sglang_engine" / "seeds"
+
+
+def test_every_known_bug_has_a_well_formed_seed_and_every_seed_a_bug():
+    assert sorted(p.stem for p in SEEDS.glob("*.json")) == sorted(esweep.SEEDS.values())
+    for p in SEEDS.glob("*.json"):
+        d = json.loads(p.read_text())
+        assert d["target"] == "sglang_engine" and d["faults"] == []
+        runner.check_case(Case("sglang_engine", d["config"], tuple(d["ops"]), ()))  # raises InvalidCase if not
+
+
+def _tree(tmp_path, v, buggy: bool) -> None:
+    """A release tree whose files have every known bug (``buggy``) or none."""
+    lora = tmp_path / v / "site" / "sglang" / "srt" / "lora"
+    (lora / "backend").mkdir(parents=True)
+    (lora / "triton_ops").mkdir()
+    sweep = esweep.lora_sweep
+    (lora / "mem_pool.py").write_text("def get_embedding_lora_A_shape(self): ...\n" + (
+        "" if buggy else f"def remove_lora(self, uid): ...\n# {sweep.EMBEDDING_ZEROED}\n"))
+    (lora / "layers.py").write_text("class VocabParallelEmbeddingWithLoRA: ...\nclass ParallelLMHeadWithLoRA: ...\n"
+                                    + ("" if buggy else "lm_head_batch_info = None\n"))
+    (lora / "backend" / "triton_backend.py").write_text(
+        "seg_indptr=torch.empty(max_bs_in_cuda_graph + 1)\n" + sweep.LM_HEAD_PASSES_DROPPED + "x)\n" if buggy else "")
+    (lora / "backend" / "chunked_backend.py").write_text("" if buggy else "def run_lora_a_embedding(self): ...\n")
+    (lora / "triton_ops" / "chunked_sgmv_shrink.py").write_text("" if buggy else "segment_grid = 1\n")
+    (lora / "triton_ops" / "sgemm_lora_b.py").write_text("" if buggy else "n_mask = n_offset < N\n")
+
+
+def _report(out: Path, v: str, findings: list, replayed: list, refused: dict) -> None:
+    run = {"generated": 7, "examples": 7, "duration_s": 12.0, "findings": findings,
+           "replayed": [{"path": f"/x/targets/sglang_engine/seeds/{s}.json", "id": None, "still_failing": True}
+                        for s in replayed],
+           "quarantined": [{"path": f"/x/targets/sglang_engine/seeds/{s}.json", "moved_to": None,
+                            "why": f"/x/seeds/{s}.json: {why}; draw them"} for s, why in refused.items()]}
+    (out / f"{v}.json").write_text(json.dumps({"runs": [run]}))
+
+
+def test_each_release_gets_a_verdict_per_known_bug_checked_against_its_source(tmp_path, monkeypatch):
+    """yes where a finding is triaged as the bug; no where its seed ran silent; n/a with the seed's refusal; and
+    a verdict the release's files contradict is marked (a seed that no longer reproduces its bug: a wrong verdict)."""
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+    _tree(tmp_path, "old", buggy=True)
+    _tree(tmp_path, "new", buggy=False)
+    unload = {"signature": {"tool": "state", "kind": "state-violation", "tensor": "unload"},
+              "case": {"target": "sglang_engine", "config": {"backend": "triton"}, "ops": []},
+              "first_found_after_examples": 1}
+    seeds = list(esweep.SEEDS.values())
+    emb = esweep.SEEDS["emb-unzeroed"]
+    _report(tmp_path, "old", [unload], [s for s in seeds if s != emb],
+            {emb: "target modules ['embed_tokens']: SGLang old's LoRA pool has no buffers for them"})
+    _report(tmp_path, "new", [unload], seeds, {})
+    cells = {v: esweep.row(tmp_path, v).split(" | ")[2:2 + len(esweep.KNOWN)] for v in ("old", "new")}
+    old, new = (dict(zip(esweep.KNOWN, cells[v])) for v in ("old", "new"))
+    assert old["#21380"] == "**yes**"
+    assert old["#28371"] == "no (source: present)"  # the seed ran silent on a release that has the bug
+    assert old["emb-unzeroed"] == "n/a (refused: target modules ['embed_tokens'])"
+    assert all(new[b] == "no" for b in esweep.KNOWN)  # the same state violation, on a release with the fix:
+    assert esweep.row(tmp_path, "new").endswith("| untriaged | – |")  # not #21380, left to triage
+    assert esweep.row(tmp_path, "missing").startswith("| missing | – |")
+    assert all(esweep.present(b, "old") for b in esweep.KNOWN)
+    assert not any(esweep.present(b, "new") for b in esweep.KNOWN)
+    assert esweep.present("#21380", "unset") is None
+    # a release whose pool has no embedding buffers (0.5.5: its layers.py has the embedding layer class already)
+    # has neither embedding bug
+    (tmp_path / "old/site/sglang/srt/lora/mem_pool.py").write_text("class LoRAMemoryPool: ...\n")
+    assert not esweep.present("emb-unzeroed", "old") and not esweep.present("csgmv-embedding", "old")
+
+
+def test_a_release_that_publishes_placement_gets_the_schedulers_publish_and_its_group_calls(monkeypatch):
+    """0.5.21's engine refused every case (a target error): its ``initialize_model_parallel`` reads the widths from
+    the runtime context (no ``tensor_model_parallel_size``), ``initialize_dp_attention`` takes no ``model_config``,
+    and rank reads need the launcher's placement, which its scheduler publishes with ``SpawnRanks``. Releases of
+    either form (0.5.20's, 0.5.21's) are set up the way their own scheduler and model runner do it."""
+    import sys
+    import types
+    api = import_module("fuzzrunner.targets.sglang_engine.api")
+    calls: list = []
+
+    def fake(name, **attrs):
+        m = types.ModuleType(name)
+        m.__dict__.update(attrs)
+        monkeypatch.setitem(sys.modules, name, m)
+    for n in ("sglang", "sglang.srt", "sglang.srt.configs"):
+        fake(n)
+    fake("sglang.srt.configs.model_config", ModelConfig=types.SimpleNamespace(from_server_args=lambda a: "mc"))
+    shim = types.SimpleNamespace(set_global_server_args_for_scheduler=lambda a: calls.append(("shim", a)))
+
+    def old_mp(tensor_model_parallel_size=1, expert_model_parallel_size=1):
+        calls.append(("mp", tensor_model_parallel_size))
+
+    def new_mp(backend=None, duplicate_tp_group=False):
+        calls.append(("mp", None))
+    for mp, dp, expect in ((old_mp, lambda server_args, model_config: calls.append(("dp", model_config)),
+                            [("mp", 1), ("dp", "mc")]),
+                           (new_mp, lambda server_args: calls.append(("dp", None)), [("mp", None), ("dp", None)])):
+        calls.clear()
+        fake("sglang.srt.distributed", init_distributed_environment=lambda **kw: None, initialize_model_parallel=mp)
+        fake("sglang.srt.layers")
+        fake("sglang.srt.layers.dp_attention", initialize_dp_attention=dp)
+        api.EngineAPI(version="x", manager_params=frozenset())._init_distributed("args", "cpu")
+        assert calls == expect
+    monkeypatch.delitem(sys.modules, "sglang.srt.runtime_context", raising=False)
+    api._scheduler_publish(shim)("args")  # 0.5.14 - 0.5.20: the legacy shim (a runtime context without SpawnRanks)
+    assert calls[-1] == ("shim", "args")
+    fake("sglang.srt.runtime_context", SpawnRanks=lambda **kw: ("ranks", kw),
+         publish=lambda a, *, role, ranks=None: calls.append(("publish", role, ranks)))
+    calls.clear()
+    api._scheduler_publish(shim)("args")
+    assert calls == [("publish", "scheduler", ("ranks", {"world_rank": 0, "gpu_id": 0}))]
+
+
+def test_a_campaign_that_ran_no_case_is_not_a_clean_release(tmp_path, monkeypatch):
+    """0.5.23's first campaign of the fourth pass spent its whole 240 s budget importing the engine (load 17): its
+    report has no case, and its rows read "none" (no finding), as a release that ran clean would."""
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+    _tree(tmp_path, "new", buggy=False)
+    (tmp_path / "new.json").write_text(json.dumps({"runs": [{"generated": 0, "examples": 0, "duration_s": 7.0,
+                                                             "findings": [], "replayed": [], "quarantined": []}]}))
+    row = esweep.row(tmp_path, "new")
+    assert "**no case ran**" in row and "seed not run" in row
+    assert "**no case ran**" in esweep.lora_sweep.rows(tmp_path, ["new"])[2]
+    _report(tmp_path, "new", [], list(esweep.SEEDS.values()), {})  # seeds replayed, nothing found: clean
+    assert "no case ran" not in esweep.row(tmp_path, "new") + esweep.lora_sweep.rows(tmp_path, ["new"])[2]
+
+
+def test_a_finding_reproduces_every_bug_its_violations_are_triaged_as(tmp_path, monkeypatch):
+    """0.5.6.post2's #18649 seed was filed under its first violation, an n-mask read of sgemm_lora_b; the shrink's
+    reads past the LogitsProcessor's kept rows (#18649) came as the finding's other violations, and the verdict said
+    "no (source: present)" for #18649."""
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+    _tree(tmp_path, "old", buggy=True)
+    (tmp_path / "old/site/sglang/srt/lora/triton_ops/sgemm_lora_b.py").write_text("w_tile = tl.load(w_ptrs)\n")
+    nmask = {"tool": "shadow", "kind": "uninitialized-read", "kernel": "_sgemm_lora_b_kernel",
+             "location": "triton_ops/sgemm_lora_b.py:1", "tensor": "torch.empty@mem_pool.py:233"}
+    rows = {"tool": "shadow", "kind": "out-of-bounds", "kernel": "_sgemm_lora_a_kernel",
+            "location": "triton_ops/sgemm_lora_a.py:90", "tensor": "_sgemm_lora_a_kernel:x"}
+    f = {"signature": nmask, "violation": dict(nmask), "others": [dict(rows, message="x")],
+         "case": {"target": "sglang_engine", "config": {"backend": "triton"}, "ops": []},
+         "first_found_after_examples": 5}
+    _report(tmp_path, "old", [f], list(esweep.SEEDS.values()), {})
+    cells = dict(zip(esweep.KNOWN, esweep.row(tmp_path, "old").split(" | ")[2:2 + len(esweep.KNOWN)]))
+    assert cells["n-mask"] == "**yes**" and cells["#18649"] == "**yes**"
