@@ -6,7 +6,7 @@ from .model import LAYERS
 
 OPS = ("add", "remove", "pin", "step", "dummy_run")
 FEATURE_SPACE = tuple(
-    [f"op={o}" for o in OPS] + [f"layer={x}" for x in LAYERS]
+    [f"op={o}" for o in OPS] + [f"layer={x}" for x in LAYERS + ("experts",)]
     + ["layout=qkv-merged", "layout=qkv-fused", "layout=gate_up-merged", "layout=gate_up-fused",
        "fully_sharded_loras=on", "specialize_active_lora=on", "target_modules=filtered", "lora_dtype=auto",
        "adapter=rslora", "adapter=partial-targets", "adapters=mixed-ranks", "moe=top_k-2", "adapter=experts",
