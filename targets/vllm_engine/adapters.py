@@ -84,9 +84,9 @@ def expert_weights(c: dict, spec: dict) -> dict[str, tuple[torch.Tensor, torch.T
     g = torch.Generator().manual_seed(7919 * spec["seed"] + spec["rank"] + 1)
     e, r = c["moe"]["experts"], spec["rank"]
     out = {}
-    for proj, (o, i) in sorted(moe.shapes(c).items()):
-        a = (0.25 * torch.randn(e, r, i, generator=g)).to(exact).float()
-        b = (0.25 * torch.randn(e, o, r, generator=g)).to(exact).float()
+    for proj, (o, i) in sorted(moe.shapes(c).items()):  # half the dense modules' scale: the block's values stay
+        a = (0.125 * torch.randn(e, r, i, generator=g)).to(exact).float()  # O(1) through its two float16
+        b = (0.125 * torch.randn(e, o, r, generator=g)).to(exact).float()  # roundings (moe.INPUT_SCALE)
         out[proj] = (a, b)
     return out
 

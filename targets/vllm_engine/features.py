@@ -28,10 +28,7 @@ def _config(c: dict, out: set) -> None:
         if c.get(knob):
             out.add(name)
     _runner(c, out)
-    if (c.get("moe") or {}).get("top_k") == 2:
-        out.add("moe=top_k-2")
-    if c.get("moe") and any("experts" in a.get("targets", ()) for a in c.get("adapters", {}).values()):
-        out.add("adapter=experts")
+    _moe(c, out)
     if c.get("target_modules") is not None:
         out.add("target_modules=filtered")
     if c.get("lora_dtype") == "auto":
@@ -56,6 +53,13 @@ def _runner(c: dict, out: set) -> None:
         out.add("runner=v2-graphs")
     if graphs and c.get("cudagraph_specialize_lora") is False:
         out.add("graphs=specialize-lora-off")
+
+
+def _moe(c: dict, out: set) -> None:
+    if (c.get("moe") or {}).get("top_k") == 2:
+        out.add("moe=top_k-2")
+    if c.get("moe") and any("experts" in a.get("targets", ()) for a in c.get("adapters", {}).values()):
+        out.add("adapter=experts")
 
 
 def _step(op: dict, live: dict, freed: int, last, out: set) -> int:

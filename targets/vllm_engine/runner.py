@@ -294,7 +294,8 @@ class Session:
         replay (the MoE LoRA's no-LoRA check is a host decision a graph would freeze too). Base-model rows
         against vLLM's own experts unwrapped (the twin), exactly; an adapter's rows against the float64 block
         with that adapter's expert weights."""
-        x = torch.randn(len(rows), model.dims(self.c)["hidden"], generator=g).to(self.device, self.dtype)
+        x = (moe.INPUT_SCALE * torch.randn(len(rows), model.dims(self.c)["hidden"], generator=g)).to(self.device,
+                                                                                                 self.dtype)
         if not rows or not moe.naive(self.c, len(rows)) or label.startswith("replay"):
             return
         block = self.model.get_submodule(moe.BLOCK)

@@ -63,6 +63,23 @@ def test_fault_free_moe_steps_are_silent():
     assert _run(FAULT_FREE, moe={"experts": 128, "top_k": 1}, layers=["experts", "qkv_proj"]) == []
 
 
+# A clean campaign's case (seed 0, before the block's input and expert weights were scaled down, moe.INPUT_SCALE):
+# rsLoRA rank 1, alpha 16, hidden 32, 128 experts: intermediates of 20 - 60 in float16 put a small output element
+# 0.04 off the float64 reference (vLLM rounds the gated activation's input and output to float16; the reference
+# does not). Silent now: the values stay O(1).
+LARGE = ({**CONFIG, "max_num_batched_tokens": 16, "num_speculative_tokens": 1, "hidden": 32, "specialize_active_lora": True,
+          "layout": {"qkv": "fused", "gate_up": "fused"}, "seed": 1, "layers": ["embed_tokens", "experts", "lm_head"],
+          "moe": {"experts": 128, "top_k": 1}, "max_num_seqs": 2, "max_cpu_loras": 2,
+          "adapters": {"1": {"rank": 1, "alpha": 16, "rslora": True, "targets": ["down_proj", "embed_tokens", "experts", "gate_up_proj", "lm_head", "o_proj", "qkv_proj"], "seed": 76}, "2": {"rank": 4, "alpha": 16, "rslora": False, "targets": ["down_proj", "embed_tokens", "experts", "gate_up_proj", "lm_head", "o_proj", "qkv_proj"], "seed": 28}, "3": {"rank": 1, "alpha": 16, "rslora": False, "targets": ["down_proj", "embed_tokens", "experts", "gate_up_proj", "lm_head", "o_proj", "qkv_proj"], "seed": 25}, "4": {"rank": 2, "alpha": 16, "rslora": False, "targets": ["embed_tokens", "experts", "lm_head"], "seed": 41}}},
+         [{"op": "add", "id": 3}, {"op": "add", "id": 2}, {"op": "step", "finish": [], "reqs": [{"id": "r1", "lora": 3, "tokens": 2, "drafts": 0, "prompt_logprobs": False}, {"id": "r2", "lora": 1, "tokens": 3, "drafts": 0, "prompt_logprobs": False}], "pad": 0, "seed": 0}, {"op": "step", "finish": ["r1", "r2"], "reqs": [{"id": "r3", "lora": 3, "tokens": 2, "drafts": 0, "prompt_logprobs": False}, {"id": "r4", "lora": 4, "tokens": 3, "drafts": 0, "prompt_logprobs": False}], "pad": 0, "seed": 0}])
+
+
+@needs_vllm
+def test_large_adapter_values_stay_within_float16s_tolerance_through_the_blocks_two_roundings():
+    config, ops = LARGE
+    assert _run(ops, **config) == []
+
+
 # (fault, ops, config, tensor): after an eviction (max_loras 1) the slot of an adapter with expert weights is
 # refilled by one without (activation) or with a smaller rank (set_lora): nothing stale may reach its rows
 MOE_FAULT_CASES = {
