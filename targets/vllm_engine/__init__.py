@@ -54,7 +54,8 @@ def describe() -> list[str]:
     how = f"make_lora_inputs({args})"
     return [f"vllm         {f['api'].version} (engine pieces)",
             "vllm driven  LRUCacheWorkerLoRAManager, LRUCacheLoRAModelManager, PEFT loading, the *WithLoRA layers of "
-            "a Llama-shaped model of vLLM's layer classes, PunicaWrapperGPU, LoRAModelRunnerMixin, LoraState."
+            "a Llama-shaped model of vLLM's layer classes (and FusedMoEWithLoRA over vLLM's FusedMoE in moe cases), "
+            "PunicaWrapperGPU, LoRAModelRunnerMixin, LoraState."
             f"{how}" + (", sort_batch_req_ids" if f["sort_batch_req_ids"] else "")
             + ("; V1 runner: InputBatch, set_active_loras, CudagraphDispatcher" if f.get("v1") else "")
             + ("; V2 runner graphs: ModelCudaGraphManager, get_lora_capture_cases, create_lora_capture_hook, "
