@@ -78,7 +78,8 @@ def make_target():
         description=f"vLLM {found['api'].version}'s LoRA adapter manager (load, LRU eviction, pinning, mapping), "
                     f"*WithLoRA layers and V2-runner LoRA bookkeeping, driven through steps, dummy runs and churn",
         cases=functools.partial(cases.vllm_engine_cases, runners=("v2", "v1") if found.get("v1") else ("v2",),
-                                v2_graphs=found.get("v2_graphs") is not None),
+                                v2_graphs=found.get("v2_graphs") is not None,
+                                moe_blocks=found.get("moe_unavailable") is None),
         run=functools.partial(runner.run, found=found),
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),

@@ -419,11 +419,11 @@ def _adapter(draw, max_rank: int, subs: list[str]) -> dict:
             "rslora": draw(st.integers(0, 4)) == 0, "targets": list(targets), "seed": draw(st.integers(0, 99))}
 
 
-def _moe_knob(draw, device: str) -> dict | None:
+def _moe_knob(draw, device: str, moe_blocks: bool) -> dict | None:
     """A MoE block in about one case in three (moe.py: expert counts for which vLLM's naive paths cover the
     batches); in a CPU campaign only, until the block is checked compiled on a GPU (scripts/gpu/vllm_engine_moe.py;
-    a case that asks for one runs on either)."""
-    if device not in moe.DEVICES or draw(st.integers(0, 2)):
+    a case that asks for one runs on either); ``moe_blocks``: this vLLM can build one (moe.unavailable)."""
+    if not moe_blocks or device not in moe.DEVICES or draw(st.integers(0, 2)):
         return None
     return {"experts": draw(st.sampled_from(moe.EXPERTS)), "top_k": draw(st.sampled_from(moe.TOP_K))}
 
@@ -449,7 +449,8 @@ def runner_config(draw, max_tokens: int, query_len: int) -> dict:
 
 
 @st.composite
-def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",), v2_graphs: bool = False) -> dict:
+def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",), v2_graphs: bool = False,
+                  moe_blocks: bool = True) -> dict:
     max_loras = draw(st.integers(1, 3))
     dtype = draw(st.sampled_from(DTYPES[device]))
     layout = {"qkv": draw(st.sampled_from(["merged", "fused"])), "gate_up": draw(st.sampled_from(["merged", "fused"]))}
@@ -457,7 +458,7 @@ def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",), v2_graphs
     subs = sorted({s for m in packing(layout).values() for s in m})
     layers = sorted(draw(st.sets(st.sampled_from(LAYERS), min_size=1, max_size=3)))
     wrapped = list(packing(layout))
-    block = _moe_knob(draw, device)
+    block = _moe_knob(draw, device, moe_blocks)
     if block:
         subs, wrapped, layers = sorted(subs + [moe.LAYER]), wrapped + [moe.LAYER], sorted(layers + [moe.LAYER])
     cfg = {
@@ -484,11 +485,12 @@ def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",), v2_graphs
 
 @st.composite
 def vllm_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
-                      runners: tuple = ("v2",), v2_graphs: bool = False) -> Case:
+                      runners: tuple = ("v2",), v2_graphs: bool = False, moe_blocks: bool = True) -> Case:
     """A case for a run on ``device`` (the campaign's): its model dtypes (``DTYPES``); ``runners``: the model
     runners this vLLM has (``"v1"`` up to 0.33: V1 cases draw no prompt logprobs); ``v2_graphs``: its V2 runner
-    captures CUDA graphs with LoRA (0.24 and later: half the V2-runner cases draw the graph knobs)."""
-    cfg = draw(engine_config(device, runners, v2_graphs))
+    captures CUDA graphs with LoRA (0.24 and later: half the V2-runner cases draw the graph knobs); ``moe_blocks``:
+    this vLLM can build the MoE block (0.31 and later, moe.py)."""
+    cfg = draw(engine_config(device, runners, v2_graphs, moe_blocks))
     ops = draw(OPS.ops(lambda: EngineState(cfg), max_ops=max_ops, go_on_odds=GO_ON_ODDS))
     if cfg.get("runner") == "v1":
         ops = [dict(op, reqs=[dict(r, prompt_logprobs=False) for r in op["reqs"]]) if op["op"] == "step" else op

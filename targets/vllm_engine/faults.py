@@ -55,6 +55,8 @@ def unavailable(found: dict) -> dict:
     elif not found.get("make_lora_inputs_takes_num_logits"):
         out["logits_mapping_per_request"] = ("this vLLM's LoraState.make_lora_inputs already maps one lm_head row per "
                                              "request (it takes no num_logits)")
+    if found.get("moe_unavailable"):
+        out["fused_moe_swaps_gate_up"] = found["moe_unavailable"]
     return out | v1_faults.unavailable(found) | v2_graph_faults.unavailable(found)
 
 

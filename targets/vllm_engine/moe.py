@@ -25,6 +25,11 @@ What the release needs compiled code for, and how each is answered (docs/vllm.md
   drawn with a MoE block;
 * the kernel launch shapes: vLLM's ``override_config`` (its API for a fixed fused-MoE config; the lookup of
   tuned configs asks the platform for a device name, which the CPU cannot answer);
+* on the CPU, the Triton experts' device check (0.34's kernel oracle asks ``TritonExperts._supports_current_device``,
+  ``current_platform.is_cuda_alike()``; the CPU platform says no, and the LoRA backend is refused): the
+  ``triton_moe`` module alone sees vLLM's platform with that one answer yes (Triton runs there, in its
+  interpreter; ``is_cuda`` stays no, so no CUDA-only branch is taken), as ``vllm_lora`` answers the MoE LoRA
+  op's compute-unit count;
 * the workspace: vLLM's ``init_workspace_manager`` (as ``GPUModelRunner.__init__`` calls it); on the CPU its
   buffer is made once up front (growing it calls ``torch.accelerator.empty_cache()``, which raises there).
 
@@ -76,6 +81,20 @@ def naive(c: dict, rows: int) -> bool:
 
 
 # -- the process ---------------------------------------------------------------------------------------
+def unavailable() -> str | None:
+    """Why this vLLM cannot build the block as the target does, or None (0.31 and later have every piece)."""
+    try:
+        from vllm.lora.layers import FusedMoEWithLoRA  # noqa: F401
+        from vllm.model_executor.layers.fused_moe import FusedMoEFactory, override_config  # noqa: F401
+        from vllm.model_executor.layers.fused_moe.router.cpu_router import CPURouter  # noqa: F401
+        from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear  # noqa: F401
+        from vllm.v1.worker.workspace import init_workspace_manager  # noqa: F401
+    except ImportError as e:
+        return f"no MoE block on this vLLM ({str(e).splitlines()[0][:120]}): moe cases need 0.31 or later"
+    return None
+
+
+
 def _missing(namespace: str, op: str) -> bool:
     try:
         getattr(getattr(torch.ops, namespace), op)
@@ -112,6 +131,28 @@ def compiled_ops() -> list[str]:
         done.append("_moe_C::moe_sum")
     _DONE["ops"], _DONE["libs"] = done, libs  # a Library object unregisters its ops when collected
     return done
+
+
+class _TritonOnCpu:
+    """vLLM's platform for ``fused_moe/experts/triton_moe.py`` on the CPU: CUDA-like for the Triton experts'
+    device check only (see the module's doc)."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    @staticmethod
+    def is_cuda_alike() -> bool:
+        return True
+
+
+def cpu_platform() -> None:
+    """On the CPU, once per process: the Triton experts module's platform answers its device check."""
+    import vllm.model_executor.layers.fused_moe.experts.triton_moe as triton_moe
+    if not isinstance(triton_moe.current_platform, _TritonOnCpu):
+        triton_moe.current_platform = _TritonOnCpu(triton_moe.current_platform)
 
 
 def workspace(device: torch.device) -> None:

@@ -86,9 +86,13 @@ class Session:
         self.runner = found["runner_class"](self.cfg.lora_config)
         from vllm.config import set_current_vllm_config
         self.moe_twin = None
+        if c.get("moe") and found.get("moe_unavailable"):
+            raise InvalidCase(f"moe {c['moe']!r}: {found['moe_unavailable']}.")
         if c.get("moe"):  # vLLM's fused-MoE path: its compiled ops answered where absent, its workspace (moe.py)
             moe.compiled_ops()
             moe.workspace(self.device)
+            if self.device.type == "cpu":
+                moe.cpu_platform()
         with set_current_vllm_config(self.cfg):  # vLLM's layers read it when they are made
             base = model.build(found["model_class"], self.cfg, self.device, seed=c["seed"])
             if c.get("moe"):
