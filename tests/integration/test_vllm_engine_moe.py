@@ -88,6 +88,9 @@ MOE_FAULT_CASES = {
                                          {"max_loras": 1, "max_cpu_loras": 1}, "step.experts.adapter_rows"),
     "set_lora_keeps_old_weights": ([step(req("a", 1, 1)), step(req("b", 2, 2), finish=["a"])],
                                    {"max_loras": 1, "max_cpu_loras": 1}, "step.experts.adapter_rows"),
+    # a base-model request given a finished request's adapter: its rows are no longer the twin's, exactly
+    "lora_state_keeps_finished_adapter": ([step(req("a", 2, 1)), step(req("b", 0, 1), finish=["a"])], {},
+                                          "step.experts.base_rows"),
 }
 
 
