@@ -137,3 +137,19 @@ def test_the_moe_fault_is_found_from_scratch_within_300_examples(tmp_path):
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
     [run] = json.loads((tmp_path / "r.json").read_text())["runs"]
     assert any(f["violation"]["tensor"].endswith("experts.adapter_rows") for f in run["findings"]), run["findings"]
+
+
+@needs_vllm
+def test_the_moe_rows_follow_the_v1_runners_persistent_batch_both_ways():
+    """A V1-runner case (0.33 and older): rows in the order of vLLM's InputBatch after condense(); with the mapping
+    entry of the moved request dropped (the planted V1 fault) its experts rows lose their adapter."""
+    from fuzzrunner.target import load_target
+    if load_target("vllm_engine").faults_unavailable.get("condense_drops_lora_mapping"):
+        pytest.skip("this vLLM has no V1 model runner (0.34 and later)")
+    v1 = {"runner": "v1", "cudagraph_mode": "NONE", "cudagraph_capture_sizes": [1], "cudagraph_specialize_lora": True,
+          "reorder_threshold": None}
+    condense = [step(req("a", 1, 2), req("b", 0, 1), req("c", 2, 1), seed=1),
+                step(req("b", 0, 1), req("c", 2, 1), finish=["a"], seed=2)]
+    assert _run(condense, **v1) == []
+    found = _run(condense, ("condense_drops_lora_mapping",), **v1)
+    assert ("numeric-mismatch", "step.experts.adapter_rows") in _kinds(found), _kinds(found)
