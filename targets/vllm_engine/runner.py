@@ -294,7 +294,7 @@ class Session:
     def experts(self, label: str, rows: list[int], g: torch.Generator) -> None:
         """The MoE block (moe.py) on the mapped rows (its LoRA kernel reads each row's slot; padding rows' entries
         are what an earlier batch left, and vLLM discards those rows), where vLLM takes its naive block
-        assignment for the batch (else the align ops of ``vllm._C``: the layer is not run), and not in a V1 graph
+        assignment for the batch (else the align ops of ``vllm._C``: the layer is not run), and not in a graph
         replay (the MoE LoRA's no-LoRA check is a host decision a graph would freeze too). Base-model rows
         against vLLM's own experts unwrapped (the twin), exactly; an adapter's rows against the float64 block
         with that adapter's expert weights."""
