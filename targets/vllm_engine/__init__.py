@@ -54,7 +54,8 @@ def describe() -> list[str]:
     how = f"make_lora_inputs({args})"
     return [f"vllm         {f['api'].version} (engine pieces)",
             "vllm driven  LRUCacheWorkerLoRAManager, LRUCacheLoRAModelManager, PEFT loading, the *WithLoRA layers of "
-            "a Llama-shaped model of vLLM's layer classes, PunicaWrapperGPU, LoRAModelRunnerMixin, LoraState."
+            "a Llama-shaped model of vLLM's layer classes (and FusedMoEWithLoRA over vLLM's FusedMoE in moe cases), "
+            "PunicaWrapperGPU, LoRAModelRunnerMixin, LoraState."
             f"{how}" + (", sort_batch_req_ids" if f["sort_batch_req_ids"] else "")
             + ("; V1 runner: InputBatch, set_active_loras, CudagraphDispatcher" if f.get("v1") else "")
             + ("; V2 runner graphs: ModelCudaGraphManager, get_lora_capture_cases, create_lora_capture_hook, "
@@ -77,7 +78,8 @@ def make_target():
         description=f"vLLM {found['api'].version}'s LoRA adapter manager (load, LRU eviction, pinning, mapping), "
                     f"*WithLoRA layers and V2-runner LoRA bookkeeping, driven through steps, dummy runs and churn",
         cases=functools.partial(cases.vllm_engine_cases, runners=("v2", "v1") if found.get("v1") else ("v2",),
-                                v2_graphs=found.get("v2_graphs") is not None),
+                                v2_graphs=found.get("v2_graphs") is not None,
+                                moe_blocks=found.get("moe_unavailable") is None),
         run=functools.partial(runner.run, found=found),
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),

@@ -8,6 +8,11 @@ A case's ``config["adapters"]`` maps an adapter id to ``{"rank", "alpha", "rslor
 ``lora_embedding_B`` [hidden, rank]), and vLLM loads it from there (``WorkerLoRAManager._load_adapter``:
 ``PEFTHelper.from_local_dir``, ``LoRAModel.from_local_checkpoint``).
 
+With ``experts`` in its targets (a case with a MoE block, moe.py), an adapter has LoRA weights for every
+expert's ``w1`` / ``w2`` / ``w3`` (``...block_sparse_moe.experts.<e>.w1.lora_A.weight``, as PEFT writes a
+Mixtral adapter; vLLM packs them with ``PackedLoRALayerWeights.pack_moe``, which needs all three of every
+expert).
+
 The reference delta of a row uses only these weights and the PEFT scaling (``alpha / rank``, or
 ``alpha / sqrt(rank)`` with rsLoRA), never vLLM's stacked tensors or metadata.
 """
@@ -24,6 +29,7 @@ import tempfile
 
 import torch
 
+from . import moe
 from .model import LAYER, sub_shapes
 
 _DIR: list[str] = []  # this process's folder of adapters, made on first use
@@ -69,9 +75,25 @@ def weights(c: dict, spec: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]]
     return out
 
 
+def expert_weights(c: dict, spec: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]] | None:
+    """{w1|w2|w3: (A [E, rank, in], B [E, out, rank])} in float32 (exact in the model's dtype), or None where
+    the adapter has no expert weights; drawn from the adapter's seed, apart from the dense modules' draws."""
+    if not c.get("moe") or moe.LAYER not in spec["targets"]:
+        return None
+    exact = getattr(torch, c.get("dtype", "float16"))
+    g = torch.Generator().manual_seed(7919 * spec["seed"] + spec["rank"] + 1)
+    e, r = c["moe"]["experts"], spec["rank"]
+    out = {}
+    for proj, (o, i) in sorted(moe.shapes(c).items()):  # half the dense modules' scale: the block's values stay
+        a = (0.125 * torch.randn(e, r, i, generator=g)).to(exact).float()  # O(1) through its two float16
+        b = (0.125 * torch.randn(e, o, r, generator=g)).to(exact).float()  # roundings (moe.INPUT_SCALE)
+        out[proj] = (a, b)
+    return out
+
+
 def folder(c: dict, spec: dict) -> str:
     """The adapter's PEFT folder (written on first use; keyed by its spec and the model's shapes)."""
-    key = hashlib.sha256(json.dumps([sub_shapes(c), spec, c.get("dtype", "float16")],
+    key = hashlib.sha256(json.dumps([sub_shapes(c), spec, c.get("dtype", "float16"), c.get("moe")],
                                     sort_keys=True).encode()).hexdigest()[:16]
     d = os.path.join(_folder(), key)
     if os.path.isdir(d):
@@ -84,12 +106,18 @@ def folder(c: dict, spec: dict) -> str:
             tensors[f"{name}.lora_embedding_A"], tensors[f"{name}.lora_embedding_B"] = a, b
         else:
             tensors[f"{name}.lora_A.weight"], tensors[f"{name}.lora_B.weight"] = a, b
+    experts = expert_weights(c, spec) or {}
+    for proj, (a, b) in experts.items():
+        for e in range(a.size(0)):
+            name = f"base_model.model.{moe.PATH}.{e}.{proj}"
+            tensors[f"{name}.lora_A.weight"], tensors[f"{name}.lora_B.weight"] = a[e].contiguous(), b[e].contiguous()
+    targets = sorted(t for t in spec["targets"] if t != moe.LAYER) + (list(moe.PROJS) if experts else [])
     tmp = d + ".tmp"
     os.makedirs(tmp, exist_ok=True)
     save_file(tensors, os.path.join(tmp, "adapter_model.safetensors"))
     with open(os.path.join(tmp, "adapter_config.json"), "w", encoding="utf-8") as f:
         json.dump({"peft_type": "LORA", "r": spec["rank"], "lora_alpha": spec["alpha"],
-                   "use_rslora": bool(spec.get("rslora")), "target_modules": sorted(spec["targets"]),
+                   "use_rslora": bool(spec.get("rslora")), "target_modules": targets,
                    "bias": "none", "task_type": "CAUSAL_LM"}, f)
     os.replace(tmp, d)
     return d
@@ -115,6 +143,14 @@ class Deltas:
             else:
                 cols.append(torch.zeros(x.size(0), o, dtype=torch.float64))
         return torch.cat(cols, dim=1)
+
+    def experts(self, adapter: int) -> tuple[dict | None, float]:
+        """(the adapter's expert weights or None, its scaling): None for no adapter, an adapter without expert
+        weights, or experts the deployment filter leaves unwrapped."""
+        spec = self.c["adapters"].get(str(adapter))
+        if not adapter or spec is None or moe.LAYER not in self.wrapped:
+            return None, 0.0
+        return expert_weights(self.c, spec), scaling(spec)
 
     def embedding(self, adapter: int, ids: torch.Tensor) -> torch.Tensor:
         """[rows, hidden] delta of the embedding for token ``ids`` under ``adapter``."""

@@ -5,9 +5,10 @@ Config (plain JSON; every LoRA knob is vLLM's own ``LoRAConfig`` / ``SchedulerCo
 ``specialize_active_lora``, ``target_modules`` (the deployment filter, or null), ``max_num_seqs``,
 ``max_num_batched_tokens``, ``num_speculative_tokens`` (drafts a request may carry); the model
 (``dtype``: float16, or bfloat16 where Triton runs compiled (``DTYPES``; absent: float16), ``hidden``,
-``vocab``, ``layout``: model.py; ``seed`` of its base weights); ``layers``, the layers each
-forward runs (model.LAYERS; ``lm_head`` is the logits processor); ``adapters``: id -> ``{"rank", "alpha",
-"rslora", "targets", "seed"}`` (adapters.py).
+``vocab``, ``layout``: model.py; ``seed`` of its base weights; ``moe``: null, or ``{"experts", "top_k"}`` for
+a sparse block of vLLM's ``FusedMoE``, moe.py); ``layers``, the layers each forward runs (model.LAYERS, and
+``experts`` with a MoE block; ``lm_head`` is the logits processor); ``adapters``: id -> ``{"rank", "alpha",
+"rslora", "targets", "seed"}`` (adapters.py; ``experts`` in ``targets``: every expert's w1/w2/w3).
 
 Ops:
 
@@ -32,6 +33,7 @@ from fuzzrunner.case import Case
 from fuzzrunner.errors import InvalidCase
 from fuzzrunner.strategies import AdapterSlots, OpSequence
 
+from . import moe
 from .model import LAYERS, PACKED, packing
 
 POOL = 5          # adapter ids 1..POOL
@@ -52,11 +54,14 @@ def check(case) -> dict:
     if c.get("dtype", "float16") not in DTYPES["cuda"] or c["lora_dtype"] not in ("auto", c.get("dtype", "float16")):
         raise InvalidCase(f"dtype {c.get('dtype')!r}, lora_dtype {c['lora_dtype']!r}: the model's dtype is one of "
                           f"{', '.join(DTYPES['cuda'])}, lora_dtype 'auto' or the model's.")
-    if not c["layers"] or any(x not in LAYERS for x in c["layers"]):
-        raise InvalidCase(f"layers {c['layers']!r}: a non-empty list of {', '.join(LAYERS)}.")
+    _check_moe(c)
+    layers = LAYERS + ((moe.LAYER,) if c.get("moe") else ())
+    if not c["layers"] or any(x not in layers for x in c["layers"]):
+        raise InvalidCase(f"layers {c['layers']!r}: a non-empty list of {', '.join(layers)}"
+                          f"{'' if c.get('moe') else f' ({moe.LAYER!r} needs a moe block)'}.")
     if any((k, c["layout"].get(k)) not in PACKED for k in ("qkv", "gate_up")):
         raise InvalidCase(f"layout {c['layout']!r}: qkv and gate_up are each 'merged' or 'fused'.")
-    subs = {s for m in packing(c["layout"]).values() for s in m}
+    subs = {s for m in packing(c["layout"]).values() for s in m} | ({moe.LAYER} if c.get("moe") else set())
     for i, a in c["adapters"].items():
         if not a["targets"] or any(t not in subs for t in a["targets"]) or a["rank"] > c["max_lora_rank"]:
             raise InvalidCase(f"adapter {i}: targets must be modules of the layout ({', '.join(sorted(subs))}) and "
@@ -65,6 +70,17 @@ def check(case) -> dict:
     for i, op in enumerate(case.ops):
         _check_op(c, i, op)
     return c
+
+
+def _check_moe(c: dict) -> None:
+    m = c.get("moe")
+    if m is None:
+        return
+    if not isinstance(m, dict) or m.get("experts") not in moe.EXPERTS or m.get("top_k") not in moe.TOP_K:
+        raise InvalidCase(f"moe {m!r}: null, or {{'experts': one of {moe.EXPERTS}, 'top_k': one of {moe.TOP_K}}}.")
+    if c["fully_sharded_loras"]:  # vLLM's fully sharded MoE LoRA always aligns with vllm._C (moe.py)
+        raise InvalidCase("moe with fully_sharded_loras: the fused-MoE LoRA then takes its sorted path, whose align "
+                          "op is compiled code (vllm._C); set fully_sharded_loras to false for a MoE case.")
 
 
 GRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")  # vLLM's CUDAGraphMode names
@@ -223,7 +239,7 @@ def move(draw, s: EngineState) -> list[dict]:
 def _lacks(s: EngineState, x: int, y: int) -> bool:
     """Adapter ``y`` has no weights for a module ``x`` has, in a layer the case runs."""
     run = set(s.cfg["layers"])
-    pack = packing(s.cfg["layout"])
+    pack = packing(s.cfg["layout"]) | ({moe.LAYER: (moe.LAYER,)} if s.cfg.get("moe") else {})
     tx, ty = (set(s.cfg["adapters"][str(a)]["targets"]) for a in (x, y))
     return any(m in run and set(subs) & (tx - ty) for m, subs in pack.items())
 
@@ -403,6 +419,15 @@ def _adapter(draw, max_rank: int, subs: list[str]) -> dict:
             "rslora": draw(st.integers(0, 4)) == 0, "targets": list(targets), "seed": draw(st.integers(0, 99))}
 
 
+def _moe_knob(draw, device: str, moe_blocks: bool) -> dict | None:
+    """A MoE block in about one case in three (moe.py: expert counts for which vLLM's naive paths cover the
+    batches); in a CPU campaign only, until the block is checked compiled on a GPU (scripts/gpu/vllm_engine_moe.py;
+    a case that asks for one runs on either); ``moe_blocks``: this vLLM can build one (moe.unavailable)."""
+    if not moe_blocks or device not in moe.DEVICES or draw(st.integers(0, 2)):
+        return None
+    return {"experts": draw(st.sampled_from(moe.EXPERTS)), "top_k": draw(st.sampled_from(moe.TOP_K))}
+
+
 @st.composite
 def graph_config(draw, max_tokens: int, query_len: int) -> dict:
     """The graph knobs, as vLLM's ``CompilationConfig`` fields: ``cudagraph_mode``, ``cudagraph_capture_sizes``,
@@ -424,7 +449,8 @@ def runner_config(draw, max_tokens: int, query_len: int) -> dict:
 
 
 @st.composite
-def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",), v2_graphs: bool = False) -> dict:
+def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",), v2_graphs: bool = False,
+                  moe_blocks: bool = True) -> dict:
     max_loras = draw(st.integers(1, 3))
     dtype = draw(st.sampled_from(DTYPES[device]))
     layout = {"qkv": draw(st.sampled_from(["merged", "fused"])), "gate_up": draw(st.sampled_from(["merged", "fused"]))}
@@ -432,16 +458,20 @@ def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",), v2_graphs
     subs = sorted({s for m in packing(layout).values() for s in m})
     layers = sorted(draw(st.sets(st.sampled_from(LAYERS), min_size=1, max_size=3)))
     wrapped = list(packing(layout))
+    block = _moe_knob(draw, device, moe_blocks)
+    if block:
+        subs, wrapped, layers = sorted(subs + [moe.LAYER]), wrapped + [moe.LAYER], sorted(layers + [moe.LAYER])
     cfg = {
         "max_loras": max_loras, "max_cpu_loras": max_loras + draw(st.integers(0, 2)), "max_lora_rank": max_rank,
         "dtype": dtype, "lora_dtype": draw(st.sampled_from(["auto", dtype])),
-        "fully_sharded_loras": draw(st.integers(0, 3)) == 0, "specialize_active_lora": draw(st.booleans()),
+        "fully_sharded_loras": not block and draw(st.integers(0, 3)) == 0,
+        "specialize_active_lora": draw(st.booleans()),
         "target_modules": (None if draw(st.integers(0, 4)) else
                            sorted(draw(st.sets(st.sampled_from(wrapped), min_size=1, max_size=len(wrapped))))),
         "max_num_seqs": draw(st.integers(2, 4)), "max_num_batched_tokens": draw(st.sampled_from([8, 16])),
         "num_speculative_tokens": draw(st.integers(0, 2)),
         "hidden": draw(st.sampled_from([16, 32])), "vocab": 32, "layout": layout, "seed": draw(st.integers(0, 3)),
-        "layers": layers,
+        "layers": layers, "moe": block,
         "adapters": {str(i): draw(_adapter(max_rank, subs)) for i in range(1, POOL + 1)},
     }
     if "v1" in runners and ("v2" not in runners or draw(st.booleans())):
@@ -455,11 +485,12 @@ def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",), v2_graphs
 
 @st.composite
 def vllm_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
-                      runners: tuple = ("v2",), v2_graphs: bool = False) -> Case:
+                      runners: tuple = ("v2",), v2_graphs: bool = False, moe_blocks: bool = True) -> Case:
     """A case for a run on ``device`` (the campaign's): its model dtypes (``DTYPES``); ``runners``: the model
     runners this vLLM has (``"v1"`` up to 0.33: V1 cases draw no prompt logprobs); ``v2_graphs``: its V2 runner
-    captures CUDA graphs with LoRA (0.24 and later: half the V2-runner cases draw the graph knobs)."""
-    cfg = draw(engine_config(device, runners, v2_graphs))
+    captures CUDA graphs with LoRA (0.24 and later: half the V2-runner cases draw the graph knobs); ``moe_blocks``:
+    this vLLM can build the MoE block (0.31 and later, moe.py)."""
+    cfg = draw(engine_config(device, runners, v2_graphs, moe_blocks))
     ops = draw(OPS.ops(lambda: EngineState(cfg), max_ops=max_ops, go_on_odds=GO_ON_ODDS))
     if cfg.get("runner") == "v1":
         ops = [dict(op, reqs=[dict(r, prompt_logprobs=False) for r in op["reqs"]]) if op["op"] == "step" else op

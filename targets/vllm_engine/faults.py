@@ -36,6 +36,10 @@ FAULTS = {
     "logits_mapping_per_request":
         "the V2 runner's LoraState.make_lora_inputs maps one lm_head row per request, whatever the number of "
         "logits rows (1 + draft tokens under speculative decoding).",
+    "fused_moe_swaps_gate_up":
+        "FusedMoEWithLoRA.set_lora copies each expert's gate (w1) LoRA into the up (w3) slice of the stacked w13 "
+        "weights and the up LoRA into the gate slice (the packing order of gate and up confused): an adapter's "
+        "expert deltas land on the wrong half of the gated activation.",
 }
 
 FAULTS.update(v1_faults.FAULTS)  # the V1 runner's InputBatch and dispatcher (v1_faults.py)
@@ -51,6 +55,8 @@ def unavailable(found: dict) -> dict:
     elif not found.get("make_lora_inputs_takes_num_logits"):
         out["logits_mapping_per_request"] = ("this vLLM's LoraState.make_lora_inputs already maps one lm_head row per "
                                              "request (it takes no num_logits)")
+    if found.get("moe_unavailable"):
+        out["fused_moe_swaps_gate_up"] = found["moe_unavailable"]
     return out | v1_faults.unavailable(found) | v2_graph_faults.unavailable(found)
 
 
@@ -154,6 +160,16 @@ def _logits_per_request(stack: contextlib.ExitStack, found: dict) -> None:
     stack.enter_context(_patched(cls, "make_lora_inputs", make_lora_inputs))
 
 
+def _moe_swaps_gate_up(stack: contextlib.ExitStack) -> None:
+    from vllm.lora.layers import FusedMoEWithLoRA
+    original = FusedMoEWithLoRA.__dict__["set_lora"]
+
+    def set_lora(self, index, lora_a, lora_b, *args, **kwargs):
+        (w1a, w2a, w3a), (w1b, w2b, w3b) = lora_a, lora_b
+        return original(self, index, [w3a, w2a, w1a], [w3b, w2b, w1b], *args, **kwargs)
+    stack.enter_context(_patched(FusedMoEWithLoRA, "set_lora", set_lora))
+
+
 _PLANT = {
     "mapping_cache_ignores_slots": lambda stack, found: _mapping_cache(stack),
     "set_lora_keeps_old_weights": lambda stack, found: _set_lora_without_reset(stack),
@@ -162,6 +178,7 @@ _PLANT = {
     "remove_keeps_slot": lambda stack, found: _remove_keeps_slot(stack),
     "lora_state_keeps_finished_adapter": _state_keeps_adapter,
     "logits_mapping_per_request": _logits_per_request,
+    "fused_moe_swaps_gate_up": lambda stack, found: _moe_swaps_gate_up(stack),
     **v1_faults.PLANT,
     **v2_graph_faults.PLANT,
 }

@@ -6,10 +6,10 @@ from .model import LAYERS
 
 OPS = ("add", "remove", "pin", "step", "dummy_run")
 FEATURE_SPACE = tuple(
-    [f"op={o}" for o in OPS] + [f"layer={x}" for x in LAYERS]
+    [f"op={o}" for o in OPS] + [f"layer={x}" for x in LAYERS + ("experts",)]
     + ["layout=qkv-merged", "layout=qkv-fused", "layout=gate_up-merged", "layout=gate_up-fused",
        "fully_sharded_loras=on", "specialize_active_lora=on", "target_modules=filtered", "lora_dtype=auto",
-       "adapter=rslora", "adapter=partial-targets", "adapters=mixed-ranks",
+       "adapter=rslora", "adapter=partial-targets", "adapters=mixed-ranks", "moe=top_k-2", "adapter=experts",
        "step=mixed", "step=no-lora", "step=padded", "step=drafts", "step=prompt-logprobs", "step=finished-requests",
        "step=index-reused", "step=repeated", "state=slots-full", "state=more-adapters-than-cpu-slots",
        "state=removed-in-use", "state=pinned", "state=re-added"]
@@ -28,6 +28,7 @@ def _config(c: dict, out: set) -> None:
         if c.get(knob):
             out.add(name)
     _runner(c, out)
+    _moe(c, out)
     if c.get("target_modules") is not None:
         out.add("target_modules=filtered")
     if c.get("lora_dtype") == "auto":
@@ -52,6 +53,13 @@ def _runner(c: dict, out: set) -> None:
         out.add("runner=v2-graphs")
     if graphs and c.get("cudagraph_specialize_lora") is False:
         out.add("graphs=specialize-lora-off")
+
+
+def _moe(c: dict, out: set) -> None:
+    if (c.get("moe") or {}).get("top_k") == 2:
+        out.add("moe=top_k-2")
+    if c.get("moe") and any("experts" in a.get("targets", ()) for a in c.get("adapters", {}).values()):
+        out.add("adapter=experts")
 
 
 def _step(op: dict, live: dict, freed: int, last, out: set) -> int:

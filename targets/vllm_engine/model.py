@@ -13,7 +13,9 @@ packing drawn by the case (``layout``):
   (one ``gate_up_proj``: ``ColumnParallelLinearWithLoRA``).
 
 The shapes live in the config.json the case writes (``model_dir``), under ``fuzzrunner_layout``, so
-vLLM's ``ModelConfig`` reads them as it reads any model's. Base weights are drawn from the case's seed.
+vLLM's ``ModelConfig`` reads them as it reads any model's. Base weights are drawn from the case's seed. A case
+with a ``moe`` knob also gets a Mixtral-shaped sparse block of vLLM's ``FusedMoE`` (moe.py), under
+``fuzzrunner_moe``.
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ def write_config(c: dict, folder: str) -> str:
            "num_key_value_heads": d["kv_heads"], "head_dim": HEAD_DIM, "num_hidden_layers": 1,
            "vocab_size": d["vocab"], "max_position_embeddings": 64, "torch_dtype": "float16", "rms_norm_eps": 1e-5,
            "tie_word_embeddings": False, "fuzzrunner_layout": dict(c["layout"])}
+    if c.get("moe"):
+        cfg["fuzzrunner_moe"] = dict(c["moe"])
     with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
         json.dump(cfg, f)
     return folder
@@ -117,6 +121,9 @@ def model_class():
             layer.mlp.gate_up_proj = MergedColumnParallelLinear(h, [i, i], bias=False,
                                                                 prefix=f"{LAYER}.mlp.gate_up_proj")
             layer.mlp.down_proj = RowParallelLinear(i, h, bias=False, prefix=f"{LAYER}.mlp.down_proj")
+            if getattr(hf, "fuzzrunner_moe", None):
+                from .moe import block
+                layer.block_sparse_moe = block(hf)
             self.model.layers = nn.ModuleList([layer])
             self.lm_head = ParallelLMHead(v, h, prefix="lm_head")
             self.logits_processor = LogitsProcessor(v)

@@ -30,14 +30,14 @@ import torch
 
 from fuzzrunner.errors import InvalidCase
 
-from . import adapters, dummy, faults, model, vllm_env
+from . import adapters, dummy, faults, model, moe, vllm_env
 from .cases import check
 
 _MODEL_DIRS: dict[str, str] = {}
 
 
 def _model_dir(c: dict) -> str:
-    key = repr((c["hidden"], c["vocab"], sorted(c["layout"].items())))
+    key = repr((c["hidden"], c["vocab"], sorted(c["layout"].items()), sorted((c.get("moe") or {}).items())))
     if key not in _MODEL_DIRS:
         _MODEL_DIRS[key] = model.write_config(c, tempfile.mkdtemp(prefix="fuzzrunner-vllm-model-"))
     return _MODEL_DIRS[key]
@@ -64,6 +64,8 @@ def wrapped_modules(c: dict) -> set[str]:
     whose name, or one of its packed sub-modules' names, is listed (vLLM's ``is_in_target_modules``)."""
     tm = c.get("target_modules")
     pack = model.packing(c["layout"])
+    if c.get("moe"):
+        pack[moe.LAYER] = (moe.LAYER,)
     if tm is None:
         return set(pack)
     return {m for m, subs in pack.items() if m in tm or any(s in tm for s in subs)}
@@ -83,8 +85,19 @@ class Session:
         self.dtype = self.cfg.model_config.dtype
         self.runner = found["runner_class"](self.cfg.lora_config)
         from vllm.config import set_current_vllm_config
+        self.moe_twin = None
+        if c.get("moe") and found.get("moe_unavailable"):
+            raise InvalidCase(f"moe {c['moe']!r}: {found['moe_unavailable']}.")
+        if c.get("moe"):  # vLLM's fused-MoE path: its compiled ops answered where absent, its workspace (moe.py)
+            moe.compiled_ops()
+            moe.workspace(self.device)
+            if self.device.type == "cpu":
+                moe.cpu_platform()
         with set_current_vllm_config(self.cfg):  # vLLM's layers read it when they are made
             base = model.build(found["model_class"], self.cfg, self.device, seed=c["seed"])
+            if c.get("moe"):
+                self.moe_twin = moe.twin(base, self.cfg, self.device)
+                moe.finish_loading(base, self.cfg, self.device)
             self.model = self.runner.load_lora_model(base, self.cfg, self.device)
         self._track_stacks()
         self.lora_state = found["LoraState"](max_num_reqs=c["max_num_seqs"])
@@ -102,7 +115,9 @@ class Session:
         for name, module in self.model.named_modules():
             if not hasattr(module, "set_lora"):
                 continue
-            for attr in ("lora_a_stacked", "lora_b_stacked"):
+            moe_stacks = ("w13_lora_a_stacked", "w13_lora_b_stacked", "w2_lora_a_stacked", "w2_lora_b_stacked")
+            # FusedMoEWithLoRA's lora_a/b_stacked are per-(slot, expert) views of these: tracked whole
+            for attr in moe_stacks if hasattr(module, "w13_lora_a_stacked") else ("lora_a_stacked", "lora_b_stacked"):
                 stack = getattr(module, attr, None)
                 for i, t in enumerate(stack if isinstance(stack, (tuple, list)) else [stack]):
                     if t is not None:
@@ -234,6 +249,8 @@ class Session:
                     self.logits(f"{label}.logits", hidden, logits_rows)
                 for k, chunk in enumerate(prompt_rows):
                     self.logits(f"{label}.prompt_logits[{k}]", hidden, chunk)
+            elif name == moe.LAYER:
+                self.experts(f"{label}.{name}", rows, g)
             elif name == "embed_tokens":
                 ids = torch.randint(0, self.c["vocab"], (n,), generator=g).to(self.device)
                 self.embedding(f"{label}.embed_tokens", ids, rows)
@@ -273,6 +290,33 @@ class Session:
         base = layer.base_layer(ids) if hasattr(layer, "base_layer") else out
         ic = ids.cpu()
         self._check(label, out, base, self._delta(rows, lambda a, m: self.deltas.embedding(a, ic[m:m + 1])), rows)
+
+    def experts(self, label: str, rows: list[int], g: torch.Generator) -> None:
+        """The MoE block (moe.py) on the mapped rows (its LoRA kernel reads each row's slot; padding rows' entries
+        are what an earlier batch left, and vLLM discards those rows), where vLLM takes its naive block
+        assignment for the batch (else the align ops of ``vllm._C``: the layer is not run), and not in a graph
+        replay (the MoE LoRA's no-LoRA check is a host decision a graph would freeze too). Base-model rows
+        against vLLM's own experts unwrapped (the twin), exactly; an adapter's rows against the float64 block
+        with that adapter's expert weights."""
+        x = (moe.INPUT_SCALE * torch.randn(len(rows), model.dims(self.c)["hidden"], generator=g)).to(self.device,
+                                                                                                 self.dtype)
+        if not rows or not moe.naive(self.c, len(rows)) or label.startswith("replay"):
+            return
+        block = self.model.get_submodule(moe.BLOCK)
+        gate = getattr(block.gate, "base_layer", block.gate)
+        logits, _ = gate(x)
+        out = moe.run(block.experts, x, logits, self.cfg)
+        base = moe.run(self.moe_twin, x, logits, self.cfg)
+        w13, w2 = moe.expert_base(self.moe_twin)
+        k = self.c["moe"]["top_k"]
+
+        def delta(a: int, m: int) -> torch.Tensor:
+            lora, s = self.deltas.experts(a)
+            if lora is None:
+                return torch.zeros(1, w2.size(1), dtype=torch.float64)
+            full = moe.reference(x[m:m + 1], logits[m:m + 1], k, w13, w2, lora, s)
+            return full - base[m:m + 1].detach().cpu().double()
+        self._check(label, out, base, self._delta(rows, delta), rows)
 
     def logits(self, label: str, hidden: torch.Tensor, picked: list[tuple[int, int]]) -> None:
         h = hidden[[m for m, _ in picked]].contiguous()

@@ -136,7 +136,8 @@ def prepare() -> dict:
         found["prompt_chunk"] = int(CHUNK_SIZE)
     except ImportError:
         found["prompt_chunk"] = 1024
-    from . import v1_runner
+    from . import moe, v1_runner
+    found["moe_unavailable"] = moe.unavailable()  # why no MoE block (FusedMoEFactory, CPURouter: 0.31 on), or None
     found["v1"] = v1_runner.find()  # the V1 runner's InputBatch and dispatcher (up to 0.33), or None
     from . import v2_graphs
     found["v2_graphs"] = v2_graphs.find()  # the V2 runner's graph manager and LoRA capture cases (0.24 on), or None

@@ -290,3 +290,64 @@ def test_v2_graph_cases_come_only_where_the_v2_runner_captures_lora_graphs():
             assert all(op.get("pad", 0) == 0 for op in case.ops if op["op"] == "step")
     collect()
     assert {"runner=v2-graphs", "graphs=specialize-lora-off", "runner=v1-graphs"} <= seen, seen
+
+# -- the MoE block (moe.py) -----------------------------------------------------------------------------------
+MOE = {"moe": {"experts": 64, "top_k": 2}, "layers": ["experts"],
+       "adapters": {"1": {"rank": 4, "alpha": 8, "rslora": False, "targets": ["q_proj", "experts"], "seed": 1}}}
+
+
+@pytest.mark.parametrize("config, words", [
+    ({"layers": ["experts"]}, "needs a moe block"),
+    ({**MOE, "moe": {"experts": 4, "top_k": 2}}, "experts"),
+    ({**MOE, "moe": {"experts": 64, "top_k": 3}}, "top_k"),
+    ({**MOE, "fully_sharded_loras": True}, "fully_sharded_loras to false"),
+    ({"adapters": {"1": {"rank": 4, "alpha": 8, "targets": ["experts"], "seed": 1}}}, "targets"),
+])
+def test_invalid_moe_cases_are_refused_with_the_rule(config, words):
+    with pytest.raises(InvalidCase, match=words):
+        cases.check(_case(config))
+
+
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(cases.vllm_engine_cases())
+def test_moe_cases_are_drawn_valid_without_fully_sharded_loras(case):
+    c = cases.check(case)
+    if c.get("moe"):
+        assert "experts" in c["layers"] and not c["fully_sharded_loras"]
+    else:
+        assert "experts" not in c["layers"] and all("experts" not in a["targets"] for a in c["adapters"].values())
+
+
+def test_vllm_takes_its_naive_moe_paths_only_for_sparse_enough_batches():
+    from targets.vllm_engine import moe
+    c = cases.check(_case(MOE)).copy()
+    assert moe.naive(c, 8) and not moe.naive(c, 9)  # base: rows * 2 * 4 <= 64; LoRA: rows * 2 * 8 <= 64 * 2
+    assert moe.naive({**c, "max_loras": 1}, 4) and not moe.naive({**c, "max_loras": 1}, 5)  # LoRA: 5 * 16 > 64
+    assert not moe.naive({**c, "fully_sharded_loras": True}, 1)  # fully sharded: always the sorted path
+
+
+def test_a_moe_adapter_folder_is_what_peft_writes_for_mixtral_and_the_reference_is_the_gated_block():
+    load_file = pytest.importorskip("safetensors.torch", reason="safetensors comes with a vLLM set-up").load_file
+    from targets.vllm_engine import moe
+    c = cases.check(_case(MOE))
+    spec = c["adapters"]["1"]
+    with open(os.path.join(adapters.folder(c, spec), "adapter_config.json"), encoding="utf-8") as f:
+        assert json.load(f)["target_modules"] == ["q_proj", "w1", "w2", "w3"]
+    t = load_file(os.path.join(adapters.folder(c, spec), "adapter_model.safetensors"))
+    name = "base_model.model.model.layers.0.block_sparse_moe.experts.63"
+    assert t[f"{name}.w1.lora_A.weight"].shape == (4, 16) and t[f"{name}.w2.lora_B.weight"].shape == (16, 4)
+    assert sum(k.startswith("base_model.model.model.layers.0.block_sparse_moe.") for k in t) == 64 * 3 * 2
+    # the reference: one expert (top_k 1, its logit the largest), against the gated MLP written out
+    torch.manual_seed(0)
+    x, w13, w2 = torch.randn(1, 16), torch.randn(64, 32, 16), torch.randn(64, 16, 16)
+    logits = torch.full((1, 64), -5.0)
+    logits[0, 7] = 3.0
+    lora = adapters.expert_weights(c, spec)
+    got = moe.reference(x, logits, 1, w13.double(), w2.double(), lora, 2.0)
+    (a1, b1), (a2, b2), (a3, b3) = (lora[p] for p in ("w1", "w2", "w3"))
+    xd = x[0].double()
+    g = (w13[7, :16].double() + 2 * b1[7].double() @ a1[7].double()) @ xd
+    u = (w13[7, 16:].double() + 2 * b3[7].double() @ a3[7].double()) @ xd
+    want = (w2[7].double() + 2 * b2[7].double() @ a2[7].double()) @ (torch.nn.functional.silu(g) * u)
+    torch.testing.assert_close(got[0], want)
+    assert adapters.expert_weights(c, {**spec, "targets": ["q_proj"]}) is None

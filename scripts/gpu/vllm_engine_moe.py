@@ -1,0 +1,119 @@
+"""vllm_engine's MoE block compiled on a GPU: vLLM's FusedMoEWithLoRA as shipped (targets/vllm_engine/moe.py).
+
+CPU campaigns draw the MoE block; GPU campaigns do not yet (moe.DEVICES), until this passes on the GPU image:
+vLLM's base fused-MoE Triton kernel and its fused-MoE LoRA kernels compiled, the carried tree (no ``vllm._C``:
+``_C::silu_and_mul`` and ``_moe_C::moe_sum`` answered as on the CPU), its workspace manager on cuda.
+
+One child process runs three cases from tests/integration/test_vllm_engine_moe.py on the device and prints one
+line each: expected, got, OK or UNEXPECTED; the last line is ``VLLM-ENGINE-MOE: PASS|FAIL``.
+
+* fault-free: adapters with and without expert weights, a base request, a removal, a dummy run: silent;
+* ``fused_moe_swaps_gate_up`` planted: a numeric mismatch in ``step.experts.adapter_rows``;
+* ``activation_keeps_missing_modules`` planted, an eviction refilling the slot: the same.
+
+Needs the vLLM tree (``python3 scripts/gpu_acceptance.py --steps vllm-tree``), or ``--device cpu`` here (Triton's
+interpreter; a few minutes on the 2-core machine). Usage: python3 scripts/gpu/vllm_engine_moe.py [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
+from acceptance_tools import PY, ROOT, Verdict, base_env, vllm_site  # noqa: E402
+
+CHILD = r"""
+import json, sys
+from fuzzrunner.case import Case
+from fuzzrunner.execute import run_case
+from fuzzrunner.target import load_target
+device, cases = sys.argv[1], json.loads(sys.argv[2])
+target = load_target("vllm_engine")
+for i, d in enumerate(cases):
+    try:
+        vs = run_case(Case("vllm_engine", d["config"], tuple(d["ops"]), tuple(d["faults"])), target, device=device)
+        out = [{"kind": v.kind, "tensor": v.tensor, "msg": v.message[:160]} for v in vs]
+    except BaseException as e:
+        out = [{"kind": "crash", "tensor": "", "msg": f"{type(e).__name__}: {e}"[:160]}]
+    print("CASE", i, json.dumps(out), flush=True)
+"""
+
+DENSE = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj", "embed_tokens", "lm_head"]
+CONFIG = {"max_loras": 2, "max_cpu_loras": 3, "max_lora_rank": 8, "lora_dtype": "auto", "fully_sharded_loras": False,
+          "specialize_active_lora": False, "target_modules": None, "max_num_seqs": 4, "max_num_batched_tokens": 8,
+          "num_speculative_tokens": 0, "hidden": 16, "vocab": 32, "layout": {"qkv": "merged", "gate_up": "fused"},
+          "seed": 0, "layers": ["experts"], "moe": {"experts": 64, "top_k": 2},
+          "adapters": {"1": {"rank": 8, "alpha": 16, "rslora": False, "targets": DENSE + ["experts"], "seed": 1},
+                       "2": {"rank": 2, "alpha": 8, "rslora": True, "targets": ["q_proj", "experts"], "seed": 2},
+                       "3": {"rank": 4, "alpha": 8, "rslora": False, "targets": ["q_proj", "v_proj"], "seed": 3}}}
+MISMATCH = ("numeric-mismatch", "step.experts.adapter_rows")
+
+
+def req(rid: str, lora: int, tokens: int = 1) -> dict:
+    return {"id": rid, "lora": lora, "tokens": tokens, "drafts": 0, "prompt_logprobs": False}
+
+
+def step(*reqs: dict, finish=(), pad: int = 0, seed: int = 0) -> dict:
+    return {"op": "step", "finish": list(finish), "reqs": list(reqs), "pad": pad, "seed": seed}
+
+
+def plan() -> list[tuple[str, dict, tuple | None]]:
+    """(name, case, the (kind, tensor) expected among its violations; None: silent)."""
+    fault_free = [step(req("a", 1), req("b", 0), req("c", 2), seed=1), {"op": "remove", "id": 1},
+                  step(req("d", 3), req("c", 2), finish=["a", "b"], pad=2, seed=2),
+                  {"op": "dummy_run", "num_tokens": 2, "reqs": 2, "pad": 0, "seed": 3},
+                  step(req("e", 1, 2), req("f", 0), finish=["c", "d"], seed=4)]
+    evict = {**CONFIG, "max_loras": 1, "max_cpu_loras": 1}
+    return [("fault-free", {"config": CONFIG, "ops": fault_free, "faults": []}, None),
+            ("fused_moe_swaps_gate_up", {"config": CONFIG, "ops": [step(req("a", 2), req("b", 0))],
+                                         "faults": ["fused_moe_swaps_gate_up"]}, MISMATCH),
+            ("activation_keeps_missing_modules, eviction",
+             {"config": evict, "ops": [step(req("a", 1)), step(req("b", 3, 2), finish=["a"])],
+              "faults": ["activation_keeps_missing_modules"]}, MISMATCH)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--timeout", type=float, default=540)
+    args = ap.parse_args(argv)
+    if args.device == "cuda":
+        try:
+            env = base_env(FUZZRUNNER_VLLM_SITE=str(vllm_site()))
+        except Verdict as v:
+            print(f"VLLM-ENGINE-MOE: SKIP ({v})")
+            return 0
+    else:
+        env = {**base_env(), "TRITON_INTERPRET": "1"}
+    runs = plan()
+    try:
+        p = subprocess.run([PY, "-c", CHILD, args.device, json.dumps([c for _, c, _ in runs])], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=args.timeout)
+        text = p.stdout + p.stderr
+    except subprocess.TimeoutExpired as e:
+        text = (e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout or "") + \
+            f"\n(timed out after {args.timeout:.0f} s)"
+    got = {int(m.group(1)): json.loads(m.group(2)) for m in re.finditer(r"^CASE (\d+) (.*)$", text, re.M)}
+    ok = True
+    for i, (name, _, want) in enumerate(runs):
+        vs = got.get(i)
+        seen = {(v["kind"], v["tensor"]) for v in vs or []}
+        good = vs is not None and (not vs if want is None else want in seen)
+        ok &= good
+        said = "missing" if vs is None else "silent" if not vs else "; ".join(
+            f"{v['kind']} {v['tensor']}: {v['msg'][:90]}" for v in vs[:2])
+        print(f"{'OK' if good else 'UNEXPECTED'}  {name}: expected {'silent' if want is None else ' '.join(want)}, "
+              f"got {said}")
+    if not ok or len(got) < len(runs):
+        print(text[-3000:])
+    print(f"VLLM-ENGINE-MOE: {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

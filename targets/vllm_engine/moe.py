@@ -1,0 +1,266 @@
+"""The MoE block of the engine target's model: vLLM's ``FusedMoE`` and its ``FusedMoEWithLoRA``, as shipped.
+
+A case with ``config["moe"] = {"experts": E, "top_k": k}`` gets a Mixtral-shaped sparse block beside the dense MLP
+(``model.layers.0.block_sparse_moe``): a ``GateLinear`` router gate and the experts that vLLM's
+``FusedMoEFactory`` builds (a ``MoERunner`` over ``RoutedExperts``, checkpoint names ``w1``/``w2``/``w3`` as
+Mixtral's), with vLLM's ``CPURouter`` (softmax top-k, renormalized: plain torch, vLLM's own routing code for
+its CPU platform). The LoRA manager wraps the experts in ``FusedMoEWithLoRA`` (``from_layer``,
+``create_lora_weights``; adapters packed by ``PackedLoRALayerWeights.pack_moe``, loaded by ``set_lora`` /
+``reset_lora``); its forward is the base layer's, whose Triton experts (``TritonExperts.apply``, vLLM's
+unquantized LoRA backend) add the LoRA through ``PunicaWrapperGPU.add_lora_w13`` / ``add_lora_w2`` ->
+``add_lora_fused_moe`` -> the fused-MoE LoRA Triton kernels (in Triton's interpreter on the CPU).
+
+What the release needs compiled code for, and how each is answered (docs/vllm.md, the component table):
+
+* ``torch.ops._C.silu_and_mul`` (the gated activation, ``apply_moe_activation``): registered where ``vllm._C``
+  is absent, as vLLM's own native form, ``SiluAndMul.forward_native`` (``model_executor/layers/activation.py``);
+* ``torch.ops._moe_C.moe_sum`` (the top-k reduction, ``TritonExperts.moe_sum``): registered where absent,
+  re-stated as ``output = input.sum(dim=1)``: vLLM's ``moe_sum_kernel`` (csrc/moe/moe_align_sum_kernels.cu)
+  sums the ``topk`` rows of each token (no expert map: the target has no expert parallelism);
+* ``moe_align_block_size`` / ``moe_lora_align_block_size`` (``torch.ops._moe_C``): not answered. vLLM skips
+  both where a batch is sparse enough (its own naive block assignment: base ``tokens * top_k * 4 <= experts``,
+  ``_prepare_expert_assignment``; LoRA ``tokens * top_k * 8 <= experts * max_loras`` and not fully sharded,
+  ``PunicaWrapperGPU.add_lora_w13``), so the expert counts are 64 and 128 and the MoE layer runs only on the
+  batches where vLLM takes both naive paths (``naive``); fully sharded LoRA (always the sorted path) is not
+  drawn with a MoE block;
+* the kernel launch shapes: vLLM's ``override_config`` (its API for a fixed fused-MoE config; the lookup of
+  tuned configs asks the platform for a device name, which the CPU cannot answer);
+* on the CPU, the Triton experts' device check (0.34's kernel oracle asks ``TritonExperts._supports_current_device``,
+  ``current_platform.is_cuda_alike()``; the CPU platform says no, and the LoRA backend is refused): the
+  ``triton_moe`` module alone sees vLLM's platform with that one answer yes (Triton runs there, in its
+  interpreter; ``is_cuda`` stays no, so no CUDA-only branch is taken), as ``vllm_lora`` answers the MoE LoRA
+  op's compute-unit count;
+* the workspace: vLLM's ``init_workspace_manager`` (as ``GPUModelRunner.__init__`` calls it); on the CPU its
+  buffer is made once up front (growing it calls ``torch.accelerator.empty_cache()``, which raises there).
+
+The base output of a row is vLLM's own: a twin of the block's experts, built by the same factory with the same
+weights and never wrapped (``twin``), run on the same input and router logits. The float64 reference of an
+adapter's row is the whole block from the PEFT weights (``reference``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+LAYER = "experts"                           # the runtime module name (a layer a step can run)
+BLOCK = "model.layers.0.block_sparse_moe"   # Mixtral's name for the sparse block
+PATH = f"{BLOCK}.experts"
+EXPERTS = (64, 128)
+TOP_K = (1, 2)
+DEVICES = ("cpu",)                          # campaign devices that draw a MoE block (cases.py)
+PROJS = ("w1", "w2", "w3")                  # Mixtral's checkpoint names: gate, down, up
+# the fused-MoE kernels' launch shapes on the CPU: one block covers the small M, few programs
+LAUNCH = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1, "SPLIT_K": 1,
+          "num_warps": 4, "num_stages": 2}
+WORKSPACE_BYTES = 1 << 22
+# The block's input scale. vLLM stores the gated activation's input and output in the model's dtype between its
+# kernels (two float16 roundings the float64 reference does not make): at unit scale an adapter's intermediates
+# reach 20 - 60 and a small output element errs by up to 0.04 (a clean campaign's case, seed 0), past float16's
+# tolerance (0.01 + 0.01 * |expected|); at half scale with the expert LoRA weights at half the dense modules'
+# scale, the values stay O(1).
+INPUT_SCALE = 0.5
+
+_DONE: dict = {}
+
+
+def intermediate(c: dict) -> int:
+    return c["hidden"]
+
+
+def shapes(c: dict) -> dict[str, tuple[int, int]]:
+    """(out, in) of each expert projection."""
+    h, i = c["hidden"], intermediate(c)
+    return {"w1": (i, h), "w2": (h, i), "w3": (i, h)}
+
+
+def naive(c: dict, rows: int) -> bool:
+    """vLLM takes its naive block assignment for both the base experts and the LoRA (no align op)."""
+    m = c["moe"]
+    return (rows * m["top_k"] * 4 <= m["experts"] and rows * m["top_k"] * 8 <= m["experts"] * c["max_loras"]
+            and not c["fully_sharded_loras"])
+
+
+# -- the process ---------------------------------------------------------------------------------------
+def unavailable() -> str | None:
+    """Why this vLLM cannot build the block as the target does, or None (0.31 and later have every piece)."""
+    try:
+        from vllm.lora.layers import FusedMoEWithLoRA  # noqa: F401
+        from vllm.model_executor.layers.fused_moe import FusedMoEFactory, override_config  # noqa: F401
+        from vllm.model_executor.layers.fused_moe.router.cpu_router import CPURouter  # noqa: F401
+        from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear  # noqa: F401
+        from vllm.v1.worker.workspace import init_workspace_manager  # noqa: F401
+    except ImportError as e:
+        return f"no MoE block on this vLLM ({str(e).splitlines()[0][:120]}): moe cases need 0.31 or later"
+    return None
+
+
+
+def _missing(namespace: str, op: str) -> bool:
+    try:
+        getattr(getattr(torch.ops, namespace), op)
+    except (AttributeError, RuntimeError):
+        return True
+    return False
+
+
+def compiled_ops() -> list[str]:
+    """Register what the fused-MoE path calls in ``vllm._C`` where it is absent (once per process): see the
+    module's doc. Returns what was registered."""
+    if "ops" in _DONE:
+        return _DONE["ops"]
+    from vllm.model_executor.layers.activation import SiluAndMul
+    done, libs = [], []
+    if _missing("_C", "silu_and_mul"):
+        lib = torch.library.Library("_C", "FRAGMENT")
+        lib.define("silu_and_mul(Tensor! out, Tensor input) -> ()")
+
+        def silu_and_mul(out, input):
+            out.copy_(SiluAndMul.forward_native(input))
+        lib.impl("silu_and_mul", silu_and_mul, "CompositeExplicitAutograd")
+        libs.append(lib)
+        done.append("_C::silu_and_mul")
+    if _missing("_moe_C", "moe_sum"):
+        lib = torch.library.Library("_moe_C", "FRAGMENT")
+        lib.define("moe_sum(Tensor input, Tensor! output, Tensor? topk_ids=None, Tensor? expert_map=None) -> ()")
+
+        def moe_sum(input, output, topk_ids=None, expert_map=None):
+            assert expert_map is None, "the engine target has no expert parallelism"
+            output.copy_(input.sum(dim=1))
+        lib.impl("moe_sum", moe_sum, "CompositeExplicitAutograd")
+        libs.append(lib)
+        done.append("_moe_C::moe_sum")
+    _DONE["ops"], _DONE["libs"] = done, libs  # a Library object unregisters its ops when collected
+    return done
+
+
+class _TritonOnCpu:
+    """vLLM's platform for ``fused_moe/experts/triton_moe.py`` on the CPU: CUDA-like for the Triton experts'
+    device check only (see the module's doc)."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    @staticmethod
+    def is_cuda_alike() -> bool:
+        return True
+
+
+def cpu_platform() -> None:
+    """On the CPU, once per process: the Triton experts module's platform answers its device check."""
+    import vllm.model_executor.layers.fused_moe.experts.triton_moe as triton_moe
+    if not isinstance(triton_moe.current_platform, _TritonOnCpu):
+        triton_moe.current_platform = _TritonOnCpu(triton_moe.current_platform)
+
+
+def workspace(device: torch.device) -> None:
+    """vLLM's workspace manager, as its model runner makes it (once per process)."""
+    from vllm.v1.worker import workspace as ws
+    if ws.is_workspace_manager_initialized():
+        return
+    ws.init_workspace_manager(device)
+    if device.type == "cpu":
+        mgr = ws.current_workspace_manager()
+        mgr._current_workspaces = [torch.empty(WORKSPACE_BYTES, dtype=torch.uint8) for _ in mgr._current_workspaces]
+
+
+# -- the block ------------------------------------------------------------------------------------------
+def experts(hf, prefix: str):
+    """vLLM's MoE experts (``FusedMoEFactory``, Mixtral's arguments, vLLM's CPU router)."""
+    from vllm.model_executor.layers.fused_moe import FusedMoEFactory
+    from vllm.model_executor.layers.fused_moe.router.cpu_router import CPURouter
+    m = hf.fuzzrunner_moe
+    return FusedMoEFactory(num_experts=m["experts"], top_k=m["top_k"], hidden_size=hf.hidden_size,
+                           intermediate_size=hf.hidden_size, renormalize=True, prefix=prefix,
+                           ckpt_names=PROJS,
+                           router=CPURouter(top_k=m["top_k"], global_num_experts=m["experts"], renormalize=True))
+
+
+def block(hf):
+    """The sparse block: ``gate`` (vLLM's ``GateLinear``) and ``experts``."""
+    from torch import nn
+    from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
+    b = nn.Module()
+    b.gate = GateLinear(hf.hidden_size, hf.fuzzrunner_moe["experts"], prefix=f"{BLOCK}.gate")
+    b.experts = experts(hf, f"{BLOCK}.experts")
+    return b
+
+
+def finish_loading(model, vllm_config, device) -> None:
+    """What vLLM's loader does after the weights are in (``process_weights_after_loading``): the experts'
+    kernel is chosen there."""
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+    process_weights_after_loading(model, vllm_config.model_config, device)
+
+
+_TWINS = [0]
+
+
+def twin(model, vllm_config, device):
+    """The experts again, with the same weights, never wrapped by the LoRA manager: the base output. Made from
+    ``model`` before the LoRA manager wraps it."""
+    from vllm.config import set_current_vllm_config
+    hf = vllm_config.model_config.hf_config
+    _TWINS[0] += 1  # each MoE layer registers its name with the config; one name per twin
+    with set_current_vllm_config(vllm_config), torch.device(device):
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(vllm_config.model_config.dtype)
+        try:
+            t = experts(hf, f"fuzzrunner_base_twin_{_TWINS[0]}.experts")
+        finally:
+            torch.set_default_dtype(old)
+    src = dict(model.get_submodule(PATH).named_parameters())
+    with torch.no_grad():
+        for name, p in t.named_parameters():
+            p.copy_(src[name])
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+    process_weights_after_loading(t, vllm_config.model_config, device)
+    return t
+
+
+def run(layer, x: torch.Tensor, logits: torch.Tensor, vllm_config) -> torch.Tensor:
+    """``layer(x, router_logits)`` as a model's forward calls it: inside vLLM's forward context, with the
+    target's kernel launch shapes."""
+    from vllm.forward_context import set_forward_context
+    from vllm.model_executor.layers.fused_moe import override_config
+    with set_forward_context(None, vllm_config, num_tokens=x.size(0)), override_config(dict(LAUNCH)):
+        return layer(x, logits)
+
+
+# -- the reference ------------------------------------------------------------------------------------------
+def routing(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [T, k], float64 weights [T, k]): the top-k of the router logits, softmax over them (renormalized).
+    The top-k is taken on the same tensor in its own dtype, as vLLM's router takes it, so that equal logits
+    pick the same experts."""
+    vals, ids = torch.topk(logits, k=top_k, dim=-1, sorted=False)
+    return ids, torch.softmax(vals.double(), dim=-1)
+
+
+def expert_base(layer) -> tuple[torch.Tensor, torch.Tensor]:
+    """(w13 [E, 2I, H], w2 [E, H, I]) of vLLM's experts, float64."""
+    inner = getattr(layer, "base_layer", layer).routed_experts
+    return inner.w13_weight.detach().cpu().double(), inner.w2_weight.detach().cpu().double()
+
+
+def reference(x: torch.Tensor, logits: torch.Tensor, top_k: int, w13: torch.Tensor, w2: torch.Tensor,
+              lora: dict | None, scale: float) -> torch.Tensor:
+    """[T, H] float64: ``sum_k w_k * (W2_e + s B2 A2) (silu(g) * u)`` with ``g = (W1_e + s B1 A1) x`` and
+    ``u = (W3_e + s B3 A3) x`` for ``e`` the row's k-th expert; ``lora`` None: the base. ``lora`` maps each
+    projection to (A [E, r, in], B [E, out, r]) from the PEFT weights."""
+    ids, weights = routing(logits.detach().cpu(), top_k)
+    xs = x.detach().cpu().double()
+    i = w2.size(-1)
+    out = torch.zeros(xs.size(0), w2.size(1), dtype=torch.float64)
+    for t in range(xs.size(0)):
+        for k in range(top_k):
+            e = int(ids[t, k])
+            w1, w3, wd = w13[e, :i], w13[e, i:], w2[e]
+            if lora is not None:
+                w1 = w1 + scale * lora["w1"][1][e].double() @ lora["w1"][0][e].double()
+                w3 = w3 + scale * lora["w3"][1][e].double() @ lora["w3"][0][e].double()
+                wd = wd + scale * lora["w2"][1][e].double() @ lora["w2"][0][e].double()
+            g, u = w1 @ xs[t], w3 @ xs[t]
+            out[t] += weights[t, k] * (wd @ (torch.nn.functional.silu(g) * u))
+    return out

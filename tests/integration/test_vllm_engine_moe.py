@@ -1,0 +1,155 @@
+"""The ``vllm_engine`` target's MoE block: vLLM's ``FusedMoE`` wrapped by the manager as ``FusedMoEWithLoRA``
+(targets/vllm_engine/moe.py; docs/vllm.md, "The engine target").
+
+Each oracle both ways: a fault-free case of adapters with and without expert weights, removal, eviction and a
+dummy run is silent; the MoE fault, and the generic set_lora / activation faults on the MoE layer, are caught in
+``step.experts``. The fault found from scratch by a campaign is a slow test.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fuzzrunner.case import Case
+from fuzzrunner.target import _import_object
+
+ROOT = Path(__file__).resolve().parents[2]
+AVAILABLE, REASON = _import_object("targets.vllm_lora:vllm_available")()
+needs_vllm = pytest.mark.skipif(not AVAILABLE, reason=f"vllm_engine: {REASON}")
+
+DENSE = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj", "embed_tokens", "lm_head"]
+CONFIG = {"max_loras": 2, "max_cpu_loras": 3, "max_lora_rank": 8, "lora_dtype": "auto", "fully_sharded_loras": False,
+          "specialize_active_lora": False, "target_modules": None, "max_num_seqs": 4, "max_num_batched_tokens": 8,
+          "num_speculative_tokens": 0, "hidden": 16, "vocab": 32, "layout": {"qkv": "merged", "gate_up": "fused"},
+          "seed": 0, "layers": ["experts"], "moe": {"experts": 64, "top_k": 2},
+          "adapters": {"1": {"rank": 8, "alpha": 16, "rslora": False, "targets": DENSE + ["experts"], "seed": 1},
+                       "2": {"rank": 2, "alpha": 8, "rslora": True, "targets": ["q_proj", "experts"], "seed": 2},
+                       "3": {"rank": 4, "alpha": 8, "rslora": False, "targets": ["q_proj", "v_proj"], "seed": 3}}}
+
+
+def req(rid, lora, tokens=1):
+    return {"id": rid, "lora": lora, "tokens": tokens, "drafts": 0, "prompt_logprobs": False}
+
+
+def step(*reqs, finish=(), pad=0, seed=0):
+    return {"op": "step", "finish": list(finish), "reqs": list(reqs), "pad": pad, "seed": seed}
+
+
+def _run(ops, faults=(), **config):
+    from fuzzrunner.execute import run_case
+    from fuzzrunner.target import load_target
+    return run_case(Case("vllm_engine", {**CONFIG, **config}, tuple(ops), tuple(faults)), load_target("vllm_engine"))
+
+
+def _kinds(violations) -> set:
+    return {(v.kind, v.tensor) for v in violations}
+
+
+# two adapters with expert weights and one without, a base-model request beside them; an adapter removed while
+# its slot is refilled; a dummy run (vLLM's dummy adapters, MoE weights too) between steps; padding rows
+FAULT_FREE = [step(req("a", 1, 1), req("b", 0, 1), req("c", 2, 1), seed=1),
+              {"op": "remove", "id": 1},
+              step(req("d", 3, 1), req("c", 2, 1), finish=["a", "b"], pad=2, seed=2),
+              {"op": "dummy_run", "num_tokens": 2, "reqs": 2, "pad": 0, "seed": 3},
+              step(req("e", 1, 2), req("f", 0, 1), finish=["c", "d"], seed=4)]
+
+
+@needs_vllm
+def test_fault_free_moe_steps_are_silent():
+    assert _run(FAULT_FREE) == []
+    assert _run(FAULT_FREE, moe={"experts": 128, "top_k": 1}, layers=["experts", "qkv_proj"]) == []
+
+
+# A clean campaign's case (seed 0, before the block's input and expert weights were scaled down, moe.INPUT_SCALE):
+# rsLoRA rank 1, alpha 16, hidden 32, 128 experts: intermediates of 20 - 60 in float16 put a small output element
+# 0.04 off the float64 reference (vLLM rounds the gated activation's input and output to float16; the reference
+# does not). Silent now: the values stay O(1).
+LARGE = ({**CONFIG, "max_num_batched_tokens": 16, "num_speculative_tokens": 1, "hidden": 32, "specialize_active_lora": True,
+          "layout": {"qkv": "fused", "gate_up": "fused"}, "seed": 1, "layers": ["embed_tokens", "experts", "lm_head"],
+          "moe": {"experts": 128, "top_k": 1}, "max_num_seqs": 2, "max_cpu_loras": 2,
+          "adapters": {"1": {"rank": 1, "alpha": 16, "rslora": True, "targets": ["down_proj", "embed_tokens", "experts", "gate_up_proj", "lm_head", "o_proj", "qkv_proj"], "seed": 76}, "2": {"rank": 4, "alpha": 16, "rslora": False, "targets": ["down_proj", "embed_tokens", "experts", "gate_up_proj", "lm_head", "o_proj", "qkv_proj"], "seed": 28}, "3": {"rank": 1, "alpha": 16, "rslora": False, "targets": ["down_proj", "embed_tokens", "experts", "gate_up_proj", "lm_head", "o_proj", "qkv_proj"], "seed": 25}, "4": {"rank": 2, "alpha": 16, "rslora": False, "targets": ["embed_tokens", "experts", "lm_head"], "seed": 41}}},
+         [{"op": "add", "id": 3}, {"op": "add", "id": 2}, {"op": "step", "finish": [], "reqs": [{"id": "r1", "lora": 3, "tokens": 2, "drafts": 0, "prompt_logprobs": False}, {"id": "r2", "lora": 1, "tokens": 3, "drafts": 0, "prompt_logprobs": False}], "pad": 0, "seed": 0}, {"op": "step", "finish": ["r1", "r2"], "reqs": [{"id": "r3", "lora": 3, "tokens": 2, "drafts": 0, "prompt_logprobs": False}, {"id": "r4", "lora": 4, "tokens": 3, "drafts": 0, "prompt_logprobs": False}], "pad": 0, "seed": 0}])
+
+
+@needs_vllm
+def test_large_adapter_values_stay_within_float16s_tolerance_through_the_blocks_two_roundings():
+    config, ops = LARGE
+    assert _run(ops, **config) == []
+
+
+# (fault, ops, config, tensor): after an eviction (max_loras 1) the slot of an adapter with expert weights is
+# refilled by one without (activation) or with a smaller rank (set_lora): nothing stale may reach its rows
+MOE_FAULT_CASES = {
+    "fused_moe_swaps_gate_up": ([step(req("a", 2, 1), req("b", 0, 1))], {}, "step.experts.adapter_rows"),
+    "activation_keeps_missing_modules": ([step(req("a", 1, 1)), step(req("b", 3, 2), finish=["a"])],
+                                         {"max_loras": 1, "max_cpu_loras": 1}, "step.experts.adapter_rows"),
+    "set_lora_keeps_old_weights": ([step(req("a", 1, 1)), step(req("b", 2, 2), finish=["a"])],
+                                   {"max_loras": 1, "max_cpu_loras": 1}, "step.experts.adapter_rows"),
+    # a base-model request given a finished request's adapter: its rows are no longer the twin's, exactly
+    "lora_state_keeps_finished_adapter": ([step(req("a", 2, 1)), step(req("b", 0, 1), finish=["a"])], {},
+                                          "step.experts.base_rows"),
+}
+
+
+@needs_vllm
+@pytest.mark.parametrize("fault", sorted(MOE_FAULT_CASES))
+def test_each_moe_fault_is_caught_in_the_experts_rows_and_its_case_is_silent_without_it(fault):
+    ops, config, tensor = MOE_FAULT_CASES[fault]
+    found = _run(ops, (fault,), **config)
+    assert any(v.kind == "numeric-mismatch" and v.tensor == tensor for v in found), _kinds(found)
+    assert _run(ops, **config) == []
+
+
+@needs_vllm
+def test_the_moe_layer_is_vllms_fused_moe_with_lora_made_by_the_manager():
+    """What the case runs is vLLM's: the manager's FusedMoEWithLoRA over vLLM's Triton experts."""
+    from unittest import mock
+
+    from fuzzrunner.target import load_target
+    runner = sys.modules[load_target("vllm_engine").run.func.__module__]  # the module the target runs from
+    Session, moe = runner.Session, runner.moe
+    made = []
+    init = Session.__init__
+
+    def keep(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+    with mock.patch.object(Session, "__init__", keep):
+        assert _run([step(req("a", 2, 1))]) == []
+    [s] = made
+    layer = s.model.get_submodule(moe.PATH)
+    assert type(layer).__name__ == "FusedMoEWithLoRA" and type(layer).__module__ == "vllm.lora.layers.fused_moe"
+    kernel = layer.base_layer.routed_experts.quant_method.moe_kernel.fused_experts
+    assert type(kernel).__name__ == "TritonExperts" and kernel._lora_context is not None
+    assert type(s.moe_twin.routed_experts.quant_method.moe_kernel.fused_experts).__name__ == "TritonExperts"
+
+
+@needs_vllm
+@pytest.mark.slow  # a 300-example campaign: ~10 min on the 2-core machine
+def test_the_moe_fault_is_found_from_scratch_within_300_examples(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "fuzzrunner", "fuzz", "--target", "vllm_engine", "--fault",
+                        "fused_moe_swaps_gate_up", "--max-examples", "300", "--seed", "0", "--no-shrink",
+                        "--workers", "1", "--budget", "2400", "--corpus", str(tmp_path / "c"),
+                        "--report", str(tmp_path / "r.json")], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    [run] = json.loads((tmp_path / "r.json").read_text())["runs"]
+    assert any(f["violation"]["tensor"].endswith("experts.adapter_rows") for f in run["findings"]), run["findings"]
+
+
+@needs_vllm
+def test_the_moe_rows_follow_the_v1_runners_persistent_batch_both_ways():
+    """A V1-runner case (0.33 and older): rows in the order of vLLM's InputBatch after condense(); with the mapping
+    entry of the moved request dropped (the planted V1 fault) its experts rows lose their adapter."""
+    from fuzzrunner.target import load_target
+    if load_target("vllm_engine").faults_unavailable.get("condense_drops_lora_mapping"):
+        pytest.skip("this vLLM has no V1 model runner (0.34 and later)")
+    v1 = {"runner": "v1", "cudagraph_mode": "NONE", "cudagraph_capture_sizes": [1], "cudagraph_specialize_lora": True,
+          "reorder_threshold": None}
+    condense = [step(req("a", 1, 2), req("b", 0, 1), req("c", 2, 1), seed=1),
+                step(req("b", 0, 1), req("c", 2, 1), finish=["a"], seed=2)]
+    assert _run(condense, **v1) == []
+    found = _run(condense, ("condense_drops_lora_mapping",), **v1)
+    assert ("numeric-mismatch", "step.experts.adapter_rows") in _kinds(found), _kinds(found)
