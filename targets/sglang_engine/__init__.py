@@ -52,8 +52,9 @@ def _import_engine():
         eng.adapted = set()
         eng.frontend, eng.frontend_why = (frontend.load() if (eng.tree.parent / "frontend-ok").exists()
                                           or os.environ.get("FUZZRUNNER_SGLANG_SITE") else (None, "no frontend-ok"))
-        from . import batch
+        from . import batch, scheduler
         eng.logits_processor, eng.logits_processor_why = batch.available()
+        eng.scheduler, eng.scheduler_why = scheduler.load()
         eng.model_dir = tempfile.mkdtemp(prefix="sglang_engine-model-")
         with open(os.path.join(eng.model_dir, "config.json"), "w") as f:
             json.dump(model.hf_config_dict(), f)
@@ -86,7 +87,8 @@ def make_target():
                     f"unload, reload, eviction, prepare, forward; "
                     f"the adapter-management API, the scheduler's admission, the decode graph's capture",
         cases=functools.partial(cases.sglang_engine_cases, modules=eng.api.modules, frontend=eng.frontend is not None,
-                                logprobs=eng.logits_processor, backends=eng.api.backends),
+                                logprobs=eng.logits_processor, backends=eng.api.backends,
+                                scheduler=eng.scheduler is not None),
         run=_run,
         # the known bugs' minimal cases (docs/sglang.md, the sweep's triage), replayed first: a deterministic verdict
         # per release; FUZZRUNNER_SGLANG_SEEDS=0 leaves them out (a planted fault found from scratch)
@@ -94,14 +96,17 @@ def make_target():
         os.path.join(os.path.dirname(os.path.abspath(__file__)), "seeds"),
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),
-        faults_unavailable=faults.unavailable(eng.api, eng.frontend, eng.logits_processor),
+        faults_unavailable=faults.unavailable(eng.api, eng.frontend, eng.logits_processor, eng.scheduler is not None),
         features=cases.features,
         feature_space=cases.feature_space(eng.api.modules, eng.frontend is not None, eng.logits_processor,
-                                          eng.api.backends),
+                                          eng.api.backends, eng.scheduler is not None),
         details=(f"sglang engine {eng.version} (from {eng.tree})", *eng.api.found(),
                  "logits: " + ("SGLang's LogitsProcessor (last token per request, input-logprob passes)"
                                if eng.logits_processor else
                                f"lm_head called by the target ({eng.logits_processor_why})"),
+                 "scheduler: " + ("SGLang's get_next_batch_to_run / PrefillAdder / can_schedule_lora_req / LoRADrainer "
+                                  "over its ReqToTokenPool, KV allocator and tree cache; ForwardBatch.init_new"
+                                  if eng.scheduler else f"admission loop re-stated ({eng.scheduler_why})"),
                  *(frontend.describe(eng.frontend) or [f"adapter management: not driven ({eng.frontend_why}): "
                                                        f"load / unload / requests go to the LoRAManager directly"])),
         own_code=(os.path.dirname(os.path.abspath(__file__)),),

@@ -37,8 +37,9 @@ GROUPS = {"qkv_proj": (("q_proj", "v_proj"), ("q_proj", "k_proj", "v_proj")), "o
 
 
 class _State:
-    def __init__(self, cfg: dict, frontend: bool = False, logprobs: bool = False):
+    def __init__(self, cfg: dict, frontend: bool = False, logprobs: bool = False, scheduler: bool = False):
         self.cfg, self.loaded, self.ever, self.frontend, self.logprobs = cfg, [], set(), frontend, logprobs
+        self.scheduler = scheduler
 
 
 @st.composite
@@ -79,7 +80,10 @@ def _program() -> OpSequence:
     @seq.rule(weight=6)
     def step(draw, s):
         limit = s.cfg["max_loras_per_batch"]
-        n = draw(st.integers(1, 4))
+        # with the drainer on, longer streams of requests (up to 8, arriving over 6 rounds, up to 5 tokens each) so
+        # that running adapters hold their slots while another waits past the threshold
+        drain = bool(s.cfg.get("lora_drain_wait_threshold"))
+        n = draw(st.integers(1, (8 if drain else 5) if s.scheduler else 4))
         pool = [None, *sorted(s.ever)] if s.frontend else [None, *s.loaded]
         reqs: list = []
         for _ in range(n):
@@ -93,6 +97,9 @@ def _program() -> OpSequence:
             op["lens"] = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
             if s.logprobs and draw(st.booleans()):  # input logprobs asked: each request's start (its len: none)
                 op["logprob"] = [draw(st.integers(0, k)) for k in op["lens"]]
+        if s.scheduler and "logprob" not in op:  # served by SGLang's scheduler: tokens to generate, arrival round
+            op["new"] = [draw(st.sampled_from([1, 1, 2, 3, 5] if drain else [1, 1, 2, 3])) for _ in range(n)]
+            op["arrive"] = [draw(st.sampled_from([0, 0, 1, 2, 4, 6] if drain else [0, 0, 1, 2])) for _ in range(n)]
         return op
     return seq
 
@@ -103,7 +110,7 @@ PROGRAM = _program()
 @st.composite
 def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
                         modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False,
-                        backends: tuple = BACKENDS) -> Case:
+                        backends: tuple = BACKENDS, scheduler: bool = False) -> Case:
     """``modules``: the target modules the release's LoRA pool has buffers for (api.EngineAPI.modules);
     ``frontend``: whether the release's adapter-management API is driven (frontend.py); ``logprobs``: whether
     SGLang's LogitsProcessor is driven (batch.py), so extend steps may ask for input logprobs; ``backends``: the
@@ -127,7 +134,13 @@ def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: s
         cfg["max_loaded_loras"] = draw(st.sampled_from([None, slots, slots + 1]))
     if logprobs:  # SGLANG_ENABLE_LOGPROB_CHUNK / SGLANG_LOGPROB_CHUNK_SIZE: None = SGLang's defaults, 0 = off
         cfg["logprob_chunk"] = draw(st.sampled_from([None, 0, 1, 2, 3]))
-    ops = draw(PROGRAM.ops(lambda: _State(cfg, frontend, logprobs), max_ops=max_ops))
+    if scheduler:  # SGLang's scheduler (scheduler.py): its knobs, applied through ServerArgs as the server does
+        cfg["max_running_requests"] = draw(st.sampled_from([2, 3, 4]))
+        cfg["chunked_prefill_size"] = draw(st.sampled_from([None, None, 2, 3]))
+        cfg["max_prefill_tokens"] = draw(st.sampled_from([16384, 16384, 4]))
+        # --lora-drain-wait-threshold, in rounds (the scheduler path's clock): 0 = no drainer
+        cfg["lora_drain_wait_threshold"] = draw(st.sampled_from([0.0, 0.0, 1.0, 2.0]))
+    ops = draw(PROGRAM.ops(lambda: _State(cfg, frontend, logprobs, scheduler), max_ops=max_ops))
     return Case("sglang_engine", cfg, tuple(ops), tuple(faults))
 
 
@@ -140,6 +153,11 @@ def features(case) -> set:
         out.add(f"max_loaded_loras={'on' if c['max_loaded_loras'] else 'off'}")
     if any(a.get("pinned") for a in c.get("adapters", {}).values()):
         out.add("adapter=pinned")
+    if "max_running_requests" in c:
+        out |= {f"max_running_requests={c['max_running_requests']}",
+                "chunked_prefill=" + ("on" if c.get("chunked_prefill_size") else "off"),
+                "max_prefill_tokens=" + ("small" if c.get("max_prefill_tokens", 16384) < 16 else "default"),
+                "drain=" + ("on" if c.get("lora_drain_wait_threshold") else "off")}
     if "logprob_chunk" in c:
         chunk = c["logprob_chunk"]
         out.add("logprob_chunk=" + ("default" if chunk is None else "off" if chunk == 0 else "small"))
@@ -174,11 +192,15 @@ def _step_features(op: dict, loaded: list, slots: int) -> set:
         out.add("step=names-unloaded-adapter")
     if op.get("logprob") is not None:
         out.add("step=input-logprobs")
+    if any(k > 1 for k in op.get("new", ())):
+        out.add("step=multi-round")
+    if any(op.get("arrive", ())):
+        out.add("step=late-arrival")
     return out
 
 
 def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False,
-                  backends: tuple = BACKENDS) -> tuple:
+                  backends: tuple = BACKENDS, scheduler: bool = False) -> tuple:
     """Every feature ``features`` gives for a release whose pool has buffers for ``modules`` (and whose
     adapter-management API is driven: ``frontend``; whose LogitsProcessor is driven: ``logprobs``)."""
     return tuple(
@@ -189,7 +211,10 @@ def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logpr
         + (["max_loaded_loras=on", "max_loaded_loras=off", "adapter=pinned", "step=more-adapters-than-slots",
             "step=names-unloaded-adapter"] if frontend else [])
         + (["logprob_chunk=default", "logprob_chunk=off", "logprob_chunk=small", "step=input-logprobs"]
-           if logprobs else []))
+           if logprobs else [])
+        + ([f"max_running_requests={m}" for m in (2, 3, 4)] + ["chunked_prefill=on", "chunked_prefill=off",
+           "max_prefill_tokens=small", "max_prefill_tokens=default", "drain=on", "drain=off", "step=multi-round",
+           "step=late-arrival"] if scheduler else []))
 
 
 FEATURE_SPACE = feature_space()

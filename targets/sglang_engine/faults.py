@@ -7,6 +7,7 @@ from __future__ import annotations
 from fuzzrunner import tracking
 
 from . import backend_faults
+from .scheduler_faults import SERVER_FAULTS
 
 FAULTS = {
     "unload_keeps_slot":
@@ -36,10 +37,16 @@ FAULTS = {
         "so later passes' rows get another request's lm_head delta, or a routing of another row count.",
 }
 FAULTS |= backend_faults.FAULTS  # the backends beyond triton / csgmv, the graph runner's variant choice
+FAULTS |= SERVER_FAULTS
 FRONTEND_FAULTS = ("lru_evicts_pinned", "admission_ignores_running")
 
 
-def plant(mgr, faults: set, front=None, model=None) -> None:
+def plant(mgr, faults: set, front=None, model=None, server=None) -> None:
+    if server is not None:
+        from .scheduler_faults import plant_server
+        plant_server(server, faults)
+    elif faults & set(SERVER_FAULTS):
+        raise ValueError(f"faults {sorted(faults & set(SERVER_FAULTS))} need SGLang's scheduler path (scheduler.py)")
     if "logprob_pass_stale_routing" in faults and model is not None and hasattr(model.lm_head, "set_lm_head_pass"):
         _stale_pass(model.lm_head)
     if "lru_evicts_pinned" in faults:
@@ -70,9 +77,13 @@ def _unload_keeps_slot(pool) -> None:
 EMBEDDING_BUFFERS = ("embedding_A_buffer", "embedding_B_buffer", "lm_head_A_buffer", "lm_head_B_buffer")
 
 
-def unavailable(api, fe=None, logits_processor: bool = True) -> dict:
+def unavailable(api, fe=None, logits_processor: bool = True, scheduler: bool = False) -> dict:
     """{fault: why it cannot be planted in this release}."""
     out = backend_faults.unavailable(api)
+    if not scheduler:
+        for f in SERVER_FAULTS:
+            out[f] = (f"SGLang {api.version}'s scheduler is not driven here (scheduler.py: its Scheduler / "
+                      f"ModelRunner lack a method the path runs, or its pools do not build on the CPU)")
     if not logits_processor or not api.lm_head_passes:
         out["logprob_pass_stale_routing"] = (f"SGLang {api.version}'s lm_head LoRA has no per-pass routing "
                                              f"(ParallelLMHeadWithLoRA.set_lm_head_pass: 0.5.10+)")

@@ -34,13 +34,14 @@ from fuzzrunner import tracking
 from fuzzrunner.errors import InvalidCase
 
 from . import adapters as adp
-from . import backend_faults
+from . import backend_faults, serving
 from . import batch as sglang_batch
 from . import model as tiny
 from .checks import check_frontend, check_pool, check_unloaded
 from .faults import FAULTS, plant
 from .frontend import Frontend
 from .graphs import DecodeGraphs
+from .scheduler import Server, scheduler_knobs
 
 OPS = ("load", "unload", "step")
 
@@ -56,6 +57,14 @@ def check_case(case) -> dict:
             raise InvalidCase(f"op {i}: unknown op {op.get('op')!r}; sglang_engine ops are {', '.join(OPS)}.")
         if op["op"] in ("load", "unload") and op.get("name") not in c["adapters"]:
             raise InvalidCase(f"op {i}: adapter {op.get('name')!r} is not in the case's adapters.")
+        for key in ("new", "arrive"):  # a step served by SGLang's scheduler (serving.py)
+            v = op.get(key)
+            least = 1 if key == "new" else 0
+            if v is not None and (len(v) != len(op.get("reqs", ()))
+                                  or any(not isinstance(k, int) or k < least for k in v)):
+                what = "tokens to generate" if key == "new" else "its arrival round"
+                raise InvalidCase(f"op {i}: {key} {v!r} must give each of the step's {len(op.get('reqs', ()))} "
+                                  f"requests an integer >= {least} ({what}).")
         lp = op.get("logprob")
         if lp is not None and (op.get("mode") != "extend" or len(lp) != len(op.get("lens", ()))
                                or any(not 0 <= s <= n for s, n in zip(lp, op["lens"]))):
@@ -81,7 +90,7 @@ class Session:
             enable_lora=True, lora_backend=c["backend"], max_loras_per_batch=c["max_loras_per_batch"],
             max_lora_rank=c["max_lora_rank"], lora_target_modules=list(c["target_modules"]),
             lora_eviction_policy=c["eviction_policy"], max_lora_chunk_size=c.get("chunk", 16),
-            max_loaded_loras=c.get("max_loaded_loras"))
+            max_loaded_loras=c.get("max_loaded_loras"), **scheduler_knobs(c, eng.scheduler is not None))
         api.publish(self.server_args, ctx.device, eng.hf_config)
         self.model = tiny.build(eng.hf_config, self.dtype, self.device)
         self.base = tiny.base_weights(self.model)
@@ -98,7 +107,9 @@ class Session:
         if self.front is None and (c.get("max_loaded_loras") or any(a.get("pinned") for a in c["adapters"].values())):
             raise InvalidCase(f"--max-loaded-loras and pinned adapters are drawn only where SGLang {eng.version}'s "
                               f"tokenizer manager imports (scripts/sglang_setup.sh {eng.version}: stamp frontend-ok).")
-        plant(self.mgr, set(case.faults), self.front, self.model)
+        # SGLang's scheduler and ForwardBatch.init_new over its own pools (scheduler.py), where the release has them
+        self.server = Server(eng.scheduler, self) if eng.scheduler is not None else None
+        plant(self.mgr, set(case.faults), self.front, self.model, self.server)
         self.planted = contextlib.ExitStack()  # faults planted through mock.patch.object, undone by close()
         backend_faults.plant(self.planted, self.faults, self.mgr, self.graphs)
         # SGLang's LogitsProcessor, made as the model makes it at start-up (its chunk knobs read then: run())
@@ -143,6 +154,8 @@ class Session:
         return sglang_batch.forward_batch(ForwardBatch, fm, lora_ids, lens, self.device, tokens, logprob)
 
     def step(self, op) -> None:
+        if self.server is not None and op.get("logprob") is None:  # input logprobs: the direct path below
+            return self._served_step(op)
         if self.front is not None:
             return self._front_step(op)
         names = list(op["reqs"])
@@ -155,6 +168,19 @@ class Session:
         mode = op.get("mode", "decode")
         lens = list(op.get("lens", [1] * len(names))) if mode == "extend" else [1] * len(names)
         self._batch(names, ids, mode, lens, op.get("seed", 0), op.get("logprob"))
+
+    def _served_step(self, op) -> None:
+        names = list(op["reqs"])
+        for i, n in enumerate(names):
+            if n is not None and n not in self.files:
+                raise InvalidCase(f"step: request {i} names {n!r}, never loaded (the tokenizer manager refuses it).")
+            if self.front is None and n is not None and n not in self.refs:
+                raise InvalidCase(f"step: request {i} names {n!r}, not loaded (the registry refuses it).")
+        before = self.front.registered() if self.front is not None else {}
+        problems = serving.serve(self, self.server, op)
+        if self.front is not None:
+            problems += check_frontend(self.front, self.mgr, before, self.c.get("max_loaded_loras"), _pinned(before))
+        self.ctx.check("step", problems)
 
     # -- through the adapter-management API and the scheduler (frontend.py) ------------------------------
     def _front_load(self, op) -> None:
@@ -237,6 +263,12 @@ class Session:
         logprob = logprob if mode == "extend" else None
         fb = self._forward_batch(mode, ids, lens, tokens, logprob)
         self.api.prepare(self.mgr, fb)
+        self.forward(fb, names, ids, mode, lens, tokens, logprob)
+
+    def forward(self, fb, names: list, ids: list, mode: str, lens: list, tokens, logprob=None):
+        """The forward of a prepared batch ``fb`` (its LoRA part done: ``ForwardBatch.init_new``'s or
+        ``api.prepare``) and the checks of its results; returns the logits of the rows lm_head is read for (the
+        last token per request of an extend batch; every row of a decode batch)."""
         with tracking.quiet():  # the check's reads of the pool are the harness's, not SGLang's
             self.ctx.check("pool", check_pool(self.mgr, ids, self.files, names))
         rows = [n for n, k in zip(names, lens) for _ in range(k)]
@@ -278,6 +310,7 @@ class Session:
             self.ctx.check("base-rows", [f"token {i} (a request without an adapter) differs from the base model's "
                                          f"logits (max |diff| {float((logits[i] - base[i]).abs().max()):.3g})"
                                          for i in bad[:3]])
+        return logits
 
 
 def _expected_logprobs(ref_all, tokens: list, lens: list, starts: list):
@@ -308,6 +341,8 @@ def run(case, ctx, eng) -> None:
                     getattr(s, op["op"])(op)
         finally:
             s.planted.close()
+            if s.server is not None:
+                s.server.close()
             if s.front is not None:
                 s.front.close()
 

@@ -101,7 +101,9 @@ def engine_category(f: dict, version: str | None = None) -> str:
     or writing past its output, and the expand reading past the shrink's output, in releases without pruned
     lm_head routing), ``#31910`` (a triton case whose
     input-logprob passes of lm_head LoRA crash in ``_prepare_lm_head_batch_info``: releases that append the passes
-    to the attribute), else ``untriaged``."""
+    to the attribute), ``SG1`` (a request waiting past the drain bound with a pinned adapter loaded, in releases
+    whose drainer counts running adapters against ``--max-loras-per-batch``: docs/findings/sg1-*), else
+    ``untriaged``."""
     sig = f["signature"]
     if sig["tool"] == "target":
         return "target"
@@ -132,6 +134,10 @@ def engine_category(f: dict, version: str | None = None) -> str:
     if sig["kind"] == "state-violation" and left and \
             "def remove_lora" not in _release_file(version, "srt/lora/mem_pool.py"):
         return "#21380"
+    if sig["kind"] == "state-violation" and "past the drain threshold" in f.get("message", "") and \
+            any(a.get("pinned") for a in config.get("adapters", {}).values()) and \
+            DRAINER_FULL_CHECK in _release_file(version, "srt/lora/lora_drainer.py"):
+        return "SG1"  # the drainer counts running adapters, the admission the slots pinned adapters leave
     return "untriaged"
 
 
@@ -180,6 +186,7 @@ def _torch_native_graph_max_rank(sig: dict, config: dict, version: str | None) -
 
 
 EMBEDDING_ZEROED = "Zero out embedding/lm_head buffers for adapters without embedding LoRA"
+DRAINER_FULL_CHECK = "if len(running_adapter_ids) < self.max_loras_per_batch:"
 # 0.5.10 - 0.5.15.post1's TritonLoRABackend._prepare_lm_head_batch_info appends each logprob pass's batch info to the
 # attribute (None) instead of its local list: lm_head LoRA with input logprobs in > 1 pass crashes (described by
 # PR #31910; gone from 0.5.16)

@@ -102,6 +102,48 @@ FRONTEND_FAULT_CASES = {
 }
 if FRONTEND:
     FAULT_CASES |= FRONTEND_FAULT_CASES
+# SGLang's scheduler loop and ForwardBatch.init_new (scheduler.py, serving.py; 0.5.23): requests that outlive a
+# round (several new tokens), late arrivals, a queue longer than --max-running-requests, chunked prefill, the drainer
+SERVED = [{"op": "load", "name": "a0"}, {"op": "load", "name": "a1"}, {"op": "load", "name": "a2"},
+          {"op": "step", "reqs": [None, "a0", "a1", "a0", "a2"], "mode": "extend", "lens": [3, 2, 3, 5, 1],
+           "new": [2, 3, 1, 2, 2], "arrive": [0, 0, 1, 2, 2]},
+          {"op": "step", "reqs": ["a1", None], "mode": "decode", "new": [3, 1]}]
+
+
+def _sched_cfg(backend="triton", **kw):
+    return _cfg(backend, **({"max_running_requests": 4, "chunked_prefill_size": None, "max_prefill_tokens": 16384,
+                             "lora_drain_wait_threshold": 0.0} | kw))
+
+
+SERVED_VARIANTS = [_sched_cfg(), _sched_cfg("csgmv", max_running_requests=2, chunked_prefill_size=2, graph_bs=2),
+                   _sched_cfg(slots=3, max_prefill_tokens=4, lora_drain_wait_threshold=1.0)]
+_TWO = [{"op": "load", "name": "a0"}, {"op": "load", "name": "a1"}]
+# the minimal case of each scheduler-path fault (scheduler_faults.py), and what finds it
+SERVER_FAULT_CASES = {
+    # a0 is fetched, a1 (the second request's) is not: prepare_lora_batch looks its slot up
+    "init_new_fetches_one": (_sched_cfg(), _TWO + [{"op": "step", "reqs": ["a0", "a1"], "mode": "extend",
+                                                   "lens": [2, 1]}], ("crash",)),
+    # the base model and a0 run 3 rounds; a1 arrives at round 1: admitted against the new batch only, it joins the
+    # running batch and the next decode batch needs 3 slots of 2
+    "admission_ignores_running_batch": (_sched_cfg(), _TWO + [{"op": "step", "reqs": [None, "a0", "a1"],
+                                                               "new": [3, 3, 2], "arrive": [0, 0, 1]}],
+                                        ("state-violation",)),
+    # a1 starves past 1 round while the base model and a0 fill both slots: one of them drains for it and, never
+    # cleared, its later request is never admitted
+    "drain_never_cleared": (_sched_cfg(lora_drain_wait_threshold=1.0),
+                            _TWO + [{"op": "step", "reqs": [None, "a0", "a1", "a0", None], "new": [3, 3, 1, 3, 3],
+                                     "arrive": [0, 0, 0, 3, 3]}], ("state-violation",)),
+}
+# SG1 (docs/findings/sg1-drainer-ignores-pinned-slots.md): a pinned adapter reserves a slot, the base model and a0
+# fill the other two of --max-loras-per-batch 3, a1 waits past the 1-round drain threshold; the drainer counts 2
+# running adapters < 3 and never drains, so a1 waits for the whole stream of base and a0 requests
+SG1_ADAPTERS = {"a0": {"r": 2, "alpha": 2, "modules": ["o_proj"]}, "a1": {"r": 2, "alpha": 4, "modules": ["o_proj"]},
+                "p": {"r": 2, "alpha": 8, "modules": ["o_proj"], "pinned": True}}
+SG1_CFG = _sched_cfg(slots=3, target_modules=["o_proj"], adapters=SG1_ADAPTERS, max_running_requests=8,
+                     lora_drain_wait_threshold=1.0, max_loaded_loras=None)
+SG1 = [{"op": "load", "name": "p"}, {"op": "load", "name": "a0"}, {"op": "load", "name": "a1"},
+       {"op": "step", "reqs": [None, "a0", "a1"] + [None, "a0"] * 5, "new": [5, 5, 1] + [5] * 10,
+        "arrive": [0, 0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10]}]
 RUN = """
 import json, sys
 sys.path.insert(0, {root!r})
@@ -111,6 +153,9 @@ from fuzzrunner.target import load_target
 target = load_target("sglang_engine")
 out = []
 for cfg, ops, faults in json.load(sys.stdin):
+    if set(faults) & set(target.faults_unavailable):
+        out.append(None)  # this release has not the part the fault is planted in
+        continue
     vs = run_case(Case("sglang_engine", cfg, tuple(ops), tuple(faults)), target, device="cpu")
     out.append([[v.kind, v.tool, v.message[:300], v.kernel, v.location, v.tensor] for v in vs])
 print("RESULT " + json.dumps(out))
@@ -125,6 +170,11 @@ def results():
     cases += [[_cfg(b, adapters=PINNED, max_loaded_loras=m, graph_bs=g), FRONTEND_LIFECYCLE, []]
               for b, m, g in (("triton", 2, 0), ("csgmv", 3, 4))] if FRONTEND else []
     cases += [[_lp_cfg(b, chunk), LOGPROBS, []] for b, chunk in LP_VARIANTS]
+    cases += [[cfg, SERVED, []] for cfg in SERVED_VARIANTS]
+    cases += [[cfg, ops, [f]] for f, (cfg, ops, _) in SERVER_FAULT_CASES.items()]
+    cases += [[cfg, ops, []] for cfg, ops, _ in SERVER_FAULT_CASES.values()]
+    cases += [[SG1_CFG, SG1, []], [dict(SG1_CFG, adapters=dict(SG1_ADAPTERS, p=dict(SG1_ADAPTERS["p"], pinned=False))),
+                                   SG1, []]]
     r = subprocess.run([sys.executable, "-c", RUN.format(root=str(ROOT))], input=json.dumps(cases), text=True,
                        capture_output=True, timeout=900, cwd=ROOT)
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -164,6 +214,42 @@ def test_logits_and_input_logprobs_through_sglangs_logits_processor_are_silent(r
     assert results[i] == [], results[i]
 
 
+def _served(results, k):
+    return results[2 + 2 * len(FAULT_CASES) + (2 if FRONTEND else 0) + len(LP_VARIANTS) + k]
+
+
+@pytest.mark.parametrize("k", range(len(SERVED_VARIANTS)))
+def test_requests_served_by_sglangs_scheduler_are_silent(results, k):
+    """Multi-round requests through SGLang's scheduler loop and ForwardBatch.init_new: every batch within the
+    slots, the running-request limit and the prefill chunk; no stall; every request done within the bound."""
+    assert _served(results, k) == [], _served(results, k)
+
+
+@pytest.mark.parametrize("j,fault", list(enumerate(SERVER_FAULT_CASES)))
+def test_each_scheduler_fault_is_caught_in_its_minimal_case(results, j, fault):
+    got = _served(results, len(SERVED_VARIANTS) + j)
+    if got is None:
+        pytest.skip(f"{fault}: this release's scheduler is not driven (scheduler.py)")
+    assert {v[0] for v in got} & set(SERVER_FAULT_CASES[fault][2]), got
+
+
+@pytest.mark.parametrize("j,fault", list(enumerate(SERVER_FAULT_CASES)))
+def test_each_scheduler_faults_minimal_case_is_silent_without_it(results, j, fault):
+    got = _served(results, len(SERVED_VARIANTS) + len(SERVER_FAULT_CASES) + j)
+    assert got == [], got
+
+
+@pytest.mark.skipif(not FRONTEND, reason="pinned adapters go through the tokenizer manager (no frontend-ok stamp)")
+def test_sg1_the_drainer_ignores_the_slots_pinned_adapters_reserve(results):
+    """A real SGLang bug (0.5.12 - 0.5.23, docs/findings/sg1-drainer-ignores-pinned-slots.md): with a pinned adapter
+    the drain never starts and a1 waits past the drain bound; the same case without the pin is silent."""
+    pinned, unpinned = (_served(results, len(SERVED_VARIANTS) + 2 * len(SERVER_FAULT_CASES) + k) for k in (0, 1))
+    if pinned is None or (pinned == [] and "0.5.23" not in REASON):
+        pytest.skip("the scheduler path is not driven on this release")
+    assert any(v[0] == "state-violation" and "drain threshold" in v[2] for v in pinned), pinned
+    assert unpinned == [], unpinned
+
+
 def _set_up_releases() -> list[str]:
     site = import_module("fuzzrunner.targets.sglang_lora.site")
     return sorted((p.parent.name for p in site.CACHE.glob("*/engine-ok")),
@@ -193,3 +279,21 @@ def test_every_set_up_release_drives_the_lifecycle_with_only_triaged_findings(ve
             f = {"signature": {"tool": tool, "kind": kind, "kernel": kernel, "location": location, "tensor": tensor},
                  "case": {"target": "sglang_engine", "config": cfg}}
             assert sweep.category(f, version) not in ("target", "untriaged"), (version, cfg["backend"], message)
+
+
+def _cli(*args, timeout=3600):
+    return subprocess.run([sys.executable, "-m", "fuzzrunner", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=timeout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", list(SERVER_FAULT_CASES))
+def test_each_scheduler_fault_is_found_from_scratch_within_300_examples(tmp_path, fault):
+    """The target has no seeds: a fresh corpus is from scratch (docs/sglang.md's table has the counts)."""
+    r = _cli("fuzz", "--target", "sglang_engine", "--fault", fault, "--max-examples", "300", "--seed", "0",
+             "--budget", "3000", "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"))
+    if "not driven here" in r.stdout + r.stderr:
+        pytest.skip(f"{fault}: this release's scheduler is not driven (scheduler.py)")
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    [run] = json.loads((tmp_path / "r.json").read_text())["runs"]
+    assert run["replayed"] == [] and run["findings"], run["replayed"]

@@ -15,14 +15,24 @@ LINEAR = api.ALL_MODULES[:4]
 
 
 @FAST
-@given(st.data(), st.sampled_from([api.ALL_MODULES, LINEAR]), st.booleans())
-def test_drawn_cases_use_only_the_releases_target_modules_and_declared_features(data, modules, logprobs):
-    case = data.draw(cases.sglang_engine_cases((), max_ops=8, device="cpu", modules=modules, logprobs=logprobs))
+@given(st.data(), st.sampled_from([api.ALL_MODULES, LINEAR]), st.booleans(), st.booleans())
+def test_drawn_cases_use_only_the_releases_target_modules_and_declared_features(data, modules, logprobs, sched):
+    case = data.draw(cases.sglang_engine_cases((), max_ops=8, device="cpu", modules=modules, logprobs=logprobs,
+                                               scheduler=sched))
     c = case.config
     assert set(c["target_modules"]) <= set(modules)
     peft = {m for a in c["adapters"].values() for m in a["modules"]}
     assert {cases.SERVER_NAME[m] for m in peft} <= set(c["target_modules"])
-    assert set(features_of(cases.features, case)) <= set(cases.feature_space(modules, logprobs=logprobs))
+    assert set(features_of(cases.features, case)) <= set(cases.feature_space(modules, logprobs=logprobs,
+                                                                             scheduler=sched))
+    # the scheduler's knobs and the requests' rounds are drawn only where SGLang's scheduler is driven, and a
+    # step served by it gives each request a token count and an arrival round (serving.py)
+    assert ("max_running_requests" in c) == sched
+    for op in case.ops:
+        if op["op"] == "step" and sched and op.get("logprob") is None:
+            assert len(op["new"]) == len(op["arrive"]) == len(op["reqs"]) and min(op["new"]) >= 1
+        elif op["op"] == "step":
+            assert "new" not in op and "arrive" not in op
     # input logprobs are asked only where SGLang's LogitsProcessor is driven, of extend steps, one start per
     # request within its tokens (runner.check_case refuses anything else)
     assert ("logprob_chunk" in c) == logprobs
@@ -207,3 +217,32 @@ def test_the_backend_faults_are_refused_where_the_release_lacks_their_component(
     mid = types.SimpleNamespace(version="0.5.16", backends=("triton", "csgmv", "torch_native"))
     assert set(faults.unavailable(mid)) == {"nolora_graph_for_adapters", "skip_inactive_from_first_request"}
     assert "triton_v2" in faults.unavailable(mid)["nolora_graph_for_adapters"]
+
+
+def test_the_starvation_bound_is_the_steps_serial_work():
+    """serving.work: each request's prefill chunks (one more for a piece that shares a round's chunk budget) and
+    its decode steps; a request that finishes with its prefill has none."""
+    serving = import_module("fuzzrunner.targets.sglang_engine.serving")
+    assert serving.work([3], [1], 1 << 30) == 2
+    assert serving.work([5, 1], [3, 1], 2) == (3 + 1) + (1 + 1) + 2
+    assert serving.work([4, 4], [2, 2], 4) == 2 + 2 + 2
+
+
+def test_a_drain_bound_violation_with_a_pinned_adapter_is_sg1_where_the_drainer_counts_running_adapters(
+        tmp_path, monkeypatch):
+    site = import_module("fuzzrunner.targets.sglang_lora.site")
+    for v, drainer in (("old", "        if len(running_adapter_ids) < self.max_loras_per_batch:\n"),
+                       ("new", "        elif all(self.can_fit(running_adapter_ids | {a}) for a in starving):\n")):
+        (tmp_path / v / "site/sglang/srt/lora").mkdir(parents=True)
+        (tmp_path / v / "site/sglang/srt/lora/lora_drainer.py").write_text(drainer)
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+    message = ("op 3 (step): step: request 2 ('a1') waited 9 decode rounds past the drain threshold (1 rounds; "
+               "from round 2 to 16) for its adapter's slot, above 7")
+
+    def finding(pinned):
+        config = {"backend": "triton", "adapters": {"p": {"r": 2, "pinned": pinned}, "a1": {"r": 2}}}
+        return {"signature": {"tool": "state", "kind": "state-violation", "tensor": "step"}, "message": message,
+                "case": {"target": "sglang_engine", "config": config, "ops": []}}
+    assert sweep.category(finding(True), "old") == "SG1"
+    assert sweep.category(finding(False), "old") == "untriaged"  # no pin: not SG1's mechanism
+    assert sweep.category(finding(True), "new") == "untriaged"   # a release with the fix

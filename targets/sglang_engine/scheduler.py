@@ -1,0 +1,279 @@
+"""SGLang's scheduler around the LoRA path, driven as the engine drives itself: the waiting queue, the admission
+loop (``get_next_batch_to_run`` -> ``get_new_batch_prefill`` -> ``PrefillAdder`` with ``can_schedule_lora_req`` and
+``LoRADrainer``), ``ScheduleBatch.init_new`` / ``prepare_for_extend`` / ``update_running_batch`` ->
+``prepare_for_decode`` over SGLang's own request and KV pools, and ``ForwardBatch.init_new`` (its LoRA part:
+``fetch_new_loras`` then ``prepare_lora_batch``) of the batch the scheduler made.
+
+The pools are SGLang's classes, built on the CPU as SGLang's own CPU tests build them
+(``sglang/test/unified_allocator_fixtures.py``, ``kits/unified_radix_cache``): ``ReqToTokenPool``, a tiny
+``MHATokenToKVPool`` behind a ``TokenToKVPoolAllocator``, and the tree cache the server's registry makes for a
+dense model (``UnifiedRadixCache`` with the FULL component; ``disable`` as ``--disable-radix-cache``). The
+scheduler and the model runner are not built (they start processes, NCCL groups, attention backends): their
+methods run on a ``Scheduler`` / ``ModelRunner`` object holding exactly what those methods read, made by the
+release's own ``init_*`` methods where it has them (``init_running_status``, ``init_chunked_prefill``,
+``init_schedule_policy``, ``init_lora_drainer``, ``init_beam_coordinator``, ``init_kv_index_translator``,
+``init_ngram_embedding_manager``); the knobs are read from the runtime context the case's ``ServerArgs`` was
+published into, as the server reads them.
+
+Re-stated (each says why, docs/sglang.md's table): the loop of ``event_loop_normal`` (non-overlap: one
+``get_next_batch_to_run``, the batch run, its result processed), ``TpModelWorker.forward_batch_generation``'s
+call of ``ForwardBatch.init_new`` then the model (the model is the target's tiny one, attention a token-local
+stand-in), greedy sampling (argmax), and the 12 lines of ``process_batch_result_prefill`` / ``_decode`` that
+append the token, update the finish state and release a finished request's KV (``release_kv_cache``,
+``checkpoint_kv_cache``: SGLang's functions). Time: the drainer's clock (``time.monotonic`` in
+``lora_drainer.py``, ``wait_queue_entry_time``) is the round counter, so ``--lora-drain-wait-threshold`` counts
+scheduler rounds and a case replays exactly.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import types
+from array import array
+
+import torch
+
+# the Scheduler's methods the loop runs, each SGLang's own (a release without one: the path is not driven there)
+SCHED_METHODS = (
+    "get_next_batch_to_run", "get_new_batch_prefill", "_get_new_batch_prefill_raw", "can_schedule_lora_req",
+    "get_num_allocatable_reqs", "get_prefill_adder_class", "update_running_batch", "_reqs_finishing_inflight",
+    "process_pending_chunked_abort", "_process_hicache_events", "stash_chunked_request", "_should_defer_prefill",
+    "_arm_prefill_decode_interval", "init_chunked_prefill", "init_schedule_policy", "init_lora_drainer",
+    "init_beam_coordinator", "_relay_forward_payload", "init_req_max_new_tokens", "init_running_status",
+    # bound (not called) by init_running_status's flush wrapper
+    "flush_cache", "is_fully_idle", "send_control_output")
+RUNNER_METHODS = ("init_kv_index_translator", "init_ngram_embedding_manager")
+CLOCK_START = 1000.0  # virtual seconds: 0.0 is "never stamped" to Req's time stats
+
+
+class Clock:
+    """The drainer's and the waiting queue's clock: one virtual second per scheduler round."""
+
+    def __init__(self):
+        self.now = CLOCK_START
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def __getattr__(self, name):  # the rest of the time module, for the drainer module's other uses
+        import time
+        return getattr(time, name)
+
+
+CLOCK = Clock()
+
+
+def load():
+    """The release's scheduler path, or ``(None, why)`` where it cannot be driven (a method or class missing, or
+    turned off with ``FUZZRUNNER_SGLANG_SCHEDULER=0``: the earlier path, re-stated admission and LoRA lines)."""
+    if os.environ.get("FUZZRUNNER_SGLANG_SCHEDULER", "1") == "0":
+        return None, "turned off (FUZZRUNNER_SGLANG_SCHEDULER=0)"
+    try:
+        from sglang.srt.managers import schedule_batch
+        from sglang.srt.managers.overlap_utils import resolve_forward_inputs
+        from sglang.srt.managers.scheduler import Scheduler
+        from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
+        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+        from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+        from sglang.srt.model_executor.model_runner import ModelRunner
+        from sglang.srt.sampling.sampling_params import SamplingParams
+    except Exception as e:  # noqa: BLE001 - any import failure: the release's admission is driven the older way
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+    lacking = [m for m in SCHED_METHODS if not hasattr(Scheduler, m)] + \
+        [m for m in RUNNER_METHODS if not hasattr(ModelRunner, m)]
+    if lacking:
+        return None, f"the release's Scheduler / ModelRunner lack {', '.join(lacking)}"
+    drainer = importlib.import_module("sglang.srt.lora.lora_drainer")
+    drainer.time = CLOCK  # module doc: the drain threshold counts rounds
+    return types.SimpleNamespace(
+        Scheduler=Scheduler, ModelRunner=ModelRunner, Req=schedule_batch.Req,
+        ScheduleBatch=schedule_batch.ScheduleBatch,
+        SamplingParams=SamplingParams, ReqToTokenPool=ReqToTokenPool, MHATokenToKVPool=MHATokenToKVPool,
+        TokenToKVPoolAllocator=TokenToKVPoolAllocator, CacheInitParams=CacheInitParams, ComponentType=ComponentType,
+        UnifiedRadixCache=UnifiedRadixCache, release_kv_cache=release_kv_cache,
+        checkpoint_kv_cache=checkpoint_kv_cache, resolve_forward_inputs=resolve_forward_inputs), ""
+
+
+# the server knobs of the scheduler path (cases.py draws them), with the server's defaults where a case has none
+SCHED_KNOBS = {"max_running_requests": 4, "chunked_prefill_size": -1, "max_prefill_tokens": 16384,
+               "lora_drain_wait_threshold": 0.0}
+KV_TOKENS = 256  # --max-total-tokens: room for every case's requests (retraction is not driven)
+
+
+def scheduler_knobs(c: dict, driven: bool) -> dict:
+    """The ServerArgs keywords of a case's scheduler knobs (none where the scheduler path is not driven)."""
+    if not driven:
+        return {}
+    out = {k: c.get(k, v) for k, v in SCHED_KNOBS.items()}
+    out["chunked_prefill_size"] = out["chunked_prefill_size"] or -1
+    return out | {"max_total_tokens": KV_TOKENS, "disable_overlap_schedule": True}
+
+
+def _shape(name: str, cls, methods) -> object:
+    """An object of a class named ``name`` whose methods are ``cls``'s own (unbound functions, so ``self`` is
+    the shape): it holds exactly the attributes those methods read."""
+    return type(name, (), {m: getattr(cls, m) for m in methods})()
+
+
+class Server:
+    """One server's scheduler and model runner over a session's ``LoRAManager`` and model (runner.Session)."""
+
+    def __init__(self, sl, session):
+        from sglang.srt.configs.model_config import ModelConfig
+        from sglang.srt.runtime_context import get_context, get_lora, get_parallel, get_schedule
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+        self.sl, self.s = sl, session
+        sa = session.server_args
+        sched = get_schedule()
+        self.model_config = ModelConfig.from_server_args(sa)
+        self.max_running = sched.max_running_requests
+        self.kv_size = sa.max_total_tokens
+        self.max_req_len = self.model_config.context_len
+        dev = str(session.device)
+        # the model runner's pools (ModelRunner.init_memory_pool: a request pool of max_running_requests rows,
+        # the KV pool and its allocator of max_total_tokens), the tree cache the registry makes for a dense model
+        self.req_pool = sl.ReqToTokenPool(size=self.max_running, max_context_len=self.max_req_len + 4, device=dev,
+                                          enable_memory_saver=False)
+        cfg = session.eng.hf_config
+        self.kv = sl.MHATokenToKVPool(size=self.kv_size, page_size=1, dtype=session.dtype,
+                                      head_num=cfg.num_key_value_heads, head_dim=cfg.head_dim,
+                                      layer_num=cfg.num_hidden_layers, device=dev, enable_memory_saver=False)
+        self.alloc = sl.TokenToKVPoolAllocator(self.kv_size, session.dtype, dev, self.kv, need_sort=False)
+        self.tree = sl.UnifiedRadixCache(sl.CacheInitParams(
+            disable=True, req_to_token_pool=self.req_pool, token_to_kv_pool_allocator=self.alloc, page_size=1,
+            tree_components=(sl.ComponentType.FULL,), chunked_prefill_size=sched.chunked_prefill_size))
+        # the model runner: what ForwardBatch.init_new reads
+        mr = _shape("ModelRunner", sl.ModelRunner, RUNNER_METHODS)
+        mr.lora_manager, mr.model, mr.model_config, mr.device = session.mgr, session.model, self.model_config, dev
+        mr.is_draft_worker, mr.page_size, mr.max_running_requests = False, 1, self.max_running
+        mr.req_to_token_pool, mr.token_to_kv_pool_allocator, mr.token_to_kv_pool = self.req_pool, self.alloc, self.kv
+        mr.prefill_attention_backend_str = "torch_native"  # the CPU server's attention backend (no AMX: its log)
+        mr.attn_backend, mr.prefill_aware_swa = None, False
+        mr.init_kv_index_translator()
+        mr.init_ngram_embedding_manager()
+        self.mr = mr
+        # the scheduler: Scheduler.__init__'s argument lines for what the loop reads, then its own init_* methods
+        sc = _shape("Scheduler", sl.Scheduler, SCHED_METHODS)
+        sc.server_args = sa
+        for k in ("schedule_policy", "enable_priority_scheduling", "schedule_low_priority_values_first",
+                  "priority_scheduling_preemption_threshold"):
+            setattr(sc, k, getattr(sched, k))
+        sc.enable_lora, sc.max_loras_per_batch = True, get_lora().max_loras_per_batch
+        sc.enable_lora_overlap_loading = False  # not drawn: a CUDA stream (docs/sglang.md, "LoRA knobs")
+        sc.enable_overlap = sc.enable_overlap_mlx = False  # the non-overlap loop (module doc)
+        sc.spec_algorithm = SpeculativeAlgorithm.from_string(None)
+        sc.page_size = 1
+        for k in ("enable_hierarchical_cache", "enable_lmcache", "enable_hicache_storage",
+                  "enable_unified_cache_external_linker", "enable_hisparse", "enable_pdmux", "is_hybrid_swa",
+                  "require_mlp_sync", "enable_unified_memory", "enable_fpm"):
+            setattr(sc, k, False)
+        sc.processed_tokens_counter = sc.forward_ct = 0
+        sc.kv_shard_widening = sl.Scheduler.kv_shard_widening  # the class default before a page-interleaved pool
+        sc.sliding_window_size, sc.decode_offload_manager = None, None  # a dense model; no decode offload
+        sc.model_config, sc.dllm_config, sc.hisparse_coordinator = self.model_config, None, None
+        sc.req_to_token_pool, sc.token_to_kv_pool_allocator, sc.tree_cache = self.req_pool, self.alloc, self.tree
+        # the worker's info (TpModelWorker.get_worker_info)
+        sc.max_total_num_tokens, sc.max_running_requests = self.kv_size, self.max_running
+        sc.max_prefill_tokens, sc.max_req_len = sa.max_prefill_tokens, self.max_req_len
+        sc.max_req_input_len, sc.max_new_tokens_limit, sc.device = self.max_req_len - 1, None, dev
+        sc.min_free_slots_delayer, sc.dynamic_chunk_sizer, sc.truncation_align_size = None, None, None
+        sc.disaggregation_mode = importlib.import_module("sglang.srt.disaggregation.utils").DisaggregationMode.NULL
+        if not get_parallel().pp_max_micro_batch_size:  # Scheduler.init_model_worker's default
+            get_context().override("scheduler.pp_max_micro_batch_size_default",
+                                   pp_max_micro_batch_size=max(self.max_running, 1))
+        sc.tp_worker = types.SimpleNamespace(model_runner=mr)
+        sc.init_running_status()
+        sc.init_chunked_prefill()
+        sc.init_schedule_policy()
+        sc.init_lora_drainer()
+        sc.future_map = sc.spec_algorithm.create_future_map(dev, self.req_pool, needs_cpu_seq_lens=True,
+                                                            needs_confidence_relay=False)
+        sc.init_beam_coordinator()
+        sc.grammar_manager = types.SimpleNamespace(has_waiting_grammars=lambda: False)
+        sc.load_inquirer = types.SimpleNamespace(_get_num_pending_tokens=lambda chunk_deduct=0: 0)
+        dp_attn = importlib.import_module("sglang.srt.managers.scheduler_components.dp_attn")
+        sc.dp_attn_adapter = dp_attn.SchedulerDPAttnAdapter(  # without DP attention: its hooks hand the batch back
+            model_runner=mr, req_to_token_pool=self.req_pool, token_to_kv_pool_allocator=self.alloc,
+            tree_cache=self.tree, offload_tags=set(), model_config=self.model_config, enable_overlap=False,
+            spec_algorithm=sc.spec_algorithm, get_require_mlp_sync=lambda: False)
+        sc.ngram_embedding_manager = mr.ngram_embedding_manager
+        sc._pending_chunked_abort_req = None
+        sc.scheduler_stage_metrics = None  # metrics off: the stage decorators call through
+        self.sc = sc
+        self.rounds = 0
+        self.patches: list = []  # planted faults (scheduler_faults.py), stopped by close()
+        CLOCK.now = CLOCK_START
+
+    def close(self) -> None:
+        while self.patches:
+            self.patches.pop().stop()
+
+    # -- requests --------------------------------------------------------------------------------------------
+    def submit(self, rid: str, tokens: list, max_new: int, lora_id):
+        """A request as the scheduler's ``handle_generate_request`` makes and queues it (greedy, no stop)."""
+        sl, sc = self.sl, self.sc
+        sp = sl.SamplingParams(max_new_tokens=max_new, temperature=0, ignore_eos=True)
+        sp.normalize(None)
+        req = sl.Req(rid, "", array("q", tokens), sp, lora_id=lora_id, vocab_size=self.s.eng.hf_config.vocab_size)
+        sc.init_req_max_new_tokens(req)
+        req.time_stats.set_wait_queue_entry_time(CLOCK.now)
+        sc.waiting_queue.append(req)  # _add_request_to_queue's line for a non-disaggregated server
+        return req
+
+    # -- one round of event_loop_normal ------------------------------------------------------------------------
+    def round(self):
+        """One scheduler step: the next batch (SGLang's ``get_next_batch_to_run``), or None."""
+        sc = self.sc
+        plan = sc.get_next_batch_to_run(sc.running_batch, sc.last_batch)
+        sc.running_batch = plan.running_batch
+        batch = plan.batch_to_run
+        sc.cur_batch_for_debug = batch
+        self.rounds += 1
+        CLOCK.now += 1.0
+        return batch
+
+    def forward_batch(self, batch):
+        """``forward_batch_generation``'s first step: ``resolve_forward_inputs`` then ``ForwardBatch.init_new`` (its
+        LoRA part: ``fetch_new_loras``, ``prepare_lora_batch``)."""
+        from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+        self.sl.resolve_forward_inputs(batch, self.sc.future_map)
+        return ForwardBatch.init_new(batch, self.mr, return_hidden_states_before_norm=False)
+
+    def finish_round(self, batch, next_ids: torch.Tensor) -> list:
+        """The sampled tokens relayed (``_relay_forward_payload``) and the batch's result processed (re-stated,
+        module doc); returns the requests that finished."""
+        sc, sl = self.sc, self.sl
+        result = types.SimpleNamespace(next_draft_input=None, has_sampled_token_ids=True, next_token_ids=next_ids)
+        sc._relay_forward_payload(batch, batch.req_pool_indices, result)
+        batch.input_ids = None
+        done = []
+        toks = next_ids.tolist()
+        for req, tok in zip(batch.reqs, toks):
+            if batch.forward_mode.is_extend():
+                if req.inflight_middle_chunks > 0:
+                    req.inflight_middle_chunks -= 1  # a chunk of a prefill that is not done: no token
+                    continue
+                req.output_ids.append(tok)
+                req.update_finish_state()
+                if not req.finished():
+                    sl.checkpoint_kv_cache(req, self.tree)
+            else:
+                req.output_ids.append(tok)
+                req.update_finish_state(1)
+            if req.finished():
+                sl.release_kv_cache(req, self.tree, checkpoint=True)
+                done.append(req)
+        sc.last_batch = batch
+        return done
+
+    def busy(self) -> bool:
+        sc = self.sc
+        return bool(sc.waiting_queue) or not sc.running_batch.is_empty() or sc.chunked_req is not None or (
+            sc.last_batch is not None and any(not r.finished() for r in sc.last_batch.reqs))
+
+
+__all__ = ["CLOCK", "Server", "load"]

@@ -1,0 +1,66 @@
+"""Planted faults of the scheduler path (scheduler.py): each a change of one SGLang object of the case, made with
+``unittest.mock.patch.object`` for the server's life (the session's objects die with the case)."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+SERVER_FAULTS = {
+    "init_new_fetches_one":
+        "ForwardBatch.init_new fetches only the first request's adapter into the pool (fetch_new_loras of "
+        "{lora_ids[0]} instead of set(lora_ids)): a batch whose other adapters are not resident reaches "
+        "prepare_lora_batch without them.",
+    "admission_ignores_running_batch":
+        "the admission loop leaves the running batch's adapters out of running_loras (_get_new_batch_prefill_raw's "
+        "first LoRA line): can_schedule_lora_req admits a new adapter while the running batch already fills the "
+        "slots, and the next decode batch needs more than --max-loras-per-batch.",
+    "drain_never_cleared":
+        "LoRADrainer._update_fully_drained_loras does nothing: an adapter marked draining stays draining after its "
+        "requests finished, and its later requests (more new tokens than the stale remaining budget) are never "
+        "admitted.",
+}
+
+
+def plant_server(server, faults: set) -> None:
+    sc, mgr = server.sc, server.s.mgr
+    # admission_ignores_running (faults.FAULTS): the frontend's fault, here on SGLang's own admission check
+    if "admission_ignores_running" in faults:
+        _patch(server, sc, "can_schedule_lora_req", _own_only(sc.can_schedule_lora_req))
+    if "admission_ignores_running_batch" in faults:
+        _patch(server, sc, "can_schedule_lora_req", _without_running_batch(sc))
+    if "init_new_fetches_one" in faults:
+        _fetch_first_only(server, mgr)
+    if "drain_never_cleared" in faults and sc.lora_drainer is not None:
+        _patch(server, sc.lora_drainer, "_update_fully_drained_loras", lambda running_reqs: None)
+
+
+def _patch(server, obj, name: str, new) -> None:
+    p = mock.patch.object(obj, name, new)
+    p.start()
+    server.patches.append(p)
+
+
+def _own_only(original):
+    def can_schedule_lora_req(req, running_loras):
+        return original(req, set())
+    return can_schedule_lora_req
+
+
+def _without_running_batch(sc):
+    original = sc.can_schedule_lora_req
+
+    def can_schedule_lora_req(req, running_loras):
+        running = {r.lora_id for r in sc.running_batch.reqs if not r.finished()}
+        return original(req, set(running_loras) - running)
+    return can_schedule_lora_req
+
+
+def _fetch_first_only(server, mgr) -> None:
+    original = mgr.fetch_new_loras
+    real = server.forward_batch
+
+    def forward_batch(batch):
+        first = {batch.reqs[0].lora_id} if batch.reqs else set()
+        with mock.patch.object(mgr, "fetch_new_loras", lambda ids, *a, **k: original(first & set(ids), *a, **k)):
+            return real(batch)
+    _patch(server, server, "forward_batch", forward_batch)

@@ -1,0 +1,232 @@
+"""A step's requests served through SGLang's scheduler (scheduler.py), round by round, with the properties the
+engine's users rely on checked at every round.
+
+A step op's requests (``reqs``: adapter name or null each) arrive at their round (``arrive``, default 0), each
+with a prompt of ``lens[i]`` tokens (1 in a decode step) and ``new[i]`` tokens to generate (default: 1 in an extend
+step, the request finishes with its prefill; 2 in a decode step, so that its requests make a decode batch). Each
+is resolved by the tokenizer manager (frontend.py: an unloaded adapter is reloaded, ``LoRARegistry.acquire``),
+queued in the scheduler's waiting queue, and the scheduler runs rounds until
+every request has finished; a finished request releases its adapter (``LoRARegistry.release``). Each round's batch
+is SGLang's ``ScheduleBatch``, its ``ForwardBatch`` made by ``ForwardBatch.init_new`` (scheduler.py), and run by
+the session's forward (runner.Session.forward: the logits against the float64 reference, the base rows, the pool).
+
+Checks (``state`` of ``step``), each a property users would write:
+
+* every batch the scheduler runs holds at most ``--max-loras-per-batch`` distinct adapters (the base model
+  included), at most ``--max-running-requests`` requests, and a prefill batch at most ``--chunked-prefill-size``
+  new tokens where chunking is on; the request pool and the KV pool never hand out more than they have;
+* progress: a round in which some arrived request is unfinished runs a batch;
+* no starvation: every request finishes within ``bound`` rounds of the step's start, ``bound`` = the last arrival
+  + the step's whole work (each request's prefill chunks, ``ceil(len / chunk) + 1`` with ``chunk`` the smaller of
+  ``--chunked-prefill-size`` and ``--max-prefill-tokens``, plus its ``new - 1`` decode steps) + 1. The
+  scheduler is work-conserving on these cases (the KV pool is large enough that nothing is retracted), so every
+  round advances some request by a chunk or a token, drain policy or not;
+* every request generated exactly ``new`` tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import torch
+
+from .frontend import ARRIVAL_YIELDS, _arrivals
+
+IDLE_ROUNDS = 3  # rounds without a batch while requests wait or run: the scheduler is stuck
+
+
+def work(lens: list, new: list, chunk: int) -> int:
+    """Rounds a serial schedule needs at most: each request's prefill chunks (one more for a first piece that
+    shares a round's chunk budget with another request) and decode steps."""
+    return sum(math.ceil(n / chunk) + 1 for n in lens) + sum(max(k - 1, 0) for k in new)
+
+
+def serve(session, server, op) -> list[str]:
+    """Serve ``op``'s requests (module doc); the problems a user would see."""
+    names = list(op["reqs"])
+    n = len(names)
+    mode = op.get("mode", "decode")
+    lens = list(op.get("lens", [1] * n)) if mode == "extend" else [1] * n
+    # without ``new``: an extend step's requests finish with their prefill; a decode step's run one decode batch too
+    new = list(op.get("new", [2 if mode == "decode" else 1] * n))
+    arrive = list(op.get("arrive", [0] * n))
+    g = torch.Generator().manual_seed(op.get("seed", 0))
+    prompts = [torch.randint(0, session.eng.hf_config.vocab_size, (k,), generator=g).tolist() for k in lens]
+    front = session.front
+    loop = front.loop if front is not None else asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(_Step(session, server, names, prompts, new, arrive).run())
+    finally:
+        if front is None:
+            loop.close()
+
+
+class _Step:
+    """One step's requests on their way through the tokenizer manager and the scheduler."""
+
+    def __init__(self, session, server, names, prompts, new, arrive):
+        self.s, self.server, self.names, self.prompts, self.new, self.arrive = (
+            session, server, names, prompts, new, arrive)
+        self.front, self.problems = session.front, []
+        self.resolved: dict = {}   # request index -> lora_id (None: the base model)
+        self.submitted: dict = {}  # request index -> Req
+        self.finished: dict = {}   # request index -> the step's round it finished in
+        self.index: dict = {}      # rid -> request index
+        self.queued: dict = {}     # request index -> the step's round it was queued in
+        self.admitted: dict = {}   # request index -> the step's round of its first batch
+        self.decodes: list = []    # the step's rounds that ran a decode batch
+        sc = server.sc
+        chunk = min(c for c in (sc.chunked_prefill_size, sc.max_prefill_tokens, 1 << 30) if c and c > 0)
+        self.bound = max(arrive, default=0) + work([len(p) for p in prompts], new, chunk) + 1
+        self.start = server.rounds  # rounds count from the step's start
+
+    @property
+    def round(self) -> int:
+        return self.server.rounds - self.start
+
+    async def resolve(self, i, name) -> None:
+        if self.front is None:
+            self.resolved[i] = None if name is None else self.s.refs[name].lora_id
+            return
+        try:
+            self.resolved[i] = await self.front._resolve(name)
+        except ValueError as e:  # refused: fine for an adapter that is not registered (and not reloaded)
+            if name in self.front.registered():
+                self.problems.append(f"request {i} for registered adapter {name!r} was refused: {str(e)[:160]}")
+
+    def submit_arrived(self) -> bool:
+        """Queue the resolved requests whose round has come; whether some resolved request is still to arrive."""
+        for i in sorted(self.resolved):
+            if i not in self.submitted and self.arrive[i] <= self.round:
+                self.submitted[i] = self.server.submit(f"r{i}", self.prompts[i], self.new[i], self.resolved[i])
+                self.index[f"r{i}"] = i
+                self.queued[i] = self.round
+        return any(i not in self.submitted for i in self.resolved)
+
+    async def run(self) -> list[str]:
+        tasks = [asyncio.ensure_future(self.resolve(i, nm)) for i, nm in enumerate(self.names)]
+        idle = 0
+        while self.round <= self.bound + IDLE_ROUNDS:
+            for _ in range(ARRIVAL_YIELDS):  # let each arriving request run until it is queued or blocked
+                await asyncio.sleep(0)
+            to_arrive = self.submit_arrived()
+            if not self.server.busy() and not to_arrive:
+                if any(not t.done() for t in tasks) and await _arrivals(tasks, self.problems):
+                    continue
+                break
+            batch = self.server.round()
+            if batch is None:
+                idle += 1 if self.server.busy() else 0
+                if idle >= IDLE_ROUNDS:
+                    self.problems.append(self._stuck(idle))
+                    break
+                continue
+            idle = 0
+            if not await self._one(batch):
+                break  # the engine would be asked for what it does not have
+        self._check_done()
+        for t in tasks:
+            if t.done() and not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+        return self.problems
+
+    async def _one(self, batch) -> bool:
+        """Run one batch the scheduler made; False where it breaks a limit (not run)."""
+        for r in batch.reqs:
+            self.admitted.setdefault(self.index[r.rid], self.round)
+        if batch.forward_mode.is_decode():
+            self.decodes.append(self.round)
+        self.problems += _check_batch(self.server, batch, self.index)
+        if self.problems:
+            return False
+        for req in _run(self.s, self.server, batch, self.index, self.names):
+            self.finished[self.index[req.rid]] = self.round
+            if self.front is not None:
+                await self.front._release(req.lora_id)
+        return True
+
+    def _check_drain(self) -> list[str]:
+        """With ``--lora-drain-wait-threshold`` T (rounds here), a request that has waited past T gets its slot
+        within one drain per adapter waiting with it: from its starving round, at most ``K * (ceil(1.2 * M) + 1)``
+        decode rounds pass before its first batch (K: the distinct adapters of the requests waiting then that no
+        running request holds, its own included; M: the most tokens a request of the step asks; 1.2: SGLang's
+        ``DRAIN_SCHEDULE_TOLERANCE``, the budget a draining adapter's requests keep). A drain that never starts or
+        never ends lets the decode rounds of the adapters holding the slots go on while it waits (the option's
+        promise: "the scheduler will selectively drain one running adapter to make room")."""
+        t = self.server.sc.lora_drainer.max_wait_time_secs if self.server.sc.lora_drainer is not None else 0
+        if not t:
+            return []
+        m, out = max(self.new, default=1), []
+        for i in sorted(self.queued):
+            starving = self.queued[i] + int(t) + 1
+            end = self.admitted.get(i, self.round + 1)
+            never = self.round + 1
+            running = {self.resolved[j] for j in self.admitted
+                       if self.admitted[j] < starving <= self.finished.get(j, never)}
+            waiting = {self.resolved[j] for j in self.queued
+                       if self.queued[j] <= starving and self.admitted.get(j, never) > starving} - running
+            bound = max(len(waiting), 1) * (math.ceil(1.2 * m) + 1)
+            waited = [d for d in self.decodes if starving <= d < end]
+            if len(waited) > bound:
+                out.append(f"request {i} ({self.names[i]!r}) waited {len(waited)} decode rounds past the drain "
+                           f"threshold ({int(t)} rounds; from round {starving} to {end}) for its adapter's slot, "
+                           f"above {bound} ({len(waiting)} adapter(s) waiting x (ceil(1.2 x {m}) + 1)): no running "
+                           f"adapter drained for it")
+                break
+        return out
+
+    def _stuck(self, idle: int) -> str:
+        sc, ix = self.server.sc, self.index
+        return (f"the scheduler ran no batch for {idle} rounds while requests "
+                f"{sorted(ix[r.rid] for r in sc.waiting_queue)} waited (running: "
+                f"{[ix[r.rid] for r in sc.running_batch.reqs]})")
+
+    def _check_done(self) -> None:
+        late = sorted(i for i in self.submitted if self.finished.get(i, self.bound + 1) > self.bound)
+        if late and not self.problems:
+            i = late[0]
+            self.problems.append(
+                f"requests {late} did not finish within {self.bound} rounds (last arrival + the step's work + 1), "
+                f"e.g. request {i} ({self.names[i]!r}) "
+                + (f"finished at round {self.finished[i]}" if i in self.finished else "never finished"))
+        if not self.problems:
+            self.problems += self._check_drain()
+        for i, req in self.submitted.items():
+            if i in self.finished and len(req.output_ids) != self.new[i]:
+                self.problems.append(f"request {i} generated {len(req.output_ids)} tokens, asked {self.new[i]}")
+
+
+def _check_batch(server, batch, index) -> list[str]:
+    """The batch the scheduler made fits the server's limits and pools (module doc)."""
+    sc, out = server.sc, []
+    ids = {r.lora_id for r in batch.reqs}
+    if len(ids) > sc.max_loras_per_batch:
+        out.append(f"the scheduler made a {batch.forward_mode.name.lower()} batch of {len(ids)} adapters (base "
+                   f"included) for {sc.max_loras_per_batch} slots: requests {[index[r.rid] for r in batch.reqs]}")
+    if len(batch.reqs) > sc.max_running_requests:
+        out.append(f"the scheduler made a batch of {len(batch.reqs)} requests, above --max-running-requests "
+                   f"{sc.max_running_requests}")
+    chunk = sc.chunked_prefill_size
+    if batch.forward_mode.is_extend() and chunk and batch.extend_num_tokens > chunk:
+        out.append(f"a prefill batch of {batch.extend_num_tokens} new tokens, above --chunked-prefill-size {chunk}")
+    if server.alloc.available_size() < 0 or server.req_pool.available_size() < 0:
+        out.append(f"a pool handed out more than it has (KV free {server.alloc.available_size()}, request rows free "
+                   f"{server.req_pool.available_size()})")
+    return out
+
+
+def _run(session, server, batch, index, names) -> list:
+    """The batch through ``ForwardBatch.init_new`` and the session's forward; greedy sampling; the result."""
+    fb = server.forward_batch(batch)
+    reqs = list(batch.reqs)
+    req_names = [names[index[r.rid]] for r in reqs]
+    ids = [r.lora_id for r in reqs]
+    extend = batch.forward_mode.is_extend()
+    lens = list(fb.extend_seq_lens_cpu) if extend else [1] * len(reqs)
+    logits = session.forward(fb, req_names, ids, "extend" if extend else "decode", lens, fb.input_ids)
+    next_ids = logits.argmax(dim=-1).to(torch.int64)  # greedy sampling (temperature 0)
+    return server.finish_round(batch, next_ids)
+
+
+__all__ = ["serve", "work"]
