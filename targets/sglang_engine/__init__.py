@@ -14,7 +14,8 @@ import os
 import tempfile
 
 from fuzzrunner.errors import HarnessError, TargetUnavailable
-from targets.sglang_lora import INSTALL_HINT, site
+
+from ..sglang_lora import INSTALL_HINT, site
 
 _ENGINE: dict = {}
 

@@ -40,8 +40,8 @@ from pathlib import Path
 
 import torch
 
-from targets.sglang_lora import site
-from targets.sglang_lora.site import StubCalled
+from ..sglang_lora import site
+from ..sglang_lora.site import StubCalled
 
 # in the server's order: server_args first (0.5.5's layers.linear <-> quantization cycle resolves only so)
 ENGINE_PROBE = ("sglang.srt.server_args", "sglang.srt.model_executor.model_runner", "sglang.srt.lora.lora_manager")
@@ -115,7 +115,7 @@ def activate(paths) -> None:
 
 def cpu_adapt() -> None:
     """The CPU adaptations (module doc): after every LoRA module is imported, so each sees them."""
-    from targets.sglang_lora.api import cpu_torch
+    from ..sglang_lora.api import cpu_torch
     for pkg in ("sglang.srt.lora", "sglang.kernels.ops.lora"):
         try:
             root = importlib.import_module(pkg)
@@ -183,5 +183,5 @@ def load() -> types.SimpleNamespace:
 
 
 def _version(tree: Path) -> str:
-    from targets.sglang_lora.api import _version as v
+    from ..sglang_lora.api import _version as v
     return v(tree)

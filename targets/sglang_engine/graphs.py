@@ -35,9 +35,8 @@ import dataclasses
 
 import torch
 
-from targets.sglang_lora.api import API
-from targets.sglang_lora.runner import HOST_FIELDS
-
+from ..sglang_lora.api import API
+from ..sglang_lora.runner import HOST_FIELDS
 from . import model as tiny
 from .variants import Variants
 
