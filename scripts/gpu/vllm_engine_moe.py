@@ -18,6 +18,7 @@ interpreter; a few minutes on the 2-core machine). Usage: python3 scripts/gpu/vl
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import subprocess
@@ -43,38 +44,24 @@ for i, d in enumerate(cases):
     print("CASE", i, json.dumps(out), flush=True)
 """
 
-DENSE = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj", "embed_tokens", "lm_head"]
-CONFIG = {"max_loras": 2, "max_cpu_loras": 3, "max_lora_rank": 8, "lora_dtype": "auto", "fully_sharded_loras": False,
-          "specialize_active_lora": False, "target_modules": None, "max_num_seqs": 4, "max_num_batched_tokens": 8,
-          "num_speculative_tokens": 0, "hidden": 16, "vocab": 32, "layout": {"qkv": "merged", "gate_up": "fused"},
-          "seed": 0, "layers": ["experts"], "moe": {"experts": 64, "top_k": 2},
-          "adapters": {"1": {"rank": 8, "alpha": 16, "rslora": False, "targets": DENSE + ["experts"], "seed": 1},
-                       "2": {"rank": 2, "alpha": 8, "rslora": True, "targets": ["q_proj", "experts"], "seed": 2},
-                       "3": {"rank": 4, "alpha": 8, "rslora": False, "targets": ["q_proj", "v_proj"], "seed": 3}}}
-MISMATCH = ("numeric-mismatch", "step.experts.adapter_rows")
-
-
-def req(rid: str, lora: int, tokens: int = 1) -> dict:
-    return {"id": rid, "lora": lora, "tokens": tokens, "drafts": 0, "prompt_logprobs": False}
-
-
-def step(*reqs: dict, finish=(), pad: int = 0, seed: int = 0) -> dict:
-    return {"op": "step", "finish": list(finish), "reqs": list(reqs), "pad": pad, "seed": seed}
+def _test_module():
+    """The integration test's module (its config, ops and fault cases: one source for the CPU test and this check)."""
+    spec = importlib.util.spec_from_file_location("moe_cases", ROOT / "tests/integration/test_vllm_engine_moe.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def plan() -> list[tuple[str, dict, tuple | None]]:
     """(name, case, the (kind, tensor) expected among its violations; None: silent)."""
-    fault_free = [step(req("a", 1), req("b", 0), req("c", 2), seed=1), {"op": "remove", "id": 1},
-                  step(req("d", 3), req("c", 2), finish=["a", "b"], pad=2, seed=2),
-                  {"op": "dummy_run", "num_tokens": 2, "reqs": 2, "pad": 0, "seed": 3},
-                  step(req("e", 1, 2), req("f", 0), finish=["c", "d"], seed=4)]
-    evict = {**CONFIG, "max_loras": 1, "max_cpu_loras": 1}
-    return [("fault-free", {"config": CONFIG, "ops": fault_free, "faults": []}, None),
-            ("fused_moe_swaps_gate_up", {"config": CONFIG, "ops": [step(req("a", 2), req("b", 0))],
-                                         "faults": ["fused_moe_swaps_gate_up"]}, MISMATCH),
-            ("activation_keeps_missing_modules, eviction",
-             {"config": evict, "ops": [step(req("a", 1)), step(req("b", 3, 2), finish=["a"])],
-              "faults": ["activation_keeps_missing_modules"]}, MISMATCH)]
+    t = _test_module()
+    runs: list[tuple[str, dict, tuple | None]] = [
+        ("fault-free", {"config": t.CONFIG, "ops": t.FAULT_FREE, "faults": []}, None)]
+    for fault in ("fused_moe_swaps_gate_up", "activation_keeps_missing_modules"):
+        ops, config, tensor = t.MOE_FAULT_CASES[fault]
+        runs.append((fault, {"config": {**t.CONFIG, **config}, "ops": ops, "faults": [fault]},
+                     ("numeric-mismatch", tensor)))
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import torch
 
+from .vllm_env import PlatformView
+
 LAYER = "experts"                           # the runtime module name (a layer a step can run)
 BLOCK = "model.layers.0.block_sparse_moe"   # Mixtral's name for the sparse block
 PATH = f"{BLOCK}.experts"
@@ -133,15 +135,9 @@ def compiled_ops() -> list[str]:
     return done
 
 
-class _TritonOnCpu:
+class _TritonOnCpu(PlatformView):
     """vLLM's platform for ``fused_moe/experts/triton_moe.py`` on the CPU: CUDA-like for the Triton experts'
     device check only (see the module's doc)."""
-
-    def __init__(self, real):
-        self._real = real
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
 
     @staticmethod
     def is_cuda_alike() -> bool:

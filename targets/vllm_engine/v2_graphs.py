@@ -47,6 +47,7 @@ from unittest import mock
 from fuzzrunner.errors import InvalidCase
 
 from .runner import Session
+from .vllm_env import PlatformView
 
 
 def find() -> SimpleNamespace | None:
@@ -79,14 +80,8 @@ def find() -> SimpleNamespace | None:
 MISSING: list[str] = []  # why find() found no V2 graph pieces
 
 
-class _NoGraphPool:
+class _NoGraphPool(PlatformView):
     """vLLM's platform for the manager's making only: no graph pool (no graph is captured here)."""
-
-    def __init__(self, real):
-        self._real = real
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
 
     @staticmethod
     def get_global_graph_pool() -> None:

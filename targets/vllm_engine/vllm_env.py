@@ -34,15 +34,20 @@ from .model import ARCH, model_class
 _STATE: dict[str, Any] = {}
 
 
-class _PunicaPlatform:
-    """vLLM's platform for ``punica_selector`` only, on the CPU: it names ``PunicaWrapperGPU`` as the CUDA
-    platform does (the unspecified platform raises NotImplementedError)."""
+class PlatformView:
+    """vLLM's ``current_platform`` as one module sees it: the real platform, but for the methods a subclass
+    answers (each subclass says for which module and why)."""
 
     def __init__(self, real):
         self._real = real
 
     def __getattr__(self, name):
         return getattr(self._real, name)
+
+
+class _PunicaPlatform(PlatformView):
+    """vLLM's platform for ``punica_selector`` only, on the CPU: it names ``PunicaWrapperGPU`` as the CUDA
+    platform does (the unspecified platform raises NotImplementedError)."""
 
     @staticmethod
     def get_punica_wrapper() -> str:
