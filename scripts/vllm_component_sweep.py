@@ -149,12 +149,26 @@ def run(out: Path, version: str) -> dict:
     return row
 
 
+SHORT = ((r"^not driven: vLLM \S+ has no V2 model runner LoraState.*", "not driven (target refused: no `LoraState`)"),
+         (r"^not driven: no MoE block .*FusedMoEFactory.*", "not driven (no `FusedMoEFactory`: before 0.28)"),
+         (r"^not offered: .*keys its graphs on the batch's shape alone.*", "not offered (the release's own dispatch)"))
+
+
+def _short(cell: str) -> str:
+    """A table cell: the long refusals abbreviated (OUT/VERSION.json keeps them whole)."""
+    import re
+    for pattern, short in SHORT:
+        if re.match(pattern, cell):
+            return short
+    return cell
+
+
 def table(out: Path, versions: list[str]) -> str:
     lines = ["| vLLM | " + " | ".join(COLUMNS) + " |", "|---|" + "---|" * len(COLUMNS)]
     for v in versions:
         p = out / f"{v}.json"
         row = json.loads(p.read_text()) if p.exists() else {c: f"not run (see {out}/{v}.log)" for c in COLUMNS}
-        lines.append(f"| {v} | " + " | ".join(row.get(c, "–").replace("|", "/") for c in COLUMNS) + " |")
+        lines.append(f"| {v} | " + " | ".join(_short(row.get(c, "–")).replace("|", "/") for c in COLUMNS) + " |")
     return "\n".join(lines)
 
 

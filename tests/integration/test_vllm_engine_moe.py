@@ -119,6 +119,8 @@ MOE_FAULT_CASES = {
 @pytest.mark.parametrize("fault", sorted(MOE_FAULT_CASES))
 def test_each_moe_fault_is_caught_in_the_experts_rows_and_its_case_is_silent_without_it(fault):
     ops, config, tensor = MOE_FAULT_CASES[fault]
+    if _r1():  # 0.28: the rsLoRA adapter's expert rows are R1's (its own test), fault or not
+        config = dict(config, adapters=NO_RSLORA)
     found = _run(ops, (fault,), **config)
     assert any(v.kind == "numeric-mismatch" and v.tensor == tensor for v in found), _kinds(found)
     assert _run(ops, **config) == []
