@@ -58,14 +58,24 @@ def describe() -> list[str]:
             "PunicaWrapperGPU, LoRAModelRunnerMixin, LoraState."
             f"{how}" + (", sort_batch_req_ids" if f["sort_batch_req_ids"] else "")
             + ("; V1 runner: InputBatch, set_active_loras, CudagraphDispatcher" if f.get("v1") else "")
-            + ("; V2 runner graphs: ModelCudaGraphManager, get_lora_capture_cases, create_lora_capture_hook, "
-               "get_num_active_loras_for_dispatch, dispatch_cg_and_sync_dp" if f.get("v2_graphs") else
+            + (_v2_graphs_line(f["v2_graphs"]) if f.get("v2_graphs") else
                f"; no V2 runner graph cases ({_v2_graphs_missing()})")]
+
+
+def _v2_graphs_line(g) -> str:
+    """What the V2 runner's graph cases drive on this release (v2_graphs.find's shape)."""
+    return {"lora_cases": "; V2 runner graphs: ModelCudaGraphManager, get_lora_capture_cases, "
+                          "create_lora_capture_hook, get_num_active_loras_for_dispatch, dispatch_cg_and_sync_dp",
+            "descriptors": "; V2 runner graphs (no LoRA capture cases before 0.24): ModelCudaGraphManager, "
+                           "dispatch_cg_and_sync_dp" + ("" if g.piecewise_keyed_on_lora else
+                                                        "; PIECEWISE graphs keyed without the LoRA: never replayed"),
+            "sizes": "; V2 runner graphs (keyed on size): CudaGraphManager, get_cudagraph_runtime_mode, "
+                     "get_cudagraph_and_dp_padding"}[g.shape]
 
 
 def _v2_graphs_missing() -> str:
     from .v2_graphs import MISSING
-    return MISSING[0] if MISSING else "no LoRA capture cases before vLLM 0.24"
+    return MISSING[0] if MISSING else "no V2 runner CUDA-graph manager"
 
 
 def make_target():

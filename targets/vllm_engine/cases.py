@@ -476,7 +476,7 @@ def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",), v2_graphs
     }
     if "v1" in runners and ("v2" not in runners or draw(st.booleans())):
         cfg.update(draw(runner_config(cfg["max_num_batched_tokens"], 1 + cfg["num_speculative_tokens"])))
-    elif v2_graphs and draw(st.booleans()):  # the V2 runner's CUDA graphs (v2_graphs.py: 0.24 and later)
+    elif v2_graphs and draw(st.booleans()):  # the V2 runner's CUDA graphs (v2_graphs.py: 0.15 on)
         cfg.update(draw(graph_config(cfg["max_num_batched_tokens"], 1 + cfg["num_speculative_tokens"])))
         if draw(st.booleans()):
             cfg["cudagraph_capture_sizes"] = None  # vLLM's default sizes, as a server without the option gets
@@ -488,8 +488,8 @@ def vllm_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str
                       runners: tuple = ("v2",), v2_graphs: bool = False, moe_blocks: bool = True) -> Case:
     """A case for a run on ``device`` (the campaign's): its model dtypes (``DTYPES``); ``runners``: the model
     runners this vLLM has (``"v1"`` up to 0.33: V1 cases draw no prompt logprobs); ``v2_graphs``: its V2 runner
-    captures CUDA graphs with LoRA (0.24 and later: half the V2-runner cases draw the graph knobs); ``moe_blocks``:
-    this vLLM can build the MoE block (0.31 and later, moe.py)."""
+    has a CUDA-graph manager the target drives (v2_graphs.find: half the V2-runner cases draw the graph knobs);
+    ``moe_blocks``: this vLLM can build the MoE block (0.28 and later, moe.py)."""
     cfg = draw(engine_config(device, runners, v2_graphs, moe_blocks))
     ops = draw(OPS.ops(lambda: EngineState(cfg), max_ops=max_ops, go_on_odds=GO_ON_ODDS))
     if cfg.get("runner") == "v1":

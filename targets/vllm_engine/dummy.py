@@ -49,9 +49,12 @@ def runtime(session, num_tokens: int, num_reqs: int) -> None:
 def startup(session) -> None:
     """An ``OWN`` release's start-up as far as LoRA goes: the profile run (``runtime`` over
     ``max_num_batched_tokens``, its forward left out as in runner.py), then ``capture_model``'s ``with
-    self.maybe_setup_dummy_loras(self.lora_config)`` (dummy adapters registered, then every adapter removed;
-    no graph is captured here)."""
+    self.maybe_setup_dummy_loras(self.lora_config)`` (dummy adapters registered, then every adapter removed):
+    here with no graph, or, in a session that captures graphs (``CAPTURES``: v2_graphs.py), left to its own
+    ``capture_model``, which captures inside it."""
     c = session.c
     runtime(session, c["max_num_batched_tokens"], min(c["max_num_batched_tokens"], c["max_num_seqs"]))
+    if getattr(session, "CAPTURES", False):
+        return
     with session.runner.maybe_setup_dummy_loras(session.cfg.lora_config):
         pass

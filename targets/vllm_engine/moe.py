@@ -84,16 +84,29 @@ def naive(c: dict, rows: int) -> bool:
 
 # -- the process ---------------------------------------------------------------------------------------
 def unavailable() -> str | None:
-    """Why this vLLM cannot build the block as the target does, or None (0.31 and later have every piece)."""
+    """Why this vLLM cannot build the block as the target does, or None (0.28 and later have every piece: 0.28 - 0.30
+    without ``CPURouter``, routed by the factory's default ``FusedTopKRouter``, ``router``)."""
     try:
         from vllm.lora.layers import FusedMoEWithLoRA  # noqa: F401
         from vllm.model_executor.layers.fused_moe import FusedMoEFactory, override_config  # noqa: F401
-        from vllm.model_executor.layers.fused_moe.router.cpu_router import CPURouter  # noqa: F401
         from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear  # noqa: F401
         from vllm.v1.worker.workspace import init_workspace_manager  # noqa: F401
     except ImportError as e:
-        return f"no MoE block on this vLLM ({str(e).splitlines()[0][:120]}): moe cases need 0.31 or later"
+        return (f"no MoE block on this vLLM ({str(e).splitlines()[0].split(' from ')[0][:80]}): moe cases need "
+                f"FusedMoEFactory (0.28 or later; FusedMoEWithLoRA itself ships from 0.11, #21229, over an older "
+                f"FusedMoE)")
     return None
+
+
+def router():
+    """vLLM's ``CPURouter`` class (0.31 on: softmax top-k in plain torch, vLLM's routing for its CPU platform), or None
+    (0.28 - 0.30: the factory's default router, ``FusedTopKRouter``, whose compiled ``_moe_C::topk_softmax`` is
+    answered by ``compiled_ops``)."""
+    try:
+        from vllm.model_executor.layers.fused_moe.router.cpu_router import CPURouter
+    except ImportError:
+        return None
+    return CPURouter
 
 
 
@@ -131,8 +144,41 @@ def compiled_ops() -> list[str]:
         lib.impl("moe_sum", moe_sum, "CompositeExplicitAutograd")
         libs.append(lib)
         done.append("_moe_C::moe_sum")
+    if router() is None and _missing("_moe_C", "topk_softmax"):
+        done.append(_topk_softmax(libs))
     _DONE["ops"], _DONE["libs"] = done, libs  # a Library object unregisters its ops when collected
     return done
+
+
+def _topk_softmax(libs: list) -> str:
+    """``_moe_C::topk_softmax`` (0.28 - 0.30's default router), re-stated where ``vllm._C`` is absent, with the schema
+    of the release's own wrapper (``vllm._custom_ops.topk_softmax``: its arguments are passed positionally):
+    csrc/moe/topk_softmax_kernels.cu takes the softmax of each row's gating logits in float32, its top-k experts
+    (largest first), renormalizes their weights when asked, and writes each (token, k)'s source row
+    ``k * num_tokens + token``; the padding mask and score correction are not drawn (asserted)."""
+    import inspect
+
+    from vllm import _custom_ops
+    names = list(inspect.signature(_custom_ops.topk_softmax).parameters)
+    types = {"topk_weights": "Tensor!", "topk_ids": "Tensor!", "token_expert_indices": "Tensor!",
+             "gating_output": "Tensor", "renormalize": "bool", "e_score_correction_bias": "Tensor?",
+             "is_padding": "Tensor?"}
+    lib = torch.library.Library("_moe_C", "FRAGMENT")
+    lib.define(f"topk_softmax({', '.join(f'{types[n]} {n}' for n in names)}) -> ()")
+
+    def topk_softmax(topk_weights, topk_ids, token_expert_indices, gating_output, renormalize=False, *rest):
+        assert all(r is None for r in rest), "the engine target draws no score correction or padding mask"
+        k, tokens = topk_weights.size(1), gating_output.size(0)
+        w, ids = torch.topk(torch.softmax(gating_output.float(), dim=-1), k=k, dim=-1)
+        if renormalize:
+            w = w / w.sum(dim=-1, keepdim=True)
+        topk_weights.copy_(w)
+        topk_ids.copy_(ids)
+        token_expert_indices.copy_(torch.arange(k, device=ids.device)[None, :] * tokens
+                                   + torch.arange(tokens, device=ids.device)[:, None])
+    lib.impl("topk_softmax", topk_softmax, "CompositeExplicitAutograd")
+    libs.append(lib)
+    return "_moe_C::topk_softmax"
 
 
 class _TritonOnCpu(PlatformView):
@@ -164,14 +210,15 @@ def workspace(device: torch.device) -> None:
 
 # -- the block ------------------------------------------------------------------------------------------
 def experts(hf, prefix: str):
-    """vLLM's MoE experts (``FusedMoEFactory``, Mixtral's arguments, vLLM's CPU router)."""
+    """vLLM's MoE experts (``FusedMoEFactory``, Mixtral's arguments, vLLM's CPU router where the release has one, else
+    the factory's own default)."""
     from vllm.model_executor.layers.fused_moe import FusedMoEFactory
-    from vllm.model_executor.layers.fused_moe.router.cpu_router import CPURouter
-    m = hf.fuzzrunner_moe
+    m, cpu_router = hf.fuzzrunner_moe, router()
     return FusedMoEFactory(num_experts=m["experts"], top_k=m["top_k"], hidden_size=hf.hidden_size,
                            intermediate_size=hf.hidden_size, renormalize=True, prefix=prefix,
                            ckpt_names=PROJS,
-                           router=CPURouter(top_k=m["top_k"], global_num_experts=m["experts"], renormalize=True))
+                           router=None if cpu_router is None else
+                           cpu_router(top_k=m["top_k"], global_num_experts=m["experts"], renormalize=True))
 
 
 def block(hf):

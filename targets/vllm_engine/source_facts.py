@@ -16,11 +16,17 @@ Per release, with ``file:line`` of each fact:
   ``next(iter(lora_model.loras.values()))`` of ``_create_merged_loras_inplace``;
 * P1: the V2 runner's ``prompt_logprob.py`` computes prompt logits without touching the LoRA mapping;
 * S1: ``LoraState.make_lora_inputs`` maps one lm_head row per request (no ``num_logits``) while the V2 runner has
-  speculative decoding (``v1/worker/gpu/spec_decode/``).
+  speculative decoding (``v1/worker/gpu/spec_decode/``);
+* W1: the V2 runner captures its graphs under ``maybe_setup_dummy_loras`` with no capture hook
+  (``create_lora_capture_hook``, #35536, 0.24);
+* R1: ``PackedLoRALayerWeights.pack_moe`` scales the expert adapters by ``lora_alpha / rank`` (recomputed there, or by
+  the packed class from the alphas it is given) instead of each adapter's own ``scaling``: rsLoRA's ``alpha / sqrt(r)``
+  dropped (vllm-project/vllm#55545, fixed by #55548).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 
 from ..vllm_lora.source_facts import _find, _Tree
@@ -63,6 +69,9 @@ def facts(version: str, wheel_dirs: tuple = ()) -> dict:
     prompt_at = _find(root, "vllm/v1/worker/gpu/sample/prompt_logprob.py", r"def compute_prompt_logprobs")
     make = _function(root, LORA_UTILS, "make_lora_inputs")
     spec = _find(root, V2, r"spec_decode")
+    captures = _find(root, V2, r"with self\.maybe_setup_dummy_loras\(") if root.text(V2) else ""
+    hook = _find(root, LORA_UTILS, r"def create_lora_capture_hook")
+    pack_moe = _function(root, "vllm/lora/lora_weights.py", "pack_moe")
     return {
         "version": version, "lora_state": lora_state, "add_dummy_skips_registered": skip,
         "select_takes_count": select_counts, "v2_runtime_dummy_maps": v2_maps, "v1_runtime_dummy_maps": v1_maps,
@@ -75,6 +84,8 @@ def facts(version: str, wheel_dirs: tuple = ()) -> dict:
         "E2": bool(target_modules and first),
         "P1": bool(prompt is not None and prompt_at and "lora" not in prompt.lower() and lora_state),
         "S1": bool(make and "num_logits" not in make and spec),
+        "W1": bool(lora_state and captures and not hook),
+        "R1": bool(pack_moe) and not re.search(r"\w\.scaling\b", pack_moe),  # not the adapters' own scaling
     }
 
 

@@ -15,9 +15,13 @@ FAULTS = {
 
 
 def unavailable(found: dict) -> dict:
-    if found.get("v2_graphs") is None:
-        return {f: "this vLLM's V2 runner has no LoRA capture cases (get_lora_capture_cases in "
-                   "vllm/v1/worker/gpu/lora_utils.py: 0.24 and later)" for f in FAULTS}
+    g = found.get("v2_graphs")
+    if g is None:
+        return {f: "this vLLM's V2 runner has no CUDA-graph manager that imports here" for f in FAULTS}
+    if g.shape != "lora_cases":
+        return {"graph_dispatch_ignores_lora": "this vLLM's V2 runner keys its graphs on the batch's shape alone "
+                                               "(no LoRA capture cases before 0.24, #35536): the fault is the "
+                                               "release's own dispatch"}
     return {}
 
 

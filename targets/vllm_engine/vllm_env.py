@@ -145,7 +145,7 @@ def prepare() -> dict:
     found["moe_unavailable"] = moe.unavailable()  # why no MoE block (FusedMoEFactory, CPURouter: 0.31 on), or None
     found["v1"] = v1_runner.find()  # the V1 runner's InputBatch and dispatcher (up to 0.33), or None
     from . import v2_graphs
-    found["v2_graphs"] = v2_graphs.find()  # the V2 runner's graph manager and LoRA capture cases (0.24 on), or None
+    found["v2_graphs"] = v2_graphs.find()  # the V2 runner's graph manager in this release's shape, or None
     _STATE["found"] = found
     return found
 

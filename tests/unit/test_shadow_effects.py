@@ -93,6 +93,11 @@ _lib = torch.library.Library("fuzzunit", "DEF")
 _lib.define("half_fill_(Tensor(a!) dst) -> ()")
 _lib.define("acc_(Tensor(a!) dst) -> ()")
 _lib.define("rand_fill_(Tensor(a!) dst) -> ()")
+_lib.define("add_head_(Tensor(a!) dst, Tensor src) -> ()")
+
+
+def _add_head(dst, src):  # accumulates the sum of src's first two elements into dst
+    dst += src[:2].sum()
 
 
 def _half_fill(dst):
@@ -110,6 +115,7 @@ def _rand_fill(dst):  # nondeterministic: the probe's runs differ, but not throu
 _lib.impl("half_fill_", _half_fill, "CPU")
 _lib.impl("acc_", _acc, "CPU")
 _lib.impl("rand_fill_", _rand_fill, "CPU")
+_lib.impl("add_head_", _add_head, "CPU")
 
 
 def test_probe_finds_the_written_half_of_an_op_it_has_no_model_of():
@@ -120,6 +126,24 @@ def test_probe_finds_the_written_half_of_an_op_it_has_no_model_of():
         _ = t[4:].sum()  # BAD
     [v] = _watched(body)
     assert v.kind == "uninitialized-read" and v.details["element"] == [4]
+
+
+@pytest.mark.parametrize("tracked_too", [False, True])
+def test_the_probe_never_writes_an_operand_it_does_not_track(tracked_too):
+    """An op the shadow probes (a tracked input holds unwritten bytes) that accumulates into an operand made before
+    the case: each probe run wrote that operand itself, so it got the op's result once per run (5.0, not 1.0: a
+    false numeric mismatch of every vLLM LoRA layer on a padded batch of 0.17 - 0.22, whose lora_expand adds into
+    the layer's output while the kernel metadata's padding rows were never written). Now only scratch copies."""
+    dst = torch.zeros(3)
+
+    def body(o):
+        src = torch.empty(4)
+        src[:2] = 0.5
+        if tracked_too:  # with a tracked output beside it, the probe ran before too
+            torch.ops.fuzzunit.half_fill_(torch.empty(2))
+        torch.ops.fuzzunit.add_head_(dst, src)
+    assert _watched(body) == []  # src[2:] is never read
+    assert dst.tolist() == [1.0, 1.0, 1.0]
 
 
 def test_a_python_kernels_read_of_its_target_is_reported_inside_its_body():

@@ -143,7 +143,8 @@ def probe_effects(func, args, kwargs, checker) -> Effects:
 
 def _probe_effects(func, args, kwargs, checker) -> Effects:
     tensors = list(_schema_tensors(func, args, kwargs))
-    mutated = {id(t): t for t, m in tensors if m and checker.is_tracked(t)}
+    every = {id(t): t for t, m in tensors if m}  # the probe's runs write scratch copies of all of them
+    mutated = {k: t for k, t in every.items() if checker.is_tracked(t)}
     inputs = {id(t): t for t, m in tensors if not m}
     eff = Effects(reads=[(t, None) for t in inputs.values()])
     if not mutated and not any(checker.unwritten(t).any() for t in inputs.values() if checker.is_tracked(t)):
@@ -151,13 +152,17 @@ def _probe_effects(func, args, kwargs, checker) -> Effects:
         return eff
     try:
         with torch.no_grad(), checker.probing():
-            return _probe(func, args, kwargs, checker, mutated, inputs, eff)
+            return _probe(func, args, kwargs, checker, mutated, inputs, eff, every)
     except Exception:  # noqa: BLE001  (the op refused scratch copies: the real call will tell)
         return Effects(reads=[(t, None) for t in inputs.values()], writes=[(t, None) for t in mutated.values()])
 
 
-def _probe(func, args, kwargs, checker, mutated, inputs, eff) -> Effects:
-    fill = lambda byte: {k: (t, None, byte) for k, t in mutated.items()}  # noqa: E731
+def _probe(func, args, kwargs, checker, mutated, inputs, eff, every) -> Effects:
+    """``mutated``: the tracked operands the op writes (what the effects report on); ``every``: all it writes, each
+    replaced by a filled scratch copy in every probe run. An untracked one left in (a layer's output buffer made
+    before the case) was written by each run: an accumulating op (vLLM's ``lora_expand`` adding into ``y``) added
+    its result once per run, five times in all, where a tracked input held unwritten bytes."""
+    fill = lambda byte: {k: (t, None, byte) for k, t in every.items()}  # noqa: E731
     a, b = _Run(func, args, kwargs, fill(_FILLS[0])), _Run(func, args, kwargs, fill(_FILLS[1]))
     for k, t in mutated.items():
         ea, eb = a.element_bytes(k), b.element_bytes(k)
