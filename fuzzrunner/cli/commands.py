@@ -141,6 +141,8 @@ def _replay_one(replayer, path, args) -> int:
         message = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
         _error(f"could not run {message}")
         return EXIT_ERROR
+    if replay.release:
+        print(f"fuzzrunner: warning: {path}: {replay.release}", file=sys.stderr)
     for v in replay.limits:
         print(f"fuzzrunner: warning: {path}: tool limitation: {v.message}", file=sys.stderr)
     _say_replay(path, replay, finding)

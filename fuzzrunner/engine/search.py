@@ -113,7 +113,8 @@ class Shard:
         target_spec = plan.target_spec
         self.emit = on_event or (lambda e: None)
         self.book = FindingBook(corpus, target.name, target_spec, settings.case_timeout_s,
-                                worker.context.placed(None))  # each finding records it, not which GPU
+                                worker.context.placed(None),  # each finding records it, not which GPU
+                                dict(plan.code) or dict(target.code_under_test))  # and the release
         from ..names import effective_oracles
         self.hub = Hub(worker, oracles=effective_oracles(settings.oracles, worker.device, settings.sanitizer),
                        timeout_s=settings.case_timeout_s)
