@@ -117,3 +117,17 @@ def test_faults_lists_in_columns_past_28_characters(capsys, tmp_path):
     lines = capsys.readouterr().out.splitlines()[1:]
     assert [line.index(said) for line, said in zip(lines, ("Keeps it.", "Short one."))] == [35, 35], lines
 
+
+@pytest.mark.parametrize("doc, first", [
+    ("A full pool evicts one of them, i.e. one the current batch needs: it crashes. Then more.",
+     "A full pool evicts one of them, i.e. one the current batch needs: it crashes."),
+    ("Skips the mapping, e.g. in dummy runs. The rest.", "Skips the mapping, e.g. in dummy runs."),
+    ("Reads v1.2. Later.", "Reads v1.2."),
+    ("No full stop at all", "No full stop at all."),
+    ("One sentence only.", "One sentence only."),
+    ("", ""),
+])
+def test_faults_shows_each_descriptions_first_sentence_whole(doc, first):
+    """`fuzzrunner faults` cut "..., i.e. one the current batch needs: ..." at "i.e." (a new user's trial)."""
+    from fuzzrunner.cli.commands import _first_sentence
+    assert _first_sentence(doc) == first
