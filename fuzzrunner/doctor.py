@@ -81,12 +81,20 @@ def _target_lines(name: str, engines: bool, probe=None) -> list[str]:
         said = probe.result()
         if "unavailable" in said:
             return [f"target       {name}: unavailable: {said['unavailable']}"]
-        return [f"target       {name}: ok ({said['description']})", *(f"               {d}" for d in said["details"])]
+        return [f"target       {name}: ok ({said['description']})", *(f"               {d}" for d in said["details"]),
+                *_features_line(said.get("features", 0))]
     reason = unavailable(name)
     target = None if reason else load_target(name)
     if target is None:
         return [f"target       {name}: unavailable: {reason}"]
-    return [f"target       {name}: ok ({target.description})", *(f"               {d}" for d in target.details)]
+    return [f"target       {name}: ok ({target.description})", *(f"               {d}" for d in target.details),
+            *_features_line(len(target.feature_space))]
+
+
+def _features_line(declared: int) -> list[str]:
+    """How many features the target declares here (its feature space depends on what the release drives): the
+    count a campaign's "all N declared features reached" is out of."""
+    return [f"               features: {declared} declared here"] if declared else []
 
 
 def _sanitizer_lines() -> tuple[list[str], bool]:

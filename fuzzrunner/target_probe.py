@@ -33,7 +33,8 @@ def probe(spec: str) -> dict:
         return {"unavailable": str(e)}
     except FuzzrunnerError as e:  # a broken harness, a spec that names nothing
         return {"unavailable": f"it failed to load: {e}"}
-    return {"description": target.description, "details": [str(d) for d in target.details]}
+    return {"description": target.description, "details": [str(d) for d in target.details],
+            "features": len(target.feature_space)}
 
 
 class Probe:

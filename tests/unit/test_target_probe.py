@@ -13,7 +13,8 @@ from fuzzrunner.target import Target
 
 def _target(name):
     return Target(name=name, description=f"{name} loaded", cases=lambda faults, max_ops=4: None,
-                  run=lambda case, ctx: None, details=(f"{name} found its engine",))
+                  run=lambda case, ctx: None, details=(f"{name} found its engine",),
+                  feature_space=("a=1", "a=2") if name == "victim" else ())
 
 def poisoner():  # leaves a stub of a module another target imports, as sglang_lora's stubs did
     sys.modules["probe_engine_dep"] = types.ModuleType("probe_engine_dep")
@@ -53,7 +54,8 @@ def fakes(tmp_path, monkeypatch):
 def test_each_target_loads_in_a_process_of_its_own_so_none_sees_what_another_left(fakes):
     assert fakes("poisoner", "victim") == [
         "target       poisoner: ok (poisoner loaded)", "               poisoner found its engine",
-        "target       victim: ok (victim loaded)", "               victim found its engine"]
+        "target       victim: ok (victim loaded)", "               victim found its engine",
+        "               features: 2 declared here"]
 
 
 def test_in_one_process_the_first_target_would_have_broken_the_second(fakes):
@@ -63,7 +65,7 @@ def test_in_one_process_the_first_target_would_have_broken_the_second(fakes):
     from fuzzrunner.target_probe import probe
     try:
         assert probe("probe_targets:poisoner") == {"description": "poisoner loaded",
-                                                   "details": ["poisoner found its engine"]}
+                                                   "details": ["poisoner found its engine"], "features": 0}
         assert "cannot import name 'get_config'" in probe("probe_targets:victim")["unavailable"]
     finally:
         sys.modules.pop("probe_engine_dep", None)
