@@ -23,8 +23,10 @@ def shadow_line(context) -> str:
 def report(engines: bool = False) -> tuple[list[str], bool]:
     """(lines to print, whether everything needed here works). ``engines``: import the engine targets
     (vLLM, SGLang: 12-25 s) to list what they found; otherwise each is said set up or not, from where,
-    without importing it (``catalog.py``). The interpreter probe (a process of its own) runs meanwhile."""
+    without importing it (``catalog.py``), and with it each loads in a process of its own (``target_probe``). The
+    interpreter probe (a process of its own) runs meanwhile."""
     probe = _start_probe()
+    probes = _start_target_probes(engines)  # each target in a process of its own, meanwhile too
     import hypothesis
     import numpy
     import torch
@@ -40,7 +42,7 @@ def report(engines: bool = False) -> tuple[list[str], bool]:
     gpu = _env.cuda_present()
     lines.append(f"device       {'cuda: ' + torch.cuda.get_device_name(0) if gpu else 'cpu (no CUDA device)'}")
     lines.append(f"triton mode  {'interpreter (TRITON_INTERPRET=1)' if _env.interpreted() else 'compiled'}")
-    targets = [line for name in BUILTIN for line in _target_lines(name, engines)]  # while the probe runs
+    targets = [line for name in BUILTIN for line in _target_lines(name, engines, probes.get(name))]
     lines += interpreter_lines(probe.result())
     lines.append("jsonschema   " + ("ok: case files are checked against each target's schema"
                                   if schema_checks_available() else
@@ -55,9 +57,19 @@ def report(engines: bool = False) -> tuple[list[str], bool]:
     return lines + more, ok
 
 
-def _target_lines(name: str, engines: bool) -> list[str]:
-    """A built-in target's lines: loaded (its description and details), or, for an engine target without
-    ``engines``, whether its engine is set up and where, without importing it."""
+def _start_target_probes(engines: bool) -> dict:
+    """With ``engines``, every target that tests code not fuzzrunner's own (vLLM, SGLang, a plug-in's), loading
+    in a process of its own (``target_probe``): in one process, what one left in ``sys.modules`` broke the next."""
+    from .catalog import OURS
+    from .target import BUILTIN
+    from .target_probe import Probe
+    return {name: Probe(spec) for name, spec in BUILTIN.items() if engines and name not in OURS}
+
+
+def _target_lines(name: str, engines: bool, probe=None) -> list[str]:
+    """A built-in target's lines: loaded (its description and details; ``probe``: loaded in a process of its
+    own), or, for an engine target without ``engines``, whether its engine is set up and where, without
+    importing it."""
     from .catalog import AVAILABILITY, about
     from .target import load_target, unavailable
     if name in AVAILABILITY and not engines:
@@ -65,11 +77,24 @@ def _target_lines(name: str, engines: bool) -> list[str]:
         return [f"target       {name}: " + (f"unavailable: {known.unavailable}" if known.unavailable else
                                             f"set up ({known.engine}), not imported: `fuzzrunner doctor "
                                             f"--engines` imports it and lists what it drives")]
+    if probe is not None:
+        said = probe.result()
+        if "unavailable" in said:
+            return [f"target       {name}: unavailable: {said['unavailable']}"]
+        return [f"target       {name}: ok ({said['description']})", *(f"               {d}" for d in said["details"]),
+                *_features_line(said.get("features", 0))]
     reason = unavailable(name)
     target = None if reason else load_target(name)
     if target is None:
         return [f"target       {name}: unavailable: {reason}"]
-    return [f"target       {name}: ok ({target.description})", *(f"               {d}" for d in target.details)]
+    return [f"target       {name}: ok ({target.description})", *(f"               {d}" for d in target.details),
+            *_features_line(len(target.feature_space))]
+
+
+def _features_line(declared: int) -> list[str]:
+    """How many features the target declares here (its feature space depends on what the release drives): the
+    count a campaign's "all N declared features reached" is out of."""
+    return [f"               features: {declared} declared here"] if declared else []
 
 
 def _sanitizer_lines() -> tuple[list[str], bool]:

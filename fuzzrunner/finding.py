@@ -183,6 +183,8 @@ class Finding:
     aliases: list = field(default_factory=list)  # its earlier ids: the function holding the access was renamed
     context: Context | None = None              # the context it was found under (device, Triton's mode, shadow
     #                                             mode, sanitizer); None: a file from before findings recorded it
+    code_under_test: dict = field(default_factory=dict)  # the engine release it was found on (engine, release,
+    #                                             tree, patch: Target.code_under_test); {}: our own code, or older
 
     @property
     def id(self) -> str:
@@ -203,7 +205,8 @@ class Finding:
                 "repro": None if self.repro is None else str(self.repro), "found_at": self.found_at,
                 "triage": self.triage, "case_timeout_s": self.case_timeout_s,
                 "first_kind": self.first_kind or self.signature.kind, "access_id": self.signature.access_id,
-                "aliases": list(self.aliases), "context": self.context.to_dict() if self.context else None}
+                "aliases": list(self.aliases), "context": self.context.to_dict() if self.context else None,
+                "code_under_test": dict(self.code_under_test) or None}
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "finding") -> Finding:
@@ -227,7 +230,8 @@ class Finding:
                        str(d.get("target_spec") or ""), bool(d.get("shrink_interrupted", False)),
                        bool(d.get("flaky", False)), d.get("triage") if isinstance(d.get("triage"), dict) else None,
                        _seconds(d.get("case_timeout_s")), str(d.get("first_kind") or ""),
-                       [a for a in d.get("aliases") or [] if isinstance(a, str)], Context.from_dict(d.get("context")))
+                       [a for a in d.get("aliases") or [] if isinstance(a, str)], Context.from_dict(d.get("context")),
+                       dict(d.get("code_under_test") or {}))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidCase(f"{source}: not a fuzzrunner finding ({type(e).__name__}: {e}).") from None
 
@@ -265,7 +269,8 @@ class Finding:
 _FIELDS = {"case": dict, "violation": dict, "others": list, "first_found_after_examples": int,
            "found_after_s": (int, float), "found_at": (int, float), "minimized": bool, "shrink_interrupted": bool,
            "flaky": bool, "repro": (str, type(None)), "target_spec": (str, type(None)),
-           "first_kind": (str, type(None)), "aliases": list, "context": (dict, type(None))}
+           "first_kind": (str, type(None)), "aliases": list, "context": (dict, type(None)),
+           "code_under_test": (dict, type(None))}
 VIOLATION_FIELDS = {"tool": str, "kind": str, "kernel": (str, type(None)), "location": (str, type(None)),
                      "tensor": (str, type(None)), "site": (str, type(None)), "message": (str, type(None)),
                      "details": dict}
@@ -324,6 +329,7 @@ def merge(into: Finding, other: Finding) -> bool:
     times = [t for t in (into.found_after_s, other.found_after_s) if t]
     into.found_after_s = min(times) if times else 0.0
     into.target_spec = into.target_spec or other.target_spec
+    into.code_under_test = into.code_under_test or dict(other.code_under_test)
     into.aliases = [a for a in dict.fromkeys([*into.aliases, *other.aliases]) if a != into.id]
     return smaller
 

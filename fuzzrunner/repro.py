@@ -25,7 +25,7 @@ from .corpus import Corpus
 from .errors import FuzzrunnerError, InvalidArgument
 from .finding import Finding
 from .safe_write import write_error, write_file
-from .target import BUILTIN
+from .target import BUILTIN, describe_code
 from .violation import cause_lines, window_lines
 
 
@@ -186,6 +186,7 @@ def _header(f: Finding, name: str) -> list[str]:
              f"# found by fuzzing target {f.case.target} after {f.first_found_after_examples} "
              f"example{'' if f.first_found_after_examples == 1 else 's'} "
              f"({f.found_after_s:.1f} s); case {how}",
+             *([f"# found on: {describe_code(f.code_under_test)}"] if f.code_under_test else []),
              f"# run: python {name}   (from a checkout: PYTHONPATH=<checkout> python {name})",
              "# exit 1: reproduced; 0: not reproduced; 2: could not run (the reason is printed)"]
     if names.tool(sig.tool).sanitizer:

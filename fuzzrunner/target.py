@@ -180,6 +180,16 @@ class Target:
                               + (f" (also {more})" if more else ""))
 
 
+def release_change(recorded: dict, loaded: dict) -> str:
+    """What differs between the code a finding was found on (``recorded``) and the code loaded now, in one line;
+    "" if the same engine, release and patch (or nothing was recorded: our own code, an older finding). A tree in
+    another folder holding the same release is the same code."""
+    if not recorded:
+        return ""
+    same = all(recorded.get(k) == loaded.get(k) for k in ("engine", "release", "patch_sha256"))
+    return "" if same else f"it was found on {describe_code(recorded)}; this replay loaded {describe_code(loaded)}"
+
+
 def describe_code(code: dict) -> str:
     """A target's code under test in a few words: ``vllm 0.33.0 (TREE), patched with P (sha256 0123456789ab)``."""
     if not code:

@@ -11,7 +11,7 @@ bash scripts/setup.sh
 # (>= 2.4): our kernels, vLLM's (runtime-bounded loops), the repair and the tool-limitation verdict.
 if [ -f .cache/triton-floor/triton/__init__.py ]; then
   PYTHONPATH=.cache/triton-floor .venv/bin/python -c 'import triton, numpy; print(f"floor run: Triton {triton.__version__}, numpy {numpy.__version__}")'
-  PYTHONPATH=.cache/triton-floor .venv/bin/python -m pytest -q -p no:xdist tests/unit/test_triton_compat.py \
+  PYTHONPATH=.cache/triton-floor .venv/bin/python -m pytest -q -p no:xdist tests/unit/test_triton_compat.py tests/unit/test_shadow_discards.py \
     tests/unit/test_kernels.py "tests/integration/test_vllm_target.py::test_fault_free_ops_are_silent" \
     "tests/integration/test_vllm_target.py::test_a_never_prepared_dummy_run_reads_uninitialized_active_lora_ids_in_vllms_kernel"
 fi

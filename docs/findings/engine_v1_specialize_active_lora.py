@@ -11,7 +11,8 @@ enough to change greedy outputs. Three generations, greedy, same prompt P:
   (a) P with the adapter, alone in its batch           -> the adapter's output
   (b) P with the adapter, beside two base-model prompts -> must equal (a); with V1 it equals (c)
   (c) P without the adapter                             -> the base model's output
-Exit 1 when (b) differs from (a) (V1 present), 0 when (b) == (a) != (c), 2 when the adapter changes nothing
+Exit 1 when (b) differs from (a) (V1 present), 0 when (b) == (a) != (c), 2 when vLLM does not start or crashes
+(could not run) or when the adapter changes nothing
 (then nothing can be told). ``--enforce-eager`` (no CUDA graphs) must give 0 on any release: the control.
 """
 
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 import tempfile
 
 
@@ -79,4 +81,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Exception:  # noqa: BLE001 - an engine that does not import or crashes: "could not run" (2), never "bug" (1)
+        traceback.print_exc()
+        print("could not run (exit 2)", file=sys.stderr)
+        sys.exit(2)

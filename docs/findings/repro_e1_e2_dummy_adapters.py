@@ -297,4 +297,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Exception:  # noqa: BLE001 - an engine that does not import or crashes: "could not run" (2), never "bug" (1)
+        traceback.print_exc()
+        print("could not run (exit 2)", file=sys.stderr)
+        sys.exit(2)

@@ -8,21 +8,28 @@ each scheduling round: ``update_draining_state(waiting_queue, running_batch.reqs
 pinned adapter ``P`` (loaded, idle), requests for the base model and adapter ``A`` arriving every round, a request
 for adapter ``B`` waiting; the drain threshold 1 s, the clock one second a round.
 
-    python repro_sg1_drainer_ignores_pinned_slots.py SGLANG_SITE_DIR   # the folder holding sglang/
+    python docs/findings/repro_sg1_drainer_ignores_pinned_slots.py [SGLANG_SITE_DIR]   # the folder holding sglang/
+                                                     # (default: this checkout's .cache/sglang/0.5.23/site)
 
 Exit 1 while the bug is there (B never admitted, no adapter ever drained), 0 once B gets a slot within the rounds
-the drain promises. ``--patched`` applies sg1_drainer_ignores_pinned_slots.patch's change in memory.
+the drain promises, 2 if it could not run (SGLang does not import, or crashed). ``--patched`` applies
+sg1_drainer_ignores_pinned_slots.patch's change in memory. SGLang is imported by ``sglang_site.py`` (beside
+this file): an installed SGLang as the server imports it, a CPU tree of this checkout as fuzzrunner's
+``sglang_engine`` target does.
 """
 
 import sys
+import traceback
 import types
+
+import sglang_site
 
 ROUNDS = 20
 NEW_TOKENS = 5  # each request's max_new_tokens: a running request holds its adapter 5 rounds
 
 
-def main(site: str, patched: bool) -> int:
-    sys.path.insert(0, site)
+def main(site: str | None, patched: bool) -> int:
+    print(sglang_site.import_sglang(site))
     from sglang.srt.lora import lora_drainer
     from sglang.srt.lora.lora_manager import LoRAManager
     from sglang.srt.managers.scheduler import Scheduler
@@ -94,6 +101,12 @@ def _patch(drainer, mgr) -> None:
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--patched"]
-    if len(args) != 1:
-        sys.exit(f"usage: {sys.argv[0]} SGLANG_SITE_DIR [--patched]  (the folder holding sglang/)")
-    sys.exit(main(args[0], "--patched" in sys.argv))
+    if len(args) > 1:
+        print(f"usage: {sys.argv[0]} [SGLANG_SITE_DIR] [--patched]  (the folder holding sglang/)", file=sys.stderr)
+        sys.exit(2)
+    try:
+        sys.exit(main(args[0] if args else None, "--patched" in sys.argv))
+    except Exception:  # noqa: BLE001 - SGLang that does not import or crashes: "could not run" (2), never "bug" (1)
+        traceback.print_exc()
+        print("could not run (exit 2)", file=sys.stderr)
+        sys.exit(2)

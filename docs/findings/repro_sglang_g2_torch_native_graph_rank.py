@@ -8,12 +8,14 @@ adapter slot as ``LoRAMemoryPool.load_lora_weight_to_buffer`` does (A: slice s o
 [s*r, (s+1)*r) of a [slices * max_rank, K] buffer; B: columns [:r] of [out, max_rank]; the rest as an earlier,
 higher-rank adapter left it), and runs a qkv-like (3 slices) and an o-like (1 slice, reused slot) shrink + expand.
 Exit 1 when the graph ops differ from the reference (the bug), 0 when they agree (a fixed tree: the patch's
-``lora_ranks`` argument is passed where the graph ops take it).
+``lora_ranks`` argument is passed where the graph ops take it), 2 when it could not run (the ops do not load, or
+crash).
 """
 
 import importlib.util
 import inspect
 import sys
+import traceback
 from pathlib import Path
 
 import torch
@@ -76,4 +78,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Exception:  # noqa: BLE001 - an engine that does not import or crashes: "could not run" (2), never "bug" (1)
+        traceback.print_exc()
+        print("could not run (exit 2)", file=sys.stderr)
+        sys.exit(2)

@@ -15,6 +15,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import traceback
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -63,4 +64,9 @@ def main(patched: bool) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main("--patched" in sys.argv))
+    try:
+        sys.exit(main("--patched" in sys.argv))
+    except Exception:  # noqa: BLE001 - an engine that does not import or crashes: "could not run" (2), never "bug" (1)
+        traceback.print_exc()
+        print("could not run (exit 2)", file=sys.stderr)
+        sys.exit(2)

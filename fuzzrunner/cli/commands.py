@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -141,6 +142,8 @@ def _replay_one(replayer, path, args) -> int:
         message = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
         _error(f"could not run {message}")
         return EXIT_ERROR
+    if replay.release:
+        print(f"fuzzrunner: warning: {path}: {replay.release}", file=sys.stderr)
     for v in replay.limits:
         print(f"fuzzrunner: warning: {path}: tool limitation: {v.message}", file=sys.stderr)
     _say_replay(path, replay, finding)
@@ -269,8 +272,16 @@ def cmd_faults(args) -> int:
     return EXIT_OK
 
 
+# a sentence ends at a full stop before a capital letter or the end, never at an abbreviation's ("i.e. one the
+# batch needs" was cut to "... of them, i.e.": `fuzzrunner faults`, a new user's trial)
+_SENTENCE_END = re.compile(r"(?<!\bi\.e)(?<!\be\.g)(?<!\betc)(?<!\bvs)\.(?=\s+[A-Z`(]|\s*$)")
+
+
 def _first_sentence(doc: str) -> str:
-    return f"{doc.split('. ')[0].rstrip('.')}." if doc else ""
+    if not doc:
+        return ""
+    end = _SENTENCE_END.search(doc)
+    return f"{(doc[:end.start()] if end else doc).rstrip('.')}."
 
 
 def cmd_doctor(args) -> int:

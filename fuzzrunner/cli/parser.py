@@ -22,13 +22,37 @@ class _Parser(argparse.ArgumentParser):
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
         """As argparse's, but an unknown option is refused by the command it was given to, with that command's
-        ``--help`` (argparse's top level refused it, naming neither: a new user's trial)."""
-        ns, extras = self.parse_known_args(args, namespace)
+        ``--help`` (argparse's top level refused it, naming neither: a new user's trial), and before a missing
+        required one (``fuzz --bogus`` said only "the following arguments are required: --target")."""
+        try:
+            ns, extras = self.parse_known_args(args, namespace)
+        except _UsageError:
+            command, unknown = self._unknown_options(args)
+            if unknown:
+                _Parser(prog=f"{self.prog} {command}").error(f"unrecognized arguments: {' '.join(unknown)}")
+            raise
         if extras:
             command = getattr(ns, "command", None)
             whose = _Parser(prog=f"{self.prog} {command}") if command else self
             whose.error(f"unrecognized arguments: {' '.join(extras)}")
         return ns
+
+
+    def _unknown_options(self, args) -> tuple[str, list[str]]:
+        """(the command, the options given to it that it does not know)."""
+        import sys
+        tokens = list(sys.argv[1:] if args is None else args)
+        commands = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), {})
+        at = next((i for i, t in enumerate(tokens) if t in commands), None)
+        if at is None:
+            return "", []
+        sub = commands[tokens[at]]
+        known = sub._option_string_actions
+        unknown = [t for t in tokens[at + 1:] if t.startswith("-") and t != "-" and t != "--"
+                   and not self._negative_number_matcher.match(t)
+                   and not any(o == t.split("=")[0] or (sub.allow_abbrev and t.startswith("--") and
+                                                        o.startswith(t.split("=")[0])) for o in known)]
+        return tokens[at], unknown
 
 
 class _UsageError(Exception):

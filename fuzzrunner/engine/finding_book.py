@@ -16,10 +16,11 @@ from ..violation import Violation
 
 class FindingBook:
     def __init__(self, corpus: Corpus | None, target: str, target_spec: str = "", case_timeout_s: float | None = None,
-                 context: Context | None = None):
+                 context: Context | None = None, code_under_test: dict | None = None):
         self.corpus, self.target, self.target_spec = corpus, target, target_spec
         self.case_timeout_s = case_timeout_s  # recorded in each finding: a replay waits as long as the search did
         self.context = context  # the workers' context, recorded in each finding (a replay knows the shadow mode)
+        self.code = dict(code_under_test or {})  # the engine release the workers loaded: each finding records it
         self.by_id: dict[str, Finding] = {}
         self._last: dict[str, Finding] = {}  # id -> the latest failing call's sighting
         self._best_here: dict[str, tuple] = {}  # id -> the size of the smallest case this run's calls showed
@@ -32,7 +33,8 @@ class FindingBook:
         out = []
         for head, others in group(violations):
             seen = Finding.of(head, others, case, first_found_after_examples=examples, found_after_s=elapsed,
-                              target_spec=self.target_spec, case_timeout_s=self.case_timeout_s, context=self.context)
+                              target_spec=self.target_spec, case_timeout_s=self.case_timeout_s, context=self.context,
+                              code_under_test=dict(self.code))
             self._last[seen.id] = seen
             size = case.size()
             self._best_here[seen.id] = min(size, self._best_here.get(seen.id, size))

@@ -20,7 +20,7 @@ from ..finding import Finding, limitations
 from ..names import effective_oracles
 from ..oracles.shadow import prepare_device_mode
 from ..settings import Settings
-from ..target import BUILTIN, load_target
+from ..target import BUILTIN, load_target, release_change
 from ..target_spec import TargetSpec
 from ..violation import Violation
 from .hub import THREAD_GRACE_S, Hub
@@ -93,6 +93,7 @@ class Replay:
     limits: tuple[Violation, ...] = ()  # the tool's limitations among them (never a finding, always said)
     same: tuple[Violation, ...] = ()    # the finding's bug among them (REPRODUCED, MOVED)
     unchecked: str = ""                 # CANNOT_CHECK: why not reproduced proves nothing here
+    release: str = ""                   # the release loaded is not the one the finding was found on: what differs
 
     @property
     def violations(self) -> list[Violation]:
@@ -128,6 +129,7 @@ class Replayer:
         self.settings, self.inherit_gpu = settings, inherit_gpu
         self.context = context or Context.resolve(settings)
         self.hubs: dict[str, Hub] = {}
+        self.loaded_code: dict = {}  # the code under test of the last target run
 
     def oracles(self) -> tuple[str, ...]:
         return effective_oracles(self.settings.oracles, self.context.device, self.context.sanitizer)
@@ -162,6 +164,7 @@ class Replayer:
         it was still running at ``cut_at`` (monotonic: a campaign's deadline). The worker waits for the
         threads the case started (up to ``THREAD_GRACE_S``): a death or an exception of theirs is the case's."""
         target = load_target(spec)
+        self.loaded_code = dict(target.code_under_test)  # the release this replay runs (verdict compares it)
         target.check_faults(case.faults)
         target.check_case(case)
         hub = self.hub(spec)
@@ -175,7 +178,9 @@ class Replayer:
                 cut_at: float = math.inf) -> Replay:
         """Replay ``case`` (``run``: its errors, its timeout) and judge what it proves of ``finding`` (None: a
         case file)."""
-        return judge(self.run(case, spec, timeout_s, cut_at), finding, self.other_shadow_mode(finding))
+        replay = judge(self.run(case, spec, timeout_s, cut_at), finding, self.other_shadow_mode(finding))
+        changed = release_change(finding.code_under_test, self.loaded_code) if finding is not None else ""
+        return replace(replay, release=changed) if changed else replay
 
     def close(self) -> None:
         for hub in self.hubs.values():

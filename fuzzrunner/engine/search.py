@@ -113,7 +113,8 @@ class Shard:
         target_spec = plan.target_spec
         self.emit = on_event or (lambda e: None)
         self.book = FindingBook(corpus, target.name, target_spec, settings.case_timeout_s,
-                                worker.context.placed(None))  # each finding records it, not which GPU
+                                worker.context.placed(None),  # each finding records it, not which GPU
+                                dict(plan.code) or dict(target.code_under_test))  # and the release
         from ..names import effective_oracles
         self.hub = Hub(worker, oracles=effective_oracles(settings.oracles, worker.device, settings.sanitizer),
                        timeout_s=settings.case_timeout_s)
@@ -218,9 +219,10 @@ class Shard:
         self._refuse_missing_device(violations)
         self._note_limitations(violations)
         siblings = self._found_by_siblings(violations)
-        # "found after N examples": N counts every case run so far, the replayed corpus and seed cases too
-        # (a seed case that shows the bug is found after 1, as the summary says, not after 0)
-        recorded = self.book.record(violations, case, self.result.examples + len(self.result.replayed),
+        # "found after N examples": N counts the cases generated so far and the replayed corpus and seed cases (a seed
+        # case that shows the bug is found after 1, as the summary says, not after 0), never shrink steps (a bug
+        # found while another shrank was "found after" its steps too: a new user's trial)
+        recorded = self.book.record(violations, case, self.result.generated + len(self.result.replayed),
                                     self.elapsed())
         self.book.settled |= siblings
         for finding, new in recorded:

@@ -76,6 +76,21 @@ def _run(case, ctx, **_):
     return runner.run(case, ctx, load_engine(ctx.device))
 
 
+BACKENDS_ENV = "FUZZRUNNER_SGLANG_BACKENDS"
+
+
+def drawn_backends(shipped) -> tuple:
+    """The ``--lora-backend`` values cases draw: the release's drivable ones, or those ``FUZZRUNNER_SGLANG_BACKENDS``
+    (comma-separated) names of them (a campaign of one backend: the sweep, a backend's clean campaign)."""
+    shipped = tuple(shipped)
+    asked = [b.strip() for b in os.environ.get(BACKENDS_ENV, "").split(",") if b.strip()]
+    unknown = [b for b in asked if b not in shipped]
+    if unknown:
+        raise HarnessError(f"{BACKENDS_ENV}={os.environ[BACKENDS_ENV]!r}: {', '.join(unknown)} is not a backend this "
+                           f"SGLang drives here; name some of {', '.join(shipped)}, or unset it for all.")
+    return tuple(asked) or shipped
+
+
 def make_target():
     from fuzzrunner.target import Target
 
@@ -88,7 +103,7 @@ def make_target():
                     f"unload, reload, eviction, prepare, forward; "
                     f"the adapter-management API, the scheduler's admission, the decode graph's capture",
         cases=functools.partial(cases.sglang_engine_cases, modules=eng.api.modules, frontend=eng.frontend is not None,
-                                logprobs=eng.logits_processor, backends=eng.api.backends,
+                                logprobs=eng.logits_processor, backends=drawn_backends(eng.api.backends),
                                 scheduler=eng.scheduler is not None),
         run=_run,
         # the known bugs' minimal cases (docs/sglang.md, the sweep's triage), replayed first: a deterministic verdict

@@ -21,7 +21,15 @@ FAULTS = {
         "TorchNativeLoRABackend.prepare_lora_batch routes every segment of an eager batch to the first segment's "
         "slot (its segment -> slot table written from the first entry): a batch of several adapters, or the base "
         "model and an adapter, runs one adapter's weights for all.",
+    "v2_expand_rank_past_bridge":
+        "triton_v2's expand kernels (_grouped_lora_b_kernel, _per_row_lora_b_kernel) see each slot's rank one above "
+        "the shrink's (lora_ranks + 1, up to the pool's max rank): their live-rank select keeps a workspace lane the "
+        "shrink never wrote, and the expand multiplies it in (the shadow oracle's check that the kernel's by-design "
+        "over-read of lanes it drops stays silent must still see a lane that is used).",
 }
+# triton_v2's expand kernels, by module (0.5.23 kernels/ops/lora/common/lora_b.py): each launch is given its slots'
+# live ranks (lora_ranks_ptr) and selects the bridge lanes below them after loading a block of the pool's max rank
+V2_EXPAND = ("sglang.kernels.ops.lora.common.lora_b", ("_grouped_lora_b_kernel", "_per_row_lora_b_kernel"))
 
 
 def unavailable(api) -> dict:
@@ -35,6 +43,8 @@ def unavailable(api) -> dict:
         out["skip_inactive_from_first_request"] = why
     if "torch_native" not in api.backends:
         out["torch_native_first_segment_slot"] = f"SGLang {api.version} has no torch_native LoRA backend (0.5.8+)"
+    if "triton_v2" not in api.backends:
+        out["v2_expand_rank_past_bridge"] = f"SGLang {api.version} has no triton_v2 LoRA backend (0.5.23+)"
     return out
 
 
@@ -48,6 +58,11 @@ def plant(stack: contextlib.ExitStack, faults: set, mgr, graphs=None) -> None:
     if "torch_native_first_segment_slot" in faults and getattr(mgr.lora_backend, "name", "") == "torch_native":
         backend = mgr.lora_backend
         stack.enter_context(mock.patch.object(backend, "prepare_lora_batch", _first_segment_slot(backend)))
+    if "v2_expand_rank_past_bridge" in faults and getattr(mgr.lora_backend, "name", "") == "triton_v2":
+        import sys
+        module = sys.modules[V2_EXPAND[0]]
+        for kernel in V2_EXPAND[1]:
+            stack.enter_context(mock.patch.object(module, kernel, _RankPastBridge(getattr(module, kernel))))
 
 
 def _always_nolora(original):
@@ -79,6 +94,27 @@ def _first_segment_slot(backend):
             info.weight_indices[: info.num_segments].fill_(first)
             info.weight_indices_cpu = info.weight_indices_cpu.clone().fill_(first)
     return prepare_lora_batch
+
+
+class _RankPastBridge:
+    """A Triton kernel whose launches get ``lora_ranks_ptr`` + 1 (at most the pool's ``RANK``)."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        launch = self.kernel[grid]
+
+        def run(*args, **kwargs):
+            import inspect
+            params = inspect.signature(self.kernel.fn).parameters
+            bound = inspect.signature(self.kernel.fn).bind_partial(
+                *args, **{k: v for k, v in kwargs.items() if k in params})
+            ranks, top = bound.arguments.get("lora_ranks_ptr"), bound.arguments.get("RANK")
+            if ranks is not None and top is not None:
+                bound.arguments["lora_ranks_ptr"] = (ranks + 1).clamp(max=top).to(ranks.dtype)
+            return launch(*bound.args, **bound.kwargs, **{k: v for k, v in kwargs.items() if k not in params})
+        return run
 
 
 __all__ = ["FAULTS", "plant", "unavailable"]

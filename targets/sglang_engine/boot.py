@@ -100,6 +100,7 @@ def boot_lines(paths: list[Path]) -> str:
 def activate(paths) -> None:
     """The release on ``sys.path``, its package object without ``__init__``, the torchvision finder."""
     paths = [Path(p) for p in paths]
+    site.evict_stubs()  # the sglang_lora target's stubbed modules, if it loaded in this process first
     if "sglang" in sys.modules and list(getattr(sys.modules["sglang"], "__path__", [])) != [str(paths[0] / "sglang")]:
         raise RuntimeError("a module named sglang was imported before the tree under test")
     for p in paths:

@@ -35,7 +35,7 @@ import dataclasses
 
 import torch
 
-from ..sglang_lora.api import API
+from ..sglang_lora.api import batch_infos
 from ..sglang_lora.runner import HOST_FIELDS
 from . import model as tiny
 from .variants import Variants
@@ -128,7 +128,8 @@ def _host(info) -> dict:
 
 def _held(backend) -> dict:
     """The batch-info objects the backend holds now, each with its host values; and the dense runner's state."""
-    infos = dict(API.batch_infos(backend))
+    from sglang.srt.lora.utils import LoRABatchInfo  # the engine's: this process imported the release whole
+    infos = dict(batch_infos(backend, LoRABatchInfo))
     if "batch_info" not in infos:  # a batch info of the backend's own class (triton_v2's _BatchInfo)
         infos["batch_info"] = getattr(backend, "batch_info", None)
     held: dict = {k: (v, None if v is None else _host(v)) for k, v in infos.items()}

@@ -137,13 +137,12 @@ class API:
                     emptied += 1
         return emptied
 
-    @staticmethod
-    def batch_infos(backend) -> dict:
+    def batch_infos(self, backend) -> dict:
         """Every ``LoRABatchInfo`` the backend holds now (``batch_info``, ``sgemm_batch_info``, ...): what the
-        kernels of a forward read, and so what a CUDA graph captured now would point at."""
-        from sglang.srt.lora.utils import LoRABatchInfo
-        return {k: v for k, v in vars(backend).items() if isinstance(v, LoRABatchInfo) or
-                (v is None and k.endswith("batch_info") and not k.startswith(("cuda_graph", "prefill_cuda_graph")))}
+        kernels of a forward read, and so what a CUDA graph captured now would point at. The class is the one
+        the backends were imported with (not imported again: after ``sglang_engine`` loads in this process,
+        ``sglang.srt.lora.utils`` is the engine's module, whose class these infos are not instances of)."""
+        return batch_infos(backend, self.batch_info_cls)
 
     @staticmethod
     def graph_batch_info(backend):
@@ -163,6 +162,13 @@ class API:
         offset = torch.tensor([0, b.shape[-2]], dtype=torch.int32, device=x.device)
         return backend.run_lora_b_sgemm(x=lora_a, weights=b, output_offset=offset, base_output=base,
                                         output_offset_cpu=torch.tensor([0, b.shape[-2]], dtype=torch.int32))
+
+
+def batch_infos(backend, info_cls) -> dict:
+    """The backend's attributes that are ``info_cls`` instances (its ``LoRABatchInfo``), or a batch info not made
+    yet (None); not the graph's."""
+    return {k: v for k, v in vars(backend).items() if isinstance(v, info_cls) or
+            (v is None and k.endswith("batch_info") and not k.startswith(("cuda_graph", "prefill_cuda_graph")))}
 
 
 def _version(tree: Path) -> str:

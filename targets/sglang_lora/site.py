@@ -21,6 +21,14 @@ by a module holding exactly the names the LoRA code takes from it (``STUBS``, do
 
 A stubbed name that the code under test calls raises ``StubCalled`` (a target error, never a
 silent wrong answer).
+
+The stubs stay with this target: they replace real modules of the release, which the ``sglang_engine``
+target imports whole. Loaded after this one in a process (a campaign or pytest session that loads both,
+``doctor --engines`` until each target loaded in a process of its own), the engine met the stub of
+``hf_transformers_utils`` and was "unavailable" (cannot import name 'get_config'). So ``evict_stubs`` (the
+engine calls it before it imports the release) takes this target's modules out of ``sys.modules`` (they
+live on in the target's ``API``), and a release the engine imported already is not stubbed over
+(``activate``): the LoRA modules are then the engine's, the same files.
 """
 
 from __future__ import annotations
@@ -72,8 +80,39 @@ def _placeholder(module: str, name: str) -> type:
 def _module(name: str, **names) -> types.ModuleType:
     m = types.ModuleType(name)
     m.__dict__.update(names)
+    m.__fuzzrunner_stub__ = True  # type: ignore[attr-defined]
     sys.modules[name] = m
     return m
+
+
+def _is_stub(module) -> bool:
+    return bool(getattr(module, "__fuzzrunner_stub__", False))
+
+
+def _release_modules() -> list[str]:
+    return [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]
+
+
+def stubbed() -> bool:
+    """Whether this target's stubs of the release's modules are in ``sys.modules``."""
+    return any(_is_stub(sys.modules.get(n)) for n in STUBS if n.startswith("sglang"))
+
+
+def imported_whole() -> bool:
+    """Whether the release was imported with its real engine modules (by ``sglang_engine``)."""
+    return any(n in sys.modules and not _is_stub(sys.modules[n]) for n in STUBS[1:] if n.startswith("sglang"))
+
+
+def evict_stubs() -> int:
+    """Take every module of the release imported under this target's stubs out of ``sys.modules`` (the
+    target's ``API`` holds those it runs), so that the release imports again with its real modules; how
+    many were taken out. Nothing while no stub is there."""
+    if not stubbed():
+        return 0
+    names = _release_modules()
+    for n in names:
+        del sys.modules[n]
+    return len(names)
 
 
 def _forward_modes(tree: Path, module: types.ModuleType) -> None:
@@ -142,4 +181,6 @@ def activate(paths: list[Path]) -> None:
     for p in paths:
         if str(p) not in sys.path:
             sys.path.append(str(p))
+    if imported_whole():
+        return  # sglang_engine imported the release: stubbing over its modules would break it (module doc)
     install_stubs(paths[0])

@@ -1,8 +1,9 @@
 """The ``sglang_engine`` target: SGLang's own LoRAManager, LoRAMemoryPool and LoRA layers (docs/sglang.md).
 
 Needs the pinned SGLang set up with its engine's imports (``scripts/setup.sh``: stamp ``engine-ok``);
-skipped with the reason otherwise. SGLang's engine is imported whole, which the ``sglang_lora`` target's
-stubs must not meet in one process: every case here runs in one subprocess (~25 s of import).
+skipped with the reason otherwise. SGLang's engine is imported whole: every case here runs in one subprocess
+(~25 s of import), away from the ``sglang_lora`` target this session loads (the two in one process:
+test_sglang_one_process.py).
 """
 
 import json

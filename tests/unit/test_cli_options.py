@@ -35,6 +35,18 @@ def test_an_unknown_option_or_command_says_which_help_to_read(capsys, argv, comm
     assert err.endswith(f"(see `{command} --help`)"), err
 
 
+@pytest.mark.parametrize("argv", [["fuzz", "--bogus"], ["fuzz", "--bogus=1", "--seed", "-1"], ["faults", "-x"]])
+def test_an_unknown_option_is_named_before_a_missing_required_one(capsys, argv):
+    """A new user's trial: `fuzz --bogus` said only "the following arguments are required: --target"."""
+    err = _error(capsys, argv)
+    assert err.startswith(f"fuzzrunner: error: unrecognized arguments: {argv[1]} (see `fuzzrunner {argv[0]} --help`)"), err
+
+
+def test_an_abbreviated_option_is_no_unknown_one(capsys):
+    err = _error(capsys, ["fuzz", "--max-ex", "3"])
+    assert err.startswith("fuzzrunner: error: the following arguments are required: --target"), err
+
+
 @pytest.mark.parametrize("flag, value, said", [
     ("--shape-palette", "-1", "--shape-palette -1 must be a number of case shapes"),
     ("--budget", "-1", "--budget -1 must be a number of seconds above 0"),
@@ -104,3 +116,18 @@ def test_faults_lists_in_columns_past_28_characters(capsys, tmp_path):
     assert main(["faults", "--target", f"{tmp_path / 'long_target.py'}:TARGET"]) == 0
     lines = capsys.readouterr().out.splitlines()[1:]
     assert [line.index(said) for line, said in zip(lines, ("Keeps it.", "Short one."))] == [35, 35], lines
+
+
+@pytest.mark.parametrize("doc, first", [
+    ("A full pool evicts one of them, i.e. one the current batch needs: it crashes. Then more.",
+     "A full pool evicts one of them, i.e. one the current batch needs: it crashes."),
+    ("Skips the mapping, e.g. in dummy runs. The rest.", "Skips the mapping, e.g. in dummy runs."),
+    ("Reads v1.2. Later.", "Reads v1.2."),
+    ("No full stop at all", "No full stop at all."),
+    ("One sentence only.", "One sentence only."),
+    ("", ""),
+])
+def test_faults_shows_each_descriptions_first_sentence_whole(doc, first):
+    """`fuzzrunner faults` cut "..., i.e. one the current batch needs: ..." at "i.e." (a new user's trial)."""
+    from fuzzrunner.cli.commands import _first_sentence
+    assert _first_sentence(doc) == first

@@ -202,14 +202,29 @@ def test_the_summary_labels_every_count_so_they_add_up():
 def test_a_finding_found_by_a_replayed_case_is_found_after_1_example_not_0(monkeypatch):
     from fuzzrunner.engine.search import Shard
     seen = []
-    shard = types.SimpleNamespace(result=types.SimpleNamespace(examples=0, replayed=[("seed.json", None, True)],
-                                                               errors=[]),
+    shard = types.SimpleNamespace(result=types.SimpleNamespace(examples=0, generated=0,
+                                                               replayed=[("seed.json", None, True)], errors=[]),
                                   book=types.SimpleNamespace(write_errors=[], by_id={}, settled=set(),
                                                              record=lambda v, c, n, t: seen.append(n) or []),
                                   elapsed=lambda: 0.0, _refuse_missing_device=lambda v: None,
                                   _note_limitations=lambda v: None, _found_by_siblings=lambda v: set())
     Shard._record(shard, [], None)  # record() is this, timed as the campaign's 'findings' stage
     assert seen == [1]
+
+
+def test_found_after_n_examples_counts_generated_and_replayed_cases_never_shrink_steps():
+    """A bug found while another shrank was "found after" the shrink's steps too (a new user's trial): 12 generated,
+    2 replayed, 30 shrink steps: found after 14."""
+    from fuzzrunner.engine.search import Shard
+    seen = []
+    shard = types.SimpleNamespace(result=types.SimpleNamespace(examples=12 + 30, generated=12,
+                                                               replayed=[("a.json", None, True)] * 2, errors=[]),
+                                  book=types.SimpleNamespace(write_errors=[], by_id={}, settled=set(),
+                                                             record=lambda v, c, n, t: seen.append(n) or []),
+                                  elapsed=lambda: 0.0, _refuse_missing_device=lambda v: None,
+                                  _note_limitations=lambda v: None, _found_by_siblings=lambda v: set())
+    Shard._record(shard, [], None)
+    assert seen == [14]
 
 
 # -- Hypothesis' own files -------------------------------------------------------------------------

@@ -215,7 +215,9 @@ def test_the_backend_faults_are_refused_where_the_release_lacks_their_component(
     old = types.SimpleNamespace(version="0.5.7", backends=("triton", "csgmv"))
     assert set(faults.unavailable(old)) == set(faults.FAULTS)
     mid = types.SimpleNamespace(version="0.5.16", backends=("triton", "csgmv", "torch_native"))
-    assert set(faults.unavailable(mid)) == {"nolora_graph_for_adapters", "skip_inactive_from_first_request"}
+    assert set(faults.unavailable(mid)) == {"nolora_graph_for_adapters", "skip_inactive_from_first_request",
+                                            "v2_expand_rank_past_bridge"}
+    assert "triton_v2" in faults.unavailable(mid)["v2_expand_rank_past_bridge"]
     assert "triton_v2" in faults.unavailable(mid)["nolora_graph_for_adapters"]
 
 
@@ -246,3 +248,19 @@ def test_a_drain_bound_violation_with_a_pinned_adapter_is_sg1_where_the_drainer_
     assert sweep.category(finding(True), "old") == "SG1"
     assert sweep.category(finding(False), "old") == "untriaged"  # no pin: not SG1's mechanism
     assert sweep.category(finding(True), "new") == "untriaged"   # a release with the fix
+
+
+def test_sglang_backends_env_narrows_the_drawn_backends_and_refuses_one_not_driven(monkeypatch):
+    import pytest
+
+    from fuzzrunner.errors import HarnessError
+    engine = import_module("fuzzrunner.targets.sglang_engine")
+    shipped = ("triton", "csgmv", "torch_native", "triton_v2")
+    monkeypatch.delenv("FUZZRUNNER_SGLANG_BACKENDS", raising=False)
+    assert engine.drawn_backends(shipped) == shipped
+    monkeypatch.setenv("FUZZRUNNER_SGLANG_BACKENDS", " triton_v2 ,")
+    assert engine.drawn_backends(shipped) == ("triton_v2",)
+    monkeypatch.setenv("FUZZRUNNER_SGLANG_BACKENDS", "triton_v3")
+    with pytest.raises(HarnessError, match=r"^FUZZRUNNER_SGLANG_BACKENDS='triton_v3': triton_v3 is not a backend "
+                                           r"this SGLang drives here; name some of triton, csgmv, torch_native, "):
+        engine.drawn_backends(shipped)

@@ -19,6 +19,7 @@ import torch
 from ... import _env, tracking
 from ..base import source_location
 from .core import BadAccess, Hooks, ShadowCore, words
+from .discards import Discards, Pending
 from .host_views import HostViews
 from .launch_views import LaunchViews
 from .locations import caller_line
@@ -61,6 +62,7 @@ class ShadowOracle(ShadowCore):
         self.subs = SubBuffers()  # registered views with bounds of their own (sub_buffers.py)
         self._tls = PerThread()
         self.forked = False  # this process is a fork of the one the oracle started in
+        self.discards = Discards()  # unwritten lanes a kernel loads, reported when used (discards.py)
         self.host = HostViews(self)
 
     @property
@@ -105,7 +107,7 @@ class ShadowOracle(ShadowCore):
     def _install_back_end(self, hooks: Hooks) -> None:
         if self.check_triton:
             self._hook = hooks.add(TritonHook(self._kernel_read, self._kernel_write, self._launch, self._launch_end,
-                                              self._sub_buffer_access))
+                                              self._sub_buffer_access, self.discards.loaded))
         hooks.add(self.host)
 
     def begin_op(self, index: int, op: dict) -> None:
@@ -334,8 +336,12 @@ class ShadowOracle(ShadowCore):
             provenance.install()
         return added, provenance
 
-    @locked
     def _launch_end(self, token) -> None:
+        self.discards.launch_end()  # a pending read whose value nothing consumed is reported, before ...
+        self._launch_ended(token)   # ... the launch's own tracking goes
+
+    @locked
+    def _launch_ended(self, token) -> None:
         added, provenance = token
         if provenance is not None:
             provenance.uninstall()
@@ -403,12 +409,31 @@ class ShadowOracle(ShadowCore):
             bad, oob = self.memory.check_read(addrs, itemsize)
         if self._tls.views is not None:
             bad += self._out_of_view(addrs, itemsize)
-        if bad:
-            self._report_kernel(bad, "read")
-        if load and self.memory.saw_never:  # reported now, or already in this op
-            self._tls.garbage_read = True
+        deferred = self._defer(bad, addrs, itemsize) if load else []
+        if len(bad) > len(deferred):
+            self._report_kernel([b for b in bad if all(b is not d for d in deferred)], "read")
+        if load and self.memory.saw_never:  # reported now, or already in this op, or when its value is used
+            self._tls.garbage_read = self._tls.garbage_read or not deferred
             oob = oob | self.memory.never_written(addrs, itemsize)[0]
         return oob
+
+    def _defer(self, bad: list[BadAccess], addrs: np.ndarray, itemsize: int) -> list[BadAccess]:
+        """A load's unwritten (never written, stale) reads, reported when the kernel uses the value, not if it
+        drops it (discards.py); those it defers."""
+        later = [b for b in bad if b.kind in ("uninitialized-read", "stale-read")]
+        if not later:
+            return []
+        path, line = kernel_source_line()
+        kernel = self._hook.launch.name if self._hook and self._hook.launch else "?"
+        location, extra = source_location(path, line), {"program_id": list(grid_idx()), "access": "read"}
+
+        def report() -> None:
+            with self.lock:
+                self._tls.garbage_read = True  # a wild access after it in this launch is its consequence
+                for b in later:
+                    self._report(b, kernel, location, dict(extra))
+        self.discards.defer(Pending(report), self.memory.unwritten(addrs, itemsize))
+        return later
 
     def _probe_access(self, addrs: np.ndarray, itemsize: int) -> np.ndarray:
         """A kernel run by the fallback's probe (on scratch copies, with filled bytes that may be wild

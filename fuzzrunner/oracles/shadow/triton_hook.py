@@ -44,8 +44,9 @@ class TritonHook:
     being unwritten: the atomic writes them)."""
 
     def __init__(self, on_read: Callable, on_write: Callable, on_launch: Callable, on_launch_end: Callable,
-                 on_view: Callable | None = None):
+                 on_view: Callable | None = None, on_loaded: Callable | None = None):
         self.on_read, self.on_write = on_read, on_write
+        self.on_loaded = on_loaded  # (value, lanes checked): a load's result, after its check (discards.py)
         self.on_view = on_view  # (addrs, itemsize, view tag, access): a pointer derived from a registered view
         self.on_launch, self.on_launch_end = on_launch, on_launch_end
         self._saved: dict = {}
@@ -137,7 +138,10 @@ class TritonHook:
                 if names[1] is None:
                     raise MemoryError("out-of-bounds atomic_cas (no mask to switch the lane off)")
                 op.set(1, self._new_mask(mask, oob))
-        return orig(*op.args, **op.kwargs)
+        out = orig(*op.args, **op.kwargs)
+        if check is self.on_read and self.on_loaded is not None and mask.any():
+            self.on_loaded(out, mask)
+        return out
 
     @staticmethod
     def _new_mask(mask, oob):
