@@ -119,12 +119,12 @@ def engine_category(f: dict, version: str | None = None) -> str:
         return "torch-native-lm-head"
     if _torch_native_graph_max_rank(sig, config, version):
         return "torch-native-graph-rank"
-    triage = _engine_release_bug(sig, config.get("backend"), version, bool(config.get("graph_bs")))
+    triage = _engine_release_bug(sig, config.get("backend"), version, _graph_path(sig, config))
     if triage:
         return triage
     backend = f["case"]["config"].get("backend")
     spills = sig["kind"] == "numeric-mismatch" or (sig["kind"] == "state-violation"
-                                                   and sig.get("tensor") == "base-rows")
+                                                   and _label(sig) == "base-rows")
     if spills and backend == "triton" and _sgemm_lora_b_unmasked(version):
         return "n-mask"  # the unmasked lanes add into the next request's row: an adapter's or the base model's
     # an unload leaves the slot: the user's, or (through the adapter-management API) --max-loaded-loras' eviction
@@ -159,15 +159,32 @@ def _rank_overread(sig: dict, version: str | None) -> bool:
     return "lhs = tl.load(lhs_ptrs" in _source_line(location, version) and "lhs = tl.where(k_mask" in after
 
 
+def _label(sig: dict) -> str:
+    """A result's label without the path its logits went through: ``step.logits[torch_native, graph]`` ->
+    ``step.logits`` (runner.Session.path: the backend and graph mode, named since G1 and G2 shared a signature)."""
+    return (sig.get("tensor") or "").split("[", 1)[0]
+
+
+def _graph_path(sig: dict, config: dict) -> bool:
+    """Whether the result went through a decode graph replay: the label says so (``[backend, graph ...]``); a
+    label without a path (findings of the target before it named one) counts every case with graphs."""
+    tensor = sig.get("tensor") or ""
+    if "[" in tensor:
+        return ", graph" in tensor
+    return bool(config.get("graph_bs"))
+
+
 def _torch_native_lm_head_unpruned(sig: dict, config: dict, version: str | None) -> bool:
     """A wrong row (an adapter's logits or logprobs, or a base-model row that is not the base model's) of a
     torch_native case with lm_head LoRA, in a release whose torch_native backend never routes lm_head over the
     LogitsProcessor's kept rows (no pruned lm_head batch info: docs/findings/sglang-g1-torch-native-lm-head.md)."""
     wrong_row = sig["kind"] == "numeric-mismatch" or (sig["kind"] == "state-violation"
-                                                       and sig.get("tensor") == "base-rows")
+                                                       and _label(sig) == "base-rows")
     torch_backend = _release_file(version, "srt/lora/backend/torch_backend.py")
-    return (wrong_row and config.get("backend") == "torch_native" and "lm_head" in config.get("target_modules", ())
-            and bool(torch_backend) and "lm_head" not in torch_backend)
+    eager = "[" not in (sig.get("tensor") or "") or not _graph_path(sig, config)  # a decode graph keeps every row
+    return (wrong_row and eager and config.get("backend") == "torch_native"
+            and "lm_head" in config.get("target_modules", ()) and bool(torch_backend)
+            and "lm_head" not in torch_backend)
 
 
 # 0.5.12+'s torch_native graph ops (lora/torch_ops/graph_lora_ops.py) slice a stacked module's shrink output by
@@ -180,8 +197,8 @@ def _torch_native_graph_max_rank(sig: dict, config: dict, version: str | None) -
     """A wrong adapter row (or a base-model row that is not the base model's) of a torch_native case with decode
     graphs, in a release whose graph ops slice by the pool's max rank."""
     wrong_row = sig["kind"] == "numeric-mismatch" or (sig["kind"] == "state-violation"
-                                                       and sig.get("tensor") == "base-rows")
-    return (wrong_row and config.get("backend") == "torch_native" and bool(config.get("graph_bs"))
+                                                       and _label(sig) == "base-rows")
+    return (wrong_row and config.get("backend") == "torch_native" and _graph_path(sig, config)
             and GRAPH_MAX_RANK in _release_file(version, "srt/lora/torch_ops/graph_lora_ops.py"))
 
 
