@@ -99,6 +99,45 @@ def _why_no_report(out: Path, version: str) -> str:
     return f"{lines[-1][:200].replace('|', '/')} ({version}.log)" if lines else f"no {version}.log (not run)"
 
 
+def verdicts(out: Path, version: str) -> dict:
+    """The release's verdict cell per known bug (``row``'s), or {} without a report."""
+    p = out / f"{version}.json"
+    if not p.exists():
+        return {}
+    return dict(zip(KNOWN, row(out, version).split(" | ")[2:2 + len(KNOWN)]))
+
+
+def _spans(versions: list[str], chosen: set) -> str:
+    """``chosen`` among the ordered ``versions`` as runs of consecutive ones: ``0.5.8 - 0.5.23, 0.5.5``."""
+    runs: list[list[str]] = []
+    prev = False
+    for v in versions:
+        if v in chosen:
+            if prev:
+                runs[-1].append(v)
+            else:
+                runs.append([v])
+        prev = v in chosen
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]} - {r[-1]}" for r in runs) or "none"
+
+
+def ranges(out: Path, versions: list[str]) -> list[str]:
+    """Per known bug, its release range from the sweep (the releases whose campaign found it: ``yes``), beside the
+    releases where its seed ran silent, could not run, or was not reached, and the range the releases' own files
+    give (``present``): what docs/findings' ranges are checked against. ``versions`` in release order."""
+    lines = ["| bug | found on (the sweep) | seed ran, not found | n/a (seed refused) | not reached | "
+             "release files have it |", "|---|---|---|---|---|---|"]
+    cells = {v: verdicts(out, v) for v in versions}
+    for b in KNOWN:
+        got = {v: cells[v].get(b, "–") for v in versions}
+        found, silent, refused = ({v for v in versions if got[v].startswith(p)} for p in ("**yes", "no", "n/a"))
+        has = {v for v in versions if present(b, v)}
+        lines.append(f"| {NAMES.get(b, b)}{f' ({b})' if b in NAMES else ''} | {_spans(versions, found)} | "
+                     f"{_spans(versions, silent)} | {_spans(versions, refused)} | "
+                     f"{_spans(versions, set(versions) - found - silent - refused)} | {_spans(versions, has)} |")
+    return lines
+
+
 def row(out: Path, version: str) -> str:
     p = out / f"{version}.json"
     if not p.exists():
@@ -141,6 +180,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     out, versions = Path(argv[0]), argv[1:]
     print("\n".join(table(out, versions)))
+    print()
+    print("\n".join(ranges(out, versions)))
     print()
     print("\n".join(lora_sweep.rows(out, versions)))
     return 0

@@ -246,3 +246,33 @@ def test_a_drain_bound_violation_with_a_pinned_adapter_is_sg1_where_the_drainer_
     assert sweep.category(finding(True), "old") == "SG1"
     assert sweep.category(finding(False), "old") == "untriaged"  # no pin: not SG1's mechanism
     assert sweep.category(finding(True), "new") == "untriaged"   # a release with the fix
+
+
+def test_a_wrong_row_is_triaged_by_the_path_its_label_names(tmp_path, monkeypatch):
+    """A step's results are labelled with the backend and graph mode (``step.logits[torch_native, graph]``): a
+    torch_native case with lm_head LoRA and decode graphs can show G1 (eager extend batches) and G2 (replayed decode
+    batches); before, the triage went by the case's ``graph_bs`` alone and called both G1. Likewise #28371 is a
+    csgmv *graph* replay's mismatch, not an eager batch's of a case that has graphs. Labels without a path (reports
+    of the target before it named one) are triaged by the case, as before."""
+    site = import_module("fuzzrunner.targets.sglang_lora.site")
+    lora = tmp_path / "old" / "site" / "sglang" / "srt" / "lora"
+    (lora / "backend").mkdir(parents=True)
+    (lora / "torch_ops").mkdir()
+    (lora / "triton_ops").mkdir()
+    (lora / "backend" / "torch_backend.py").write_text("class TorchNativeLoRABackend: ...\n")
+    (lora / "torch_ops" / "graph_lora_ops.py").write_text(sweep.GRAPH_MAX_RANK + "\n")
+    (lora / "triton_ops" / "chunked_sgmv_shrink.py").write_text("grid = (cdiv(N, BLOCK_N), num_segments)\n")
+    (lora / "triton_ops" / "sgemm_lora_b.py").write_text("n_mask = n_offset < N\n")
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+
+    def triage(backend, tensor, kind="numeric-mismatch"):
+        config = {"backend": backend, "graph_bs": 2, "target_modules": ["qkv_proj", "lm_head"]}
+        return sweep.category({"signature": {"tool": "numeric", "kind": kind, "tensor": tensor},
+                               "case": {"target": "sglang_engine", "config": config, "ops": []}}, "old")
+    assert triage("torch_native", "step.logits[torch_native, eager]") == "torch-native-lm-head"
+    assert triage("torch_native", "step.logits[torch_native, graph]") == "torch-native-graph-rank"
+    assert triage("torch_native", "base-rows[torch_native, graph]", "state-violation") == "torch-native-graph-rank"
+    assert triage("torch_native", "base-rows[torch_native, eager]", "state-violation") == "torch-native-lm-head"
+    assert triage("csgmv", "step.logits[csgmv, graph]") == "#28371"
+    assert triage("csgmv", "step.logits[csgmv, eager]") == "untriaged"
+    assert triage("csgmv", "step.logits") == "#28371"  # an older report: by the case's graphs
