@@ -24,7 +24,8 @@ SEEDS = {"#21380": "unload_keeps_slot_21380", "#28371": "csgmv_graph_segments_28
          "#14177": "graph_seg_indptr_14177", "n-mask": "sgemm_lora_b_n_mask", "emb-unzeroed": "embedding_unzeroed",
          "csgmv-embedding": "csgmv_embedding", "#18649": "lm_head_rows_18649", "#31910": "lm_head_passes_31910",
          "torch-native-lm-head": "torch_native_lm_head_g1", "torch-native-graph-rank": "torch_native_graph_rank_g2",
-         "SG1": "drainer_pinned_slots_sg1"}
+         "SG1": "drainer_pinned_slots_sg1", "#20564": "torch_native_runs_20564",
+         "torch-native-embedding": "torch_native_embedding"}
 KNOWN = tuple(SEEDS)
 # the findings pages' names of the bugs sweep.py triages by what they are (docs/findings/)
 NAMES = {"torch-native-lm-head": "G1", "torch-native-graph-rank": "G2"}
@@ -52,6 +53,9 @@ def present(bug: str, version: str) -> bool | None:
         and "lm_head" not in f("srt/lora/backend/torch_backend.py"),
         "torch-native-graph-rank": lora_sweep.GRAPH_MAX_RANK in f("srt/lora/torch_ops/graph_lora_ops.py"),  # G2
         "SG1": lora_sweep.DRAINER_FULL_CHECK in f("srt/lora/lora_drainer.py"),
+        "#20564": lora_sweep.TORCH_NATIVE_RUNS_BY_REQUEST in f("srt/lora/backend/torch_backend.py"),
+        "torch-native-embedding": embedding and bool(f("srt/lora/backend/torch_backend.py"))
+        and "def run_lora_a_embedding" not in f("srt/lora/backend/torch_backend.py"),
     }[bug]
 
 

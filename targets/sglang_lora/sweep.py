@@ -97,7 +97,9 @@ def engine_category(f: dict, version: str | None = None) -> str:
     mismatch of a csgmv case with decode graphs where the kernels' grid is the capture's segment count),
     ``emb-unzeroed`` (an adapter without embedding / lm_head LoRA runs the slot's never-written embedding buffers:
     releases whose pool does not zero them), ``csgmv-embedding`` (embedding LoRA on a csgmv backend without
-    ``run_lora_a_embedding``), ``#18649`` (lm_head LoRA's shrink reading past the LogitsProcessor's kept rows,
+    ``run_lora_a_embedding``; ``torch-native-embedding``: the same on the torch_native backend, 0.5.6.post2 -
+    0.5.11), ``#20564`` (torch_native's prepare crashing on a batch with fewer runs of equal adapters than requests),
+    ``#18649`` (lm_head LoRA's shrink reading past the LogitsProcessor's kept rows,
     or writing past its output, and the expand reading past the shrink's output, in releases without pruned
     lm_head routing), ``#31910`` (a triton case whose
     input-logprob passes of lm_head LoRA crash in ``_prepare_lm_head_batch_info``: releases that append the passes
@@ -119,7 +121,8 @@ def engine_category(f: dict, version: str | None = None) -> str:
         return "torch-native-lm-head"
     if _torch_native_graph_max_rank(sig, config, version):
         return "torch-native-graph-rank"
-    triage = _engine_release_bug(sig, config.get("backend"), version, _graph_path(sig, config))
+    triage = _engine_release_bug(sig, config.get("backend"), version, _graph_path(sig, config),
+                                 config.get("target_modules", ()))
     if triage:
         return triage
     backend = f["case"]["config"].get("backend")
@@ -203,6 +206,10 @@ def _torch_native_graph_max_rank(sig: dict, config: dict, version: str | None) -
 
 
 EMBEDDING_ZEROED = "Zero out embedding/lm_head buffers for adapters without embedding LoRA"
+# 0.5.6.post2 - 0.5.9's TorchNativeLoRABackend.prepare_lora_batch copies the per-run slot table (unique_consecutive of
+# the requests' slots) into the first bs rows: a batch with fewer runs of equal adapters than requests (and more than
+# one) crashes, "The size of tensor a (bs) must match ..." (fixed upstream by PR #20564, in 0.5.10: [:num_segments])
+TORCH_NATIVE_RUNS_BY_REQUEST = "batch_info.weight_indices[:bs].copy_(weight_indices_tensor"
 DRAINER_FULL_CHECK = "if len(running_adapter_ids) < self.max_loras_per_batch:"
 # 0.5.10 - 0.5.15.post1's TritonLoRABackend._prepare_lm_head_batch_info appends each logprob pass's batch info to the
 # attribute (None) instead of its local list: lm_head LoRA with input logprobs in > 1 pass crashes (described by
@@ -227,7 +234,7 @@ def _lm_head_unpruned(version: str | None) -> bool:
     return "class ParallelLMHeadWithLoRA" in layers and "lm_head_batch_info" not in layers
 
 
-def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = False) -> str:
+def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = False, targets=()) -> str:
     """The engine findings whose cause is in the release's own file, recognised by what the release has."""
     tensor, kind = sig.get("tensor") or "", sig["kind"]
     if kind == "uninitialized-read" and tensor.startswith("torch.empty@triton_backend.py") and \
@@ -250,6 +257,13 @@ def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = F
     if kind == "crash" and backend == "triton" and "triton_backend.py" in sig.get("location", "") and \
             LM_HEAD_PASSES_DROPPED in _release_file(version, "srt/lora/backend/triton_backend.py"):
         return "#31910"
+    torch_backend = _release_file(version, "srt/lora/backend/torch_backend.py")
+    if kind == "crash" and backend == "torch_native" and "torch_backend.py" in sig.get("location", "") and \
+            TORCH_NATIVE_RUNS_BY_REQUEST in torch_backend:
+        return "#20564"
+    if kind == "crash" and backend == "torch_native" and "torch_ops/lora_ops.py" in sig.get("location", "") and \
+            "embed_tokens" in targets and torch_backend and "def run_lora_a_embedding" not in torch_backend:
+        return "torch-native-embedding"
     if kind == "crash" and backend == "csgmv" and "chunked_sgmv_expand" in sig.get("location", "") and \
             "def run_lora_a_embedding" not in _release_file(version, "srt/lora/backend/chunked_backend.py"):
         return "csgmv-embedding"

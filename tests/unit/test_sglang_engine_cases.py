@@ -276,3 +276,26 @@ def test_a_wrong_row_is_triaged_by_the_path_its_label_names(tmp_path, monkeypatc
     assert triage("csgmv", "step.logits[csgmv, graph]") == "#28371"
     assert triage("csgmv", "step.logits[csgmv, eager]") == "untriaged"
     assert triage("csgmv", "step.logits") == "#28371"  # an older report: by the case's graphs
+
+
+def test_torch_native_crashes_of_releases_before_its_fixes_are_triaged_by_their_files(tmp_path, monkeypatch):
+    """The fifth sweep's two untriaged crashes on 0.5.7's torch_native: prepare_lora_batch's copy of the per-run slot
+    table into the first bs rows (``#20564``: a batch with fewer runs of equal adapters than requests) and embedding
+    LoRA on a torch_native backend without ``run_lora_a_embedding`` (None into ``sgemm_lora_b_fwd``); each only where
+    the release's torch_backend.py has the cause."""
+    site = import_module("fuzzrunner.targets.sglang_lora.site")
+    for v, text in (("old", sweep.TORCH_NATIVE_RUNS_BY_REQUEST + ")\n"),
+                    ("new", "    def run_lora_a_embedding(self): ...\nweight_indices[:num_segments].copy_(x)\n")):
+        (tmp_path / v / "site" / "sglang" / "srt" / "lora" / "backend").mkdir(parents=True)
+        (tmp_path / v / "site" / "sglang" / "srt" / "lora" / "backend" / "torch_backend.py").write_text(text)
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+
+    def crash(location, kernel, modules):
+        return {"signature": {"tool": "python", "kind": "crash", "kernel": kernel, "location": location},
+                "case": {"target": "sglang_engine", "ops": [],
+                         "config": {"backend": "torch_native", "graph_bs": 0, "target_modules": modules}}}
+    runs = crash("torch_backend.py:264", "RuntimeError", ["qkv_proj"])
+    emb = crash("torch_ops/lora_ops.py:57", "AttributeError", ["embed_tokens"])
+    no_emb = crash("torch_ops/lora_ops.py:57", "AttributeError", ["qkv_proj"])
+    assert [sweep.category(f, "old") for f in (runs, emb, no_emb)] == ["#20564", "torch-native-embedding", "untriaged"]
+    assert [sweep.category(f, "new") for f in (runs, emb)] == ["untriaged", "untriaged"]
