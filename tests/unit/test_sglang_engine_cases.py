@@ -189,7 +189,7 @@ def test_the_engine_target_takes_its_device_from_the_run_not_the_environment():
                                    ("triton", "csgmv", "torch_native", "triton_v2")]))
 def test_drawn_cases_use_only_the_releases_drivable_backends(data, backends):
     """``--lora-backend`` is drawn from what the release ships that runs without compiled code (backends.py):
-    torch_native from 0.5.8, triton_v2 in 0.5.23; each a declared feature of that release only."""
+    torch_native from 0.5.6.post2, triton_v2 in 0.5.23; each a declared feature of that release only."""
     case = data.draw(cases.sglang_engine_cases((), max_ops=4, device="cpu", backends=backends))
     assert case.config["backend"] in backends
     space = set(cases.feature_space(backends=backends))
