@@ -34,7 +34,7 @@ def unavailable(api) -> dict:
         out["nolora_graph_for_adapters"] = why
         out["skip_inactive_from_first_request"] = why
     if "torch_native" not in api.backends:
-        out["torch_native_first_segment_slot"] = f"SGLang {api.version} has no torch_native LoRA backend (0.5.6.post2+)"
+        out["torch_native_first_segment_slot"] = f"SGLang {api.version} has no torch_native LoRA backend (0.5.6.post1+)"
     return out
 
 

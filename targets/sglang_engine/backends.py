@@ -6,7 +6,7 @@ Drawn where the release has them (``drivable``: the names its backend registry s
 ``LoRAManager(lora_backend=...)``, which asks the release's own registry for the class:
 
 * ``triton``, ``csgmv``: every release (Triton kernels);
-* ``torch_native`` (0.5.6.post2+): plain torch ops (``lora/torch_ops``), no kernel;
+* ``torch_native`` (0.5.6.post1+): plain torch ops (``lora/torch_ops``), no kernel;
 * ``triton_v2`` (0.5.23+): the dense runner (``lora/dense/runner.py``) over the shared routing and Triton kernels of
   ``kernels/ops/lora/common``; it skips inactive batches (``skip_inactive_dense_lora``), so the decode graph runner
   records a "lora" and a "nolora" graph per size (graphs.py).

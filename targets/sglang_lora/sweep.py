@@ -99,7 +99,8 @@ def engine_category(f: dict, version: str | None = None) -> str:
     releases whose pool does not zero them), ``csgmv-embedding`` (embedding LoRA on a csgmv backend without
     ``run_lora_a_embedding``; ``torch-native-embedding``: the same on the torch_native backend, 0.5.6.post2 -
     0.5.11), ``#20564`` (torch_native's prepare crashing on a batch with fewer runs of equal adapters than requests),
-    ``#18649`` (lm_head LoRA's shrink reading past the LogitsProcessor's kept rows,
+    ``#15187`` (0.5.6.post1 - 0.5.6.post2's torch_native ops reading a slot's never-written rows past the adapter's
+    rank or modules), ``#18649`` (lm_head LoRA's shrink reading past the LogitsProcessor's kept rows,
     or writing past its output, and the expand reading past the shrink's output, in releases without pruned
     lm_head routing), ``#31910`` (a triton case whose
     input-logprob passes of lm_head LoRA crash in ``_prepare_lm_head_batch_info``: releases that append the passes
@@ -183,6 +184,10 @@ def _torch_native_lm_head_unpruned(sig: dict, config: dict, version: str | None)
     LogitsProcessor's kept rows (no pruned lm_head batch info: docs/findings/sglang-g1-torch-native-lm-head.md)."""
     wrong_row = sig["kind"] == "numeric-mismatch" or (sig["kind"] == "state-violation"
                                                        and _label(sig) == "base-rows")
+    # 0.5.6.post1 - 0.5.6.post2's ops expand the segment lengths to the rows (repeat_interleave with output_size):
+    # the whole batch's lengths over the LogitsProcessor's pruned rows raise instead of running the wrong slots
+    wrong_row = wrong_row or (sig["kind"] == "crash" and sig.get("kernel") == "RuntimeError"
+                              and "torch_ops/lora_ops.py" in sig.get("location", ""))
     torch_backend = _release_file(version, "srt/lora/backend/torch_backend.py")
     eager = "[" not in (sig.get("tensor") or "") or not _graph_path(sig, config)  # a decode graph keeps every row
     return (wrong_row and eager and config.get("backend") == "torch_native"
@@ -210,6 +215,10 @@ EMBEDDING_ZEROED = "Zero out embedding/lm_head buffers for adapters without embe
 # the requests' slots) into the first bs rows: a batch with fewer runs of equal adapters than requests (and more than
 # one) crashes, "The size of tensor a (bs) must match ..." (fixed upstream by PR #20564, in 0.5.10: [:num_segments])
 TORCH_NATIVE_RUNS_BY_REQUEST = "batch_info.weight_indices[:bs].copy_(weight_indices_tensor"
+# 0.5.6.post1 - 0.5.6.post2's torch_native ops (vLLM's bgmv/sgmv, lora/torch_ops/lora_ops.py) take each slot's whole
+# max-rank A and B and every stacked slice, ignoring the adapter's rank and the modules it lacks: they contract over
+# pool rows that were never written (garbage on a GPU); reworked with per-slot ranks by PR #15187, in 0.5.7
+TORCH_NATIVE_V0_OPS = "def bgmv_shrink("
 DRAINER_FULL_CHECK = "if len(running_adapter_ids) < self.max_loras_per_batch:"
 # 0.5.10 - 0.5.15.post1's TritonLoRABackend._prepare_lm_head_batch_info appends each logprob pass's batch info to the
 # attribute (None) instead of its local list: lm_head LoRA with input logprobs in > 1 pass crashes (described by
@@ -261,9 +270,14 @@ def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = F
     if kind == "crash" and backend == "torch_native" and "torch_backend.py" in sig.get("location", "") and \
             TORCH_NATIVE_RUNS_BY_REQUEST in torch_backend:
         return "#20564"
-    if kind == "crash" and backend == "torch_native" and "torch_ops/lora_ops.py" in sig.get("location", "") and \
+    in_ops = "torch_ops/lora_ops.py" in sig.get("location", "")
+    if kind == "crash" and backend == "torch_native" and in_ops and sig.get("kernel") == "AttributeError" and \
             "embed_tokens" in targets and torch_backend and "def run_lora_a_embedding" not in torch_backend:
         return "torch-native-embedding"
+    if kind == "uninitialized-read" and backend == "torch_native" and in_ops and \
+            tensor.startswith("torch.empty@mem_pool.py") and \
+            TORCH_NATIVE_V0_OPS in _release_file(version, "srt/lora/torch_ops/lora_ops.py"):
+        return "#15187"
     if kind == "crash" and backend == "csgmv" and "chunked_sgmv_expand" in sig.get("location", "") and \
             "def run_lora_a_embedding" not in _release_file(version, "srt/lora/backend/chunked_backend.py"):
         return "csgmv-embedding"

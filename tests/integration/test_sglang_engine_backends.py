@@ -1,5 +1,5 @@
 """``sglang_engine`` with every LoRA backend the release ships that runs without compiled code (backends.py:
-``torch_native`` 0.5.6.post2+, ``triton_v2`` 0.5.23+) and the decode graph runner's "lora" / "nolora" variant choice
+``torch_native`` 0.5.6.post1+, ``triton_v2`` 0.5.23+) and the decode graph runner's "lora" / "nolora" variant choice
 (variants.py), each with its planted fault (backend_faults.py). docs/sglang.md, "sglang_engine".
 
 One subprocess for the fast cases (~25 s of import); the from-scratch campaigns are ``slow``.

@@ -189,7 +189,7 @@ def test_the_engine_target_takes_its_device_from_the_run_not_the_environment():
                                    ("triton", "csgmv", "torch_native", "triton_v2")]))
 def test_drawn_cases_use_only_the_releases_drivable_backends(data, backends):
     """``--lora-backend`` is drawn from what the release ships that runs without compiled code (backends.py):
-    torch_native from 0.5.6.post2, triton_v2 in 0.5.23; each a declared feature of that release only."""
+    torch_native from 0.5.6.post1, triton_v2 in 0.5.23; each a declared feature of that release only."""
     case = data.draw(cases.sglang_engine_cases((), max_ops=4, device="cpu", backends=backends))
     assert case.config["backend"] in backends
     space = set(cases.feature_space(backends=backends))
@@ -299,3 +299,14 @@ def test_torch_native_crashes_of_releases_before_its_fixes_are_triaged_by_their_
     no_emb = crash("torch_ops/lora_ops.py:57", "AttributeError", ["qkv_proj"])
     assert [sweep.category(f, "old") for f in (runs, emb, no_emb)] == ["#20564", "torch-native-embedding", "untriaged"]
     assert [sweep.category(f, "new") for f in (runs, emb)] == ["untriaged", "untriaged"]
+    # 0.5.6.post1 - 0.5.6.post2's vLLM-derived ops: a slot's never-written rows read (#15187), and the whole batch's
+    # segment lengths over the LogitsProcessor's pruned lm_head rows raising in repeat_interleave (G1's cause)
+    (tmp_path / "old" / "site" / "sglang" / "srt" / "lora" / "torch_ops").mkdir()
+    (tmp_path / "old" / "site" / "sglang" / "srt" / "lora" / "torch_ops" / "lora_ops.py").write_text(
+        sweep.TORCH_NATIVE_V0_OPS + "x): ...\n")
+    read = {"signature": {"tool": "shadow", "kind": "uninitialized-read", "kernel": "aten.index.Tensor",
+                          "location": "torch_ops/lora_ops.py:72", "tensor": "torch.empty@mem_pool.py:213"},
+            "case": runs["case"]}
+    pruned = crash("torch_ops/lora_ops.py:58", "RuntimeError", ["lm_head"])
+    assert [sweep.category(f, "old") for f in (read, pruned)] == ["#15187", "torch-native-lm-head"]
+    assert sweep.category(read, "new") == "untriaged"
