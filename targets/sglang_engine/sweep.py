@@ -53,7 +53,7 @@ def present(bug: str, version: str) -> bool | None:
         and "lm_head" not in f("srt/lora/backend/torch_backend.py"),
         "torch-native-graph-rank": lora_sweep.GRAPH_MAX_RANK in f("srt/lora/torch_ops/graph_lora_ops.py"),  # G2
         "SG1": lora_sweep.DRAINER_FULL_CHECK in f("srt/lora/lora_drainer.py"),
-        "#20564": lora_sweep.TORCH_NATIVE_RUNS_BY_REQUEST in f("srt/lora/backend/torch_backend.py"),
+        "#20564": lora_sweep._torch_native_runs_by_request(f("srt/lora/backend/torch_backend.py")),
         "torch-native-embedding": embedding and bool(f("srt/lora/backend/torch_backend.py"))
         and "def run_lora_a_embedding" not in f("srt/lora/backend/torch_backend.py"),
     }[bug]

@@ -284,7 +284,7 @@ def test_torch_native_crashes_of_releases_before_its_fixes_are_triaged_by_their_
     LoRA on a torch_native backend without ``run_lora_a_embedding`` (None into ``sgemm_lora_b_fwd``); each only where
     the release's torch_backend.py has the cause."""
     site = import_module("fuzzrunner.targets.sglang_lora.site")
-    for v, text in (("old", sweep.TORCH_NATIVE_RUNS_BY_REQUEST + ")\n"),
+    for v, text in (("old", "torch.unique_consecutive(x)\n" + sweep.TORCH_NATIVE_RUNS_BY_REQUEST + ")\n"),
                     ("new", "    def run_lora_a_embedding(self): ...\nweight_indices[:num_segments].copy_(x)\n")):
         (tmp_path / v / "site" / "sglang" / "srt" / "lora" / "backend").mkdir(parents=True)
         (tmp_path / v / "site" / "sglang" / "srt" / "lora" / "backend" / "torch_backend.py").write_text(text)
@@ -299,6 +299,8 @@ def test_torch_native_crashes_of_releases_before_its_fixes_are_triaged_by_their_
     no_emb = crash("torch_ops/lora_ops.py:57", "AttributeError", ["qkv_proj"])
     assert [sweep.category(f, "old") for f in (runs, emb, no_emb)] == ["#20564", "torch-native-embedding", "untriaged"]
     assert [sweep.category(f, "new") for f in (runs, emb)] == ["untriaged", "untriaged"]
+    # 0.5.6.post1 copies the same line, but its table is per request (no runs): not #20564 (the sweep's seed ran silent)
+    assert not sweep._torch_native_runs_by_request(sweep.TORCH_NATIVE_RUNS_BY_REQUEST + ")\n")
     # 0.5.6.post1 - 0.5.6.post2's vLLM-derived ops: a slot's never-written rows read (#15187), and the whole batch's
     # segment lengths over the LogitsProcessor's pruned lm_head rows raising in repeat_interleave (G1's cause)
     (tmp_path / "old" / "site" / "sglang" / "srt" / "lora" / "torch_ops").mkdir()

@@ -37,7 +37,7 @@ def _tree(tmp_path, v, buggy: bool) -> None:
     (lora / "triton_ops" / "sgemm_lora_b.py").write_text("" if buggy else "n_mask = n_offset < N\n")
     (lora / "torch_ops").mkdir()
     (lora / "backend" / "torch_backend.py").write_text("class TorchNativeLoRABackend: ...\n" + (
-        sweep.TORCH_NATIVE_RUNS_BY_REQUEST + ")\n" if buggy else  # #20564; torch-native-embedding, G1 below
+        "torch.unique_consecutive(x)\n" + sweep.TORCH_NATIVE_RUNS_BY_REQUEST + ")\n" if buggy else  # #20564; torch-native-embedding, G1 below
         "    def run_lora_a_embedding(self): ...\n    lm_head_batch_info = None\n"))  # G1: no pruned routing
     (lora / "torch_ops" / "graph_lora_ops.py").write_text(sweep.GRAPH_MAX_RANK + "\n" if buggy else "")  # G2
     (lora / "lora_drainer.py").write_text(sweep.DRAINER_FULL_CHECK + "\n" if buggy else "")  # SG1
