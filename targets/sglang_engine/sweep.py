@@ -49,7 +49,7 @@ def present(bug: str, version: str) -> bool | None:
         "#18649": lora_sweep._lm_head_unpruned(version),
         "#31910": lora_sweep.LM_HEAD_PASSES_DROPPED in f("srt/lora/backend/triton_backend.py"),
         # G1: a torch_native backend that never routes lm_head LoRA over the LogitsProcessor's kept rows
-        "torch-native-lm-head": bool(f("srt/lora/backend/torch_backend.py"))
+        "torch-native-lm-head": embedding and bool(f("srt/lora/backend/torch_backend.py"))
         and "lm_head" not in f("srt/lora/backend/torch_backend.py"),
         "torch-native-graph-rank": lora_sweep.GRAPH_MAX_RANK in f("srt/lora/torch_ops/graph_lora_ops.py"),  # G2
         "SG1": lora_sweep.DRAINER_FULL_CHECK in f("srt/lora/lora_drainer.py"),

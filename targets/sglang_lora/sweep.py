@@ -273,12 +273,15 @@ def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = F
             LM_HEAD_PASSES_DROPPED in _release_file(version, "srt/lora/backend/triton_backend.py"):
         return "#31910"
     torch_backend = _release_file(version, "srt/lora/backend/torch_backend.py")
-    if kind == "crash" and backend == "torch_native" and "torch_backend.py" in sig.get("location", "") and \
-            _torch_native_runs_by_request(torch_backend):
+    location = sig.get("location", "")
+    if kind == "crash" and backend == "torch_native" and sig.get("kernel") == "RuntimeError" and \
+            "torch_backend.py" in location and _torch_native_runs_by_request(torch_backend):
         return "#20564"
-    in_ops = "torch_ops/lora_ops.py" in sig.get("location", "")
-    if kind == "crash" and backend == "torch_native" and in_ops and sig.get("kernel") == "AttributeError" and \
-            "embed_tokens" in targets and torch_backend and "def run_lora_a_embedding" not in torch_backend:
+    in_ops = "torch_ops/lora_ops.py" in location
+    # None (the base class's run_lora_a_embedding) into the B GEMM: the ops' (0.5.7+) or the backend's (0.5.6.post2)
+    if kind == "crash" and backend == "torch_native" and (in_ops or "torch_backend.py" in location) and \
+            sig.get("kernel") == "AttributeError" and "embed_tokens" in targets and torch_backend and \
+            "def run_lora_a_embedding" not in torch_backend:
         return "torch-native-embedding"
     if kind == "uninitialized-read" and backend == "torch_native" and in_ops and \
             tensor.startswith("torch.empty@mem_pool.py") and \
