@@ -211,15 +211,15 @@ def _torch_native_graph_max_rank(sig: dict, config: dict, version: str | None) -
 
 
 EMBEDDING_ZEROED = "Zero out embedding/lm_head buffers for adapters without embedding LoRA"
-# 0.5.6.post2 - 0.5.9's TorchNativeLoRABackend.prepare_lora_batch copies the per-run slot table (unique_consecutive of
+# 0.5.7 - 0.5.9's TorchNativeLoRABackend.prepare_lora_batch copies the per-run slot table (unique_consecutive of
 # the requests' slots) into the first bs rows: a batch with fewer runs of equal adapters than requests (and more than
 # one) crashes, "The size of tensor a (bs) must match ..." (fixed upstream by PR #20564, in 0.5.10: [:num_segments])
 TORCH_NATIVE_RUNS_BY_REQUEST = "batch_info.weight_indices[:bs].copy_(weight_indices_tensor"
 
 
 def _torch_native_runs_by_request(torch_backend: str) -> bool:
-    """The torch_native backend groups requests into runs of equal adapters (``unique_consecutive``: 0.5.6.post2+;
-    0.5.6.post1's table is per request) and copies the runs' table into ``bs`` rows (#20564)."""
+    """The torch_native backend groups requests into runs of equal adapters (``unique_consecutive``: 0.5.7+;
+    0.5.6.post1 - 0.5.6.post2's table is per request) and copies the runs' table into ``bs`` rows (#20564)."""
     return "unique_consecutive" in torch_backend and TORCH_NATIVE_RUNS_BY_REQUEST in torch_backend
 # 0.5.6.post1 - 0.5.6.post2's torch_native ops (vLLM's bgmv/sgmv, lora/torch_ops/lora_ops.py) take each slot's whole
 # max-rank A and B and every stacked slice, ignoring the adapter's rank and the modules it lacks: they contract over

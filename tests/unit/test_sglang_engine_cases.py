@@ -301,7 +301,7 @@ def test_torch_native_crashes_of_releases_before_its_fixes_are_triaged_by_their_
     assert [sweep.category(f, "old") for f in (runs, emb, no_emb, emb_backend)] == \
         ["#20564", "torch-native-embedding", "untriaged", "torch-native-embedding"]
     assert [sweep.category(f, "new") for f in (runs, emb)] == ["untriaged", "untriaged"]
-    # 0.5.6.post1 copies the same line, but its table is per request (no runs): not #20564 (the sweep's seed ran silent)
+    # 0.5.6.post1 - 0.5.6.post2 copy the same line, but their table is per request (no runs): not #20564 (the sweep's seed ran silent)
     assert not sweep._torch_native_runs_by_request(sweep.TORCH_NATIVE_RUNS_BY_REQUEST + ")\n")
     # 0.5.6.post1 - 0.5.6.post2's vLLM-derived ops: a slot's never-written rows read (#15187), and the whole batch's
     # segment lengths over the LogitsProcessor's pruned lm_head rows raising in repeat_interleave (G1's cause)
