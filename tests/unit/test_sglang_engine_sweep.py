@@ -198,3 +198,25 @@ def test_each_known_bugs_release_range_is_read_from_the_sweep_beside_its_files(t
     assert line == "| #21380 | a1 - a2 | a3 | none | a4 | a1 - a2, a4 |"
     assert esweep._spans(versions, {"a1", "a3", "a4"}) == "a1, a3 - a4"
     assert any(ln.startswith("| G1 (torch-native-lm-head) |") for ln in esweep.ranges(tmp_path, versions))
+
+
+def test_a_seed_the_release_cannot_run_is_refused_not_run_silently():
+    """SG1's seed (arrival rounds, tokens to generate, a drain threshold) on a release whose scheduler path is not
+    driven went through the older admission loop, which drops those keys: it ran silent, a "no" beside a release that
+    has the bug. And a torch_native seed on a release without that backend is refused before the engine is asked
+    for it. Both are ``InvalidCase`` (the sweep's n/a), one line saying why."""
+    import types
+
+    import pytest
+
+    from fuzzrunner.errors import InvalidCase
+    sg1 = json.loads((SEEDS / "drainer_pinned_slots_sg1.json").read_text())
+    g1 = json.loads((SEEDS / "torch_native_lm_head_g1.json").read_text())
+    eng = types.SimpleNamespace(version="0.5.x", scheduler=None, scheduler_why="the release's Scheduler lacks f",
+                                api=types.SimpleNamespace(backends=("triton", "csgmv")))
+    ctx = types.SimpleNamespace(device="cpu")
+    with pytest.raises(InvalidCase, match="backend 'torch_native' is not drivable on SGLang 0.5.x"):
+        runner.Session(Case("sglang_engine", g1["config"], tuple(g1["ops"]), ()), ctx, eng, "/nonexistent")
+    with pytest.raises(InvalidCase, match="the scheduler path is not driven on SGLang 0.5.x.*lacks f"):
+        runner.Session(Case("sglang_engine", sg1["config"], tuple(sg1["ops"]), ()), ctx, eng, "/nonexistent")
+    assert runner._served(Case("sglang_engine", g1["config"], tuple(g1["ops"]), ())) is False
