@@ -148,6 +148,7 @@ RUN = """
 import json, sys
 sys.path.insert(0, {root!r})
 from fuzzrunner.case import Case
+from fuzzrunner.errors import InvalidCase
 from fuzzrunner.execute import run_case
 from fuzzrunner.target import load_target
 target = load_target("sglang_engine")
@@ -156,7 +157,11 @@ for cfg, ops, faults in json.load(sys.stdin):
     if set(faults) & set(target.faults_unavailable):
         out.append(None)  # this release has not the part the fault is planted in
         continue
-    vs = run_case(Case("sglang_engine", cfg, tuple(ops), tuple(faults)), target, device="cpu")
+    try:
+        vs = run_case(Case("sglang_engine", cfg, tuple(ops), tuple(faults)), target, device="cpu")
+    except InvalidCase:  # the release cannot run it (multi-round requests where the scheduler is not driven)
+        out.append(None)
+        continue
     out.append([[v.kind, v.tool, v.message[:300], v.kernel, v.location, v.tensor] for v in vs])
 print("RESULT " + json.dumps(out))
 """
@@ -222,6 +227,8 @@ def _served(results, k):
 def test_requests_served_by_sglangs_scheduler_are_silent(results, k):
     """Multi-round requests through SGLang's scheduler loop and ForwardBatch.init_new: every batch within the
     slots, the running-request limit and the prefill chunk; no stall; every request done within the bound."""
+    if _served(results, k) is None:
+        pytest.skip("the scheduler path is not driven on this release (the case is refused: runner._served)")
     assert _served(results, k) == [], _served(results, k)
 
 
@@ -236,6 +243,8 @@ def test_each_scheduler_fault_is_caught_in_its_minimal_case(results, j, fault):
 @pytest.mark.parametrize("j,fault", list(enumerate(SERVER_FAULT_CASES)))
 def test_each_scheduler_faults_minimal_case_is_silent_without_it(results, j, fault):
     got = _served(results, len(SERVED_VARIANTS) + len(SERVER_FAULT_CASES) + j)
+    if got is None:
+        pytest.skip(f"{fault}: this release's scheduler is not driven (scheduler.py)")
     assert got == [], got
 
 
