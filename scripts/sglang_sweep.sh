@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Fuzz SGLang's own LoRA code across releases, fault-free, one after another, and write one table.
 #   scripts/sglang_sweep.sh [--target sglang_lora|sglang_engine] [--budget SECONDS] [--max-examples N] [--seed N]
-#                           [--out DIR] VERSION...
+#                           [--no-shrink] [--out DIR] VERSION...
+# --budget is each release's campaign's whole time (start-up included; default 300 s): a release whose budget ends
+# before its seeds ran reads "budget ran out" in the verdict table, never "no".
 # Each VERSION is set up (scripts/sglang_setup.sh, cached), its campaign replays the target's seeds (the known
 # bugs' minimal cases: a deterministic verdict per release) then generates cases, on the CPU; reports go to
 # DIR/VERSION.json and the table (release, finding, triage, first found after, minimal case) to DIR/table.md; with
@@ -9,7 +11,7 @@
 # Exit 0 when every campaign ran (findings or not).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-budget=300 examples=200 seed=0 out=out/sglang_sweep target=sglang_lora
+budget=300 examples=200 seed=0 out=out/sglang_sweep target=sglang_lora shrink=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --budget) budget=$2; shift 2 ;;
@@ -17,6 +19,7 @@ while [ $# -gt 0 ]; do
     --seed) seed=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --target) target=$2; shift 2 ;;
+    --no-shrink) shrink=(--no-shrink); shift ;;
     -*) echo "sglang_sweep: unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -33,11 +36,11 @@ for v in "$@"; do
     continue
   fi
   echo "== SGLang $v: fuzzing $target (${examples} examples or ${budget}s, seed $seed)" >&2
-  rm -rf "$out/$v.corpus"
+  rm -rf "$out/$v.corpus" "$out/$v.json"
   rc=0
   FUZZRUNNER_SGLANG_VERSION=$v PYTHONPATH=. .venv/bin/python -m fuzzrunner fuzz --target "$target" \
     --budget "$budget" --max-examples "$examples" --seed "$seed" --corpus "$out/$v.corpus" \
-    --report "$out/$v.json" >>"$out/$v.log" 2>&1 || rc=$?
+    --report "$out/$v.json" "${shrink[@]}" >>"$out/$v.log" 2>&1 || rc=$?
   echo "   exit $rc ($([ $rc = 1 ] && echo findings || ([ $rc = 0 ] && echo none || echo error)))" >&2
 done
 # sglang_engine: a verdict per release and known bug (its seed replayed first), then the findings

@@ -42,7 +42,7 @@ def unavailable(api) -> dict:
         out["nolora_graph_for_adapters"] = why
         out["skip_inactive_from_first_request"] = why
     if "torch_native" not in api.backends:
-        out["torch_native_first_segment_slot"] = f"SGLang {api.version} has no torch_native LoRA backend (0.5.8+)"
+        out["torch_native_first_segment_slot"] = f"SGLang {api.version} has no torch_native LoRA backend (0.5.6.post1+)"
     if "triton_v2" not in api.backends:
         out["v2_expand_rank_past_bridge"] = f"SGLang {api.version} has no triton_v2 LoRA backend (0.5.23+)"
     return out

@@ -2,11 +2,11 @@
 itself, and what each needs to run on the CPU.
 
 Drawn where the release has them (``drivable``: the names its backend registry serves, or before the registry
-0.5.8, its ``get_backend_from_name``), each selected as the server selects it: ``ServerArgs.lora_backend`` and
+0.5.5.post3, its ``get_backend_from_name``), each selected as the server selects it: ``ServerArgs.lora_backend`` and
 ``LoRAManager(lora_backend=...)``, which asks the release's own registry for the class:
 
 * ``triton``, ``csgmv``: every release (Triton kernels);
-* ``torch_native`` (0.5.8+): plain torch ops (``lora/torch_ops``), no kernel;
+* ``torch_native`` (0.5.6.post1+): plain torch ops (``lora/torch_ops``), no kernel;
 * ``triton_v2`` (0.5.23+): the dense runner (``lora/dense/runner.py``) over the shared routing and Triton kernels of
   ``kernels/ops/lora/common``; it skips inactive batches (``skip_inactive_dense_lora``), so the decode graph runner
   records a "lora" and a "nolora" graph per size (graphs.py).
@@ -42,7 +42,7 @@ GEOMETRY_USERS = ("sglang.srt.lora.dense.runner", "sglang.srt.lora.dense.mla_cor
 
 
 def shipped() -> tuple:
-    """Every ``--lora-backend`` name the release's registry serves (0.5.8+), else the two of ``base_backend``."""
+    """Every ``--lora-backend`` name the release's registry serves (0.5.5.post3 on), else ``base_backend``'s two."""
     try:
         from sglang.srt.lora.backend.lora_registry import LORA_SUPPORTED_BACKENDS
     except ImportError:

@@ -28,7 +28,7 @@ from fuzzrunner.strategies import OpSequence
 
 from .adapters import SERVER_NAME
 
-BACKENDS = ("triton", "csgmv")  # every release's; torch_native (0.5.8+), triton_v2 (0.5.23+) where it has them
+BACKENDS = ("triton", "csgmv")  # every release's; torch_native (0.5.6.post1+), triton_v2 (0.5.23+) where it has them
 SERVER_MODULES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "embed_tokens", "lm_head")
 # PEFT target-module groups adapters are made with (q_proj always with v_proj: see docs/sglang_engine.md)
 GROUPS = {"qkv_proj": (("q_proj", "v_proj"), ("q_proj", "k_proj", "v_proj")), "o_proj": (("o_proj",),),

@@ -81,6 +81,12 @@ class Session:
         self.dtype = getattr(torch, c["dtype"])
         self.device = torch.device(ctx.device)
         self.api = api = eng.api
+        if c["backend"] not in api.backends:  # a seed or a stored case of another release
+            raise InvalidCase(f"backend {c['backend']!r} is not drivable on SGLang {eng.version}; its registry's "
+                              f"drivable backends are {', '.join(api.backends)} (backends.py): draw one of those.")
+        if eng.scheduler is None and _served(case):
+            raise InvalidCase(f"the scheduler path is not driven on SGLang {eng.version}; a case with arrival rounds, "
+                              f"tokens to generate or a drain threshold needs it ({eng.scheduler_why}).")
         missing = sorted(set(c["target_modules"]) - set(api.modules))
         if missing:
             raise InvalidCase(f"target modules {missing}: SGLang {eng.version}'s LoRA pool has no buffers for them "
@@ -239,7 +245,17 @@ class Session:
         self.ctx.check("step", problems + check_frontend(self.front, self.mgr, before, self.c.get("max_loaded_loras"),
                                                          _pinned(before)))
 
-    def _check_logprobs(self, got, ref_all, tokens: list, lens: list, starts: list) -> None:
+    def path(self, graph: int | None, fb) -> str:
+        """What a step's logits went through, named in its results' labels (so in its findings' signatures): the
+        backend and the graph mode (``eager``; ``graph``, with the variant SGLang's graph runner replays where it
+        records several: ``graph lora`` / ``graph nolora``). Two bugs of one backend, one eager and one in the graph
+        (G1 and G2 of torch_native), are then two findings of one campaign, not one kept and one merged into it."""
+        if graph is None:
+            return f"{self.c['backend']}, eager"
+        variant = self.graphs.variants.resolve(fb) if fb is not None else None
+        return f"{self.c['backend']}, graph" + (f" {variant}" if variant else "")
+
+    def _check_logprobs(self, got, ref_all, tokens: list, lens: list, starts: list, path: str) -> None:
         """The input logprobs a user asked for (``return_logprob`` with a logprob start per request) are those of
         each request's own adapter, in the batch's order, however the LogitsProcessor chunks its lm_head passes."""
         want = _expected_logprobs(ref_all, tokens, lens, starts)
@@ -247,7 +263,7 @@ class Session:
             return  # every request's start is its length: SGLang computes no input logprobs (extend_return_logprob)
         if got is None or tuple(got.shape) != tuple(want.shape):
             shape = None if got is None else tuple(got.shape)
-            self.ctx.check("step.logprobs", [f"the LogitsProcessor returned {shape} input logprobs for "
+            self.ctx.check(f"step.logprobs[{path}]", [f"the LogitsProcessor returned {shape} input logprobs for "
                                              f"{tuple(want.shape)} asked (starts {starts}, lens {lens})"])
             return
         rows, off = [], 0
@@ -255,7 +271,7 @@ class Session:
             rows += [off + p for p in range(s, n)]
             off += n
         scale = ref_all[rows].abs().amax(dim=-1).clamp(min=1.0) if rows else want.new_ones(0)
-        self.ctx.compare("step.logprobs", got / scale.to(got), want / scale, self.dtype)
+        self.ctx.compare(f"step.logprobs[{path}]", got / scale.to(got), want / scale, self.dtype)
 
     def _batch(self, names: list, ids: list, mode: str, lens: list, seed: int, logprob=None) -> None:
         g = torch.Generator().manual_seed(seed)
@@ -293,9 +309,10 @@ class Session:
         # 1e4, and float32 rounding of those leaves ~1e-3 on a small logit that cancels out of them (a 1e-4
         # tolerance on the element itself then reports rounding: 0.00925 on an 85.35 in a row of 26700s)
         scale = ref.abs().amax(dim=-1, keepdim=True).clamp(min=1.0)
-        self.ctx.compare("step.logits", logits / scale.to(logits), ref / scale, self.dtype)
+        path = self.path(graph, fb)
+        self.ctx.compare(f"step.logits[{path}]", logits / scale.to(logits), ref / scale, self.dtype)
         if logprob is not None:
-            self._check_logprobs(logprobs, ref_all, tokens.tolist(), lens, logprob)
+            self._check_logprobs(logprobs, ref_all, tokens.tolist(), lens, logprob, path)
         kept = rows if last is None else [rows[i] for i in last]
         base_rows = [i for i, n in enumerate(kept) if n is None]
         if base_rows:
@@ -307,9 +324,9 @@ class Session:
                     lambda h, head: self.logits(tokens, h, head, fb)[0])
                 base = tiny.base_path_logits(self.model, ids, last, via)
             bad = [i for i in base_rows if not torch.equal(logits[i], base[i])]
-            self.ctx.check("base-rows", [f"token {i} (a request without an adapter) differs from the base model's "
-                                         f"logits (max |diff| {float((logits[i] - base[i]).abs().max()):.3g})"
-                                         for i in bad[:3]])
+            self.ctx.check(f"base-rows[{path}]", [
+                f"token {i} (a request without an adapter) differs from the base model's logits (max |diff| "
+                f"{float((logits[i] - base[i]).abs().max()):.3g})" for i in bad[:3]])
         return logits
 
 
@@ -323,6 +340,13 @@ def _expected_logprobs(ref_all, tokens: list, lens: list, starts: list):
         off += n
     lp = torch.log_softmax(ref_all[rows], dim=-1) if rows else ref_all.new_zeros((0, ref_all.shape[-1]))
     return lp[torch.arange(len(rows)), torch.tensor(want, dtype=torch.long)]
+
+
+def _served(case) -> bool:
+    """Whether the case asks for what only SGLang's scheduler path runs (serving.py): requests arriving in later
+    rounds or generating several tokens, or the LoRA drainer (elsewhere those would be dropped silently)."""
+    return bool(case.config.get("lora_drain_wait_threshold")) or any(
+        op.get("arrive") is not None or op.get("new") is not None for op in case.ops)
 
 
 def _pinned(registered: dict) -> set:

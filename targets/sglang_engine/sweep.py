@@ -22,8 +22,13 @@ from ..sglang_lora import sweep as lora_sweep
 # bug -> its seed's file stem (seeds/STEM.json)
 SEEDS = {"#21380": "unload_keeps_slot_21380", "#28371": "csgmv_graph_segments_28371",
          "#14177": "graph_seg_indptr_14177", "n-mask": "sgemm_lora_b_n_mask", "emb-unzeroed": "embedding_unzeroed",
-         "csgmv-embedding": "csgmv_embedding", "#18649": "lm_head_rows_18649", "#31910": "lm_head_passes_31910"}
+         "csgmv-embedding": "csgmv_embedding", "#18649": "lm_head_rows_18649", "#31910": "lm_head_passes_31910",
+         "torch-native-lm-head": "torch_native_lm_head_g1", "torch-native-graph-rank": "torch_native_graph_rank_g2",
+         "SG1": "drainer_pinned_slots_sg1", "#20564": "torch_native_runs_20564",
+         "torch-native-embedding": "torch_native_embedding"}
 KNOWN = tuple(SEEDS)
+# the findings pages' names of the bugs sweep.py triages by what they are (docs/findings/)
+NAMES = {"torch-native-lm-head": "G1", "torch-native-graph-rank": "G2"}
 
 
 def present(bug: str, version: str) -> bool | None:
@@ -43,6 +48,14 @@ def present(bug: str, version: str) -> bool | None:
         "csgmv-embedding": embedding and "def run_lora_a_embedding" not in f("srt/lora/backend/chunked_backend.py"),
         "#18649": lora_sweep._lm_head_unpruned(version),
         "#31910": lora_sweep.LM_HEAD_PASSES_DROPPED in f("srt/lora/backend/triton_backend.py"),
+        # G1: a torch_native backend that never routes lm_head LoRA over the LogitsProcessor's kept rows
+        "torch-native-lm-head": embedding and bool(f("srt/lora/backend/torch_backend.py"))
+        and "lm_head" not in f("srt/lora/backend/torch_backend.py"),
+        "torch-native-graph-rank": lora_sweep.GRAPH_MAX_RANK in f("srt/lora/torch_ops/graph_lora_ops.py"),  # G2
+        "SG1": lora_sweep.DRAINER_FULL_CHECK in f("srt/lora/lora_drainer.py"),
+        "#20564": lora_sweep._torch_native_runs_by_request(f("srt/lora/backend/torch_backend.py")),
+        "torch-native-embedding": embedding and bool(f("srt/lora/backend/torch_backend.py"))
+        and "def run_lora_a_embedding" not in f("srt/lora/backend/torch_backend.py"),
     }[bug]
 
 
@@ -60,7 +73,9 @@ def _signature(violation: dict) -> dict:
     return {k: violation.get(k) or "" for k in ("tool", "kind", "kernel", "location", "tensor")}
 
 
-def cell(bug: str, version: str, triaged: set, replayed: set, refused: dict) -> str:
+def cell(bug: str, version: str, triaged: set, replayed: set, refused: dict, stop: str = "") -> str:
+    """One verdict: **yes**, no, n/a (the seed refused, with why), ``budget ran out`` (the campaign stopped on its
+    budget before it replayed the seed: nothing is known, not "not found"), else ``– (seed not run)``."""
     seed = SEEDS[bug]
     if bug in triaged:
         verdict, found = "**yes**", True
@@ -71,6 +86,8 @@ def cell(bug: str, version: str, triaged: set, replayed: set, refused: dict) -> 
         if why.startswith("/") and ".json: " in why:  # the file named first
             why = why.split(".json: ", 1)[1]
         return "n/a (refused: " + why.split(";")[0].split(":")[0][:60] + ")"
+    elif stop == "budget":
+        return "**budget ran out** (seed not run)"
     else:
         return "– (seed not run)"
     has = present(bug, version)
@@ -79,10 +96,57 @@ def cell(bug: str, version: str, triaged: set, replayed: set, refused: dict) -> 
     return verdict
 
 
+def _why_no_report(out: Path, version: str) -> str:
+    """Why a release has no report, from its log's last line (the set-up's error, or the campaign's)."""
+    log = out / f"{version}.log"
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.exists() else []
+    return f"{lines[-1][:200].replace('|', '/')} ({version}.log)" if lines else f"no {version}.log (not run)"
+
+
+def verdicts(out: Path, version: str) -> dict:
+    """The release's verdict cell per known bug (``row``'s), or {} without a report."""
+    p = out / f"{version}.json"
+    if not p.exists():
+        return {}
+    return dict(zip(KNOWN, row(out, version).split(" | ")[2:2 + len(KNOWN)]))
+
+
+def _spans(versions: list[str], chosen: set) -> str:
+    """``chosen`` among the ordered ``versions`` as runs of consecutive ones: ``0.5.8 - 0.5.23, 0.5.5``."""
+    runs: list[list[str]] = []
+    prev = False
+    for v in versions:
+        if v in chosen:
+            if prev:
+                runs[-1].append(v)
+            else:
+                runs.append([v])
+        prev = v in chosen
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]} - {r[-1]}" for r in runs) or "none"
+
+
+def ranges(out: Path, versions: list[str]) -> list[str]:
+    """Per known bug, its release range from the sweep (the releases whose campaign found it: ``yes``), beside the
+    releases where its seed ran silent, could not run, or was not reached, and the range the releases' own files
+    give (``present``): what docs/findings' ranges are checked against. ``versions`` in release order."""
+    lines = ["| bug | found on (the sweep) | seed ran, not found | n/a (seed refused) | not reached | "
+             "release files have it |", "|---|---|---|---|---|---|"]
+    cells = {v: verdicts(out, v) for v in versions}
+    for b in KNOWN:
+        got = {v: cells[v].get(b, "–") for v in versions}
+        found, silent, refused = ({v for v in versions if got[v].startswith(p)} for p in ("**yes", "no", "n/a"))
+        has = {v for v in versions if present(b, v)}
+        lines.append(f"| {NAMES.get(b, b)}{f' ({b})' if b in NAMES else ''} | {_spans(versions, found)} | "
+                     f"{_spans(versions, silent)} | {_spans(versions, refused)} | "
+                     f"{_spans(versions, set(versions) - found - silent - refused)} | {_spans(versions, has)} |")
+    return lines
+
+
 def row(out: Path, version: str) -> str:
     p = out / f"{version}.json"
     if not p.exists():
-        return f"| {version} | – | " + " | ".join("–" for _ in KNOWN) + f" | no report (see {version}.log) | |"
+        return (f"| {version} | – | " + " | ".join("–" for _ in KNOWN)
+                + f" | no report: {_why_no_report(out, version)} | |")
     r = json.loads(p.read_text())
     run = r["runs"][0] if r.get("runs") else r
     findings = run.get("findings", [])
@@ -94,20 +158,23 @@ def row(out: Path, version: str) -> str:
                                 version) for f in findings for o in f.get("others", [])}
     replayed, refused = _seed_runs(run)
     others = [c for c in cats if c not in KNOWN and c != "target"]
+    stop = run.get("stop_reason", "")
     if not run.get("examples") and not run.get("replayed") and not refused:
-        others = ["**no case ran** (the budget ended during the start-up)"]  # every cell says "seed not run"
+        why = "the budget ended during the start-up" if stop == "budget" else f"stop: {stop or 'unknown'}"
+        others = [f"**no case ran** ({why})"]  # every cell says "seed not run" or "budget ran out"
     targets = cats.count("target")
     generated = run.get("generated", run.get("examples", "?"))
     budget = (run.get("settings") or {}).get("budget_s")
     cases = f"{generated} + {len(replayed)} seeds, {run.get('duration_s', 0):.0f} s"
     cases += f" of {budget:.0f}" if budget else ""
     found = set(cats) | also
-    return (f"| {version} | {cases} | " + " | ".join(cell(b, version, found, replayed, refused) for b in KNOWN)
+    return (f"| {version} | {cases} | " + " | ".join(cell(b, version, found, replayed, refused, stop) for b in KNOWN)
             + f" | {', '.join(others) or 'none'} | {targets or '–'} |")
 
 
 def table(out: Path, versions: list[str]) -> list[str]:
-    head = "| SGLang | generated + seeds, campaign s of budget s | " + " | ".join(KNOWN)
+    head = "| SGLang | generated + seeds, campaign s of budget s | " + " | ".join(
+        f"{NAMES[b]} ({b})" if b in NAMES else b for b in KNOWN)
     return ([head + " | other findings | target errors |",
              "|---|---|" + "---|" * len(KNOWN) + "---|---|"]
             + [row(out, v) for v in versions])
@@ -117,6 +184,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     out, versions = Path(argv[0]), argv[1:]
     print("\n".join(table(out, versions)))
+    print()
+    print("\n".join(ranges(out, versions)))
     print()
     print("\n".join(lora_sweep.rows(out, versions)))
     return 0

@@ -97,7 +97,10 @@ def engine_category(f: dict, version: str | None = None) -> str:
     mismatch of a csgmv case with decode graphs where the kernels' grid is the capture's segment count),
     ``emb-unzeroed`` (an adapter without embedding / lm_head LoRA runs the slot's never-written embedding buffers:
     releases whose pool does not zero them), ``csgmv-embedding`` (embedding LoRA on a csgmv backend without
-    ``run_lora_a_embedding``), ``#18649`` (lm_head LoRA's shrink reading past the LogitsProcessor's kept rows,
+    ``run_lora_a_embedding``; ``torch-native-embedding``: the same on the torch_native backend, 0.5.6.post2 -
+    0.5.11), ``#20564`` (torch_native's prepare crashing on a batch with fewer runs of equal adapters than requests),
+    ``#15187`` (0.5.6.post1 - 0.5.6.post2's torch_native ops reading a slot's never-written rows past the adapter's
+    rank or modules), ``#18649`` (lm_head LoRA's shrink reading past the LogitsProcessor's kept rows,
     or writing past its output, and the expand reading past the shrink's output, in releases without pruned
     lm_head routing), ``#31910`` (a triton case whose
     input-logprob passes of lm_head LoRA crash in ``_prepare_lm_head_batch_info``: releases that append the passes
@@ -119,12 +122,13 @@ def engine_category(f: dict, version: str | None = None) -> str:
         return "torch-native-lm-head"
     if _torch_native_graph_max_rank(sig, config, version):
         return "torch-native-graph-rank"
-    triage = _engine_release_bug(sig, config.get("backend"), version, bool(config.get("graph_bs")))
+    triage = _engine_release_bug(sig, config.get("backend"), version, _graph_path(sig, config),
+                                 config.get("target_modules", ()))
     if triage:
         return triage
     backend = f["case"]["config"].get("backend")
     spills = sig["kind"] == "numeric-mismatch" or (sig["kind"] == "state-violation"
-                                                   and sig.get("tensor") == "base-rows")
+                                                   and _label(sig) == "base-rows")
     if spills and backend == "triton" and _sgemm_lora_b_unmasked(version):
         return "n-mask"  # the unmasked lanes add into the next request's row: an adapter's or the base model's
     # an unload leaves the slot: the user's, or (through the adapter-management API) --max-loaded-loras' eviction
@@ -159,15 +163,36 @@ def _rank_overread(sig: dict, version: str | None) -> bool:
     return "lhs = tl.load(lhs_ptrs" in _source_line(location, version) and "lhs = tl.where(k_mask" in after
 
 
+def _label(sig: dict) -> str:
+    """A result's label without the path its logits went through: ``step.logits[torch_native, graph]`` ->
+    ``step.logits`` (runner.Session.path: the backend and graph mode, named since G1 and G2 shared a signature)."""
+    return (sig.get("tensor") or "").split("[", 1)[0]
+
+
+def _graph_path(sig: dict, config: dict) -> bool:
+    """Whether the result went through a decode graph replay: the label says so (``[backend, graph ...]``); a
+    label without a path (findings of the target before it named one) counts every case with graphs."""
+    tensor = sig.get("tensor") or ""
+    if "[" in tensor:
+        return ", graph" in tensor
+    return bool(config.get("graph_bs"))
+
+
 def _torch_native_lm_head_unpruned(sig: dict, config: dict, version: str | None) -> bool:
     """A wrong row (an adapter's logits or logprobs, or a base-model row that is not the base model's) of a
     torch_native case with lm_head LoRA, in a release whose torch_native backend never routes lm_head over the
     LogitsProcessor's kept rows (no pruned lm_head batch info: docs/findings/sglang-g1-torch-native-lm-head.md)."""
     wrong_row = sig["kind"] == "numeric-mismatch" or (sig["kind"] == "state-violation"
-                                                       and sig.get("tensor") == "base-rows")
+                                                       and _label(sig) == "base-rows")
+    # 0.5.6.post1 - 0.5.6.post2's ops expand the segment lengths to the rows (repeat_interleave with output_size):
+    # the whole batch's lengths over the LogitsProcessor's pruned rows raise instead of running the wrong slots
+    wrong_row = wrong_row or (sig["kind"] == "crash" and sig.get("kernel") == "RuntimeError"
+                              and "torch_ops/lora_ops.py" in sig.get("location", ""))
     torch_backend = _release_file(version, "srt/lora/backend/torch_backend.py")
-    return (wrong_row and config.get("backend") == "torch_native" and "lm_head" in config.get("target_modules", ())
-            and bool(torch_backend) and "lm_head" not in torch_backend)
+    eager = "[" not in (sig.get("tensor") or "") or not _graph_path(sig, config)  # a decode graph keeps every row
+    return (wrong_row and eager and config.get("backend") == "torch_native"
+            and "lm_head" in config.get("target_modules", ()) and bool(torch_backend)
+            and "lm_head" not in torch_backend)
 
 
 # 0.5.12+'s torch_native graph ops (lora/torch_ops/graph_lora_ops.py) slice a stacked module's shrink output by
@@ -180,12 +205,26 @@ def _torch_native_graph_max_rank(sig: dict, config: dict, version: str | None) -
     """A wrong adapter row (or a base-model row that is not the base model's) of a torch_native case with decode
     graphs, in a release whose graph ops slice by the pool's max rank."""
     wrong_row = sig["kind"] == "numeric-mismatch" or (sig["kind"] == "state-violation"
-                                                       and sig.get("tensor") == "base-rows")
-    return (wrong_row and config.get("backend") == "torch_native" and bool(config.get("graph_bs"))
+                                                       and _label(sig) == "base-rows")
+    return (wrong_row and config.get("backend") == "torch_native" and _graph_path(sig, config)
             and GRAPH_MAX_RANK in _release_file(version, "srt/lora/torch_ops/graph_lora_ops.py"))
 
 
 EMBEDDING_ZEROED = "Zero out embedding/lm_head buffers for adapters without embedding LoRA"
+# 0.5.7 - 0.5.9's TorchNativeLoRABackend.prepare_lora_batch copies the per-run slot table (unique_consecutive of
+# the requests' slots) into the first bs rows: a batch with fewer runs of equal adapters than requests (and more than
+# one) crashes, "The size of tensor a (bs) must match ..." (fixed upstream by PR #20564, in 0.5.10: [:num_segments])
+TORCH_NATIVE_RUNS_BY_REQUEST = "batch_info.weight_indices[:bs].copy_(weight_indices_tensor"
+
+
+def _torch_native_runs_by_request(torch_backend: str) -> bool:
+    """The torch_native backend groups requests into runs of equal adapters (``unique_consecutive``: 0.5.7+;
+    0.5.6.post1 - 0.5.6.post2's table is per request) and copies the runs' table into ``bs`` rows (#20564)."""
+    return "unique_consecutive" in torch_backend and TORCH_NATIVE_RUNS_BY_REQUEST in torch_backend
+# 0.5.6.post1 - 0.5.6.post2's torch_native ops (vLLM's bgmv/sgmv, lora/torch_ops/lora_ops.py) take each slot's whole
+# max-rank A and B and every stacked slice, ignoring the adapter's rank and the modules it lacks: they contract over
+# pool rows that were never written (garbage on a GPU); reworked with per-slot ranks by PR #15187, in 0.5.7
+TORCH_NATIVE_V0_OPS = "def bgmv_shrink("
 DRAINER_FULL_CHECK = "if len(running_adapter_ids) < self.max_loras_per_batch:"
 # 0.5.10 - 0.5.15.post1's TritonLoRABackend._prepare_lm_head_batch_info appends each logprob pass's batch info to the
 # attribute (None) instead of its local list: lm_head LoRA with input logprobs in > 1 pass crashes (described by
@@ -210,7 +249,7 @@ def _lm_head_unpruned(version: str | None) -> bool:
     return "class ParallelLMHeadWithLoRA" in layers and "lm_head_batch_info" not in layers
 
 
-def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = False) -> str:
+def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = False, targets=()) -> str:
     """The engine findings whose cause is in the release's own file, recognised by what the release has."""
     tensor, kind = sig.get("tensor") or "", sig["kind"]
     if kind == "uninitialized-read" and tensor.startswith("torch.empty@triton_backend.py") and \
@@ -233,6 +272,21 @@ def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = F
     if kind == "crash" and backend == "triton" and "triton_backend.py" in sig.get("location", "") and \
             LM_HEAD_PASSES_DROPPED in _release_file(version, "srt/lora/backend/triton_backend.py"):
         return "#31910"
+    torch_backend = _release_file(version, "srt/lora/backend/torch_backend.py")
+    location = sig.get("location", "")
+    if kind == "crash" and backend == "torch_native" and sig.get("kernel") == "RuntimeError" and \
+            "torch_backend.py" in location and _torch_native_runs_by_request(torch_backend):
+        return "#20564"
+    in_ops = "torch_ops/lora_ops.py" in location
+    # None (the base class's run_lora_a_embedding) into the B GEMM: the ops' (0.5.7+) or the backend's (0.5.6.post2)
+    if kind == "crash" and backend == "torch_native" and (in_ops or "torch_backend.py" in location) and \
+            sig.get("kernel") == "AttributeError" and "embed_tokens" in targets and torch_backend and \
+            "def run_lora_a_embedding" not in torch_backend:
+        return "torch-native-embedding"
+    if kind == "uninitialized-read" and backend == "torch_native" and in_ops and \
+            tensor.startswith("torch.empty@mem_pool.py") and \
+            TORCH_NATIVE_V0_OPS in _release_file(version, "srt/lora/torch_ops/lora_ops.py"):
+        return "#15187"
     if kind == "crash" and backend == "csgmv" and "chunked_sgmv_expand" in sig.get("location", "") and \
             "def run_lora_a_embedding" not in _release_file(version, "srt/lora/backend/chunked_backend.py"):
         return "csgmv-embedding"

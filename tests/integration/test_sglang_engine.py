@@ -149,6 +149,7 @@ RUN = """
 import json, sys
 sys.path.insert(0, {root!r})
 from fuzzrunner.case import Case
+from fuzzrunner.errors import InvalidCase
 from fuzzrunner.execute import run_case
 from fuzzrunner.target import load_target
 target = load_target("sglang_engine")
@@ -157,7 +158,11 @@ for cfg, ops, faults in json.load(sys.stdin):
     if set(faults) & set(target.faults_unavailable):
         out.append(None)  # this release has not the part the fault is planted in
         continue
-    vs = run_case(Case("sglang_engine", cfg, tuple(ops), tuple(faults)), target, device="cpu")
+    try:
+        vs = run_case(Case("sglang_engine", cfg, tuple(ops), tuple(faults)), target, device="cpu")
+    except InvalidCase:  # the release cannot run it (multi-round requests where the scheduler is not driven)
+        out.append(None)
+        continue
     out.append([[v.kind, v.tool, v.message[:300], v.kernel, v.location, v.tensor] for v in vs])
 print("RESULT " + json.dumps(out))
 """
@@ -223,6 +228,8 @@ def _served(results, k):
 def test_requests_served_by_sglangs_scheduler_are_silent(results, k):
     """Multi-round requests through SGLang's scheduler loop and ForwardBatch.init_new: every batch within the
     slots, the running-request limit and the prefill chunk; no stall; every request done within the bound."""
+    if _served(results, k) is None:
+        pytest.skip("the scheduler path is not driven on this release (the case is refused: runner._served)")
     assert _served(results, k) == [], _served(results, k)
 
 
@@ -237,6 +244,8 @@ def test_each_scheduler_fault_is_caught_in_its_minimal_case(results, j, fault):
 @pytest.mark.parametrize("j,fault", list(enumerate(SERVER_FAULT_CASES)))
 def test_each_scheduler_faults_minimal_case_is_silent_without_it(results, j, fault):
     got = _served(results, len(SERVED_VARIANTS) + len(SERVER_FAULT_CASES) + j)
+    if got is None:
+        pytest.skip(f"{fault}: this release's scheduler is not driven (scheduler.py)")
     assert got == [], got
 
 
@@ -283,14 +292,15 @@ def test_every_set_up_release_drives_the_lifecycle_with_only_triaged_findings(ve
 
 
 def _cli(*args, timeout=3600):
+    # from scratch: without the seeds (the known bugs' minimal cases, G1, G2 and SG1 of 0.5.23 among them)
     return subprocess.run([sys.executable, "-m", "fuzzrunner", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=timeout)
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), FUZZRUNNER_SGLANG_SEEDS="0"), timeout=timeout)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", list(SERVER_FAULT_CASES))
 def test_each_scheduler_fault_is_found_from_scratch_within_300_examples(tmp_path, fault):
-    """The target has no seeds: a fresh corpus is from scratch (docs/sglang.md's table has the counts)."""
+    """From scratch: a fresh corpus, the seeds left out (``_cli``; docs/sglang.md's table has the counts)."""
     r = _cli("fuzz", "--target", "sglang_engine", "--fault", fault, "--max-examples", "300", "--seed", "0",
              "--budget", "3000", "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"))
     if "not driven here" in r.stdout + r.stderr:

@@ -1,5 +1,5 @@
 """``sglang_engine`` with every LoRA backend the release ships that runs without compiled code (backends.py:
-``torch_native`` 0.5.8+, ``triton_v2`` 0.5.23+) and the decode graph runner's "lora" / "nolora" variant choice
+``torch_native`` 0.5.6.post1+, ``triton_v2`` 0.5.23+) and the decode graph runner's "lora" / "nolora" variant choice
 (variants.py), each with its planted fault (backend_faults.py). docs/sglang.md, "sglang_engine".
 
 One subprocess for the fast cases (~25 s of import); the from-scratch campaigns are ``slow``.
@@ -185,7 +185,8 @@ def test_each_backend_fault_is_found_from_scratch_within_300_examples(tmp_path, 
     if FAULT_CASES[fault][0]["backend"] not in _drivable():
         pytest.skip(f"SGLang {_version()} has no {FAULT_CASES[fault][0]['backend']} LoRA backend")
     r = _cli("fuzz", "--target", "sglang_engine", "--fault", fault, "--max-examples", "300", "--seed", "0",
-             "--budget", "3000", "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"))
+             "--budget", "3000", "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"),
+             env={"FUZZRUNNER_SGLANG_SEEDS": "0"})  # from scratch: G1 and G2's seeds would be found first
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
     [run] = json.loads((tmp_path / "r.json").read_text())["runs"]
     found = [f["case"] for f in run["findings"]
@@ -219,3 +220,31 @@ def test_g2_standalone_repro_fails_on_the_release_and_passes_with_the_patch(tmp_
         pytest.skip(f"the patch (against 0.5.23) does not apply to SGLang {_version()}: {patched.stdout[-300:]}")
     run = subprocess.run([sys.executable, str(repro), str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_a_campaign_that_meets_g1_and_g2_keeps_both(tmp_path):
+    """G1 (torch_native's lm_head LoRA, eager) and G2 (torch_native under decode graphs) are both a numeric mismatch
+    of the step's logits; their signatures were one (``numeric-mismatch of step.logits``), so a campaign that met both
+    kept the first and filed the other as the same bug. The label names the backend and graph mode
+    (``runner.Session.path``): a campaign with both minimal cases among its corpus' cases keeps two findings, each
+    triaged as its bug."""
+    sweep = import_module("fuzzrunner.targets.sglang_lora.sweep")
+    site = import_module("fuzzrunner.targets.sglang_lora.site").site_dirs(_version())[0] / "sglang" / "srt" / "lora"
+    if not (site / "torch_ops" / "graph_lora_ops.py").exists() or \
+            sweep.GRAPH_MAX_RANK not in (site / "torch_ops" / "graph_lora_ops.py").read_text():
+        pytest.skip(f"SGLang {_version()} has not G2 (torch_native graph ops slicing by the max rank: 0.5.12+)")
+    cases = tmp_path / "c" / "cases" / "sglang_engine"
+    cases.mkdir(parents=True)
+    for name in ("sglang_g1_torch_native_lm_head", "sglang_g2_torch_native_graph_rank_stacked"):
+        (cases / f"{name}.json").write_text((FINDINGS / f"{name}.json").read_text())
+    r = _cli("fuzz", "--target", "sglang_engine", "--max-examples", "1", "--seed", "0", "--budget", "900",
+             "--no-shrink", "--corpus", str(tmp_path / "c"), "--report", str(tmp_path / "r.json"),
+             env={"FUZZRUNNER_SGLANG_SEEDS": "0", "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    [run] = json.loads((tmp_path / "r.json").read_text())["runs"]
+    assert len(run["replayed"]) == 2, run["replayed"]
+    # each bug keeps its own numeric mismatch (before, G1's case was left with its base-rows finding only)
+    numeric = {sweep.category(f, _version()): f["signature"]["tensor"] for f in run["findings"]
+               if f["signature"]["kind"] == "numeric-mismatch"}
+    assert numeric == {"torch-native-lm-head": "step.logits[torch_native, eager]",
+                       "torch-native-graph-rank": "step.logits[torch_native, graph]"}, run["findings"]

@@ -189,7 +189,7 @@ def test_the_engine_target_takes_its_device_from_the_run_not_the_environment():
                                    ("triton", "csgmv", "torch_native", "triton_v2")]))
 def test_drawn_cases_use_only_the_releases_drivable_backends(data, backends):
     """``--lora-backend`` is drawn from what the release ships that runs without compiled code (backends.py):
-    torch_native from 0.5.8, triton_v2 in 0.5.23; each a declared feature of that release only."""
+    torch_native from 0.5.6.post1, triton_v2 in 0.5.23; each a declared feature of that release only."""
     case = data.draw(cases.sglang_engine_cases((), max_ops=4, device="cpu", backends=backends))
     assert case.config["backend"] in backends
     space = set(cases.feature_space(backends=backends))
@@ -264,3 +264,71 @@ def test_sglang_backends_env_narrows_the_drawn_backends_and_refuses_one_not_driv
     with pytest.raises(HarnessError, match=r"^FUZZRUNNER_SGLANG_BACKENDS='triton_v3': triton_v3 is not a backend "
                                            r"this SGLang drives here; name some of triton, csgmv, torch_native, "):
         engine.drawn_backends(shipped)
+
+
+def test_a_wrong_row_is_triaged_by_the_path_its_label_names(tmp_path, monkeypatch):
+    """A step's results are labelled with the backend and graph mode (``step.logits[torch_native, graph]``): a
+    torch_native case with lm_head LoRA and decode graphs can show G1 (eager extend batches) and G2 (replayed decode
+    batches); before, the triage went by the case's ``graph_bs`` alone and called both G1. Likewise #28371 is a
+    csgmv *graph* replay's mismatch, not an eager batch's of a case that has graphs. Labels without a path (reports
+    of the target before it named one) are triaged by the case, as before."""
+    site = import_module("fuzzrunner.targets.sglang_lora.site")
+    lora = tmp_path / "old" / "site" / "sglang" / "srt" / "lora"
+    (lora / "backend").mkdir(parents=True)
+    (lora / "torch_ops").mkdir()
+    (lora / "triton_ops").mkdir()
+    (lora / "backend" / "torch_backend.py").write_text("class TorchNativeLoRABackend: ...\n")
+    (lora / "torch_ops" / "graph_lora_ops.py").write_text(sweep.GRAPH_MAX_RANK + "\n")
+    (lora / "triton_ops" / "chunked_sgmv_shrink.py").write_text("grid = (cdiv(N, BLOCK_N), num_segments)\n")
+    (lora / "triton_ops" / "sgemm_lora_b.py").write_text("n_mask = n_offset < N\n")
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+
+    def triage(backend, tensor, kind="numeric-mismatch"):
+        config = {"backend": backend, "graph_bs": 2, "target_modules": ["qkv_proj", "lm_head"]}
+        return sweep.category({"signature": {"tool": "numeric", "kind": kind, "tensor": tensor},
+                               "case": {"target": "sglang_engine", "config": config, "ops": []}}, "old")
+    assert triage("torch_native", "step.logits[torch_native, eager]") == "torch-native-lm-head"
+    assert triage("torch_native", "step.logits[torch_native, graph]") == "torch-native-graph-rank"
+    assert triage("torch_native", "base-rows[torch_native, graph]", "state-violation") == "torch-native-graph-rank"
+    assert triage("torch_native", "base-rows[torch_native, eager]", "state-violation") == "torch-native-lm-head"
+    assert triage("csgmv", "step.logits[csgmv, graph]") == "#28371"
+    assert triage("csgmv", "step.logits[csgmv, eager]") == "untriaged"
+    assert triage("csgmv", "step.logits") == "#28371"  # an older report: by the case's graphs
+
+
+def test_torch_native_crashes_of_releases_before_its_fixes_are_triaged_by_their_files(tmp_path, monkeypatch):
+    """The fifth sweep's two untriaged crashes on 0.5.7's torch_native: prepare_lora_batch's copy of the per-run slot
+    table into the first bs rows (``#20564``: a batch with fewer runs of equal adapters than requests) and embedding
+    LoRA on a torch_native backend without ``run_lora_a_embedding`` (None into ``sgemm_lora_b_fwd``); each only where
+    the release's torch_backend.py has the cause."""
+    site = import_module("fuzzrunner.targets.sglang_lora.site")
+    for v, text in (("old", "torch.unique_consecutive(x)\n" + sweep.TORCH_NATIVE_RUNS_BY_REQUEST + ")\n"),
+                    ("new", "    def run_lora_a_embedding(self): ...\nweight_indices[:num_segments].copy_(x)\n")):
+        (tmp_path / v / "site" / "sglang" / "srt" / "lora" / "backend").mkdir(parents=True)
+        (tmp_path / v / "site" / "sglang" / "srt" / "lora" / "backend" / "torch_backend.py").write_text(text)
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+
+    def crash(location, kernel, modules):
+        return {"signature": {"tool": "python", "kind": "crash", "kernel": kernel, "location": location},
+                "case": {"target": "sglang_engine", "ops": [],
+                         "config": {"backend": "torch_native", "graph_bs": 0, "target_modules": modules}}}
+    runs = crash("torch_backend.py:264", "RuntimeError", ["qkv_proj"])
+    emb = crash("torch_ops/lora_ops.py:57", "AttributeError", ["embed_tokens"])
+    no_emb = crash("torch_ops/lora_ops.py:57", "AttributeError", ["qkv_proj"])
+    emb_backend = crash("torch_backend.py:55", "AttributeError", ["embed_tokens"])  # 0.5.6.post2: the backend's x.shape
+    assert [sweep.category(f, "old") for f in (runs, emb, no_emb, emb_backend)] == \
+        ["#20564", "torch-native-embedding", "untriaged", "torch-native-embedding"]
+    assert [sweep.category(f, "new") for f in (runs, emb)] == ["untriaged", "untriaged"]
+    # 0.5.6.post1 - 0.5.6.post2 copy the same line, but their table is per request (no runs): not #20564 (the sweep's seed ran silent)
+    assert not sweep._torch_native_runs_by_request(sweep.TORCH_NATIVE_RUNS_BY_REQUEST + ")\n")
+    # 0.5.6.post1 - 0.5.6.post2's vLLM-derived ops: a slot's never-written rows read (#15187), and the whole batch's
+    # segment lengths over the LogitsProcessor's pruned lm_head rows raising in repeat_interleave (G1's cause)
+    (tmp_path / "old" / "site" / "sglang" / "srt" / "lora" / "torch_ops").mkdir()
+    (tmp_path / "old" / "site" / "sglang" / "srt" / "lora" / "torch_ops" / "lora_ops.py").write_text(
+        sweep.TORCH_NATIVE_V0_OPS + "x): ...\n")
+    read = {"signature": {"tool": "shadow", "kind": "uninitialized-read", "kernel": "aten.index.Tensor",
+                          "location": "torch_ops/lora_ops.py:72", "tensor": "torch.empty@mem_pool.py:213"},
+            "case": runs["case"]}
+    pruned = crash("torch_ops/lora_ops.py:58", "RuntimeError", ["lm_head"])
+    assert [sweep.category(f, "old") for f in (read, pruned)] == ["#15187", "torch-native-lm-head"]
+    assert sweep.category(read, "new") == "untriaged"

@@ -35,6 +35,12 @@ def _tree(tmp_path, v, buggy: bool) -> None:
     (lora / "backend" / "chunked_backend.py").write_text("" if buggy else "def run_lora_a_embedding(self): ...\n")
     (lora / "triton_ops" / "chunked_sgmv_shrink.py").write_text("" if buggy else "segment_grid = 1\n")
     (lora / "triton_ops" / "sgemm_lora_b.py").write_text("" if buggy else "n_mask = n_offset < N\n")
+    (lora / "torch_ops").mkdir()
+    (lora / "backend" / "torch_backend.py").write_text("class TorchNativeLoRABackend: ...\n" + (
+        "torch.unique_consecutive(x)\n" + sweep.TORCH_NATIVE_RUNS_BY_REQUEST + ")\n" if buggy else  # #20564; torch-native-embedding, G1 below
+        "    def run_lora_a_embedding(self): ...\n    lm_head_batch_info = None\n"))  # G1: no pruned routing
+    (lora / "torch_ops" / "graph_lora_ops.py").write_text(sweep.GRAPH_MAX_RANK + "\n" if buggy else "")  # G2
+    (lora / "lora_drainer.py").write_text(sweep.DRAINER_FULL_CHECK + "\n" if buggy else "")  # SG1
 
 
 def _report(out: Path, v: str, findings: list, replayed: list, refused: dict) -> None:
@@ -151,3 +157,66 @@ def test_a_finding_reproduces_every_bug_its_violations_are_triaged_as(tmp_path, 
     _report(tmp_path, "old", [f], list(esweep.SEEDS.values()), {})
     cells = dict(zip(esweep.KNOWN, esweep.row(tmp_path, "old").split(" | ")[2:2 + len(esweep.KNOWN)]))
     assert cells["n-mask"] == "**yes**" and cells["#18649"] == "**yes**"
+
+
+def test_a_seed_the_budget_never_reached_reads_budget_ran_out_not_no(tmp_path, monkeypatch):
+    """The fourth pass's 0.5.13 (240 s, all of it the start-up under load 17) had no seed run: its cells said
+    "– (seed not run)" like a release never swept, and a campaign that ran some seeds before its budget ended had
+    the rest read the same; the verdict names the budget (distinct from "no": the seed ran and found nothing)."""
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+    _tree(tmp_path, "old", buggy=True)
+    seeds = list(esweep.SEEDS.values())
+    _report(tmp_path, "old", [], seeds[:2], {})
+    report = json.loads((tmp_path / "old.json").read_text())
+    report["runs"][0]["stop_reason"] = "budget"
+    (tmp_path / "old.json").write_text(json.dumps(report))
+    cells = esweep.verdicts(tmp_path, "old")
+    assert [cells[b] for b in esweep.KNOWN[:2]] == ["no (source: present)"] * 2
+    assert {cells[b] for b in esweep.KNOWN[2:]} == {"**budget ran out** (seed not run)"}
+    report["runs"][0]["stop_reason"] = "max-examples"  # not the budget: nothing to say why
+    (tmp_path / "old.json").write_text(json.dumps(report))
+    assert esweep.verdicts(tmp_path, "old")[esweep.KNOWN[2]] == "– (seed not run)"
+    # no report at all: the row says why, from the release's log (a set-up that failed)
+    (tmp_path / "gone.log").write_text("== set-up\nsglang_setup: sglang gone still misses modules after 30 installs.\n")
+    assert "no report: sglang_setup: sglang gone still misses modules" in esweep.row(tmp_path, "gone")
+
+
+def test_each_known_bugs_release_range_is_read_from_the_sweep_beside_its_files(tmp_path, monkeypatch):
+    """The ranges table: per bug, the releases (in order, consecutive ones as a span) where the sweep found it,
+    where its seed ran silent, where it was refused, not reached, and where the release's files have the bug."""
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+    versions = ["a1", "a2", "a3", "a4"]
+    unload = {"signature": {"tool": "state", "kind": "state-violation", "tensor": "unload"},
+              "case": {"target": "sglang_engine", "config": {"backend": "triton"}, "ops": []}}
+    seeds = list(esweep.SEEDS.values())
+    for v, buggy in zip(versions, (True, True, False, True)):
+        _tree(tmp_path, v, buggy=buggy)
+    _report(tmp_path, "a1", [unload], seeds, {})
+    _report(tmp_path, "a2", [unload], seeds, {})
+    _report(tmp_path, "a3", [], seeds, {})  # a4: no report
+    [line] = [ln for ln in esweep.ranges(tmp_path, versions) if ln.startswith("| #21380 ")]
+    assert line == "| #21380 | a1 - a2 | a3 | none | a4 | a1 - a2, a4 |"
+    assert esweep._spans(versions, {"a1", "a3", "a4"}) == "a1, a3 - a4"
+    assert any(ln.startswith("| G1 (torch-native-lm-head) |") for ln in esweep.ranges(tmp_path, versions))
+
+
+def test_a_seed_the_release_cannot_run_is_refused_not_run_silently():
+    """SG1's seed (arrival rounds, tokens to generate, a drain threshold) on a release whose scheduler path is not
+    driven went through the older admission loop, which drops those keys: it ran silent, a "no" beside a release that
+    has the bug. And a torch_native seed on a release without that backend is refused before the engine is asked
+    for it. Both are ``InvalidCase`` (the sweep's n/a), one line saying why."""
+    import types
+
+    import pytest
+
+    from fuzzrunner.errors import InvalidCase
+    sg1 = json.loads((SEEDS / "drainer_pinned_slots_sg1.json").read_text())
+    g1 = json.loads((SEEDS / "torch_native_lm_head_g1.json").read_text())
+    eng = types.SimpleNamespace(version="0.5.x", scheduler=None, scheduler_why="the release's Scheduler lacks f",
+                                api=types.SimpleNamespace(backends=("triton", "csgmv")))
+    ctx = types.SimpleNamespace(device="cpu")
+    with pytest.raises(InvalidCase, match="backend 'torch_native' is not drivable on SGLang 0.5.x"):
+        runner.Session(Case("sglang_engine", g1["config"], tuple(g1["ops"]), ()), ctx, eng, "/nonexistent")
+    with pytest.raises(InvalidCase, match="the scheduler path is not driven on SGLang 0.5.x.*lacks f"):
+        runner.Session(Case("sglang_engine", sg1["config"], tuple(sg1["ops"]), ()), ctx, eng, "/nonexistent")
+    assert runner._served(Case("sglang_engine", g1["config"], tuple(g1["ops"]), ())) is False
