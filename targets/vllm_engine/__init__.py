@@ -81,7 +81,7 @@ def _v2_graphs_missing() -> str:
 def make_target():
     from fuzzrunner.target import Target
 
-    from . import cases, faults, features, runner
+    from . import cases, faults, features, known, runner
     found = load_engine()
     return Target(
         name="vllm_engine",
@@ -99,6 +99,8 @@ def make_target():
         faults_unavailable=faults.unavailable(found),
         code_under_test=found["api"].code,
         own_code=(HERE, os.path.join(os.path.dirname(HERE), "vllm_lora")),
+        known_bugs=functools.partial(known.label, logits_mapped_per_row=found["make_lora_inputs_takes_num_logits"],
+                                     dummy_maps_nothing=found["api"].protocol == "no_mapping"),
     )
 
 

@@ -1,7 +1,8 @@
 """The real vLLM bugs ``vllm_engine`` finds on a release as shipped (docs/vllm.md, "What it found in vLLM";
 docs/findings/), told apart in a campaign's report by their op, output and message: a finding that is one of
-them is not new. Used by the integration tests and the GPU acceptance step
-``vllm-engine`` (scripts/gpu/acceptance_steps.py).
+them is not new. ``label`` is the target's ``known_bugs`` (a campaign labels such findings: "known: V1 ...",
+fuzzrunner/engine/known.py); also used by the sweep's table (sweep.py), the integration tests and the GPU
+acceptance step ``vllm-engine`` (scripts/gpu/acceptance_steps.py).
 """
 
 from __future__ import annotations
@@ -38,3 +39,55 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool) -> str | None:
     if tensor.startswith("step.logits") and not logits_mapped_per_row and not v1_runner:
         return "S1"  # one lm_head row per request under speculative decoding (fixed in 0.34)
     return None
+
+
+# id -> what a campaign's report and summary say of it (docs/findings/README.md is the source of each line)
+BUGS = {
+    "V1": {"title": "with specialize_active_lora, a CUDA graph captured for k adapters drops the last adapter of a "
+                    "batch mixing k adapters with base-model tokens",
+           "upstream": "not reported upstream as far as we found; docs/findings/v1-specialize-active-lora.md",
+           "status": "open in 0.16.0 - 0.34.0; fix: docs/findings/v1_specialize_active_lora.patch"},
+    "P1": {"title": "V2 runner: prompt logprobs take the logits of every scheduled row under the lm_head mapping "
+                    "made for the sampled rows",
+           "upstream": "https://github.com/vllm-project/vllm/pull/53842 (the V1 runner's: #51597)",
+           "status": "open in 0.15.0 - 0.34.0; fix: docs/findings/p1_prompt_logprobs_mapping.patch"},
+    "S1": {"title": "V2 runner, speculative decoding: one lm_head row per request while a request has 1 + drafts "
+                    "logits rows",
+           "upstream": "fixed upstream in 0.34.0 (make_lora_inputs(..., num_logits))",
+           "status": "fixed in 0.34.0"},
+    "E1": {"title": "a runtime dummy run evicts a real adapter holding a warm-up id and loads it from "
+                    "/not/a/real/path, or with a pinned adapter activates more dummies than free slots",
+           "upstream": "not reported upstream as far as we found; docs/findings/e1-dummy-run-evicts-real-adapter.md",
+           "status": "open in 0.24.0 - 0.34.0; fix: docs/findings/e1_e2_dummy_adapters.patch"},
+    "E2": {"title": "--lora-target-modules lm_head: the warm-up's dummy adapter has no weights, the profile run "
+                    "dies with StopIteration",
+           "upstream": "not reported upstream as far as we found; docs/findings/e2-lm-head-only-target-modules.md",
+           "status": "open in 0.19.0 - 0.34.0; fix: docs/findings/e1_e2_dummy_adapters.patch"},
+    "V0": {"title": "the V2 runner's dummy runs launch the LoRA kernels on metadata nobody programmed",
+           "upstream": "https://github.com/vllm-project/vllm/pull/43139",
+           "status": "fixed in 0.22.0 (#43139; replaced by #35536 in 0.24.0)"},
+}
+
+
+def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False) -> str | None:
+    """``known_bug``'s id, or "V0": a memory finding in a dummy run of a release whose V2 runner programs nothing
+    for it (``dummy_maps_nothing``: 0.15 - 0.21, docs/findings/v0-v2-runner-dummy-run-no-mapping.md)."""
+    bug = known_bug(finding, logits_mapped_per_row=logits_mapped_per_row)
+    if bug:
+        return bug
+    v = finding["violation"]
+    at = (v.get("details") or {}).get("op_index")
+    ops = finding["case"]["ops"]
+    if (dummy_maps_nothing and isinstance(at, int) and at < len(ops) and ops[at].get("op") == "dummy_run"
+            and v.get("tool") in ("shadow", "invariants")):
+        return "V0"
+    return None
+
+
+def label(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False) -> dict | None:
+    """The target's ``known_bugs``: ``{"id", "title", "upstream", "status"}`` of the known bug ``finding`` is, or
+    None (a planted fault's finding, a new bug, a target error)."""
+    if finding.get("signature", {}).get("tool") == "target":
+        return None
+    bug = known_id(finding, logits_mapped_per_row=logits_mapped_per_row, dummy_maps_nothing=dummy_maps_nothing)
+    return {"id": bug, **BUGS[bug]} if bug else None

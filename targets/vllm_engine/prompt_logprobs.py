@@ -136,14 +136,25 @@ class Prompts:
     def check(self, label: str, out: dict, b: SimpleNamespace, seen: dict[int, torch.Tensor]) -> None:
         """The worker's output against the specification (module docstring)."""
         problems: list[str] = []
+        done = self._expect(b, seen, problems)
+        problems += [f"request {rid!r} asked for no prompt logprobs, yet got some" for rid in out
+                     if rid not in self.asks and rid not in done]
+        problems += [f"request {rid!r}: prompt logprobs returned before its prompt is complete" for rid in out
+                     if rid in self.asks]
+        for rid, rows in done.items():
+            self._compare(f"{label}.prompt_logprobs", rid, rows, out.get(rid), problems)
+        if problems:
+            self.s.ctx.check(f"{label}.prompt_logprobs", problems)
+
+    def _expect(self, b: SimpleNamespace, seen: dict[int, torch.Tensor], problems: list[str]) -> dict[str, list]:
+        """Each asking request's rows of this step, from the logits vLLM computed for them; {request id: all its
+        rows} for the requests whose prompt this step completes."""
         done: dict[str, list] = {}
         for i, rid in enumerate(b.req_ids):
             if rid not in self.asks:
-                if rid in out:
-                    problems.append(f"request {rid!r} asked for no prompt logprobs, yet got some")
                 continue
-            index, c, n = int(b.idx_mapping_np[i]), int(self.computed[b.idx_mapping_np[i]]), int(b.num_scheduled_tokens[i])
-            plen = int(self.prompt_len[index])
+            index = int(b.idx_mapping_np[i])
+            c, n, plen = int(self.computed[index]), int(b.num_scheduled_tokens[i]), int(self.prompt_len[index])
             qs = int(b.query_start_loc_np[i])
             for p in range(c, min(c + n, plen - 1)):  # a prompt position whose next token is a prompt token
                 row = qs + p - c
@@ -158,32 +169,26 @@ class Prompts:
             if c < plen <= c + n:
                 done[rid] = self.expected.pop(rid, [])
                 self.asks.pop(rid)
-        for rid, got in out.items():
-            if rid in self.asks:
-                problems.append(f"request {rid!r}: prompt logprobs returned before its prompt is complete")
-        for rid, rows in done.items():
-            got = out.get(rid)
-            if not rows:
-                if got is not None:
-                    problems.append(f"request {rid!r}: a one-token prompt has no prompt logprobs, got "
-                                    f"{tuple(got.logprobs.shape)}")
-                continue
-            if got is None:
-                problems.append(f"request {rid!r}: its prompt completed this step and asked for prompt logprobs; the "
-                                f"worker returned none")
-                continue
-            lp = got.logprobs if got.logprobs.dim() == 2 else got.logprobs.unsqueeze(-1)
-            ids = got.logprob_token_ids if got.logprob_token_ids.dim() == 2 else got.logprob_token_ids.unsqueeze(-1)
-            want = torch.stack([r[2] for r in rows])
-            if lp.shape[0] != want.shape[0] or lp.shape[1] < 1:
-                problems.append(f"request {rid!r}: {lp.shape[0]} prompt-logprobs rows for a {len(rows) + 1}-token "
-                                f"prompt (want {len(rows)}, one per position but the last)")
-                continue
-            tokens = torch.tensor([r[1] for r in rows], dtype=torch.float64)
-            self.s.ctx.compare(f"{label}.prompt_logprobs[{rid}].token_ids", ids[:, 0].detach().cpu().double(),
-                               tokens, torch.float32)
-            cols = min(lp.shape[1], want.shape[1])
-            self.s.ctx.compare(f"{label}.prompt_logprobs[{rid}].logprobs", lp[:, :cols].detach().cpu().float(),
-                               want[:, :cols], torch.float32)
-        if problems:
-            self.s.ctx.check(f"{label}.prompt_logprobs", problems)
+        return done
+
+    def _compare(self, label: str, rid: str, rows: list, got, problems: list[str]) -> None:
+        if not rows:
+            if got is not None:
+                problems.append(f"request {rid!r}: a one-token prompt has no prompt logprobs, got "
+                                f"{tuple(got.logprobs.shape)}")
+            return
+        if got is None:
+            problems.append(f"request {rid!r}: its prompt completed this step and asked for prompt logprobs; the "
+                            f"worker returned none")
+            return
+        lp = got.logprobs if got.logprobs.dim() == 2 else got.logprobs.unsqueeze(-1)
+        ids = got.logprob_token_ids if got.logprob_token_ids.dim() == 2 else got.logprob_token_ids.unsqueeze(-1)
+        want = torch.stack([r[2] for r in rows])
+        if lp.shape[0] != want.shape[0] or lp.shape[1] < 1:
+            problems.append(f"request {rid!r}: {lp.shape[0]} prompt-logprobs rows for a {len(rows) + 1}-token "
+                            f"prompt (want {len(rows)}, one per position but the last)")
+            return
+        tokens = torch.tensor([r[1] for r in rows], dtype=torch.float64)
+        self.s.ctx.compare(f"{label}.token_ids", ids[:, 0].detach().cpu().double(), tokens, torch.float32)
+        cols = min(lp.shape[1], want.shape[1])
+        self.s.ctx.compare(f"{label}.logprobs", lp[:, :cols].detach().cpu().float(), want[:, :cols], torch.float32)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from ..vllm_lora.source_facts import _find, _Tree
-from .known import known_bug
+from .known import known_id
 from .source_facts import facts
 
 KNOWN = ("E1", "E2", "P1", "S1")
@@ -40,16 +40,8 @@ def category(finding: dict, logits_mapped_per_row: bool, dummy_maps_nothing: boo
     code raised); else ``other``."""
     if finding["signature"]["tool"] == "target":
         return "target"
-    bug = known_bug(finding, logits_mapped_per_row=logits_mapped_per_row)
-    if bug:
-        return bug
-    v = finding["violation"]
-    at = (v.get("details") or {}).get("op_index")
-    ops = finding["case"]["ops"]
-    if (dummy_maps_nothing and isinstance(at, int) and at < len(ops) and ops[at].get("op") == "dummy_run"
-            and v.get("tool") in ("shadow", "invariants")):
-        return "V0"
-    return "other"
+    return known_id(finding, logits_mapped_per_row=logits_mapped_per_row, dummy_maps_nothing=dummy_maps_nothing) \
+        or "other"
 
 
 def row(out: Path, version: str) -> str:
