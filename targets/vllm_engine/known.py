@@ -49,8 +49,8 @@ BUGS = {
            "status": "open in 0.16.0 - 0.34.0; fix: docs/findings/v1_specialize_active_lora.patch"},
     "P1": {"title": "V2 runner: prompt logprobs take the logits of every scheduled row under the lm_head mapping "
                     "made for the sampled rows",
-           "upstream": "https://github.com/vllm-project/vllm/pull/53842 (the V1 runner's: #51597)",
-           "status": "open in 0.15.0 - 0.34.0; fix: docs/findings/p1_prompt_logprobs_mapping.patch"},
+           "upstream": "vllm-project/vllm#53842, an open PR (the V1 runner's fix: #51597)",
+           "status": "open in 0.15.0 - 0.34.0; a fix here: docs/findings/p1_prompt_logprobs_mapping.patch"},
     "S1": {"title": "V2 runner, speculative decoding: one lm_head row per request while a request has 1 + drafts "
                     "logits rows",
            "upstream": "fixed upstream in 0.34.0 (make_lora_inputs(..., num_logits))",
@@ -64,7 +64,7 @@ BUGS = {
            "upstream": "not reported upstream as far as we found; docs/findings/e2-lm-head-only-target-modules.md",
            "status": "open in 0.19.0 - 0.34.0; fix: docs/findings/e1_e2_dummy_adapters.patch"},
     "V0": {"title": "the V2 runner's dummy runs launch the LoRA kernels on metadata nobody programmed",
-           "upstream": "https://github.com/vllm-project/vllm/pull/43139",
+           "upstream": "vllm-project/vllm#43139",
            "status": "fixed in 0.22.0 (#43139; replaced by #35536 in 0.24.0)"},
 }
 
