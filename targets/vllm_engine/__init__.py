@@ -78,6 +78,12 @@ def _v2_graphs_missing() -> str:
     return MISSING[0] if MISSING else "no V2 runner CUDA-graph manager"
 
 
+def prompt_rows_mapped(found: dict) -> bool:
+    """This vLLM maps the prompt-logprobs rows to their requests' adapters (a fix of P1: its worker takes
+    ``set_lora_rows``, docs/findings/p1_prompt_logprobs_mapping.patch)."""
+    return bool(found.get("prompt_logprobs") and "set_lora_rows" in found["prompt_logprobs"].call)
+
+
 def make_target():
     from fuzzrunner.target import Target
 
@@ -100,7 +106,8 @@ def make_target():
         code_under_test=found["api"].code,
         own_code=(HERE, os.path.join(os.path.dirname(HERE), "vllm_lora")),
         known_bugs=functools.partial(known.label, logits_mapped_per_row=found["make_lora_inputs_takes_num_logits"],
-                                     dummy_maps_nothing=found["api"].protocol == "no_mapping"),
+                                     dummy_maps_nothing=found["api"].protocol == "no_mapping",
+                                     prompt_rows_mapped=prompt_rows_mapped(found)),
     )
 
 

@@ -194,7 +194,7 @@ def _new_requests(draw, s: EngineState, adapters: list[int], budget: int, keep: 
         n = draw(st.integers(1, min(4, budget)))
         budget -= n
         r = {"id": s.new_id(), "lora": a, "tokens": n, "drafts": 0,
-             "prompt_logprobs": n > 1 and draw(st.integers(0, 3)) == 0}
+             "prompt_logprobs": n > 1 and draw(st.booleans())}
         if r["prompt_logprobs"] and s.cfg.get("runner", "v2") == "v2":
             more = draw(st.sampled_from([0, 0, 1, 2, 3]))  # a chunked prefill: the prompt goes on in later steps
             if more:

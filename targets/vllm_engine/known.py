@@ -8,10 +8,12 @@ acceptance step ``vllm-engine`` (scripts/gpu/acceptance_steps.py).
 from __future__ import annotations
 
 
-def known_bug(finding: dict, *, logits_mapped_per_row: bool) -> str | None:
+def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped: bool = False) -> str | None:
     """"P1", "S1", "E1", "E2" or "V1" where ``finding`` (a report's finding: ``violation``, ``case``) is that bug, else
     None. ``logits_mapped_per_row``: this vLLM's ``LoraState.make_lora_inputs`` takes ``num_logits`` (0.34 and
-    later), so a wrong lm_head row is not S1 (nor in a V1-runner case: that runner maps 1 + drafts rows). V1 is
+    later), so a wrong lm_head row is not S1 (nor in a V1-runner case: that runner maps 1 + drafts rows);
+    ``prompt_rows_mapped``: this vLLM maps the prompt-logprobs rows to their requests' adapters (a fix of P1, such as
+    docs/findings/p1_prompt_logprobs_mapping.patch), so a wrong prompt-logits row is not P1. V1 is
     told by a graph replay's mismatch in a layer (the logits run outside the graph) under ``specialize_active_lora``,
     in a V1-runner case (v1_runner.py) or a V2-runner case with CUDA graphs (v2_graphs.py)."""
     v = finding["violation"]
@@ -19,7 +21,7 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool) -> str | None:
     tensor, message = v.get("tensor") or "", v.get("message") or ""
     at = (v.get("details") or {}).get("op_index")
     op = case["ops"][at] if at is not None and at < len(case["ops"]) else {}
-    if "prompt_logits" in tensor:
+    if "prompt_logits" in tensor and not prompt_rows_mapped:
         return "P1"  # the prompt-logprobs rows under the sampled rows' mapping (vllm-project/vllm#53842)
     if v["kind"] == "crash" and "warmup_" in message and "/not/a/real/path" in message:
         return "E1"  # a runtime dummy run evicts a real adapter holding a warm-up id, then loads it
@@ -69,10 +71,11 @@ BUGS = {
 }
 
 
-def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False) -> str | None:
+def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False,
+             prompt_rows_mapped: bool = False) -> str | None:
     """``known_bug``'s id, or "V0": a memory finding in a dummy run of a release whose V2 runner programs nothing
     for it (``dummy_maps_nothing``: 0.15 - 0.21, docs/findings/v0-v2-runner-dummy-run-no-mapping.md)."""
-    bug = known_bug(finding, logits_mapped_per_row=logits_mapped_per_row)
+    bug = known_bug(finding, logits_mapped_per_row=logits_mapped_per_row, prompt_rows_mapped=prompt_rows_mapped)
     if bug:
         return bug
     v = finding["violation"]
@@ -84,10 +87,12 @@ def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: 
     return None
 
 
-def label(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False) -> dict | None:
+def label(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False,
+          prompt_rows_mapped: bool = False) -> dict | None:
     """The target's ``known_bugs``: ``{"id", "title", "upstream", "status"}`` of the known bug ``finding`` is, or
     None (a planted fault's finding, a new bug, a target error)."""
     if finding.get("signature", {}).get("tool") == "target":
         return None
-    bug = known_id(finding, logits_mapped_per_row=logits_mapped_per_row, dummy_maps_nothing=dummy_maps_nothing)
+    bug = known_id(finding, logits_mapped_per_row=logits_mapped_per_row, dummy_maps_nothing=dummy_maps_nothing,
+                   prompt_rows_mapped=prompt_rows_mapped)
     return {"id": bug, **BUGS[bug]} if bug else None
