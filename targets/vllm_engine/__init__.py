@@ -84,6 +84,14 @@ def prompt_rows_mapped(found: dict) -> bool:
     return bool(found.get("prompt_logprobs") and "set_lora_rows" in found["prompt_logprobs"].call)
 
 
+def known_flags(found: dict) -> dict:
+    """What ``known.label`` / ``known_id`` need to know of this vLLM to tell its known bugs apart."""
+    return {"logits_mapped_per_row": found["make_lora_inputs_takes_num_logits"],
+            "dummy_maps_nothing": found["api"].protocol == "no_mapping",
+            "prompt_rows_mapped": prompt_rows_mapped(found),
+            "drops_last_chunk": bool(found.get("prompt_logprobs") and found["prompt_logprobs"].drops_last_chunk)}
+
+
 def make_target():
     from fuzzrunner.target import Target
 
@@ -105,9 +113,7 @@ def make_target():
         faults_unavailable=faults.unavailable(found),
         code_under_test=found["api"].code,
         own_code=(HERE, os.path.join(os.path.dirname(HERE), "vllm_lora")),
-        known_bugs=functools.partial(known.label, logits_mapped_per_row=found["make_lora_inputs_takes_num_logits"],
-                                     dummy_maps_nothing=found["api"].protocol == "no_mapping",
-                                     prompt_rows_mapped=prompt_rows_mapped(found)),
+        known_bugs=functools.partial(known.label, **known_flags(found)),
     )
 
 

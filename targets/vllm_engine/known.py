@@ -8,12 +8,15 @@ acceptance step ``vllm-engine`` (scripts/gpu/acceptance_steps.py).
 from __future__ import annotations
 
 
-def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped: bool = False) -> str | None:
-    """"P1", "S1", "E1", "E2" or "V1" where ``finding`` (a report's finding: ``violation``, ``case``) is that bug, else
-    None. ``logits_mapped_per_row``: this vLLM's ``LoraState.make_lora_inputs`` takes ``num_logits`` (0.34 and
+def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped: bool = False,
+              drops_last_chunk: bool = False) -> str | None:
+    """"P1", "L1", "S1", "E1", "E2" or "V1" where ``finding`` (a report's finding: ``violation``, ``case``) is that
+    bug, else None. ``logits_mapped_per_row``: this vLLM's ``LoraState.make_lora_inputs`` takes ``num_logits`` (0.34 and
     later), so a wrong lm_head row is not S1 (nor in a V1-runner case: that runner maps 1 + drafts rows);
     ``prompt_rows_mapped``: this vLLM maps the prompt-logprobs rows to their requests' adapters (a fix of P1, such as
-    docs/findings/p1_prompt_logprobs_mapping.patch), so a wrong prompt-logits row is not P1. V1 is
+    docs/findings/p1_prompt_logprobs_mapping.patch), so a wrong prompt-logits row is not P1; ``drops_last_chunk``:
+    this vLLM's prompt-logprobs worker skips a request whose prompt's last chunk is its last token
+    (``computed_prefill < prompt_lens - 1``: L1, fixed by #41411), so prompt logprobs never returned are L1. V1 is
     told by a graph replay's mismatch in a layer (the logits run outside the graph) under ``specialize_active_lora``,
     in a V1-runner case (v1_runner.py) or a V2-runner case with CUDA graphs (v2_graphs.py)."""
     v = finding["violation"]
@@ -23,6 +26,9 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped:
     op = case["ops"][at] if at is not None and at < len(case["ops"]) else {}
     if "prompt_logits" in tensor and not prompt_rows_mapped:
         return "P1"  # the prompt-logprobs rows under the sampled rows' mapping (vllm-project/vllm#53842)
+    if v["kind"] == "state-violation" and tensor.endswith("prompt_logprobs") and drops_last_chunk and \
+            "the worker returned none" in message:
+        return "L1"  # a chunked prompt's logprobs lost when its last chunk is one token (#41411)
     if v["kind"] == "crash" and "warmup_" in message and "/not/a/real/path" in message:
         return "E1"  # a runtime dummy run evicts a real adapter holding a warm-up id, then loads it
     if v["kind"] == "crash" and op.get("op") == "dummy_run" and (
@@ -65,6 +71,10 @@ BUGS = {
                     "dies with StopIteration",
            "upstream": "not reported upstream as far as we found; docs/findings/e2-lm-head-only-target-modules.md",
            "status": "open in 0.19.0 - 0.34.0; fix: docs/findings/e1_e2_dummy_adapters.patch"},
+    "L1": {"title": "V2 runner: the prompt logprobs of a chunked prefill are lost when its last chunk is the "
+                    "prompt's last token (computed_prefill < prompt_lens - 1)",
+           "upstream": "vllm-project/vllm#41411",
+           "status": "fixed upstream (#41411; 0.21.0 has the fix, 0.17.0 not)"},
     "V0": {"title": "the V2 runner's dummy runs launch the LoRA kernels on metadata nobody programmed",
            "upstream": "vllm-project/vllm#43139",
            "status": "fixed in 0.22.0 (#43139; replaced by #35536 in 0.24.0)"},
@@ -72,10 +82,11 @@ BUGS = {
 
 
 def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False,
-             prompt_rows_mapped: bool = False) -> str | None:
+             prompt_rows_mapped: bool = False, drops_last_chunk: bool = False) -> str | None:
     """``known_bug``'s id, or "V0": a memory finding in a dummy run of a release whose V2 runner programs nothing
     for it (``dummy_maps_nothing``: 0.15 - 0.21, docs/findings/v0-v2-runner-dummy-run-no-mapping.md)."""
-    bug = known_bug(finding, logits_mapped_per_row=logits_mapped_per_row, prompt_rows_mapped=prompt_rows_mapped)
+    bug = known_bug(finding, logits_mapped_per_row=logits_mapped_per_row, prompt_rows_mapped=prompt_rows_mapped,
+                    drops_last_chunk=drops_last_chunk)
     if bug:
         return bug
     v = finding["violation"]
@@ -88,11 +99,11 @@ def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: 
 
 
 def label(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False,
-          prompt_rows_mapped: bool = False) -> dict | None:
+          prompt_rows_mapped: bool = False, drops_last_chunk: bool = False) -> dict | None:
     """The target's ``known_bugs``: ``{"id", "title", "upstream", "status"}`` of the known bug ``finding`` is, or
     None (a planted fault's finding, a new bug, a target error)."""
     if finding.get("signature", {}).get("tool") == "target":
         return None
     bug = known_id(finding, logits_mapped_per_row=logits_mapped_per_row, dummy_maps_nothing=dummy_maps_nothing,
-                   prompt_rows_mapped=prompt_rows_mapped)
+                   prompt_rows_mapped=prompt_rows_mapped, drops_last_chunk=drops_last_chunk)
     return {"id": bug, **BUGS[bug]} if bug else None

@@ -44,9 +44,12 @@ def find() -> SimpleNamespace | None:
     worker = getattr(module, "PromptLogprobsWorker", None)
     if worker is None:
         return None
+    # L1 (fixed upstream by vllm-project/vllm#41411): a prompt whose last chunk is its last token is skipped
+    drops_last_chunk = "prompt_lens - 1" in inspect.getsource(worker.compute_prompt_logprobs)
     return SimpleNamespace(module=module, Worker=worker, SamplingParams=SamplingParams,
                            make=set(inspect.signature(worker.__init__).parameters),
-                           call=set(inspect.signature(worker.compute_prompt_logprobs).parameters))
+                           call=set(inspect.signature(worker.compute_prompt_logprobs).parameters),
+                           drops_last_chunk=drops_last_chunk)
 
 
 class Prompts:

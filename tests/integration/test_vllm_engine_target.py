@@ -210,10 +210,9 @@ def test_the_standalone_e1_e2_repro_fails_on_the_pinned_vllm_and_passes_with_the
 
 def triaged(finding: dict) -> bool:
     """The real vLLM bugs above (known or reported), as a fault-free campaign reports them."""
-    from targets.vllm_engine import prompt_rows_mapped
-    from targets.vllm_engine.known import known_bug
-    return known_bug(finding, logits_mapped_per_row=_found()["make_lora_inputs_takes_num_logits"],
-                     prompt_rows_mapped=prompt_rows_mapped(_found())) is not None
+    from targets.vllm_engine import known_flags
+    from targets.vllm_engine.known import known_id
+    return known_id(finding, **known_flags(_found())) is not None
 
 
 def _fuzz(tmp_path, capsys, *args) -> tuple[int, str, dict]:
