@@ -62,11 +62,13 @@ class Prompts:
         self.worker = found.Worker(**{k: v for k, v in kw.items() if k in found.make})
         n = c["max_num_seqs"]
         g = torch.Generator().manual_seed(c["seed"])
+        # RequestState.all_token_ids (int32, as vLLM's): a request's prompt, then whatever it samples
         self.all_token_ids = torch.randint(0, c["vocab"], (n, WIDTH), generator=g, dtype=torch.int32)
         self.computed = np.zeros(n, dtype=np.int32)   # RequestState.num_computed_tokens (before the step)
         self.prompt_len = np.zeros(n, dtype=np.int32)
         self.asks: dict[str, int] = {}                # request id -> k, for a request that asks for prompt logprobs
-        self.expected: dict[str, list] = {}           # request id -> [(position, logprobs row), ...] so far
+        self.expected: dict[str, list] = {}           # request id -> [(position, next token, want row), ...] so far
+        self.added = 0                                # requests added (each draws its own prompt tokens)
 
     # -- the request's life ---------------------------------------------------------------------------------
     def add(self, r: dict, index: int) -> None:
@@ -74,7 +76,8 @@ class Prompts:
         k = None if not k else 2 if k is True else int(k)
         self.computed[index] = 0
         self.prompt_len[index] = int(r.get("prompt", r["tokens"]))
-        g = torch.Generator().manual_seed(self.s.c["seed"] * 1000 + index + 1 + len(self.expected))
+        self.added += 1
+        g = torch.Generator().manual_seed(self.s.c["seed"] * 1000 + self.added)
         self.all_token_ids[index] = torch.randint(0, self.s.c["vocab"], (WIDTH,), generator=g, dtype=torch.int32)
         self.worker.add_request(r["id"], index, self.f.SamplingParams(prompt_logprobs=k))
         if k is not None:
