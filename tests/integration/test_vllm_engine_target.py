@@ -274,3 +274,15 @@ def test_p1_is_silent_with_its_fix_and_the_shifted_prompt_rows_fault_is_caught_t
                            env=env, cwd=ROOT, timeout=900)
         assert r.returncode == code, r.stdout + r.stderr
         assert ("prompt_logits" in r.stdout) == bool(faults), r.stdout
+
+
+@needs_vllm
+@pytest.mark.slow  # a campaign until the fault's finding: ~5-10 min on the shared 2-core machine
+def test_the_planted_prompt_token_ids_fault_is_found_from_scratch_and_not_labelled_known(tmp_path, capsys):
+    """Seed 0, at most 300 examples (found after 65 on 0.34.0): a finding of the worker's output oracle that the
+    campaign does not label as a known vLLM bug."""
+    code, out, run = _fuzz(tmp_path, capsys, "--fault", "prompt_token_ids_unshifted", "--max-examples", "300",
+                           "--seed", "0", "--no-shrink", "--budget", "3000", "--workers", "1")
+    mine = [f for f in run["findings"] if f["violation"]["tensor"].startswith("step.prompt_logprobs")]
+    assert code == 1 and mine, out
+    assert all(not (f["triage"] or {}).get("known") for f in mine), mine
