@@ -58,7 +58,8 @@ BUGS = {
     "P1": {"title": "V2 runner: prompt logprobs take the logits of every scheduled row under the lm_head mapping "
                     "made for the sampled rows",
            "upstream": "vllm-project/vllm#53842, an open PR (the V1 runner's fix: #51597)",
-           "status": "open in 0.15.0 - 0.34.0; a fix here: docs/findings/p1_prompt_logprobs_mapping.patch"},
+           "status": "open in 0.15.0 - 0.34.0; a fix here: docs/findings/p1_prompt_logprobs_mapping.patch "
+                     "(0.34.0; _on_0.33.patch for 0.33.0)"},
     "S1": {"title": "V2 runner, speculative decoding: one lm_head row per request while a request has 1 + drafts "
                     "logits rows",
            "upstream": "fixed upstream in 0.34.0 (make_lora_inputs(..., num_logits))",
