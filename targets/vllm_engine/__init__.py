@@ -89,7 +89,8 @@ def known_flags(found: dict) -> dict:
     return {"logits_mapped_per_row": found["make_lora_inputs_takes_num_logits"],
             "dummy_maps_nothing": found["api"].protocol == "no_mapping",
             "prompt_rows_mapped": prompt_rows_mapped(found),
-            "drops_last_chunk": bool(found.get("prompt_logprobs") and found["prompt_logprobs"].drops_last_chunk)}
+            "drops_last_chunk": bool(found.get("prompt_logprobs") and found["prompt_logprobs"].drops_last_chunk),
+            "graphs_capture_per_lora": found.get("v2_graphs") is None or found["v2_graphs"].shape == "lora_cases"}
 
 
 def make_target():

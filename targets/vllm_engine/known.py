@@ -9,14 +9,16 @@ from __future__ import annotations
 
 
 def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped: bool = False,
-              drops_last_chunk: bool = False) -> str | None:
-    """"P1", "L1", "S1", "E1", "E2" or "V1" where ``finding`` (a report's finding: ``violation``, ``case``) is that
-    bug, else None. ``logits_mapped_per_row``: this vLLM's ``LoraState.make_lora_inputs`` takes ``num_logits`` (0.34 and
-    later), so a wrong lm_head row is not S1 (nor in a V1-runner case: that runner maps 1 + drafts rows);
+              drops_last_chunk: bool = False, graphs_capture_per_lora: bool = True) -> str | None:
+    """"P1", "L1", "S1", "E1", "E2", "V1" or "W1" where ``finding`` (a report's finding: ``violation``, ``case``) is
+    that bug, else None. ``logits_mapped_per_row``: this vLLM's ``LoraState.make_lora_inputs`` takes ``num_logits``
+    (0.34 and later), so a wrong lm_head row is not S1 (nor in a V1-runner case: that runner maps 1 + drafts rows);
     ``prompt_rows_mapped``: this vLLM maps the prompt-logprobs rows to their requests' adapters (a fix of P1, such as
     docs/findings/p1_prompt_logprobs_mapping.patch), so a wrong prompt-logits row is not P1; ``drops_last_chunk``:
     this vLLM's prompt-logprobs worker skips a request whose prompt's last chunk is its last token
-    (``computed_prefill < prompt_lens - 1``: L1, fixed by #41411), so prompt logprobs never returned are L1. V1 is
+    (``computed_prefill < prompt_lens - 1``: L1, fixed by #41411), so prompt logprobs never returned are L1;
+    ``graphs_capture_per_lora``: this vLLM's V2 runner captures its graphs per LoRA count (0.24 and later, #35536),
+    else a V2-runner graph replay's mismatch under ``specialize_active_lora`` is W1 (the grid the start-up left). V1 is
     told by a graph replay's mismatch in a layer (the logits run outside the graph) under ``specialize_active_lora``,
     in a V1-runner case (v1_runner.py) or a V2-runner case with CUDA graphs (v2_graphs.py)."""
     v = finding["violation"]
@@ -43,7 +45,9 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped:
     v1_runner = case["config"].get("runner") == "v1"
     if tensor.startswith("replay.") and not tensor.startswith("replay.logits") and \
             case["config"].get("specialize_active_lora"):
-        return "V1"  # a graph of key k replays a batch of k adapters and base-model rows with grid z = k
+        # V1: a graph of key k replays a batch of k adapters and base-model rows with grid z = k; before #35536 the
+        # V2 runner's graphs froze the grid z the start-up left: W1 (fixed in 0.24)
+        return "V1" if v1_runner or graphs_capture_per_lora else "W1"
     if tensor.startswith("step.logits") and not logits_mapped_per_row and not v1_runner:
         return "S1"  # one lm_head row per request under speculative decoding (fixed in 0.34)
     return None
@@ -76,6 +80,10 @@ BUGS = {
                     "prompt's last token (computed_prefill < prompt_lens - 1)",
            "upstream": "vllm-project/vllm#41411",
            "status": "fixed upstream (#41411; 0.21.0 has the fix, 0.17.0 not)"},
+    "W1": {"title": "V2 runner with CUDA graphs and specialize_active_lora, before LoRA capture cases: every graph "
+                    "freezes the grid z the start-up left, a replayed batch loses adapters",
+           "upstream": "fixed upstream by vllm-project/vllm#35536",
+           "status": "fixed in 0.24.0 (0.15.0 - 0.23.0 by source)"},
     "V0": {"title": "the V2 runner's dummy runs launch the LoRA kernels on metadata nobody programmed",
            "upstream": "vllm-project/vllm#43139",
            "status": "fixed in 0.22.0 (#43139; replaced by #35536 in 0.24.0)"},
@@ -83,11 +91,12 @@ BUGS = {
 
 
 def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False,
-             prompt_rows_mapped: bool = False, drops_last_chunk: bool = False) -> str | None:
+             prompt_rows_mapped: bool = False, drops_last_chunk: bool = False,
+             graphs_capture_per_lora: bool = True) -> str | None:
     """``known_bug``'s id, or "V0": a memory finding in a dummy run of a release whose V2 runner programs nothing
     for it (``dummy_maps_nothing``: 0.15 - 0.21, docs/findings/v0-v2-runner-dummy-run-no-mapping.md)."""
     bug = known_bug(finding, logits_mapped_per_row=logits_mapped_per_row, prompt_rows_mapped=prompt_rows_mapped,
-                    drops_last_chunk=drops_last_chunk)
+                    drops_last_chunk=drops_last_chunk, graphs_capture_per_lora=graphs_capture_per_lora)
     if bug:
         return bug
     v = finding["violation"]
@@ -100,11 +109,13 @@ def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: 
 
 
 def label(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False,
-          prompt_rows_mapped: bool = False, drops_last_chunk: bool = False) -> dict | None:
+          prompt_rows_mapped: bool = False, drops_last_chunk: bool = False,
+          graphs_capture_per_lora: bool = True) -> dict | None:
     """The target's ``known_bugs``: ``{"id", "title", "upstream", "status"}`` of the known bug ``finding`` is, or
     None (a planted fault's finding, a new bug, a target error)."""
     if finding.get("signature", {}).get("tool") == "target":
         return None
     bug = known_id(finding, logits_mapped_per_row=logits_mapped_per_row, dummy_maps_nothing=dummy_maps_nothing,
-                   prompt_rows_mapped=prompt_rows_mapped, drops_last_chunk=drops_last_chunk)
+                   prompt_rows_mapped=prompt_rows_mapped, drops_last_chunk=drops_last_chunk,
+                   graphs_capture_per_lora=graphs_capture_per_lora)
     return {"id": bug, **BUGS[bug]} if bug else None

@@ -36,14 +36,14 @@ def _refusal(out: Path, version: str) -> str:
 
 
 def category(finding: dict, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False,
-             drops_last_chunk: bool = False) -> str:
+             drops_last_chunk: bool = False, graphs_capture_per_lora: bool = True) -> str:
     """E1, E2, P1, S1 (``known.known_bug``); V0 (a memory finding in a dummy run of a release whose V2 runner
     programs nothing for it: docs/findings/v0-v2-runner-dummy-run-no-mapping.md, fixed by #43139); ``target`` (our
     code raised); else ``other``."""
     if finding["signature"]["tool"] == "target":
         return "target"
     return known_id(finding, logits_mapped_per_row=logits_mapped_per_row, dummy_maps_nothing=dummy_maps_nothing,
-                    drops_last_chunk=drops_last_chunk) or "other"
+                    drops_last_chunk=drops_last_chunk, graphs_capture_per_lora=graphs_capture_per_lora) or "other"
 
 
 def row(out: Path, version: str) -> str:
@@ -58,6 +58,7 @@ def row(out: Path, version: str) -> str:
     replayed = {Path(e["path"]).stem: e for e in r.get("replayed", [])}
     tree = _Tree(version)
     per_row = facts(version)["per_logits_row"] if tree else True  # no tree: never call a logits finding S1
+    per_lora = not (tree and facts(version).get("W1"))  # no tree: a graph replay's finding under specialize is V1
     no_mapping = bool(tree and _find(tree, "vllm/v1/worker/gpu/model_runner.py", r"Fix warmup for LoRA"))
     drops = bool(tree and _find(tree, "vllm/v1/worker/gpu/sample/prompt_logprob.py", r"prompt_lens - 1"))
     found: dict[str, list[str]] = defaultdict(list)  # a category -> when the search found each of its findings
@@ -65,9 +66,9 @@ def row(out: Path, version: str) -> str:
     for f in r["findings"]:
         stems = [stem for stem, ops in seeds.items() if f["case"].get("ops") == ops]
         for stem in stems:  # a replayed seed: its column says it
-            as_seeds.setdefault(stem, set()).add(category(f, per_row, no_mapping, drops))
+            as_seeds.setdefault(stem, set()).add(category(f, per_row, no_mapping, drops, per_lora))
         if not stems:
-            found[category(f, per_row, no_mapping, drops)].append(f"{f['first_found_after_examples']} ex")
+            found[category(f, per_row, no_mapping, drops, per_lora)].append(f"{f['first_found_after_examples']} ex")
 
     def cell(bug: str) -> str:
         """"reproduced" where a seed of the bug failed as that bug (not merely failed: on 0.15 - 0.21 E1's case

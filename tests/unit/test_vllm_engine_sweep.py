@@ -194,3 +194,13 @@ def test_a_sweep_row_counts_known_bugs_outside_its_columns(tmp_path):
                                                                 "examples": 9}]}))
     row = sweep.row(tmp_path, "0.99.0")
     assert "V1 (known: not reported upstream" in row and "7 ex" in row, row
+
+
+def test_a_v2_graph_replay_under_specialize_is_w1_before_lora_capture_cases_and_v1_after():
+    f = _finding("numeric-mismatch", "numeric", 0, [{"op": "step"}], tensor="replay.qkv_proj.adapter_rows",
+                 config={"specialize_active_lora": True, "cudagraph_mode": "FULL"})
+    assert known.known_bug(f, logits_mapped_per_row=True) == "V1"
+    assert known.known_bug(f, logits_mapped_per_row=True, graphs_capture_per_lora=False) == "W1"
+    v1_runner = dict(f, case={"config": {"specialize_active_lora": True, "runner": "v1"}, "ops": [{"op": "step"}]})
+    assert known.known_bug(v1_runner, logits_mapped_per_row=True, graphs_capture_per_lora=False) == "V1"
+    assert known.label(f, logits_mapped_per_row=True, graphs_capture_per_lora=False)["id"] == "W1"
