@@ -357,7 +357,24 @@ def case_text(case: Case | dict) -> str:
 
 
 def triage_text(t: dict) -> str:
-    """One line: what the CPU replay of a GPU finding showed."""
+    """One line: the known bug the finding is (``t["known"]``, engine/known.py), and what the CPU replay of a GPU
+    finding showed (``t["status"]``), where each is there."""
+    parts = []
+    if isinstance(t.get("known"), dict):
+        parts.append(known_text(t["known"]))
+    if "status" in t:
+        parts.append(_cpu_triage_text(t))
+    return "; ".join(parts)
+
+
+def known_text(known: dict) -> str:
+    """One line: the known bug of the code under test a finding is (its target's ``known_bugs``)."""
+    rest = "; ".join(str(known[k]) for k in ("upstream", "status") if known.get(k))
+    title = f": {known['title']}" if known.get("title") else ""
+    return f"known: {known.get('id', '?')}{title}" + (f" ({rest})" if rest else "")
+
+
+def _cpu_triage_text(t: dict) -> str:
     status = t.get("status")
     if status == "reproduced":
         where = f" ({t['element']})" if t.get("element") else ""

@@ -72,6 +72,9 @@ class Target:
     #                                    an exception raised there is a target error (tool "target"), not the code's
     code_under_test: dict = field(default_factory=dict)  # which code runs (an engine's release, tree, patch and
     #                                    its hash): reported, and every worker must load the same (engine/hub.py)
+    known_bugs: Callable[[dict], dict | None] | None = None  # known_bugs(finding as a report writes it) -> {"id",
+    #     "title", "upstream", "status"} where the finding is a known bug of the code under test, else None: the
+    #     campaign labels it (triage["known"], engine/known.py; docs/triage.md)
 
     def __post_init__(self):
         """Names are strings (a name is a corpus folder and is quoted in every message), and each field of
@@ -87,6 +90,9 @@ class Target:
             object.__setattr__(self, field_name, value)
         if not callable(self.run):  # (cases is checked where it is called: a target may only replay cases)
             raise InvalidArgument(f"Target {self.name!r}: run must be a function, not {type_name(self.run)}.")
+        if self.known_bugs is not None and not callable(self.known_bugs):
+            raise InvalidArgument(f"Target {self.name!r}: known_bugs must be a function or None, not "
+                                  f"{type_name(self.known_bugs)}.")
         if self.features is not None and not callable(self.features):
             raise InvalidArgument(f"Target {self.name!r}: features must be a function or None, not "
                                   f"{type_name(self.features)}.")
@@ -117,6 +123,8 @@ class Target:
         refuse_async(self.name, "cases", self.cases)
         if self.features is not None:
             refuse_async(self.name, "features", self.features, generators=False)
+        if self.known_bugs is not None:
+            refuse_async(self.name, "known_bugs", self.known_bugs, generators=False)
         return self
 
     def takes_palette(self) -> bool:

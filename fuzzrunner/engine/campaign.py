@@ -105,7 +105,34 @@ def _finish(result: CampaignResult, plan: CampaignPlan, listener: events.Listene
         t0 = time.perf_counter()
         _triage(result, plan, triage)
         result.stage_s = merged(result.stage_s, {"triage": time.perf_counter() - t0})
+    if result.findings:
+        _label_known(result, plan)
     _check_floor(result, plan.settings)
+
+
+def _label_known(result: CampaignResult, plan: CampaignPlan) -> None:
+    """The findings the target names as known bugs of the code under test labelled (known.py), in the result and
+    in the corpus."""
+    from ..errors import FuzzrunnerError
+    from .known import label_known
+    try:
+        known_bugs = load_target(plan.target_spec).known_bugs
+    except FuzzrunnerError as e:  # it loaded at the campaign's start; labels help, they never cost the findings
+        result.warnings.append(f"known bugs not labelled: the target did not load again ({e})")
+        return
+    if known_bugs is None:
+        return
+    labelled, warning = label_known(result.findings, known_bugs, plan.target_name)
+    if warning:
+        result.warnings.append(warning)
+    if plan.corpus_dir is None or not labelled:
+        return
+    corpus = Corpus(plan.corpus_dir, faults=plan.faults)
+    try:
+        for f in labelled:
+            corpus.save_finding(plan.target_name, f)
+    except OSError as e:
+        result.warnings.append(f"known-bug labels not saved in the corpus: {e}")
 
 
 def _cpu_triage(plan: CampaignPlan):

@@ -52,7 +52,9 @@ def summary(report_runs: list[dict]) -> dict:
             "findings": sum(len(r["findings"]) for r in report_runs),
             "duration_s": round(sum(r["duration_s"] for r in report_runs), 3),
             "stop_reasons": sorted({r.get("stop_reason") or "unknown" for r in report_runs}),
-            "errors": sum(len(r.get("errors", ())) for r in report_runs)}
+            "errors": sum(len(r.get("errors", ())) for r in report_runs),
+            "known": sum(1 for r in report_runs for f in r["findings"]
+                         if isinstance(f.get("triage"), dict) and f["triage"].get("known"))}
 
 
 def upgrade(report: dict) -> dict:

@@ -64,8 +64,10 @@ def plan() -> list[tuple[str, dict, tuple | None]]:
     return runs
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, *, runs_of=None, tag: str = "VLLM-ENGINE-MOE", doc: str | None = None) -> int:
+    """``runs_of``: the cases to run (``plan``'s form), for another check built on this one
+    (vllm_engine_prompt_logprobs.py); ``tag``: its last line's name."""
+    ap = argparse.ArgumentParser(description=(doc or __doc__).splitlines()[0])
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--timeout", type=float, default=540)
     args = ap.parse_args(argv)
@@ -73,11 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             env = base_env(FUZZRUNNER_VLLM_SITE=str(vllm_site()))
         except Verdict as v:
-            print(f"VLLM-ENGINE-MOE: SKIP ({v})")
+            print(f"{tag}: SKIP ({v})")
             return 0
     else:
         env = {**base_env(), "TRITON_INTERPRET": "1"}
-    runs = plan()
+    runs = (runs_of or plan)()
     try:
         p = subprocess.run([PY, "-c", CHILD, args.device, json.dumps([c for _, c, _ in runs])], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=args.timeout)
@@ -98,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
               f"got {said}")
     if not ok or len(got) < len(runs):
         print(text[-3000:])
-    print(f"VLLM-ENGINE-MOE: {'PASS' if ok else 'FAIL'}")
+    print(f"{tag}: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 
 

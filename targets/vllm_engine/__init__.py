@@ -78,10 +78,25 @@ def _v2_graphs_missing() -> str:
     return MISSING[0] if MISSING else "no V2 runner CUDA-graph manager"
 
 
+def prompt_rows_mapped(found: dict) -> bool:
+    """This vLLM maps the prompt-logprobs rows to their requests' adapters (a fix of P1: its worker takes
+    ``set_lora_rows``, docs/findings/p1_prompt_logprobs_mapping.patch)."""
+    return bool(found.get("prompt_logprobs") and "set_lora_rows" in found["prompt_logprobs"].call)
+
+
+def known_flags(found: dict) -> dict:
+    """What ``known.label`` / ``known_id`` need to know of this vLLM to tell its known bugs apart."""
+    return {"logits_mapped_per_row": found["make_lora_inputs_takes_num_logits"],
+            "dummy_maps_nothing": found["api"].protocol == "no_mapping",
+            "prompt_rows_mapped": prompt_rows_mapped(found),
+            "drops_last_chunk": bool(found.get("prompt_logprobs") and found["prompt_logprobs"].drops_last_chunk),
+            "graphs_capture_per_lora": found.get("v2_graphs") is None or found["v2_graphs"].shape == "lora_cases"}
+
+
 def make_target():
     from fuzzrunner.target import Target
 
-    from . import cases, faults, features, runner
+    from . import cases, faults, features, known, runner
     found = load_engine()
     return Target(
         name="vllm_engine",
@@ -99,6 +114,7 @@ def make_target():
         faults_unavailable=faults.unavailable(found),
         code_under_test=found["api"].code,
         own_code=(HERE, os.path.join(os.path.dirname(HERE), "vllm_lora")),
+        known_bugs=functools.partial(known.label, **known_flags(found)),
     )
 
 

@@ -14,9 +14,11 @@ Ops:
 
 * ``add`` / ``remove`` / ``pin`` ``{"id"}``: the runner's ``add_lora`` (load, register, activate), ``remove_lora``,
   ``pin_lora``;
-* ``step`` ``{"finish": [request ids], "reqs": [{"id", "lora", "tokens", "drafts", "prompt_logprobs"}], "pad",
-  "seed"}``: the requests finished before the step, then the scheduled ones (a new id is a new request, with
-  adapter ``lora``, 0 = none; a live one keeps its adapter), ``pad`` rows of graph padding;
+* ``step`` ``{"finish": [request ids], "reqs": [{"id", "lora", "tokens", "drafts", "prompt_logprobs"[, "prompt"]}],
+  "pad", "seed"}``: the requests finished before the step, then the scheduled ones (a new id is a new request, with
+  adapter ``lora``, 0 = none; a live one keeps its adapter), ``pad`` rows of graph padding; a new request's
+  ``prompt`` (default: its ``tokens``) is its prompt's length: a longer prompt is a chunked prefill, its later
+  steps' tokens the next chunks (prompt_logprobs.py);
 * ``dummy_run`` ``{"num_tokens", "reqs", "pad", "seed"}``: a runtime dummy run (an idle data-parallel rank).
 
 Ops are drawn by rules over a model of the manager (``fuzzrunner.strategies``: ``OpSequence``,
@@ -122,6 +124,9 @@ def _check_op(c: dict, i: int, op: dict) -> None:
         for r in reqs:
             if r["lora"] and str(r["lora"]) not in c["adapters"]:
                 raise InvalidCase(f"op {i}: request {r['id']!r} asks for adapter {r['lora']}, not in the config.")
+            if "prompt" in r and not (isinstance(r["prompt"], int) and r["tokens"] <= r["prompt"] <= 64):
+                raise InvalidCase(f"op {i}: request {r['id']!r}: prompt {r['prompt']!r} is its prompt's length, an int "
+                                  f"from its tokens ({r['tokens']}) to 64 (max_model_len).")
             if not 0 <= r.get("drafts", 0) <= min(c["num_speculative_tokens"], r["tokens"] - 1):
                 raise InvalidCase(f"op {i}: request {r['id']!r}: drafts <= num_speculative_tokens and < its tokens.")
         if len({r["lora"] for r in reqs if r["lora"]}) > c["max_loras"]:
@@ -140,6 +145,7 @@ class EngineState(AdapterSlots):
         self.cfg = cfg
         self.pinned: set[int] = set()
         self.requests: dict[str, int] = {}     # live request id -> adapter id
+        self.prefill: dict[str, int] = {}      # live request id -> prompt tokens not yet scheduled (chunked prefill)
         self.last_step: list[dict] | None = None
         self.next_id = 0
 
@@ -187,12 +193,25 @@ def _new_requests(draw, s: EngineState, adapters: list[int], budget: int, keep: 
             room -= 1
         n = draw(st.integers(1, min(4, budget)))
         budget -= n
-        out.append({"id": s.new_id(), "lora": a, "tokens": n, "drafts": 0,
-                    "prompt_logprobs": n > 1 and draw(st.integers(0, 3)) == 0})
+        r = {"id": s.new_id(), "lora": a, "tokens": n, "drafts": 0,
+             "prompt_logprobs": n > 1 and draw(st.booleans())}
+        if r["prompt_logprobs"] and s.cfg.get("runner", "v2") == "v2":
+            more = draw(st.sampled_from([0, 0, 1, 2, 3]))  # a chunked prefill: the prompt goes on in later steps
+            if more:
+                r["prompt"] = n + more
+                s.prefill[r["id"]] = more
+        out.append(r)
     return out
 
 
 def _continued(draw, s: EngineState, rid: str, budget: int) -> dict | None:
+    left = s.prefill.get(rid, 0)
+    if left:  # the next chunk of a chunked prefill (no drafts before the prompt is done)
+        n = draw(st.integers(1, min(left, budget))) if budget >= 1 else 0
+        if not n:
+            return None
+        s.prefill[rid] = left - n
+        return {"id": rid, "lora": s.requests[rid], "tokens": n, "drafts": 0, "prompt_logprobs": False}
     spec = s.cfg["num_speculative_tokens"]
     drafts = draw(st.integers(0, spec)) if spec else 0
     if 1 + drafts > budget:
@@ -287,6 +306,8 @@ def step(draw, s: EngineState) -> dict:
     if not reqs:  # every index held by a request left unscheduled: schedule one of them
         rid = sorted(s.requests)[0]
         reqs = [{"id": rid, "lora": s.requests[rid], "tokens": 1, "drafts": 0, "prompt_logprobs": False}]
+        if s.prefill.get(rid):
+            s.prefill[rid] -= 1
     for r in reqs:
         s.requests[r["id"]] = r["lora"]
     for a in {r["lora"] for r in reqs} - {0}:

@@ -10,7 +10,8 @@ FEATURE_SPACE = tuple(
     + ["layout=qkv-merged", "layout=qkv-fused", "layout=gate_up-merged", "layout=gate_up-fused",
        "fully_sharded_loras=on", "specialize_active_lora=on", "target_modules=filtered", "lora_dtype=auto",
        "adapter=rslora", "adapter=partial-targets", "adapters=mixed-ranks", "moe=top_k-2", "adapter=experts",
-       "step=mixed", "step=no-lora", "step=padded", "step=drafts", "step=prompt-logprobs", "step=finished-requests",
+       "step=mixed", "step=no-lora", "step=padded", "step=drafts", "step=prompt-logprobs", "step=chunked-prompt",
+       "step=finished-requests",
        "step=index-reused", "step=repeated", "state=slots-full", "state=more-adapters-than-cpu-slots",
        "state=removed-in-use", "state=pinned", "state=re-added"]
     + [f"max_loras={n}" for n in (1, 2, 3)]
@@ -75,6 +76,8 @@ def _step(op: dict, live: dict, freed: int, last, out: set) -> int:
         out.add("step=drafts")
     if any(r.get("prompt_logprobs") for r in reqs):
         out.add("step=prompt-logprobs")
+    if any(r.get("prompt", 0) > r["tokens"] for r in reqs):
+        out.add("step=chunked-prompt")
     if op.get("finish"):
         out.add("step=finished-requests")
     new = [r for r in reqs if r["id"] not in live]

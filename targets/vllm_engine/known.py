@@ -1,16 +1,24 @@
 """The real vLLM bugs ``vllm_engine`` finds on a release as shipped (docs/vllm.md, "What it found in vLLM";
 docs/findings/), told apart in a campaign's report by their op, output and message: a finding that is one of
-them is not new. Used by the integration tests and the GPU acceptance step
-``vllm-engine`` (scripts/gpu/acceptance_steps.py).
+them is not new. ``label`` is the target's ``known_bugs`` (a campaign labels such findings: "known: V1 ...",
+fuzzrunner/engine/known.py); also used by the sweep's table (sweep.py), the integration tests and the GPU
+acceptance step ``vllm-engine`` (scripts/gpu/acceptance_steps.py).
 """
 
 from __future__ import annotations
 
 
-def known_bug(finding: dict, *, logits_mapped_per_row: bool) -> str | None:
-    """"P1", "S1", "E1", "E2" or "V1" where ``finding`` (a report's finding: ``violation``, ``case``) is that bug, else
-    None. ``logits_mapped_per_row``: this vLLM's ``LoraState.make_lora_inputs`` takes ``num_logits`` (0.34 and
-    later), so a wrong lm_head row is not S1 (nor in a V1-runner case: that runner maps 1 + drafts rows). V1 is
+def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped: bool = False,
+              drops_last_chunk: bool = False, graphs_capture_per_lora: bool = True) -> str | None:
+    """"P1", "L1", "S1", "E1", "E2", "V1" or "W1" where ``finding`` (a report's finding: ``violation``, ``case``) is
+    that bug, else None. ``logits_mapped_per_row``: this vLLM's ``LoraState.make_lora_inputs`` takes ``num_logits``
+    (0.34 and later), so a wrong lm_head row is not S1 (nor in a V1-runner case: that runner maps 1 + drafts rows);
+    ``prompt_rows_mapped``: this vLLM maps the prompt-logprobs rows to their requests' adapters (a fix of P1, such as
+    docs/findings/p1_prompt_logprobs_mapping.patch), so a wrong prompt-logits row is not P1; ``drops_last_chunk``:
+    this vLLM's prompt-logprobs worker skips a request whose prompt's last chunk is its last token
+    (``computed_prefill < prompt_lens - 1``: L1, fixed by #41411), so prompt logprobs never returned are L1;
+    ``graphs_capture_per_lora``: this vLLM's V2 runner captures its graphs per LoRA count (0.24 and later, #35536),
+    else a V2-runner graph replay's mismatch under ``specialize_active_lora`` is W1 (the grid the start-up left). V1 is
     told by a graph replay's mismatch in a layer (the logits run outside the graph) under ``specialize_active_lora``,
     in a V1-runner case (v1_runner.py) or a V2-runner case with CUDA graphs (v2_graphs.py)."""
     v = finding["violation"]
@@ -18,8 +26,11 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool) -> str | None:
     tensor, message = v.get("tensor") or "", v.get("message") or ""
     at = (v.get("details") or {}).get("op_index")
     op = case["ops"][at] if at is not None and at < len(case["ops"]) else {}
-    if "prompt_logits" in tensor:
+    if "prompt_logits" in tensor and not prompt_rows_mapped:
         return "P1"  # the prompt-logprobs rows under the sampled rows' mapping (vllm-project/vllm#53842)
+    if v["kind"] == "state-violation" and tensor.endswith("prompt_logprobs") and drops_last_chunk and \
+            "the worker returned none" in message:
+        return "L1"  # a chunked prompt's logprobs lost when its last chunk is one token (#41411)
     if v["kind"] == "crash" and "warmup_" in message and "/not/a/real/path" in message:
         return "E1"  # a runtime dummy run evicts a real adapter holding a warm-up id, then loads it
     if v["kind"] == "crash" and op.get("op") == "dummy_run" and (
@@ -34,7 +45,77 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool) -> str | None:
     v1_runner = case["config"].get("runner") == "v1"
     if tensor.startswith("replay.") and not tensor.startswith("replay.logits") and \
             case["config"].get("specialize_active_lora"):
-        return "V1"  # a graph of key k replays a batch of k adapters and base-model rows with grid z = k
+        # V1: a graph of key k replays a batch of k adapters and base-model rows with grid z = k; before #35536 the
+        # V2 runner's graphs froze the grid z the start-up left: W1 (fixed in 0.24)
+        return "V1" if v1_runner or graphs_capture_per_lora else "W1"
     if tensor.startswith("step.logits") and not logits_mapped_per_row and not v1_runner:
         return "S1"  # one lm_head row per request under speculative decoding (fixed in 0.34)
     return None
+
+
+# id -> what a campaign's report and summary say of it (docs/findings/README.md is the source of each line)
+BUGS = {
+    "V1": {"title": "with specialize_active_lora, a CUDA graph captured for k adapters drops the last adapter of a "
+                    "batch mixing k adapters with base-model tokens",
+           "upstream": "not reported upstream as far as we found; docs/findings/v1-specialize-active-lora.md",
+           "status": "open in 0.16.0 - 0.34.0; fix: docs/findings/v1_specialize_active_lora.patch"},
+    "P1": {"title": "V2 runner: prompt logprobs take the logits of every scheduled row under the lm_head mapping "
+                    "made for the sampled rows",
+           "upstream": "vllm-project/vllm#53842, an open PR (the V1 runner's fix: #51597)",
+           "status": "open in 0.15.0 - 0.34.0; a fix here: docs/findings/p1_prompt_logprobs_mapping.patch "
+                     "(0.34.0; _on_0.33.patch for 0.33.0)"},
+    "S1": {"title": "V2 runner, speculative decoding: one lm_head row per request while a request has 1 + drafts "
+                    "logits rows",
+           "upstream": "fixed upstream in 0.34.0 (make_lora_inputs(..., num_logits))",
+           "status": "fixed in 0.34.0"},
+    "E1": {"title": "a runtime dummy run evicts a real adapter holding a warm-up id and loads it from "
+                    "/not/a/real/path, or with a pinned adapter activates more dummies than free slots",
+           "upstream": "not reported upstream as far as we found; docs/findings/e1-dummy-run-evicts-real-adapter.md",
+           "status": "open in 0.24.0 - 0.34.0; fix: docs/findings/e1_e2_dummy_adapters.patch"},
+    "E2": {"title": "--lora-target-modules lm_head: the warm-up's dummy adapter has no weights, the profile run "
+                    "dies with StopIteration",
+           "upstream": "not reported upstream as far as we found; docs/findings/e2-lm-head-only-target-modules.md",
+           "status": "open in 0.19.0 - 0.34.0; fix: docs/findings/e1_e2_dummy_adapters.patch"},
+    "L1": {"title": "V2 runner: the prompt logprobs of a chunked prefill are lost when its last chunk is the "
+                    "prompt's last token (computed_prefill < prompt_lens - 1)",
+           "upstream": "vllm-project/vllm#41411",
+           "status": "fixed upstream (#41411; 0.21.0 has the fix, 0.17.0 not)"},
+    "W1": {"title": "V2 runner with CUDA graphs and specialize_active_lora, before LoRA capture cases: every graph "
+                    "freezes the grid z the start-up left, a replayed batch loses adapters",
+           "upstream": "fixed upstream by vllm-project/vllm#35536",
+           "status": "fixed in 0.24.0 (0.15.0 - 0.23.0 by source)"},
+    "V0": {"title": "the V2 runner's dummy runs launch the LoRA kernels on metadata nobody programmed",
+           "upstream": "vllm-project/vllm#43139",
+           "status": "fixed in 0.22.0 (#43139; replaced by #35536 in 0.24.0)"},
+}
+
+
+def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False,
+             prompt_rows_mapped: bool = False, drops_last_chunk: bool = False,
+             graphs_capture_per_lora: bool = True) -> str | None:
+    """``known_bug``'s id, or "V0": a memory finding in a dummy run of a release whose V2 runner programs nothing
+    for it (``dummy_maps_nothing``: 0.15 - 0.21, docs/findings/v0-v2-runner-dummy-run-no-mapping.md)."""
+    bug = known_bug(finding, logits_mapped_per_row=logits_mapped_per_row, prompt_rows_mapped=prompt_rows_mapped,
+                    drops_last_chunk=drops_last_chunk, graphs_capture_per_lora=graphs_capture_per_lora)
+    if bug:
+        return bug
+    v = finding["violation"]
+    at = (v.get("details") or {}).get("op_index")
+    ops = finding["case"]["ops"]
+    if (dummy_maps_nothing and isinstance(at, int) and at < len(ops) and ops[at].get("op") == "dummy_run"
+            and v.get("tool") in ("shadow", "invariants")):
+        return "V0"
+    return None
+
+
+def label(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False,
+          prompt_rows_mapped: bool = False, drops_last_chunk: bool = False,
+          graphs_capture_per_lora: bool = True) -> dict | None:
+    """The target's ``known_bugs``: ``{"id", "title", "upstream", "status"}`` of the known bug ``finding`` is, or
+    None (a planted fault's finding, a new bug, a target error)."""
+    if finding.get("signature", {}).get("tool") == "target":
+        return None
+    bug = known_id(finding, logits_mapped_per_row=logits_mapped_per_row, dummy_maps_nothing=dummy_maps_nothing,
+                   prompt_rows_mapped=prompt_rows_mapped, drops_last_chunk=drops_last_chunk,
+                   graphs_capture_per_lora=graphs_capture_per_lora)
+    return {"id": bug, **BUGS[bug]} if bug else None

@@ -23,6 +23,7 @@ metadata: base-model rows must equal the base output exactly, each adapter's row
 
 from __future__ import annotations
 
+import functools
 import tempfile
 
 import numpy as np
@@ -30,7 +31,7 @@ import torch
 
 from fuzzrunner.errors import InvalidCase
 
-from . import adapters, dummy, faults, model, moe, vllm_env
+from . import adapters, dummy, faults, model, moe, prompt_logprobs, vllm_env
 from .cases import check
 
 _MODEL_DIRS: dict[str, str] = {}
@@ -106,6 +107,9 @@ class Session:
         self.pack = model.packing(c["layout"])
         self.deltas = adapters.Deltas(c, self.pack, wrapped_modules(c))
         self.compare = True
+        # the V2 runner's PromptLogprobsWorker (prompt_logprobs.py), where the release has it and lm_head runs
+        self.prompts = (prompt_logprobs.Prompts(self, found["prompt_logprobs"])
+                        if found.get("prompt_logprobs") and "lm_head" in c["layers"] else None)
         self.profile_run()
 
     def _track_stacks(self) -> None:
@@ -182,6 +186,8 @@ class Session:
             index, _ = self.live.pop(rid)
             self.free.append(index)
             self.lora_state.remove_request(rid)
+            if self.prompts:
+                self.prompts.remove(rid)
 
     def _new(self, r: dict) -> None:
         if not self.free:
@@ -189,6 +195,8 @@ class Session:
         index = self.free.pop()
         self.live[r["id"]] = (index, r["lora"])
         self.lora_state.add_request(r["id"], index, self.request(r["lora"]) if r["lora"] else None)
+        if self.prompts:
+            self.prompts.add(r, index)
 
     def _order(self, reqs: list[dict]) -> list[dict]:
         sort = self.found.get("sort_batch_req_ids")
@@ -214,17 +222,21 @@ class Session:
         args = [ids, idx, tokens] + ([logits] if self.found["make_lora_inputs_takes_num_logits"] else [])
         prompt, token, requests = self.lora_state.make_lora_inputs(*args)
         order = [self.live[i][1] for i in ids]
-        self.runner._set_active_loras(prompt, token, _Requests(requests, order))
+        self.activate((prompt, token, requests), order)
         rows = [a for a, n in zip(order, tokens) for _ in range(int(n))]
         ends = np.cumsum(tokens)
         logits_rows = [(int(e) - k, a) for e, n, a in zip(ends, logits, order) for k in range(int(n), 0, -1)]
-        # prompt logprobs (a request in its prefill asks for them): the runner's compute_prompt_logprobs takes
-        # the logits of every scheduled row, hidden_states[:num_tokens], in chunks of CHUNK_SIZE
-        prompt = [a for a, n in zip(order, tokens) for _ in range(int(n))] if any(
-            r.get("prompt_logprobs") and r["id"] in new for r in reqs) else []
-        prompt_rows = [list(enumerate(prompt))[k:k + self.found["prompt_chunk"]]
-                       for k in range(0, len(prompt), self.found["prompt_chunk"])]
+        # prompt logprobs: vLLM's PromptLogprobsWorker after the forward, on its hidden states (prompt_logprobs.py)
+        prompt_rows = functools.partial(self.prompts.run, ids=ids, idx=idx, tokens=tokens, adapters=order) \
+            if self.prompts else []
         self.forward_step(op, reqs, new, rows, logits_rows, prompt_rows)
+        if self.prompts:
+            self.prompts.advance(idx, tokens)
+
+    def activate(self, inputs: tuple, order: list[int]) -> None:
+        """The runner's ``_set_active_loras(*lora_inputs)``; ``order``: the batch's adapters, in batch order."""
+        prompt, token, requests = inputs
+        self.runner._set_active_loras(prompt, token, _Requests(requests, order))
 
     def forward_step(self, op, reqs: list[dict], new: set[str], rows, logits_rows, prompt_rows) -> None:
         """The step's forward, on ``pad`` rows of graph padding as the case draws them (with CUDA graphs the
@@ -238,7 +250,8 @@ class Session:
     def forward(self, label: str, rows: list[int], pad: int, seed: int, logits_rows, prompt_rows,
                 compare: bool = True) -> None:
         """Each drawn layer on the scheduled rows plus ``pad`` (a graph's padding: vLLM discards those rows),
-        then the logits processor on the sampled rows and on each prompt-logprobs chunk."""
+        then the logits processor on the sampled rows and, through vLLM's prompt-logprobs worker, on the prompt rows
+        (``prompt_rows``: ``Prompts.run`` bound to the step, or nothing)."""
         self.compare = compare
         g = torch.Generator().manual_seed(seed)
         n = len(rows) + pad
@@ -247,8 +260,8 @@ class Session:
             if name == "lm_head":
                 if logits_rows:
                     self.logits(f"{label}.logits", hidden, logits_rows)
-                for k, chunk in enumerate(prompt_rows):
-                    self.logits(f"{label}.prompt_logits[{k}]", hidden, chunk)
+                if prompt_rows:
+                    prompt_rows(label, hidden)
             elif name == moe.LAYER:
                 self.experts(f"{label}.{name}", rows, g)
             elif name == "embed_tokens":
@@ -319,15 +332,18 @@ class Session:
         self._check(label, out, base, self._delta(rows, delta), rows)
 
     def logits(self, label: str, hidden: torch.Tensor, picked: list[tuple[int, int]]) -> None:
-        h = hidden[[m for m, _ in picked]].contiguous()
+        self.logits_of(label, hidden[[m for m, _ in picked]].contiguous(), [a for _, a in picked])
+
+    def logits_of(self, label: str, h: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        """vLLM's ``compute_logits`` on ``h`` (row m is a row of adapter ``rows[m]``, 0: none), checked; its output."""
         out = self.model.compute_logits(h)
         proc = self.model.logits_processor
         base_proc = getattr(proc, "base_layer", proc)
         base = base_proc(self.model.lm_head, h)
-        rows = [a for _, a in picked]
         hc = h.detach().cpu()
         self._check(label, out, base, self._delta(rows, lambda a, m: self.deltas.linear("lm_head", a, hc[m:m + 1])),
                     rows)
+        return out
 
 
 def run(case, ctx, found: dict) -> None:

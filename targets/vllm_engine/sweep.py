@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 from ..vllm_lora.source_facts import _find, _Tree
-from .known import known_bug
+from .known import BUGS, known_id
 from .source_facts import facts
 
 KNOWN = ("E1", "E2", "P1", "S1")
@@ -34,22 +35,15 @@ def _refusal(out: Path, version: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def category(finding: dict, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False) -> str:
+def category(finding: dict, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False,
+             drops_last_chunk: bool = False, graphs_capture_per_lora: bool = True) -> str:
     """E1, E2, P1, S1 (``known.known_bug``); V0 (a memory finding in a dummy run of a release whose V2 runner
     programs nothing for it: docs/findings/v0-v2-runner-dummy-run-no-mapping.md, fixed by #43139); ``target`` (our
     code raised); else ``other``."""
     if finding["signature"]["tool"] == "target":
         return "target"
-    bug = known_bug(finding, logits_mapped_per_row=logits_mapped_per_row)
-    if bug:
-        return bug
-    v = finding["violation"]
-    at = (v.get("details") or {}).get("op_index")
-    ops = finding["case"]["ops"]
-    if (dummy_maps_nothing and isinstance(at, int) and at < len(ops) and ops[at].get("op") == "dummy_run"
-            and v.get("tool") in ("shadow", "invariants")):
-        return "V0"
-    return "other"
+    return known_id(finding, logits_mapped_per_row=logits_mapped_per_row, dummy_maps_nothing=dummy_maps_nothing,
+                    drops_last_chunk=drops_last_chunk, graphs_capture_per_lora=graphs_capture_per_lora) or "other"
 
 
 def row(out: Path, version: str) -> str:
@@ -64,15 +58,17 @@ def row(out: Path, version: str) -> str:
     replayed = {Path(e["path"]).stem: e for e in r.get("replayed", [])}
     tree = _Tree(version)
     per_row = facts(version)["per_logits_row"] if tree else True  # no tree: never call a logits finding S1
+    per_lora = not (tree and facts(version).get("W1"))  # no tree: a graph replay's finding under specialize is V1
     no_mapping = bool(tree and _find(tree, "vllm/v1/worker/gpu/model_runner.py", r"Fix warmup for LoRA"))
-    found: dict[str, list[str]] = {k: [] for k in (*KNOWN, "V0", "target", "other")}
+    drops = bool(tree and _find(tree, "vllm/v1/worker/gpu/sample/prompt_logprob.py", r"prompt_lens - 1"))
+    found: dict[str, list[str]] = defaultdict(list)  # a category -> when the search found each of its findings
     as_seeds: dict[str, set] = {}  # a replayed seed's stem -> the categories of its findings
     for f in r["findings"]:
         stems = [stem for stem, ops in seeds.items() if f["case"].get("ops") == ops]
         for stem in stems:  # a replayed seed: its column says it
-            as_seeds.setdefault(stem, set()).add(category(f, per_row, no_mapping))
+            as_seeds.setdefault(stem, set()).add(category(f, per_row, no_mapping, drops, per_lora))
         if not stems:
-            found[category(f, per_row, no_mapping)].append(f"{f['first_found_after_examples']} ex")
+            found[category(f, per_row, no_mapping, drops, per_lora)].append(f"{f['first_found_after_examples']} ex")
 
     def cell(bug: str) -> str:
         """"reproduced" where a seed of the bug failed as that bug (not merely failed: on 0.15 - 0.21 E1's case
@@ -84,6 +80,8 @@ def row(out: Path, version: str) -> str:
         search = f"; search: found ({', '.join(found[bug])})" if found[bug] else ""
         return seed + search
     others = [f"V0 (known, fixed by #43139 in 0.22; {', '.join(found['V0'])})"] if found["V0"] else []
+    others += [f"{bug} (known: {BUGS[bug]['upstream']}; {', '.join(found[bug])})" for bug in sorted(found)
+               if bug in BUGS and bug not in (*KNOWN, "V0") and found[bug]]
     others += [f"{len(found['other'])} to triage ({', '.join(found['other'])})"] if found["other"] else []
     errors = len(found["target"]) or "–"
     return (f"| {version} | {r.get('generated', r['examples'])} generated + {len(replayed)} replayed "

@@ -136,12 +136,8 @@ def prepare() -> dict:
         found["sort_batch_req_ids"] = sort_batch_req_ids
     except ImportError:
         found["sort_batch_req_ids"] = None
-    try:
-        from vllm.v1.worker.gpu.sample.prompt_logprob import CHUNK_SIZE
-        found["prompt_chunk"] = int(CHUNK_SIZE)
-    except ImportError:
-        found["prompt_chunk"] = 1024
-    from . import moe, v1_runner
+    from . import moe, prompt_logprobs, v1_runner
+    found["prompt_logprobs"] = prompt_logprobs.find()  # the V2 runner's PromptLogprobsWorker, or None
     found["moe_unavailable"] = moe.unavailable()  # why no MoE block (FusedMoEFactory, CPURouter: 0.31 on), or None
     found["v1"] = v1_runner.find()  # the V1 runner's InputBatch and dispatcher (up to 0.33), or None
     from . import v2_graphs

@@ -111,7 +111,13 @@ FAULT_CASES = {
                                           ("numeric-mismatch", "step.qkv_proj.base_rows")),
     "logits_mapping_per_request": ([step(req("a", 1, 2), req("b", 0, 1)), step(req("a", 1, 2, drafts=1), req("b", 0))],
                                    {}, ("numeric-mismatch", "step.logits.")),
+    # base-model requests only: vLLM's P1 (prompt rows under the sampled rows' mapping) cannot show
+    "prompt_token_ids_unshifted": ([step(req("a", 0, 3, logprobs=True), req("b", 0, 1), seed=1)],
+                                   {"layers": ["lm_head"]}, ("numeric-mismatch", "step.prompt_logprobs.token_ids")),
 }
+# a new request's prompt longer than its first step: a chunked prefill, the prompt's last chunk one token
+CHUNKED = [step(dict(req("a", 0, 3, logprobs=True), prompt=5), req("b", 0, 2), seed=1),
+           step(req("a", 0, 1), req("b", 0, 1), seed=2), step(req("a", 0, 1), seed=3), step(req("a", 0, 1), seed=4)]
 
 
 @needs_vllm
@@ -149,10 +155,24 @@ def test_spec_decode_logits_rows_get_their_requests_adapter_where_vllm_maps_one_
 
 @needs_vllm
 def test_prompt_logprobs_logits_take_the_sampled_rows_mapping():
-    """V2 runner (0.33, 0.34): compute_prompt_logprobs takes the logits of every scheduled row under the mapping
-    made for the sampled rows (vllm-project/vllm#53842, open)."""
+    """P1, V2 runner (0.15 - 0.34): vLLM's own PromptLogprobsWorker.compute_prompt_logprobs takes the logits of every
+    scheduled row under the mapping made for the sampled rows (vllm-project/vllm#53842, open)."""
     found = _run([step(req("a", 1, 3, logprobs=True), req("b", 0, 2), req("c", 2, 1), seed=1)], layers=["lm_head"])
     assert ("numeric-mismatch", "step.prompt_logits[0].adapter_rows") in _kinds(found)
+
+
+@needs_vllm
+def test_a_chunked_prompt_gets_its_prompt_logprobs_once_complete_but_where_vllm_skips_a_one_token_last_chunk():
+    """The worker's output against the specification over a chunked prefill (prompt_logprobs.py): silent where vLLM
+    returns them (0.21 and later); L1 where its worker skips a prompt whose last chunk is its last token (0.17:
+    ``computed_prefill < prompt_lens - 1``, fixed upstream by #41411): the logprobs of the earlier chunks are lost."""
+    from targets.vllm_engine import known_flags
+    found = _run(CHUNKED, layers=["lm_head"])
+    if not known_flags(_found())["drops_last_chunk"]:
+        assert found == []
+        return
+    assert _kinds(found) == {("state-violation", "step.prompt_logprobs")}, found
+    assert "the worker returned none" in found[0].message
 
 
 @needs_vllm
@@ -210,8 +230,9 @@ def test_the_standalone_e1_e2_repro_fails_on_the_pinned_vllm_and_passes_with_the
 
 def triaged(finding: dict) -> bool:
     """The real vLLM bugs above (known or reported), as a fault-free campaign reports them."""
-    from targets.vllm_engine.known import known_bug
-    return known_bug(finding, logits_mapped_per_row=_found()["make_lora_inputs_takes_num_logits"]) is not None
+    from targets.vllm_engine import known_flags
+    from targets.vllm_engine.known import known_id
+    return known_id(finding, **known_flags(_found())) is not None
 
 
 def _fuzz(tmp_path, capsys, *args) -> tuple[int, str, dict]:
@@ -232,3 +253,40 @@ def test_cli_short_fault_free_campaign_finds_nothing_untriaged(tmp_path, capsys)
     # the report and the summary name the vLLM that ran (release and tree), as vllm_lora's do
     assert run["code_under_test"]["engine"] == "vllm" and run["code_under_test"]["release"] == _found()["api"].version
     assert f"code under test: vllm {run['code_under_test']['release']}" in out, out
+
+
+@needs_vllm
+@pytest.mark.slow  # two fresh processes importing a patched vLLM: ~2 min on 2 cores
+def test_p1_is_silent_with_its_fix_and_the_shifted_prompt_rows_fault_is_caught_there(tmp_path):
+    """docs/findings/p1_prompt_logprobs_mapping.patch (the worker maps each prompt-logprobs chunk's rows to their
+    requests' adapters before its logits): P1's case is silent; with the planted ``prompt_lora_rows_shifted`` (that
+    mapping off by one row) it fails again, as a finding that is not P1."""
+    import os
+    import subprocess
+    import sys
+    case = json.loads((ROOT / "docs" / "findings" / "cases" / "p1_prompt_logprobs_mapping.json").read_text())
+    version = _found()["api"].version
+    patch = {"0.34.0": "p1_prompt_logprobs_mapping.patch", "0.33.0": "p1_prompt_logprobs_mapping_on_0.33.patch"}
+    if version not in patch:
+        pytest.skip(f"no P1 fix for vLLM {version} here (0.33.0, 0.34.0)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FUZZRUNNER_VLLM_VERSION": version,
+           "FUZZRUNNER_VLLM_PATCH": str(ROOT / "docs" / "findings" / patch[version])}
+    for faults, code in (([], 0), (["prompt_lora_rows_shifted"], 1)):
+        path = tmp_path / f"p1_{len(faults)}.json"
+        path.write_text(json.dumps(dict(case, faults=faults)))
+        r = subprocess.run([sys.executable, "-m", "fuzzrunner", "replay", str(path)], capture_output=True, text=True,
+                           env=env, cwd=ROOT, timeout=900)
+        assert r.returncode == code, r.stdout + r.stderr
+        assert ("prompt_logits" in r.stdout) == bool(faults), r.stdout
+
+
+@needs_vllm
+@pytest.mark.slow  # a campaign until the fault's finding: ~5-10 min on the shared 2-core machine
+def test_the_planted_prompt_token_ids_fault_is_found_from_scratch_and_not_labelled_known(tmp_path, capsys):
+    """Seed 0, at most 300 examples (found after 65 on 0.34.0): a finding of the worker's output oracle that the
+    campaign does not label as a known vLLM bug."""
+    code, out, run = _fuzz(tmp_path, capsys, "--fault", "prompt_token_ids_unshifted", "--max-examples", "300",
+                           "--seed", "0", "--no-shrink", "--budget", "3000", "--workers", "1")
+    mine = [f for f in run["findings"] if f["violation"]["tensor"].startswith("step.prompt_logprobs")]
+    assert code == 1 and mine, out
+    assert all(not (f["triage"] or {}).get("known") for f in mine), mine

@@ -73,7 +73,7 @@ def test_json_report_holds_the_campaign_and_its_finding(tmp_path, finding):
     assert (f["first_found_after_examples"], f["found_after_s"], f["minimized"]) == (7, 1.5, True)
     assert f["repro"] == finding.repro and f["others"] == _plain([v.to_dict() for v in finding.others])
     assert report["summary"] == {"targets": ["reference_runner"], "examples": 12, "findings": 1, "duration_s": 3.5,
-                                 "stop_reasons": ["unknown"], "errors": 0}
+                                 "stop_reasons": ["unknown"], "errors": 0, "known": 0}
     assert load_report(path) == report
 
 
@@ -287,7 +287,10 @@ def test_every_written_report_validates_against_the_published_schema(tmp_path, f
     schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "report.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     flaky = replace(finding, flaky=True, triage={"device": "cpu", "status": "not-reproduced"})
-    for results in (campaign(finding, flaky=[flaky], stop_reason=StopReason.BUDGET), [campaign(finding), clean_campaign()]):
+    known = replace(finding, triage={"known": {"id": "K1", "title": "t", "upstream": "x#1", "status": "open"}})
+    both = replace(finding, triage={"device": "cpu", "status": "not-reproduced", "known": {"id": "K1"}})
+    for results in (campaign(finding, flaky=[flaky], stop_reason=StopReason.BUDGET), [campaign(finding), clean_campaign()],
+                    campaign(known, flaky=[both])):
         data = json.loads(write_json(results, tmp_path / "r.json").read_text())
         jsonschema.validate(data, schema)
         assert data["provenance"]["versions"]["fuzzrunner"] and data["provenance"]["written_at"].endswith("Z")
@@ -295,6 +298,30 @@ def test_every_written_report_validates_against_the_published_schema(tmp_path, f
     del broken["runs"][0]["findings"][0]["signature"]["site"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, schema)
+    nameless = json.loads(write_json(campaign(replace(finding, triage={"known": {"title": "t"}})),
+                                     tmp_path / "r.json").read_text())
+    with pytest.raises(jsonschema.ValidationError):  # a label names its bug
+        jsonschema.validate(nameless, schema)
+
+
+def test_a_known_bug_label_reads_in_the_summary_the_html_and_junit(tmp_path, finding):
+    import io
+
+    from fuzzrunner.cli.render import _summary
+    label = {"id": "K1", "title": "dummy runs read no mapping", "upstream": "example/repo#1", "status": "fixed in 2.0"}
+    r = campaign(replace(finding, triage={"known": label}))
+    out = io.StringIO()
+    _summary(r, out)
+    line = "known: K1: dummy runs read no mapping (example/repo#1; fixed in 2.0)"
+    assert "1 finding (1 known: K1)" in out.getvalue() and line in out.getvalue(), out.getvalue()
+    assert line in write_html(r, tmp_path / "r.html").read_text()
+    assert line in write_junit(r, tmp_path / "j.xml").read_text()
+    assert json.loads(write_json(r, tmp_path / "r.json").read_text())["summary"]["known"] == 1
+    # a GPU finding's CPU triage and its label, on one line
+    both = replace(finding, triage={"device": "cpu", "status": "not-reproduced", "known": label})
+    out = io.StringIO()
+    _summary(campaign(both), out)
+    assert f"{line}; CPU triage: not reproduced on the CPU" in out.getvalue(), out.getvalue()
 
 
 # -- trend against a previous report -------------------------------------------------------------

@@ -153,3 +153,54 @@ def test_older_releases_pinned_memory_questions_are_answered_as_vllms_cpu_platfo
     vllm_env.unpin_host_memory()
     assert old.is_pin_memory_available() is False
     assert old.async_tensor_h2d([1], None, "cpu") is False
+
+
+STEP = [{"op": "step", "finish": [], "reqs": [{"id": "a", "lora": 1, "tokens": 3, "prompt_logprobs": True}]}]
+
+
+def test_a_prompt_logits_finding_is_p1_only_where_vllm_maps_no_prompt_rows_of_its_own():
+    f = _finding("numeric-mismatch", "numeric", 0, STEP, tensor="step.prompt_logits[0].adapter_rows")
+    assert known.known_bug(f, logits_mapped_per_row=True) == "P1"
+    # under a fix of P1 (docs/findings/p1_prompt_logprobs_mapping.patch) the same finding is new: a planted fault's
+    assert known.known_bug(f, logits_mapped_per_row=True, prompt_rows_mapped=True) is None
+    # the worker's output (token ids, log-probabilities) is never P1: its rows' logits are checked on their own
+    out = _finding("numeric-mismatch", "numeric", 0, STEP, tensor="step.prompt_logprobs.token_ids")
+    assert known.known_bug(out, logits_mapped_per_row=True) is None
+
+
+def test_prompt_logprobs_never_returned_are_l1_only_where_the_worker_skips_a_one_token_last_chunk():
+    f = _finding("state-violation", "state", 2, STEP * 3, tensor="step.prompt_logprobs",
+                 message="request 'a': its prompt completed this step and asked for prompt logprobs; the worker "
+                         "returned none")
+    assert known.known_bug(f, logits_mapped_per_row=True, drops_last_chunk=True) == "L1"
+    assert known.known_bug(f, logits_mapped_per_row=True) is None  # 0.21 and later: a new bug
+
+
+def test_the_label_names_each_known_bug_with_its_upstream_and_status_and_never_a_target_error():
+    f = _finding("numeric-mismatch", "numeric", 0, STEP, tensor="step.prompt_logits[0].adapter_rows")
+    label = known.label(f, logits_mapped_per_row=True)
+    assert label is not None and label["id"] == "P1" and "53842" in label["upstream"] and label["status"]
+    assert all(set(b) == {"title", "upstream", "status"} and all(b.values()) for b in known.BUGS.values())
+    assert known.label(dict(f, signature={**f["signature"], "tool": "target"}), logits_mapped_per_row=True) is None
+    assert known.label(f, logits_mapped_per_row=True, prompt_rows_mapped=True) is None
+
+
+def test_a_sweep_row_counts_known_bugs_outside_its_columns(tmp_path):
+    """V1 (a graph replay under specialize_active_lora) and L1 have no column of their own: the row names them (a V1
+    finding raised KeyError here before)."""
+    v1 = _finding("numeric-mismatch", "numeric", 0, [{"op": "step"}], tensor="replay.qkv_proj.adapter_rows",
+                  config={"specialize_active_lora": True}, examples=7)
+    (tmp_path / "0.99.0.json").write_text(json.dumps({"runs": [{"findings": [v1], "generated": 9, "duration_s": 5.0,
+                                                                "examples": 9}]}))
+    row = sweep.row(tmp_path, "0.99.0")
+    assert "V1 (known: not reported upstream" in row and "7 ex" in row, row
+
+
+def test_a_v2_graph_replay_under_specialize_is_w1_before_lora_capture_cases_and_v1_after():
+    f = _finding("numeric-mismatch", "numeric", 0, [{"op": "step"}], tensor="replay.qkv_proj.adapter_rows",
+                 config={"specialize_active_lora": True, "cudagraph_mode": "FULL"})
+    assert known.known_bug(f, logits_mapped_per_row=True) == "V1"
+    assert known.known_bug(f, logits_mapped_per_row=True, graphs_capture_per_lora=False) == "W1"
+    v1_runner = dict(f, case={"config": {"specialize_active_lora": True, "runner": "v1"}, "ops": [{"op": "step"}]})
+    assert known.known_bug(v1_runner, logits_mapped_per_row=True, graphs_capture_per_lora=False) == "V1"
+    assert known.label(f, logits_mapped_per_row=True, graphs_capture_per_lora=False)["id"] == "W1"

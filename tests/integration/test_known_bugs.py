@@ -1,0 +1,69 @@
+"""A target's ``known_bugs`` labels a campaign's findings (fuzzrunner/engine/known.py, docs/triage.md): the report and
+the summary say "known: ID" for a finding the target names, nothing for another, and a broken classifier costs no
+finding (a warning). A target file around ``reference_runner`` and its planted ``dummy_run_skips_mapping`` (its seed
+case finds it at once)."""
+
+import io
+import json
+
+from fuzzrunner.engine.campaign import run_campaign
+from fuzzrunner.settings import Settings
+
+TARGET = '''
+import dataclasses
+from fuzzrunner.target import load_target
+
+def known(finding):
+    {body}
+
+def make():
+    return dataclasses.replace(load_target("reference_runner"), known_bugs=known)
+
+TARGET = make
+'''
+NAMES_IT = ('return {"id": "K1", "title": "dummy runs read no mapping", "upstream": "example/repo#1", '
+            '"status": "fixed in 2.0"} if finding["violation"]["kind"] == "uninitialized-read" else None')
+
+
+def _campaign(tmp_path, body: str):
+    path = tmp_path / "labelled_target.py"
+    path.write_text(TARGET.format(body=body))
+    settings = Settings(max_examples=1, seed=3, device="cpu", shrink=False)
+    return run_campaign(f"{path}:TARGET", settings, faults=("dummy_run_skips_mapping",), corpus_dir=tmp_path / "c")
+
+
+def _summary(result) -> str:
+    from fuzzrunner.cli.render import _summary
+    out = io.StringIO()
+    _summary(result, out)
+    return out.getvalue()
+
+
+def test_a_finding_the_target_names_is_labelled_in_the_report_the_summary_and_the_corpus(tmp_path):
+    from fuzzrunner.report import write_json
+    r = _campaign(tmp_path, NAMES_IT)
+    named = [f for f in r.findings if f.violation.kind == "uninitialized-read"]
+    assert named and all(f.triage == {"known": {"id": "K1", "title": "dummy runs read no mapping",
+                                                "upstream": "example/repo#1", "status": "fixed in 2.0"}}
+                         for f in named), [f.triage for f in r.findings]
+    assert all(f.triage is None for f in r.findings if f not in named)
+    text = _summary(r)
+    assert f"({len(named)} known: K1" in text
+    assert "known: K1: dummy runs read no mapping (example/repo#1; fixed in 2.0)" in text, text
+    report = json.loads(write_json(r, tmp_path / "r.json").read_text())
+    assert report["summary"]["known"] == len(named)
+    assert report["runs"][0]["findings"][0]["triage"]["known"]["id"] == "K1"
+    saved = [json.loads(p.read_text()) for p in (tmp_path / "c").rglob("*.json")]  # a planted fault's: expected/
+    assert any((d.get("triage") or {}).get("known", {}).get("id") == "K1" for d in saved), saved
+
+
+def test_a_finding_the_target_does_not_name_stays_unlabelled(tmp_path):
+    r = _campaign(tmp_path, "return None")
+    assert r.findings and all(f.triage is None for f in r.findings)
+    assert "known" not in _summary(r)
+
+
+def test_a_classifier_that_raises_costs_no_finding_and_says_so(tmp_path):
+    r = _campaign(tmp_path, "raise KeyError('violation')")
+    assert r.findings and all(f.triage is None for f in r.findings)
+    assert any("its known_bugs raised on finding" in w and "KeyError" in w for w in r.warnings), r.warnings
