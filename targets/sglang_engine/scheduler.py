@@ -287,6 +287,7 @@ class Server:
         self.sc = sc
         self.rounds = 0
         self.patches: list = []  # planted faults (scheduler_faults.py), stopped by close()
+        self.abandoned = False  # a step left requests behind after its reported problem (serving.serve)
         CLOCK.now = CLOCK_START
 
     def close(self) -> None:

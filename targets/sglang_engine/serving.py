@@ -43,7 +43,11 @@ def work(lens: list, new: list, chunk: int) -> int:
 
 
 def serve(session, server, op) -> list[str]:
-    """Serve ``op``'s requests (module doc); the problems a user would see."""
+    """Serve ``op``'s requests (module doc); the problems a user would see. A step that ends with requests still in
+    the scheduler (a batch broke a limit and was not run, or the scheduler stalled: its problem is reported) marks
+    the server ``abandoned``, and the case's later ops are not run (runner.run): the scheduler and the registry hold
+    requests of that step, which a later step's accounting does not know (a campaign's target error:
+    ``KeyError: 'r5'``) and the registry's checks would count as leaks."""
     names = list(op["reqs"])
     n = len(names)
     mode = op.get("mode", "decode")
@@ -58,6 +62,7 @@ def serve(session, server, op) -> list[str]:
     try:
         return loop.run_until_complete(_Step(session, server, names, prompts, new, arrive).run())
     finally:
+        server.abandoned = server.busy()
         if front is None:
             loop.close()
 
