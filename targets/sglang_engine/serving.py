@@ -204,7 +204,8 @@ class _Step:
 
     def _drains_for(self, lora_id, end: int) -> str:
         """What the drainer did for ``lora_id`` before round ``end`` (the sweep's triage reads it)."""
-        drained = sorted((r, d) for (d, f), r in self.draining.items() if f == lora_id and r < end)
+        drained = sorted(((r, d) for (d, f), r in self.draining.items() if f == lora_id and r < end),
+                         key=lambda rd: rd[0])  # by round: the ids (None, str) do not order
         if not drained:
             return "no running adapter was marked draining for it"
         name = {self.resolved[j]: self.names[j] for j in self.resolved}
