@@ -10,23 +10,27 @@ server with ``--max-loras-per-batch 2``, the base model and adapter ``A`` each s
 ``max_new_tokens`` 12 every second round, a request for adapter ``B`` waiting from round 1; the drain threshold
 1 s, the clock one second a round.
 
-    python repro_sg2_drain_budget_recomputed.py SGLANG_SITE_DIR [--new N]   # the folder holding sglang/
+    python repro_sg2_drain_budget_recomputed.py [SGLANG_SITE_DIR] [--new N]   # the folder holding sglang/
 
 Exit 1 while the bug is there (B not admitted within ceil(1.2 x 12) + 1 rounds of starving: the drained adapter
 admitted requests all along), 0 once B gets a slot within that. ``--new 11`` (1.2 x 10 < 11: nothing is admitted
 while draining) exits 0 on the unpatched code; ``--patched`` applies sg2_drain_budget_recomputed.patch's change
-in memory.
+in memory. SGLang is imported by ``sglang_site.py`` (beside this script: an installed SGLang, the folder given, or
+the set-up tree). Exit 2 where SGLang does not import or crashes ("could not run", never "bug").
 """
 
 import math
 import sys
+import traceback
 import types
+
+import sglang_site
 
 ROUNDS = 60
 
 
-def main(site: str, new: int, patched: bool) -> int:
-    sys.path.insert(0, site)
+def main(site: str | None, new: int, patched: bool) -> int:
+    print(sglang_site.import_sglang(site))
     from sglang.srt.lora import lora_drainer
     from sglang.srt.lora.lora_manager import LoRAManager
     from sglang.srt.managers.scheduler import Scheduler
@@ -103,9 +107,16 @@ def _patch(lora_drainer) -> None:
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    new = int(sys.argv[sys.argv.index("--new") + 1]) if "--new" in sys.argv else 12
-    args = [a for a in args if a != str(new) or "--new" not in sys.argv]
-    if len(args) != 1:
-        sys.exit(f"usage: {sys.argv[0]} SGLANG_SITE_DIR [--new N] [--patched]  (the folder holding sglang/)")
-    sys.exit(main(args[0], new, "--patched" in sys.argv))
+    argv = sys.argv[1:]
+    new = int(argv[argv.index("--new") + 1]) if "--new" in argv else 12
+    args = [a for i, a in enumerate(argv) if not a.startswith("--") and (i == 0 or argv[i - 1] != "--new")]
+    if len(args) > 1:
+        print(f"usage: {sys.argv[0]} [SGLANG_SITE_DIR] [--new N] [--patched]  (the folder holding sglang/)",
+              file=sys.stderr)
+        sys.exit(2)
+    try:
+        sys.exit(main(args[0] if args else None, new, "--patched" in argv))
+    except Exception:  # noqa: BLE001 - SGLang that does not import or crashes: "could not run" (2), never "bug" (1)
+        traceback.print_exc()
+        print("could not run (exit 2)", file=sys.stderr)
+        sys.exit(2)

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import traceback
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PATCH = pathlib.Path(__file__).with_name("sg2_drain_budget_recomputed.patch")
@@ -53,4 +54,9 @@ def main(patched: bool) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main("--patched" in sys.argv))
+    try:
+        sys.exit(main("--patched" in sys.argv))
+    except Exception:  # noqa: BLE001 - an engine that does not import or crashes: "could not run" (2), never "bug" (1)
+        traceback.print_exc()
+        print("could not run (exit 2)", file=sys.stderr)
+        sys.exit(2)
