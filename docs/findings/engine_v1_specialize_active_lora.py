@@ -22,8 +22,8 @@ import argparse
 import json
 import os
 import sys
-import traceback
 import tempfile
+import traceback
 
 
 def random_adapter(model: str, rank: int = 8, scale: float = 0.08) -> str:

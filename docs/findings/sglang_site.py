@@ -31,7 +31,6 @@ def import_sglang(site: str | None) -> str:
         return f"SGLang from {tree} (installed)"
     sys.path.insert(0, str(ROOT))  # a CPU tree: through fuzzrunner's boot of the engine
     import torch
-
     from fuzzrunner.targets.sglang_engine import boot
     boot.activate([tree, tree.parent / "deps"])
     for module in boot.ENGINE_PROBE:

@@ -15,8 +15,8 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import traceback
 import tempfile
+import traceback
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PATCH = pathlib.Path(__file__).with_name("sg1_drainer_ignores_pinned_slots.patch")

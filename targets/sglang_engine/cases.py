@@ -80,11 +80,19 @@ def _program() -> OpSequence:
     @seq.rule(weight=6)
     def step(draw, s):
         limit = s.cfg["max_loras_per_batch"]
-        # with the drainer on, longer streams of requests (up to 8, arriving over 6 rounds, up to 5 tokens each) so
-        # that running adapters hold their slots while another waits past the threshold
         drain = bool(s.cfg.get("lora_drain_wait_threshold"))
-        n = draw(st.integers(1, (8 if drain else 5) if s.scheduler else 4))
         pool = [None, *sorted(s.ever)] if s.frontend else [None, *s.loaded]
+        # served by SGLang's scheduler, half the steps are a stream: requests arriving over many rounds, over a hot
+        # set of one adapter more than the slots (where the front end lets a step name more), each asking 1-8
+        # tokens, so that running adapters hold the slots while another waits, and (drainer on) a drain starts,
+        # ends, and the drained adapter's later requests come (docs/sglang.md, "the scheduler path's generation")
+        stream = s.scheduler and draw(st.booleans())
+        if stream:
+            size = min(len(pool), limit + 1)
+            hot = draw(st.lists(st.sampled_from(pool), min_size=size, max_size=size, unique=True))
+            n, pool = draw(st.integers(5, 10)), hot
+        else:
+            n = draw(st.integers(1, (8 if drain else 5) if s.scheduler else 4))
         reqs: list = []
         for _ in range(n):
             choice = draw(st.sampled_from(pool))
@@ -95,11 +103,17 @@ def _program() -> OpSequence:
               "seed": draw(st.integers(0, 3))}
         if op["mode"] == "extend":
             op["lens"] = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
-            if s.logprobs and draw(st.booleans()):  # input logprobs asked: each request's start (its len: none)
+            if s.logprobs and not stream and draw(st.booleans()):  # input logprobs asked: each request's start
                 op["logprob"] = [draw(st.integers(0, k)) for k in op["lens"]]
         if s.scheduler and "logprob" not in op:  # served by SGLang's scheduler: tokens to generate, arrival round
-            op["new"] = [draw(st.sampled_from([1, 1, 2, 3, 5] if drain else [1, 1, 2, 3])) for _ in range(n)]
-            op["arrive"] = [draw(st.sampled_from([0, 0, 1, 2, 4, 6] if drain else [0, 0, 1, 2])) for _ in range(n)]
+            if stream:  # arrivals one gap after another; varied token counts (a drain's budget is a token count)
+                op["new"] = [draw(st.sampled_from([1, 2, 3, 5, 8])) for _ in range(n)]
+                gaps = [draw(st.sampled_from([0, 0, 1, 1, 2])) for _ in range(n)]
+                op["arrive"] = [sum(gaps[:k]) for k in range(n)]
+            else:
+                op["new"] = [draw(st.sampled_from([1, 1, 2, 3, 5] if drain else [1, 1, 2, 3])) for _ in range(n)]
+                op["arrive"] = [draw(st.sampled_from([0, 0, 1, 2, 4, 6] if drain else [0, 0, 1, 2]))
+                                for _ in range(n)]
         return op
     return seq
 
@@ -196,6 +210,8 @@ def _step_features(op: dict, loaded: list, slots: int) -> set:
         out.add("step=multi-round")
     if any(op.get("arrive", ())):
         out.add("step=late-arrival")
+    if len(reqs) >= 5 and len(set(op.get("arrive", ()))) >= 3:
+        out.add("step=stream")
     return out
 
 
@@ -214,7 +230,7 @@ def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logpr
            if logprobs else [])
         + ([f"max_running_requests={m}" for m in (2, 3, 4)] + ["chunked_prefill=on", "chunked_prefill=off",
            "max_prefill_tokens=small", "max_prefill_tokens=default", "drain=on", "drain=off", "step=multi-round",
-           "step=late-arrival"] if scheduler else []))
+           "step=late-arrival", "step=stream"] if scheduler else []))
 
 
 FEATURE_SPACE = feature_space()

@@ -361,6 +361,8 @@ def run(case, ctx, eng) -> None:
         s = Session(case, ctx, eng, workdir)
         try:
             for i, op in enumerate(case.ops):
+                if s.server is not None and s.server.abandoned:
+                    break  # serving.serve: a step left requests in the scheduler after its reported problem
                 with ctx.op(i, op):
                     getattr(s, op["op"])(op)
         finally:

@@ -28,6 +28,7 @@ scheduler rounds and a case replays exactly.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import types
 from array import array
@@ -36,13 +37,19 @@ import torch
 
 # the Scheduler's methods the loop runs, each SGLang's own (a release without one: the path is not driven there)
 SCHED_METHODS = (
-    "get_next_batch_to_run", "get_new_batch_prefill", "_get_new_batch_prefill_raw", "can_schedule_lora_req",
-    "get_num_allocatable_reqs", "get_prefill_adder_class", "update_running_batch", "_reqs_finishing_inflight",
-    "process_pending_chunked_abort", "_process_hicache_events", "stash_chunked_request", "_should_defer_prefill",
-    "_arm_prefill_decode_interval", "init_chunked_prefill", "init_schedule_policy", "init_lora_drainer",
-    "init_beam_coordinator", "_relay_forward_payload", "init_req_max_new_tokens", "init_running_status",
-    # bound (not called) by init_running_status's flush wrapper
-    "flush_cache", "is_fully_idle", "send_control_output")
+    "get_next_batch_to_run", "get_new_batch_prefill", "_get_new_batch_prefill_raw", "get_num_allocatable_reqs",
+    "update_running_batch", "stash_chunked_request", "init_chunked_prefill", "init_schedule_policy",
+    "init_req_max_new_tokens", "init_running_status")
+# the admission's LoRA check, by its release's name (``_can_schedule_lora_req`` 0.5.12 - 0.5.19)
+LORA_ADMISSION = ("can_schedule_lora_req", "_can_schedule_lora_req")
+# methods some releases' loop calls, or their init_running_status binds (not calls); taken where the release has them
+SCHED_OPTIONAL = (
+    "get_prefill_adder_class", "_reqs_finishing_inflight", "process_pending_chunked_abort", "_process_hicache_events",
+    "_should_defer_prefill", "_arm_prefill_decode_interval", "init_lora_drainer", "init_beam_coordinator",
+    "_relay_forward_payload", "flush_cache", "is_fully_idle", "send_control_output")
+# methods the loop of 0.5.14 - 0.5.19 calls each round whose state the scheduler object does not hold yet (the
+# waiting and running timeouts' clocks and queues): a release that has them is not driven (work left, no GPU needed)
+NOT_ADAPTED = ("_abort_on_waiting_timeout", "_abort_on_running_timeout")
 RUNNER_METHODS = ("init_kv_index_translator", "init_ngram_embedding_manager")
 CLOCK_START = 1000.0  # virtual seconds: 0.0 is "never stamped" to Req's time stats
 
@@ -73,29 +80,61 @@ def load():
         from sglang.srt.managers import schedule_batch
         from sglang.srt.managers.overlap_utils import resolve_forward_inputs
         from sglang.srt.managers.scheduler import Scheduler
+        from sglang.srt.mem_cache import common
         from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-        from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
         from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
-        from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
-        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
         from sglang.srt.model_executor.model_runner import ModelRunner
+        from sglang.srt.runtime_context import get_parallel, get_schedule  # noqa: F401 - the knobs' source (0.5.14+)
         from sglang.srt.sampling.sampling_params import SamplingParams
     except Exception as e:  # noqa: BLE001 - any import failure: the release's admission is driven the older way
         return None, f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
-    lacking = [m for m in SCHED_METHODS if not hasattr(Scheduler, m)] + \
-        [m for m in RUNNER_METHODS if not hasattr(ModelRunner, m)]
-    if lacking:
-        return None, f"the release's Scheduler / ModelRunner lack {', '.join(lacking)}"
-    drainer = importlib.import_module("sglang.srt.lora.lora_drainer")
-    drainer.time = CLOCK  # module doc: the drain threshold counts rounds
+    why = unsupported(Scheduler)
+    if why:
+        return None, why
+    try:  # 0.5.12+: --lora-drain-wait-threshold's LoRADrainer
+        importlib.import_module("sglang.srt.lora.lora_drainer").time = CLOCK  # module doc: the threshold counts rounds
+    except ImportError:
+        pass
     return types.SimpleNamespace(
         Scheduler=Scheduler, ModelRunner=ModelRunner, Req=schedule_batch.Req,
         ScheduleBatch=schedule_batch.ScheduleBatch,
         SamplingParams=SamplingParams, ReqToTokenPool=ReqToTokenPool, MHATokenToKVPool=MHATokenToKVPool,
-        TokenToKVPoolAllocator=TokenToKVPoolAllocator, CacheInitParams=CacheInitParams, ComponentType=ComponentType,
-        UnifiedRadixCache=UnifiedRadixCache, release_kv_cache=release_kv_cache,
-        checkpoint_kv_cache=checkpoint_kv_cache, resolve_forward_inputs=resolve_forward_inputs), ""
+        TokenToKVPoolAllocator=TokenToKVPoolAllocator, CacheInitParams=CacheInitParams, tree_cache=_tree_cache(),
+        release_kv_cache=_release(common.release_kv_cache),
+        checkpoint_kv_cache=getattr(common, "checkpoint_kv_cache", None) or common.maybe_cache_unfinished_req,
+        resolve_forward_inputs=resolve_forward_inputs), ""
+
+
+def _tree_cache():
+    """The tree cache the release's server makes for a dense model with ``--disable-radix-cache`` and chunked prefill
+    (``mem_cache/registry.py``'s default factory): 0.5.20+ a ``UnifiedRadixCache`` of the FULL component, disabled;
+    before, a ``ChunkCache`` (``registry.py:91-95`` in 0.5.19; the scheduler's own lines before the registry)."""
+    try:
+        from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+        return UnifiedRadixCache, {"tree_components": (ComponentType.FULL,)}
+    except ImportError:
+        from sglang.srt.mem_cache.chunk_cache import ChunkCache
+        return ChunkCache, {}
+
+
+def _one_rank_state():
+    """SGLang's own one-rank ``ParallelState`` (``ParallelState.trivial()``, 0.5.19 - 0.5.20), or None (no such
+    class: the release reads the widths from the runtime context)."""
+    try:
+        from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+    except ImportError:
+        return None
+    return ParallelState.trivial()
+
+
+def _release(release_kv_cache):
+    """A finished request's KV given back as the release's result processing gives it back: 0.5.22+ checkpoint what
+    it computed first (``checkpoint=True``); before, ``release_kv_cache(req, tree)`` (its ``is_insert`` default)."""
+    if "checkpoint" in inspect.signature(release_kv_cache).parameters:
+        return lambda req, tree: release_kv_cache(req, tree, checkpoint=True)
+    return lambda req, tree: release_kv_cache(req, tree)
 
 
 # the server knobs of the scheduler path (cases.py draws them), with the server's defaults where a case has none
@@ -111,6 +150,27 @@ def scheduler_knobs(c: dict, driven: bool) -> dict:
     out = {k: c.get(k, v) for k, v in SCHED_KNOBS.items()}
     out["chunked_prefill_size"] = out["chunked_prefill_size"] or -1
     return out | {"max_total_tokens": KV_TOKENS, "disable_overlap_schedule": True}
+
+
+def unsupported(cls) -> str:
+    """Why the release's ``Scheduler`` cannot run the loop (the methods it lacks), or "" where it can."""
+    lacking = [m for m in SCHED_METHODS if not hasattr(cls, m)] + \
+        ([] if any(hasattr(cls, m) for m in LORA_ADMISSION) else [" / ".join(LORA_ADMISSION)])
+    if lacking:
+        return f"the release's Scheduler lacks {', '.join(lacking)}"
+    other = [m for m in NOT_ADAPTED if hasattr(cls, m)]
+    return (f"the release's scheduler loop calls {', '.join(other)}, whose state the target's scheduler object does "
+            f"not hold yet (0.5.14 - 0.5.19: work left)") if other else ""
+
+
+def scheduler_methods(cls) -> tuple:
+    """The Scheduler methods the loop runs in this release (module doc)."""
+    return SCHED_METHODS + tuple(m for m in SCHED_OPTIONAL + LORA_ADMISSION if hasattr(cls, m))
+
+
+def admission_name(cls) -> str:
+    """The release's name of the admission's LoRA check."""
+    return next(m for m in LORA_ADMISSION if hasattr(cls, m))
 
 
 def _shape(name: str, cls, methods) -> object:
@@ -143,21 +203,32 @@ class Server:
                                       head_num=cfg.num_key_value_heads, head_dim=cfg.head_dim,
                                       layer_num=cfg.num_hidden_layers, device=dev, enable_memory_saver=False)
         self.alloc = sl.TokenToKVPoolAllocator(self.kv_size, session.dtype, dev, self.kv, need_sort=False)
-        self.tree = sl.UnifiedRadixCache(sl.CacheInitParams(
+        tree_cls, tree_kw = sl.tree_cache
+        self.tree = tree_cls(sl.CacheInitParams(
             disable=True, req_to_token_pool=self.req_pool, token_to_kv_pool_allocator=self.alloc, page_size=1,
-            tree_components=(sl.ComponentType.FULL,), chunked_prefill_size=sched.chunked_prefill_size))
+            chunked_prefill_size=sched.chunked_prefill_size, **tree_kw))
         # the model runner: what ForwardBatch.init_new reads
-        mr = _shape("ModelRunner", sl.ModelRunner, RUNNER_METHODS)
+        mr = _shape("ModelRunner", sl.ModelRunner, [m for m in RUNNER_METHODS if hasattr(sl.ModelRunner, m)])
         mr.lora_manager, mr.model, mr.model_config, mr.device = session.mgr, session.model, self.model_config, dev
         mr.is_draft_worker, mr.page_size, mr.max_running_requests = False, 1, self.max_running
         mr.req_to_token_pool, mr.token_to_kv_pool_allocator, mr.token_to_kv_pool = self.req_pool, self.alloc, self.kv
         mr.prefill_attention_backend_str = "torch_native"  # the CPU server's attention backend (no AMX: its log)
         mr.attn_backend, mr.prefill_aware_swa = None, False
-        mr.init_kv_index_translator()
-        mr.init_ngram_embedding_manager()
+        parallel = get_parallel()  # ModelRunner.__init__'s widths (0.5.21 reads attn_dcp_* in init_new), one rank
+        for k in ("tp_rank", "tp_size", "dp_size", "attn_dp_size", "pp_rank", "pp_size", "attn_cp_rank",
+                  "attn_cp_size", "attn_dcp_rank", "attn_dcp_size", "moe_ep_size", "dp_rank"):
+            if hasattr(parallel, k):
+                setattr(mr, k, getattr(parallel, k))
+        mr.ps = _one_rank_state()  # 0.5.19 - 0.5.20: the ModelRunner is handed the scheduler's ParallelState
+        mr.server_args = sa  # read by 0.5.16 - 0.5.18's init_ngram_embedding_manager
+        for m in RUNNER_METHODS:  # 0.5.19+, 0.5.16+
+            if hasattr(mr, m):
+                getattr(mr, m)()
+            else:
+                setattr(mr, m.removeprefix("init_"), None)  # the releases before read none (getattr'd where read)
         self.mr = mr
         # the scheduler: Scheduler.__init__'s argument lines for what the loop reads, then its own init_* methods
-        sc = _shape("Scheduler", sl.Scheduler, SCHED_METHODS)
+        sc = _shape("Scheduler", sl.Scheduler, scheduler_methods(sl.Scheduler))
         sc.server_args = sa
         for k in ("schedule_policy", "enable_priority_scheduling", "schedule_low_priority_values_first",
                   "priority_scheduling_preemption_threshold"):
@@ -172,7 +243,8 @@ class Server:
                   "require_mlp_sync", "enable_unified_memory", "enable_fpm"):
             setattr(sc, k, False)
         sc.processed_tokens_counter = sc.forward_ct = 0
-        sc.kv_shard_widening = sl.Scheduler.kv_shard_widening  # the class default before a page-interleaved pool
+        if hasattr(sl.Scheduler, "kv_shard_widening"):  # 0.5.21+: the class default before a page-interleaved pool
+            sc.kv_shard_widening = sl.Scheduler.kv_shard_widening
         sc.sliding_window_size, sc.decode_offload_manager = None, None  # a dense model; no decode offload
         sc.model_config, sc.dllm_config, sc.hisparse_coordinator = self.model_config, None, None
         sc.req_to_token_pool, sc.token_to_kv_pool_allocator, sc.tree_cache = self.req_pool, self.alloc, self.tree
@@ -186,26 +258,36 @@ class Server:
             get_context().override("scheduler.pp_max_micro_batch_size_default",
                                    pp_max_micro_batch_size=max(self.max_running, 1))
         sc.tp_worker = types.SimpleNamespace(model_runner=mr)
+        sc.ipc_channels = None  # 0.5.22's init_running_status hands it to its flush wrapper (kept, not used): no IPC
         sc.init_running_status()
         sc.init_chunked_prefill()
         sc.init_schedule_policy()
-        sc.init_lora_drainer()
+        if hasattr(sc, "init_lora_drainer"):
+            sc.init_lora_drainer()
+        else:  # before 0.5.12: no drainer; the admission reads none
+            sc.lora_drainer = None
         sc.future_map = sc.spec_algorithm.create_future_map(dev, self.req_pool, needs_cpu_seq_lens=True,
                                                             needs_confidence_relay=False)
-        sc.init_beam_coordinator()
+        if hasattr(sc, "init_beam_coordinator"):  # 0.5.19+ (beam search); before, the loop reads no coordinator
+            sc.init_beam_coordinator()
         sc.grammar_manager = types.SimpleNamespace(has_waiting_grammars=lambda: False)
         sc.load_inquirer = types.SimpleNamespace(_get_num_pending_tokens=lambda chunk_deduct=0: 0)
         dp_attn = importlib.import_module("sglang.srt.managers.scheduler_components.dp_attn")
-        sc.dp_attn_adapter = dp_attn.SchedulerDPAttnAdapter(  # without DP attention: its hooks hand the batch back
+        # without DP attention its hooks hand the batch back (0.5.19 - 0.5.21 also take the TP group and the parallel
+        # state, read only for the MLP sync of DP attention: none here)
+        extra = {k: v for k, v in (("tp_group", None), ("ps", mr.ps), ("server_args", sa))
+                 if k in inspect.signature(dp_attn.SchedulerDPAttnAdapter).parameters}
+        sc.dp_attn_adapter = dp_attn.SchedulerDPAttnAdapter(
             model_runner=mr, req_to_token_pool=self.req_pool, token_to_kv_pool_allocator=self.alloc,
             tree_cache=self.tree, offload_tags=set(), model_config=self.model_config, enable_overlap=False,
-            spec_algorithm=sc.spec_algorithm, get_require_mlp_sync=lambda: False)
+            spec_algorithm=sc.spec_algorithm, get_require_mlp_sync=lambda: False, **extra)
         sc.ngram_embedding_manager = mr.ngram_embedding_manager
         sc._pending_chunked_abort_req = None
         sc.scheduler_stage_metrics = None  # metrics off: the stage decorators call through
         self.sc = sc
         self.rounds = 0
         self.patches: list = []  # planted faults (scheduler_faults.py), stopped by close()
+        self.abandoned = False  # a step left requests behind after its reported problem (serving.serve)
         CLOCK.now = CLOCK_START
 
     def close(self) -> None:
@@ -265,7 +347,7 @@ class Server:
                 req.output_ids.append(tok)
                 req.update_finish_state(1)
             if req.finished():
-                sl.release_kv_cache(req, self.tree, checkpoint=True)
+                sl.release_kv_cache(req, self.tree)
                 done.append(req)
         sc.last_batch = batch
         return done

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from unittest import mock
 
+from .scheduler import admission_name
+
 SERVER_FAULTS = {
     "init_new_fetches_one":
         "ForwardBatch.init_new fetches only the first request's adapter into the pool (fetch_new_loras of "
@@ -23,14 +25,15 @@ SERVER_FAULTS = {
 
 def plant_server(server, faults: set) -> None:
     sc, mgr = server.sc, server.s.mgr
+    admit = admission_name(type(sc))  # can_schedule_lora_req, or its older name
     # admission_ignores_running (faults.FAULTS): the frontend's fault, here on SGLang's own admission check
     if "admission_ignores_running" in faults:
-        _patch(server, sc, "can_schedule_lora_req", _own_only(sc.can_schedule_lora_req))
+        _patch(server, sc, admit, _own_only(getattr(sc, admit)))
     if "admission_ignores_running_batch" in faults:
-        _patch(server, sc, "can_schedule_lora_req", _without_running_batch(sc))
+        _patch(server, sc, admit, _without_running_batch(sc, admit))
     if "init_new_fetches_one" in faults:
         _fetch_first_only(server, mgr)
-    if "drain_never_cleared" in faults and sc.lora_drainer is not None:
+    if "drain_never_cleared" in faults and getattr(sc, "lora_drainer", None) is not None:
         _patch(server, sc.lora_drainer, "_update_fully_drained_loras", lambda running_reqs: None)
 
 
@@ -46,8 +49,8 @@ def _own_only(original):
     return can_schedule_lora_req
 
 
-def _without_running_batch(sc):
-    original = sc.can_schedule_lora_req
+def _without_running_batch(sc, admit: str):
+    original = getattr(sc, admit)
 
     def can_schedule_lora_req(req, running_loras):
         running = {r.lora_id for r in sc.running_batch.reqs if not r.finished()}

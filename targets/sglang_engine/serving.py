@@ -43,7 +43,11 @@ def work(lens: list, new: list, chunk: int) -> int:
 
 
 def serve(session, server, op) -> list[str]:
-    """Serve ``op``'s requests (module doc); the problems a user would see."""
+    """Serve ``op``'s requests (module doc); the problems a user would see. A step that ends with requests still in
+    the scheduler (a batch broke a limit and was not run, or the scheduler stalled: its problem is reported) marks
+    the server ``abandoned``, and the case's later ops are not run (runner.run): the scheduler and the registry hold
+    requests of that step, which a later step's accounting does not know (a campaign's target error:
+    ``KeyError: 'r5'``) and the registry's checks would count as leaks."""
     names = list(op["reqs"])
     n = len(names)
     mode = op.get("mode", "decode")
@@ -58,6 +62,7 @@ def serve(session, server, op) -> list[str]:
     try:
         return loop.run_until_complete(_Step(session, server, names, prompts, new, arrive).run())
     finally:
+        server.abandoned = server.busy()
         if front is None:
             loop.close()
 
@@ -76,6 +81,8 @@ class _Step:
         self.queued: dict = {}     # request index -> the step's round it was queued in
         self.admitted: dict = {}   # request index -> the step's round of its first batch
         self.decodes: list = []    # the step's rounds that ran a decode batch
+        self.draining: dict = {}   # (drained lora_id, the lora_id it drains for) -> the step's first round seen
+        self.while_draining: dict = {}  # drained lora_id -> its requests admitted while it drained (indices)
         sc = server.sc
         chunk = min(c for c in (sc.chunked_prefill_size, sc.max_prefill_tokens, 1 << 30) if c and c > 0)
         self.bound = max(arrive, default=0) + work([len(p) for p in prompts], new, chunk) + 1
@@ -116,6 +123,7 @@ class _Step:
                     continue
                 break
             batch = self.server.round()
+            self._observe_drainer()
             if batch is None:
                 idle += 1 if self.server.busy() else 0
                 if idle >= IDLE_ROUNDS:
@@ -131,10 +139,27 @@ class _Step:
                 raise t.exception()  # type: ignore[misc]
         return self.problems
 
+    def _observe_drainer(self) -> None:
+        """Which adapters SGLang's ``LoRADrainer`` marks draining, and for whom, as of this round (read only: what
+        the drain check's message says)."""
+        drainer = getattr(self.server.sc, "lora_drainer", None)
+        for lora_id, stats in (drainer.adapter_to_stats.items() if drainer is not None else ()):
+            if stats.is_draining_for is not None:
+                self.draining.setdefault((lora_id, stats.is_draining_for), self.round)
+
+    def _draining_now(self) -> set:
+        drainer = getattr(self.server.sc, "lora_drainer", None)
+        return {k for k, v in (drainer.adapter_to_stats.items() if drainer is not None else ())
+                if v.is_draining_for is not None}
+
     async def _one(self, batch) -> bool:
         """Run one batch the scheduler made; False where it breaks a limit (not run)."""
+        draining = self._draining_now()
         for r in batch.reqs:
-            self.admitted.setdefault(self.index[r.rid], self.round)
+            i = self.index[r.rid]
+            if i not in self.admitted and r.lora_id in draining:
+                self.while_draining.setdefault(r.lora_id, []).append(i)
+            self.admitted.setdefault(i, self.round)
         if batch.forward_mode.is_decode():
             self.decodes.append(self.round)
         self.problems += _check_batch(self.server, batch, self.index)
@@ -154,7 +179,8 @@ class _Step:
         ``DRAIN_SCHEDULE_TOLERANCE``, the budget a draining adapter's requests keep). A drain that never starts or
         never ends lets the decode rounds of the adapters holding the slots go on while it waits (the option's
         promise: "the scheduler will selectively drain one running adapter to make room")."""
-        t = self.server.sc.lora_drainer.max_wait_time_secs if self.server.sc.lora_drainer is not None else 0
+        drainer = getattr(self.server.sc, "lora_drainer", None)
+        t = drainer.max_wait_time_secs if drainer is not None else 0
         if not t:
             return []
         m, out = max(self.new, default=1), []
@@ -171,10 +197,22 @@ class _Step:
             if len(waited) > bound:
                 out.append(f"request {i} ({self.names[i]!r}) waited {len(waited)} decode rounds past the drain "
                            f"threshold ({int(t)} rounds; from round {starving} to {end}) for its adapter's slot, "
-                           f"above {bound} ({len(waiting)} adapter(s) waiting x (ceil(1.2 x {m}) + 1)): no running "
-                           f"adapter drained for it")
+                           f"above {bound} ({len(waiting)} adapter(s) waiting x (ceil(1.2 x {m}) + 1)): "
+                           + self._drains_for(self.resolved[i], end))
                 break
         return out
+
+    def _drains_for(self, lora_id, end: int) -> str:
+        """What the drainer did for ``lora_id`` before round ``end`` (the sweep's triage reads it)."""
+        drained = sorted(((r, d) for (d, f), r in self.draining.items() if f == lora_id and r < end),
+                         key=lambda rd: rd[0])  # by round: the ids (None, str) do not order
+        if not drained:
+            return "no running adapter was marked draining for it"
+        name = {self.resolved[j]: self.names[j] for j in self.resolved}
+        r, d = drained[0]
+        extra = [j for j in self.while_draining.get(d, []) if self.admitted[j] >= r]
+        return (f"{name.get(d, d)!r} was marked draining for it at round {r} and admitted {len(extra)} more of its "
+                f"requests while draining (requests {extra[:8]})")
 
     def _stuck(self, idle: int) -> str:
         sc, ix = self.server.sc, self.index

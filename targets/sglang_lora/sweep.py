@@ -104,9 +104,11 @@ def engine_category(f: dict, version: str | None = None) -> str:
     or writing past its output, and the expand reading past the shrink's output, in releases without pruned
     lm_head routing), ``#31910`` (a triton case whose
     input-logprob passes of lm_head LoRA crash in ``_prepare_lm_head_batch_info``: releases that append the passes
-    to the attribute), ``SG1`` (a request waiting past the drain bound with a pinned adapter loaded, in releases
-    whose drainer counts running adapters against ``--max-loras-per-batch``: docs/findings/sg1-*), else
-    ``untriaged``."""
+    to the attribute), ``SG1`` (an adapter's request waiting past the drain bound, no adapter marked draining for
+    it, with a pinned adapter loaded, in releases whose drainer counts running adapters against
+    ``--max-loras-per-batch``: docs/findings/sg1-*), ``SG2`` (a request waiting past the drain bound while the
+    adapter marked draining for it admitted more requests, in releases whose drainer recomputes the draining budget
+    from every running request: docs/findings/sg2-*), else ``untriaged``."""
     sig = f["signature"]
     if sig["tool"] == "target":
         return "target"
@@ -138,11 +140,22 @@ def engine_category(f: dict, version: str | None = None) -> str:
     if sig["kind"] == "state-violation" and left and \
             "def remove_lora" not in _release_file(version, "srt/lora/mem_pool.py"):
         return "#21380"
-    if sig["kind"] == "state-violation" and "past the drain threshold" in f.get("message", "") and \
-            any(a.get("pinned") for a in config.get("adapters", {}).values()) and \
-            DRAINER_FULL_CHECK in _release_file(version, "srt/lora/lora_drainer.py"):
-        return "SG1"  # the drainer counts running adapters, the admission the slots pinned adapters leave
+    if sig["kind"] == "state-violation" and "past the drain threshold" in f.get("message", ""):
+        return _drain_bug(f.get("message", ""), config, version) or "untriaged"
     return "untriaged"
+
+
+def _drain_bug(message: str, config: dict, version: str | None) -> str:
+    """SG1 or SG2 for a request that waited past the drain bound (serving.py's message says what the drainer did),
+    where the release's ``lora_drainer.py`` has the bug's line; "" otherwise."""
+    drainer = _release_file(version, "srt/lora/lora_drainer.py")
+    if "was marked draining for it" in message and "admitted 0 more" not in message and \
+            DRAIN_BUDGET_RECOMPUTED in drainer:
+        return "SG2"  # the draining adapter admitted requests against a budget its admissions keep renewing
+    if "no running adapter was marked draining for it" in message and "(None) waited" not in message and \
+            any(a.get("pinned") for a in config.get("adapters", {}).values()) and DRAINER_FULL_CHECK in drainer:
+        return "SG1"  # the drainer counts running adapters, the admission the slots pinned adapters leave
+    return ""
 
 
 # triton_v2's expand kernels (0.5.23 kernels/ops/lora/common/lora_b.py) load a K block of the shrink's bridge under
@@ -226,6 +239,9 @@ def _torch_native_runs_by_request(torch_backend: str) -> bool:
 # pool rows that were never written (garbage on a GPU); reworked with per-slot ranks by PR #15187, in 0.5.7
 TORCH_NATIVE_V0_OPS = "def bgmv_shrink("
 DRAINER_FULL_CHECK = "if len(running_adapter_ids) < self.max_loras_per_batch:"
+# SG2: a draining adapter's budget, stats.max_remaining_tokens, is recomputed every round over all its running
+# requests (lora_drainer.py:98), the ones admitted while draining included (docs/findings/sg2-*)
+DRAIN_BUDGET_RECOMPUTED = "<= stats.max_remaining_tokens * DRAIN_SCHEDULE_TOLERANCE"
 # 0.5.10 - 0.5.15.post1's TritonLoRABackend._prepare_lm_head_batch_info appends each logprob pass's batch info to the
 # attribute (None) instead of its local list: lm_head LoRA with input logprobs in > 1 pass crashes (described by
 # PR #31910; gone from 0.5.16)

@@ -25,9 +25,9 @@ def _run(script: str, *args, env=None, timeout=600):
 
 def test_every_repro_here_is_covered():
     assert set(SCRIPTS) == {"engine_v1_specialize_active_lora.py", "repro_e1_e2_dummy_adapters.py",
-                            "repro_sg1_drainer_ignores_pinned_slots.py", "repro_sglang_g1_torch_native_lm_head.py",
-                            "repro_sglang_g2_torch_native_graph_rank.py", "repro_v1_specialize_active_lora.py",
-                            "validate_sg1_patch.py"}, "a new repro: add it to the crash test below"
+                            "repro_sg1_drainer_ignores_pinned_slots.py", "repro_sg2_drain_budget_recomputed.py",
+                            "repro_sglang_g1_torch_native_lm_head.py", "repro_sglang_g2_torch_native_graph_rank.py",
+                            "repro_v1_specialize_active_lora.py", "validate_sg1_patch.py", "validate_sg2_patch.py"}, "a new repro: add it to the crash test below"
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -40,7 +40,7 @@ def test_an_engine_that_crashes_is_could_not_run_exit_2_never_reproduced(tmp_pat
               "sglang/srt/lora/torch_ops/graph_lora_ops.py"):
         (site / f).parent.mkdir(parents=True, exist_ok=True)
         (site / f).write_text(CRASH)
-    args = [str(site)] if "sg1_drainer" in script or "sglang_g" in script else \
+    args = [str(site)] if "sg1_drainer" in script or "sg2_drain" in script or "sglang_g" in script else \
         ["--device", "cpu"] if script == "repro_v1_specialize_active_lora.py" else []
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), str(ROOT)]), "FUZZRUNNER_SGLANG_SITE": str(site),
            "FUZZRUNNER_VLLM_SITE": str(tmp_path / "shadow")}
@@ -60,6 +60,22 @@ def test_sg1_repro_runs_on_its_own_and_reproduces_on_the_set_up_release():
     _sglang_tree()
     r = _run("repro_sg1_drainer_ignores_pinned_slots.py")
     assert r.returncode == 1 and "was never admitted" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+
+
+def test_sg2_repro_runs_on_its_own_and_reproduces_on_the_set_up_release():
+    """SG2 (docs/findings/sg2-drain-budget-recomputed.md): 12-token requests keep the drained adapter admitting (1);
+    11-token ones let the drain end (0)."""
+    _sglang_tree()
+    r = _run("repro_sg2_drain_budget_recomputed.py")
+    assert r.returncode == 1 and "B not admitted" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_sg2_repro_passes_with_its_patch_and_below_the_tolerance():
+    _sglang_tree()
+    for args in (["--patched"], ["--new", "11"]):
+        r = _run("repro_sg2_drain_budget_recomputed.py", *args)
+        assert r.returncode == 0 and "B admitted" in r.stdout, (args, r.stdout[-2000:] + r.stderr[-3000:])
 
 
 @pytest.mark.slow

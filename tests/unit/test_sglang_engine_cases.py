@@ -230,24 +230,40 @@ def test_the_starvation_bound_is_the_steps_serial_work():
     assert serving.work([4, 4], [2, 2], 4) == 2 + 2 + 2
 
 
-def test_a_drain_bound_violation_with_a_pinned_adapter_is_sg1_where_the_drainer_counts_running_adapters(
-        tmp_path, monkeypatch):
+def _drainer_releases(tmp_path, monkeypatch, files: dict) -> None:
     site = import_module("fuzzrunner.targets.sglang_lora.site")
-    for v, drainer in (("old", "        if len(running_adapter_ids) < self.max_loras_per_batch:\n"),
-                       ("new", "        elif all(self.can_fit(running_adapter_ids | {a}) for a in starving):\n")):
+    for v, drainer in files.items():
         (tmp_path / v / "site/sglang/srt/lora").mkdir(parents=True)
         (tmp_path / v / "site/sglang/srt/lora/lora_drainer.py").write_text(drainer)
     monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
-    message = ("op 3 (step): step: request 2 ('a1') waited 9 decode rounds past the drain threshold (1 rounds; "
-               "from round 2 to 16) for its adapter's slot, above 7")
+
+
+DRAIN_WAIT = ("op 3 (step): step: request 2 ('a1') waited 9 decode rounds past the drain threshold (1 rounds; "
+              "from round 2 to 16) for its adapter's slot, above 7 (1 adapter(s) waiting x (ceil(1.2 x 5) + 1)): ")
+
+
+def _drain_finding(pinned: bool, message: str) -> dict:
+    config = {"backend": "triton", "adapters": {"p": {"r": 2, "pinned": pinned}, "a1": {"r": 2}}}
+    return {"signature": {"tool": "state", "kind": "state-violation", "tensor": "step"}, "message": message,
+            "case": {"target": "sglang_engine", "config": config, "ops": []}}
+
+
+def test_a_drain_bound_violation_with_a_pinned_adapter_is_sg1_where_the_drainer_counts_running_adapters(
+        tmp_path, monkeypatch):
+    _drainer_releases(tmp_path, monkeypatch, {
+        "old": "        if len(running_adapter_ids) < self.max_loras_per_batch:\n",
+        "new": "        elif all(self.can_fit(running_adapter_ids | {a}) for a in starving):\n"})
+    message = DRAIN_WAIT + "no running adapter was marked draining for it"
 
     def finding(pinned):
-        config = {"backend": "triton", "adapters": {"p": {"r": 2, "pinned": pinned}, "a1": {"r": 2}}}
-        return {"signature": {"tool": "state", "kind": "state-violation", "tensor": "step"}, "message": message,
-                "case": {"target": "sglang_engine", "config": config, "ops": []}}
+        return _drain_finding(pinned, message)
     assert sweep.category(finding(True), "old") == "SG1"
     assert sweep.category(finding(False), "old") == "untriaged"  # no pin: not SG1's mechanism
     assert sweep.category(finding(True), "new") == "untriaged"   # a release with the fix
+    # the base model's request: SG1's fix would not admit it either (the drainer drains for no None adapter)
+    base = _drain_finding(True, message.replace("('a1')", "(None)"))
+    assert sweep.category(base, "old") == "untriaged"
+
 
 
 def test_sglang_backends_env_narrows_the_drawn_backends_and_refuses_one_not_driven(monkeypatch):
@@ -332,3 +348,19 @@ def test_torch_native_crashes_of_releases_before_its_fixes_are_triaged_by_their_
     pruned = crash("torch_ops/lora_ops.py:58", "RuntimeError", ["lm_head"])
     assert [sweep.category(f, "old") for f in (read, pruned)] == ["#15187", "torch-native-lm-head"]
     assert sweep.category(read, "new") == "untriaged"
+
+
+def test_a_drain_bound_violation_while_the_drained_adapter_admitted_requests_is_sg2(tmp_path, monkeypatch):
+    """SG2 (docs/findings/sg2-drain-budget-recomputed.md): the drain started, and the draining adapter kept admitting
+    requests against the budget recomputed over all its running requests; pinned adapters or not."""
+    _drainer_releases(tmp_path, monkeypatch, {
+        "old": "            <= stats.max_remaining_tokens * DRAIN_SCHEDULE_TOLERANCE\n",
+        "new": "            <= stats.drain_remaining_tokens * DRAIN_SCHEDULE_TOLERANCE\n"})
+    extended = DRAIN_WAIT + "'a0' was marked draining for it at round 3 and admitted 7 more of its requests while " \
+                            "draining (requests [4, 6, 8])"
+    for pinned in (False, True):
+        assert sweep.category(_drain_finding(pinned, extended), "old") == "SG2"
+        assert sweep.category(_drain_finding(pinned, extended), "new") == "untriaged"  # the patched drainer
+    # a drain that admitted nothing and still took too long: not SG2's mechanism
+    slow = extended.replace("admitted 7 more", "admitted 0 more")
+    assert sweep.category(_drain_finding(False, slow), "old") == "untriaged"
