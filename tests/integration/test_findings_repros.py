@@ -27,6 +27,7 @@ def test_every_repro_here_is_covered():
     assert set(SCRIPTS) == {"engine_v1_specialize_active_lora.py", "repro_e1_e2_dummy_adapters.py",
                             "repro_sg1_drainer_ignores_pinned_slots.py", "repro_sg2_drain_budget_recomputed.py",
                             "repro_sglang_g1_torch_native_lm_head.py", "repro_sglang_g2_torch_native_graph_rank.py",
+                            "repro_sglang_g3_partial_embedding_unzeroed.py",
                             "repro_v1_specialize_active_lora.py", "validate_sg1_patch.py", "validate_sg2_patch.py"}, "a new repro: add it to the crash test below"
 
 
@@ -102,3 +103,23 @@ def test_g1_repro_passes_on_a_copy_with_the_patch(tmp_path):
         pytest.skip(f"the patch (against 0.5.23) does not apply here: {patched.stdout[-300:]}")
     r = _run("repro_sglang_g1_torch_native_lm_head.py", str(tmp_path / "site"))
     assert r.returncode == 0 and "its own request's delta" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+
+
+def test_g3_repro_reproduces_on_the_set_up_release():
+    tree = _sglang_tree()
+    r = _run("repro_sglang_g3_partial_embedding_unzeroed.py", str(tree))
+    assert r.returncode == 1 and "G3 present" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_g3_repro_passes_on_a_copy_with_the_patch(tmp_path):
+    tree = _sglang_tree()
+    shutil.copytree(tree / "sglang", tmp_path / "site" / "sglang")
+    (tmp_path / "deps").symlink_to(tree.parent / "deps")
+    patched = subprocess.run(["patch", "-s", "-p2", "-d", str(tmp_path / "site"), "-i",
+                              str(FINDINGS / "sglang_g3_partial_embedding_unzeroed.patch")], capture_output=True,
+                             text=True)
+    if patched.returncode != 0:
+        pytest.skip(f"the patch (against 0.5.23) does not apply here: {patched.stdout[-300:]}")
+    r = _run("repro_sglang_g3_partial_embedding_unzeroed.py", str(tmp_path / "site"))
+    assert r.returncode == 0 and "only the new adapter's weights" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
