@@ -1,7 +1,10 @@
 """The hand-written repros under docs/findings/: exit 1 "bug reproduced", 0 "not reproduced", 2 "could not run"
 (README, "Exit codes"; as fuzzrunner's own repro scripts). An engine that does not import or crashes is 2: before,
 a traceback's exit 1 read as "bug reproduced". The SGLang ones run on their own (SG1 ran only after
-``load_engine("cpu")`` in the same process), G1 has one (it had only a replay of its case)."""
+``load_engine("cpu")`` in the same process), G1 has one (it had only a replay of its case).
+
+In CI (``-m "not slow"``): every script's exit 2 on a crashing engine (cheap: the engine fails at import), and one
+SGLang repro reproducing on the set-up tree (G1's); the other reproductions and every patched run are ``slow``."""
 
 import os
 import shutil
@@ -57,6 +60,9 @@ def _sglang_tree():
         import_module("fuzzrunner.targets.sglang_lora.site").wanted_version())[0]
 
 
+# one standalone SGLang repro reproducing on the set-up tree stays in CI (G1's: they all import SGLang through
+# sglang_site.py, 11-18 s each); SG1's and G3's are slow, as every patched run (a tree copied and patched)
+@pytest.mark.slow
 def test_sg1_repro_runs_on_its_own_and_reproduces_on_the_set_up_release():
     _sglang_tree()
     r = _run("repro_sg1_drainer_ignores_pinned_slots.py")
@@ -105,6 +111,7 @@ def test_g1_repro_passes_on_a_copy_with_the_patch(tmp_path):
     assert r.returncode == 0 and "its own request's delta" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_g3_repro_reproduces_on_the_set_up_release():
     tree = _sglang_tree()
     r = _run("repro_sglang_g3_partial_embedding_unzeroed.py", str(tree))
