@@ -230,9 +230,9 @@ def _torch_native_graph_max_rank(sig: dict, config: dict, version: str | None) -
 
 
 EMBEDDING_ZEROED = "Zero out embedding/lm_head buffers for adapters without embedding LoRA"
-# 0.5.10+ zeroes them in the ``else`` of ``if lora_adapter.embedding_layers:`` only: an adapter with embed_tokens but
-# not lm_head (or the reverse) keeps the slot's previous lm_head (embed_tokens) weights
-# (docs/findings/sglang-g3-partial-embedding-unzeroed.md)
+# 0.5.10+ zeroes them in the ``else`` of ``if lora_adapter.embedding_layers:`` only (0.5.6.post2 - 0.5.9 never): an
+# adapter with embed_tokens but not lm_head (or the reverse) keeps the slot's previous lm_head (embed_tokens) weights
+# (G3, docs/findings/sglang-g3-partial-embedding-unzeroed.md)
 EMBEDDING_ZEROED_ONLY_WITHOUT = re.compile(r"else:\s*#\s*" + re.escape(EMBEDDING_ZEROED))
 
 
@@ -246,7 +246,15 @@ def _embedding_partial_unzeroed(sig: dict, config: dict, version: str | None) ->
     held = [set(a.get("modules", ())) & pair for a in config.get("adapters", {}).values()]
     stale = any(len(h) == 1 and any(o - h for o in held) for h in held)
     return (wrong_row and stale and pair <= set(config.get("target_modules", ()))
-            and bool(EMBEDDING_ZEROED_ONLY_WITHOUT.search(_release_file(version, "srt/lora/mem_pool.py"))))
+            and pool_leaves_partial_embedding(_release_file(version, "srt/lora/mem_pool.py")))
+
+
+def pool_leaves_partial_embedding(pool: str) -> bool:
+    """The release's pool has embedding / lm_head buffers (0.5.6.post2+) and leaves them unzeroed for an adapter with
+    one of the two modules: it zeroes them only for an adapter with neither (0.5.10+), or never (0.5.6.post2 - 0.5.9,
+    where ``emb-unzeroed`` is the wider form)."""
+    return "def get_embedding_lora_A_shape" in pool and (
+        EMBEDDING_ZEROED not in pool or bool(EMBEDDING_ZEROED_ONLY_WITHOUT.search(pool)))
 # 0.5.7 - 0.5.9's TorchNativeLoRABackend.prepare_lora_batch copies the per-run slot table (unique_consecutive of
 # the requests' slots) into the first bs rows: a batch with fewer runs of equal adapters than requests (and more than
 # one) crashes, "The size of tensor a (bs) must match ..." (fixed upstream by PR #20564, in 0.5.10: [:num_segments])
