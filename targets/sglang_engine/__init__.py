@@ -126,7 +126,7 @@ def make_target():
                  *(frontend.describe(eng.frontend) or [f"adapter management: not driven ({eng.frontend_why}): "
                                                        f"load / unload / requests go to the LoRAManager directly"])),
         own_code=(os.path.dirname(os.path.abspath(__file__)),),
-        known_bugs=functools.partial(known.label, version=eng.version),  # G1, G2, G3, SG1, ... (known.py)
+        known_bugs=functools.partial(known.label, version=eng.version),  # G1, G2, G3, SG1, SG2, ... (known.py)
         code_under_test={"engine": "sglang", "release": eng.version, "tree": str(eng.tree)},
     )
 

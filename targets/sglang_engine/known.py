@@ -24,6 +24,9 @@ BUGS = {
                                    "open; docs/findings/sglang-g3-partial-embedding-unzeroed.md"),
     "SG1": ("SG1", "with a pinned adapter loaded, --lora-drain-wait-threshold never drains",
             "not reported upstream as far as we found", "open; docs/findings/sg1-drainer-ignores-pinned-slots.md"),
+    "SG2": ("SG2", "an adapter marked draining keeps admitting requests against a budget its admissions renew: the "
+            "drain never ends under steady traffic", "not reported upstream as far as we found",
+            "open; docs/findings/sg2-drain-budget-recomputed.md"),
     "#21380": ("#21380", "an unloaded adapter stays in its pool slot", "sgl-project/sglang#21380",
                "fixed upstream (LoRAMemoryPool.remove_lora)"),
     "#28371": ("#28371", "csgmv under decode graphs: the kernels' grid is the capture's segment count",

@@ -61,7 +61,7 @@ def _sglang_tree():
 
 
 # one standalone SGLang repro reproducing on the set-up tree stays in CI (G1's: they all import SGLang through
-# sglang_site.py, 11-18 s each); SG1's and G3's are slow, as every patched run (a tree copied and patched)
+# sglang_site.py, 11-18 s each); SG1's, SG2's and G3's are slow, as every patched run (a tree copied and patched)
 @pytest.mark.slow
 def test_sg1_repro_runs_on_its_own_and_reproduces_on_the_set_up_release():
     _sglang_tree()
@@ -69,6 +69,7 @@ def test_sg1_repro_runs_on_its_own_and_reproduces_on_the_set_up_release():
     assert r.returncode == 1 and "was never admitted" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_sg2_repro_runs_on_its_own_and_reproduces_on_the_set_up_release():
     """SG2 (docs/findings/sg2-drain-budget-recomputed.md): 12-token requests keep the drained adapter admitting (1);
     11-token ones let the drain end (0)."""
