@@ -94,7 +94,7 @@ def drawn_backends(shipped) -> tuple:
 def make_target():
     from fuzzrunner.target import Target
 
-    from . import cases, faults, frontend
+    from . import cases, faults, frontend, known
     eng = load_engine()  # the same for every device: a case's run fits it to its own (ctx.device)
     return Target(
         name="sglang_engine",
@@ -126,6 +126,7 @@ def make_target():
                  *(frontend.describe(eng.frontend) or [f"adapter management: not driven ({eng.frontend_why}): "
                                                        f"load / unload / requests go to the LoRAManager directly"])),
         own_code=(os.path.dirname(os.path.abspath(__file__)),),
+        known_bugs=functools.partial(known.label, version=eng.version),  # G1, G2, G3, SG1, SG2, ... (known.py)
         code_under_test={"engine": "sglang", "release": eng.version, "tree": str(eng.tree)},
     )
 

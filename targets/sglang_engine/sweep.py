@@ -25,10 +25,11 @@ SEEDS = {"#21380": "unload_keeps_slot_21380", "#28371": "csgmv_graph_segments_28
          "csgmv-embedding": "csgmv_embedding", "#18649": "lm_head_rows_18649", "#31910": "lm_head_passes_31910",
          "torch-native-lm-head": "torch_native_lm_head_g1", "torch-native-graph-rank": "torch_native_graph_rank_g2",
          "SG1": "drainer_pinned_slots_sg1", "#20564": "torch_native_runs_20564",
-         "torch-native-embedding": "torch_native_embedding"}
+         "torch-native-embedding": "torch_native_embedding",
+         "embedding-partial-unzeroed": "embedding_partial_unzeroed_g3"}
 KNOWN = tuple(SEEDS)
 # the findings pages' names of the bugs sweep.py triages by what they are (docs/findings/)
-NAMES = {"torch-native-lm-head": "G1", "torch-native-graph-rank": "G2"}
+NAMES = {"torch-native-lm-head": "G1", "torch-native-graph-rank": "G2", "embedding-partial-unzeroed": "G3"}
 
 
 def present(bug: str, version: str) -> bool | None:
@@ -56,6 +57,8 @@ def present(bug: str, version: str) -> bool | None:
         "#20564": lora_sweep._torch_native_runs_by_request(f("srt/lora/backend/torch_backend.py")),
         "torch-native-embedding": embedding and bool(f("srt/lora/backend/torch_backend.py"))
         and "def run_lora_a_embedding" not in f("srt/lora/backend/torch_backend.py"),
+        # G3: the pool leaves the embedding / lm_head buffers of an adapter with one of the two modules
+        "embedding-partial-unzeroed": lora_sweep.pool_leaves_partial_embedding(pool),
     }[bug]
 
 

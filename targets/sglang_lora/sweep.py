@@ -14,6 +14,7 @@ tensor's unwritten or stale bytes; told by the source line the access is on, rea
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -108,7 +109,10 @@ def engine_category(f: dict, version: str | None = None) -> str:
     it, with a pinned adapter loaded, in releases whose drainer counts running adapters against
     ``--max-loras-per-batch``: docs/findings/sg1-*), ``SG2`` (a request waiting past the drain bound while the
     adapter marked draining for it admitted more requests, in releases whose drainer recomputes the draining budget
-    from every running request: docs/findings/sg2-*), else ``untriaged``."""
+    from every running request: docs/findings/sg2-*),
+    ``torch-native-lm-head`` (G1), ``torch-native-graph-rank`` (G2), ``embedding-partial-unzeroed`` (G3: a wrong
+    row where an adapter has one of ``embed_tokens`` / ``lm_head`` and another adapter the other, in releases whose
+    pool zeroes those buffers only for an adapter with neither), else ``untriaged``."""
     sig = f["signature"]
     if sig["tool"] == "target":
         return "target"
@@ -124,6 +128,8 @@ def engine_category(f: dict, version: str | None = None) -> str:
         return "torch-native-lm-head"
     if _torch_native_graph_max_rank(sig, config, version):
         return "torch-native-graph-rank"
+    if _embedding_partial_unzeroed(sig, config, version):
+        return "embedding-partial-unzeroed"
     triage = _engine_release_bug(sig, config.get("backend"), version, _graph_path(sig, config),
                                  config.get("target_modules", ()))
     if triage:
@@ -224,6 +230,31 @@ def _torch_native_graph_max_rank(sig: dict, config: dict, version: str | None) -
 
 
 EMBEDDING_ZEROED = "Zero out embedding/lm_head buffers for adapters without embedding LoRA"
+# 0.5.10+ zeroes them in the ``else`` of ``if lora_adapter.embedding_layers:`` only (0.5.6.post2 - 0.5.9 never): an
+# adapter with embed_tokens but not lm_head (or the reverse) keeps the slot's previous lm_head (embed_tokens) weights
+# (G3, docs/findings/sglang-g3-partial-embedding-unzeroed.md)
+EMBEDDING_ZEROED_ONLY_WITHOUT = re.compile(r"else:\s*#\s*" + re.escape(EMBEDDING_ZEROED))
+
+
+def _embedding_partial_unzeroed(sig: dict, config: dict, version: str | None) -> bool:
+    """A wrong row (an adapter's logits or logprobs) of a case where an adapter has one of ``embed_tokens`` /
+    ``lm_head`` and another adapter has the other (whose weights a slot reuse leaves), in a release whose pool zeroes
+    the embedding / lm_head buffers only for an adapter with neither (G3)."""
+    wrong_row = sig["kind"] == "numeric-mismatch" or (sig["kind"] == "state-violation"
+                                                       and sig.get("tensor") == "base-rows")
+    pair = {"embed_tokens", "lm_head"}
+    held = [set(a.get("modules", ())) & pair for a in config.get("adapters", {}).values()]
+    stale = any(len(h) == 1 and any(o - h for o in held) for h in held)
+    return (wrong_row and stale and pair <= set(config.get("target_modules", ()))
+            and pool_leaves_partial_embedding(_release_file(version, "srt/lora/mem_pool.py")))
+
+
+def pool_leaves_partial_embedding(pool: str) -> bool:
+    """The release's pool has embedding / lm_head buffers (0.5.6.post2+) and leaves them unzeroed for an adapter with
+    one of the two modules: it zeroes them only for an adapter with neither (0.5.10+), or never (0.5.6.post2 - 0.5.9,
+    where ``emb-unzeroed`` is the wider form)."""
+    return "def get_embedding_lora_A_shape" in pool and (
+        EMBEDDING_ZEROED not in pool or bool(EMBEDDING_ZEROED_ONLY_WITHOUT.search(pool)))
 # 0.5.7 - 0.5.9's TorchNativeLoRABackend.prepare_lora_batch copies the per-run slot table (unique_consecutive of
 # the requests' slots) into the first bs rows: a batch with fewer runs of equal adapters than requests (and more than
 # one) crashes, "The size of tensor a (bs) must match ..." (fixed upstream by PR #20564, in 0.5.10: [:num_segments])

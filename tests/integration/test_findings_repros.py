@@ -1,7 +1,10 @@
 """The hand-written repros under docs/findings/: exit 1 "bug reproduced", 0 "not reproduced", 2 "could not run"
 (README, "Exit codes"; as fuzzrunner's own repro scripts). An engine that does not import or crashes is 2: before,
 a traceback's exit 1 read as "bug reproduced". The SGLang ones run on their own (SG1 ran only after
-``load_engine("cpu")`` in the same process), G1 has one (it had only a replay of its case)."""
+``load_engine("cpu")`` in the same process), G1 has one (it had only a replay of its case).
+
+In CI (``-m "not slow"``): every script's exit 2 on a crashing engine (cheap: the engine fails at import), and one
+SGLang repro reproducing on the set-up tree (G1's); the other reproductions and every patched run are ``slow``."""
 
 import os
 import shutil
@@ -27,6 +30,7 @@ def test_every_repro_here_is_covered():
     assert set(SCRIPTS) == {"engine_v1_specialize_active_lora.py", "repro_e1_e2_dummy_adapters.py",
                             "repro_sg1_drainer_ignores_pinned_slots.py", "repro_sg2_drain_budget_recomputed.py",
                             "repro_sglang_g1_torch_native_lm_head.py", "repro_sglang_g2_torch_native_graph_rank.py",
+                            "repro_sglang_g3_partial_embedding_unzeroed.py",
                             "repro_v1_specialize_active_lora.py", "validate_sg1_patch.py", "validate_sg2_patch.py"}, "a new repro: add it to the crash test below"
 
 
@@ -56,12 +60,16 @@ def _sglang_tree():
         import_module("fuzzrunner.targets.sglang_lora.site").wanted_version())[0]
 
 
+# one standalone SGLang repro reproducing on the set-up tree stays in CI (G1's: they all import SGLang through
+# sglang_site.py, 11-18 s each); SG1's, SG2's and G3's are slow, as every patched run (a tree copied and patched)
+@pytest.mark.slow
 def test_sg1_repro_runs_on_its_own_and_reproduces_on_the_set_up_release():
     _sglang_tree()
     r = _run("repro_sg1_drainer_ignores_pinned_slots.py")
     assert r.returncode == 1 and "was never admitted" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_sg2_repro_runs_on_its_own_and_reproduces_on_the_set_up_release():
     """SG2 (docs/findings/sg2-drain-budget-recomputed.md): 12-token requests keep the drained adapter admitting (1);
     11-token ones let the drain end (0)."""
@@ -102,3 +110,24 @@ def test_g1_repro_passes_on_a_copy_with_the_patch(tmp_path):
         pytest.skip(f"the patch (against 0.5.23) does not apply here: {patched.stdout[-300:]}")
     r = _run("repro_sglang_g1_torch_native_lm_head.py", str(tmp_path / "site"))
     assert r.returncode == 0 and "its own request's delta" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_g3_repro_reproduces_on_the_set_up_release():
+    tree = _sglang_tree()
+    r = _run("repro_sglang_g3_partial_embedding_unzeroed.py", str(tree))
+    assert r.returncode == 1 and "G3 present" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_g3_repro_passes_on_a_copy_with_the_patch(tmp_path):
+    tree = _sglang_tree()
+    shutil.copytree(tree / "sglang", tmp_path / "site" / "sglang")
+    (tmp_path / "deps").symlink_to(tree.parent / "deps")
+    patched = subprocess.run(["patch", "-s", "-p2", "-d", str(tmp_path / "site"), "-i",
+                              str(FINDINGS / "sglang_g3_partial_embedding_unzeroed.patch")], capture_output=True,
+                             text=True)
+    if patched.returncode != 0:
+        pytest.skip(f"the patch (against 0.5.23) does not apply here: {patched.stdout[-300:]}")
+    r = _run("repro_sglang_g3_partial_embedding_unzeroed.py", str(tmp_path / "site"))
+    assert r.returncode == 0 and "only the new adapter's weights" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]

@@ -330,7 +330,7 @@ def test_every_set_up_release_drives_the_lifecycle_with_only_triaged_findings(ve
 
 
 def _cli(*args, timeout=3600):
-    # from scratch: without the seeds (the known bugs' minimal cases, G1, G2 and SG1 of 0.5.23 among them)
+    # from scratch: without the seeds (the known bugs' minimal cases, G1, G2, G3 and SG1 of 0.5.23 among them)
     return subprocess.run([sys.executable, "-m", "fuzzrunner", *args], capture_output=True, text=True, cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=str(ROOT), FUZZRUNNER_SGLANG_SEEDS="0"), timeout=timeout)
 

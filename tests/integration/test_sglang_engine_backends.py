@@ -57,7 +57,11 @@ def lifecycle_cfg(backend: str, graph_bs: int) -> dict:
 FINDINGS = ROOT / "docs" / "findings" / "cases"
 KNOWN = {"sglang_g1_torch_native_lm_head": "torch-native-lm-head",
          "sglang_g2_torch_native_graph_rank_stacked": "torch-native-graph-rank",
-         "sglang_g2_torch_native_graph_rank_stale_tail": "torch-native-graph-rank"}
+         "sglang_g2_torch_native_graph_rank_stale_tail": "torch-native-graph-rank",
+         # G3 (any backend; found on triton_v2): an adapter with one of embed_tokens / lm_head keeps the other's
+         # weights from the adapter its slot held (docs/findings/sglang-g3-partial-embedding-unzeroed.md)
+         "sglang_g3_embed_only_after_lm_head": "embedding-partial-unzeroed",
+         "sglang_g3_lm_head_only_after_embed": "embedding-partial-unzeroed"}
 BACKENDS = [("torch_native", 0), ("torch_native", 4), ("triton_v2", 0), ("triton_v2", 4)]
 
 
@@ -89,9 +93,9 @@ def results():
         if cfg["backend"] in have:
             keys += [(fault, "on"), (fault, "off")]
             cases += [[cfg, ops, [fault]], [cfg, ops, []]]
-    if "torch_native" in have:
-        for name in KNOWN:
-            case = json.loads((FINDINGS / f"{name}.json").read_text())
+    for name in KNOWN:
+        case = json.loads((FINDINGS / f"{name}.json").read_text())
+        if case["config"]["backend"] in have:
             keys.append(("known", name))
             cases.append([case["config"], case["ops"], []])
     if not cases:
@@ -134,14 +138,14 @@ def test_a_workspace_lane_the_expand_uses_is_caught_by_the_shadow_oracle_at_the_
 
 
 @pytest.mark.parametrize("name", list(KNOWN))
-def test_sglangs_torch_native_bugs_are_reached_and_triaged(results, name):
-    """G1 and G2 (docs/findings) on the release: found in their minimal cases, each a wrong row, and triaged by
+def test_sglangs_own_bugs_are_reached_and_triaged(results, name):
+    """G1, G2 and G3 (docs/findings) on the release: found in their minimal cases, each a wrong row, and triaged by
     sweep.py as the bug it is (a release with their fixes gives nothing here: then the test says so)."""
-    if "torch_native" not in _drivable():
-        pytest.skip(f"SGLang {_version()} has no torch_native LoRA backend")
+    case = json.loads((FINDINGS / f"{name}.json").read_text())
+    if case["config"]["backend"] not in _drivable():
+        pytest.skip(f"SGLang {_version()} has no {case['config']['backend']} LoRA backend")
     vs = results["known", name]
     assert vs, f"{name}: no longer found on SGLang {_version()}: fixed upstream? update docs/findings"
-    case = json.loads((FINDINGS / f"{name}.json").read_text())
     sweep = import_module("fuzzrunner.targets.sglang_lora.sweep")
     for kind, tool, message, kernel, location, tensor in vs:
         f = {"signature": {"tool": tool, "kind": kind, "kernel": kernel, "location": location, "tensor": tensor},

@@ -220,3 +220,45 @@ def test_a_seed_the_release_cannot_run_is_refused_not_run_silently():
     with pytest.raises(InvalidCase, match="the scheduler path is not driven on SGLang 0.5.x.*lacks f"):
         runner.Session(Case("sglang_engine", sg1["config"], tuple(sg1["ops"]), ()), ctx, eng, "/nonexistent")
     assert runner._served(Case("sglang_engine", g1["config"], tuple(g1["ops"]), ())) is False
+
+
+def _pool(tmp_path, v: str, text: str) -> None:
+    lora = tmp_path / v / "site" / "sglang" / "srt" / "lora"
+    lora.mkdir(parents=True, exist_ok=True)
+    (lora / "mem_pool.py").write_text(text)
+
+
+def test_a_wrong_row_with_adapters_split_over_embed_tokens_and_lm_head_is_g3_where_the_pool_zeroes_only_in_else(
+        tmp_path, monkeypatch):
+    """G3 (docs/findings/sglang-g3-partial-embedding-unzeroed.md): the fault-free triton_v2 campaign's finding (a1
+    with embed_tokens only, after a0 with lm_head, in the same slot) was untriaged. It is G3 where the release's pool
+    zeroes the embedding / lm_head buffers only in the ``else`` of ``if lora_adapter.embedding_layers`` (0.5.10 -
+    0.5.23) or never (0.5.6.post2 - 0.5.9); not where it zeroes them before loading (the patch) or has none, nor in a
+    case whose adapters cannot leave each other a module (each has both, or neither, or the server targets one)."""
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+    zeroed, shape = f"# {esweep.lora_sweep.EMBEDDING_ZEROED}\n", "def get_embedding_lora_A_shape(self): ...\n"
+    _pool(tmp_path, "buggy", shape + "if lora_adapter.embedding_layers:\n    load()\nelse:\n    " + zeroed)
+    _pool(tmp_path, "fixed", shape + zeroed + "for k in self.lm_head_A_buffer: zero()\nif lora_adapter.embedding_layers:\n")
+    _pool(tmp_path, "never", shape)  # 0.5.6.post2 - 0.5.9: nothing zeroed (emb-unzeroed's wider form)
+    _pool(tmp_path, "none", "class LoRAMemoryPool: ...\n")  # 0.5.5: no embedding buffers
+
+    def triage(version, modules, kind="numeric-mismatch", targets=("down_proj", "embed_tokens", "lm_head")):
+        sig = {"tool": "numeric", "kind": kind, "kernel": "step", "location": "float64 reference",
+               "tensor": "step.logits"}
+        config = {"backend": "triton_v2", "target_modules": list(targets),
+                  "adapters": {f"a{i}": {"r": 4, "modules": m} for i, m in enumerate(modules)}}
+        return esweep.lora_sweep.category({"signature": sig, "case": {"target": "sglang_engine", "config": config}},
+                                          version)
+    split = (["lm_head"], ["embed_tokens"])
+    assert triage("buggy", split) == "embedding-partial-unzeroed"
+    assert triage("buggy", (["down_proj", "embed_tokens", "lm_head"], ["embed_tokens"])) == \
+        "embedding-partial-unzeroed"  # the campaign's: a1 gets a0's lm_head
+    assert triage("fixed", split) == "untriaged"
+    assert triage("never", split) == "embedding-partial-unzeroed"
+    assert triage("none", split) == "untriaged"
+    assert [esweep.present("embedding-partial-unzeroed", v) for v in ("buggy", "fixed", "never", "none")] == \
+        [True, False, True, False]
+    assert triage("buggy", (["embed_tokens", "lm_head"], ["down_proj"])) == "untriaged"  # zeroed by the else
+    assert triage("buggy", (["lm_head"], ["lm_head", "down_proj"])) == "untriaged"  # nothing to leave
+    assert triage("buggy", split, targets=("embed_tokens",)) == "untriaged"
+    assert triage("buggy", split, kind="uninitialized-read") == "untriaged"
