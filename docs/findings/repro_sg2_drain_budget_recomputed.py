@@ -79,8 +79,8 @@ def main(site: str | None, new: int, patched: bool) -> int:
                 waiting.remove(r)
         if rnd >= 1 and not any(r.rid == "b" for r in waiting):
             print(f"round {rnd}: B admitted, {rnd - starving} rounds after starving (promise: {promise}); "
-                  f"drain marked at round {marked[0] if marked else '-'}; {admitted_while_draining} requests "
-                  f"admitted by the draining adapter")
+                  f"drain marked at round {marked[0] if marked else '-'}; {admitted_while_draining} "
+                  f"request{'' if admitted_while_draining == 1 else 's'} admitted by the draining adapter")
             return 0 if rnd - starving <= promise else 1
         for r in running:  # one decode step
             r.output_ids.append(0)

@@ -155,7 +155,7 @@ def _drain_bug(message: str, config: dict, version: str | None) -> str:
     """SG1 or SG2 for a request that waited past the drain bound (serving.py's message says what the drainer did),
     where the release's ``lora_drainer.py`` has the bug's line; "" otherwise."""
     drainer = _release_file(version, "srt/lora/lora_drainer.py")
-    if "was marked draining for it" in message and "admitted 0 more" not in message and \
+    if "was marked draining for it at round" in message and "admitted 0 more" not in message and \
             DRAIN_BUDGET_RECOMPUTED in drainer:
         return "SG2"  # the draining adapter admitted requests against a budget its admissions keep renewing
     if "no running adapter was marked draining for it" in message and "(None) waited" not in message and \
