@@ -426,10 +426,13 @@ class ShadowOracle(ShadowCore):
         path, line = kernel_source_line()
         kernel = self._hook.launch.name if self._hook and self._hook.launch else "?"
         location, extra = source_location(path, line), {"program_id": list(grid_idx()), "access": "read"}
+        never = self.memory.saw_never  # a never-written read, not only a stale one (as _kernel_read decides)
 
         def report() -> None:
             with self.lock:
-                self._tls.garbage_read = True  # a wild access after it in this launch is its consequence
+                # a wild access after a never-written read in this launch is its consequence; after a stale read
+                # it is not (a stale index's out-of-bounds access is its own finding, as before deferral)
+                self._tls.garbage_read = self._tls.garbage_read or never
                 for b in later:
                     self._report(b, kernel, location, dict(extra))
         self.discards.defer(Pending(report), self.memory.unwritten(addrs, itemsize))
