@@ -96,6 +96,7 @@ def make_target():
 
     from . import cases, faults, frontend, known
     eng = load_engine()  # the same for every device: a case's run fits it to its own (ctx.device)
+    drawn = drawn_backends(eng.api.backends)
     return Target(
         name="sglang_engine",
         description=f"SGLang {eng.version}'s LoRAManager, LoRAMemoryPool and LoRA layers (qkv, o, gate_up, down, "
@@ -103,7 +104,7 @@ def make_target():
                     f"unload, reload, eviction, prepare, forward; "
                     f"the adapter-management API, the scheduler's admission, the decode graph's capture",
         cases=functools.partial(cases.sglang_engine_cases, modules=eng.api.modules, frontend=eng.frontend is not None,
-                                logprobs=eng.logits_processor, backends=drawn_backends(eng.api.backends),
+                                logprobs=eng.logits_processor, backends=drawn,
                                 scheduler=eng.scheduler is not None),
         run=_run,
         # the known bugs' minimal cases (docs/sglang.md, the sweep's triage), replayed first: a deterministic verdict
@@ -112,7 +113,8 @@ def make_target():
         os.path.join(os.path.dirname(os.path.abspath(__file__)), "seeds"),
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),
-        faults_unavailable=faults.unavailable(eng.api, eng.frontend, eng.logits_processor, eng.scheduler is not None),
+        faults_unavailable=faults.unavailable(eng.api, eng.frontend, eng.logits_processor, eng.scheduler is not None,
+                                              drawn),
         features=cases.features,
         feature_space=cases.feature_space(eng.api.modules, eng.frontend is not None, eng.logits_processor,
                                           eng.api.backends, eng.scheduler is not None),

@@ -221,6 +221,27 @@ def test_the_backend_faults_are_refused_where_the_release_lacks_their_component(
     assert "triton_v2" in faults.unavailable(mid)["nolora_graph_for_adapters"]
 
 
+def test_a_backend_fault_is_refused_where_the_drawn_backends_leave_out_the_one_it_needs():
+    """A campaign of ``FUZZRUNNER_SGLANG_BACKENDS=triton`` with --fault torch_native_first_segment_slot drew no
+    torch_native case and ended with "0 findings", exit 0; the fault is refused as one the release lacks is, for
+    every backend fault (each names its backend once: ``NEEDS``) and every subset of the release's backends."""
+    import itertools
+    import types
+    import unittest.mock as mock
+    faults = import_module("fuzzrunner.targets.sglang_engine.backend_faults")
+    variants = import_module("fuzzrunner.targets.sglang_engine.variants")
+    assert set(faults.NEEDS) == set(faults.FAULTS)  # a new backend fault must say which backend it needs
+    new = types.SimpleNamespace(version="0.5.23", backends=("triton", "csgmv", "torch_native", "triton_v2"))
+    with mock.patch.object(variants, "recorded_for_skipping_backends", lambda: True):
+        assert faults.unavailable(new) == faults.unavailable(new, new.backends) == {}
+        for n in range(1, len(new.backends) + 1):
+            for drawn in itertools.combinations(new.backends, n):
+                refused = faults.unavailable(new, drawn)
+                assert set(refused) == {f for f, b in faults.NEEDS.items() if b not in drawn}
+                for f, why in refused.items():
+                    assert f"needs the {faults.NEEDS[f]} backend, which FUZZRUNNER_SGLANG_BACKENDS leaves out" in why
+
+
 def test_the_starvation_bound_is_the_steps_serial_work():
     """serving.work: each request's prefill chunks (one more for a piece that shares a round's chunk budget) and
     its decode steps; a request that finishes with its prefill has none."""
