@@ -91,6 +91,15 @@ def drawn_backends(shipped) -> tuple:
     return tuple(asked) or shipped
 
 
+def seed_left_out(case, drawn: tuple) -> str | None:
+    """Why a campaign drawing only the backends ``drawn`` (``FUZZRUNNER_SGLANG_BACKENDS``) leaves seed ``case`` out:
+    its backend is not one of them (a seed is a case like a drawn one: the docs' "cases draw only these")."""
+    backend = case.config.get("backend") if isinstance(case.config, dict) else None
+    if backend in drawn:
+        return None
+    return f"their backend is not one {BACKENDS_ENV}={os.environ.get(BACKENDS_ENV, '')!r} draws"
+
+
 def make_target():
     from fuzzrunner.target import Target
 
@@ -111,13 +120,14 @@ def make_target():
         # per release; FUZZRUNNER_SGLANG_SEEDS=0 leaves them out (a planted fault found from scratch)
         seeds=None if os.environ.get("FUZZRUNNER_SGLANG_SEEDS") == "0" else
         os.path.join(os.path.dirname(os.path.abspath(__file__)), "seeds"),
+        skip_seed=functools.partial(seed_left_out, drawn=drawn) if os.environ.get(BACKENDS_ENV, "").strip() else None,
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),
         faults_unavailable=faults.unavailable(eng.api, eng.frontend, eng.logits_processor, eng.scheduler is not None,
                                               drawn),
         features=cases.features,
         feature_space=cases.feature_space(eng.api.modules, eng.frontend is not None, eng.logits_processor,
-                                          eng.api.backends, eng.scheduler is not None),
+                                          drawn, eng.scheduler is not None),
         details=(f"sglang engine {eng.version} (from {eng.tree})", *eng.api.found(),
                  "logits: " + ("SGLang's LogitsProcessor (last token per request, input-logprob passes)"
                                if eng.logits_processor else

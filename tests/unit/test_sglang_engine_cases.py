@@ -306,6 +306,39 @@ def test_sglang_backends_env_narrows_the_drawn_backends_and_refuses_one_not_driv
         engine.drawn_backends(shipped)
 
 
+def test_sglang_backends_env_leaves_out_the_seed_cases_of_the_other_backends(monkeypatch):
+    """With ``FUZZRUNNER_SGLANG_BACKENDS=csgmv`` the campaign replayed every seed case (triton's and torch_native's
+    too) and reported their findings; the docs say cases draw only the named backends. Every shipped seed is left
+    out exactly when its backend is not drawn, for every subset of the backends, and the replay says how many in
+    one line (engine/corpus_replay.py, the target's ``skip_seed``)."""
+    import functools
+    import itertools
+    import types
+
+    from fuzzrunner.corpus import load_any
+    from fuzzrunner.engine import corpus_replay
+    from fuzzrunner.target import Target
+    engine = import_module("fuzzrunner.targets.sglang_engine")
+    seeds_dir = engine.__path__[0] + "/seeds"
+    seeds = {p: load_any(p)[0].config["backend"] for p in Target("t", "", None, print, seeds=seeds_dir).seed_files()}
+    assert set(seeds.values()) >= {"triton", "csgmv", "torch_native"}
+    shipped = ("triton", "csgmv", "torch_native", "triton_v2")
+    for n in range(1, len(shipped) + 1):
+        for drawn in itertools.combinations(shipped, n):
+            monkeypatch.setenv("FUZZRUNNER_SGLANG_BACKENDS", ",".join(drawn))
+            t = Target("sglang_engine", "", None, print, seeds=seeds_dir,
+                       skip_seed=functools.partial(engine.seed_left_out, drawn=drawn))
+            shard = types.SimpleNamespace(target=t, faults=(), result=types.SimpleNamespace(warnings=[]),
+                                          emit=lambda e: None)
+            kept = corpus_replay._seed_entries(shard, bad=lambda *a: None)
+            assert {p for p, _, _ in kept} == {p for p, b in seeds.items() if b in drawn}
+            out = len(seeds) - len(kept)
+            assert shard.result.warnings == ([f"{out} seed case{'s' if out != 1 else ''} of 'sglang_engine' left "
+                                              f"out of {len(seeds)}: their backend is not one "
+                                              f"FUZZRUNNER_SGLANG_BACKENDS={','.join(drawn)!r} draws"]
+                                             if out else [])
+
+
 def test_a_wrong_row_is_triaged_by_the_path_its_label_names(tmp_path, monkeypatch):
     """A step's results are labelled with the backend and graph mode (``step.logits[torch_native, graph]``): a
     torch_native case with lm_head LoRA and decode graphs can show G1 (eager extend batches) and G2 (replayed decode
