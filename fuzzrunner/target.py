@@ -75,6 +75,9 @@ class Target:
     known_bugs: Callable[[dict], dict | None] | None = None  # known_bugs(finding as a report writes it) -> {"id",
     #     "title", "upstream", "status"} where the finding is a known bug of the code under test, else None: the
     #     campaign labels it (triage["known"], engine/known.py; docs/triage.md)
+    skip_seed: Callable[[Any], str | None] | None = None  # skip_seed(seed case) -> why this campaign leaves the
+    #     target's own seed case out (a config its cases are not drawn from, e.g. a backend the user narrowed away),
+    #     or None to replay it; the seeds left out are counted in one warning (engine/corpus_replay.py)
 
     def __post_init__(self):
         """Names are strings (a name is a corpus folder and is quoted in every message), and each field of
@@ -93,6 +96,9 @@ class Target:
         if self.known_bugs is not None and not callable(self.known_bugs):
             raise InvalidArgument(f"Target {self.name!r}: known_bugs must be a function or None, not "
                                   f"{type_name(self.known_bugs)}.")
+        if self.skip_seed is not None and not callable(self.skip_seed):
+            raise InvalidArgument(f"Target {self.name!r}: skip_seed must be a function or None, not "
+                                  f"{type_name(self.skip_seed)}.")
         if self.features is not None and not callable(self.features):
             raise InvalidArgument(f"Target {self.name!r}: features must be a function or None, not "
                                   f"{type_name(self.features)}.")
@@ -125,6 +131,8 @@ class Target:
             refuse_async(self.name, "features", self.features, generators=False)
         if self.known_bugs is not None:
             refuse_async(self.name, "known_bugs", self.known_bugs, generators=False)
+        if self.skip_seed is not None:
+            refuse_async(self.name, "skip_seed", self.skip_seed, generators=False)
         return self
 
     def takes_palette(self) -> bool:

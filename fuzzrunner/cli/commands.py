@@ -11,7 +11,7 @@ from pathlib import Path
 from ..progress import Progress
 from ..safe_write import check_distinct_files, check_outputs
 from ..target_spec import TargetSpec
-from ..text import aligned
+from ..text import aligned, safe_str
 from .parser import _settings
 from .render import (
     EXIT_ERROR,
@@ -267,9 +267,17 @@ def cmd_faults(args) -> int:
         print(f"target {target.name} has no planted faults")
     else:
         print(f"planted faults of target {target.name} (turn one on with `fuzz --target {args.target} --fault NAME`):")
-    for line in aligned((name, _first_sentence(target.fault_descriptions.get(name, ""))) for name in target.faults):
+    for line in aligned((name, _fault_line(target, name)) for name in target.faults):
         print(line)
     return EXIT_OK
+
+
+def _fault_line(target, name: str) -> str:
+    """A fault's first sentence, after why it cannot run here where it cannot (``--fault`` refuses it: before,
+    the listing showed such a fault like any other)."""
+    said = _first_sentence(target.fault_descriptions.get(name, ""))
+    why = target.faults_unavailable.get(name)
+    return said if why is None else f"[unavailable here: {safe_str(why, 300)}] {said}".rstrip()
 
 
 # a sentence ends at a full stop before a capital letter or the end, never at an abbreviation's ("i.e. one the

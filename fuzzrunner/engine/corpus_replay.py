@@ -92,16 +92,28 @@ def _in(corpus, path) -> bool:
 def _seed_entries(shard, bad) -> list:
     """The target's own seed cases: a bad one is reported, never moved (it is not the user's file).
     A seed case that plants no fault of its own runs with the campaign's planted faults: it is a
-    starting shape for this campaign, like a generated case."""
+    starting shape for this campaign, like a generated case. One the target's ``skip_seed`` leaves out
+    (a config this campaign does not draw) is counted, in one warning for all."""
     from ..corpus import load_any
-    out = []
+    out: list = []
+    left_out: dict[str, int] = {}  # {why: how many seed cases}
     for path in shard.target.seed_files():
         try:
             case, finding = load_any(path)
         except InvalidCase as e:
             bad(path, None, e)
             continue
+        why = shard.target.skip_seed(case) if shard.target.skip_seed is not None else None
+        if why:
+            left_out[why] = left_out.get(why, 0) + 1
+            continue
         if finding is None and not case.faults:
             case = dataclasses.replace(case, faults=tuple(shard.faults))
         out.append((path, case, finding))
+    if left_out:
+        n = sum(left_out.values())
+        whys = list(left_out) if len(left_out) == 1 else [f"{why} ({k})" for why, k in left_out.items()]
+        message = f"{plural(n, 'seed case')} of {shard.target.name!r} left out of {len(out) + n}: {'; '.join(whys)}"
+        shard.result.warnings.append(message)
+        shard.emit(events.WarningEvent(message))
     return out

@@ -91,11 +91,21 @@ def drawn_backends(shipped) -> tuple:
     return tuple(asked) or shipped
 
 
+def seed_left_out(case, drawn: tuple) -> str | None:
+    """Why a campaign drawing only the backends ``drawn`` (``FUZZRUNNER_SGLANG_BACKENDS``) leaves seed ``case`` out:
+    its backend is not one of them (a seed is a case like a drawn one: the docs' "cases draw only these")."""
+    backend = case.config.get("backend") if isinstance(case.config, dict) else None
+    if backend in drawn:
+        return None
+    return f"their backend is not one {BACKENDS_ENV}={os.environ.get(BACKENDS_ENV, '')!r} draws"
+
+
 def make_target():
     from fuzzrunner.target import Target
 
     from . import cases, faults, frontend, known
     eng = load_engine()  # the same for every device: a case's run fits it to its own (ctx.device)
+    drawn = drawn_backends(eng.api.backends)
     return Target(
         name="sglang_engine",
         description=f"SGLang {eng.version}'s LoRAManager, LoRAMemoryPool and LoRA layers (qkv, o, gate_up, down, "
@@ -103,19 +113,21 @@ def make_target():
                     f"unload, reload, eviction, prepare, forward; "
                     f"the adapter-management API, the scheduler's admission, the decode graph's capture",
         cases=functools.partial(cases.sglang_engine_cases, modules=eng.api.modules, frontend=eng.frontend is not None,
-                                logprobs=eng.logits_processor, backends=drawn_backends(eng.api.backends),
+                                logprobs=eng.logits_processor, backends=drawn,
                                 scheduler=eng.scheduler is not None),
         run=_run,
         # the known bugs' minimal cases (docs/sglang.md, the sweep's triage), replayed first: a deterministic verdict
         # per release; FUZZRUNNER_SGLANG_SEEDS=0 leaves them out (a planted fault found from scratch)
         seeds=None if os.environ.get("FUZZRUNNER_SGLANG_SEEDS") == "0" else
         os.path.join(os.path.dirname(os.path.abspath(__file__)), "seeds"),
+        skip_seed=functools.partial(seed_left_out, drawn=drawn) if os.environ.get(BACKENDS_ENV, "").strip() else None,
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),
-        faults_unavailable=faults.unavailable(eng.api, eng.frontend, eng.logits_processor, eng.scheduler is not None),
+        faults_unavailable=faults.unavailable(eng.api, eng.frontend, eng.logits_processor, eng.scheduler is not None,
+                                              drawn),
         features=cases.features,
         feature_space=cases.feature_space(eng.api.modules, eng.frontend is not None, eng.logits_processor,
-                                          eng.api.backends, eng.scheduler is not None),
+                                          drawn, eng.scheduler is not None),
         details=(f"sglang engine {eng.version} (from {eng.tree})", *eng.api.found(),
                  "logits: " + ("SGLang's LogitsProcessor (last token per request, input-logprob passes)"
                                if eng.logits_processor else

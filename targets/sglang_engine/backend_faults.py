@@ -32,19 +32,32 @@ FAULTS = {
 V2_EXPAND = ("sglang.kernels.ops.lora.common.lora_b", ("_grouped_lora_b_kernel", "_per_row_lora_b_kernel"))
 
 
-def unavailable(api) -> dict:
-    """{fault: why it cannot be planted in this release}."""
+# the one backend each fault needs, the one place it is said: a campaign that cannot draw it (the release lacks it,
+# or FUZZRUNNER_SGLANG_BACKENDS leaves it out) would pass without testing the fault, so the fault is refused there
+NEEDS = {
+    "nolora_graph_for_adapters": "triton_v2",  # the backend that skips inactive batches ('nolora' decode graphs)
+    "skip_inactive_from_first_request": "triton_v2",
+    "torch_native_first_segment_slot": "torch_native",
+    "v2_expand_rank_past_bridge": "triton_v2",
+}
+SINCE = {"torch_native": "0.5.6.post1+", "triton_v2": "0.5.23+"}
+
+
+def unavailable(api, drawn=None) -> dict:
+    """{fault: why it cannot be planted in this release, or in a campaign drawing only the backends ``drawn``
+    (``drawn_backends``: ``FUZZRUNNER_SGLANG_BACKENDS``; None: all the release's)}."""
     from .variants import recorded_for_skipping_backends
     out = {}
-    if "triton_v2" not in api.backends or not recorded_for_skipping_backends():
-        why = (f"SGLang {api.version} has no backend that skips inactive batches (triton_v2: 0.5.23+) and so no "
-               f"'nolora' decode graph")
-        out["nolora_graph_for_adapters"] = why
-        out["skip_inactive_from_first_request"] = why
-    if "torch_native" not in api.backends:
-        out["torch_native_first_segment_slot"] = f"SGLang {api.version} has no torch_native LoRA backend (0.5.6.post1+)"
-    if "triton_v2" not in api.backends:
-        out["v2_expand_rank_past_bridge"] = f"SGLang {api.version} has no triton_v2 LoRA backend (0.5.23+)"
+    for fault, backend in NEEDS.items():
+        if backend not in api.backends:
+            out[fault] = f"SGLang {api.version} has no {backend} LoRA backend ({SINCE[backend]})"
+        elif drawn is not None and backend not in drawn:
+            out[fault] = (f"it needs the {backend} backend, which FUZZRUNNER_SGLANG_BACKENDS leaves out (it draws "
+                          f"{', '.join(drawn)}): add {backend} to it, or unset it")
+    if not recorded_for_skipping_backends():
+        for fault in ("nolora_graph_for_adapters", "skip_inactive_from_first_request"):
+            out.setdefault(fault, f"SGLang {api.version} has no backend that skips inactive batches (triton_v2: "
+                                  f"0.5.23+) and so no 'nolora' decode graph")
     return out
 
 
@@ -55,10 +68,11 @@ def plant(stack: contextlib.ExitStack, faults: set, mgr, graphs=None) -> None:
         stack.enter_context(mock.patch.object(cls, "_resolve_lora_variant", _always_nolora(cls._resolve_lora_variant)))
     if "skip_inactive_from_first_request" in faults:
         stack.enter_context(mock.patch.object(mgr, "prepare_lora_batch", _first_request_only(mgr)))
-    if "torch_native_first_segment_slot" in faults and getattr(mgr.lora_backend, "name", "") == "torch_native":
+    name = getattr(mgr.lora_backend, "name", "")
+    if "torch_native_first_segment_slot" in faults and name == NEEDS["torch_native_first_segment_slot"]:
         backend = mgr.lora_backend
         stack.enter_context(mock.patch.object(backend, "prepare_lora_batch", _first_segment_slot(backend)))
-    if "v2_expand_rank_past_bridge" in faults and getattr(mgr.lora_backend, "name", "") == "triton_v2":
+    if "v2_expand_rank_past_bridge" in faults and name == NEEDS["v2_expand_rank_past_bridge"]:
         import sys
         module = sys.modules[V2_EXPAND[0]]
         for kernel in V2_EXPAND[1]:
@@ -117,4 +131,4 @@ class _RankPastBridge:
         return run
 
 
-__all__ = ["FAULTS", "plant", "unavailable"]
+__all__ = ["FAULTS", "NEEDS", "plant", "unavailable"]

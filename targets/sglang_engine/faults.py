@@ -77,9 +77,9 @@ def _unload_keeps_slot(pool) -> None:
 EMBEDDING_BUFFERS = ("embedding_A_buffer", "embedding_B_buffer", "lm_head_A_buffer", "lm_head_B_buffer")
 
 
-def unavailable(api, fe=None, logits_processor: bool = True, scheduler: bool = False) -> dict:
-    """{fault: why it cannot be planted in this release}."""
-    out = backend_faults.unavailable(api)
+def unavailable(api, fe=None, logits_processor: bool = True, scheduler: bool = False, drawn=None) -> dict:
+    """{fault: why it cannot be planted in this release, or with only the backends ``drawn`` drawn}."""
+    out = backend_faults.unavailable(api, drawn)
     if not scheduler:
         for f in SERVER_FAULTS:
             out[f] = (f"SGLang {api.version}'s scheduler is not driven here (scheduler.py: its Scheduler / "

@@ -71,6 +71,21 @@ class Clock:
 CLOCK = Clock()
 
 
+DRIVEN_ON = "0.5.20 - 0.5.23"  # the releases whose scheduler shape is adapted (docs/sglang.md, "not driven" table)
+
+
+def _lacks(e: Exception) -> str:
+    """What an import of the path found missing, in a few words: ``lacks sglang.srt.x.y`` for a missing name or
+    module (before, doctor printed the ImportError itself, cut at 160 characters mid-path), else the error's kind
+    and first line."""
+    import re
+    name = getattr(e, "name", None)
+    missing = re.match(r"cannot import name '([^']+)'", str(e))
+    if isinstance(e, ImportError) and name:
+        return f"lacks {name}.{missing.group(1)}" if missing else f"lacks {name}"
+    return f"fails to import it ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
+
+
 def load():
     """The release's scheduler path, or ``(None, why)`` where it cannot be driven (a method or class missing, or
     turned off with ``FUZZRUNNER_SGLANG_SCHEDULER=0``: the earlier path, re-stated admission and LoRA lines)."""
@@ -88,7 +103,7 @@ def load():
         from sglang.srt.runtime_context import get_parallel, get_schedule  # noqa: F401 - the knobs' source (0.5.14+)
         from sglang.srt.sampling.sampling_params import SamplingParams
     except Exception as e:  # noqa: BLE001 - any import failure: the release's admission is driven the older way
-        return None, f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        return None, f"the scheduler path is driven on SGLang {DRIVEN_ON} only: this release {_lacks(e)}"
     why = unsupported(Scheduler)
     if why:
         return None, why

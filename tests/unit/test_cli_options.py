@@ -118,6 +118,18 @@ def test_faults_lists_in_columns_past_28_characters(capsys, tmp_path):
     assert [line.index(said) for line, said in zip(lines, ("Keeps it.", "Short one."))] == [35, 35], lines
 
 
+def test_faults_marks_a_fault_that_cannot_run_here_with_why(capsys, tmp_path):
+    """`faults --target sglang_engine` on 0.5.11 listed drain_never_cleared like any other fault, though `fuzz
+    --fault drain_never_cleared` refuses it there ("cannot run here: ..."): the listing now says so, with the
+    reason; a fault that can run is listed as before."""
+    text = LONG_FAULTS.replace('"Short one."})', '"Short one."},\n                faults_unavailable={"short": "no such part"})')
+    (tmp_path / "long_target.py").write_text(text)
+    assert main(["faults", "--target", f"{tmp_path / 'long_target.py'}:TARGET"]) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert lines[0].split() == ["lora_state_keeps_finished_adapter", "Keeps", "it."]
+    assert lines[1].split(None, 1) == ["short", "[unavailable here: no such part] Short one."]
+
+
 @pytest.mark.parametrize("doc, first", [
     ("A full pool evicts one of them, i.e. one the current batch needs: it crashes. Then more.",
      "A full pool evicts one of them, i.e. one the current batch needs: it crashes."),

@@ -221,6 +221,27 @@ def test_the_backend_faults_are_refused_where_the_release_lacks_their_component(
     assert "triton_v2" in faults.unavailable(mid)["nolora_graph_for_adapters"]
 
 
+def test_a_backend_fault_is_refused_where_the_drawn_backends_leave_out_the_one_it_needs():
+    """A campaign of ``FUZZRUNNER_SGLANG_BACKENDS=triton`` with --fault torch_native_first_segment_slot drew no
+    torch_native case and ended with "0 findings", exit 0; the fault is refused as one the release lacks is, for
+    every backend fault (each names its backend once: ``NEEDS``) and every subset of the release's backends."""
+    import itertools
+    import types
+    import unittest.mock as mock
+    faults = import_module("fuzzrunner.targets.sglang_engine.backend_faults")
+    variants = import_module("fuzzrunner.targets.sglang_engine.variants")
+    assert set(faults.NEEDS) == set(faults.FAULTS)  # a new backend fault must say which backend it needs
+    new = types.SimpleNamespace(version="0.5.23", backends=("triton", "csgmv", "torch_native", "triton_v2"))
+    with mock.patch.object(variants, "recorded_for_skipping_backends", lambda: True):
+        assert faults.unavailable(new) == faults.unavailable(new, new.backends) == {}
+        for n in range(1, len(new.backends) + 1):
+            for drawn in itertools.combinations(new.backends, n):
+                refused = faults.unavailable(new, drawn)
+                assert set(refused) == {f for f, b in faults.NEEDS.items() if b not in drawn}
+                for f, why in refused.items():
+                    assert f"needs the {faults.NEEDS[f]} backend, which FUZZRUNNER_SGLANG_BACKENDS leaves out" in why
+
+
 def test_the_starvation_bound_is_the_steps_serial_work():
     """serving.work: each request's prefill chunks (one more for a piece that shares a round's chunk budget) and
     its decode steps; a request that finishes with its prefill has none."""
@@ -283,6 +304,39 @@ def test_sglang_backends_env_narrows_the_drawn_backends_and_refuses_one_not_driv
     with pytest.raises(HarnessError, match=r"^FUZZRUNNER_SGLANG_BACKENDS='triton_v3': triton_v3 is not a backend "
                                            r"this SGLang drives here; name some of triton, csgmv, torch_native, "):
         engine.drawn_backends(shipped)
+
+
+def test_sglang_backends_env_leaves_out_the_seed_cases_of_the_other_backends(monkeypatch):
+    """With ``FUZZRUNNER_SGLANG_BACKENDS=csgmv`` the campaign replayed every seed case (triton's and torch_native's
+    too) and reported their findings; the docs say cases draw only the named backends. Every shipped seed is left
+    out exactly when its backend is not drawn, for every subset of the backends, and the replay says how many in
+    one line (engine/corpus_replay.py, the target's ``skip_seed``)."""
+    import functools
+    import itertools
+    import types
+
+    from fuzzrunner.corpus import load_any
+    from fuzzrunner.engine import corpus_replay
+    from fuzzrunner.target import Target
+    engine = import_module("fuzzrunner.targets.sglang_engine")
+    seeds_dir = engine.__path__[0] + "/seeds"
+    seeds = {p: load_any(p)[0].config["backend"] for p in Target("t", "", None, print, seeds=seeds_dir).seed_files()}
+    assert set(seeds.values()) >= {"triton", "csgmv", "torch_native"}
+    shipped = ("triton", "csgmv", "torch_native", "triton_v2")
+    for n in range(1, len(shipped) + 1):
+        for drawn in itertools.combinations(shipped, n):
+            monkeypatch.setenv("FUZZRUNNER_SGLANG_BACKENDS", ",".join(drawn))
+            t = Target("sglang_engine", "", None, print, seeds=seeds_dir,
+                       skip_seed=functools.partial(engine.seed_left_out, drawn=drawn))
+            shard = types.SimpleNamespace(target=t, faults=(), result=types.SimpleNamespace(warnings=[]),
+                                          emit=lambda e: None)
+            kept = corpus_replay._seed_entries(shard, bad=lambda *a: None)
+            assert {p for p, _, _ in kept} == {p for p, b in seeds.items() if b in drawn}
+            out = len(seeds) - len(kept)
+            assert shard.result.warnings == ([f"{out} seed case{'s' if out != 1 else ''} of 'sglang_engine' left "
+                                              f"out of {len(seeds)}: their backend is not one "
+                                              f"FUZZRUNNER_SGLANG_BACKENDS={','.join(drawn)!r} draws"]
+                                             if out else [])
 
 
 def test_a_wrong_row_is_triaged_by_the_path_its_label_names(tmp_path, monkeypatch):

@@ -54,3 +54,25 @@ def test_a_release_whose_loop_calls_the_timeouts_is_refused_with_the_reason():
                    "_abort_on_running_timeout")
     why = scheduler.unsupported(old)
     assert "_abort_on_waiting_timeout, _abort_on_running_timeout" in why and "0.5.14 - 0.5.19" in why, why
+
+
+def test_a_release_whose_scheduler_path_does_not_import_says_which_releases_drive_it_in_one_line(monkeypatch):
+    """`doctor --engines` on 0.5.11 printed "scheduler: admission loop re-stated (ImportError: cannot import name
+    'resolve_forward_inputs' from 'sglang.srt.managers.overlap_utils' (/work/.../overlap_" (the error cut at 160
+    characters mid-path); now the releases the path is driven on and the one name this release lacks."""
+    import sys
+    real = ImportError("cannot import name 'resolve_forward_inputs' from 'sglang.srt.managers.overlap_utils' "
+                       "(/work/main/.cache/sglang/0.5.11/site/sglang/srt/managers/overlap_utils.py)",
+                       name="sglang.srt.managers.overlap_utils")
+    assert scheduler._lacks(real) == "lacks sglang.srt.managers.overlap_utils.resolve_forward_inputs"
+    assert scheduler._lacks(ModuleNotFoundError("No module named 'sglang.srt.runtime_context'",
+                                                name="sglang.srt.runtime_context")) == \
+        "lacks sglang.srt.runtime_context"
+    assert scheduler._lacks(RuntimeError("boom\nmore")) == "fails to import it (RuntimeError: boom)"
+    monkeypatch.delenv("FUZZRUNNER_SGLANG_SCHEDULER", raising=False)
+    monkeypatch.setitem(sys.modules, "sglang", None)  # the path's first import fails, whatever is importable here
+    path, why = scheduler.load()
+    assert path is None
+    import re
+    assert re.fullmatch(rf"the scheduler path is driven on SGLang {scheduler.DRIVEN_ON} only: this release lacks "
+                        r"sglang[\w.]*", why), why
