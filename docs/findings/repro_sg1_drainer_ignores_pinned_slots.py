@@ -19,7 +19,6 @@ this file): an installed SGLang as the server imports it, a CPU tree of this che
 """
 
 import sys
-import traceback
 import types
 
 import sglang_site
@@ -104,9 +103,4 @@ if __name__ == "__main__":
     if len(args) > 1:
         print(f"usage: {sys.argv[0]} [SGLANG_SITE_DIR] [--patched]  (the folder holding sglang/)", file=sys.stderr)
         sys.exit(2)
-    try:
-        sys.exit(main(args[0] if args else None, "--patched" in sys.argv))
-    except Exception:  # noqa: BLE001 - SGLang that does not import or crashes: "could not run" (2), never "bug" (1)
-        traceback.print_exc()
-        print("could not run (exit 2)", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(sglang_site.exit_code(main, args[0] if args else None, "--patched" in sys.argv))

@@ -21,7 +21,6 @@ the set-up tree). Exit 2 where SGLang does not import or crashes ("could not run
 
 import math
 import sys
-import traceback
 import types
 
 import sglang_site
@@ -114,9 +113,4 @@ if __name__ == "__main__":
         print(f"usage: {sys.argv[0]} [SGLANG_SITE_DIR] [--new N] [--patched]  (the folder holding sglang/)",
               file=sys.stderr)
         sys.exit(2)
-    try:
-        sys.exit(main(args[0] if args else None, new, "--patched" in argv))
-    except Exception:  # noqa: BLE001 - SGLang that does not import or crashes: "could not run" (2), never "bug" (1)
-        traceback.print_exc()
-        print("could not run (exit 2)", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(sglang_site.exit_code(main, args[0] if args else None, new, "--patched" in argv))

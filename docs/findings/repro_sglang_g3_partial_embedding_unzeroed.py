@@ -18,7 +18,6 @@ could not run. SGLang is imported by ``sglang_site.py`` (beside this file).
 """
 
 import sys
-import traceback
 import types
 
 import sglang_site
@@ -82,9 +81,4 @@ if __name__ == "__main__":
     if len(sys.argv) > 2:
         print(f"usage: {sys.argv[0]} [SGLANG_SITE_DIR]  (the folder holding sglang/)", file=sys.stderr)
         sys.exit(2)
-    try:
-        sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else None))
-    except Exception:  # noqa: BLE001 - SGLang that does not import or crashes: "could not run" (2), never "bug" (1)
-        traceback.print_exc()
-        print("could not run (exit 2)", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(sglang_site.exit_code(main, sys.argv[1] if len(sys.argv) > 1 else None))

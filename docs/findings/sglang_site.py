@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,3 +40,33 @@ def import_sglang(site: str | None) -> str:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     boot.adapt(device)
     return f"SGLang from {tree} (a CPU tree, imported by targets/sglang_engine/boot.py, on {device})"
+
+
+def exit_code(main: Callable[..., int], *args) -> int:
+    """``main(*args)``'s answer (1 "bug reproduced", 0 "not reproduced"); 2 "could not run" where SGLang does not
+    import or crashes, never 1 (the exit codes of every script in this folder)."""
+    try:
+        return main(*args)
+    except Exception:  # noqa: BLE001 - SGLang that does not import or crashes: "could not run" (2), never "bug" (1)
+        traceback.print_exc()
+        print("could not run (exit 2)", file=sys.stderr)
+        return 2
+
+
+def validate_patch(case: Callable, apply: Callable, patched: bool) -> int:
+    """A patch validated through the ``sglang_engine`` target: ``case(t)`` (the integration test module) gives the
+    case's config and ops, run on the set-up release, after ``apply(tree)`` where ``patched``; 1 where found."""
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "tests" / "integration"))
+    from fuzzrunner.case import Case
+    from fuzzrunner.execute import run_case
+    from fuzzrunner.target import load_target
+    target = load_target("sglang_engine")
+    if patched:
+        apply(Path(target.code_under_test["tree"]))
+    config, ops = case(importlib.import_module("test_sglang_engine"))
+    vs = run_case(Case("sglang_engine", config, tuple(ops), ()), target, device="cpu")
+    for v in vs:
+        print(f"{v.kind}: {v.message}")
+    print("patched" if patched else "unpatched", "->", "found" if vs else "silent")
+    return 1 if vs else 0

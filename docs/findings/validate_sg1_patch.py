@@ -16,9 +16,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import traceback
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+import sglang_site
+
 PATCH = pathlib.Path(__file__).with_name("sg1_drainer_ignores_pinned_slots.patch")
 FILES = ("sglang/srt/lora/lora_drainer.py", "sglang/srt/managers/scheduler.py")
 
@@ -46,27 +46,6 @@ def apply(tree: pathlib.Path) -> None:
     sched.Scheduler.init_lora_drainer = init_lora_drainer
 
 
-def main(patched: bool) -> int:
-    sys.path.insert(0, str(ROOT))
-    sys.path.insert(0, str(ROOT / "tests" / "integration"))
-    from fuzzrunner.case import Case
-    from fuzzrunner.execute import run_case
-    from fuzzrunner.target import load_target
-    target = load_target("sglang_engine")
-    if patched:
-        apply(pathlib.Path(target.code_under_test["tree"]))
-    t = importlib.import_module("test_sglang_engine")
-    vs = run_case(Case("sglang_engine", t.SG1_CFG, tuple(t.SG1), ()), target, device="cpu")
-    for v in vs:
-        print(f"{v.kind}: {v.message}")
-    print("patched" if patched else "unpatched", "->", "found" if vs else "silent")
-    return 1 if vs else 0
-
-
 if __name__ == "__main__":
-    try:
-        sys.exit(main("--patched" in sys.argv))
-    except Exception:  # noqa: BLE001 - an engine that does not import or crashes: "could not run" (2), never "bug" (1)
-        traceback.print_exc()
-        print("could not run (exit 2)", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(sglang_site.exit_code(sglang_site.validate_patch,
+                                   lambda t: (t.SG1_CFG, t.SG1), apply, "--patched" in sys.argv))

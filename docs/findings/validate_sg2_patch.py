@@ -17,9 +17,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import traceback
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+import sglang_site
+
 PATCH = pathlib.Path(__file__).with_name("sg2_drain_budget_recomputed.patch")
 FILE = "sglang/srt/lora/lora_drainer.py"
 
@@ -36,27 +36,6 @@ def apply(tree: pathlib.Path) -> None:
     importlib.import_module("sglang.srt.managers.scheduler").LoRADrainer = mod.LoRADrainer
 
 
-def main(patched: bool) -> int:
-    sys.path.insert(0, str(ROOT))
-    sys.path.insert(0, str(ROOT / "tests" / "integration"))
-    from fuzzrunner.case import Case
-    from fuzzrunner.execute import run_case
-    from fuzzrunner.target import load_target
-    target = load_target("sglang_engine")
-    if patched:
-        apply(pathlib.Path(target.code_under_test["tree"]))
-    t = importlib.import_module("test_sglang_engine")
-    vs = run_case(Case("sglang_engine", t.SG2_CFG, tuple(t._sg2(12)), ()), target, device="cpu")
-    for v in vs:
-        print(f"{v.kind}: {v.message}")
-    print("patched" if patched else "unpatched", "->", "found" if vs else "silent")
-    return 1 if vs else 0
-
-
 if __name__ == "__main__":
-    try:
-        sys.exit(main("--patched" in sys.argv))
-    except Exception:  # noqa: BLE001 - an engine that does not import or crashes: "could not run" (2), never "bug" (1)
-        traceback.print_exc()
-        print("could not run (exit 2)", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(sglang_site.exit_code(sglang_site.validate_patch,
+                                   lambda t: (t.SG2_CFG, t._sg2(12)), apply, "--patched" in sys.argv))

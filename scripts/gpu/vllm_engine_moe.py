@@ -44,9 +44,9 @@ for i, d in enumerate(cases):
     print("CASE", i, json.dumps(out), flush=True)
 """
 
-def _test_module():
-    """The integration test's module (its config, ops and fault cases: one source for the CPU test and this check)."""
-    spec = importlib.util.spec_from_file_location("moe_cases", ROOT / "tests/integration/test_vllm_engine_moe.py")
+def _test_module(name: str = "test_vllm_engine_moe.py"):
+    """An integration test's module (its config, ops and fault cases: one source for the CPU test and this check)."""
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), ROOT / "tests" / "integration" / name)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

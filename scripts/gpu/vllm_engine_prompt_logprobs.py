@@ -17,7 +17,6 @@ interpreter). Usage: python3 scripts/gpu/vllm_engine_prompt_logprobs.py [--devic
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -27,18 +26,10 @@ import vllm_engine_moe  # noqa: E402  (its child process and verdicts)
 from acceptance_tools import ROOT  # noqa: E402
 
 
-def _test_module():
-    """The integration test's module (its config and cases: one source for the CPU test and this check)."""
-    sys.path.insert(0, str(ROOT / "tests" / "integration"))
-    spec = importlib.util.spec_from_file_location("engine_cases", ROOT / "tests/integration/test_vllm_engine_target.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def plan() -> list[tuple[str, dict, tuple | None]]:
     """(name, case, the (kind, tensor) expected among its violations; None: silent)."""
-    t = _test_module()
+    sys.path.insert(0, str(ROOT / "tests" / "integration"))  # the test's own imports
+    t = vllm_engine_moe._test_module("test_vllm_engine_target.py")
     ops, config, want = t.FAULT_CASES["prompt_token_ids_unshifted"]
     p1 = json.loads((ROOT / "docs/findings/cases/p1_prompt_logprobs_mapping.json").read_text())
     return [("base-model prompt logprobs", {"config": {**t.CONFIG, **config}, "ops": ops, "faults": []}, None),

@@ -93,6 +93,18 @@ def test_sg1_repro_passes_with_its_patch():
     assert r.returncode == 0 and "B admitted" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
 
 
+def _patched_copy(tmp_path, patch: str) -> str:
+    """A copy of the set-up SGLang tree with ``patch`` (of this folder) applied: the site folder to give a repro."""
+    tree = _sglang_tree()
+    shutil.copytree(tree / "sglang", tmp_path / "site" / "sglang")
+    (tmp_path / "deps").symlink_to(tree.parent / "deps")
+    patched = subprocess.run(["patch", "-s", "-p2", "-d", str(tmp_path / "site"), "-i", str(FINDINGS / patch)],
+                             capture_output=True, text=True)
+    if patched.returncode != 0:
+        pytest.skip(f"the patch (against 0.5.23) does not apply here: {patched.stdout[-300:]}")
+    return str(tmp_path / "site")
+
+
 def test_g1_repro_reproduces_on_the_set_up_release():
     tree = _sglang_tree()
     r = _run("repro_sglang_g1_torch_native_lm_head.py", str(tree))
@@ -101,14 +113,7 @@ def test_g1_repro_reproduces_on_the_set_up_release():
 
 @pytest.mark.slow
 def test_g1_repro_passes_on_a_copy_with_the_patch(tmp_path):
-    tree = _sglang_tree()
-    shutil.copytree(tree / "sglang", tmp_path / "site" / "sglang")
-    (tmp_path / "deps").symlink_to(tree.parent / "deps")
-    patched = subprocess.run(["patch", "-s", "-p2", "-d", str(tmp_path / "site"), "-i",
-                              str(FINDINGS / "sglang_g1_torch_native_lm_head.patch")], capture_output=True, text=True)
-    if patched.returncode != 0:
-        pytest.skip(f"the patch (against 0.5.23) does not apply here: {patched.stdout[-300:]}")
-    r = _run("repro_sglang_g1_torch_native_lm_head.py", str(tmp_path / "site"))
+    r = _run("repro_sglang_g1_torch_native_lm_head.py", _patched_copy(tmp_path, "sglang_g1_torch_native_lm_head.patch"))
     assert r.returncode == 0 and "its own request's delta" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
 
 
@@ -121,13 +126,6 @@ def test_g3_repro_reproduces_on_the_set_up_release():
 
 @pytest.mark.slow
 def test_g3_repro_passes_on_a_copy_with_the_patch(tmp_path):
-    tree = _sglang_tree()
-    shutil.copytree(tree / "sglang", tmp_path / "site" / "sglang")
-    (tmp_path / "deps").symlink_to(tree.parent / "deps")
-    patched = subprocess.run(["patch", "-s", "-p2", "-d", str(tmp_path / "site"), "-i",
-                              str(FINDINGS / "sglang_g3_partial_embedding_unzeroed.patch")], capture_output=True,
-                             text=True)
-    if patched.returncode != 0:
-        pytest.skip(f"the patch (against 0.5.23) does not apply here: {patched.stdout[-300:]}")
-    r = _run("repro_sglang_g3_partial_embedding_unzeroed.py", str(tmp_path / "site"))
+    r = _run("repro_sglang_g3_partial_embedding_unzeroed.py",
+             _patched_copy(tmp_path, "sglang_g3_partial_embedding_unzeroed.patch"))
     assert r.returncode == 0 and "only the new adapter's weights" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]

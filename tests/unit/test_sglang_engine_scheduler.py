@@ -58,11 +58,11 @@ def test_a_release_whose_loop_calls_the_timeouts_is_refused_with_the_reason():
 
 def test_a_release_whose_scheduler_path_does_not_import_says_which_releases_drive_it_in_one_line(monkeypatch):
     """`doctor --engines` on 0.5.11 printed "scheduler: admission loop re-stated (ImportError: cannot import name
-    'resolve_forward_inputs' from 'sglang.srt.managers.overlap_utils' (/work/.../overlap_" (the error cut at 160
+    'resolve_forward_inputs' from 'sglang.srt.managers.overlap_utils' (/site/.../overlap_" (the error cut at 160
     characters mid-path); now the releases the path is driven on and the one name this release lacks."""
     import sys
     real = ImportError("cannot import name 'resolve_forward_inputs' from 'sglang.srt.managers.overlap_utils' "
-                       "(/work/main/.cache/sglang/0.5.11/site/sglang/srt/managers/overlap_utils.py)",
+                       "(/opt/sglang-0.5.11/site/sglang/srt/managers/overlap_utils.py)",
                        name="sglang.srt.managers.overlap_utils")
     assert scheduler._lacks(real) == "lacks sglang.srt.managers.overlap_utils.resolve_forward_inputs"
     assert scheduler._lacks(ModuleNotFoundError("No module named 'sglang.srt.runtime_context'",

@@ -38,19 +38,22 @@ def _select(x_ptr, y_ptr, live, BLOCK: tl.constexpr, HOW: tl.constexpr):
     tl.store(y_ptr + k, v.to(tl.float32))
 
 
-def _run(live: int, how: int = 0) -> list:
+def _violations(live: int, how: int = 0) -> list:
     oracle = ShadowOracle(check_triton=True)
     oracle.start()
     try:
         oracle.begin_op(0, {"op": "step"})
         x = torch.empty(16)
         x[:WRITTEN] = 1.0
-        y = torch.zeros(17)
-        _select[(1,)](x, y, live, BLOCK=16, HOW=how)
+        _select[(1,)](x, torch.zeros(17), live, BLOCK=16, HOW=how)
         oracle.end_op()
     finally:
         violations = oracle.finish()
-    return [(v.kind, v.location.rsplit(":", 1)[0], v.tensor.rsplit(":", 1)[0]) for v in violations]
+    return violations
+
+
+def _run(live: int, how: int = 0) -> list:
+    return [(v.kind, v.location.rsplit(":", 1)[0], v.tensor.rsplit(":", 1)[0]) for v in _violations(live, how)]
 
 
 READ = [("uninitialized-read", "test_shadow_discards.py", "torch.empty@test_shadow_discards.py")]
@@ -74,15 +77,6 @@ def test_a_value_used_otherwise_or_never_is_reported(how):
 
 def test_the_report_is_the_loads_own():
     """Deferred, the report is as it was: the load's line and element, "never written"."""
-    oracle = ShadowOracle(check_triton=True)
-    oracle.start()
-    try:
-        oracle.begin_op(0, {"op": "step"})
-        x = torch.empty(16)
-        x[:WRITTEN] = 1.0
-        _select[(1,)](x, torch.zeros(17), WRITTEN + 1, BLOCK=16, HOW=0)
-        oracle.end_op()
-    finally:
-        [v] = oracle.finish()
+    [v] = _violations(live=WRITTEN + 1)
     assert "_select (program (0, 0, 0)) read torch.empty@" in v.message and f"[{WRITTEN}]" in v.message, v.message
     assert "never written" in v.message and v.details["access"] == "read", v.message
