@@ -70,7 +70,11 @@ def test_a_release_whose_scheduler_path_does_not_import_says_which_releases_driv
         "lacks sglang.srt.runtime_context"
     assert scheduler._lacks(RuntimeError("boom\nmore")) == "fails to import it (RuntimeError: boom)"
     monkeypatch.delenv("FUZZRUNNER_SGLANG_SCHEDULER", raising=False)
-    monkeypatch.setitem(sys.modules, "sglang", None)  # the path's first import fails, whatever is importable here
+    # the path's first import fails, whatever is importable here: with SGLang's submodules already imported by an
+    # earlier test in this worker, `sglang` None alone gave an AttributeError (`__path__`), not an ImportError
+    for name in [n for n in sys.modules if n.startswith("sglang.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "sglang", None)
     path, why = scheduler.load()
     assert path is None
     import re
