@@ -316,13 +316,14 @@ def merge(into: Finding, other: Finding) -> bool:
     with its violations and its state (``minimized`` belongs to a case that went through a completed
     shrink, never to a smaller one found elsewhere); the earliest discovery counts. True if the case
     changed."""
-    smaller = other.case.size() < into.case.size()
+    size, other_size = into.case.size(), other.case.size()
+    # a tie goes to the shrunk case: a shard's raw sighting merged first kept its case, only called minimized,
+    # while another shard's completed shrink (same size: [10] against [20]) was dropped (CI, test_ray)
+    smaller = other_size < size or (other_size == size and other.minimized and not into.minimized)
     if smaller:
         into.case, into.violation, into.others = other.case, other.violation, other.others
         into.signature, into.context = other.violation.signature, other.context or into.context
         into.minimized, into.shrink_interrupted = other.minimized, other.shrink_interrupted
-    elif other.minimized and other.case.size() == into.case.size():
-        into.minimized = True
     if other.first_found_after_examples and (not into.first_found_after_examples
                                              or other.first_found_after_examples < into.first_found_after_examples):
         into.first_found_after_examples, into.first_kind = other.first_found_after_examples, other.first_kind

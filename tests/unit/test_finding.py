@@ -91,6 +91,21 @@ def test_a_smaller_case_seen_after_the_shrink_wins_but_is_not_called_minimized()
     assert merge(shrunk, _finding(1, minimized=False)) and len(shrunk.case.ops) == 1 and not shrunk.minimized
 
 
+def test_a_tie_in_size_goes_to_the_case_that_went_through_a_shrink():
+    """Two Ray shards saw one bug: one raw ``n=20``, merged first, one shrunk ``n=10``, both one op of one value and
+    as long as JSON. The finding kept ``n=20`` and was called minimized (CI, ``test_ray``); now the shrunk case."""
+    from fuzzrunner.case import Case
+    from fuzzrunner.finding import Finding, merge
+
+    def seen(n, minimized):
+        return Finding.of(_v("uninitialized-read", "buf", 0, 0), [], Case("t", {}, ({"op": "x", "n": n},)),
+                          minimized=minimized)
+    raw = seen(20, False)
+    assert merge(raw, seen(10, True)) and raw.case.ops[0]["n"] == 10 and raw.minimized
+    shrunk = seen(10, True)
+    assert not merge(shrunk, seen(20, False)) and shrunk.case.ops[0]["n"] == 10 and shrunk.minimized
+
+
 def test_case_size_orders_ops_then_values_then_text():
     from fuzzrunner.case import Case
 
