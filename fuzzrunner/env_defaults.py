@@ -12,9 +12,12 @@ Nothing below the front ends reads the variables; the run's ``Context`` carries 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
+from . import _env
 from .context import SHADOW_MODES, Context
 from .errors import InvalidArgument
 
@@ -66,3 +69,23 @@ def restore_device(old: str | None) -> None:
         os.environ.pop(DEVICE_ENV, None)
     else:
         os.environ[DEVICE_ENV] = old
+
+
+@contextmanager
+def device_of_call(device: str | None) -> Iterator[None]:
+    """A front end's device flag as this process's default for one call (``use_device``, then ``_env.configure``:
+    Triton's mode before Triton loads), and the process's own ``FUZZRUNNER_DEVICE`` and ``TRITON_INTERPRET`` back
+    after it. A CLI process exits anyway; ``cli.main`` called in a test session (or a user's script) left
+    ``--device cpu`` behind, and on a GPU machine every later test drew the CPU with compiled Triton (the GPU run
+    of 2026-12-07: 176 unit tests failed "Pointer argument cannot be accessed from Triton (cpu tensor?)")."""
+    saved = {name: os.environ.get(name) for name in (DEVICE_ENV, "TRITON_INTERPRET")}
+    use_device(device)
+    try:
+        _env.configure()
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

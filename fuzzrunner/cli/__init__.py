@@ -74,13 +74,13 @@ def _run(argv: list[str] | None, stops, started: float) -> int:
         args.stops = stops
         if args.command in NO_DEVICE:  # no device, no torch: listing four targets took 12-25 s
             return COMMANDS[args.command](args)
-        from .. import _env, env_defaults
-        # the campaign's device is this process's default too: a target loaded here is the one its workers
-        # load (vllm_lora imports vLLM for that device)
-        env_defaults.use_device(getattr(args, "device", None))
-        _env.configure()  # decide the device (TRITON_INTERPRET) before any command imports Triton
-        env_defaults.shadow()  # a bad shadow mode: one line from every command, never a worker's traceback
-        return COMMANDS[args.command](args)
+        from .. import env_defaults
+        # the campaign's device is this process's default too, for the command: a target loaded here is the one
+        # its workers load (vllm_lora imports vLLM for that device); the device (TRITON_INTERPRET) is decided
+        # before any command imports Triton, and the caller's is back after it
+        with env_defaults.device_of_call(getattr(args, "device", None)):
+            env_defaults.shadow()  # a bad shadow mode: one line from every command, never a worker's traceback
+            return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         print("fuzzrunner: interrupted; findings so far are in the corpus", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -108,3 +108,27 @@ def test_doctor_says_which_shadow_mode_the_workers_run_and_the_filters_state(mon
     monkeypatch.setattr(dispatch_filter, "get", lambda: None)
     monkeypatch.setattr(dispatch_filter, "status", lambda: "off (RuntimeError: no compiler)")
     assert doctor.shadow_line(Context.of(device, shadow=shadow or None)).startswith(says)
+
+
+@pytest.mark.parametrize("before", [None, "cuda"])
+def test_a_commands_device_flag_is_the_processs_for_the_command_only(monkeypatch, tmp_path, capsys, before):
+    """``cli.main([..., "--device", "cpu"])`` in a test session left ``FUZZRUNNER_DEVICE=cpu`` and
+    ``TRITON_INTERPRET=1`` behind: on the GPU machine every later test of that worker drew the CPU with compiled
+    Triton (2026-12-07: 176 unit tests failed, "Pointer argument cannot be accessed from Triton (cpu tensor?)")."""
+    import os
+
+    from fuzzrunner import cli
+    if before is None:
+        monkeypatch.delenv("FUZZRUNNER_DEVICE", raising=False)
+    else:
+        monkeypatch.setenv("FUZZRUNNER_DEVICE", before)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    seen = {}
+
+    def command(args):
+        seen.update(device=os.environ.get("FUZZRUNNER_DEVICE"), interpret=os.environ.get("TRITON_INTERPRET"))
+        return 0
+    monkeypatch.setitem(cli.COMMANDS, "replay", command)
+    assert cli.main(["replay", str(tmp_path / "case.json"), "--device", "cpu"]) == 0, capsys.readouterr().err
+    assert seen == {"device": "cpu", "interpret": "1"}  # the command ran on its flag's device, interpreted
+    assert os.environ.get("FUZZRUNNER_DEVICE") == before and "TRITON_INTERPRET" not in os.environ
