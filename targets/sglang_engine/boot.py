@@ -147,11 +147,36 @@ def cpu_adapt() -> None:
 
 
 def adapt(device: str) -> None:
-    """Fit the imported release to the device a case runs on (the run's context): the CPU adaptations."""
+    """Fit the imported release to the device a case runs on (the run's context): the CPU adaptations; on a GPU,
+    SGLang's fused ops on their torch backend (``fused_ops_on_torch``)."""
     if device == "cpu":
         cpu_adapt()
         from . import backends
         backends.cpu_adapt()
+    else:
+        fused_ops_on_torch()
+
+
+FORCE_FUSED_OP_ENV = "SGLANG_FORCE_FUSED_OP_BACKEND"
+
+
+def fused_ops_on_torch() -> bool:
+    """SGLang's switch ``set_fused_op_backend(KernelBackend.TORCH)`` (``SGLANG_FORCE_FUSED_OP_BACKEND=torch``, the
+    release's own debug knob; 0.5.2x ``sglang/kernels/fused_op.py``), unless the user set the variable. Its fused
+    ops are base-model ops, none a LoRA one (``clamp_position`` in ``ForwardBatch.init_new``, the logits
+    processor's softcaps); their JIT backend compiles CUDA sources with nvcc at the first call, which the GPU
+    image cannot (2026-12-07, H100: every step crashed, "Failed to build JIT module
+    sgl_kernel_jit_clamp_position_int64_t"); the torch path is the one the CPU runs. False where the release has
+    no fused ops or the user chose."""
+    if os.environ.get(FORCE_FUSED_OP_ENV):
+        return False
+    try:
+        from sglang.kernels.fused_op import set_fused_op_backend
+        from sglang.kernels.spec import KernelBackend
+    except ImportError:
+        return False
+    set_fused_op_backend(KernelBackend.TORCH)
+    return True
 
 
 def _unpinned(self, *args, **kwargs):
