@@ -3,9 +3,9 @@
 DIR gets (for ``FUZZRUNNER_VLLM_SITE=DIR``):
 * ``vllm/``: the vLLM files the targets import here (measured by running a few cases of ``vllm_lora`` and
   ``vllm_engine`` in a fresh process, and by importing their vLLM modules under the CUDA platform the GPU
-  machine resolves: cuda_like.py), plus every module of ``vllm/lora/``, ``vllm/triton_utils/`` and
-  ``vllm/model_executor/layers/fused_moe/`` (imported at a layer's construction, out of the probes' reach); no
-  compiled libraries (a vLLM platform plugin answers the platform probe from torch, vLLM's kernel queries, and
+  machine resolves: cuda_like.py), plus every module of ``vllm/lora/``, ``vllm/triton_utils/``,
+  ``vllm/model_executor/layers/fused_moe/`` and ``vllm/model_executor/kernels/`` (imported at a layer's
+  libraries (a vLLM platform plugin answers the platform probe from torch, vLLM's kernel queries, and
   flash-attention's absent extensions: platform.py);
 * ``deps/``: the imported dependency packages, installed for Python 3.12 (the GPU machine's): whole
   where they hold compiled modules, else only the imported modules and the data files.
@@ -35,9 +35,10 @@ def _py312() -> str:
             return cand
     raise SystemExit("vllm_setup --for-gpu: no Python 3.12 here to install the dependencies for the GPU "
                      "machine's interpreter; set FUZZRUNNER_PY312=/path/to/python3.12.")
-# fused_moe/: its layers import modules at construction (gate_linear.py's router tiers: bf16x3_router_gemm_rocm),
-# which no probe case reaches; the GPU run of 2026-12-07 crashed every MoE case on the missing module
-WHOLE = ("vllm/lora", "vllm/triton_utils", "vllm/model_executor/layers/fused_moe")
+# fused_moe/ and model_executor/kernels/: MoE layers import modules at construction (gate_linear.py's router
+# tiers: bf16x3_router_gemm_rocm, then kernels.linear.cute_dsl), which no probe case reaches; the GPU run of
+# 2026-12-07 crashed every MoE case on the first missing module, then on the second
+WHOLE = ("vllm/lora", "vllm/triton_utils", "vllm/model_executor/layers/fused_moe", "vllm/model_executor/kernels")
 # read as source where their import fails on the GPU machine (dummy.py; docs/findings/repro_v1_*.py), and what a
 # FUZZRUNNER_VLLM_PATCH fix of V1 changes
 FILES = ("vllm/v1/worker/lora_model_runner_mixin.py", "vllm/v1/worker/gpu/lora_utils.py", "vllm/lora/utils.py")
