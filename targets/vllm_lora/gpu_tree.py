@@ -5,8 +5,8 @@ DIR gets (for ``FUZZRUNNER_VLLM_SITE=DIR``):
   ``vllm_engine`` in a fresh process, and by importing their vLLM modules under the CUDA platform the GPU
   machine resolves: cuda_like.py), plus every module of ``vllm/lora/``, ``vllm/triton_utils/``,
   ``vllm/model_executor/layers/fused_moe/`` and ``vllm/model_executor/kernels/`` (imported at a layer's
-  libraries (a vLLM platform plugin answers the platform probe from torch, vLLM's kernel queries, and
-  flash-attention's absent extensions: platform.py);
+  construction, out of the probes' reach); no compiled libraries (a vLLM platform plugin answers the platform
+  probe from torch, vLLM's kernel queries, and flash-attention's absent extensions: platform.py);
 * ``deps/``: the imported dependency packages, installed for Python 3.12 (the GPU machine's): whole
   where they hold compiled modules, else only the imported modules and the data files.
 The compiled dependencies alone pass the 64 MiB that may be carried, so the tree is also written as
