@@ -140,12 +140,16 @@ class ShardActor:
             ray.get(ref)
 
     def run(self, job: ShardJob) -> None:
-        from ..env_defaults import use_device
+        from ..env_defaults import device_of_call
+        # the plan's device is this actor's default for the job: the target it loads is the one its workers load
+        # (vllm_lora imports vLLM for that device); the workers get the whole context from their start-up. The
+        # process's own device is back after it (a shard run in a test's process left --device cpu behind)
+        with device_of_call(job.plan.context.device):
+            self._run(job)
+
+    def _run(self, job: ShardJob) -> None:
         from .shard_run import prepare_shadow, run_shard
         from .shared_db import ServedDatabase, close_database, database_from_url
-        # the plan's device is this actor's default: the target it loads is the one its workers load (vllm_lora
-        # imports vLLM for that device); the workers get the whole context from their start-up
-        use_device(job.plan.context.device)
 
         def send(event: events.Event) -> None:
             self._send(job, event, wait=True)

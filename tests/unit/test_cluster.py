@@ -1,6 +1,7 @@
 """The parts of campaigns on a Ray cluster that need no Ray: one writer of the corpus, the install
 line without Ray, a GPU per shard, the target's packaging. (The cluster itself: integration/test_ray.py.)"""
 
+import os
 import sys
 import time
 from dataclasses import replace
@@ -192,7 +193,11 @@ def test_a_shard_on_a_node_builds_the_dispatch_filter_before_its_search_and_says
         sent.clear()
         plan = campaign.plan_campaign("reference_runner", Settings(device="cpu", oracles=("shadow",), shadow=shadow))
         job = ray_shards.ShardJob(plan, 0, 0, 10, [], None, None, _Inbox())
+        monkeypatch.setenv("FUZZRUNNER_DEVICE", "cuda")  # a process of its own (a test's, on the GPU machine)
         ray_shards.ShardActor().run(job)
+        # the job's device was the actor's for the job only: it once stayed, and on the GPU machine every later
+        # test of the worker drew the CPU with compiled Triton (2026-12-07)
+        assert os.environ["FUZZRUNNER_DEVICE"] == "cuda"
         assert order == (["build", "search"] if built else ["search"])
         warned = [m["message"] for m in sent if m["type"] == "warning"]
         assert warned == (["the GPU shadow's dispatch filter is off (RuntimeError: no compiler): every torch op "
