@@ -64,6 +64,7 @@ def _case(above: TorchDispatchMode | None = None):
     return [(v.kind, v.tensor, v.details.get("op_index")) for v in vs], untracked
 
 
+@pytest.mark.interpreter
 @needs_filter
 def test_ops_on_untracked_memory_skip_the_mode_and_a_read_of_tracked_memory_reaches_it():
     native, _ = dispatch_filter.get().counts()
@@ -74,6 +75,7 @@ def test_ops_on_untracked_memory_skip_the_mode_and_a_read_of_tracked_memory_reac
     assert not dispatch_filter.get().included()  # the key is left as it was before the case
 
 
+@pytest.mark.interpreter
 @needs_filter
 def test_a_mode_above_the_oracles_sees_every_op_and_the_oracle_still_reports():
     """Another mode on the stack: the filter lets nothing past (that mode's ops would be lost)."""
@@ -272,6 +274,7 @@ def _stale(read, warm=None) -> list:
     return [(v.kind, v.tensor) for v in vs]
 
 
+@pytest.mark.interpreter
 @needs_filter
 @pytest.mark.parametrize("read", ["reshape", "contiguous", "to"])
 def test_an_op_made_of_others_is_checked_after_the_mode_saw_it_whole_under_inference_mode(read):
@@ -287,6 +290,7 @@ def test_an_op_made_of_others_is_checked_after_the_mode_saw_it_whole_under_infer
     assert _stale(ops[read], warm) == [("stale-read", "buf")]
 
 
+@pytest.mark.interpreter
 @needs_filter
 def test_a_read_through_functionalization_reaches_the_mode():
     """A functional wrapper's storage has no address: its ops go to the mode, which sees the real op beneath."""
@@ -294,6 +298,7 @@ def test_a_read_through_functionalization_reaches_the_mode():
     assert _stale(lambda b: torch.func.functionalize(lambda x: (x * 2).sum())(b)) == [("stale-read", "buf")]
 
 
+@pytest.mark.interpreter
 @needs_filter
 def test_of_two_oracles_one_holds_the_filter_and_both_report():
     """One oracle at a time holds the filter (its mode and its index); a second one's mode sees every op. A starts,

@@ -21,6 +21,7 @@ def test_torch_does_not_wrap_the_device_modes_dispatch():
     assert inspect.isfunction(fn) and fn.__code__.co_filename == tm.__file__  # the mode's own, unwrapped
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("written", [False, True])
 def test_an_op_under_a_dynamo_callback_goes_through_torchs_wrapper_and_is_checked(monkeypatch, written):
     through: list = []

@@ -49,6 +49,7 @@ def _stale_reads(oracle, quiet_read: bool, above=None) -> list:
     return [(v.kind, v.tensor, v.details.get("op_index")) for v in vs]
 
 
+@pytest.mark.interpreter
 def test_a_stale_read_is_reported_outside_quiet_and_not_inside():
     assert _stale_reads(GpuShadowOracle("cpu"), quiet_read=False) == [("stale-read", "buf", 1)]
     assert _stale_reads(GpuShadowOracle("cpu"), quiet_read=True) == []
@@ -73,6 +74,7 @@ def test_quiet_steps_the_innermost_device_mode_aside_and_puts_it_back():
     assert _get_current_dispatch_mode() is None
 
 
+@pytest.mark.interpreter
 def test_a_mode_above_the_device_mode_keeps_it_and_quiet_ops_are_still_unseen():
     counting = _Counting()
     assert _stale_reads(GpuShadowOracle("cpu"), quiet_read=True, above=counting) == []
@@ -105,6 +107,7 @@ def _torch_program(oracle, ops: list) -> list:
     return sorted((v.kind, v.tensor, v.details.get("op_index"), tuple(v.details.get("element", ()))) for v in vs)
 
 
+@pytest.mark.interpreter
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_OP, min_size=1, max_size=3))
 def test_writes_after_a_whole_write_in_one_op_give_the_cpu_oracles_verdicts(ops):
@@ -114,6 +117,7 @@ def test_writes_after_a_whole_write_in_one_op_give_the_cpu_oracles_verdicts(ops)
     assert _torch_program(GpuShadowOracle("cpu"), ops) == _torch_program(ShadowOracle(), ops)
 
 
+@pytest.mark.interpreter
 def test_a_mode_entered_inside_quiet_and_left_after_it_keeps_the_device_mode_below_it():
     """The device mode goes back where it was, under a mode entered during the block: that mode's exit
     takes itself off, and the device mode goes on checking (a stale read after it is reported)."""
@@ -200,6 +204,7 @@ def _settled_program(oracle, ops: list) -> list:
     return sorted((v.kind, v.tensor, v.details.get("op_index"), tuple(v.details.get("element", ()))) for v in vs)
 
 
+@pytest.mark.interpreter
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(_SETTLED_STEP, min_size=1, max_size=6), min_size=2, max_size=4))
 def test_writes_left_unstamped_in_settled_regions_change_no_verdict(ops):
@@ -211,6 +216,7 @@ def test_writes_left_unstamped_in_settled_regions_change_no_verdict(ops):
     assert _settled_program(GpuShadowOracle("cpu"), ops) == _settled_program(_StampingAll("cpu"), ops)
 
 
+@pytest.mark.interpreter
 def test_a_settled_region_is_not_stamped_and_its_writes_of_the_op_are_stamped_when_it_turns_per_step():
     """The skip happens (no stamp while settled), and is undone exactly: written in op 1 without a stamp,
     made per-step in op 1, read in op 1 (fine) and in op 2 (stale)."""
@@ -239,6 +245,7 @@ def test_a_settled_region_is_not_stamped_and_its_writes_of_the_op_are_stamped_wh
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from([torch.int8, torch.int16, torch.int32, torch.int64]), st.integers(1, 12), st.booleans(),
        st.lists(st.integers(-20, 20), min_size=1, max_size=30))
+@pytest.mark.interpreter
 def test_index_bounds_redirects_and_logs_what_the_torch_ops_did(dtype, n, neg, values):
     """The device mode's one-launch bounds check of an index tensor (on a GPU; here in the interpreter, with
     blocks smaller than the tensor) redirects to 0 exactly the entries the torch ops redirect (``ix < lo``
@@ -254,6 +261,7 @@ def test_index_bounds_redirects_and_logs_what_the_torch_ops_did(dtype, n, neg, v
     assert row.tolist() == [int(bad.sum()), int(bad.sum()), first, int(ix[first]) if bad.any() else 0]
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("kernel", [False, True], ids=["torch-ops", "index_bounds"])
 def test_an_index_out_of_range_reads_the_same_by_either_bounds_check(kernel):
     """The GPU's one-launch bounds check (forced here, in the interpreter) and the CPU's torch ops give
