@@ -466,3 +466,19 @@ def test_a_drain_bound_violation_while_the_drained_adapter_admitted_requests_is_
     # a drain that admitted nothing and still took too long: not SG2's mechanism
     slow = extended.replace("admitted 7 more", "admitted 0 more")
     assert sweep.category(_drain_finding(False, slow), "old") == "untriaged"
+
+
+def test_the_docs_count_of_declared_features_on_the_pinned_release_is_the_targets():
+    """The CHANGELOG said 45 declared features for ``sglang_engine`` on 0.5.23 where ``doctor --engines`` said 46 (the
+    stream steps' ``step=stream`` came after it; a new user's trial). The count here is the target's, on what the
+    pinned release drives (``doctor --engines`` on 0.5.23: all six modules, the four backends, the adapter-management
+    API, the LogitsProcessor, the scheduler); each place the docs give it must say it."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    pinned = import_module("fuzzrunner.targets.sglang_lora.site").PINNED
+    n = len(cases.feature_space(api.ALL_MODULES, frontend=True, logprobs=True,
+                                backends=("triton", "csgmv", "torch_native", "triton_v2"), scheduler=True))
+    changelog = " ".join((root / "CHANGELOG.md").read_text().split())
+    sglang_md = " ".join((root / "docs" / "sglang.md").read_text().split())
+    assert f"{n} for `sglang_engine` on {pinned}" in changelog, n
+    assert f"{n} on {pinned} since triton_v2 and torch_native are drawn" in sglang_md, n
