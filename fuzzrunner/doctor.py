@@ -21,10 +21,10 @@ def shadow_line(context) -> str:
 
 
 def report(engines: bool = False) -> tuple[list[str], bool]:
-    """(lines to print, whether everything needed here works). ``engines``: import the engine targets
-    (vLLM, SGLang: 12-25 s) to list what they found; otherwise each is said set up or not, from where,
-    without importing it (``catalog.py``), and with it each loads in a process of its own (``target_probe``). The
-    interpreter probe (a process of its own) runs meanwhile."""
+    """(lines to print, whether everything needed here works). ``engines``: import the engine targets (vLLM,
+    SGLang: the four at once, about a minute on 2 cores) to list what they found; otherwise each is said set up or
+    not, from where, without importing it (``catalog.py``), and with it each loads in a process of its own
+    (``target_probe``). The interpreter probe (a process of its own) runs meanwhile."""
     probe = _start_probe()
     probes = _start_target_probes(engines)  # each target in a process of its own, meanwhile too
     import hypothesis

@@ -389,8 +389,8 @@ def render(f: Finding | dict, *, indent: str = "  ", with_case: bool = False) ->
     """The finding for a terminal, a test failure or a report: what, where, when, how to rerun."""
     f = f if isinstance(f, Finding) else Finding.from_dict(f)
     ops = len(f.case.ops)
-    state = ("minimized" if f.minimized else "shrink interrupted: resumes next run" if f.shrink_interrupted
-             else "not minimized")
+    state = ("minimized" if f.minimized else "not shrunk: a known bug" if (f.triage or {}).get("known")
+             else "shrink interrupted: resumes next run" if f.shrink_interrupted else "not minimized")
     lines = [f.signature.short(), f.violation.message, *cause_lines(f.violation.details, f.violation.message),
              *window_lines(f.violation.details)]
     if f.flaky:

@@ -106,7 +106,7 @@ def _write(finding, path, *, oracle, target, follow: bool) -> Path:
 
 
 def _replay_call(finding: Finding, oracle, target: str | None) -> str:
-    sig, spec = finding.signature, target or finding.target_spec or finding.case.target
+    sig, spec = finding.signature, _spec(finding, target)
     args = ["case"]
     if spec != finding.case.target and spec not in BUILTIN:
         args.append(f"target={_lit(spec)}")
@@ -118,6 +118,28 @@ def _replay_call(finding: Finding, oracle, target: str | None) -> str:
     if finding.case_timeout_s and any(a.startswith(("isolated=", "sanitizer=")) for a in args):
         args.append(f"case_timeout={_lit(finding.case_timeout_s)}")  # a timeout of a 5 s campaign waits 5 s, not 120
     return f"violations = replay({', '.join(args)})"
+
+
+def _spec(finding: Finding, target: str | None) -> str:
+    return target or finding.target_spec or finding.case.target
+
+
+def _release_check(finding: Finding, target: str | None) -> list[str]:
+    """The lines that say, before the verdict, when the release loaded is not the one the finding was found on (its
+    header's "found on"; ``release_change``, as ``fuzzrunner replay`` warns): one line on stderr, the replay and its
+    exit code unchanged. Before, a repro of an SGLang 0.5.23 finding run on 0.5.12 said nothing of it. A fuzzrunner
+    without ``release_change``, or a target that does not load again, leaves the line out (the verdict stands)."""
+    if not finding.code_under_test:
+        return []  # our own code, or a finding from before releases were recorded
+    return [f"found_on = {_lit(dict(finding.code_under_test))}",
+            "try:  # the release it was found on, and the one this replay loaded",
+            "    from fuzzrunner.target import load_target, release_change",
+            "",
+            f"    changed = release_change(found_on, load_target({_lit(_spec(finding, target))}).code_under_test)",
+            "except Exception:  # noqa: BLE001 - an older fuzzrunner, a target that no longer loads: nothing to say",
+            '    changed = ""',
+            "if changed:",
+            '    print(f"warning: {changed}", file=sys.stderr)']
 
 
 def repro_script(finding: Finding, *, oracle=None, target: str | None = None, name: str = "repro.py") -> str:
@@ -141,6 +163,7 @@ def repro_script(finding: Finding, *, oracle=None, target: str | None = None, na
     lines += ["try:", "    from fuzzrunner import Case, replay", "", *("    " + b for b in body),
               "except Exception as e:  # noqa: BLE001 - anything that stops the replay is 'could not run'",
               '    print(f"could not run: {type(e).__name__}: {e}", file=sys.stderr)', "    sys.exit(2)",
+              *_release_check(finding, target),
               f"found = [v for v in violations if {match}]", *moved, "for v in found:",
               '    print(f"{v.signature.short()}\\n    {v.message}")', *([] if moved else _WINDOW),
               "if found:", "    sys.exit(1)",

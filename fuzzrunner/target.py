@@ -75,9 +75,10 @@ class Target:
     known_bugs: Callable[[dict], dict | None] | None = None  # known_bugs(finding as a report writes it) -> {"id",
     #     "title", "upstream", "status"} where the finding is a known bug of the code under test, else None: the
     #     campaign labels it (triage["known"], engine/known.py; docs/triage.md)
-    skip_seed: Callable[[Any], str | None] | None = None  # skip_seed(seed case) -> why this campaign leaves the
-    #     target's own seed case out (a config its cases are not drawn from, e.g. a backend the user narrowed away),
-    #     or None to replay it; the seeds left out are counted in one warning (engine/corpus_replay.py)
+    skip_seed: Callable[[Any], str | None] | None = None  # skip_seed(case) -> why this campaign leaves a replayed
+    #     case out, the target's own seeds and the user's corpus alike (a config its cases are not drawn from, e.g. a
+    #     backend the user narrowed away), or None to replay it; those left out are counted in one warning per
+    #     source (engine/corpus_replay.py)
 
     def __post_init__(self):
         """Names are strings (a name is a corpus folder and is quoted in every message), and each field of

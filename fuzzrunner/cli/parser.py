@@ -198,8 +198,8 @@ def _parser() -> argparse.ArgumentParser:
     fl.add_argument("--target", default="reference_runner", help="the target whose faults to list")
     d = sub.add_parser("doctor", help="versions, device, interpreter mode, compute-sanitizer")
     d.add_argument("--engines", action="store_true",
-                   help="also import the engine targets (vLLM, SGLang: 12-25 s) and list what each drives; "
-                        "without it each is said set up or not, without importing it")
+                   help="also import the engine targets (vLLM, SGLang: about a minute on 2 cores) and list what "
+                        "each drives; without it each is said set up or not, without importing it")
     d.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     ct = sub.add_parser("check-target", help="can fuzzrunner test this target, and where (CPU, GPU)?",
                         formatter_class=_Help,

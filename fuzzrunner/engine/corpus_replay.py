@@ -29,6 +29,8 @@ def replay_corpus(shard) -> None:
         shard.emit(events.WarningEvent(f"unreadable corpus file {path} ({where}): {said}"))
 
     entries = _own(shard, corpus.entries(shard.target.name, on_bad=bad) if corpus is not None else [])
+    if corpus is not None:
+        entries = _drawn(shard, entries, "case", f"of {shard.target.name!r} in the corpus {corpus.root}")
     for path, case, finding in entries + _seed_entries(shard, bad):
         if not set(case.faults) <= set(shard.faults):
             continue  # recorded with planted faults: replays only in campaigns that plant them
@@ -92,28 +94,39 @@ def _in(corpus, path) -> bool:
 def _seed_entries(shard, bad) -> list:
     """The target's own seed cases: a bad one is reported, never moved (it is not the user's file).
     A seed case that plants no fault of its own runs with the campaign's planted faults: it is a
-    starting shape for this campaign, like a generated case. One the target's ``skip_seed`` leaves out
-    (a config this campaign does not draw) is counted, in one warning for all."""
+    starting shape for this campaign, like a generated case."""
     from ..corpus import load_any
     out: list = []
-    left_out: dict[str, int] = {}  # {why: how many seed cases}
     for path in shard.target.seed_files():
         try:
             case, finding = load_any(path)
         except InvalidCase as e:
             bad(path, None, e)
             continue
-        why = shard.target.skip_seed(case) if shard.target.skip_seed is not None else None
+        out.append((path, case, finding))
+    out = _drawn(shard, out, "seed case", f"of {shard.target.name!r}")
+    return [(p, dataclasses.replace(c, faults=tuple(shard.faults)) if f is None and not c.faults else c, f)
+            for p, c, f in out]
+
+
+def _drawn(shard, entries: list, noun: str, whose: str) -> list:
+    """The ``entries`` the target's ``skip_seed`` keeps: one it leaves out (a config this campaign does not draw, e.g.
+    a backend ``FUZZRUNNER_SGLANG_BACKENDS`` narrowed away) is counted, in one warning for all of ``entries`` (the
+    target's seeds, the user's corpus: before, the corpus's were replayed and their findings reported)."""
+    if shard.target.skip_seed is None:
+        return entries
+    left_out: dict[str, int] = {}  # {why: how many cases}
+    out = []
+    for entry in entries:
+        why = shard.target.skip_seed(entry[1])
         if why:
             left_out[why] = left_out.get(why, 0) + 1
-            continue
-        if finding is None and not case.faults:
-            case = dataclasses.replace(case, faults=tuple(shard.faults))
-        out.append((path, case, finding))
+        else:
+            out.append(entry)
     if left_out:
         n = sum(left_out.values())
         whys = list(left_out) if len(left_out) == 1 else [f"{why} ({k})" for why, k in left_out.items()]
-        message = f"{plural(n, 'seed case')} of {shard.target.name!r} left out of {len(out) + n}: {'; '.join(whys)}"
+        message = f"{plural(n, noun)} {whose} left out of {len(entries)}: {'; '.join(whys)}"
         shard.result.warnings.append(message)
         shard.emit(events.WarningEvent(message))
     return out

@@ -130,6 +130,7 @@ class Shard:
         self._triages = worker.device == "cuda" and settings.cpu_triage
         self._findings_seen = findings_seen
         self._failing: set[str] = set()  # findings raised to Hypothesis in the current batch
+        self._known_ids: dict[str, bool] = {}  # finding id -> whether the target names it a known bug (not shrunk)
         # Crash-aware search on a GPU: once a crash is known, each new case runs first on a CPU
         # worker under the shadow oracle, up to its first op with a violation; one whose first bad
         # op shows the known crash's root cause is not sent to the GPU (it would only kill a worker
@@ -421,11 +422,20 @@ class Shard:
         except TargetError as e:  # the target broke its contract (an async run): stop, never shrink it as a bug
             raise Refused(e) from None
         self._count(features, generating)
-        live = [f for f, _ in self.record(violations, case) if f.id not in self.book.settled and not f.minimized] \
-            if violations else []
+        live = [f for f, _ in self.record(violations, case) if f.id not in self.book.settled and not f.minimized
+                and not self._known(f)] if violations else []
         if live:
             self._failing.update(f.id for f in live)
             raise _found_class(live[0].id)(live[0].id, live[0].violation.message)
+
+    def _known(self, finding: Finding) -> bool:
+        """Whether the target names ``finding`` a known bug (asked once per bug): it is not shrunk (known.py)."""
+        if self.target.known_bugs is None:
+            return False
+        if finding.id not in self._known_ids:
+            from .known import is_known
+            self._known_ids[finding.id] = is_known(finding, self.target.known_bugs)
+        return self._known_ids[finding.id]
 
     def _observe(self, case: Case) -> tuple:
         """The case's features, as Hypothesis events; with ``steer``, its rarity as Hypothesis' target."""

@@ -36,10 +36,13 @@ def load_engine(device: str | None = None):
     """The release's engine, imported once per process and the same for every device; with ``device`` (a case's,
     from its run context) also fitted to it (``boot.adapt``: the CPU adaptations), once."""
     from . import boot
-    eng = _ENGINE.get("engine") or _import_engine()
-    if device is not None and device not in eng.adapted:
-        boot.adapt(device)
-        eng.adapted.add(device)
+    eng = _ENGINE.get("engine")
+    if eng is None or (device is not None and device not in eng.adapted):
+        with site.quiet_imports():  # SGLang's own import-time warnings (no CUDA here): nothing a user can act on
+            eng = eng or _import_engine()
+            if device is not None and device not in eng.adapted:
+                boot.adapt(device)
+                eng.adapted.add(device)
     return eng
 
 

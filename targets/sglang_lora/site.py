@@ -34,9 +34,12 @@ live on in the target's ``API``), and a release the engine imported already is n
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
+import re
 import sys
 import types
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +47,25 @@ CACHE = Path(os.environ.get("FUZZRUNNER_SGLANG_CACHE") or ROOT / ".cache" / "sgl
 PINNED = "0.5.23"  # what scripts/setup.sh sets up for CI
 STUBS = ("sglang", "sglang.srt.model_executor.forward_batch_info", "sglang.srt.utils.hf_transformers_utils",
          "sglang.srt.server_args", "torchvision.io")
+
+
+# What SGLang's own modules warn of while they import, which a user of fuzzrunner cannot act on: on a machine without
+# CUDA 0.5.23 says "Only CUDA, HIP and XPU support AWQ currently." (quantization/awq/awq.py), the same of GGUF
+# (quantization/gguf.py) and "Triton is not supported on current platform, roll back to CPU." (fla/utils.py), in
+# `fuzzrunner faults`, every campaign and every exported repro (a new user's trial). Only these categories, only
+# from SGLang's modules, only while they import (``quiet_imports``): our warnings, the user's and SGLang's at run
+# time still show.
+IMPORT_NOISE = (UserWarning, DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+
+
+@contextlib.contextmanager
+def quiet_imports(package: str = "sglang"):
+    """While SGLang imports (the target's load), its own modules' ``IMPORT_NOISE`` is not shown; the filters as they
+    were afterwards."""
+    with warnings.catch_warnings():
+        for category in IMPORT_NOISE:
+            warnings.filterwarnings("ignore", category=category, module=rf"{re.escape(package)}(\.|$)")
+        yield
 
 
 class StubCalled(RuntimeError):

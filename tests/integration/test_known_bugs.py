@@ -67,3 +67,24 @@ def test_a_classifier_that_raises_costs_no_finding_and_says_so(tmp_path):
     r = _campaign(tmp_path, "raise KeyError('violation')")
     assert r.findings and all(f.triage is None for f in r.findings)
     assert any("its known_bugs raised on finding" in w and "KeyError" in w for w in r.warnings), r.warnings
+
+
+def test_a_known_bug_is_not_shrunk_and_the_cases_go_to_the_search(tmp_path):
+    """Shrinking a bug the target names as known spent a short campaign's cases on it (``sglang_engine``: the known
+    bugs its seeds show, found again by generated cases and shrunk each time). The same campaign, the bug named or
+    not: named, no case is a shrink step (every case is replayed or generated) and the finding keeps its first,
+    smallest case, said "not shrunk: a known bug"; unnamed, it is shrunk as before."""
+    from fuzzrunner.finding import render
+    results = {}
+    for name, body in (("named", NAMES_IT), ("unnamed", "return None")):
+        path = tmp_path / name / "labelled_target.py"
+        path.parent.mkdir()
+        path.write_text(TARGET.format(body=body))
+        settings = Settings(max_examples=4, seed=1, device="cpu", shrink=True, oracles=("shadow",))
+        results[name] = run_campaign(f"{path}:TARGET", settings, faults=("dummy_run_skips_mapping",),
+                                     corpus_dir=tmp_path / name / "c")
+    named, unnamed = results["named"], results["unnamed"]
+    assert named.examples == named.generated and named.generated > 0, (named.examples, named.generated)
+    assert unnamed.examples > unnamed.generated, (unnamed.examples, unnamed.generated)  # the control: it shrinks
+    known = [f for f in named.findings if (f.triage or {}).get("known")]
+    assert known and all(not f.minimized and "not shrunk: a known bug" in render(f) for f in known)

@@ -4,10 +4,15 @@ another. Before, only the run of a report named the release: a finding file, a r
 (a new user's trial could not tell which SGLang tree a finding was made on)."""
 
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 from fuzzrunner.cli import main
 from fuzzrunner.target import release_change
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TARGET = '''
 import os
@@ -15,7 +20,8 @@ from hypothesis import strategies as st
 from fuzzrunner import Case, Target
 
 def run(case, ctx):
-    raise ValueError("the engine's bug")
+    if not os.environ.get("TOY_FIXED"):
+        raise ValueError("the engine's bug")
 
 TARGET = Target("toy_engine", "a toy engine", lambda faults, max_ops=4: st.just(Case("toy_engine", {}, ({"op": "step"},), ())),
                 run, code_under_test={"engine": "toy", "release": os.environ.get("TOY_RELEASE", "1.0"),
@@ -59,3 +65,25 @@ def test_what_counts_as_another_release():
     assert release_change(one, dict(one, release="0.5.23")).startswith("it was found on sglang 0.5.22 (/a);")
     assert release_change(one, dict(one, patch="p.patch", patch_sha256="ab")) != ""
     assert release_change(one, {}) == "it was found on sglang 0.5.22 (/a); this replay loaded no code named"
+
+
+def test_a_repro_run_on_another_release_says_so_in_one_line_and_keeps_its_verdict(tmp_path):
+    """An exported repro names the release it was found on in its header, but ran on another one without a word (a
+    new user's trial: an SGLang 0.5.23 finding's repro on 0.5.12). Now it says, on stderr, which release it was found
+    on and which this replay loaded, and still runs: exit 1 reproduced, 0 not, as on the release it was found on; the
+    same release (in another folder too) says nothing. (Three runs: each is a fresh interpreter importing torch.)"""
+    (tmp_path / "toy.py").write_text(TARGET)
+    spec = f"{tmp_path / 'toy.py'}:TARGET"
+    assert main(["fuzz", "--target", spec, "--max-examples", "3", "--corpus", str(tmp_path / "c"), "--no-shrink"]) == 1
+    [repro] = (tmp_path / "c" / "repro" / "toy_engine").glob("*.py")
+
+    def run(**env) -> tuple[int, list[str]]:
+        done = subprocess.run([sys.executable, str(repro)], capture_output=True, text=True, timeout=300,
+                              env={**{k: v for k, v in os.environ.items() if not k.startswith("TOY_")},
+                                   "PYTHONPATH": str(ROOT), **env})
+        return done.returncode, [ln for ln in done.stderr.splitlines() if "found on" in ln]
+
+    other = ["warning: it was found on toy 1.0 (/trees/toy/1.0); this replay loaded toy 2.0 (/trees/toy/1.0)"]
+    assert run(TOY_TREE="/elsewhere/toy/1.0") == (1, [])  # the same release (in another folder): nothing said
+    assert run(TOY_RELEASE="2.0") == (1, other)
+    assert run(TOY_RELEASE="2.0", TOY_FIXED="1") == (0, other)

@@ -346,3 +346,15 @@ def test_each_scheduler_fault_is_found_from_scratch_within_300_examples(tmp_path
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
     [run] = json.loads((tmp_path / "r.json").read_text())["runs"]
     assert run["replayed"] == [] and run["findings"], run["replayed"]
+
+
+@pytest.mark.slow
+def test_faults_shows_none_of_sglangs_own_import_warnings():
+    """`fuzzrunner faults --target sglang_engine` printed SGLang's import-time UserWarnings on a machine without CUDA
+    ("Only CUDA, HIP and XPU support AWQ currently.", GGUF's, "Triton is not supported on current platform"), as
+    did every campaign and exported repro (a new user's trial): the target's load hides them
+    (tests/unit/test_sglang_import_warnings.py: only those, only SGLang's, only while it loads)."""
+    r = subprocess.run([sys.executable, "-m", "fuzzrunner", "faults", "--target", "sglang_engine"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0 and "planted faults of target sglang_engine" in r.stdout, r.stderr[-3000:]
+    assert "Warning" not in r.stderr, r.stderr[-3000:]

@@ -339,6 +339,51 @@ def test_sglang_backends_env_leaves_out_the_seed_cases_of_the_other_backends(mon
                                              if out else [])
 
 
+def test_sglang_backends_env_leaves_out_the_users_corpus_cases_of_the_other_backends(monkeypatch, tmp_path):
+    """The user's own corpus (``--corpus``: its findings and cases) went around ``FUZZRUNNER_SGLANG_BACKENDS``: with
+    ``=csgmv`` a saved triton case or finding was replayed and reported, though the target's own seeds were left
+    out. Every saved case and finding is left out exactly when its backend is not drawn, for every subset of the
+    backends, said in one line with the count and why; the kept ones all run (engine/corpus_replay.py)."""
+    import functools
+    import itertools
+    import types
+
+    from fuzzrunner.corpus import Corpus, load_any
+    from fuzzrunner.engine import corpus_replay
+    from fuzzrunner.finding import Finding
+    from fuzzrunner.target import Target
+    from fuzzrunner.violation import Violation
+    engine = import_module("fuzzrunner.targets.sglang_engine")
+    corpus = Corpus(tmp_path / "corpus")
+    saved = {}  # {path: backend}: each shipped seed as the user's case, and as a finding
+    for path in Target("t", "", None, print, seeds=engine.__path__[0] + "/seeds").seed_files():
+        case = load_any(path)[0]
+        name = path.rsplit("/", 1)[1].removesuffix(".json")
+        saved[str(corpus.save_case(case, name))] = case.config["backend"]
+        bug = Violation("numeric", "numeric-mismatch", "", f"{name}.py:1", name, "wrong rows", {"op_index": 0})
+        saved[str(corpus.save_finding("sglang_engine", Finding.of(bug, [], case, target_spec="sglang_engine")))] = \
+            case.config["backend"]
+    shipped = ("triton", "csgmv", "torch_native", "triton_v2")
+    for n in range(1, len(shipped) + 1):
+        for drawn in itertools.combinations(shipped, n):
+            monkeypatch.setenv("FUZZRUNNER_SGLANG_BACKENDS", ",".join(drawn))
+            shard = types.SimpleNamespace(
+                index=0, corpus=corpus, target_spec="sglang_engine", faults=(),
+                target=Target("sglang_engine", "", None, print, skip_seed=functools.partial(engine.seed_left_out,
+                                                                                            drawn=drawn)),
+                result=types.SimpleNamespace(warnings=[], replayed=[], quarantined=[]),
+                emit=lambda e: None, execute=lambda case: [])
+            corpus_replay.replay_corpus(shard)
+            kept = {p for p, b in saved.items() if b in drawn}
+            assert sorted(p for p, _, _ in shard.result.replayed) == sorted(kept)
+            out = len(saved) - len(kept)
+            assert shard.result.warnings == ([f"{out} case{'s' if out != 1 else ''} of 'sglang_engine' in the corpus "
+                                              f"{corpus.root} left out of {len(saved)}: their backend is not one "
+                                              f"FUZZRUNNER_SGLANG_BACKENDS={','.join(drawn)!r} draws"]
+                                             if out else [])
+            assert not shard.result.quarantined
+
+
 def test_a_wrong_row_is_triaged_by_the_path_its_label_names(tmp_path, monkeypatch):
     """A step's results are labelled with the backend and graph mode (``step.logits[torch_native, graph]``): a
     torch_native case with lm_head LoRA and decode graphs can show G1 (eager extend batches) and G2 (replayed decode
@@ -421,3 +466,19 @@ def test_a_drain_bound_violation_while_the_drained_adapter_admitted_requests_is_
     # a drain that admitted nothing and still took too long: not SG2's mechanism
     slow = extended.replace("admitted 7 more", "admitted 0 more")
     assert sweep.category(_drain_finding(False, slow), "old") == "untriaged"
+
+
+def test_the_docs_count_of_declared_features_on_the_pinned_release_is_the_targets():
+    """The CHANGELOG said 45 declared features for ``sglang_engine`` on 0.5.23 where ``doctor --engines`` said 46 (the
+    stream steps' ``step=stream`` came after it; a new user's trial). The count here is the target's, on what the
+    pinned release drives (``doctor --engines`` on 0.5.23: all six modules, the four backends, the adapter-management
+    API, the LogitsProcessor, the scheduler); each place the docs give it must say it."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    pinned = import_module("fuzzrunner.targets.sglang_lora.site").PINNED
+    n = len(cases.feature_space(api.ALL_MODULES, frontend=True, logprobs=True,
+                                backends=("triton", "csgmv", "torch_native", "triton_v2"), scheduler=True))
+    changelog = " ".join((root / "CHANGELOG.md").read_text().split())
+    sglang_md = " ".join((root / "docs" / "sglang.md").read_text().split())
+    assert f"{n} for `sglang_engine` on {pinned}" in changelog, n
+    assert f"{n} on {pinned} since triton_v2 and torch_native are drawn" in sglang_md, n
