@@ -141,13 +141,19 @@ def test_the_moe_layer_is_vllms_fused_moe_with_lora_made_by_the_manager():
         init(self, *args, **kwargs)
         made.append(self)
     with mock.patch.object(Session, "__init__", keep):
-        assert _run([step(req("a", 2, 1))]) == []
+        assert _run([step(req("a", 2, 1))], adapters=NO_RSLORA if _r1() else CONFIG["adapters"]) == []
     [s] = made
     layer = s.model.get_submodule(moe.PATH)
     assert type(layer).__name__ == "FusedMoEWithLoRA" and type(layer).__module__ == "vllm.lora.layers.fused_moe"
-    kernel = layer.base_layer.routed_experts.quant_method.moe_kernel.fused_experts
+    kernel = moe.weights_of(layer).quant_method.moe_kernel.fused_experts
     assert type(kernel).__name__ == "TritonExperts" and kernel._lora_context is not None
-    assert type(s.moe_twin.routed_experts.quant_method.moe_kernel.fused_experts).__name__ == "TritonExperts"
+    assert type(moe.weights_of(s.moe_twin).quant_method.moe_kernel.fused_experts).__name__ == "TritonExperts"
+    # built as the release's Mixtral builds it: its FusedMoEFactory (0.28 on) or FusedMoE (a class up to 0.22, a
+    # function returning a MoERunner over RoutedExperts from 0.24)
+    import vllm.model_executor.layers.fused_moe as fm
+    assert moe.builder() is getattr(fm, "FusedMoEFactory", fm.FusedMoE)
+    assert (type(layer.base_layer).__name__, type(moe.weights_of(layer)).__name__) in {
+        ("MoERunner", "RoutedExperts"), ("FusedMoE", "FusedMoE")}
 
 
 @needs_vllm
@@ -170,7 +176,7 @@ def test_the_moe_rows_follow_the_v1_runners_persistent_batch_both_ways():
     if load_target("vllm_engine").faults_unavailable.get("condense_drops_lora_mapping"):
         pytest.skip("this vLLM has no V1 model runner (0.34 and later)")
     v1 = {"runner": "v1", "cudagraph_mode": "NONE", "cudagraph_capture_sizes": [1], "cudagraph_specialize_lora": True,
-          "reorder_threshold": None}
+          "reorder_threshold": None, "adapters": NO_RSLORA if _r1() else CONFIG["adapters"]}
     condense = [step(req("a", 1, 2), req("b", 0, 1), req("c", 2, 1), seed=1),
                 step(req("b", 0, 1), req("c", 2, 1), finish=["a"], seed=2)]
     assert _run(condense, **v1) == []
