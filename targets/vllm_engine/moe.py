@@ -120,6 +120,21 @@ def router():
 
 
 
+def known_flags() -> dict[str, bool]:
+    """R1 and M1 (known.py) by the code this process imported (a patched tree's too): ``pack_moe`` scales by
+    ``lora_alpha / rank`` instead of the adapters' own ``scaling`` (R1, as ``source_facts``), ``add_lora_fused_moe``
+    launches without looking at the no-LoRA flag (M1)."""
+    import inspect
+    import re
+
+    from vllm.lora.lora_weights import PackedLoRALayerWeights
+    from vllm.lora.punica_wrapper.punica_gpu import PunicaWrapperGPU
+    pack = inspect.getsource(PackedLoRALayerWeights.pack_moe) if hasattr(PackedLoRALayerWeights, "pack_moe") else ""
+    add = inspect.getsource(PunicaWrapperGPU.add_lora_fused_moe)
+    return {"moe_drops_rslora": bool(pack) and not re.search(r"\w\.scaling\b", pack),
+            "moe_ignores_no_lora": "no_lora" not in add}
+
+
 def _missing(namespace: str, op: str) -> bool:
     try:
         getattr(getattr(torch.ops, namespace), op)
