@@ -84,6 +84,9 @@ def test_r1_rslora_expert_adapters_are_scaled_as_plain_lora_exactly_where_the_so
     assert found == ({("numeric-mismatch", "step.experts.adapter_rows")} if _r1() else set()), found
 
 
+M1_OPS = [step(req("a", 1, 1), seed=1), step(req("b", 0, 1), finish=["a"], seed=2)]
+
+
 def _m1() -> bool:
     """M1 by the release's code (moe.known_flags): add_lora_fused_moe launches without the no-LoRA check."""
     from targets.vllm_engine import moe
@@ -95,8 +98,7 @@ def test_m1_a_base_model_step_after_an_adapter_step_gets_its_expert_delta_exactl
     """M1 (docs/findings/m1-fused-moe-lora-without-no-lora-check.md; 0.16 - 0.23, fixed in 0.24): the all-base-model
     step's prepare_tensors returns early and the naive MoE LoRA kernel reads the previous step's slots: the base row
     gets adapter 1's expert delta (0.21, 0.22); silent where add_lora_fused_moe checks the flag (0.24 on)."""
-    ops = [step(req("a", 1, 1), seed=1), step(req("b", 0, 1), finish=["a"], seed=2)]
-    found = _kinds(_run(ops, adapters=NO_RSLORA))
+    found = _kinds(_run(M1_OPS, adapters=NO_RSLORA))
     assert found == ({("numeric-mismatch", "step.experts.base_rows")} if _m1() else set()), found
 
 
