@@ -91,11 +91,11 @@ def unavailable() -> str | None:
     (``triton_experts_module``). Driven here: 0.21 - 0.34; 0.17's unquantized MoE method has Triton experts only
     on a CUDA-like platform (refused on the CPU, said why)."""
     try:
+        import vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method as method
         from vllm.lora.layers import FusedMoEWithLoRA  # noqa: F401
         from vllm.model_executor.layers.fused_moe import override_config  # noqa: F401
         from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear  # noqa: F401
         from vllm.v1.worker.workspace import init_workspace_manager  # noqa: F401
-        import vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method as method
     except ImportError as e:
         return (f"no MoE block on this vLLM ({str(e).splitlines()[0].split(' from ')[0][:80]}): moe cases need "
                 f"FusedMoEWithLoRA over vLLM's Triton experts, GateLinear, override_config and the workspace manager "
@@ -216,7 +216,8 @@ class _TritonOnCpu(PlatformView):
 
 
 def triton_experts_module():
-    """The module of vLLM's ``TritonExperts``: ``fused_moe/experts/triton_moe.py`` (0.21 on) or ``fused_moe/fused_moe.py``."""
+    """The module of vLLM's ``TritonExperts``: ``fused_moe/experts/triton_moe.py`` (0.21 on), else
+    ``fused_moe/fused_moe.py``."""
     import importlib
     try:
         return importlib.import_module("vllm.model_executor.layers.fused_moe.experts.triton_moe")
@@ -268,7 +269,8 @@ def experts(hf, prefix: str):
 def model_mapping():
     """The expert mapping a model class defines where the release's experts do not define their own (before 0.28:
     ``get_moe_expert_mapping`` asks the model, as the LoRA manager's packing does), as the release's Mixtral
-    writes it (``get_expert_mapping``: ``fused_moe_make_expert_params_mapping``, or ``FusedMoE.make_expert_params_mapping``
+    writes it (``get_expert_mapping``: ``fused_moe_make_expert_params_mapping``, or
+    ``FusedMoE.make_expert_params_mapping``
     where the release has no such function); None where the experts carry it (0.28 on: ``RoutedExperts``)."""
     import vllm.model_executor.layers.fused_moe.layer as layer
     routed = getattr(layer, "RoutedExperts", None)

@@ -91,8 +91,9 @@ class V1Session(Session):
         super().__init__(case, ctx, found)  # the model, the manager, the V1 profile run (profile_run below)
         c = self.c
         self.q = 1 + c["num_speculative_tokens"]  # uniform_decode_query_len
-        import torch
         import inspect
+
+        import torch
         takes = inspect.signature(v1.InputBatch).parameters
         # 0.21 - 0.28 also take the attention kernels' block sizes (the KV cache's here: one group, no split) and
         # 0.21 whether to pin host memory (what its runner passes on a platform that cannot pin: False)
