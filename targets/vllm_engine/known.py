@@ -48,8 +48,9 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped:
               drops_last_chunk: bool = False, graphs_capture_per_lora: bool = True, moe_drops_rslora: bool = False,
               moe_ignores_no_lora: bool = False, mapping_cache_ignores_slots: bool = False) -> str | None:
     """"P1", "L1", "S1", "E1", "E2", "V1", "W1", "C1", "R1" or "M1" where ``finding`` (a report's finding:
-    ``violation``, ``case``) is that bug, else None. ``logits_mapped_per_row``: this vLLM's ``LoraState.make_lora_inputs`` takes ``num_logits``
-    (0.34 and later), so a wrong lm_head row is not S1 (nor in a V1-runner case: that runner maps 1 + drafts rows);
+    ``violation``, ``case``) is that bug, else None. ``logits_mapped_per_row``: this vLLM's
+    ``LoraState.make_lora_inputs`` takes ``num_logits`` (0.34 and later), so a wrong lm_head row is not S1 (nor in a
+    V1-runner case: that runner maps 1 + drafts rows);
     ``prompt_rows_mapped``: this vLLM maps the prompt-logprobs rows to their requests' adapters (a fix of P1, such as
     docs/findings/p1_prompt_logprobs_mapping.patch), so a wrong prompt-logits row is not P1; ``drops_last_chunk``:
     this vLLM's prompt-logprobs worker skips a request whose prompt's last chunk is its last token
