@@ -88,8 +88,8 @@ def unavailable() -> str | None:
     version: the experts' builder (``builder``: ``FusedMoEFactory`` 0.28 on, ``FusedMoE`` before), their router
     (``router``: ``CPURouter`` 0.31 on, else the builder's default ``FusedTopKRouter``), the module holding their
     weights (``weights_of``), the model's expert mapping (``model_mapping``) and the Triton experts' module
-    (``triton_experts_module``). Driven here: 0.21 - 0.34; 0.17's unquantized MoE method has Triton experts only
-    on a CUDA-like platform (refused on the CPU, said why)."""
+    (``triton_experts_module``). Driven here: 0.20 - 0.34; 0.15 - 0.19's unquantized MoE method has Triton experts
+    only on a CUDA-like platform (refused on the CPU, said why)."""
     try:
         import vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method as method
         from vllm.lora.layers import FusedMoEWithLoRA  # noqa: F401
@@ -99,11 +99,11 @@ def unavailable() -> str | None:
     except ImportError as e:
         return (f"no MoE block on this vLLM ({str(e).splitlines()[0].split(' from ')[0][:80]}): moe cases need "
                 f"FusedMoEWithLoRA over vLLM's Triton experts, GateLinear, override_config and the workspace manager "
-                f"(0.21 or later)")
+                f"(0.20 or later)")
     if "TritonExperts" in vars(method) and method.TritonExperts is None:
         return ("no MoE block on this vLLM on this platform: its unquantized MoE method binds TritonExperts only "
                 "on a CUDA-like platform (unquantized_fused_moe_method.py, at import) and picks its kernel by "
-                "platform alone, with no LoRA branch (oracle/unquantized.py; 0.21 on: TritonExperts for LoRA "
+                "platform alone, with no LoRA branch (oracle/unquantized.py; 0.20 on: TritonExperts for LoRA "
                 "whatever the platform), so the CPU gets no Triton experts to wrap")
     return None
 
@@ -217,7 +217,7 @@ class _TritonOnCpu(PlatformView):
 
 def triton_experts_module():
     """The module of vLLM's ``TritonExperts``: ``fused_moe/experts/triton_moe.py`` (0.21 on), else
-    ``fused_moe/fused_moe.py``."""
+    ``fused_moe/fused_moe.py`` (0.20 and before)."""
     import importlib
     try:
         return importlib.import_module("vllm.model_executor.layers.fused_moe.experts.triton_moe")
