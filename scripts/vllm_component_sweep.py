@@ -172,6 +172,8 @@ def run(out: Path, version: str, only_moe: bool = False) -> dict:
 SHORT = ((r"^not driven: vLLM \S+ has no V2 model runner LoraState.*", "not driven (target refused: no `LoraState`)"),
          (r"^not driven: no MoE block on this vLLM on this platform: its unquantized MoE method binds TritonExperts.*",
           "not driven on the CPU (Triton experts only on a CUDA-like platform: no LoRA branch in the backend oracle)"),
+         (r"^not driven: no MoE block on this vLLM \(No module named '\S+gate_linear'\).*",
+          "not driven (no `GateLinear`, `fused_moe/router/gate_linear.py`: before 0.17)"),
          (r"^not offered: .*keys its graphs on the batch's shape alone.*", "not offered (the release's own dispatch)"))
 
 
