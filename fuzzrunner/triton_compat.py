@@ -15,6 +15,15 @@ the handle's type), so ``(k_offsets < RANK) & (k_begin < rank)`` is an int32 blo
 masks its rank blocks so. Compiled, that mask is i1. The repair keeps a splat of bool data bool, where the
 installed interpreter splats it to another dtype.
 
+Triton 3.9's interpreter keeps a bfloat16 block as its uint16 bit patterns (numpy has no bfloat16) and its
+``create_dot`` multiplies the operands' data as it finds it: a ``tl.dot`` of bfloat16 blocks multiplies the bit
+patterns as integers (errors ~1e10; vLLM 0.21's ``_fused_moe_lora_kernel`` casts both operands to bfloat16 before
+its dot, whatever the model's dtype). Compiled, the dot multiplies the bfloat16 values and accumulates in float32;
+the repair widens bfloat16 operands to float32 (exact: a bfloat16 is the top half of a float32) where the installed
+interpreter gets the dot of two bfloat16 ones wrong. Its cast of a float32 to bfloat16 (and of a float16, through
+float32) truncates the mantissa; compiled, a downcast rounds to nearest even (``semantic.cast``'s default): the
+second repair rounds so where the installed interpreter truncates.
+
 Each repair is named, so ``fuzzrunner doctor`` can say which were applied.
 """
 
@@ -85,6 +94,67 @@ def _repair_splat(interpreter) -> None:
     interpreter.InterpreterBuilder.create_splat = create_splat
 
 
+def _bf16_dot_repair_needed(interpreter) -> bool:
+    import numpy as np
+    import triton.language as tl
+    one = np.full((1, 1), 0x3F80, dtype=np.uint16)  # bfloat16 1.0
+    try:
+        out = interpreter.InterpreterBuilder.create_dot(
+            None, interpreter.TensorHandle(one, tl.bfloat16), interpreter.TensorHandle(one, tl.bfloat16),
+            interpreter.TensorHandle(np.zeros((1, 1), dtype=np.float32), tl.float32), None, None)
+    except Exception:  # noqa: BLE001 - another interpreter: nothing to repair here
+        return False
+    return float(np.asarray(out.data).reshape(-1)[0]) != 1.0
+
+
+def _repair_bf16_dot(interpreter) -> None:
+    import numpy as np
+    import triton.language as tl
+    original = interpreter.InterpreterBuilder.create_dot
+
+    def widened(h):
+        if h.dtype.scalar != tl.bfloat16:
+            return h
+        return interpreter.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+
+    def create_dot(self, a, b, d, *args):
+        return original(self, widened(a), widened(b), d, *args)
+
+    create_dot.__wrapped__ = original  # type: ignore[attr-defined]
+    interpreter.InterpreterBuilder.create_dot = create_dot
+
+
+_BF16_PROBE = 1.0 + 0.75 / 128  # between two bfloat16 values (1 and 1 + 2^-7), nearer the upper one
+
+
+def _bf16_cast_repair_needed(interpreter) -> bool:
+    import numpy as np
+    import triton.language as tl
+    try:
+        out = interpreter.InterpreterBuilder.cast_impl(
+            None, interpreter.TensorHandle(np.array([_BF16_PROBE], dtype=np.float32), tl.float32), tl.bfloat16)
+    except Exception:  # noqa: BLE001 - another interpreter: nothing to repair here
+        return False
+    return int(np.asarray(out.data).view(np.uint16)[0]) != 0x3F81
+
+
+def _repair_bf16_cast(interpreter) -> None:
+    import numpy as np
+    import triton.language as tl
+    original = interpreter.InterpreterBuilder.cast_impl
+
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar != tl.float32 or dst_type.scalar != tl.bfloat16:
+            return original(self, src, dst_type)
+        bits = np.ascontiguousarray(src.data, dtype=np.float32).view(np.uint32).astype(np.uint64)
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # to nearest, ties to even
+        rounded = np.where(np.isnan(src.data), np.uint16(0x7FC0), rounded)
+        return interpreter.TensorHandle(rounded, dst_type.scalar)
+
+    cast_impl.__wrapped__ = original  # type: ignore[attr-defined]
+    interpreter.InterpreterBuilder.cast_impl = cast_impl
+
+
 def apply() -> tuple[str, ...]:
     """Repair the interpreter where this installation needs it (idempotent); the repairs applied."""
     global _checked
@@ -101,6 +171,12 @@ def apply() -> tuple[str, ...]:
     if _splat_repair_needed(interpreter):
         _repair_splat(interpreter)
         _applied.append("splat-of-a-truth-value")
+    if _bf16_dot_repair_needed(interpreter):
+        _repair_bf16_dot(interpreter)
+        _applied.append("dot-of-bfloat16")
+    if _bf16_cast_repair_needed(interpreter):
+        _repair_bf16_cast(interpreter)
+        _applied.append("bfloat16-downcast-rounds-to-nearest")
     return tuple(_applied)
 
 

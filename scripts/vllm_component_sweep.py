@@ -5,6 +5,7 @@
     nice -n 10 .venv/bin/python scripts/vllm_component_sweep.py all OUT VERSION...  # a child per release, the table
     .venv/bin/python scripts/vllm_component_sweep.py run OUT VERSION                # one release, in this process
     .venv/bin/python scripts/vllm_component_sweep.py table OUT VERSION...           # the markdown table from OUT
+    nice -n 10 .venv/bin/python scripts/vllm_component_sweep.py moe OUT VERSION...  # the MoE columns only (merged)
 
 ``all`` runs each release in its own niced child process (``run``: FUZZRUNNER_VLLM_VERSION=VERSION, a set-up tree in
 .cache/vllm), one after another, and skips a release whose OUT/VERSION.json exists (a stopped sweep goes on where it
@@ -17,7 +18,9 @@ that release (tests/integration/test_vllm_engine_v2_graphs.py, test_vllm_engine_
   grid misses the base-model id), reproduced when only the replay is wrong; the same batch without
   ``specialize_active_lora``: silent; the planted ``graph_dispatch_ignores_lora``: caught, and silent without it
   (or why it is not offered);
-* MoE: the MoE block's fault-free case silent, the planted ``fused_moe_swaps_gate_up`` caught (or why no block);
+* MoE: the MoE block's fault-free case (R1 where an rsLoRA adapter's expert rows are wrong), the M1 case (a
+  base-model step after an adapter step), plain adapters silent, the planted ``fused_moe_swaps_gate_up`` caught (or
+  why no block); each verdict against what the release's code says (source_facts R1, moe.known_flags M1);
 * V1 (``vllm_lora``): its minimal case on vLLM's kernels, metadata and capture mapping.
 
 Whether a release ships the component at all is read from its tree (``vllm/v1/worker/gpu/cudagraph_utils.py``,
@@ -91,6 +94,11 @@ def _graphs(found: dict) -> dict[str, str]:
     return out
 
 
+def _builder() -> str:
+    from targets.vllm_engine import moe
+    return moe.builder().__name__
+
+
 def _moe(found: dict) -> dict[str, str]:
     if found.get("moe_unavailable"):
         why = f"not driven: {found['moe_unavailable']}"
@@ -103,8 +111,13 @@ def _moe(found: dict) -> dict[str, str]:
     ops, config, tensor = t.MOE_FAULT_CASES["fused_moe_swaps_gate_up"]
     planted = _kinds(t._run(ops, ("fused_moe_swaps_gate_up",), **config))
     r1_seen = clean == {("numeric-mismatch", "step.experts.adapter_rows")}
-    verdict = ("driven; " + ("**R1 reproduced** (rsLoRA expert adapter)" if r1_seen else "rsLoRA case silent")
+    m1 = found["known_flags"]["moe_ignores_no_lora"]
+    m1_seen = _kinds(t._run(t.M1_OPS, adapters=t.NO_RSLORA)) == {("numeric-mismatch", "step.experts.base_rows")}
+    verdict = ("driven (" + _builder() + "); "
+               + ("**R1 reproduced** (rsLoRA expert adapter)" if r1_seen else "rsLoRA case silent")
                + ("" if r1_seen == r1 else f" (source says R1={r1}: CHECK)")
+               + ("; **M1 reproduced** (base-model step after an adapter step)" if m1_seen else "; M1 case silent")
+               + ("" if m1_seen == m1 else f" (code says M1={m1}: CHECK)")
                + ("; plain adapters silent" if not plain else f"; FINDINGS with plain adapters: {sorted(plain)}"))
     return {COLUMNS[4]: verdict,
             COLUMNS[5]: ("caught (minimal case)" if ("numeric-mismatch", tensor) in planted
@@ -125,32 +138,42 @@ def _v1_lora() -> str:
         f"not reproduced{': ' + str(kinds) if kinds else ' (silent)'}")
 
 
-def run(out: Path, version: str) -> dict:
-    """Every check on ``version`` (this process imports that release)."""
+def run(out: Path, version: str, only_moe: bool = False) -> dict:
+    """Every check on ``version`` (this process imports that release); ``only_moe``: the MoE columns alone, merged into
+    OUT/VERSION.json (the other columns as an earlier run left them)."""
     assert os.environ.get("FUZZRUNNER_VLLM_VERSION") == version, "run it through 'all' (or set FUZZRUNNER_VLLM_VERSION)"
     has = shipped(version)
+    path = out / f"{version}.json"
     row: dict[str, str] = {"version": version}
+    if only_moe and path.exists():
+        row.update(json.loads(path.read_text()))
     try:
         from fuzzrunner.target import load_target
-        from targets.vllm_engine import load_engine
+        from targets.vllm_engine import known_flags, load_engine
         found = dict(load_engine())
         found["faults_unavailable"] = load_target("vllm_engine").faults_unavailable
+        found["known_flags"] = known_flags(found)
     except Exception as e:  # noqa: BLE001 - the target refuses the release (0.12 - 0.14: no V2 LoraState)
         why = f"not driven: {str(e).splitlines()[0][:200]}"
-        row.update({c: why for c in COLUMNS[:6]})
+        row.update({c: why for c in (COLUMNS[4:6] if only_moe else COLUMNS[:6])})
     else:
-        row.update(_graphs(found))
+        if not only_moe:
+            row.update(_graphs(found))
         row.update(_moe(found))
     for c, key in ((COLUMNS[:4], "v2_graphs"), (COLUMNS[4:6], "moe")):
-        if not has[key]:
+        if not has[key] and not (only_moe and key != "moe"):
             row.update({k: "not in release" for k in c})
-    row[COLUMNS[6]] = _v1_lora()
-    (out / f"{version}.json").write_text(json.dumps(row, indent=1))
+    if not only_moe:
+        row[COLUMNS[6]] = _v1_lora()
+    path.write_text(json.dumps(row, indent=1))
     return row
 
 
 SHORT = ((r"^not driven: vLLM \S+ has no V2 model runner LoraState.*", "not driven (target refused: no `LoraState`)"),
-         (r"^not driven: no MoE block .*FusedMoEFactory.*", "not driven (no `FusedMoEFactory`: before 0.28)"),
+         (r"^not driven: no MoE block on this vLLM on this platform: its unquantized MoE method binds TritonExperts.*",
+          "not driven on the CPU (Triton experts only on a CUDA-like platform: no LoRA branch in the backend oracle)"),
+         (r"^not driven: no MoE block on this vLLM \(No module named '\S+gate_linear'\).*",
+          "not driven (no `GateLinear`, `fused_moe/router/gate_linear.py`: before 0.17)"),
          (r"^not offered: .*keys its graphs on the batch's shape alone.*", "not offered (the release's own dispatch)"))
 
 
@@ -173,25 +196,26 @@ def table(out: Path, versions: list[str]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 3 or argv[0] not in ("all", "run", "table"):
+    if len(argv) < 3 or argv[0] not in ("all", "run", "table", "moe", "run-moe"):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     mode, out, versions = argv[0], Path(argv[1]), argv[2:]
     out.mkdir(parents=True, exist_ok=True)
-    if mode == "run":
-        print(json.dumps(run(out, versions[0]), indent=1))
+    if mode in ("run", "run-moe"):
+        print(json.dumps(run(out, versions[0], only_moe=mode == "run-moe"), indent=1))
         return 0
-    if mode == "all":
+    if mode in ("all", "moe"):
         for v in versions:
-            if (out / f"{v}.json").exists():
+            if mode == "all" and (out / f"{v}.json").exists():
                 continue
             print(f"== vLLM {v}", file=sys.stderr, flush=True)
             env = {**os.environ, "FUZZRUNNER_VLLM_VERSION": v, "PYTHONPATH": str(ROOT)}
-            with open(out / f"{v}.log", "w") as log:
-                subprocess.run(["nice", "-n", "10", sys.executable, __file__, "run", str(out), v], env=env,
+            child = "run" if mode == "all" else "run-moe"
+            with open(out / f"{v}{'' if mode == 'all' else '.moe'}.log", "w") as log:
+                subprocess.run(["nice", "-n", "10", sys.executable, __file__, child, str(out), v], env=env,
                                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, timeout=3600, check=False)
     text = table(out, versions)
-    if mode == "all":
+    if mode in ("all", "moe"):
         (out / "table.md").write_text(text + "\n")
     print(text)
     return 0

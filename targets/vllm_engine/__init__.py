@@ -86,11 +86,22 @@ def prompt_rows_mapped(found: dict) -> bool:
 
 def known_flags(found: dict) -> dict:
     """What ``known.label`` / ``known_id`` need to know of this vLLM to tell its known bugs apart."""
+    from . import moe
     return {"logits_mapped_per_row": found["make_lora_inputs_takes_num_logits"],
             "dummy_maps_nothing": found["api"].protocol == "no_mapping",
             "prompt_rows_mapped": prompt_rows_mapped(found),
             "drops_last_chunk": bool(found.get("prompt_logprobs") and found["prompt_logprobs"].drops_last_chunk),
-            "graphs_capture_per_lora": found.get("v2_graphs") is None or found["v2_graphs"].shape == "lora_cases"}
+            "graphs_capture_per_lora": found.get("v2_graphs") is None or found["v2_graphs"].shape == "lora_cases",
+            "mapping_cache_ignores_slots": mapping_cache_ignores_slots(), **moe.known_flags()}
+
+
+def mapping_cache_ignores_slots() -> bool:
+    """C1 (known.py) by the code this process imported: ``LoRAModelManager.set_adapter_mapping`` compares the mapping
+    alone with the last one (#47725, 0.26, compares the slot layout too)."""
+    import inspect
+
+    from vllm.lora.model_manager import LoRAModelManager
+    return "slot" not in inspect.getsource(LoRAModelManager.set_adapter_mapping)
 
 
 def make_target():

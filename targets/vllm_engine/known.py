@@ -8,11 +8,49 @@ acceptance step ``vllm-engine`` (scripts/gpu/acceptance_steps.py).
 from __future__ import annotations
 
 
+def _moe_bug(v: dict, case: dict, op: dict, *, moe_drops_rslora: bool, moe_ignores_no_lora: bool) -> str | None:
+    """R1 or M1 (the MoE block, moe.py): R1 where this vLLM's ``pack_moe`` drops rsLoRA's scaling and the mismatched
+    step has a request of an rsLoRA adapter with expert weights; M1 where its ``add_lora_fused_moe`` launches without
+    the no-LoRA check and a step of base-model requests only gets an expert delta in its base rows, or the MoE LoRA
+    kernel reads stale or never-written metadata."""
+    tensor = v.get("tensor") or ""
+    if moe_ignores_no_lora and v["kind"] == "numeric-mismatch" and tensor.endswith("experts.base_rows") and \
+            op.get("op") == "step" and not any(r.get("lora") for r in op.get("reqs", [])):
+        return "M1"
+    if moe_ignores_no_lora and v.get("tool") in ("shadow", "invariants") and \
+            "fused_moe_lora" in (v.get("kernel") or ""):
+        return "M1"
+    adapters = case["config"].get("adapters") or {}
+    rs = {int(a) for a, spec in adapters.items() if spec.get("rslora") and "experts" in spec.get("targets", ())}
+    if moe_drops_rslora and v["kind"] == "numeric-mismatch" and tensor.endswith("experts.adapter_rows") and \
+            any(r.get("lora") in rs for r in op.get("reqs", [])):
+        return "R1"
+    return None
+
+
+def _c1(v: dict, ops: list, at) -> bool:
+    """C1's trigger: a layer's rows wrong in a step that schedules the same adapters, request by request, as the step
+    before it, with an adapter removed between the two (re-added into another slot: the mapping is unchanged, so the
+    cached one keeps the old slots)."""
+    if v["kind"] != "numeric-mismatch" or not isinstance(at, int) or ops[at].get("op") != "step":
+        return False
+    before = [i for i in range(at) if ops[i].get("op") == "step"]
+    if not before:
+        return False
+
+    def loras(op):
+        return [(r.get("lora"), r.get("tokens")) for r in op.get("reqs", [])]
+    return loras(ops[before[-1]]) == loras(ops[at]) and any(ops[i].get("op") == "remove"
+                                                           for i in range(before[-1] + 1, at))
+
+
 def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped: bool = False,
-              drops_last_chunk: bool = False, graphs_capture_per_lora: bool = True) -> str | None:
-    """"P1", "L1", "S1", "E1", "E2", "V1" or "W1" where ``finding`` (a report's finding: ``violation``, ``case``) is
-    that bug, else None. ``logits_mapped_per_row``: this vLLM's ``LoraState.make_lora_inputs`` takes ``num_logits``
-    (0.34 and later), so a wrong lm_head row is not S1 (nor in a V1-runner case: that runner maps 1 + drafts rows);
+              drops_last_chunk: bool = False, graphs_capture_per_lora: bool = True, moe_drops_rslora: bool = False,
+              moe_ignores_no_lora: bool = False, mapping_cache_ignores_slots: bool = False) -> str | None:
+    """"P1", "L1", "S1", "E1", "E2", "V1", "W1", "C1", "R1" or "M1" where ``finding`` (a report's finding:
+    ``violation``, ``case``) is that bug, else None. ``logits_mapped_per_row``: this vLLM's
+    ``LoraState.make_lora_inputs`` takes ``num_logits`` (0.34 and later), so a wrong lm_head row is not S1 (nor in a
+    V1-runner case: that runner maps 1 + drafts rows);
     ``prompt_rows_mapped``: this vLLM maps the prompt-logprobs rows to their requests' adapters (a fix of P1, such as
     docs/findings/p1_prompt_logprobs_mapping.patch), so a wrong prompt-logits row is not P1; ``drops_last_chunk``:
     this vLLM's prompt-logprobs worker skips a request whose prompt's last chunk is its last token
@@ -20,7 +58,11 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped:
     ``graphs_capture_per_lora``: this vLLM's V2 runner captures its graphs per LoRA count (0.24 and later, #35536),
     else a V2-runner graph replay's mismatch under ``specialize_active_lora`` is W1 (the grid the start-up left). V1 is
     told by a graph replay's mismatch in a layer (the logits run outside the graph) under ``specialize_active_lora``,
-    in a V1-runner case (v1_runner.py) or a V2-runner case with CUDA graphs (v2_graphs.py)."""
+    in a V1-runner case (v1_runner.py) or a V2-runner case with CUDA graphs (v2_graphs.py). ``moe_drops_rslora``: this
+    vLLM's ``pack_moe`` scales expert adapters by ``alpha / rank`` (R1, fixed by #55548); ``moe_ignores_no_lora``: its
+    ``add_lora_fused_moe`` does not check the no-LoRA flag (M1, fixed in 0.24): ``_moe_bug``;
+    ``mapping_cache_ignores_slots``: its ``set_adapter_mapping`` skips a mapping equal to the last one whatever the
+    slots (C1, fixed by #47725 in 0.26): ``_c1``."""
     v = finding["violation"]
     case = finding["case"]
     tensor, message = v.get("tensor") or "", v.get("message") or ""
@@ -42,6 +84,8 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped:
     if v["kind"] == "crash" and "StopIteration" in message and \
             set(case["config"].get("target_modules") or []) <= {"lm_head"}:
         return "E2"  # LoRA on lm_head alone: an empty dummy adapter
+    if mapping_cache_ignores_slots and _c1(v, case["ops"], at):
+        return "C1"  # the mapping's cache keyed on the mapping alone (vllm-project/vllm#47724, fixed by #47725)
     v1_runner = case["config"].get("runner") == "v1"
     if tensor.startswith("replay.") and not tensor.startswith("replay.logits") and \
             case["config"].get("specialize_active_lora"):
@@ -50,7 +94,7 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped:
         return "V1" if v1_runner or graphs_capture_per_lora else "W1"
     if tensor.startswith("step.logits") and not logits_mapped_per_row and not v1_runner:
         return "S1"  # one lm_head row per request under speculative decoding (fixed in 0.34)
-    return None
+    return _moe_bug(v, case, op, moe_drops_rslora=moe_drops_rslora, moe_ignores_no_lora=moe_ignores_no_lora)
 
 
 # id -> what a campaign's report and summary say of it (docs/findings/README.md is the source of each line)
@@ -84,6 +128,19 @@ BUGS = {
                     "freezes the grid z the start-up left, a replayed batch loses adapters",
            "upstream": "fixed upstream by vllm-project/vllm#35536",
            "status": "fixed in 0.24.0 (0.15.0 - 0.23.0 by source)"},
+    "C1": {"title": "the adapter mapping's cache is keyed on the mapping alone: after a slot reassignment under an "
+                    "unchanged batch the rows read the old slots",
+           "upstream": "vllm-project/vllm#47724, fixed by #47725",
+           "status": "fixed in 0.26.0 (0.12.0 - 0.25.0 by source)"},
+    "R1": {"title": "rsLoRA expert adapters of a fused-MoE layer scaled by lora_alpha / rank (pack_moe): every expert "
+                    "delta of an rsLoRA adapter sqrt(r) times too weak",
+           "upstream": "vllm-project/vllm#55545, fixed by #55548",
+           "status": "fixed upstream (0.12.0 - 0.28.0 by source; 0.31.0 has the fix)"},
+    "M1": {"title": "after an all-base-model batch the fused-MoE LoRA kernel (naive block assignment) applies the "
+                    "previous batch's adapters: add_lora_fused_moe does not check the no-LoRA flag",
+           "upstream": "fixed upstream (the flag check in add_lora_fused_moe); "
+                       "docs/findings/m1-fused-moe-lora-without-no-lora-check.md",
+           "status": "fixed in 0.24.0 (0.16.0 - 0.23.0 by source)"},
     "V0": {"title": "the V2 runner's dummy runs launch the LoRA kernels on metadata nobody programmed",
            "upstream": "vllm-project/vllm#43139",
            "status": "fixed in 0.22.0 (#43139; replaced by #35536 in 0.24.0)"},
@@ -92,11 +149,15 @@ BUGS = {
 
 def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False,
              prompt_rows_mapped: bool = False, drops_last_chunk: bool = False,
-             graphs_capture_per_lora: bool = True) -> str | None:
+             graphs_capture_per_lora: bool = True, moe_drops_rslora: bool = False,
+             moe_ignores_no_lora: bool = False,
+             mapping_cache_ignores_slots: bool = False) -> str | None:
     """``known_bug``'s id, or "V0": a memory finding in a dummy run of a release whose V2 runner programs nothing
     for it (``dummy_maps_nothing``: 0.15 - 0.21, docs/findings/v0-v2-runner-dummy-run-no-mapping.md)."""
     bug = known_bug(finding, logits_mapped_per_row=logits_mapped_per_row, prompt_rows_mapped=prompt_rows_mapped,
-                    drops_last_chunk=drops_last_chunk, graphs_capture_per_lora=graphs_capture_per_lora)
+                    drops_last_chunk=drops_last_chunk, graphs_capture_per_lora=graphs_capture_per_lora,
+                    moe_drops_rslora=moe_drops_rslora, moe_ignores_no_lora=moe_ignores_no_lora,
+                    mapping_cache_ignores_slots=mapping_cache_ignores_slots)
     if bug:
         return bug
     v = finding["violation"]
@@ -110,12 +171,15 @@ def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: 
 
 def label(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: bool = False,
           prompt_rows_mapped: bool = False, drops_last_chunk: bool = False,
-          graphs_capture_per_lora: bool = True) -> dict | None:
+          graphs_capture_per_lora: bool = True, moe_drops_rslora: bool = False,
+          moe_ignores_no_lora: bool = False,
+          mapping_cache_ignores_slots: bool = False) -> dict | None:
     """The target's ``known_bugs``: ``{"id", "title", "upstream", "status"}`` of the known bug ``finding`` is, or
     None (a planted fault's finding, a new bug, a target error)."""
     if finding.get("signature", {}).get("tool") == "target":
         return None
     bug = known_id(finding, logits_mapped_per_row=logits_mapped_per_row, dummy_maps_nothing=dummy_maps_nothing,
                    prompt_rows_mapped=prompt_rows_mapped, drops_last_chunk=drops_last_chunk,
-                   graphs_capture_per_lora=graphs_capture_per_lora)
+                   graphs_capture_per_lora=graphs_capture_per_lora, moe_drops_rslora=moe_drops_rslora,
+                   moe_ignores_no_lora=moe_ignores_no_lora, mapping_cache_ignores_slots=mapping_cache_ignores_slots)
     return {"id": bug, **BUGS[bug]} if bug else None

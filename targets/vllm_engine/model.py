@@ -137,6 +137,10 @@ def model_class():
         def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
             return self.logits_processor(self.lm_head, hidden_states)
 
+    from .moe import model_mapping
+    mapping = model_mapping()
+    if mapping is not None:  # a release whose experts do not map their checkpoint names (moe.py)
+        FuzzrunnerTinyLoRAForCausalLM.get_expert_mapping = mapping  # type: ignore[attr-defined]
     FuzzrunnerTinyLoRAForCausalLM.__name__ = FuzzrunnerTinyLoRAForCausalLM.__qualname__ = ARCH
     return FuzzrunnerTinyLoRAForCausalLM
 

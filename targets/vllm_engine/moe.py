@@ -84,17 +84,27 @@ def naive(c: dict, rows: int) -> bool:
 
 # -- the process ---------------------------------------------------------------------------------------
 def unavailable() -> str | None:
-    """Why this vLLM cannot build the block as the target does, or None (0.28 and later have every piece: 0.28 - 0.30
-    without ``CPURouter``, routed by the factory's default ``FusedTopKRouter``, ``router``)."""
+    """Why this vLLM cannot build the block as the target does, or None. Every piece is found, not assumed by
+    version: the experts' builder (``builder``: ``FusedMoEFactory`` 0.28 on, ``FusedMoE`` before), their router
+    (``router``: ``CPURouter`` 0.31 on, else the builder's default ``FusedTopKRouter``), the module holding their
+    weights (``weights_of``), the model's expert mapping (``model_mapping``) and the Triton experts' module
+    (``triton_experts_module``). Driven here: 0.20 - 0.34; 0.15 - 0.19's unquantized MoE method has Triton experts
+    only on a CUDA-like platform (refused on the CPU, said why)."""
     try:
+        import vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method as method
         from vllm.lora.layers import FusedMoEWithLoRA  # noqa: F401
-        from vllm.model_executor.layers.fused_moe import FusedMoEFactory, override_config  # noqa: F401
+        from vllm.model_executor.layers.fused_moe import override_config  # noqa: F401
         from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear  # noqa: F401
         from vllm.v1.worker.workspace import init_workspace_manager  # noqa: F401
     except ImportError as e:
         return (f"no MoE block on this vLLM ({str(e).splitlines()[0].split(' from ')[0][:80]}): moe cases need "
-                f"FusedMoEFactory (0.28 or later; FusedMoEWithLoRA itself ships from 0.11, #21229, over an older "
-                f"FusedMoE)")
+                f"FusedMoEWithLoRA over vLLM's Triton experts, GateLinear, override_config and the workspace manager "
+                f"(0.20 or later)")
+    if "TritonExperts" in vars(method) and method.TritonExperts is None:
+        return ("no MoE block on this vLLM on this platform: its unquantized MoE method binds TritonExperts only "
+                "on a CUDA-like platform (unquantized_fused_moe_method.py, at import) and picks its kernel by "
+                "platform alone, with no LoRA branch (oracle/unquantized.py; 0.20 on: TritonExperts for LoRA "
+                "whatever the platform), so the CPU gets no Triton experts to wrap")
     return None
 
 
@@ -108,6 +118,21 @@ def router():
         return None
     return CPURouter
 
+
+
+def known_flags() -> dict[str, bool]:
+    """R1 and M1 (known.py) by the code this process imported (a patched tree's too): ``pack_moe`` scales by
+    ``lora_alpha / rank`` instead of the adapters' own ``scaling`` (R1, as ``source_facts``), ``add_lora_fused_moe``
+    launches without looking at the no-LoRA flag (M1)."""
+    import inspect
+    import re
+
+    from vllm.lora.lora_weights import PackedLoRALayerWeights
+    from vllm.lora.punica_wrapper.punica_gpu import PunicaWrapperGPU
+    pack = inspect.getsource(PackedLoRALayerWeights.pack_moe) if hasattr(PackedLoRALayerWeights, "pack_moe") else ""
+    add = inspect.getsource(PunicaWrapperGPU.add_lora_fused_moe)
+    return {"moe_drops_rslora": bool(pack) and not re.search(r"\w\.scaling\b", pack),
+            "moe_ignores_no_lora": "no_lora" not in add}
 
 
 def _missing(namespace: str, op: str) -> bool:
@@ -190,9 +215,19 @@ class _TritonOnCpu(PlatformView):
         return True
 
 
+def triton_experts_module():
+    """The module of vLLM's ``TritonExperts``: ``fused_moe/experts/triton_moe.py`` (0.21 on), else
+    ``fused_moe/fused_moe.py`` (0.20 and before)."""
+    import importlib
+    try:
+        return importlib.import_module("vllm.model_executor.layers.fused_moe.experts.triton_moe")
+    except ImportError:
+        return importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe")
+
+
 def cpu_platform() -> None:
     """On the CPU, once per process: the Triton experts module's platform answers its device check."""
-    import vllm.model_executor.layers.fused_moe.experts.triton_moe as triton_moe
+    triton_moe = triton_experts_module()
     if not isinstance(triton_moe.current_platform, _TritonOnCpu):
         triton_moe.current_platform = _TritonOnCpu(triton_moe.current_platform)
 
@@ -209,16 +244,45 @@ def workspace(device: torch.device) -> None:
 
 
 # -- the block ------------------------------------------------------------------------------------------
+def builder():
+    """What the release's Mixtral calls to make its experts: ``FusedMoEFactory`` (0.28 on) or ``FusedMoE``."""
+    import vllm.model_executor.layers.fused_moe as fm
+    return getattr(fm, "FusedMoEFactory", None) or fm.FusedMoE
+
+
 def experts(hf, prefix: str):
     """vLLM's MoE experts (``FusedMoEFactory``, Mixtral's arguments, vLLM's CPU router where the release has one, else
     the factory's own default)."""
-    from vllm.model_executor.layers.fused_moe import FusedMoEFactory
+    import inspect
+    make = builder()
     m, cpu_router = hf.fuzzrunner_moe, router()
-    return FusedMoEFactory(num_experts=m["experts"], top_k=m["top_k"], hidden_size=hf.hidden_size,
-                           intermediate_size=hf.hidden_size, renormalize=True, prefix=prefix,
-                           ckpt_names=PROJS,
-                           router=None if cpu_router is None else
-                           cpu_router(top_k=m["top_k"], global_num_experts=m["experts"], renormalize=True))
+    kw = dict(num_experts=m["experts"], top_k=m["top_k"], hidden_size=hf.hidden_size,
+              intermediate_size=hf.hidden_size, renormalize=True, prefix=prefix)
+    takes = inspect.signature(make).parameters
+    if "ckpt_names" in takes:
+        kw["ckpt_names"] = PROJS
+    if cpu_router is not None:
+        kw["router"] = cpu_router(top_k=m["top_k"], global_num_experts=m["experts"], renormalize=True)
+    return make(**kw)
+
+
+def model_mapping():
+    """The expert mapping a model class defines where the release's experts do not define their own (before 0.28:
+    ``get_moe_expert_mapping`` asks the model, as the LoRA manager's packing does), as the release's Mixtral
+    writes it (``get_expert_mapping``: ``fused_moe_make_expert_params_mapping``, or
+    ``FusedMoE.make_expert_params_mapping``
+    where the release has no such function); None where the experts carry it (0.28 on: ``RoutedExperts``)."""
+    import vllm.model_executor.layers.fused_moe.layer as layer
+    routed = getattr(layer, "RoutedExperts", None)
+    if routed is not None and hasattr(routed, "get_expert_mapping"):
+        return None
+    make = getattr(layer, "fused_moe_make_expert_params_mapping", None) or layer.FusedMoE.make_expert_params_mapping
+
+    def get_expert_mapping(self) -> list[tuple[str, str, int, str]]:
+        gate, down, up = PROJS
+        return make(self, ckpt_gate_proj_name=gate, ckpt_down_proj_name=down, ckpt_up_proj_name=up,
+                    num_experts=self.config.fuzzrunner_moe["experts"], num_redundant_experts=0)
+    return get_expert_mapping
 
 
 def block(hf):
@@ -281,9 +345,16 @@ def routing(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tenso
     return ids, torch.softmax(vals.double(), dim=-1)
 
 
+def weights_of(layer):
+    """The module holding the experts' weights and quant method: the ``MoERunner``'s ``routed_experts`` (0.24 on) or
+    the ``FusedMoE`` layer itself (before); through a LoRA wrapper's ``base_layer``."""
+    base = getattr(layer, "base_layer", layer)
+    return getattr(base, "routed_experts", base)
+
+
 def expert_base(layer) -> tuple[torch.Tensor, torch.Tensor]:
     """(w13 [E, 2I, H], w2 [E, H, I]) of vLLM's experts, float64."""
-    inner = getattr(layer, "base_layer", layer).routed_experts
+    inner = weights_of(layer)
     return inner.w13_weight.detach().cpu().double(), inner.w2_weight.detach().cpu().double()
 
 

@@ -204,8 +204,11 @@ class Session:
             return reqs
         by_id = {r["id"]: r for r in reqs}
         drafts = {r["id"]: [0] * r["drafts"] for r in reqs if r.get("drafts")}
-        return [by_id[i] for i in sort({r["id"]: r["tokens"] for r in reqs}, drafts,
-                                       1 + self.c["num_speculative_tokens"])]
+        args = [{r["id"]: r["tokens"] for r in reqs}, drafts, 1 + self.c["num_speculative_tokens"]]
+        import inspect
+        if "draft_tokens" not in inspect.signature(sort).parameters:  # 0.26: no draft tokens (from 0.27 on)
+            del args[1]
+        return [by_id[i] for i in sort(*args)]
 
     def step(self, op) -> None:
         for rid in op.get("finish", []):

@@ -91,14 +91,20 @@ class V1Session(Session):
         super().__init__(case, ctx, found)  # the model, the manager, the V1 profile run (profile_run below)
         c = self.c
         self.q = 1 + c["num_speculative_tokens"]  # uniform_decode_query_len
+        import inspect
+
         import torch
+        takes = inspect.signature(v1.InputBatch).parameters
+        # 0.21 - 0.28 also take the attention kernels' block sizes (the KV cache's here: one group, no split) and
+        # 0.21 whether to pin host memory (what its runner passes on a platform that cannot pin: False)
+        extra = {k: v for k, v in (("kernel_block_sizes", [BLOCK]), ("pin_memory", False)) if k in takes}
         self.batch = v1.InputBatch(
             max_num_reqs=c["max_num_seqs"], max_model_len=MAX_MODEL_LEN,
             max_num_batched_tokens=c["max_num_batched_tokens"], device=self.device, vocab_size=c["vocab"],
             block_sizes=[BLOCK], max_num_blocks_per_req=[-(-MAX_MODEL_LEN // BLOCK)],
             num_spec_tokens=c["num_speculative_tokens"],
             logitsprocs=v1.build_logitsprocs(self.cfg, self.device, False, False, ()),
-            logitsprocs_need_output_token_ids=False, is_pooling_model=False)
+            logitsprocs_need_output_token_ids=False, is_pooling_model=False, **extra)
         self.cached: dict = {}  # request id -> CachedRequestState (GPUModelRunner.requests)
         self._torch = torch
         self.meta = self._token_meta()
@@ -131,7 +137,10 @@ class V1Session(Session):
         sizes = sorted(c.get("cudagraph_capture_sizes") or [1])
         cc.cudagraph_capture_sizes, cc.max_cudagraph_capture_size = sizes, sizes[-1]
         if mode.decode_mode() == v1.CUDAGraphMode.FULL and self.q > 1:  # CompilationConfig's V1-runner rounding
-            cc.adjust_cudagraph_sizes_for_spec_decode(self.q)
+            import inspect  # up to 0.2x it also takes the tensor-parallel size (1 here)
+            tp = {"tensor_parallel_size": 1} if "tensor_parallel_size" in inspect.signature(
+                cc.adjust_cudagraph_sizes_for_spec_decode).parameters else {}
+            cc.adjust_cudagraph_sizes_for_spec_decode(self.q, **tp)
         d = v1.CudagraphDispatcher(self.cfg)
         d.uniform_decode_query_len = self.q  # vLLM reads it from the speculative config (no draft model here)
         d.initialize_cudagraph_keys(mode, self.q)

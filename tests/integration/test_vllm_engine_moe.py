@@ -84,6 +84,49 @@ def test_r1_rslora_expert_adapters_are_scaled_as_plain_lora_exactly_where_the_so
     assert found == ({("numeric-mismatch", "step.experts.adapter_rows")} if _r1() else set()), found
 
 
+M1_OPS = [step(req("a", 1, 1), seed=1), step(req("b", 0, 1), finish=["a"], seed=2)]
+
+
+def _m1() -> bool:
+    """M1 by the release's code (moe.known_flags): add_lora_fused_moe launches without the no-LoRA check."""
+    from targets.vllm_engine import moe
+    return moe.known_flags()["moe_ignores_no_lora"]
+
+
+@needs_vllm
+def test_m1_a_base_model_step_after_an_adapter_step_gets_its_expert_delta_exactly_where_the_code_says():
+    """M1 (docs/findings/m1-fused-moe-lora-without-no-lora-check.md; 0.16 - 0.23, fixed in 0.24): the all-base-model
+    step's prepare_tensors returns early and the naive MoE LoRA kernel reads the previous step's slots: the base row
+    gets adapter 1's expert delta (0.21, 0.22); silent where add_lora_fused_moe checks the flag (0.24 on)."""
+    found = _kinds(_run(M1_OPS, adapters=NO_RSLORA))
+    assert found == ({("numeric-mismatch", "step.experts.base_rows")} if _m1() else set()), found
+
+
+# the releases whose experts are built without FusedMoEFactory (moe.builder: FusedMoE, a class up to 0.22, a
+# function from 0.24), where set up; each runs this file's fast tests in a process of its own
+BEFORE_FACTORY = ("0.21.0", "0.22.0", "0.24.0")
+
+
+@needs_vllm
+@pytest.mark.slow  # a vLLM import and the file's cases in a child process: 1 - 3 min each on the 2-core machine
+@pytest.mark.parametrize("version", BEFORE_FACTORY)
+def test_the_moe_block_runs_on_a_release_before_the_factory(version):
+    """Before: every release before 0.28 refused a MoE case (no FusedMoEFactory). The fast tests of this file, on
+    ``version``'s tree: silent fault-free steps, R1 and M1 where its code has them, the planted faults caught, the
+    layer vLLM's (0.24: the fault-free case, R1 and the layer; 0.21 - 0.22, whose legacy MoE LoRA kernel casts to
+    bfloat16 (triton_compat's repairs), every fast test of the file)."""
+    import os
+    if not (ROOT / ".cache" / "vllm" / version / "site" / "vllm").is_dir():
+        pytest.skip(f"vLLM {version} is not set up here (scripts/vllm_setup.sh {version})")
+    pick = ["-k", "fault_free_moe or r1_rslora or made_by_the_manager"] if version == "0.24.0" else []
+    env = {**os.environ, "FUZZRUNNER_VLLM_VERSION": version, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+                        "-m", "not slow", __file__, *pick], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=1800)
+    assert r.returncode == 0 and " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], \
+        r.stdout[-3000:] + r.stderr[-2000:]
+
+
 # A clean campaign's case (seed 0, before the block's input and expert weights were scaled down, moe.INPUT_SCALE):
 # rsLoRA rank 1, alpha 16, hidden 32, 128 experts: intermediates of 20 - 60 in float16 put a small output element
 # 0.04 off the float64 reference (vLLM rounds the gated activation's input and output to float16; the reference
@@ -141,13 +184,19 @@ def test_the_moe_layer_is_vllms_fused_moe_with_lora_made_by_the_manager():
         init(self, *args, **kwargs)
         made.append(self)
     with mock.patch.object(Session, "__init__", keep):
-        assert _run([step(req("a", 2, 1))]) == []
+        assert _run([step(req("a", 2, 1))], adapters=NO_RSLORA if _r1() else CONFIG["adapters"]) == []
     [s] = made
     layer = s.model.get_submodule(moe.PATH)
     assert type(layer).__name__ == "FusedMoEWithLoRA" and type(layer).__module__ == "vllm.lora.layers.fused_moe"
-    kernel = layer.base_layer.routed_experts.quant_method.moe_kernel.fused_experts
+    kernel = moe.weights_of(layer).quant_method.moe_kernel.fused_experts
     assert type(kernel).__name__ == "TritonExperts" and kernel._lora_context is not None
-    assert type(s.moe_twin.routed_experts.quant_method.moe_kernel.fused_experts).__name__ == "TritonExperts"
+    assert type(moe.weights_of(s.moe_twin).quant_method.moe_kernel.fused_experts).__name__ == "TritonExperts"
+    # built as the release's Mixtral builds it: its FusedMoEFactory (0.28 on) or FusedMoE (a class up to 0.22, a
+    # function returning a MoERunner over RoutedExperts from 0.24)
+    import vllm.model_executor.layers.fused_moe as fm
+    assert moe.builder() is (getattr(fm, "FusedMoEFactory", None) or fm.FusedMoE)
+    assert (type(layer.base_layer).__name__, type(moe.weights_of(layer)).__name__) in {
+        ("MoERunner", "RoutedExperts"), ("FusedMoE", "FusedMoE")}
 
 
 @needs_vllm
@@ -170,7 +219,7 @@ def test_the_moe_rows_follow_the_v1_runners_persistent_batch_both_ways():
     if load_target("vllm_engine").faults_unavailable.get("condense_drops_lora_mapping"):
         pytest.skip("this vLLM has no V1 model runner (0.34 and later)")
     v1 = {"runner": "v1", "cudagraph_mode": "NONE", "cudagraph_capture_sizes": [1], "cudagraph_specialize_lora": True,
-          "reorder_threshold": None}
+          "reorder_threshold": None, "adapters": NO_RSLORA if _r1() else CONFIG["adapters"]}
     condense = [step(req("a", 1, 2), req("b", 0, 1), req("c", 2, 1), seed=1),
                 step(req("b", 0, 1), req("c", 2, 1), finish=["a"], seed=2)]
     assert _run(condense, **v1) == []

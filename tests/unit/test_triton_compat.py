@@ -195,3 +195,59 @@ def test_without_the_splat_repair_the_mask_fails_as_a_tool_limitation():
     if raised is None:  # Triton 3.6 (the floor, the GPU image's) splats to int32 too, but its load takes that mask
         pytest.skip(f"Triton {triton.__version__}'s interpreter takes the int32 mask: the repair is harmless here")
     assert crash_violation(raised, 0).kind == "tool-limitation"
+
+
+@triton.jit
+def _bf16_dot(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
+    r, c = tl.arange(0, N)[:, None], tl.arange(0, N)[None, :]
+    a, b = tl.load(a_ptr + r * N + c), tl.load(b_ptr + r * N + c)
+    # vLLM 0.21's _fused_moe_lora_kernel casts its float16 operands so before its dot
+    tl.store(c_ptr + r * N + c, tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16)))
+
+
+def _launch_bf16_dot() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(16, 16, generator=g).half() for _ in range(2))
+    c = torch.zeros(16, 16)
+    _bf16_dot[(1,)](a, b, c, N=16)
+    return c, a.bfloat16().float() @ b.bfloat16().float()  # compiled: bfloat16 products, float32 sums
+
+
+def test_a_dot_of_bfloat16_blocks_multiplies_their_values():
+    """Triton 3.9's interpreter multiplied bfloat16 blocks' uint16 bit patterns (errors ~1e10): vLLM 0.21's MoE LoRA
+    kernel's rows came out inf / nan on the CPU. With the repair: the compiled dot's values."""
+    triton_compat.apply()
+    c, expected = _launch_bf16_dot()
+    assert torch.allclose(c, expected, rtol=1e-5, atol=1e-5), (c - expected).abs().max()
+
+
+def test_without_the_bf16_dot_repair_the_dot_is_wrong_where_it_was_applied():
+    from triton.runtime import interpreter
+    triton_compat.apply()
+    if "dot-of-bfloat16" not in triton_compat.applied():
+        pytest.skip(f"Triton {triton.__version__}'s interpreter multiplies bfloat16 values")
+    repaired = interpreter.InterpreterBuilder.create_dot
+    interpreter.InterpreterBuilder.create_dot = repaired.__wrapped__
+    try:
+        c, expected = _launch_bf16_dot()
+    finally:
+        interpreter.InterpreterBuilder.create_dot = repaired
+    assert not torch.allclose(c, expected, rtol=1e-2, atol=1e-2)
+
+
+def test_without_the_bf16_rounding_repair_the_downcast_truncates_where_it_was_applied():
+    """Compiled, ``.to(tl.bfloat16)`` rounds to nearest even; Triton 3.9's interpreter truncated (the dot above then
+    erred by ~0.1)."""
+    from triton.runtime import interpreter
+    triton_compat.apply()
+    if "bfloat16-downcast-rounds-to-nearest" not in triton_compat.applied():
+        pytest.skip(f"Triton {triton.__version__}'s interpreter rounds its bfloat16 downcasts")
+    c, expected = _launch_bf16_dot()
+    assert torch.allclose(c, expected, rtol=1e-5, atol=1e-5)
+    repaired = interpreter.InterpreterBuilder.cast_impl
+    interpreter.InterpreterBuilder.cast_impl = repaired.__wrapped__
+    try:
+        c, expected = _launch_bf16_dot()
+    finally:
+        interpreter.InterpreterBuilder.cast_impl = repaired
+    assert not torch.allclose(c, expected, rtol=1e-5, atol=1e-5)

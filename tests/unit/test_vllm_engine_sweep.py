@@ -204,3 +204,57 @@ def test_a_v2_graph_replay_under_specialize_is_w1_before_lora_capture_cases_and_
     v1_runner = dict(f, case={"config": {"specialize_active_lora": True, "runner": "v1"}, "ops": [{"op": "step"}]})
     assert known.known_bug(v1_runner, logits_mapped_per_row=True, graphs_capture_per_lora=False) == "V1"
     assert known.label(f, logits_mapped_per_row=True, graphs_capture_per_lora=False)["id"] == "W1"
+
+
+def _req(rid, lora, tokens=1):
+    return {"id": rid, "lora": lora, "tokens": tokens, "drafts": 0, "prompt_logprobs": False}
+
+
+MOE_ADAPTERS = {"1": {"rank": 4, "alpha": 8, "rslora": False, "targets": ["experts", "q_proj"]},
+                "2": {"rank": 2, "alpha": 8, "rslora": True, "targets": ["experts"]},
+                "3": {"rank": 2, "alpha": 8, "rslora": True, "targets": ["q_proj"]}}
+
+
+def test_an_expert_rows_mismatch_is_r1_only_with_an_rslora_expert_adapter_where_pack_moe_drops_its_scaling():
+    """R1 (#55545, fixed by #55548): pack_moe scales by alpha / rank. Only a step with a request of an rsLoRA adapter
+    that has expert weights, on a release whose pack_moe drops the adapters' scaling, is R1; a planted fault's rows
+    (fused_moe_swaps_gate_up) on a plain adapter, or on a release with the fix, are not."""
+    def f(lora):
+        return _finding("numeric-mismatch", "numeric", 0, [{"op": "step", "reqs": [_req("a", lora)]}],
+                        tensor="step.experts.adapter_rows", config={"adapters": MOE_ADAPTERS})
+    assert known.known_bug(f(2), logits_mapped_per_row=True, moe_drops_rslora=True) == "R1"
+    assert known.known_bug(f(2), logits_mapped_per_row=True) is None  # 0.31 on, or R1's back-port
+    assert known.known_bug(f(1), logits_mapped_per_row=True, moe_drops_rslora=True) is None  # a plain adapter
+    assert known.known_bug(f(3), logits_mapped_per_row=True, moe_drops_rslora=True) is None  # rsLoRA, no experts
+
+
+def test_a_base_rows_expert_delta_after_an_adapter_step_is_m1_only_where_the_moe_lora_ignores_the_no_lora_flag():
+    """M1 (0.16 - 0.23, fixed in 0.24): a step of base-model requests only gets the previous step's expert deltas."""
+    ops = [{"op": "step", "reqs": [_req("a", 1)]}, {"op": "step", "reqs": [_req("b", 0)]}]
+    f = _finding("numeric-mismatch", "numeric", 1, ops, tensor="step.experts.base_rows")
+    assert known.known_bug(f, logits_mapped_per_row=True, moe_ignores_no_lora=True) == "M1"
+    assert known.known_bug(f, logits_mapped_per_row=True) is None  # 0.24 on: a new bug
+    mixed = _finding("numeric-mismatch", "numeric", 1, [ops[0], {"op": "step", "reqs": [_req("b", 0), _req("c", 1)]}],
+                     tensor="step.experts.base_rows")  # an adapter in the batch: the flag is not set, not M1
+    assert known.known_bug(mixed, logits_mapped_per_row=True, moe_ignores_no_lora=True) is None
+    read = _finding("stale-read", "shadow", 1, ops, kernel="_fused_moe_lora_kernel",
+                    tensor="token_mapping_meta.token_lora_mapping")
+    assert known.known_bug(read, logits_mapped_per_row=True, moe_ignores_no_lora=True) == "M1"
+
+
+def test_a_repeated_batch_after_a_removal_is_c1_only_where_the_mapping_cache_ignores_the_slots():
+    """C1 (#47724, fixed by #47725 in 0.26): the same batch after an adapter was removed (and re-added elsewhere)
+    keeps the cached mapping's old slots."""
+    step = {"op": "step", "finish": [], "reqs": [_req("r1", 3), _req("r2", 1, 2)]}
+    ops = [{"op": "add", "id": 3}, step, {"op": "remove", "id": 3}, {"op": "add", "id": 3}, step]
+    f = _finding("numeric-mismatch", "numeric", 4, ops, tensor="step.o_proj.adapter_rows")
+    assert known.known_bug(f, logits_mapped_per_row=True, mapping_cache_ignores_slots=True) == "C1"
+    assert known.known_bug(f, logits_mapped_per_row=True) is None  # 0.26 on
+    other = [*ops[:4], {"op": "step", "finish": [], "reqs": [_req("r1", 3), _req("r2", 1, 1)]}]  # another mapping
+    assert known.known_bug(_finding("numeric-mismatch", "numeric", 4, other, tensor="step.o_proj.adapter_rows"),
+                           logits_mapped_per_row=True, mapping_cache_ignores_slots=True) is None
+    no_removal = [ops[0], step, {"op": "add", "id": 2}, step]
+    assert known.known_bug(_finding("numeric-mismatch", "numeric", 3, no_removal, tensor="step.o_proj.adapter_rows"),
+                           logits_mapped_per_row=True, mapping_cache_ignores_slots=True) is None
+    assert known.label(f, logits_mapped_per_row=True, mapping_cache_ignores_slots=True)["upstream"].startswith(
+        "vllm-project/vllm#47724")
