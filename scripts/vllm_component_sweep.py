@@ -174,7 +174,9 @@ SHORT = ((r"^not driven: vLLM \S+ has no V2 model runner LoraState.*", "not driv
           "not driven on the CPU (Triton experts only on a CUDA-like platform: no LoRA branch in the backend oracle)"),
          (r"^not driven: no MoE block on this vLLM \(No module named '\S+gate_linear'\).*",
           "not driven (no `GateLinear`, `fused_moe/router/gate_linear.py`: before 0.17)"),
-         (r"^not offered: .*keys its graphs on the batch's shape alone.*", "not offered (the release's own dispatch)"))
+         (r"^not offered: .*keys its graphs on the batch's shape alone.*", "not offered (the release's own dispatch)"),
+         (r"^not driven: no V2 runner graph manager of a known shape.*",
+          "not driven (0.15 - 0.16's size-keyed `CudaGraphManager`: `get_cudagraph_size` / `run`, not adapted)"))
 
 
 def _short(cell: str) -> str:

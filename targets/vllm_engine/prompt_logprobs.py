@@ -130,6 +130,9 @@ class Prompts:
               "num_computed_tokens": torch.from_numpy(self.computed.copy()).to(s.device),
               "prompt_lens": self.prompt_len.copy(), "prefill_lens": self.prompt_len.copy(),
               "num_computed_prefill_tokens": np.minimum(self.computed, self.prompt_len)}
+        # the request states' token ids: ``prefill_token_ids`` in 0.15 - 0.16 (the prompt, as far as prompt
+        # positions go), ``all_token_ids`` from 0.17; by signature
+        kw["prefill_token_ids"] = kw["all_token_ids"]
         if "set_lora_rows" in self.f.call:  # a fix of P1 (docs/findings/p1_prompt_logprobs_mapping.patch)
             def set_lora_rows(start: int, end: int) -> None:
                 s.activate(s.lora_state.make_prompt_logprobs_lora_inputs(ids, idx, tokens, start, end), adapters)

@@ -24,6 +24,7 @@ metadata: base-model rows must equal the base output exactly, each adapter's row
 from __future__ import annotations
 
 import functools
+import inspect
 import tempfile
 
 import numpy as np
@@ -203,12 +204,12 @@ class Session:
         if sort is None:
             return reqs
         by_id = {r["id"]: r for r in reqs}
-        drafts = {r["id"]: [0] * r["drafts"] for r in reqs if r.get("drafts")}
-        args = [{r["id"]: r["tokens"] for r in reqs}, drafts, 1 + self.c["num_speculative_tokens"]]
-        import inspect
-        if "draft_tokens" not in inspect.signature(sort).parameters:  # 0.26: no draft tokens (from 0.27 on)
-            del args[1]
-        return [by_id[i] for i in sort(*args)]
+        args = {"num_tokens_per_req": {r["id"]: r["tokens"] for r in reqs},
+                "draft_tokens": {r["id"]: [0] * r["drafts"] for r in reqs if r.get("drafts")},
+                "decode_query_len": 1 + self.c["num_speculative_tokens"]}
+        # by signature: (num_tokens_per_req, decode_query_len) in 0.26 - 0.27, + draft_tokens from 0.28
+        names = inspect.signature(sort).parameters
+        return [by_id[i] for i in sort(*(v for k, v in args.items() if k in names))]
 
     def step(self, op) -> None:
         for rid in op.get("finish", []):

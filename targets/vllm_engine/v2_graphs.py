@@ -68,9 +68,11 @@ def find() -> SimpleNamespace | None:
 
     * ``lora_cases`` (0.24 and later, #35536): ``ModelCudaGraphManager(..., lora_capture_cases=)``, the capture hook
       ``create_lora_capture_hook`` per descriptor, ``dispatch_cg_and_sync_dp(..., num_active_loras=)``;
-    * ``descriptors`` (0.21 - 0.23 trees here): ``ModelCudaGraphManager`` with ``BatchExecutionDescriptor`` and
-      ``dispatch_cg_and_sync_dp``, keyed on the batch's shape alone; ``capture_model`` captures every graph under
-      ``maybe_setup_dummy_loras`` with no LoRA mapping of its own;
+    * ``descriptors`` (0.18 - 0.23 trees here): ``ModelCudaGraphManager`` with ``BatchExecutionDescriptor`` and
+      ``dispatch_cg_and_sync_dp`` (0.20 on; 0.18 - 0.19: the manager's own ``dispatch``, which ``execute_model`` calls
+      and syncs across data-parallel ranks only when there are several: ``_manager_dispatch``), keyed on the batch's
+      shape alone; ``capture_model`` captures every graph under ``maybe_setup_dummy_loras`` with no LoRA mapping of
+      its own;
     * ``sizes`` (0.17 tree here): ``CudaGraphManager(vllm_config, use_aux_hidden_state_outputs, device)``, graphs
       keyed on the padded size (``get_cudagraph_runtime_mode``, ``get_cudagraph_and_dp_padding``), captured the
       same way."""
@@ -87,7 +89,8 @@ def find() -> SimpleNamespace | None:
     hook = getattr(lora_utils, "create_lora_capture_hook", None)
     if hook is not None:
         shape = "lora_cases"
-    elif hasattr(dp_utils, "dispatch_cg_and_sync_dp") and hasattr(cudagraph_utils, "BatchExecutionDescriptor"):
+    elif hasattr(cudagraph_utils, "BatchExecutionDescriptor") and (
+            hasattr(dp_utils, "dispatch_cg_and_sync_dp") or hasattr(cudagraph_utils.CudaGraphManager, "dispatch")):
         shape = "descriptors"
     elif hasattr(cudagraph_utils.CudaGraphManager, "get_cudagraph_runtime_mode"):
         shape = "sizes"
@@ -111,13 +114,23 @@ def find() -> SimpleNamespace | None:
     return SimpleNamespace(
         shape=shape, CUDAGraphMode=CUDAGraphMode, module=cudagraph_utils, piecewise_keyed_on_lora=keyed,
         Manager=getattr(cudagraph_utils, "ModelCudaGraphManager", cudagraph_utils.CudaGraphManager),
-        dispatch=getattr(dp_utils, "dispatch_cg_and_sync_dp", None),
+        dispatch=getattr(dp_utils, "dispatch_cg_and_sync_dp", None) or (_manager_dispatch if shape == "descriptors"
+                                                                         else None),
         dp_padding=getattr(dp_utils, "get_cudagraph_and_dp_padding", None),
         capture_hook=hook, capture_cases=getattr(lora_utils, "get_lora_capture_cases", None),
         active_loras=getattr(lora_utils, "get_num_active_loras_for_dispatch", None), uniform=uniform)
 
 
 MISSING: list[str] = []  # why find() found no V2 graph pieces
+
+
+def _manager_dispatch(manager, num_reqs: int, num_tokens: int, uniform_token_count, dp_size: int, dp_rank: int):
+    """0.18 - 0.19's ``execute_model`` on one data-parallel rank, in ``dispatch_cg_and_sync_dp``'s form:
+    ``cudagraph_manager.dispatch(num_reqs, num_toks, uniform_tok_count)`` (``sync_cudagraph_and_dp_padding`` runs
+    only when ``dp_size > 1``)."""
+    if dp_size != 1:
+        raise ValueError(f"dp_size {dp_size}: the target drives one data-parallel rank (dp_size 1)")
+    return manager.dispatch(num_reqs, num_tokens, uniform_token_count), None
 
 
 class _NoGraphPool(PlatformView):

@@ -109,3 +109,49 @@ def test_a_release_without_lora_target_modules_wraps_every_module_and_the_refere
             "reqs": [{"id": "a", "lora": 1, "tokens": 2, "drafts": 0, "prompt_logprobs": False},
                      {"id": "b", "lora": 0, "tokens": 1, "drafts": 0, "prompt_logprobs": False}]})
     assert _run(Case("vllm_engine", config, ops, ())) == []
+
+
+@needs_vllm
+def test_a_release_whose_prompt_logprobs_worker_takes_prefill_token_ids_is_driven(monkeypatch):
+    """0.15 - 0.16's ``compute_prompt_logprobs`` takes the request states' tokens as ``prefill_token_ids`` (0.17 on:
+    ``all_token_ids``). The target passed only ``all_token_ids``, dropped by the signature filter: every 0.15 case with
+    prompt logprobs was a target error (``TypeError`` at prompt_logprobs.py). Simulated on the pinned release by a
+    worker with 0.15's parameter name: P1's case fails as P1, as it does through the release's own signature."""
+    import inspect
+    found = _import_object("fuzzrunner.targets.vllm_engine:load_engine")()["prompt_logprobs"]
+    real = found.Worker
+
+    class Worker015(real):
+        def compute_prompt_logprobs(self, logits_fn, hidden_states, input_batch, prefill_token_ids, *args, **kw):
+            return real.compute_prompt_logprobs(self, logits_fn, hidden_states, input_batch, prefill_token_ids,
+                                                *args, **kw)
+    params = list(inspect.signature(real.compute_prompt_logprobs).parameters)
+    assert params[4] == "all_token_ids", params  # the pinned release's name, in 0.15's place
+    monkeypatch.setattr(found, "Worker", Worker015)
+    monkeypatch.setattr(found, "call", set(found.call) - {"all_token_ids"} | {"prefill_token_ids"})
+    d = json.loads((ROOT / "docs" / "findings" / "cases" / "p1_prompt_logprobs_mapping.json").read_text())
+    found_now = _run(Case("vllm_engine", d["config"], tuple(d["ops"]), ()))
+    assert found_now and all(v.tool != "target" for v in found_now), [v.message for v in found_now]
+    assert any("prompt_logits" in (v.tensor or "") for v in found_now)
+
+
+@needs_vllm
+def test_a_release_whose_batch_sort_takes_no_draft_tokens_is_driven(monkeypatch):
+    """0.26 - 0.27's ``sort_batch_req_ids(num_tokens_per_req, decode_query_len)`` (``draft_tokens`` in between from
+    0.28): the target passed three arguments, so every 0.26 - 0.27 step was a target error (``TypeError`` at
+    runner.py), found by the third sweep. Simulated on the pinned release by a sort with 0.26's signature, which must
+    be called and order the batch as the real one does."""
+    found = _import_object("fuzzrunner.targets.vllm_engine:load_engine")()
+    real, calls = found["sort_batch_req_ids"], []
+
+    def sort_batch_req_ids(num_tokens_per_req, decode_query_len):  # 0.26.0's signature
+        calls.append(decode_query_len)
+        return real(num_tokens_per_req, {}, decode_query_len)
+    monkeypatch.setitem(found, "sort_batch_req_ids", sort_batch_req_ids)
+    d = json.loads(E1.read_text())
+    ops = ({"op": "add", "id": 1},
+           {"op": "step", "finish": [], "pad": 0, "seed": 3,
+            "reqs": [{"id": "a", "lora": 1, "tokens": 3, "drafts": 0, "prompt_logprobs": False},
+                     {"id": "b", "lora": 0, "tokens": 1, "drafts": 0, "prompt_logprobs": False}]})
+    assert _run(Case("vllm_engine", dict(d["config"], num_speculative_tokens=0), ops, ())) == []
+    assert calls == [1]

@@ -258,3 +258,23 @@ def test_a_repeated_batch_after_a_removal_is_c1_only_where_the_mapping_cache_ign
                            logits_mapped_per_row=True, mapping_cache_ignores_slots=True) is None
     assert known.label(f, logits_mapped_per_row=True, mapping_cache_ignores_slots=True)["upstream"].startswith(
         "vllm-project/vllm#47724")
+
+
+def test_a_never_written_read_at_a_padding_row_of_a_step_is_v0_where_the_start_up_maps_nothing():
+    """V0's padded-step form (the third sweep, 0.16 - 0.20): a base-model step of 1 token padded to 8 reads the
+    embedding's offsets at padding column 1, which no mapping ever wrote (0.15 - 0.21's start-up maps nothing).
+    Not V0 at a scheduled row, nor a stale read, nor where the release's start-up maps every row (0.22 on)."""
+    step = {"op": "step", "finish": [], "pad": 7, "seed": 0,
+            "reqs": [{"id": "r2", "lora": 0, "tokens": 1, "drafts": 0, "prompt_logprobs": False}]}
+    ops = [dict(step, pad=0, reqs=[dict(step["reqs"][0], id="r1")]), step]
+
+    def read(element, kind="uninitialized-read", op=step):
+        f = _finding(kind, "shadow", 1, [ops[0], op],
+                     tensor="torch.empty@vllm/lora/punica_wrapper/punica_base.py:147")
+        f["violation"]["details"]["element"] = element
+        return f
+    assert sweep.category(read([1, 1]), True, dummy_maps_nothing=True) == "V0"
+    assert sweep.category(read([1, 1]), True, dummy_maps_nothing=False) == "other"
+    assert sweep.category(read([1, 0]), True, dummy_maps_nothing=True) == "other"  # the scheduled row
+    assert sweep.category(read([1, 1], kind="stale-read"), True, dummy_maps_nothing=True) == "other"
+    assert sweep.category(read([1, 1], op=dict(step, pad=0)), True, dummy_maps_nothing=True) == "other"

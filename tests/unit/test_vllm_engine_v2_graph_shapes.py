@@ -29,3 +29,55 @@ def test_the_lora_dispatch_fault_is_unavailable_before_lora_capture_cases_saying
     assert set(why) == {"graph_dispatch_ignores_lora"} and "#35536" in why["graph_dispatch_ignores_lora"]
     assert v2_graph_faults.unavailable({"v2_graphs": SimpleNamespace(shape="lora_cases")}) == {}
     assert set(v2_graph_faults.unavailable({"v2_graphs": None})) == set(v2_graph_faults.FAULTS)
+
+
+def _fake_vllm(monkeypatch, manager: type, dp_funcs: dict) -> None:
+    """Fake vLLM modules in the shape one release's V2-runner graph pieces have (what ``find`` imports)."""
+    import sys
+    from types import ModuleType
+    mods = {}
+    for name in ("vllm", "vllm.config", "vllm.v1", "vllm.v1.worker", "vllm.v1.worker.gpu",
+                 "vllm.v1.worker.gpu.cudagraph_utils", "vllm.v1.worker.gpu.dp_utils", "vllm.v1.worker.gpu.lora_utils",
+                 "vllm.v1.worker.utils"):
+        mods[name] = ModuleType(name)
+        monkeypatch.setitem(sys.modules, name, mods[name])
+    mods["vllm.config"].CUDAGraphMode = object
+    cg = mods["vllm.v1.worker.gpu.cudagraph_utils"]
+    cg.BatchExecutionDescriptor, cg.CudaGraphManager = tuple, manager
+    cg.ModelCudaGraphManager = type("ModelCudaGraphManager", (manager,), {})
+    vars(mods["vllm.v1.worker.gpu.dp_utils"]).update(dp_funcs)
+    for parent, child in (("vllm.v1.worker.gpu", "cudagraph_utils"), ("vllm.v1.worker.gpu", "dp_utils"),
+                          ("vllm.v1.worker.gpu", "lora_utils")):
+        setattr(mods[parent], child, mods[f"{parent}.{child}"])
+
+
+def test_0_18_s_graphs_dispatched_by_the_manager_itself_are_driven(monkeypatch):
+    """0.18 - 0.19: ``BatchExecutionDescriptor`` graphs, dispatched by ``CudaGraphManager.dispatch(num_reqs,
+    num_tokens, uniform_token_count)`` (``execute_model`` syncs across data-parallel ranks only when there are several;
+    ``dispatch_cg_and_sync_dp`` came in 0.20). ``find`` knew only the 0.20+ function: 0.18 and 0.19 got no V2 graph
+    cases ("no V2 runner graph manager of a known shape"), W1 unchecked there."""
+    from targets.vllm_engine import v2_graphs
+
+    class Manager:
+        def dispatch(self, num_reqs, num_tokens, uniform_token_count):
+            return ("desc", num_reqs, num_tokens, uniform_token_count)
+    _fake_vllm(monkeypatch, Manager, {"sync_cudagraph_and_dp_padding": lambda *a: None})
+    g = v2_graphs.find()
+    assert g is not None and g.shape == "descriptors", v2_graphs.MISSING
+    assert g.dispatch(Manager(), 2, 5, None, 1, 0) == (("desc", 2, 5, None), None)
+    with pytest.raises(ValueError, match="dp_size 2"):
+        g.dispatch(Manager(), 2, 5, None, 2, 0)
+
+
+def test_0_15_s_size_keyed_graph_manager_is_refused_saying_why(monkeypatch):
+    """0.15 - 0.16: ``CudaGraphManager.get_cudagraph_size`` / ``run`` (no descriptors, no runtime mode): a shape the
+    target does not drive; ``find`` says so and the target runs without V2 graph cases."""
+    from targets.vllm_engine import v2_graphs
+
+    class Manager:
+        def get_cudagraph_size(self, *a):
+            return None
+    _fake_vllm(monkeypatch, Manager, {})
+    import sys
+    monkeypatch.delattr(sys.modules["vllm.v1.worker.gpu.cudagraph_utils"], "BatchExecutionDescriptor")
+    assert v2_graphs.find() is None and "no V2 runner graph manager of a known shape" in v2_graphs.MISSING[0]
