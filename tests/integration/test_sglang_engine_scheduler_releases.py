@@ -52,6 +52,9 @@ def test_sglangs_scheduler_runs_on_each_release_shape(version):
         if version in NO_DRAINER and fault == "drain_never_cleared":
             assert got is None and without is None, (version, got, without)  # unavailable / refused
             continue
+        # init_new_fetches_one: a KeyError in prepare_lora_batch on 0.5.20+ (the minimal case's "crash"); before,
+        # the pool check's "not resident after prepare_lora_batch" (with the logits it breaks)
+        kinds = ("crash", "state-violation") if fault == "init_new_fetches_one" else kinds
         assert got and {v[0] for v in got} & set(kinds), (version, fault, got)
         assert not [v for v in got if v[1] == "target"], (version, fault, got)
         assert without == [], (version, fault, without)
