@@ -93,6 +93,8 @@ def load():
     turned off with ``FUZZRUNNER_SGLANG_SCHEDULER=0``: the earlier path, re-stated admission and LoRA lines)."""
     if os.environ.get("FUZZRUNNER_SGLANG_SCHEDULER", "1") == "0":
         return None, "turned off (FUZZRUNNER_SGLANG_SCHEDULER=0)"
+    # req_time_stats: set_wait_queue_entry_time (0.5.10+); 0.5.9's TimeStats (metrics/collector.py) has none, and
+    # every served step failed there
     try:
         from sglang.srt.managers import schedule_batch
         from sglang.srt.managers.scheduler import Scheduler
@@ -100,9 +102,7 @@ def load():
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
         from sglang.srt.model_executor.model_runner import ModelRunner
-        # Server.submit's entry stamp (set_wait_queue_entry_time, 0.5.10+): 0.5.9's TimeStats (metrics/collector.py)
-        # has none, and every served step failed there
-        from sglang.srt.observability import req_time_stats  # noqa: F401
+        from sglang.srt.observability import req_time_stats  # noqa: F401 - Server.submit's entry stamp (0.5.10+)
         from sglang.srt.sampling.sampling_params import SamplingParams
         TokenToKVPoolAllocator = release_shape.token_allocator()
     except Exception as e:  # noqa: BLE001 - any import failure: the release's admission is driven the older way
