@@ -106,7 +106,7 @@ def seed_left_out(case, drawn: tuple) -> str | None:
 def make_target():
     from fuzzrunner.target import Target
 
-    from . import cases, faults, frontend, known
+    from . import cases, faults, frontend, known, scheduler_faults
     eng = load_engine()  # the same for every device: a case's run fits it to its own (ctx.device)
     drawn = drawn_backends(eng.api.backends)
     return Target(
@@ -117,7 +117,8 @@ def make_target():
                     f"the adapter-management API, the scheduler's admission, the decode graph's capture",
         cases=functools.partial(cases.sglang_engine_cases, modules=eng.api.modules, frontend=eng.frontend is not None,
                                 logprobs=eng.logits_processor, backends=drawn,
-                                scheduler=eng.scheduler is not None),
+                                scheduler=eng.scheduler is not None,
+                                drainer=eng.scheduler is not None and eng.scheduler.drainer),
         run=_run,
         # the known bugs' minimal cases (docs/sglang.md, the sweep's triage), replayed first: a deterministic verdict
         # per release; FUZZRUNNER_SGLANG_SEEDS=0 leaves them out (a planted fault found from scratch)
@@ -127,10 +128,11 @@ def make_target():
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),
         faults_unavailable=faults.unavailable(eng.api, eng.frontend, eng.logits_processor, eng.scheduler is not None,
-                                              drawn),
+                                              drawn) | scheduler_faults.unavailable(eng.scheduler, eng.api.version),
         features=cases.features,
         feature_space=cases.feature_space(eng.api.modules, eng.frontend is not None, eng.logits_processor,
-                                          drawn, eng.scheduler is not None),
+                                          drawn, eng.scheduler is not None,
+                                          eng.scheduler is not None and eng.scheduler.drainer),
         details=(f"sglang engine {eng.version} (from {eng.tree})", *eng.api.found(),
                  "logits: " + ("SGLang's LogitsProcessor (last token per request, input-logprob passes)"
                                if eng.logits_processor else

@@ -124,7 +124,7 @@ PROGRAM = _program()
 @st.composite
 def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
                         modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False,
-                        backends: tuple = BACKENDS, scheduler: bool = False) -> Case:
+                        backends: tuple = BACKENDS, scheduler: bool = False, drainer: bool = True) -> Case:
     """``modules``: the target modules the release's LoRA pool has buffers for (api.EngineAPI.modules);
     ``frontend``: whether the release's adapter-management API is driven (frontend.py); ``logprobs``: whether
     SGLang's LogitsProcessor is driven (batch.py), so extend steps may ask for input logprobs; ``backends``: the
@@ -152,8 +152,9 @@ def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: s
         cfg["max_running_requests"] = draw(st.sampled_from([2, 3, 4]))
         cfg["chunked_prefill_size"] = draw(st.sampled_from([None, None, 2, 3]))
         cfg["max_prefill_tokens"] = draw(st.sampled_from([16384, 16384, 4]))
-        # --lora-drain-wait-threshold, in rounds (the scheduler path's clock): 0 = no drainer
-        cfg["lora_drain_wait_threshold"] = draw(st.sampled_from([0.0, 0.0, 1.0, 2.0]))
+        # --lora-drain-wait-threshold, in rounds (the scheduler path's clock): 0 = no drainer; 0.5.12+ (``drainer``)
+        if drainer:
+            cfg["lora_drain_wait_threshold"] = draw(st.sampled_from([0.0, 0.0, 1.0, 2.0]))
     ops = draw(PROGRAM.ops(lambda: _State(cfg, frontend, logprobs, scheduler), max_ops=max_ops))
     return Case("sglang_engine", cfg, tuple(ops), tuple(faults))
 
@@ -170,8 +171,9 @@ def features(case) -> set:
     if "max_running_requests" in c:
         out |= {f"max_running_requests={c['max_running_requests']}",
                 "chunked_prefill=" + ("on" if c.get("chunked_prefill_size") else "off"),
-                "max_prefill_tokens=" + ("small" if c.get("max_prefill_tokens", 16384) < 16 else "default"),
-                "drain=" + ("on" if c.get("lora_drain_wait_threshold") else "off")}
+                "max_prefill_tokens=" + ("small" if c.get("max_prefill_tokens", 16384) < 16 else "default")}
+    if "lora_drain_wait_threshold" in c:
+        out.add("drain=" + ("on" if c["lora_drain_wait_threshold"] else "off"))
     if "logprob_chunk" in c:
         chunk = c["logprob_chunk"]
         out.add("logprob_chunk=" + ("default" if chunk is None else "off" if chunk == 0 else "small"))
@@ -216,7 +218,7 @@ def _step_features(op: dict, loaded: list, slots: int) -> set:
 
 
 def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False,
-                  backends: tuple = BACKENDS, scheduler: bool = False) -> tuple:
+                  backends: tuple = BACKENDS, scheduler: bool = False, drainer: bool = True) -> tuple:
     """Every feature ``features`` gives for a release whose pool has buffers for ``modules`` (and whose
     adapter-management API is driven: ``frontend``; whose LogitsProcessor is driven: ``logprobs``)."""
     return tuple(
@@ -229,8 +231,8 @@ def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logpr
         + (["logprob_chunk=default", "logprob_chunk=off", "logprob_chunk=small", "step=input-logprobs"]
            if logprobs else [])
         + ([f"max_running_requests={m}" for m in (2, 3, 4)] + ["chunked_prefill=on", "chunked_prefill=off",
-           "max_prefill_tokens=small", "max_prefill_tokens=default", "drain=on", "drain=off", "step=multi-round",
-           "step=late-arrival", "step=stream"] if scheduler else []))
+           "max_prefill_tokens=small", "max_prefill_tokens=default", "step=multi-round", "step=late-arrival",
+           "step=stream"] + (["drain=on", "drain=off"] if drainer else []) if scheduler else []))
 
 
 FEATURE_SPACE = feature_space()

@@ -100,6 +100,9 @@ class Session:
         if eng.scheduler is None and _served(case):
             raise InvalidCase(f"the scheduler path is not driven on SGLang {eng.version}; a case with arrival rounds, "
                               f"tokens to generate or a drain threshold needs it ({eng.scheduler_why}).")
+        if c.get("lora_drain_wait_threshold") and eng.scheduler is not None and not eng.scheduler.drainer:
+            raise InvalidCase(f"lora_drain_wait_threshold={c['lora_drain_wait_threshold']}: SGLang {eng.version} has "
+                              f"no LoRADrainer (--lora-drain-wait-threshold: 0.5.12+); leave it 0 or out.")
         missing = sorted(set(c["target_modules"]) - set(api.modules))
         if missing:
             raise InvalidCase(f"target modules {missing}: SGLang {eng.version}'s LoRA pool has no buffers for them "
@@ -109,7 +112,8 @@ class Session:
             enable_lora=True, lora_backend=c["backend"], max_loras_per_batch=c["max_loras_per_batch"],
             max_lora_rank=c["max_lora_rank"], lora_target_modules=list(c["target_modules"]),
             lora_eviction_policy=c["eviction_policy"], max_lora_chunk_size=c.get("chunk", 16),
-            max_loaded_loras=c.get("max_loaded_loras"), **scheduler_knobs(c, eng.scheduler is not None))
+            max_loaded_loras=c.get("max_loaded_loras"), **scheduler_knobs(
+                c, eng.scheduler is not None, eng.scheduler is not None and eng.scheduler.drainer))
         api.publish(self.server_args, ctx.device, eng.hf_config)
         self.model = tiny.build(eng.hf_config, self.dtype, self.device)
         self.base = tiny.base_weights(self.model)

@@ -13,7 +13,9 @@ methods run on a ``Scheduler`` / ``ModelRunner`` object holding exactly what tho
 release's own ``init_*`` methods where it has them (``init_running_status``, ``init_chunked_prefill``,
 ``init_schedule_policy``, ``init_lora_drainer``, ``init_beam_coordinator``, ``init_kv_index_translator``,
 ``init_ngram_embedding_manager``); the knobs are read from the runtime context the case's ``ServerArgs`` was
-published into, as the server reads them.
+published into, as the server reads them. Where a release's shape differs (0.5.12 - 0.5.19: where the knobs are
+read, the loop's call, the token relay, the constructors' fields), ``scheduler_release.py`` finds it by what the
+release has.
 
 Re-stated (each says why, docs/sglang.md's table): the loop of ``event_loop_normal`` (non-overlap: one
 ``get_next_batch_to_run``, the batch run, its result processed), ``TpModelWorker.forward_batch_generation``'s
@@ -31,9 +33,10 @@ import importlib
 import inspect
 import os
 import types
-from array import array
 
 import torch
+
+from . import scheduler_release as release_shape
 
 # the Scheduler's methods the loop runs, each SGLang's own (a release without one: the path is not driven there)
 SCHED_METHODS = (
@@ -46,10 +49,9 @@ LORA_ADMISSION = ("can_schedule_lora_req", "_can_schedule_lora_req")
 SCHED_OPTIONAL = (
     "get_prefill_adder_class", "_reqs_finishing_inflight", "process_pending_chunked_abort", "_process_hicache_events",
     "_should_defer_prefill", "_arm_prefill_decode_interval", "init_lora_drainer", "init_beam_coordinator",
-    "_relay_forward_payload", "flush_cache", "is_fully_idle", "send_control_output")
-# methods the loop of 0.5.14 - 0.5.19 calls each round whose state the scheduler object does not hold yet (the
-# waiting and running timeouts' clocks and queues): a release that has them is not driven (work left, no GPU needed)
-NOT_ADAPTED = ("_abort_on_waiting_timeout", "_abort_on_running_timeout")
+    "_relay_forward_payload", "flush_cache", "is_fully_idle", "send_control_output",
+    "_abort_on_waiting_timeout", "_abort_on_running_timeout", "_should_delay_dflash_prefill_for_batching",
+    "_maybe_prepare_ngram_embedding", "maybe_prepare_mlp_sync_batch")
 RUNNER_METHODS = ("init_kv_index_translator", "init_ngram_embedding_manager")
 CLOCK_START = 1000.0  # virtual seconds: 0.0 is "never stamped" to Req's time stats
 
@@ -71,7 +73,7 @@ class Clock:
 CLOCK = Clock()
 
 
-DRIVEN_ON = "0.5.20 - 0.5.23"  # the releases whose scheduler shape is adapted (docs/sglang.md, "not driven" table)
+DRIVEN_ON = "0.5.10 - 0.5.23"  # the releases whose scheduler shape is adapted (docs/sglang.md, "not driven" table)
 
 
 def _lacks(e: Exception) -> str:
@@ -91,17 +93,18 @@ def load():
     turned off with ``FUZZRUNNER_SGLANG_SCHEDULER=0``: the earlier path, re-stated admission and LoRA lines)."""
     if os.environ.get("FUZZRUNNER_SGLANG_SCHEDULER", "1") == "0":
         return None, "turned off (FUZZRUNNER_SGLANG_SCHEDULER=0)"
+    # req_time_stats: set_wait_queue_entry_time (0.5.10+); 0.5.9's TimeStats (metrics/collector.py) has none, and
+    # every served step failed there
     try:
         from sglang.srt.managers import schedule_batch
-        from sglang.srt.managers.overlap_utils import resolve_forward_inputs
         from sglang.srt.managers.scheduler import Scheduler
         from sglang.srt.mem_cache import common
-        from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
         from sglang.srt.model_executor.model_runner import ModelRunner
-        from sglang.srt.runtime_context import get_parallel, get_schedule  # noqa: F401 - the knobs' source (0.5.14+)
+        from sglang.srt.observability import req_time_stats  # noqa: F401 - Server.submit's entry stamp (0.5.10+)
         from sglang.srt.sampling.sampling_params import SamplingParams
+        TokenToKVPoolAllocator = release_shape.token_allocator()
     except Exception as e:  # noqa: BLE001 - any import failure: the release's admission is driven the older way
         return None, f"the scheduler path is driven on SGLang {DRIVEN_ON} only: this release {_lacks(e)}"
     why = unsupported(Scheduler)
@@ -109,47 +112,23 @@ def load():
         return None, why
     try:  # 0.5.12+: --lora-drain-wait-threshold's LoRADrainer
         importlib.import_module("sglang.srt.lora.lora_drainer").time = CLOCK  # module doc: the threshold counts rounds
+        drainer = True
     except ImportError:
-        pass
-    return types.SimpleNamespace(
-        Scheduler=Scheduler, ModelRunner=ModelRunner, Req=schedule_batch.Req,
-        ScheduleBatch=schedule_batch.ScheduleBatch,
-        SamplingParams=SamplingParams, ReqToTokenPool=ReqToTokenPool, MHATokenToKVPool=MHATokenToKVPool,
-        TokenToKVPoolAllocator=TokenToKVPoolAllocator, CacheInitParams=CacheInitParams, tree_cache=_tree_cache(),
-        release_kv_cache=_release(common.release_kv_cache),
-        checkpoint_kv_cache=getattr(common, "checkpoint_kv_cache", None) or common.maybe_cache_unfinished_req,
-        resolve_forward_inputs=resolve_forward_inputs), ""
-
-
-def _tree_cache():
-    """The tree cache the release's server makes for a dense model with ``--disable-radix-cache`` and chunked prefill
-    (``mem_cache/registry.py``'s default factory): 0.5.20+ a ``UnifiedRadixCache`` of the FULL component, disabled;
-    before, a ``ChunkCache`` (``registry.py:91-95`` in 0.5.19; the scheduler's own lines before the registry)."""
+        drainer = False
     try:
-        from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
-        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
-        return UnifiedRadixCache, {"tree_components": (ComponentType.FULL,)}
-    except ImportError:
-        from sglang.srt.mem_cache.chunk_cache import ChunkCache
-        return ChunkCache, {}
-
-
-def _one_rank_state():
-    """SGLang's own one-rank ``ParallelState`` (``ParallelState.trivial()``, 0.5.19 - 0.5.20), or None (no such
-    class: the release reads the widths from the runtime context)."""
-    try:
-        from sglang.srt.distributed.parallel_state_wrapper import ParallelState
-    except ImportError:
-        return None
-    return ParallelState.trivial()
-
-
-def _release(release_kv_cache):
-    """A finished request's KV given back as the release's result processing gives it back: 0.5.22+ checkpoint what
-    it computed first (``checkpoint=True``); before, ``release_kv_cache(req, tree)`` (its ``is_insert`` default)."""
-    if "checkpoint" in inspect.signature(release_kv_cache).parameters:
-        return lambda req, tree: release_kv_cache(req, tree, checkpoint=True)
-    return lambda req, tree: release_kv_cache(req, tree)
+        return types.SimpleNamespace(
+            Scheduler=Scheduler, ModelRunner=ModelRunner, Req=schedule_batch.Req, drainer=drainer,
+            ScheduleBatch=schedule_batch.ScheduleBatch,
+            SamplingParams=SamplingParams, ReqToTokenPool=ReqToTokenPool, MHATokenToKVPool=MHATokenToKVPool,
+            TokenToKVPoolAllocator=TokenToKVPoolAllocator, CacheInitParams=CacheInitParams,
+            tree_cache=release_shape.tree_cache(),
+            release_kv_cache=release_shape.release(common.release_kv_cache),
+            checkpoint_kv_cache=release_shape.checkpoint(common),
+            resolve_forward_inputs=release_shape.forward_inputs_resolver(),
+            token_ids=release_shape.token_ids(schedule_batch.Req)), ""
+    except Exception as e:  # noqa: BLE001 - a shape not foreseen: the release's admission is driven the older way
+        # (before, an unforeseen name here failed the whole engine's import: 0.5.10 lacks maybe_cache_unfinished_req)
+        return None, f"the scheduler path is driven on SGLang {DRIVEN_ON} only: this release {_lacks(e)}"
 
 
 # the server knobs of the scheduler path (cases.py draws them), with the server's defaults where a case has none
@@ -158,24 +137,34 @@ SCHED_KNOBS = {"max_running_requests": 4, "chunked_prefill_size": -1, "max_prefi
 KV_TOKENS = 256  # --max-total-tokens: room for every case's requests (retraction is not driven)
 
 
-def scheduler_knobs(c: dict, driven: bool) -> dict:
-    """The ServerArgs keywords of a case's scheduler knobs (none where the scheduler path is not driven)."""
+def scheduler_knobs(c: dict, driven: bool, drainer: bool = True) -> dict:
+    """The ServerArgs keywords of a case's scheduler knobs (none where the scheduler path is not driven; no
+    ``--lora-drain-wait-threshold`` where the release has no drainer, 0.5.10 - 0.5.11: its ServerArgs has no such
+    field, and a case asking a drain there is refused, runner.Session)."""
     if not driven:
         return {}
-    out = {k: c.get(k, v) for k, v in SCHED_KNOBS.items()}
+    out = {k: c.get(k, v) for k, v in SCHED_KNOBS.items() if drainer or k != "lora_drain_wait_threshold"}
     out["chunked_prefill_size"] = out["chunked_prefill_size"] or -1
     return out | {"max_total_tokens": KV_TOKENS, "disable_overlap_schedule": True}
 
 
 def unsupported(cls) -> str:
-    """Why the release's ``Scheduler`` cannot run the loop (the methods it lacks), or "" where it can."""
+    """Why the release's ``Scheduler`` cannot run the loop (the methods it lacks), or "" where it can. The LoRA check
+    is a method (0.5.12+) or inline in ``_get_new_batch_prefill_raw`` (0.5.10 - 0.5.11: ``validate_lora_batch`` of
+    the running adapters and the request's, ``scheduler.py:2639-2655`` in 0.5.11)."""
     lacking = [m for m in SCHED_METHODS if not hasattr(cls, m)] + \
-        ([] if any(hasattr(cls, m) for m in LORA_ADMISSION) else [" / ".join(LORA_ADMISSION)])
-    if lacking:
-        return f"the release's Scheduler lacks {', '.join(lacking)}"
-    other = [m for m in NOT_ADAPTED if hasattr(cls, m)]
-    return (f"the release's scheduler loop calls {', '.join(other)}, whose state the target's scheduler object does "
-            f"not hold yet (0.5.14 - 0.5.19: work left)") if other else ""
+        ([] if any(hasattr(cls, m) for m in LORA_ADMISSION) or inline_lora_check(cls)
+         else [" / ".join(LORA_ADMISSION)])
+    return f"the release's Scheduler lacks {', '.join(lacking)}" if lacking else ""
+
+
+def inline_lora_check(cls) -> bool:
+    """Whether the release's loop checks a request's adapter inline (0.5.10 - 0.5.11), with no method of its own."""
+    raw = getattr(cls, "_get_new_batch_prefill_raw", None)
+    try:
+        return raw is not None and "validate_lora_batch(" in inspect.getsource(raw)
+    except (OSError, TypeError):  # no source (a stand-in)
+        return False
 
 
 def scheduler_methods(cls) -> tuple:
@@ -183,9 +172,9 @@ def scheduler_methods(cls) -> tuple:
     return SCHED_METHODS + tuple(m for m in SCHED_OPTIONAL + LORA_ADMISSION if hasattr(cls, m))
 
 
-def admission_name(cls) -> str:
-    """The release's name of the admission's LoRA check."""
-    return next(m for m in LORA_ADMISSION if hasattr(cls, m))
+def admission_name(cls) -> str | None:
+    """The release's name of the admission's LoRA check (None: inline, 0.5.10 - 0.5.11)."""
+    return next((m for m in LORA_ADMISSION if hasattr(cls, m)), None)
 
 
 def _shape(name: str, cls, methods) -> object:
@@ -199,11 +188,10 @@ class Server:
 
     def __init__(self, sl, session):
         from sglang.srt.configs.model_config import ModelConfig
-        from sglang.srt.runtime_context import get_context, get_lora, get_parallel, get_schedule
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
         self.sl, self.s = sl, session
         sa = session.server_args
-        sched = get_schedule()
+        sched, lora = release_shape.knob_source(sa)
         self.model_config = ModelConfig.from_server_args(sa)
         self.max_running = sched.max_running_requests
         self.kv_size = sa.max_total_tokens
@@ -229,13 +217,19 @@ class Server:
         mr.req_to_token_pool, mr.token_to_kv_pool_allocator, mr.token_to_kv_pool = self.req_pool, self.alloc, self.kv
         mr.prefill_attention_backend_str = "torch_native"  # the CPU server's attention backend (no AMX: its log)
         mr.attn_backend, mr.prefill_aware_swa = None, False
-        parallel = get_parallel()  # ModelRunner.__init__'s widths (0.5.21 reads attn_dcp_* in init_new), one rank
+        # ModelRunner.__init__'s widths (0.5.21 reads attn_dcp_* in init_new), one rank
+        parallel = release_shape.one_rank_widths()
         for k in ("tp_rank", "tp_size", "dp_size", "attn_dp_size", "pp_rank", "pp_size", "attn_cp_rank",
                   "attn_cp_size", "attn_dcp_rank", "attn_dcp_size", "moe_ep_size", "dp_rank"):
             if hasattr(parallel, k):
                 setattr(mr, k, getattr(parallel, k))
-        mr.ps = _one_rank_state()  # 0.5.19 - 0.5.20: the ModelRunner is handed the scheduler's ParallelState
+        # 0.5.16 - 0.5.20: the ModelRunner is handed the scheduler's ParallelState
+        mr.ps = release_shape.one_rank_state()
         mr.server_args = sa  # read by 0.5.16 - 0.5.18's init_ngram_embedding_manager
+        # what 0.5.12 - 0.5.15's init_new reads of the runner, as ModelRunner.__init__ sets it for this dense Llama
+        # model without mrope (``model_is_mrope``: no mrope_section in its rope scaling) on one rank (dcp_size 1)
+        mr.use_ngram_embedding = mr.model_is_mrope = mr.is_hybrid_swa = False
+        mr.mambaish_config, mr.dcp_rank, mr.dcp_size = None, 0, 1
         for m in RUNNER_METHODS:  # 0.5.19+, 0.5.16+
             if hasattr(mr, m):
                 getattr(mr, m)()
@@ -248,7 +242,10 @@ class Server:
         for k in ("schedule_policy", "enable_priority_scheduling", "schedule_low_priority_values_first",
                   "priority_scheduling_preemption_threshold"):
             setattr(sc, k, getattr(sched, k))
-        sc.enable_lora, sc.max_loras_per_batch = True, get_lora().max_loras_per_batch
+        sc.enable_lora, sc.max_loras_per_batch = True, lora.max_loras_per_batch
+        sc.ps = mr.ps  # 0.5.16 - 0.5.18's init_chunked_prefill reads ps.pp_size (the scheduler's own ParallelState)
+        for k, v in release_shape.SCHEDULER_RANKS.items():  # 0.5.10 - 0.5.11 keep them on the scheduler
+            setattr(sc, k, v)
         sc.enable_lora_overlap_loading = False  # not drawn: a CUDA stream (docs/sglang.md, "LoRA knobs")
         sc.enable_overlap = sc.enable_overlap_mlx = False  # the non-overlap loop (module doc)
         sc.spec_algorithm = SpeculativeAlgorithm.from_string(None)
@@ -269,34 +266,30 @@ class Server:
         sc.max_req_input_len, sc.max_new_tokens_limit, sc.device = self.max_req_len - 1, None, dev
         sc.min_free_slots_delayer, sc.dynamic_chunk_sizer, sc.truncation_align_size = None, None, None
         sc.disaggregation_mode = importlib.import_module("sglang.srt.disaggregation.utils").DisaggregationMode.NULL
-        if not get_parallel().pp_max_micro_batch_size:  # Scheduler.init_model_worker's default
-            get_context().override("scheduler.pp_max_micro_batch_size_default",
-                                   pp_max_micro_batch_size=max(self.max_running, 1))
+        release_shape.default_micro_batch(max(self.max_running, 1))  # Scheduler.init_model_worker's default
         sc.tp_worker = types.SimpleNamespace(model_runner=mr)
         sc.ipc_channels = None  # 0.5.22's init_running_status hands it to its flush wrapper (kept, not used): no IPC
         sc.init_running_status()
         sc.init_chunked_prefill()
         sc.init_schedule_policy()
-        if hasattr(sc, "init_lora_drainer"):
-            sc.init_lora_drainer()
-        else:  # before 0.5.12: no drainer; the admission reads none
-            sc.lora_drainer = None
-        sc.future_map = sc.spec_algorithm.create_future_map(dev, self.req_pool, needs_cpu_seq_lens=True,
-                                                            needs_confidence_relay=False)
+        release_shape.init_lora_drainer(sc, sa)
+        sc.future_map = release_shape.future_map(sc, dev, self.req_pool)
         if hasattr(sc, "init_beam_coordinator"):  # 0.5.19+ (beam search); before, the loop reads no coordinator
             sc.init_beam_coordinator()
         sc.grammar_manager = types.SimpleNamespace(has_waiting_grammars=lambda: False)
+        # the pending-token count of the prefill stats (metrics: not run; 0.5.12's metrics mixin method the same)
         sc.load_inquirer = types.SimpleNamespace(_get_num_pending_tokens=lambda chunk_deduct=0: 0)
-        dp_attn = importlib.import_module("sglang.srt.managers.scheduler_components.dp_attn")
-        # without DP attention its hooks hand the batch back (0.5.19 - 0.5.21 also take the TP group and the parallel
-        # state, read only for the MLP sync of DP attention: none here)
-        extra = {k: v for k, v in (("tp_group", None), ("ps", mr.ps), ("server_args", sa))
-                 if k in inspect.signature(dp_attn.SchedulerDPAttnAdapter).parameters}
-        sc.dp_attn_adapter = dp_attn.SchedulerDPAttnAdapter(
+        sc._get_num_pending_tokens = sc.load_inquirer._get_num_pending_tokens
+        # without DP attention its hooks hand the batch back; each release takes the fields it declares (the model
+        # runner 0.5.17+; the TP group and the parallel state 0.5.13 - 0.5.21, read only for the MLP sync of DP
+        # attention: none here); 0.5.12 has them as a mixin's methods (SCHED_OPTIONAL)
+        sc.dp_attn_adapter = release_shape.dp_attn_adapter(
             model_runner=mr, req_to_token_pool=self.req_pool, token_to_kv_pool_allocator=self.alloc,
             tree_cache=self.tree, offload_tags=set(), model_config=self.model_config, enable_overlap=False,
-            spec_algorithm=sc.spec_algorithm, get_require_mlp_sync=lambda: False, **extra)
+            spec_algorithm=sc.spec_algorithm, get_require_mlp_sync=lambda: False, tp_group=None, ps=mr.ps,
+            server_args=sa)
         sc.ngram_embedding_manager = mr.ngram_embedding_manager
+        sc.use_ngram_embedding = False  # 0.5.12 - 0.5.15's loop asks it (Scheduler.__init__: the model has none)
         sc._pending_chunked_abort_req = None
         sc.scheduler_stage_metrics = None  # metrics off: the stage decorators call through
         self.sc = sc
@@ -315,7 +308,7 @@ class Server:
         sl, sc = self.sl, self.sc
         sp = sl.SamplingParams(max_new_tokens=max_new, temperature=0, ignore_eos=True)
         sp.normalize(None)
-        req = sl.Req(rid, "", array("q", tokens), sp, lora_id=lora_id, vocab_size=self.s.eng.hf_config.vocab_size)
+        req = sl.Req(rid, "", sl.token_ids(tokens), sp, lora_id=lora_id, vocab_size=self.s.eng.hf_config.vocab_size)
         sc.init_req_max_new_tokens(req)
         req.time_stats.set_wait_queue_entry_time(CLOCK.now)
         sc.waiting_queue.append(req)  # _add_request_to_queue's line for a non-disaggregated server
@@ -325,10 +318,9 @@ class Server:
     def round(self):
         """One scheduler step: the next batch (SGLang's ``get_next_batch_to_run``), or None."""
         sc = self.sc
-        plan = sc.get_next_batch_to_run(sc.running_batch, sc.last_batch)
-        sc.running_batch = plan.running_batch
-        batch = plan.batch_to_run
-        sc.cur_batch_for_debug = batch
+        batch = release_shape.next_batch(sc)
+        if batch is None:
+            sc.last_batch = None  # the loop's last line (a round that ran a batch sets it in finish_round)
         self.rounds += 1
         CLOCK.now += 1.0
         return batch
@@ -337,30 +329,33 @@ class Server:
         """``forward_batch_generation``'s first step: ``resolve_forward_inputs`` then ``ForwardBatch.init_new`` (its
         LoRA part: ``fetch_new_loras``, ``prepare_lora_batch``)."""
         from sglang.srt.model_executor.forward_batch_info import ForwardBatch
-        self.sl.resolve_forward_inputs(batch, self.sc.future_map)
-        return ForwardBatch.init_new(batch, self.mr, return_hidden_states_before_norm=False)
+        if self.sl.resolve_forward_inputs is not None:
+            self.sl.resolve_forward_inputs(batch, self.sc.future_map)
+        else:  # 0.5.12: run_batch hands the worker the batch's ModelWorkerBatch (its input ids set by the batch)
+            batch = batch.get_model_worker_batch()
+        return ForwardBatch.init_new(batch, self.mr, **release_shape.accepted(  # the keyword: 0.5.16+
+            ForwardBatch.init_new, return_hidden_states_before_norm=False))
 
     def finish_round(self, batch, next_ids: torch.Tensor) -> list:
         """The sampled tokens relayed (``_relay_forward_payload``) and the batch's result processed (re-stated,
         module doc); returns the requests that finished."""
         sc, sl = self.sc, self.sl
         result = types.SimpleNamespace(next_draft_input=None, has_sampled_token_ids=True, next_token_ids=next_ids)
-        sc._relay_forward_payload(batch, batch.req_pool_indices, result)
-        batch.input_ids = None
+        release_shape.relay(sc, batch, result)
         done = []
         toks = next_ids.tolist()
         for req, tok in zip(batch.reqs, toks):
             if batch.forward_mode.is_extend():
-                if req.inflight_middle_chunks > 0:
-                    req.inflight_middle_chunks -= 1  # a chunk of a prefill that is not done: no token
+                if release_shape.middle_chunks(req) > 0:  # a chunk of a prefill that is not done: no token
+                    release_shape.middle_chunk_done(req)
                     continue
                 req.output_ids.append(tok)
-                req.update_finish_state()
+                release_shape.update_finish_state(req)
                 if not req.finished():
                     sl.checkpoint_kv_cache(req, self.tree)
             else:
                 req.output_ids.append(tok)
-                req.update_finish_state(1)
+                release_shape.update_finish_state(req, 1)
             if req.finished():
                 sl.release_kv_cache(req, self.tree)
                 done.append(req)

@@ -23,14 +23,34 @@ SERVER_FAULTS = {
 }
 
 
+def unavailable(sl, version: str) -> dict:
+    """{fault: why} for the scheduler faults this release's scheduler has no place for (``sl``: scheduler.load's
+    path; None: not driven, faults.unavailable says so): 0.5.10 - 0.5.11 check a request's adapter inline (no
+    admission method to plant ``admission_ignores_running`` on; ``admission_ignores_running_batch`` goes on the
+    check's ``validate_lora_batch`` call) and have no ``LoRADrainer``."""
+    if sl is None:
+        return {}
+    out = {}
+    if admission_name(sl.Scheduler) is None:
+        out["admission_ignores_running"] = (
+            f"SGLang {version}'s scheduler checks a request's adapter inline (no can_schedule_lora_req): the check "
+            f"of the request's own adapter alone has no call to plant on")
+    if not sl.drainer:
+        out["drain_never_cleared"] = f"SGLang {version} has no LoRADrainer (--lora-drain-wait-threshold: 0.5.12+)"
+    return out
+
+
 def plant_server(server, faults: set) -> None:
     sc, mgr = server.sc, server.s.mgr
-    admit = admission_name(type(sc))  # can_schedule_lora_req, or its older name
+    admit = admission_name(type(sc))  # can_schedule_lora_req, or its older name; None: inline (0.5.10 - 0.5.11)
     # admission_ignores_running (faults.FAULTS): the frontend's fault, here on SGLang's own admission check
-    if "admission_ignores_running" in faults:
+    if "admission_ignores_running" in faults and admit is not None:
         _patch(server, sc, admit, _own_only(getattr(sc, admit)))
     if "admission_ignores_running_batch" in faults:
-        _patch(server, sc, admit, _without_running_batch(sc, admit))
+        if admit is not None:
+            _patch(server, sc, admit, _without_running_batch(sc, admit))
+        else:
+            _inline_without_running_batch(server, sc, mgr)
     if "init_new_fetches_one" in faults:
         _fetch_first_only(server, mgr)
     if "drain_never_cleared" in faults and getattr(sc, "lora_drainer", None) is not None:
@@ -56,6 +76,23 @@ def _without_running_batch(sc, admit: str):
         running = {r.lora_id for r in sc.running_batch.reqs if not r.finished()}
         return original(req, set(running_loras) - running)
     return can_schedule_lora_req
+
+
+def _inline_without_running_batch(server, sc, mgr) -> None:
+    """0.5.10 - 0.5.11's inline check, ``validate_lora_batch({req.lora_id} | running_loras)``, with the running
+    batch's adapters left out of the set (the request's own is never in ``running_loras`` there): the same fault as
+    on the method, for the loop's call only."""
+    original = mgr.validate_lora_batch
+    raw = sc._get_new_batch_prefill_raw
+
+    def validate_lora_batch(lora_ids):
+        running = {r.lora_id for r in sc.running_batch.reqs if not r.finished()}
+        return original(set(lora_ids) - running)
+
+    def get_new_batch_prefill_raw(*args, **kwargs):
+        with mock.patch.object(mgr, "validate_lora_batch", validate_lora_batch):
+            return raw(*args, **kwargs)
+    _patch(server, sc, "_get_new_batch_prefill_raw", get_new_batch_prefill_raw)
 
 
 def _fetch_first_only(server, mgr) -> None:

@@ -15,16 +15,19 @@ LINEAR = api.ALL_MODULES[:4]
 
 
 @FAST
-@given(st.data(), st.sampled_from([api.ALL_MODULES, LINEAR]), st.booleans(), st.booleans())
-def test_drawn_cases_use_only_the_releases_target_modules_and_declared_features(data, modules, logprobs, sched):
+@given(st.data(), st.sampled_from([api.ALL_MODULES, LINEAR]), st.booleans(), st.booleans(), st.booleans())
+def test_drawn_cases_use_only_the_releases_target_modules_and_declared_features(data, modules, logprobs, sched,
+                                                                               drainer):
     case = data.draw(cases.sglang_engine_cases((), max_ops=8, device="cpu", modules=modules, logprobs=logprobs,
-                                               scheduler=sched))
+                                               scheduler=sched, drainer=drainer))
     c = case.config
     assert set(c["target_modules"]) <= set(modules)
     peft = {m for a in c["adapters"].values() for m in a["modules"]}
     assert {cases.SERVER_NAME[m] for m in peft} <= set(c["target_modules"])
     assert set(features_of(cases.features, case)) <= set(cases.feature_space(modules, logprobs=logprobs,
-                                                                             scheduler=sched))
+                                                                             scheduler=sched, drainer=drainer))
+    # the drain threshold only where the release has a LoRADrainer (0.5.12+: 0.5.10 - 0.5.11's ServerArgs has none)
+    assert ("lora_drain_wait_threshold" in c) == (sched and drainer)
     # the scheduler's knobs and the requests' rounds are drawn only where SGLang's scheduler is driven, and a
     # step served by it gives each request a token count and an arrival round (serving.py)
     assert ("max_running_requests" in c) == sched

@@ -42,18 +42,21 @@ def test_a_finished_request_is_released_as_its_release_releases_it():
 
     def old(req, tree, is_insert=True):
         calls.append(("old", is_insert))
-    scheduler._release(new)("r", "t")
-    scheduler._release(old)("r", "t")
+    import_module("fuzzrunner.targets.sglang_engine.scheduler_release").release(new)("r", "t")
+    import_module("fuzzrunner.targets.sglang_engine.scheduler_release").release(old)("r", "t")
     assert calls == [("new", True), ("old", True)]
 
 
-def test_a_release_whose_loop_calls_the_timeouts_is_refused_with_the_reason():
-    """0.5.14 - 0.5.19's loop calls ``_abort_on_waiting_timeout`` / ``_abort_on_running_timeout`` each round, whose
-    state the scheduler object does not hold (work left): refused with the reason, not a target error per case."""
+def test_a_release_whose_loop_calls_the_timeouts_runs_them_as_its_own_methods():
+    """0.5.10 - 0.5.19's loop calls ``_abort_on_waiting_timeout`` / ``_abort_on_running_timeout`` each round (off by
+    default, ``SGLANG_REQ_*_TIMEOUT`` -1: each returns at its first line). They were refused before ("whose state the
+    scheduler object does not hold yet"); now they are the release's own methods on the scheduler object."""
     old = _release(*scheduler.SCHED_METHODS, "_can_schedule_lora_req", "_abort_on_waiting_timeout",
-                   "_abort_on_running_timeout")
-    why = scheduler.unsupported(old)
-    assert "_abort_on_waiting_timeout, _abort_on_running_timeout" in why and "0.5.14 - 0.5.19" in why, why
+                   "_abort_on_running_timeout", "_should_delay_dflash_prefill_for_batching")
+    assert scheduler.unsupported(old) == "", scheduler.unsupported(old)
+    methods = scheduler.scheduler_methods(old)
+    assert {"_abort_on_waiting_timeout", "_abort_on_running_timeout",
+            "_should_delay_dflash_prefill_for_batching"} <= set(methods), methods
 
 
 def test_a_release_whose_scheduler_path_does_not_import_says_which_releases_drive_it_in_one_line(monkeypatch):
@@ -80,3 +83,67 @@ def test_a_release_whose_scheduler_path_does_not_import_says_which_releases_driv
     import re
     assert re.fullmatch(rf"the scheduler path is driven on SGLang {scheduler.DRIVEN_ON} only: this release lacks "
                         r"sglang[\w.]*", why), why
+
+
+class _InlineCheck:
+    """0.5.10 - 0.5.11's shape: no admission method, the LoRA check inline in ``_get_new_batch_prefill_raw``."""
+
+    def _get_new_batch_prefill_raw(self, prefill_delayer_single_pass=None):
+        running_loras = {req.lora_id for req in self.running_batch.reqs}
+        for req in self.waiting_queue:
+            if req.lora_id not in running_loras:
+                if not self.tp_worker.model_runner.lora_manager.validate_lora_batch({req.lora_id} | running_loras):
+                    continue
+            running_loras.add(req.lora_id)
+        return running_loras
+
+
+def test_a_release_with_the_lora_check_inline_runs_its_own_loop():
+    """0.5.10 - 0.5.11 check a request's adapter inline (``validate_lora_batch`` in ``_get_new_batch_prefill_raw``):
+    driven since the seventh stint (before: refused, "lacks can_schedule_lora_req / _can_schedule_lora_req");
+    a loop without any check stays refused."""
+    inline = type("Scheduler", (_InlineCheck,), {m: (lambda self: None) for m in scheduler.SCHED_METHODS
+                                                 if m != "_get_new_batch_prefill_raw"})
+    assert scheduler.inline_lora_check(inline)
+    assert scheduler.unsupported(inline) == "", scheduler.unsupported(inline)
+    assert scheduler.admission_name(inline) is None
+    without = _release(*scheduler.SCHED_METHODS)  # a stand-in loop with no source: no check found
+    assert "can_schedule_lora_req" in scheduler.unsupported(without)
+
+
+def test_inline_admission_fault_leaves_the_running_batchs_adapters_out_of_the_check():
+    """``admission_ignores_running_batch`` on 0.5.10 - 0.5.11: the inline check's set without the running batch's
+    adapters (as on the method); ``admission_ignores_running`` and ``drain_never_cleared`` have no place there."""
+    import types
+    faults = import_module("fuzzrunner.targets.sglang_engine.scheduler_faults")
+    seen = []
+    mgr = types.SimpleNamespace(validate_lora_batch=lambda ids: seen.append(set(ids)) or len(ids) <= 2)
+    running = types.SimpleNamespace(reqs=[types.SimpleNamespace(lora_id=i, finished=lambda: False)
+                                          for i in (None, "a0")])
+    sc = _InlineCheck()
+    sc.running_batch, sc.tp_worker = running, types.SimpleNamespace(model_runner=types.SimpleNamespace(
+        lora_manager=mgr))
+    sc.waiting_queue = [types.SimpleNamespace(lora_id="a1")]
+    server = types.SimpleNamespace(sc=sc, s=types.SimpleNamespace(mgr=mgr), patches=[])
+    assert sc._get_new_batch_prefill_raw() == {None, "a0"}  # 3 adapters for 2 slots: a1 waits
+    faults.plant_server(server, {"admission_ignores_running_batch"})
+    try:
+        assert sc._get_new_batch_prefill_raw() == {None, "a0", "a1"}  # admitted against {a1} alone
+    finally:
+        while server.patches:
+            server.patches.pop().stop()
+    assert seen == [{None, "a0", "a1"}, {"a1"}]
+    assert sc._get_new_batch_prefill_raw() == {None, "a0"}  # unplanted
+    sl = types.SimpleNamespace(Scheduler=_InlineCheck, drainer=False)
+    assert set(faults.unavailable(sl, "0.5.11")) == {"admission_ignores_running", "drain_never_cleared"}
+
+
+def test_without_a_drainer_no_drain_threshold_is_drawn_or_passed():
+    """0.5.10 - 0.5.11's ServerArgs has no ``lora_drain_wait_threshold`` (``ServerArgs(...)`` would raise): the cases
+    draw none, the feature space has no drain features, the knobs pass none."""
+    cases = import_module("fuzzrunner.targets.sglang_engine.cases")
+    assert "drain=on" in cases.feature_space(scheduler=True)
+    assert not {"drain=on", "drain=off"} & set(cases.feature_space(scheduler=True, drainer=False))
+    c = {"max_running_requests": 2, "lora_drain_wait_threshold": 0.0}
+    assert "lora_drain_wait_threshold" in scheduler.scheduler_knobs(c, True)
+    assert "lora_drain_wait_threshold" not in scheduler.scheduler_knobs(c, True, drainer=False)
