@@ -18,6 +18,7 @@ import torch
 ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
 PEFT_MODULES = ATTN + MLP + ("embed_tokens", "lm_head")
+MOE_BLOCK = "block_sparse_moe"  # moe.BLOCK: a MoE model's experts, where the MLP modules adapt each expert
 # SGLang's target-module names (--lora-target-modules) for each PEFT module
 SERVER_NAME = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "o_proj": "o_proj",
                "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj", "down_proj": "down_proj",
@@ -39,9 +40,16 @@ def tensors(cfg, spec: dict, name: str, version: int) -> dict:
     """The adapter's PEFT state dict (float32 values, stored as float16), keyed as PEFT saves them."""
     g = torch.Generator().manual_seed(_seed(name, version))
     r, dims, out = spec["r"], _dims(cfg), {}
+    experts = (getattr(cfg, "fuzzrunner_moe", None) or {}).get("experts")
     for layer in range(cfg.num_hidden_layers):
         for mod in spec["modules"]:
-            if mod in dims:
+            if mod in MLP and experts:  # a MoE model (moe.py): each expert's own gate / up / down LoRA
+                i, o = dims[mod]
+                for e in range(experts):
+                    pre = f"base_model.model.model.layers.{layer}.{MOE_BLOCK}.experts.{e}.{mod}"
+                    out[pre + ".lora_A.weight"] = torch.randn(r, i, generator=g) / i ** 0.5
+                    out[pre + ".lora_B.weight"] = torch.randn(o, r, generator=g) / r ** 0.5
+            elif mod in dims:
                 i, o = dims[mod]
                 pre = f"base_model.model.model.layers.{layer}.{'self_attn' if mod in ATTN else 'mlp'}.{mod}"
                 out[pre + ".lora_A.weight"] = torch.randn(r, i, generator=g) / i ** 0.5
@@ -90,6 +98,12 @@ class AdapterFiles:
             any_part |= a is not None
             out.append(torch.zeros(width, dtype=torch.float64) if a is None else self.scaling * ((x @ a.T) @ b.T))
         return torch.cat(out, dim=-1) if any_part else None
+
+    def expert_delta(self, path: str, expert: int, proj: str, x: torch.Tensor) -> torch.Tensor | None:
+        """Expert ``expert``'s ``proj`` addition of the experts at SGLang module ``path`` (None: not adapted)."""
+        prefix = f"base_model.model.{path}.{expert}.{proj}"
+        a, b = self.w.get(f"{prefix}.lora_A.weight"), self.w.get(f"{prefix}.lora_B.weight")
+        return None if a is None else self.scaling * ((x @ a.T) @ b.T)
 
     def embedding_delta(self, token: int) -> torch.Tensor | None:
         a = self.w.get("base_model.model.model.embed_tokens.lora_embedding_A")
