@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from fuzzrunner.case import Case
 from fuzzrunner.strategies import OpSequence
 
+from . import moe as sparse
 from .adapters import SERVER_NAME
 
 BACKENDS = ("triton", "csgmv")  # every release's; torch_native (0.5.6.post1+), triton_v2 (0.5.23+) where it has them
@@ -51,6 +52,17 @@ def _adapter(draw, server: list, max_rank: int, frontend: bool = False) -> dict:
     if frontend:
         out["pinned"] = draw(st.sampled_from([False, False, True]))
     return out
+
+
+def _requests(draw, s, pool: list, budget: int | None, stream: bool, drain: bool) -> tuple[int, list]:
+    """How many requests a step makes, and the adapters they draw from (a stream: a hot set)."""
+    if budget is not None:  # a MoE case: every request's tokens in one forward stay where SGLang aligns in Triton
+        return draw(st.integers(1, min(5 if s.scheduler else 4, budget))), pool
+    if stream:
+        size = min(len(pool), s.cfg["max_loras_per_batch"] + 1)
+        hot = draw(st.lists(st.sampled_from(pool), min_size=size, max_size=size, unique=True))
+        return draw(st.integers(5, 10)), hot
+    return draw(st.integers(1, (8 if drain else 5) if s.scheduler else 4)), pool
 
 
 def _program() -> OpSequence:
@@ -86,13 +98,9 @@ def _program() -> OpSequence:
         # set of one adapter more than the slots (where the front end lets a step name more), each asking 1-8
         # tokens, so that running adapters hold the slots while another waits, and (drainer on) a drain starts,
         # ends, and the drained adapter's later requests come (docs/sglang.md, "the scheduler path's generation")
-        stream = s.scheduler and draw(st.booleans())
-        if stream:
-            size = min(len(pool), limit + 1)
-            hot = draw(st.lists(st.sampled_from(pool), min_size=size, max_size=size, unique=True))
-            n, pool = draw(st.integers(5, 10)), hot
-        else:
-            n = draw(st.integers(1, (8 if drain else 5) if s.scheduler else 4))
+        budget = sparse.max_tokens(s.cfg) if s.cfg.get("moe") else None  # a MoE case: tokens a forward may hold
+        stream = s.scheduler and budget is None and draw(st.booleans())
+        n, pool = _requests(draw, s, pool, budget, stream, drain)
         reqs: list = []
         for _ in range(n):
             choice = draw(st.sampled_from(pool))
@@ -102,7 +110,8 @@ def _program() -> OpSequence:
         op = {"op": "step", "reqs": reqs, "mode": draw(st.sampled_from(["decode", "extend"])),
               "seed": draw(st.integers(0, 3))}
         if op["mode"] == "extend":
-            op["lens"] = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
+            longest = 3 if budget is None else max(1, min(3, budget // n))
+            op["lens"] = draw(st.lists(st.integers(1, longest), min_size=n, max_size=n))
             if s.logprobs and not stream and draw(st.booleans()):  # input logprobs asked: each request's start
                 op["logprob"] = [draw(st.integers(0, k)) for k in op["lens"]]
         if s.scheduler and "logprob" not in op:  # served by SGLang's scheduler: tokens to generate, arrival round
@@ -124,11 +133,12 @@ PROGRAM = _program()
 @st.composite
 def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
                         modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False,
-                        backends: tuple = BACKENDS, scheduler: bool = False) -> Case:
+                        backends: tuple = BACKENDS, scheduler: bool = False, moe: bool = False) -> Case:
     """``modules``: the target modules the release's LoRA pool has buffers for (api.EngineAPI.modules);
     ``frontend``: whether the release's adapter-management API is driven (frontend.py); ``logprobs``: whether
     SGLang's LogitsProcessor is driven (batch.py), so extend steps may ask for input logprobs; ``backends``: the
-    ``--lora-backend`` values the release has that run without compiled code (backends.py)."""
+    ``--lora-backend`` values the release has that run without compiled code (backends.py); ``moe``: whether the
+    release's MoE LoRA runs here (moe.py): then one case in four has Mixtral's sparse block, its knobs drawn."""
     server = draw(st.lists(st.sampled_from(list(modules)), min_size=1, max_size=3, unique=True))
     max_rank = draw(st.sampled_from([4, 8]))
     names = [f"a{i}" for i in range(draw(st.integers(2, 4)))]
@@ -154,6 +164,13 @@ def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: s
         cfg["max_prefill_tokens"] = draw(st.sampled_from([16384, 16384, 4]))
         # --lora-drain-wait-threshold, in rounds (the scheduler path's clock): 0 = no drainer
         cfg["lora_drain_wait_threshold"] = draw(st.sampled_from([0.0, 0.0, 1.0, 2.0]))
+    if moe and device == "cpu" and draw(st.sampled_from([False, False, False, True])):
+        shared = draw(st.booleans())  # virtual experts over a shared factor: the compiled align (moe.py)
+        cfg["moe"] = {"experts": draw(st.sampled_from(sparse.EXPERTS)), "top_k": draw(st.sampled_from(sparse.TOP_K)),
+                      "shared_outer": shared, "virtual": not shared and draw(st.booleans())}
+        # SGLang wraps the experts only when both are targeted; a decode graph's capture aligns with compiled code
+        cfg["target_modules"] = sorted(set(server) | {"gate_up_proj", "down_proj"}, key=SERVER_MODULES.index)
+        cfg["graph_bs"] = 0
     ops = draw(PROGRAM.ops(lambda: _State(cfg, frontend, logprobs, scheduler), max_ops=max_ops))
     return Case("sglang_engine", cfg, tuple(ops), tuple(faults))
 
@@ -172,6 +189,11 @@ def features(case) -> set:
                 "chunked_prefill=" + ("on" if c.get("chunked_prefill_size") else "off"),
                 "max_prefill_tokens=" + ("small" if c.get("max_prefill_tokens", 16384) < 16 else "default"),
                 "drain=" + ("on" if c.get("lora_drain_wait_threshold") else "off")}
+    if c.get("moe"):
+        m = c["moe"]
+        out |= {"moe=on", f"moe.top_k={m['top_k']}", f"moe.experts={m['experts']}",
+                "moe.shared_outer=" + ("on" if m.get("shared_outer") else "off"),
+                "moe.virtual_experts=" + ("on" if m.get("virtual") else "off")}
     if "logprob_chunk" in c:
         chunk = c["logprob_chunk"]
         out.add("logprob_chunk=" + ("default" if chunk is None else "off" if chunk == 0 else "small"))
@@ -216,7 +238,7 @@ def _step_features(op: dict, loaded: list, slots: int) -> set:
 
 
 def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False,
-                  backends: tuple = BACKENDS, scheduler: bool = False) -> tuple:
+                  backends: tuple = BACKENDS, scheduler: bool = False, moe: bool = False) -> tuple:
     """Every feature ``features`` gives for a release whose pool has buffers for ``modules`` (and whose
     adapter-management API is driven: ``frontend``; whose LogitsProcessor is driven: ``logprobs``)."""
     return tuple(
@@ -230,7 +252,10 @@ def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logpr
            if logprobs else [])
         + ([f"max_running_requests={m}" for m in (2, 3, 4)] + ["chunked_prefill=on", "chunked_prefill=off",
            "max_prefill_tokens=small", "max_prefill_tokens=default", "drain=on", "drain=off", "step=multi-round",
-           "step=late-arrival", "step=stream"] if scheduler else []))
+           "step=late-arrival", "step=stream"] if scheduler else [])
+        + (["moe=on", "moe.top_k=1", "moe.top_k=2", *(f"moe.experts={e}" for e in sparse.EXPERTS),
+            "moe.shared_outer=on", "moe.shared_outer=off", "moe.virtual_experts=on", "moe.virtual_experts=off"]
+           if moe else []))
 
 
 FEATURE_SPACE = feature_space()

@@ -21,7 +21,10 @@ What the release needs compiled code for, and how each is answered (docs/sglang.
 * the LoRA alignment (``moe_lora_align_block_size``, a JIT CUDA kernel): SGLang's own Python
   ``_naive_moe_lora_align_block_size`` takes it where ``tokens * top_k * 8 <= experts * max_loras`` outside
   capture (0.5.11+); so ``fits`` bounds a step by that too, and MoE cases draw no decode graph (a capture aligns
-  with the compiled op into the graph's buffers);
+  with the compiled op into the graph's buffers). ``--lora-use-virtual-experts`` aligns ``experts * max_loras``
+  virtual experts with the base experts' ``moe_align_block_size`` (``virtual_experts._align_block_size``): SGLang's
+  Triton kernel again, except over a shared-outer factor, whose virtual experts are only ``max_loras`` (under the
+  Triton kernel's 64 buckets: the compiled op), so the two knobs are not drawn together;
 * ``sglang::fused_moe_lora`` (and its shrink / expand, ``merged_experts_fused_moe_lora_add``): SGLang registers
   its own Python launchers for the CUDA dispatch key only (``direct_register_custom_op``); on the CPU the same
   functions are registered for the CPU key;
@@ -138,6 +141,16 @@ def launch():
     return override_config(dict(LAUNCH))
 
 
+def server_knobs(spec: dict | None) -> dict:
+    """The MoE LoRA knobs of a case, as ``ServerArgs`` fields: ``--experts-shared-outer-loras`` (0.5.10+: the adapters
+    share gate / up lora_A and down lora_B across experts; the case's adapters are written so) and
+    ``--lora-use-virtual-experts`` (0.5.11+: ``merged_experts_fused_moe_lora_add`` instead of ``fused_moe_lora``)."""
+    if not spec:
+        return {}
+    return {"experts_shared_outer_loras": bool(spec.get("shared_outer")),
+            "lora_use_virtual_experts": bool(spec.get("virtual"))}
+
+
 # -- the block ------------------------------------------------------------------------------------------
 def hf_config(hf, spec: dict | None):
     """The model's config for a case: the engine's, with ``num_local_experts`` (where SGLang's pool reads the expert
@@ -232,4 +245,4 @@ def reference(x: torch.Tensor, route: tuple, w13: torch.Tensor, w2: torch.Tensor
 
 
 __all__ = ["BLOCK", "EXPERTS", "TOP_K", "base", "block", "cpu_answers", "delta", "fits", "hf_config", "max_tokens",
-           "reference", "routes", "unavailable"]
+           "reference", "routes", "server_knobs", "unavailable"]

@@ -93,6 +93,9 @@ def _check_moe(c: dict) -> None:
     if m.get("experts") not in sparse.EXPERTS or m.get("top_k") not in sparse.TOP_K:
         raise InvalidCase(f"moe {m!r}: experts must be one of {sparse.EXPERTS} and top_k one of {sparse.TOP_K} (the "
                           f"sizes where SGLang aligns without compiled code: moe.py).")
+    if m.get("shared_outer") and m.get("virtual"):
+        raise InvalidCase(f"moe {m!r}: virtual experts over a shared factor number max_loras_per_batch, below where "
+                          f"SGLang aligns them in Triton (compiled moe_align_block_size: moe.py); draw one of the two.")
     if not {"gate_up_proj", "down_proj"} <= set(c["target_modules"]):
         raise InvalidCase(f"moe case with target modules {c['target_modules']}: SGLang wraps its experts only when "
                           f"both gate_up_proj and down_proj are targeted; add them.")
@@ -125,7 +128,8 @@ class Session:
             enable_lora=True, lora_backend=c["backend"], max_loras_per_batch=c["max_loras_per_batch"],
             max_lora_rank=c["max_lora_rank"], lora_target_modules=list(c["target_modules"]),
             lora_eviction_policy=c["eviction_policy"], max_lora_chunk_size=c.get("chunk", 16),
-            max_loaded_loras=c.get("max_loaded_loras"), **scheduler_knobs(c, eng.scheduler is not None))
+            max_loaded_loras=c.get("max_loaded_loras"), **scheduler_knobs(c, eng.scheduler is not None),
+            **sparse.server_knobs(c.get("moe")))
         api.publish(self.server_args, ctx.device, eng.hf_config)
         self.hf = sparse.hf_config(eng.hf_config, c.get("moe"))  # a MoE case: the config names its experts
         if c.get("moe"):
