@@ -196,18 +196,21 @@ def block(cfg, layer_id: int, dtype: torch.dtype):
 
 
 def base(block_, h: torch.Tensor) -> torch.Tensor:
-    """The block's output without LoRA, through SGLang's own MoE runner of the wrapper with no LoRA info (what a batch
-    without an active adapter runs: ``build_lora_hooks`` returns no hooks): a request without an adapter must get
-    exactly this."""
+    """The block's output without LoRA, as SGLang runs a batch whose adapters are all inactive: the wrapper's MoE runner
+    with the batch's LoRA info marked ``has_active_lora`` no (``build_lora_hooks`` then returns empty hooks). A
+    request without an adapter must get exactly this. (Not the runner with no LoRA info at all: with no hooks and
+    top-k 1 the fused-MoE kernel writes the output directly and, outside CUDA / HIP / XPU / MUSA, ``moe_combine_topk``
+    then sums the never-written ``intermediate_cache3`` into it.)"""
+    import dataclasses
+
     from torch import nn
     gate = block_.gate
     logits = nn.functional.linear(h, getattr(gate, "base_layer", gate).weight)
     topk = block_.topk(h, logits)
     experts = block_.experts
+    info = dataclasses.replace(experts._get_lora_info(), has_active_lora=False)
     with launch():
-        if hasattr(experts, "_forward_with_lora"):
-            return experts._forward_with_lora(h, topk, None)
-        return experts(h, topk)
+        return experts._forward_with_lora(h, topk, info)
 
 
 def routes(block_) -> list:

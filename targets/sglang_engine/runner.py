@@ -93,6 +93,10 @@ def _check_moe(c: dict) -> None:
     if m.get("experts") not in sparse.EXPERTS or m.get("top_k") not in sparse.TOP_K:
         raise InvalidCase(f"moe {m!r}: experts must be one of {sparse.EXPERTS} and top_k one of {sparse.TOP_K} (the "
                           f"sizes where SGLang aligns without compiled code: moe.py).")
+    if c["backend"] == "triton_v2":
+        raise InvalidCase("moe case with backend triton_v2: SGLang pairs it only with its MoeLoraRunner "
+                          "(--moe-runner-backend lora_*), which needs a CUDA SM90 / SM100 layer (moe.py); "
+                          "draw another backend.")
     if m.get("shared_outer") and m.get("virtual"):
         raise InvalidCase(f"moe {m!r}: virtual experts over a shared factor number max_loras_per_batch, below where "
                           f"SGLang aligns them in Triton (compiled moe_align_block_size: moe.py); draw one of the two.")

@@ -48,12 +48,17 @@ def test_moe_cases_fit_where_sglang_aligns_without_compiled_code(data, sched, mo
     """A MoE case (moe.py) targets both expert projections, draws no decode graph, and no forward of it holds more
     tokens than SGLang's Triton / naive alignments take (the runner refuses a larger one as an invalid case)."""
     sparse = import_module("fuzzrunner.targets.sglang_engine.moe")
-    case = data.draw(cases.sglang_engine_cases((), max_ops=8, device="cpu", scheduler=sched, moe=moe))
+    backends = ("triton", "csgmv", "torch_native", "triton_v2")
+    case = data.draw(cases.sglang_engine_cases((), max_ops=8, device="cpu", scheduler=sched, moe=moe,
+                                               backends=backends))
     c = case.config
-    assert set(features_of(cases.features, case)) <= set(cases.feature_space(scheduler=sched, moe=moe))
+    assert set(features_of(cases.features, case)) <= set(cases.feature_space(backends=backends, scheduler=sched,
+                                                                             moe=moe))
     if "moe" not in c:
         return
     assert moe and {"gate_up_proj", "down_proj"} <= set(c["target_modules"]) and c["graph_bs"] == 0
+    # triton_v2 pairs only with the CUDA-only MoeLoraRunner; virtual experts over a shared factor align compiled
+    assert c["backend"] != "triton_v2" and not (c["moe"]["shared_outer"] and c["moe"]["virtual"])
     for op in case.ops:
         if op["op"] == "step":
             n = len(op["reqs"])
