@@ -24,7 +24,8 @@ What the release needs compiled code for, and how each is answered (docs/sglang.
   with the compiled op into the graph's buffers). ``--lora-use-virtual-experts`` aligns ``experts * max_loras``
   virtual experts with the base experts' ``moe_align_block_size`` (``virtual_experts._align_block_size``): SGLang's
   Triton kernel again, except over a shared-outer factor, whose virtual experts are only ``max_loras`` (under the
-  Triton kernel's 64 buckets: the compiled op), so the two knobs are not drawn together;
+  Triton kernel's 64 buckets: the compiled op), so the two knobs are not drawn together; and its gated shrink
+  asserts a float16 / bfloat16 model (``fused_moe_triton_kernels.py:865``), so a virtual-experts case is float16;
 * ``sglang::fused_moe_lora`` (and its shrink / expand, ``merged_experts_fused_moe_lora_add``): SGLang registers
   its own Python launchers for the CUDA dispatch key only (``direct_register_custom_op``); on the CPU the same
   functions are registered for the CPU key;

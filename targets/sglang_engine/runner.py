@@ -100,6 +100,9 @@ def _check_moe(c: dict) -> None:
     if m.get("shared_outer") and m.get("virtual"):
         raise InvalidCase(f"moe {m!r}: virtual experts over a shared factor number max_loras_per_batch, below where "
                           f"SGLang aligns them in Triton (compiled moe_align_block_size: moe.py); draw one of the two.")
+    if m.get("virtual") and c["dtype"] not in ("float16", "bfloat16"):
+        raise InvalidCase(f"moe {m!r} with dtype {c['dtype']}: SGLang's virtual-expert kernel takes a float16 or "
+                          f"bfloat16 model only (invoke_fused_moe_kernel asserts it); draw one of those.")
     if not {"gate_up_proj", "down_proj"} <= set(c["target_modules"]):
         raise InvalidCase(f"moe case with target modules {c['target_modules']}: SGLang wraps its experts only when "
                           f"both gate_up_proj and down_proj are targeted; add them.")

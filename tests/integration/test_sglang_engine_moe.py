@@ -43,9 +43,9 @@ LIFECYCLE = [{"op": "load", "name": "a0"}, {"op": "step", "reqs": [None, "a0"], 
              {"op": "unload", "name": "a0"}, {"op": "load", "name": "a0", "v": 1},
              {"op": "step", "reqs": ["a0", None, "a0"], "mode": "decode"}]
 # the knobs: per-expert and shared-outer adapters, virtual experts, top-k 1 and 2, 64 and 128 experts, each backend
-KNOBS = [("triton", {"experts": 64, "top_k": 2, "shared_outer": False, "virtual": True}),
-         ("csgmv", {"experts": 128, "top_k": 1, "shared_outer": True, "virtual": False}),
-         ("torch_native", {"experts": 64, "top_k": 1, "shared_outer": False, "virtual": False})]
+KNOBS = [("triton", {"experts": 64, "top_k": 2, "shared_outer": False, "virtual": True}, "float16"),
+         ("csgmv", {"experts": 128, "top_k": 1, "shared_outer": True, "virtual": False}, "float32"),
+         ("torch_native", {"experts": 64, "top_k": 1, "shared_outer": False, "virtual": False}, "float32")]
 
 RUN = """
 import json, sys
@@ -99,8 +99,8 @@ def test_the_minimal_moe_case_is_silent_on_sglangs_own_code(minimal):
 
 @pytest.mark.slow
 def test_the_moe_lifecycle_of_every_knob_is_silent_on_sglangs_own_code():
-    results = _run([[_cfg(b, moe), LIFECYCLE, []] for b, moe in KNOBS], timeout=3600)
-    for (backend, moe), r in zip(KNOBS, results):
+    results = _run([[_cfg(b, moe, dtype=dtype), LIFECYCLE, []] for b, moe, dtype in KNOBS], timeout=3600)
+    for (backend, moe, _), r in zip(KNOBS, results):
         _unavailable(r)
         assert r == [], (backend, moe, r)
 

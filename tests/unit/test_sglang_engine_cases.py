@@ -59,6 +59,7 @@ def test_moe_cases_fit_where_sglang_aligns_without_compiled_code(data, sched, mo
     assert moe and {"gate_up_proj", "down_proj"} <= set(c["target_modules"]) and c["graph_bs"] == 0
     # triton_v2 pairs only with the CUDA-only MoeLoraRunner; virtual experts over a shared factor align compiled
     assert c["backend"] != "triton_v2" and not (c["moe"]["shared_outer"] and c["moe"]["virtual"])
+    assert c["dtype"] == ("float16" if c["moe"]["virtual"] else "float32")
     for op in case.ops:
         if op["op"] == "step":
             n = len(op["reqs"])
