@@ -118,7 +118,9 @@ class Session:
         self.faults = set(case.faults)
         self.dtype = getattr(torch, c["dtype"])
         self.device = torch.device(ctx.device)
-        self.compared_as = compared_as(self.dtype, self.device.type)
+        # SGLang's fused-MoE kernels compute in float16 for a model that is not bfloat16 (fused_moe.py's
+        # compute_type): a MoE case's logits and logprobs carry that rounding
+        self.compared_as = torch.float16 if c.get("moe") else compared_as(self.dtype, self.device.type)
         self.api = api = eng.api
         if c["backend"] not in api.backends:  # a seed or a stored case of another release
             raise InvalidCase(f"backend {c['backend']!r} is not drivable on SGLang {eng.version}; its registry's "
@@ -362,12 +364,9 @@ class Session:
         # tolerance on the element itself then reports rounding: 0.00925 on an 85.35 in a row of 26700s)
         scale = ref.abs().amax(dim=-1, keepdim=True).clamp(min=1.0)
         path = self.path(graph, fb)
-        # SGLang's fused-MoE kernels compute in float16 for a model that is not bfloat16 (fused_moe.py's
-        # compute_type): a MoE case's logits carry that rounding
-        tol = torch.float16 if self.c.get("moe") else self.compared_as
         if self.c.get("moe"):
             self._check_experts(rows, path)
-        self.ctx.compare(f"step.logits[{path}]", logits / scale.to(logits), ref / scale, tol)
+        self.ctx.compare(f"step.logits[{path}]", logits / scale.to(logits), ref / scale, self.compared_as)
         if logprob is not None:
             self._check_logprobs(logprobs, ref_all, tokens.tolist(), lens, logprob, path)
         kept = rows if last is None else [rows[i] for i in last]
