@@ -107,18 +107,21 @@ def make_target():
     from fuzzrunner.target import Target
 
     from . import cases, faults, frontend, known, scheduler_faults
+    from . import moe as sparse
     eng = load_engine()  # the same for every device: a case's run fits it to its own (ctx.device)
     drawn = drawn_backends(eng.api.backends)
+    moe_why = sparse.unavailable()
     return Target(
         name="sglang_engine",
         description=f"SGLang {eng.version}'s LoRAManager, LoRAMemoryPool and LoRA layers (qkv, o, gate_up, down, "
-                    f"embedding, lm_head) with real PEFT adapters on the backends {', '.join(eng.api.backends)}: load, "
+                    f"embedding, lm_head{', MoE experts' if moe_why is None else ''}) with real PEFT adapters on the "
+                    f"backends {', '.join(eng.api.backends)}: load, "
                     f"unload, reload, eviction, prepare, forward; "
                     f"the adapter-management API, the scheduler's admission, the decode graph's capture",
         cases=functools.partial(cases.sglang_engine_cases, modules=eng.api.modules, frontend=eng.frontend is not None,
                                 logprobs=eng.logits_processor, backends=drawn,
                                 scheduler=eng.scheduler is not None,
-                                drainer=eng.scheduler is not None and eng.scheduler.drainer),
+                                drainer=eng.scheduler is not None and eng.scheduler.drainer, moe=moe_why is None),
         run=_run,
         # the known bugs' minimal cases (docs/sglang.md, the sweep's triage), replayed first: a deterministic verdict
         # per release; FUZZRUNNER_SGLANG_SEEDS=0 leaves them out (a planted fault found from scratch)
@@ -132,8 +135,10 @@ def make_target():
         features=cases.features,
         feature_space=cases.feature_space(eng.api.modules, eng.frontend is not None, eng.logits_processor,
                                           drawn, eng.scheduler is not None,
-                                          eng.scheduler is not None and eng.scheduler.drainer),
+                                          eng.scheduler is not None and eng.scheduler.drainer, moe_why is None),
         details=(f"sglang engine {eng.version} (from {eng.tree})", *eng.api.found(),
+                 "MoE LoRA: " + ("FusedMoEWithLoRA over Mixtral's sparse block (CPU cases; moe.py)" if moe_why is None
+                                 else f"not driven ({moe_why})"),
                  "logits: " + ("SGLang's LogitsProcessor (last token per request, input-logprob passes)"
                                if eng.logits_processor else
                                f"lm_head called by the target ({eng.logits_processor_why})"),

@@ -18,6 +18,7 @@ import torch
 ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
 PEFT_MODULES = ATTN + MLP + ("embed_tokens", "lm_head")
+MOE_BLOCK = "block_sparse_moe"  # moe.BLOCK: a MoE model's experts, where the MLP modules adapt each expert
 # SGLang's target-module names (--lora-target-modules) for each PEFT module
 SERVER_NAME = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "o_proj": "o_proj",
                "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj", "down_proj": "down_proj",
@@ -39,9 +40,13 @@ def tensors(cfg, spec: dict, name: str, version: int) -> dict:
     """The adapter's PEFT state dict (float32 values, stored as float16), keyed as PEFT saves them."""
     g = torch.Generator().manual_seed(_seed(name, version))
     r, dims, out = spec["r"], _dims(cfg), {}
+    experts = (getattr(cfg, "fuzzrunner_moe", None) or {}).get("experts")
     for layer in range(cfg.num_hidden_layers):
         for mod in spec["modules"]:
-            if mod in dims:
+            if mod in MLP and experts:  # a MoE model (moe.py): each expert's own gate / up / down LoRA
+                out |= _expert_tensors(g, dims[mod], r, experts, f"base_model.model.model.layers.{layer}.{MOE_BLOCK}",
+                                       mod, cfg.fuzzrunner_moe.get("shared_outer", False))
+            elif mod in dims:
                 i, o = dims[mod]
                 pre = f"base_model.model.model.layers.{layer}.{'self_attn' if mod in ATTN else 'mlp'}.{mod}"
                 out[pre + ".lora_A.weight"] = torch.randn(r, i, generator=g) / i ** 0.5
@@ -54,6 +59,22 @@ def tensors(cfg, spec: dict, name: str, version: int) -> dict:
         out["base_model.model.lm_head.lora_A.weight"] = torch.randn(r, H, generator=g) / H ** 0.5
         out["base_model.model.lm_head.lora_B.weight"] = torch.randn(cfg.vocab_size, r, generator=g) / r ** 0.5
     return {k: v.to(torch.float16).contiguous() for k, v in out.items()}
+
+
+def _expert_tensors(g, dims: tuple, r: int, experts: int, block: str, mod: str, shared_outer: bool) -> dict:
+    """One projection's LoRA of every expert: per expert (``experts.<e>.<mod>``, PEFT's layout), or, for
+    ``--experts-shared-outer-loras``, SGLang's shared-outer layout: 3-D ``experts.<mod>`` tensors whose first dimension
+    is the expert, 1 for the factor all experts share (gate / up lora_A, down lora_B)."""
+    i, o = dims
+    if not shared_outer:
+        out = {}
+        for e in range(experts):
+            out[f"{block}.experts.{e}.{mod}.lora_A.weight"] = torch.randn(r, i, generator=g) / i ** 0.5
+            out[f"{block}.experts.{e}.{mod}.lora_B.weight"] = torch.randn(o, r, generator=g) / r ** 0.5
+        return out
+    a_experts, b_experts = (experts, 1) if mod == "down_proj" else (1, experts)
+    return {f"{block}.experts.{mod}.lora_A.weight": torch.randn(a_experts, r, i, generator=g) / i ** 0.5,
+            f"{block}.experts.{mod}.lora_B.weight": torch.randn(b_experts, o, r, generator=g) / r ** 0.5}
 
 
 def write(folder: str, cfg, spec: dict, name: str, version: int) -> str:
@@ -90,6 +111,18 @@ class AdapterFiles:
             any_part |= a is not None
             out.append(torch.zeros(width, dtype=torch.float64) if a is None else self.scaling * ((x @ a.T) @ b.T))
         return torch.cat(out, dim=-1) if any_part else None
+
+    def expert_delta(self, path: str, expert: int, proj: str, x: torch.Tensor) -> torch.Tensor | None:
+        """Expert ``expert``'s ``proj`` addition of the experts at SGLang module ``path`` (None: not adapted)."""
+        a, b = self._expert_factor(path, expert, proj, "A"), self._expert_factor(path, expert, proj, "B")
+        return None if a is None else self.scaling * ((x @ a.T) @ b.T)
+
+    def _expert_factor(self, path: str, expert: int, proj: str, which: str) -> torch.Tensor | None:
+        own = self.w.get(f"base_model.model.{path}.{expert}.{proj}.lora_{which}.weight")
+        if own is not None:
+            return own
+        stacked = self.w.get(f"base_model.model.{path}.{proj}.lora_{which}.weight")  # shared-outer: [experts or 1, ...]
+        return None if stacked is None else stacked[expert if stacked.shape[0] > 1 else 0]
 
     def embedding_delta(self, token: int) -> torch.Tensor | None:
         a = self.w.get("base_model.model.model.embed_tokens.lora_embedding_A")

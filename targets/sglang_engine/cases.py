@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from fuzzrunner.case import Case
 from fuzzrunner.strategies import OpSequence
 
+from . import moe as sparse
 from .adapters import SERVER_NAME
 
 BACKENDS = ("triton", "csgmv")  # every release's; torch_native (0.5.6.post1+), triton_v2 (0.5.23+) where it has them
@@ -43,6 +44,16 @@ class _State:
 
 
 @st.composite
+def _moe(draw) -> dict | None:
+    """None (three cases in four: the dense MLP), or the sparse block's size and knobs (moe.py)."""
+    if not draw(st.sampled_from([False, False, False, True])):
+        return None
+    shared = draw(st.booleans())  # virtual experts over a shared factor: the compiled align (moe.py)
+    return {"experts": draw(st.sampled_from(sparse.EXPERTS)), "top_k": draw(st.sampled_from(sparse.TOP_K)),
+            "shared_outer": shared, "virtual": not shared and draw(st.booleans())}
+
+
+@st.composite
 def _adapter(draw, server: list, max_rank: int, frontend: bool = False) -> dict:
     mods = draw(st.lists(st.sampled_from(server), min_size=1, max_size=len(server), unique=True))
     peft = [m for s in sorted(mods, key=SERVER_MODULES.index) for m in draw(st.sampled_from(GROUPS[s]))]
@@ -51,6 +62,17 @@ def _adapter(draw, server: list, max_rank: int, frontend: bool = False) -> dict:
     if frontend:
         out["pinned"] = draw(st.sampled_from([False, False, True]))
     return out
+
+
+def _requests(draw, s, pool: list, budget: int | None, stream: bool, drain: bool) -> tuple[int, list]:
+    """How many requests a step makes, and the adapters they draw from (a stream: a hot set)."""
+    if budget is not None:  # a MoE case: every request's tokens in one forward stay where SGLang aligns in Triton
+        return draw(st.integers(1, min(5 if s.scheduler else 4, budget))), pool
+    if stream:
+        size = min(len(pool), s.cfg["max_loras_per_batch"] + 1)
+        hot = draw(st.lists(st.sampled_from(pool), min_size=size, max_size=size, unique=True))
+        return draw(st.integers(5, 10)), hot
+    return draw(st.integers(1, (8 if drain else 5) if s.scheduler else 4)), pool
 
 
 def _program() -> OpSequence:
@@ -86,13 +108,9 @@ def _program() -> OpSequence:
         # set of one adapter more than the slots (where the front end lets a step name more), each asking 1-8
         # tokens, so that running adapters hold the slots while another waits, and (drainer on) a drain starts,
         # ends, and the drained adapter's later requests come (docs/sglang.md, "the scheduler path's generation")
-        stream = s.scheduler and draw(st.booleans())
-        if stream:
-            size = min(len(pool), limit + 1)
-            hot = draw(st.lists(st.sampled_from(pool), min_size=size, max_size=size, unique=True))
-            n, pool = draw(st.integers(5, 10)), hot
-        else:
-            n = draw(st.integers(1, (8 if drain else 5) if s.scheduler else 4))
+        budget = sparse.max_tokens(s.cfg) if s.cfg.get("moe") else None  # a MoE case: tokens a forward may hold
+        stream = s.scheduler and budget is None and draw(st.booleans())
+        n, pool = _requests(draw, s, pool, budget, stream, drain)
         reqs: list = []
         for _ in range(n):
             choice = draw(st.sampled_from(pool))
@@ -102,7 +120,8 @@ def _program() -> OpSequence:
         op = {"op": "step", "reqs": reqs, "mode": draw(st.sampled_from(["decode", "extend"])),
               "seed": draw(st.integers(0, 3))}
         if op["mode"] == "extend":
-            op["lens"] = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
+            longest = 3 if budget is None else max(1, min(3, budget // n))
+            op["lens"] = draw(st.lists(st.integers(1, longest), min_size=n, max_size=n))
             if s.logprobs and not stream and draw(st.booleans()):  # input logprobs asked: each request's start
                 op["logprob"] = [draw(st.integers(0, k)) for k in op["lens"]]
         if s.scheduler and "logprob" not in op:  # served by SGLang's scheduler: tokens to generate, arrival round
@@ -124,26 +143,40 @@ PROGRAM = _program()
 @st.composite
 def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
                         modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False,
-                        backends: tuple = BACKENDS, scheduler: bool = False, drainer: bool = True) -> Case:
+                        backends: tuple = BACKENDS, scheduler: bool = False, drainer: bool = True,
+                        moe: bool = False) -> Case:
     """``modules``: the target modules the release's LoRA pool has buffers for (api.EngineAPI.modules);
     ``frontend``: whether the release's adapter-management API is driven (frontend.py); ``logprobs``: whether
     SGLang's LogitsProcessor is driven (batch.py), so extend steps may ask for input logprobs; ``backends``: the
-    ``--lora-backend`` values the release has that run without compiled code (backends.py)."""
+    ``--lora-backend`` values the release has that run without compiled code (backends.py); ``moe``: whether the
+    release's MoE LoRA runs here (moe.py): then one case in four has Mixtral's sparse block, its knobs drawn."""
     server = draw(st.lists(st.sampled_from(list(modules)), min_size=1, max_size=3, unique=True))
     max_rank = draw(st.sampled_from([4, 8]))
     names = [f"a{i}" for i in range(draw(st.integers(2, 4)))]
     slots = draw(st.integers(2, 3))
+    backend = draw(st.sampled_from(list(backends)))
+    # where the release runs MoE LoRA, one case in four has Mixtral's sparse block (moe.py), drawn before the
+    # adapters so that they adapt its experts: SGLang wraps them only with both gate_up_proj and down_proj targeted;
+    # triton_v2 pairs only with the MoeLoraRunner (--moe-runner-backend lora_*: CUDA SM90 / SM100 only)
+    spec = draw(_moe()) if moe and device == "cpu" and backend != "triton_v2" else None
+    if spec:
+        server = sorted(set(server) | {"gate_up_proj", "down_proj"}, key=SERVER_MODULES.index)
     cfg = {
-        "backend": draw(st.sampled_from(list(backends))),
+        "backend": backend,
         "max_loras_per_batch": slots,
         "eviction_policy": draw(st.sampled_from(["lru", "fifo"])),
         "max_lora_rank": max_rank,
         "target_modules": sorted(server, key=SERVER_MODULES.index),
-        "graph_bs": draw(st.sampled_from([0, 0, 2, 4])),
+        # a MoE case's decode graph would align its LoRA with compiled code in the capture
+        "graph_bs": 0 if spec else draw(st.sampled_from([0, 0, 2, 4])),
         "chunk": 16,
-        "dtype": "float32",  # float16 rounding over six LoRA'd layers exceeds its tolerance: exact enough in fp32
+        # float16 rounding over six LoRA'd layers exceeds its tolerance: exact enough in fp32; SGLang's gated
+        # virtual-expert shrink asserts a half-precision model (fused_moe_triton_kernels.py)
+        "dtype": "float16" if spec and spec["virtual"] else "float32",
         "adapters": {n: draw(_adapter(server, max_rank, frontend)) for n in names},
     }
+    if spec:
+        cfg["moe"] = spec
     if frontend:
         cfg["max_loaded_loras"] = draw(st.sampled_from([None, slots, slots + 1]))
     if logprobs:  # SGLANG_ENABLE_LOGPROB_CHUNK / SGLANG_LOGPROB_CHUNK_SIZE: None = SGLang's defaults, 0 = off
@@ -159,8 +192,9 @@ def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: s
     return Case("sglang_engine", cfg, tuple(ops), tuple(faults))
 
 
-def features(case) -> set:
-    c, out = case.config, set()
+def _config_features(c: dict) -> set:
+    """The features a case's configuration reaches (its server arguments and knobs)."""
+    out: set = set()
     out |= {f"backend={c.get('backend')}", f"eviction={c.get('eviction_policy')}",
             f"graph={'on' if c.get('graph_bs') else 'off'}", f"max_loras_per_batch={c.get('max_loras_per_batch')}"}
     out |= {f"target={m}" for m in c.get("target_modules", ())}
@@ -174,9 +208,19 @@ def features(case) -> set:
                 "max_prefill_tokens=" + ("small" if c.get("max_prefill_tokens", 16384) < 16 else "default")}
     if "lora_drain_wait_threshold" in c:
         out.add("drain=" + ("on" if c["lora_drain_wait_threshold"] else "off"))
+    if c.get("moe"):
+        m = c["moe"]
+        out |= {"moe=on", f"moe.top_k={m['top_k']}", f"moe.experts={m['experts']}",
+                "moe.shared_outer=" + ("on" if m.get("shared_outer") else "off"),
+                "moe.virtual_experts=" + ("on" if m.get("virtual") else "off")}
     if "logprob_chunk" in c:
         chunk = c["logprob_chunk"]
         out.add("logprob_chunk=" + ("default" if chunk is None else "off" if chunk == 0 else "small"))
+    return out
+
+
+def features(case) -> set:
+    c, out = case.config, _config_features(case.config)
     loaded: list = []
     resident_names: set = set()
     for op in case.ops:
@@ -218,7 +262,8 @@ def _step_features(op: dict, loaded: list, slots: int) -> set:
 
 
 def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False,
-                  backends: tuple = BACKENDS, scheduler: bool = False, drainer: bool = True) -> tuple:
+                  backends: tuple = BACKENDS, scheduler: bool = False, drainer: bool = True,
+                  moe: bool = False) -> tuple:
     """Every feature ``features`` gives for a release whose pool has buffers for ``modules`` (and whose
     adapter-management API is driven: ``frontend``; whose LogitsProcessor is driven: ``logprobs``)."""
     return tuple(
@@ -232,7 +277,10 @@ def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logpr
            if logprobs else [])
         + ([f"max_running_requests={m}" for m in (2, 3, 4)] + ["chunked_prefill=on", "chunked_prefill=off",
            "max_prefill_tokens=small", "max_prefill_tokens=default", "step=multi-round", "step=late-arrival",
-           "step=stream"] + (["drain=on", "drain=off"] if drainer else []) if scheduler else []))
+           "step=stream"] + (["drain=on", "drain=off"] if drainer else []) if scheduler else [])
+        + (["moe=on", "moe.top_k=1", "moe.top_k=2", *(f"moe.experts={e}" for e in sparse.EXPERTS),
+            "moe.shared_outer=on", "moe.shared_outer=off", "moe.virtual_experts=on", "moe.virtual_experts=off"]
+           if moe else []))
 
 
 FEATURE_SPACE = feature_space()

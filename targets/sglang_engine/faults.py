@@ -4,9 +4,12 @@ catch the class of bug it stands for."""
 
 from __future__ import annotations
 
+import torch
+
 from fuzzrunner import tracking
 
 from . import backend_faults
+from .moe import unavailable as moe_unavailable
 from .scheduler_faults import SERVER_FAULTS
 
 FAULTS = {
@@ -35,6 +38,10 @@ FAULTS = {
         "ParallelLMHeadWithLoRA.set_lm_head_pass ignores the pass index the LogitsProcessor gives it: every chunked "
         "input-logprob pass of lm_head runs with the first pass's adapter routing (lm_head_pass_batch_infos[0]), "
         "so later passes' rows get another request's lm_head delta, or a routing of another row count.",
+    "moe_load_swaps_gate_up":
+        "LoRAMemoryPool.load_lora_weight_to_buffer writes each expert's gate and up LoRA B into each other's half of "
+        "the slot's gate_up_proj_moe buffer (MoE cases): an adapter's experts run its up delta on the gate and its "
+        "gate delta on the up projection.",
 }
 FAULTS |= backend_faults.FAULTS  # the backends beyond triton / csgmv, the graph runner's variant choice
 FAULTS |= SERVER_FAULTS
@@ -60,6 +67,8 @@ def plant(mgr, faults: set, front=None, model=None, server=None) -> None:
         _load_keeps_residual_weights(pool)
     if "evict_batch_adapter" in faults:
         _evict_batch_adapter(pool)
+    if "moe_load_swaps_gate_up" in faults:
+        _moe_load_swaps_gate_up(pool)
 
 
 def _unload_keeps_slot(pool) -> None:
@@ -87,6 +96,9 @@ def unavailable(api, fe=None, logits_processor: bool = True, scheduler: bool = F
     if not logits_processor or not api.lm_head_passes:
         out["logprob_pass_stale_routing"] = (f"SGLang {api.version}'s lm_head LoRA has no per-pass routing "
                                              f"(ParallelLMHeadWithLoRA.set_lm_head_pass: 0.5.10+)")
+    why = moe_unavailable()
+    if why:
+        out["moe_load_swaps_gate_up"] = f"SGLang {api.version}'s MoE LoRA is not driven here ({why}: moe.py)"
     if not api.unload_frees_slot:
         out["unload_keeps_slot"] = (f"SGLang {api.version}'s unload_lora_adapter leaves the pool as it is (no "
                                     f"LoRAMemoryPool.remove_lora): there is no slot-freeing step to break")
@@ -98,6 +110,20 @@ def unavailable(api, fe=None, logits_processor: bool = True, scheduler: bool = F
         out["lru_evicts_pinned"] = (f"SGLang {api.version}'s load_lora_adapter refuses loads beyond "
                                     f"--max-loaded-loras: it evicts nothing")
     return out
+
+
+def _moe_load_swaps_gate_up(pool) -> None:
+    original = pool.load_lora_weight_to_buffer
+
+    def load(uid, buffer_id, *args, **kwargs):
+        original(uid, buffer_id, *args, **kwargs)
+        if uid is None:
+            return
+        for b in pool.B_buffer.get("gate_up_proj_moe", ()):  # [slots, experts, 2 * inter, rank]
+            half = b.shape[2] // 2
+            with tracking.quiet():
+                b[buffer_id] = torch.cat([b[buffer_id, :, half:], b[buffer_id, :, :half]], dim=1)
+    pool.load_lora_weight_to_buffer = load
 
 
 def _stale_pass(lm_head) -> None:

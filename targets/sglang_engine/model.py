@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from . import moe as sparse
+
 DIMS = {"hidden_size": 32, "intermediate_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
         "head_dim": 8, "num_hidden_layers": 1, "vocab_size": 64}
 
@@ -47,15 +49,19 @@ def build(cfg, dtype: torch.dtype, device: torch.device):
             self.down_proj = RowParallelLinear(inter, H, bias=False, params_dtype=dtype)
 
     class Layer(nn.Module):
-        def __init__(self):
+        def __init__(self, layer_id: int):
             super().__init__()
-            self.self_attn, self.mlp = Attention(), MLP()
+            self.self_attn = Attention()
+            if getattr(cfg, "fuzzrunner_moe", None):  # a MoE case: Mixtral's sparse block (moe.py)
+                setattr(self, sparse.BLOCK, sparse.block(cfg, layer_id, dtype))
+            else:
+                self.mlp = MLP()
 
     class Inner(nn.Module):
         def __init__(self):
             super().__init__()
             self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, H, params_dtype=dtype)
-            self.layers = nn.ModuleList([Layer() for _ in range(cfg.num_hidden_layers)])
+            self.layers = nn.ModuleList([Layer(i) for i in range(cfg.num_hidden_layers)])
 
     class Tiny(nn.Module):
         def __init__(self):
@@ -93,6 +99,9 @@ def hidden(m, ids: torch.Tensor) -> torch.Tensor:
         qkv, _ = layer.self_attn.qkv_proj(h)
         o, _ = layer.self_attn.o_proj(_mix(qkv, cfg))
         h = h + o
+        if hasattr(layer, sparse.BLOCK):  # MixtralMoE.forward: gate, TopK, the (LoRA-wrapped) experts
+            h = h + getattr(layer, sparse.BLOCK)(h)
+            continue
         gu, _ = layer.mlp.gate_up_proj(h)
         gate, up = gu.chunk(2, dim=-1)
         d, _ = layer.mlp.down_proj((nn.functional.silu(gate) * up).contiguous())
@@ -121,8 +130,16 @@ def base_weights(m) -> dict:
     return out
 
 
-def reference(cfg, base: dict, ids: list[int], adapters: list, last: list | None = None) -> torch.Tensor:
-    """float64 logits: token ``t`` with ``adapters[t]`` (an ``AdapterFiles`` or None), from the files only."""
+def routes(m) -> list:
+    """Per decoder layer: the latest forward's routing per token (moe.routes), or None for a dense layer."""
+    return [sparse.routes(getattr(layer, sparse.BLOCK)) if hasattr(layer, sparse.BLOCK) else None
+            for layer in m.model.layers]
+
+
+def reference(cfg, base: dict, ids: list[int], adapters: list, last: list | None = None,
+              routing: list | None = None) -> torch.Tensor:
+    """float64 logits: token ``t`` with ``adapters[t]`` (an ``AdapterFiles`` or None), from the files only; a MoE
+    layer routes each token to the experts SGLang's ``TopK`` picked (``routing``: ``routes``), with its weights."""
     nh, nkv, hd, inter = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.intermediate_size
     parts = {"qkv_proj": (("q_proj", nh * hd), ("k_proj", nkv * hd), ("v_proj", nkv * hd)),
              "o_proj": (("o_proj", cfg.hidden_size),), "gate_up_proj": (("gate_proj", inter), ("up_proj", inter)),
@@ -141,6 +158,11 @@ def reference(cfg, base: dict, ids: list[int], adapters: list, last: list | None
             pre = f"model.layers.{i}"
             qkv = lin(h, f"{pre}.self_attn.qkv_proj")
             h = h + lin(_mix(qkv[None], cfg)[0], f"{pre}.self_attn.o_proj")
+            if routing is not None and routing[i] is not None:
+                moe_pre = f"{pre}.{sparse.BLOCK}.experts"
+                h = h + sparse.reference(h, routing[i][len(rows)], base[f"{moe_pre}.w13_weight"],
+                                         base[f"{moe_pre}.w2_weight"], sparse.delta(ad, moe_pre))
+                continue
             gate, up = lin(h, f"{pre}.mlp.gate_up_proj").chunk(2, dim=-1)
             h = h + lin(nn.functional.silu(gate) * up, f"{pre}.mlp.down_proj")
         rows.append(lin(h, "lm_head")[: cfg.vocab_size])
@@ -162,6 +184,9 @@ def base_path_logits(m, ids: torch.Tensor, last: list | None = None, logits=None
     for layer in m.model.layers:
         qkv = base(layer.self_attn.qkv_proj, h)
         h = h + base(layer.self_attn.o_proj, _mix(qkv, cfg))
+        if hasattr(layer, sparse.BLOCK):
+            h = h + sparse.base(getattr(layer, sparse.BLOCK), h)
+            continue
         gate, up = base(layer.mlp.gate_up_proj, h).chunk(2, dim=-1)
         h = h + base(layer.mlp.down_proj, (nn.functional.silu(gate) * up).contiguous())
     if logits is not None:

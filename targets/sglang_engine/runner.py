@@ -38,6 +38,7 @@ from . import adapters as adp
 from . import backend_faults, serving
 from . import batch as sglang_batch
 from . import model as tiny
+from . import moe as sparse
 from .checks import check_frontend, check_pool, check_unloaded
 from .faults import FAULTS, plant
 from .frontend import Frontend
@@ -53,6 +54,8 @@ def check_case(case) -> dict:
               "graph_bs", "dtype"):
         if k not in c:
             raise InvalidCase(f"sglang_engine config is missing {k!r}.")
+    if c.get("moe"):
+        _check_moe(c)
     for i, op in enumerate(case.ops):
         if op.get("op") not in OPS:
             raise InvalidCase(f"op {i}: unknown op {op.get('op')!r}; sglang_engine ops are {', '.join(OPS)}.")
@@ -85,6 +88,29 @@ def compared_as(dtype: torch.dtype, device: str) -> torch.dtype:
     return torch.float16
 
 
+def _check_moe(c: dict) -> None:
+    m = c["moe"]
+    if m.get("experts") not in sparse.EXPERTS or m.get("top_k") not in sparse.TOP_K:
+        raise InvalidCase(f"moe {m!r}: experts must be one of {sparse.EXPERTS} and top_k one of {sparse.TOP_K} (the "
+                          f"sizes where SGLang aligns without compiled code: moe.py).")
+    if c["backend"] == "triton_v2":
+        raise InvalidCase("moe case with backend triton_v2: SGLang pairs it only with its MoeLoraRunner "
+                          "(--moe-runner-backend lora_*), which needs a CUDA SM90 / SM100 layer (moe.py); "
+                          "draw another backend.")
+    if m.get("shared_outer") and m.get("virtual"):
+        raise InvalidCase(f"moe {m!r}: virtual experts over a shared factor number max_loras_per_batch, below where "
+                          f"SGLang aligns them in Triton (compiled moe_align_block_size: moe.py); draw one of the two.")
+    if m.get("virtual") and c["dtype"] not in ("float16", "bfloat16"):
+        raise InvalidCase(f"moe {m!r} with dtype {c['dtype']}: SGLang's virtual-expert kernel takes a float16 or "
+                          f"bfloat16 model only (invoke_fused_moe_kernel asserts it); draw one of those.")
+    if not {"gate_up_proj", "down_proj"} <= set(c["target_modules"]):
+        raise InvalidCase(f"moe case with target modules {c['target_modules']}: SGLang wraps its experts only when "
+                          f"both gate_up_proj and down_proj are targeted; add them.")
+    if c["graph_bs"]:
+        raise InvalidCase(f"moe case with graph_bs {c['graph_bs']}: a decode graph's capture aligns the MoE LoRA with "
+                          f"the compiled moe_lora_align_block_size; draw graph_bs 0.")
+
+
 class Session:
     def __init__(self, case, ctx, eng, workdir: str):
         self.c = c = check_case(case)
@@ -92,7 +118,9 @@ class Session:
         self.faults = set(case.faults)
         self.dtype = getattr(torch, c["dtype"])
         self.device = torch.device(ctx.device)
-        self.compared_as = compared_as(self.dtype, self.device.type)
+        # SGLang's fused-MoE kernels compute in float16 for a model that is not bfloat16 (fused_moe.py's
+        # compute_type): a MoE case's logits and logprobs carry that rounding
+        self.compared_as = torch.float16 if c.get("moe") else compared_as(self.dtype, self.device.type)
         self.api = api = eng.api
         if c["backend"] not in api.backends:  # a seed or a stored case of another release
             raise InvalidCase(f"backend {c['backend']!r} is not drivable on SGLang {eng.version}; its registry's "
@@ -113,12 +141,20 @@ class Session:
             max_lora_rank=c["max_lora_rank"], lora_target_modules=list(c["target_modules"]),
             lora_eviction_policy=c["eviction_policy"], max_lora_chunk_size=c.get("chunk", 16),
             max_loaded_loras=c.get("max_loaded_loras"), **scheduler_knobs(
-                c, eng.scheduler is not None, eng.scheduler is not None and eng.scheduler.drainer))
+                c, eng.scheduler is not None, eng.scheduler is not None and eng.scheduler.drainer),
+            **sparse.server_knobs(c.get("moe")))
         api.publish(self.server_args, ctx.device, eng.hf_config)
-        self.model = tiny.build(eng.hf_config, self.dtype, self.device)
+        self.hf = sparse.hf_config(eng.hf_config, c.get("moe"))  # a MoE case: the config names its experts
+        if c.get("moe"):
+            why = sparse.unavailable() or (None if ctx.device == "cpu" else
+                                           f"MoE cases run on the CPU only (device {ctx.device!r}: moe.py)")
+            if why:
+                raise InvalidCase(f"moe case on SGLang {eng.version}: {why}.")
+            sparse.cpu_answers()
+        self.model = tiny.build(self.hf, self.dtype, self.device)
         self.base = tiny.base_weights(self.model)
         self.mgr = api.manager(
-            eng.LoRAManager, base_model=self.model, base_hf_config=eng.hf_config,
+            eng.LoRAManager, base_model=self.model, base_hf_config=self.hf,
             max_loras_per_batch=c["max_loras_per_batch"], load_config=eng.LoadConfig(), dtype=self.dtype,
             server_args=self.server_args, lora_backend=c["backend"], max_lora_rank=c["max_lora_rank"],
             target_modules=set(c["target_modules"]), lora_paths=[])
@@ -148,7 +184,7 @@ class Session:
         name, v = op["name"], op.get("v", 0)
         if name in self.refs:
             raise InvalidCase(f"load: {name!r} is loaded already (the registry refuses it before the engine).")
-        path = adp.write(self.workdir, self.eng.hf_config, self.c["adapters"][name], name, v)
+        path = adp.write(self.workdir, self.hf, self.c["adapters"][name], name, v)
         self.loads += 1
         ref = self.eng.LoRARef(lora_id=f"{self.loads:04d}{name}", lora_name=name, lora_path=path, pinned=False)
         result = self.mgr.load_lora_adapter(ref)
@@ -210,7 +246,7 @@ class Session:
         name, v = op["name"], op.get("v", 0)
         pinned = bool(self.c["adapters"][name].get("pinned"))
         before = self.front.registered()
-        path = adp.write(self.workdir, self.eng.hf_config, self.c["adapters"][name], name, v)
+        path = adp.write(self.workdir, self.hf, self.c["adapters"][name], name, v)
         result = self.front.load(name, path, pinned)
         limit, evicts = self.c.get("max_loaded_loras"), self.front.fe.evicts
         refused = (name in before or (pinned and len(_pinned(before)) >= self.c["max_loras_per_batch"] - 1)
@@ -305,6 +341,10 @@ class Session:
         with tracking.quiet():  # the check's reads of the pool are the harness's, not SGLang's
             self.ctx.check("pool", check_pool(self.mgr, ids, self.files, names))
         rows = [n for n, k in zip(names, lens) for _ in range(k)]
+        if self.c.get("moe") and not sparse.fits(self.c, len(rows)):
+            raise InvalidCase(f"a forward of {len(rows)} tokens with moe {self.c['moe']} and max_loras_per_batch "
+                              f"{self.c['max_loras_per_batch']}: SGLang would align its experts with compiled code "
+                              f"(at most {sparse.max_tokens(self.c)} tokens: moe.py); draw smaller steps.")
         # the rows lm_head's logits are read for: an extend batch's last token per request
         last = [sum(lens[: i + 1]) - 1 for i in range(len(lens))] if mode == "extend" else None
         graph = self.graphs.pick(len(names)) if self.graphs is not None and mode == "decode" else None
@@ -318,15 +358,18 @@ class Session:
         else:
             with torch.no_grad():
                 logits = tiny.forward(self.model, tokens, last)
+        routing = tiny.routes(self.model) if self.c.get("moe") else None
         with tracking.quiet():
-            ref_all = tiny.reference(self.eng.hf_config, self.base, tokens.tolist(),
-                                     [None if n is None else self.files[n] for n in rows])
+            ref_all = tiny.reference(self.hf, self.base, tokens.tolist(),
+                                     [None if n is None else self.files[n] for n in rows], routing=routing)
         ref = ref_all if last is None else ref_all[last]
         # relative to each row's largest logit: with scalings up to 8 through six LoRA'd layers the logits reach
         # 1e4, and float32 rounding of those leaves ~1e-3 on a small logit that cancels out of them (a 1e-4
         # tolerance on the element itself then reports rounding: 0.00925 on an 85.35 in a row of 26700s)
         scale = ref.abs().amax(dim=-1, keepdim=True).clamp(min=1.0)
         path = self.path(graph, fb)
+        if self.c.get("moe"):
+            self._check_experts(rows, path)
         self.ctx.compare(f"step.logits[{path}]", logits / scale.to(logits), ref / scale, self.compared_as)
         if logprob is not None:
             self._check_logprobs(logprobs, ref_all, tokens.tolist(), lens, logprob, path)
@@ -345,6 +388,26 @@ class Session:
                 f"token {i} (a request without an adapter) differs from the base model's logits (max |diff| "
                 f"{float((logits[i] - base[i]).abs().max()):.3g})" for i in bad[:3]])
         return logits
+
+    def _check_experts(self, rows: list, path: str) -> None:
+        """Each MoE layer at its own input: a row without an adapter equals SGLang's MoE runner without LoRA exactly; a
+        row with one, the float64 experts of its adapter's files (routed as SGLang's TopK routed it)."""
+        for i, layer in enumerate(self.model.model.layers):
+            block = getattr(layer, sparse.BLOCK)
+            x, _, out = block.last
+            pre = f"model.layers.{i}.{sparse.BLOCK}.experts"
+            with torch.no_grad(), tracking.quiet():
+                base = sparse.base(block, x)
+                xs, route = x.detach().cpu().double(), sparse.routes(block)
+                want = torch.stack([sparse.reference(
+                    xs[t], route[t], self.base[f"{pre}.w13_weight"], self.base[f"{pre}.w2_weight"],
+                    sparse.delta(self.files.get(n), pre)) for t, n in enumerate(rows)])
+            scale = want.abs().amax(dim=-1, keepdim=True).clamp(min=1.0)
+            self.ctx.compare(f"step.experts[{path}]", out / scale.to(out), want / scale, torch.float16)
+            bad = [t for t, n in enumerate(rows) if n is None and not torch.equal(out[t], base[t])]
+            self.ctx.check(f"base-rows.experts[{path}]", [
+                f"token {t} (a request without an adapter) differs from SGLang's MoE runner without LoRA (max |diff| "
+                f"{float((out[t] - base[t]).abs().max()):.3g})" for t in bad[:3]])
 
 
 def _expected_logprobs(ref_all, tokens: list, lens: list, starts: list):

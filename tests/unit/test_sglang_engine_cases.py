@@ -45,6 +45,42 @@ def test_drawn_cases_use_only_the_releases_target_modules_and_declared_features(
             assert all(0 <= s <= n for s, n in zip(op["logprob"], op["lens"], strict=True))
 
 
+@FAST
+@given(st.data(), st.booleans(), st.booleans())
+def test_moe_cases_fit_where_sglang_aligns_without_compiled_code(data, sched, moe):
+    """A MoE case (moe.py) targets both expert projections, draws no decode graph, and no forward of it holds more
+    tokens than SGLang's Triton / naive alignments take (the runner refuses a larger one as an invalid case)."""
+    sparse = import_module("fuzzrunner.targets.sglang_engine.moe")
+    backends = ("triton", "csgmv", "torch_native", "triton_v2")
+    case = data.draw(cases.sglang_engine_cases((), max_ops=8, device="cpu", scheduler=sched, moe=moe,
+                                               backends=backends))
+    c = case.config
+    assert set(features_of(cases.features, case)) <= set(cases.feature_space(backends=backends, scheduler=sched,
+                                                                             moe=moe))
+    if "moe" not in c:
+        return
+    assert moe and {"gate_up_proj", "down_proj"} <= set(c["target_modules"]) and c["graph_bs"] == 0
+    # triton_v2 pairs only with the CUDA-only MoeLoraRunner; virtual experts over a shared factor align compiled
+    assert c["backend"] != "triton_v2" and not (c["moe"]["shared_outer"] and c["moe"]["virtual"])
+    assert c["dtype"] == ("float16" if c["moe"]["virtual"] else "float32")
+    for op in case.ops:
+        if op["op"] == "step":
+            n = len(op["reqs"])
+            assert sparse.fits(c, max(n, sum(op.get("lens", [1] * n)))), (c["moe"], op)
+
+
+def test_the_moe_bounds_are_sglangs():
+    """tokens * top_k <= 64 (moe_align_small_numel's SMALL_NUMEL_LIMIT) and * 8 <= experts * max_loras (the naive LoRA
+    alignment's _SPARSITY_FACTOR)."""
+    sparse = import_module("fuzzrunner.targets.sglang_engine.moe")
+    c = {"moe": {"experts": 64, "top_k": 2}, "max_loras_per_batch": 2}
+    assert sparse.max_tokens(c) == 8 and sparse.fits(c, 8) and not sparse.fits(c, 9)
+    c = {"moe": {"experts": 128, "top_k": 1}, "max_loras_per_batch": 3}
+    assert sparse.max_tokens(c) == 48 and sparse.fits(c, 48) and not sparse.fits(c, 49)
+    c = {"moe": {"experts": 128, "top_k": 2}, "max_loras_per_batch": 3}
+    assert sparse.max_tokens(c) == 24 and not sparse.fits(c, 33)
+
+
 def test_the_logprob_chunk_knob_is_set_under_both_names_and_restored():
     batch = import_module("fuzzrunner.targets.sglang_engine.batch")
     import os
