@@ -9,7 +9,11 @@ expected, got, OK or UNEXPECTED; the last line is ``VLLM-ENGINE-PROMPT-LOGPROBS:
 * the same with ``prompt_token_ids_unshifted`` planted: a numeric mismatch in ``step.prompt_logprobs.token_ids``;
 * a chunked prefill (the prompt's last chunk one token): silent on 0.21 and later (the carried 0.33.0);
 * P1's case (docs/findings/cases/p1_prompt_logprobs_mapping.json): vLLM's P1, a mismatch in
-  ``step.prompt_logits[0].adapter_rows``.
+  ``step.prompt_logits[0].adapter_rows``;
+* prompt scoring (prompt_scores.py, 0.31 on: the carried 0.33.0 takes one id list per scored row): base-model
+  requests with ``prompt_logprob_token_ids`` from a start over a chunked prefill, silent (the worker's
+  ``compute_token_logprobs`` Triton kernel compiled); the same with ``token_id_scores_previous_row`` planted: a
+  numeric mismatch in ``step.prompt_token_ids.scores``.
 
 Needs the vLLM tree (``python3 scripts/gpu_acceptance.py --steps vllm-tree``), or ``--device cpu`` here (Triton's
 interpreter). Usage: python3 scripts/gpu/vllm_engine_prompt_logprobs.py [--device cpu]
@@ -32,7 +36,14 @@ def plan() -> list[tuple[str, dict, tuple | None]]:
     t = vllm_engine_moe._test_module("test_vllm_engine_target.py")
     ops, config, want = t.FAULT_CASES["prompt_token_ids_unshifted"]
     p1 = json.loads((ROOT / "docs/findings/cases/p1_prompt_logprobs_mapping.json").read_text())
-    return [("base-model prompt logprobs", {"config": {**t.CONFIG, **config}, "ops": ops, "faults": []}, None),
+    scores = [t.step(dict(t.req("a", 0, 3), prompt=6, prompt_start=2, score_ids=[[1], [5, 9], [9, 1, 5]]),
+                     t.req("b", 0, 2), seed=1), t.step(t.req("a", 0, 2), t.req("b", 0, 1), seed=2),
+              t.step(t.req("a", 0, 1), seed=3), t.step(t.req("a", 0, 1), seed=4)]
+    lm = {**t.CONFIG, "layers": ["lm_head"]}
+    return [("prompt token-id scores", {"config": lm, "ops": scores, "faults": []}, None),
+            ("token_id_scores_previous_row", {"config": lm, "ops": scores, "faults": ["token_id_scores_previous_row"]},
+             ("numeric-mismatch", "step.prompt_token_ids.scores")),
+            ("base-model prompt logprobs", {"config": {**t.CONFIG, **config}, "ops": ops, "faults": []}, None),
             ("prompt_token_ids_unshifted", {"config": {**t.CONFIG, **config}, "ops": ops,
                                             "faults": ["prompt_token_ids_unshifted"]}, want),
             ("chunked prefill", {"config": {**t.CONFIG, "layers": ["lm_head"]}, "ops": t.CHUNKED, "faults": []}, None),

@@ -92,7 +92,9 @@ def known_flags(found: dict) -> dict:
             "prompt_rows_mapped": prompt_rows_mapped(found),
             "drops_last_chunk": bool(found.get("prompt_logprobs") and found["prompt_logprobs"].drops_last_chunk),
             "graphs_capture_per_lora": found.get("v2_graphs") is None or found["v2_graphs"].shape == "lora_cases",
-            "mapping_cache_ignores_slots": mapping_cache_ignores_slots(), **moe.known_flags()}
+            "mapping_cache_ignores_slots": mapping_cache_ignores_slots(), **moe.known_flags(),
+            "token_id_rows_mapped": bool(found.get("prompt_logprobs") and
+                                         "set_lora_rows" in found["prompt_logprobs"].token_id_call)}
 
 
 def mapping_cache_ignores_slots() -> bool:
@@ -115,7 +117,9 @@ def make_target():
                     f"*WithLoRA layers and V2-runner LoRA bookkeeping, driven through steps, dummy runs and churn",
         cases=functools.partial(cases.vllm_engine_cases, runners=("v2", "v1") if found.get("v1") else ("v2",),
                                 v2_graphs=found.get("v2_graphs") is not None,
-                                moe_blocks=found.get("moe_unavailable") is None),
+                                moe_blocks=found.get("moe_unavailable") is None,
+                                prompt_scoring=found["prompt_logprobs"].scoring if found.get("prompt_logprobs")
+                                else None),
         run=functools.partial(runner.run, found=found),
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),

@@ -14,11 +14,13 @@ Ops:
 
 * ``add`` / ``remove`` / ``pin`` ``{"id"}``: the runner's ``add_lora`` (load, register, activate), ``remove_lora``,
   ``pin_lora``;
-* ``step`` ``{"finish": [request ids], "reqs": [{"id", "lora", "tokens", "drafts", "prompt_logprobs"[, "prompt"]}],
+* ``step`` ``{"finish": [request ids], "reqs": [{"id", "lora", "tokens", "drafts", "prompt_logprobs"[, "prompt",
+  "score_ids", "prompt_start"]}],
   "pad", "seed"}``: the requests finished before the step, then the scheduled ones (a new id is a new request, with
   adapter ``lora``, 0 = none; a live one keeps its adapter), ``pad`` rows of graph padding; a new request's
   ``prompt`` (default: its ``tokens``) is its prompt's length: a longer prompt is a chunked prefill, its later
-  steps' tokens the next chunks (prompt_logprobs.py);
+  steps' tokens the next chunks (prompt_logprobs.py); ``score_ids`` / ``prompt_start``: its
+  ``prompt_logprob_token_ids`` / ``prompt_logprob_start`` (0.31 on, prompt_scores.py);
 * ``dummy_run`` ``{"num_tokens", "reqs", "pad", "seed"}``: a runtime dummy run (an idle data-parallel rank).
 
 Ops are drawn by rules over a model of the manager (``fuzzrunner.strategies``: ``OpSequence``,
@@ -35,7 +37,7 @@ from fuzzrunner.case import Case
 from fuzzrunner.errors import InvalidCase
 from fuzzrunner.strategies import AdapterSlots, OpSequence
 
-from . import moe
+from . import moe, prompt_scores
 from .model import LAYERS, PACKED, packing
 
 POOL = 5          # adapter ids 1..POOL
@@ -127,6 +129,7 @@ def _check_op(c: dict, i: int, op: dict) -> None:
             if "prompt" in r and not (isinstance(r["prompt"], int) and r["tokens"] <= r["prompt"] <= 64):
                 raise InvalidCase(f"op {i}: request {r['id']!r}: prompt {r['prompt']!r} is its prompt's length, an int "
                                   f"from its tokens ({r['tokens']}) to 64 (max_model_len).")
+            prompt_scores.check_request(i, r, c["vocab"])
             if not 0 <= r.get("drafts", 0) <= min(c["num_speculative_tokens"], r["tokens"] - 1):
                 raise InvalidCase(f"op {i}: request {r['id']!r}: drafts <= num_speculative_tokens and < its tokens.")
         if len({r["lora"] for r in reqs if r["lora"]}) > c["max_loras"]:
@@ -140,9 +143,10 @@ class EngineState(AdapterSlots):
     """The manager's slots (AdapterSlots: first free slot, LRU eviction), plus what the worker also holds:
     pinned adapters, live requests (id -> adapter, tokens last scheduled), the last step's requests."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: dict, scoring: prompt_scores.Scoring | None = None):
         super().__init__(cfg["max_loras"], range(1, POOL + 1))
         self.cfg = cfg
+        self.scoring = scoring  # the release's prompt scoring beyond prompt logprobs (prompt_scores.py), or None
         self.pinned: set[int] = set()
         self.requests: dict[str, int] = {}     # live request id -> adapter id
         self.prefill: dict[str, int] = {}      # live request id -> prompt tokens not yet scheduled (chunked prefill)
@@ -195,11 +199,16 @@ def _new_requests(draw, s: EngineState, adapters: list[int], budget: int, keep: 
         budget -= n
         r = {"id": s.new_id(), "lora": a, "tokens": n, "drafts": 0,
              "prompt_logprobs": n > 1 and draw(st.booleans())}
+        scoring = s.scoring if s.cfg.get("runner", "v2") == "v2" else None
+        if scoring and n > 1 and not r["prompt_logprobs"] and draw(st.booleans()):
+            r["prompt_logprobs"] = True  # 0.31 on: a second chance, prompt_scores.request_fields picks what is scored
         if r["prompt_logprobs"] and s.cfg.get("runner", "v2") == "v2":
             more = draw(st.sampled_from([0, 0, 1, 2, 3]))  # a chunked prefill: the prompt goes on in later steps
             if more:
                 r["prompt"] = n + more
                 s.prefill[r["id"]] = more
+            if scoring:  # token ids, a start (0.31 on): prompt_scores.py
+                r.update(draw(prompt_scores.request_fields(scoring, n + more, s.cfg["vocab"])))
         out.append(r)
     return out
 
@@ -250,7 +259,8 @@ def move(draw, s: EngineState) -> list[dict]:
         s.drop(x)
         s.load(z)
         s.load(x)
-    again = [dict(r, prompt_logprobs=False) for r in s.last_step]  # type: ignore[union-attr]
+    again = [{k: v for k, v in r.items() if k not in ("score_ids", "prompt_start")} | {"prompt_logprobs": False}
+             for r in s.last_step]  # type: ignore[union-attr]  (live requests: their prompt's scoring is theirs)
     s.activate([r["lora"] for r in again])
     return ops + [{"op": "step", "finish": [], "reqs": again, "pad": 0, "seed": draw(st.integers(0, 7))}]
 
@@ -506,16 +516,19 @@ def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",), v2_graphs
 
 @st.composite
 def vllm_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
-                      runners: tuple = ("v2",), v2_graphs: bool = False, moe_blocks: bool = True) -> Case:
+                      runners: tuple = ("v2",), v2_graphs: bool = False, moe_blocks: bool = True,
+                      prompt_scoring: prompt_scores.Scoring | None = None) -> Case:
     """A case for a run on ``device`` (the campaign's): its model dtypes (``DTYPES``); ``runners``: the model
     runners this vLLM has (``"v1"`` up to 0.33: V1 cases draw no prompt logprobs); ``v2_graphs``: its V2 runner
     has a CUDA-graph manager the target drives (v2_graphs.find: half the V2-runner cases draw the graph knobs);
-    ``moe_blocks``: this vLLM can build the MoE block (0.28 and later, moe.py)."""
+    ``moe_blocks``: this vLLM can build the MoE block (0.28 and later, moe.py); ``prompt_scoring``: its prompt-logprobs
+    worker scores token ids from a start (0.31 and later, prompt_scores.py: V2-runner prompt-logprobs requests draw
+    them)."""
     cfg = draw(engine_config(device, runners, v2_graphs, moe_blocks))
-    ops = draw(OPS.ops(lambda: EngineState(cfg), max_ops=max_ops, go_on_odds=GO_ON_ODDS))
+    ops = draw(OPS.ops(lambda: EngineState(cfg, prompt_scoring), max_ops=max_ops, go_on_odds=GO_ON_ODDS))
     if cfg.get("runner") == "v1":
         ops = [dict(op, reqs=[dict(r, prompt_logprobs=False) for r in op["reqs"]]) if op["op"] == "step" else op
-               for op in ops]
+               for op in ops]  # (prompt scores are drawn for V2-runner requests only)
     elif cfg.get("cudagraph_mode", "NONE") != "NONE":  # a step's padding is the graph dispatch's (v2_graphs.py)
         ops = [dict(op, pad=0) if op["op"] == "step" else op for op in ops]
     return Case("vllm_engine", cfg, tuple(ops), tuple(faults))

@@ -11,7 +11,7 @@ FEATURE_SPACE = tuple(
        "fully_sharded_loras=on", "specialize_active_lora=on", "target_modules=filtered", "lora_dtype=auto",
        "adapter=rslora", "adapter=partial-targets", "adapters=mixed-ranks", "moe=top_k-2", "adapter=experts",
        "step=mixed", "step=no-lora", "step=padded", "step=drafts", "step=prompt-logprobs", "step=chunked-prompt",
-       "step=finished-requests",
+       "step=prompt-token-ids", "step=prompt-start", "step=finished-requests",
        "step=index-reused", "step=repeated", "state=slots-full", "state=more-adapters-than-cpu-slots",
        "state=removed-in-use", "state=pinned", "state=re-added"]
     + [f"max_loras={n}" for n in (1, 2, 3)]
@@ -78,6 +78,10 @@ def _step(op: dict, live: dict, freed: int, last, out: set) -> int:
         out.add("step=prompt-logprobs")
     if any(r.get("prompt", 0) > r["tokens"] for r in reqs):
         out.add("step=chunked-prompt")
+    if any(r.get("score_ids") for r in reqs):  # prompt_scores.py (0.31 on)
+        out.add("step=prompt-token-ids")
+    if any(r.get("prompt_start") for r in reqs):
+        out.add("step=prompt-start")
     if op.get("finish"):
         out.add("step=finished-requests")
     new = [r for r in reqs if r["id"] not in live]

@@ -46,13 +46,16 @@ def _c1(v: dict, ops: list, at) -> bool:
 
 def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped: bool = False,
               drops_last_chunk: bool = False, graphs_capture_per_lora: bool = True, moe_drops_rslora: bool = False,
-              moe_ignores_no_lora: bool = False, mapping_cache_ignores_slots: bool = False) -> str | None:
+              moe_ignores_no_lora: bool = False, mapping_cache_ignores_slots: bool = False,
+              token_id_rows_mapped: bool = False) -> str | None:
     """"P1", "L1", "S1", "E1", "E2", "V1", "W1", "C1", "R1" or "M1" where ``finding`` (a report's finding:
     ``violation``, ``case``) is that bug, else None. ``logits_mapped_per_row``: this vLLM's
     ``LoraState.make_lora_inputs`` takes ``num_logits`` (0.34 and later), so a wrong lm_head row is not S1 (nor in a
     V1-runner case: that runner maps 1 + drafts rows);
     ``prompt_rows_mapped``: this vLLM maps the prompt-logprobs rows to their requests' adapters (a fix of P1, such as
-    docs/findings/p1_prompt_logprobs_mapping.patch), so a wrong prompt-logits row is not P1; ``drops_last_chunk``:
+    docs/findings/p1_prompt_logprobs_mapping.patch), so a wrong prompt-logits row is not P1; ``token_id_rows_mapped``:
+    the same for the rows of ``compute_prompt_token_id_logprobs`` (0.31 on: its logits are taken as the prompt
+    logprobs' are; the patch does not touch it); ``drops_last_chunk``:
     this vLLM's prompt-logprobs worker skips a request whose prompt's last chunk is its last token
     (``computed_prefill < prompt_lens - 1``: L1, fixed by #41411), so prompt logprobs never returned are L1;
     ``graphs_capture_per_lora``: this vLLM's V2 runner captures its graphs per LoRA count (0.24 and later, #35536),
@@ -68,8 +71,16 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped:
     tensor, message = v.get("tensor") or "", v.get("message") or ""
     at = (v.get("details") or {}).get("op_index")
     op = case["ops"][at] if at is not None and at < len(case["ops"]) else {}
-    if "prompt_logits" in tensor and not prompt_rows_mapped:
+    if ("prompt_logits" in tensor and not prompt_rows_mapped) or \
+            ("prompt_token_id_logits" in tensor and not token_id_rows_mapped):
         return "P1"  # the prompt-logprobs rows under the sampled rows' mapping (vllm-project/vllm#53842)
+    sites = " ".join(((v.get("details") or {}).get("sites") or {}).values())
+    past_rows = "add_lora_logits" in sites or tensor == "_lora_shrink_kernel:input_ptr"  # its buffer, or its x
+    if v.get("tool") == "shadow" and v["kind"] == "out-of-bounds" and past_rows and not token_id_rows_mapped and \
+            "lm_head" in (case["config"].get("layers") or ()) and any(r.get("score_ids") for r in op.get("reqs") or ()):
+        # P1's other form: the token-id path takes one request's prompt rows at a time, fewer than the sampled rows
+        # the lm_head mapping was made for, so the logits LoRA kernels reach past the call's rows (input or buffer)
+        return "P1"
     if v["kind"] == "state-violation" and tensor.endswith("prompt_logprobs") and drops_last_chunk and \
             "the worker returned none" in message:
         return "L1"  # a chunked prompt's logprobs lost when its last chunk is one token (#41411)
@@ -151,14 +162,15 @@ def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: 
              prompt_rows_mapped: bool = False, drops_last_chunk: bool = False,
              graphs_capture_per_lora: bool = True, moe_drops_rslora: bool = False,
              moe_ignores_no_lora: bool = False,
-             mapping_cache_ignores_slots: bool = False) -> str | None:
+             mapping_cache_ignores_slots: bool = False, token_id_rows_mapped: bool = False) -> str | None:
     """``known_bug``'s id, or "V0": a memory finding in a dummy run of a release whose V2 runner programs nothing
     for it (``dummy_maps_nothing``: 0.15 - 0.21, docs/findings/v0-v2-runner-dummy-run-no-mapping.md), or a read of
     never-written metadata at a graph-padding row of a step there (the same root cause)."""
     bug = known_bug(finding, logits_mapped_per_row=logits_mapped_per_row, prompt_rows_mapped=prompt_rows_mapped,
                     drops_last_chunk=drops_last_chunk, graphs_capture_per_lora=graphs_capture_per_lora,
                     moe_drops_rslora=moe_drops_rslora, moe_ignores_no_lora=moe_ignores_no_lora,
-                    mapping_cache_ignores_slots=mapping_cache_ignores_slots)
+                    mapping_cache_ignores_slots=mapping_cache_ignores_slots,
+                    token_id_rows_mapped=token_id_rows_mapped)
     if bug:
         return bug
     v = finding["violation"]
@@ -183,7 +195,7 @@ def label(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: boo
           prompt_rows_mapped: bool = False, drops_last_chunk: bool = False,
           graphs_capture_per_lora: bool = True, moe_drops_rslora: bool = False,
           moe_ignores_no_lora: bool = False,
-          mapping_cache_ignores_slots: bool = False) -> dict | None:
+          mapping_cache_ignores_slots: bool = False, token_id_rows_mapped: bool = False) -> dict | None:
     """The target's ``known_bugs``: ``{"id", "title", "upstream", "status"}`` of the known bug ``finding`` is, or
     None (a planted fault's finding, a new bug, a target error)."""
     if finding.get("signature", {}).get("tool") == "target":
@@ -191,5 +203,6 @@ def label(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: boo
     bug = known_id(finding, logits_mapped_per_row=logits_mapped_per_row, dummy_maps_nothing=dummy_maps_nothing,
                    prompt_rows_mapped=prompt_rows_mapped, drops_last_chunk=drops_last_chunk,
                    graphs_capture_per_lora=graphs_capture_per_lora, moe_drops_rslora=moe_drops_rslora,
-                   moe_ignores_no_lora=moe_ignores_no_lora, mapping_cache_ignores_slots=mapping_cache_ignores_slots)
+                   moe_ignores_no_lora=moe_ignores_no_lora, mapping_cache_ignores_slots=mapping_cache_ignores_slots,
+                   token_id_rows_mapped=token_id_rows_mapped)
     return {"id": bug, **BUGS[bug]} if bug else None

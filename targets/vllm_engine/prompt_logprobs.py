@@ -20,7 +20,9 @@ Oracles: each ``logits_fn`` call's rows against the float64 reference of the row
 the specification, whatever the release's plumbing: a request that asks for prompt logprobs gets, in the step that
 completes its prompt and not before, one row per prompt position but the last (``P - 1`` rows), whose first
 column is the next prompt token and its log-softmax under the logits vLLM computed for that position's row, then
-the ``k`` largest log-probabilities (``<label>.prompt_logprobs[<request>]``; anything else: a state violation).
+the ``k`` largest log-probabilities (``<label>.prompt_logprobs[<request>]``; anything else: a state violation);
+with 0.34's ``prompt_logprob_start``, from that position on. From 0.31 the same step also calls
+``compute_prompt_token_id_logprobs`` (a request's fixed token ids, from its start): prompt_scores.py.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
+
+from . import prompt_scores
 
 WIDTH = 128  # all_token_ids' columns (vLLM: max_model_len): a case's requests stay far below it
 
@@ -46,10 +50,13 @@ def find() -> SimpleNamespace | None:
         return None
     # L1 (fixed upstream by vllm-project/vllm#41411): a prompt whose last chunk is its last token is skipped
     drops_last_chunk = "prompt_lens - 1" in inspect.getsource(worker.compute_prompt_logprobs)
+    scoring = prompt_scores.find(module, worker)  # prompt_logprob_token_ids / _start (0.31 on), or None
     return SimpleNamespace(module=module, Worker=worker, SamplingParams=SamplingParams,
                            make=set(inspect.signature(worker.__init__).parameters),
                            call=set(inspect.signature(worker.compute_prompt_logprobs).parameters),
-                           drops_last_chunk=drops_last_chunk)
+                           drops_last_chunk=drops_last_chunk, scoring=scoring,
+                           token_id_call=set(inspect.signature(worker.compute_prompt_token_id_logprobs).parameters)
+                           if scoring else set())
 
 
 class Prompts:
@@ -67,6 +74,8 @@ class Prompts:
         self.computed = np.zeros(n, dtype=np.int32)   # RequestState.num_computed_tokens (before the step)
         self.prompt_len = np.zeros(n, dtype=np.int32)
         self.asks: dict[str, int] = {}                # request id -> k, for a request that asks for prompt logprobs
+        self.start: dict[str, int] = {}               # request id -> its first scored prompt row (0.34's start)
+        self.scores = prompt_scores.TokenIdScores(session) if found.scoring else None  # prompt_scores.py
         self.expected: dict[str, list] = {}           # request id -> [(position, next token, want row), ...] so far
         self.added = 0                                # requests added (each draws its own prompt tokens)
 
@@ -79,15 +88,22 @@ class Prompts:
         self.added += 1
         g = torch.Generator().manual_seed(self.s.c["seed"] * 1000 + self.added)
         self.all_token_ids[index] = torch.randint(0, self.s.c["vocab"], (WIDTH,), generator=g, dtype=torch.int32)
-        self.worker.add_request(r["id"], index, self.f.SamplingParams(prompt_logprobs=k))
+        params = prompt_scores.sampling_params(self.f, r, k, self.s.cfg.model_config)
+        self.worker.add_request(r["id"], index, params)
         if k is not None:
             self.asks[r["id"]] = k
             self.expected[r["id"]] = []
+            self.start[r["id"]] = r.get("prompt_start", 0) if self.f.scoring and self.f.scoring.start_all else 0
+        if self.scores:
+            self.scores.add(r)
 
     def remove(self, rid: str) -> None:
         self.worker.remove_request(rid)
         self.asks.pop(rid, None)
         self.expected.pop(rid, None)
+        self.start.pop(rid, None)
+        if self.scores:
+            self.scores.remove(rid)
 
     def advance(self, idx: np.ndarray, tokens: np.ndarray) -> None:
         """After the step: the scheduled tokens are computed."""
@@ -109,24 +125,14 @@ class Prompts:
 
     def run(self, label: str, hidden: torch.Tensor, ids: list[str], idx: np.ndarray, tokens: np.ndarray,
             adapters: list[int]) -> None:
-        """The runner's ``compute_prompt_logprobs`` call on the step's hidden states, then the output oracle."""
+        """The runner's ``compute_prompt_logprobs`` call on the step's hidden states, then (0.31 on)
+        ``compute_prompt_token_id_logprobs`` (``sample_tokens``' order), each with its output oracle."""
         b = self.batch(ids, idx, tokens)
         s, ctx = self.s, self.s.ctx
         rows = [a for a, n in zip(adapters, tokens) for _ in range(int(n))]
         seen: dict[int, torch.Tensor] = {}  # batch row -> the logits vLLM computed for it
-        calls = [0]
-
-        def logits_fn(h: torch.Tensor) -> torch.Tensor:
-            first = (h.storage_offset() - hidden.storage_offset()) // hidden.stride(0)
-            picked = [(first + m, rows[first + m] if first + m < len(rows) else 0) for m in range(h.size(0))]
-            out = s.logits_of(f"{label}.prompt_logits[{calls[0]}]", h, [a for _, a in picked])
-            calls[0] += 1
-            for m, (row, _) in enumerate(picked):
-                seen[row] = out[m].detach().double().cpu()
-            return out
-
-        kw = {"logits_fn": logits_fn, "hidden_states": hidden, "input_batch": b,
-              "all_token_ids": self.all_token_ids.to(s.device),
+        kw = {"logits_fn": self._logits_fn(f"{label}.prompt_logits", hidden, rows, seen), "hidden_states": hidden,
+              "input_batch": b, "all_token_ids": self.all_token_ids.to(s.device),
               "num_computed_tokens": torch.from_numpy(self.computed.copy()).to(s.device),
               "prompt_lens": self.prompt_len.copy(), "prefill_lens": self.prompt_len.copy(),
               "num_computed_prefill_tokens": np.minimum(self.computed, self.prompt_len)}
@@ -140,7 +146,28 @@ class Prompts:
         for name in ("all_token_ids", "num_computed_tokens"):
             ctx.track(kw[name], f"prompt_logprobs.{name}")
         out = self.worker.compute_prompt_logprobs(**{k: v for k, v in kw.items() if k in self.f.call})
+        if self.scores is not None:
+            scored: dict[int, torch.Tensor] = {}
+            kw["logits_fn"] = self._logits_fn(f"{label}.prompt_token_id_logits", hidden, rows, scored)
+            got = self.worker.compute_prompt_token_id_logprobs(
+                **{k: v for k, v in kw.items() if k in self.f.token_id_call})
+            self.scores.check(label, got, b, self.computed, self.prompt_len, scored)
         self.check(label, out, b, seen)
+
+    def _logits_fn(self, label: str, hidden: torch.Tensor, rows: list[int], seen: dict[int, torch.Tensor]):
+        """The runner's ``self.model.compute_logits``, each call's rows checked (``<label>[k]``) and kept in
+        ``seen`` (batch row -> logits): ``hidden`` row m is a row of adapter ``rows[m]``."""
+        calls = [0]
+
+        def logits_fn(h: torch.Tensor) -> torch.Tensor:
+            first = (h.storage_offset() - hidden.storage_offset()) // hidden.stride(0)
+            picked = [(first + m, rows[first + m] if first + m < len(rows) else 0) for m in range(h.size(0))]
+            out = self.s.logits_of(f"{label}[{calls[0]}]", h, [a for _, a in picked])
+            calls[0] += 1
+            for m, (row, _) in enumerate(picked):
+                seen[row] = out[m].detach().double().cpu()
+            return out
+        return logits_fn
 
     def check(self, label: str, out: dict, b: SimpleNamespace, seen: dict[int, torch.Tensor]) -> None:
         """The worker's output against the specification (module docstring)."""
@@ -165,7 +192,7 @@ class Prompts:
             index = int(b.idx_mapping_np[i])
             c, n, plen = int(self.computed[index]), int(b.num_scheduled_tokens[i]), int(self.prompt_len[index])
             qs = int(b.query_start_loc_np[i])
-            for p in range(c, min(c + n, plen - 1)):  # a prompt position whose next token is a prompt token
+            for p in range(max(c, self.start[rid]), min(c + n, plen - 1)):  # a scored prompt position
                 row = qs + p - c
                 if row not in seen:
                     problems.append(f"request {rid!r}: prompt position {p} (batch row {row}): its logits were never "
@@ -178,6 +205,7 @@ class Prompts:
             if c < plen <= c + n:
                 done[rid] = self.expected.pop(rid, [])
                 self.asks.pop(rid)
+                self.start.pop(rid)
         return done
 
     def _compare(self, label: str, rid: str, rows: list, got, problems: list[str]) -> None:

@@ -79,6 +79,45 @@ def split(num_tokens: int, max_reqs: int, uniform_query_len: int | None) -> np.n
     return np.array(out, dtype=np.int32)
 
 
+def input_batch_kwargs(cls, *, max_num_reqs: int, max_num_batched_tokens: int, device, vocab_size: int,
+                       num_spec_tokens: int, logitsprocs) -> dict:
+    """The keywords ``GPUModelRunner.__init__`` makes its ``InputBatch`` with, in the shape of ``cls.__init__`` (one
+    KV-cache group of placeholder blocks; no pinned memory: the target's host memory is never pinned). The shapes,
+    read from the releases' ``gpu_input_batch.py``:
+
+    * 0.12 - 0.14: ``pin_memory``, ``kernel_block_sizes``, ``is_spec_decode`` + ``num_speculative_tokens``;
+    * 0.17: ``pin_memory``, ``kernel_block_sizes``, ``max_num_blocks_per_req`` (optional), ``is_spec_decode``;
+    * 0.21 - 0.22: ``pin_memory``, ``kernel_block_sizes``, ``num_spec_tokens``;
+    * 0.24: ``kernel_block_sizes`` (``pin_memory`` gone: the batch reads ``PIN_MEMORY``);
+    * 0.28 - 0.31: ``kernel_block_sizes``, ``max_num_blocks_per_req`` required;
+    * 0.33: ``kernel_block_sizes`` gone.
+
+    A required parameter none of these names (a release not read yet) is refused in one line."""
+    import inspect
+    params = inspect.signature(cls.__init__).parameters
+    offered = {"max_num_reqs": max_num_reqs, "max_model_len": MAX_MODEL_LEN,
+               "max_num_batched_tokens": max_num_batched_tokens, "device": device, "pin_memory": False,
+               "vocab_size": vocab_size, "block_sizes": [BLOCK], "kernel_block_sizes": [BLOCK],
+               "max_num_blocks_per_req": [-(-MAX_MODEL_LEN // BLOCK)], "logitsprocs": logitsprocs,
+               "logitsprocs_need_output_token_ids": False, "is_pooling_model": False,
+               "num_spec_tokens": num_spec_tokens, "is_spec_decode": num_spec_tokens > 0,
+               "num_speculative_tokens": num_spec_tokens}
+    unknown = [n for n, p in params.items() if n != "self" and n not in offered and p.default is p.empty
+               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if unknown:
+        raise InvalidCase(f"runner 'v1': this vLLM's InputBatch requires {', '.join(unknown)}; the target fills only "
+                          f"what GPUModelRunner passes in 0.12 - 0.33 (v1_runner.input_batch_kwargs): use runner 'v2'.")
+    return {n: v for n, v in offered.items() if n in params}
+
+
+def round_sizes_for_spec_decode(cc, uniform_decode_query_len: int, tensor_parallel_size: int) -> None:
+    """``CompilationConfig.adjust_cudagraph_sizes_for_spec_decode`` as the V1 runner calls it: up to 0.31 with the
+    tensor-parallel size too (sequence parallelism's rounding), from 0.33 without."""
+    import inspect
+    takes_tp = "tensor_parallel_size" in inspect.signature(cc.adjust_cudagraph_sizes_for_spec_decode).parameters
+    cc.adjust_cudagraph_sizes_for_spec_decode(uniform_decode_query_len, *([tensor_parallel_size] if takes_tp else []))
+
+
 class V1Session(Session):
     """``Session`` with the V1 runner's persistent batch, LoRA inputs and graph dispatch (see the module's doc)."""
 
@@ -91,20 +130,11 @@ class V1Session(Session):
         super().__init__(case, ctx, found)  # the model, the manager, the V1 profile run (profile_run below)
         c = self.c
         self.q = 1 + c["num_speculative_tokens"]  # uniform_decode_query_len
-        import inspect
-
         import torch
-        takes = inspect.signature(v1.InputBatch).parameters
-        # 0.21 - 0.28 also take the attention kernels' block sizes (the KV cache's here: one group, no split) and
-        # 0.21 whether to pin host memory (what its runner passes on a platform that cannot pin: False)
-        extra = {k: v for k, v in (("kernel_block_sizes", [BLOCK]), ("pin_memory", False)) if k in takes}
-        self.batch = v1.InputBatch(
-            max_num_reqs=c["max_num_seqs"], max_model_len=MAX_MODEL_LEN,
-            max_num_batched_tokens=c["max_num_batched_tokens"], device=self.device, vocab_size=c["vocab"],
-            block_sizes=[BLOCK], max_num_blocks_per_req=[-(-MAX_MODEL_LEN // BLOCK)],
-            num_spec_tokens=c["num_speculative_tokens"],
-            logitsprocs=v1.build_logitsprocs(self.cfg, self.device, False, False, ()),
-            logitsprocs_need_output_token_ids=False, is_pooling_model=False, **extra)
+        self.batch = v1.InputBatch(**input_batch_kwargs(
+            v1.InputBatch, max_num_reqs=c["max_num_seqs"], max_num_batched_tokens=c["max_num_batched_tokens"],
+            device=self.device, vocab_size=c["vocab"], num_spec_tokens=c["num_speculative_tokens"],
+            logitsprocs=v1.build_logitsprocs(self.cfg, self.device, False, False, ())))
         self.cached: dict = {}  # request id -> CachedRequestState (GPUModelRunner.requests)
         self._torch = torch
         self.meta = self._token_meta()
@@ -137,10 +167,7 @@ class V1Session(Session):
         sizes = sorted(c.get("cudagraph_capture_sizes") or [1])
         cc.cudagraph_capture_sizes, cc.max_cudagraph_capture_size = sizes, sizes[-1]
         if mode.decode_mode() == v1.CUDAGraphMode.FULL and self.q > 1:  # CompilationConfig's V1-runner rounding
-            import inspect  # up to 0.2x it also takes the tensor-parallel size (1 here)
-            tp = {"tensor_parallel_size": 1} if "tensor_parallel_size" in inspect.signature(
-                cc.adjust_cudagraph_sizes_for_spec_decode).parameters else {}
-            cc.adjust_cudagraph_sizes_for_spec_decode(self.q, **tp)
+            round_sizes_for_spec_decode(cc, self.q, self.cfg.parallel_config.tensor_parallel_size)
         d = v1.CudagraphDispatcher(self.cfg)
         d.uniform_decode_query_len = self.q  # vLLM reads it from the speculative config (no draft model here)
         d.initialize_cudagraph_keys(mode, self.q)
