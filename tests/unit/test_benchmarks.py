@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.interpreter  # the benchmark measures the CPU shadow: it asserts Triton's interpreter
 def test_the_shadow_overhead_benchmark_runs_and_prints_a_ratio_per_row():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the script must set it itself
     r = subprocess.run([sys.executable, "benchmarks/shadow_overhead.py", "--reps", "1", "--sizes", "small,gather"],

@@ -65,7 +65,8 @@ def _failing_step(shadow: str, step: str):
             "filter": (DeviceShadow, "mirror_to")}[step]  # (the device mode's filter, once claimed)
 
 
-@pytest.mark.parametrize("shadow, step", [("device", "threads"), ("device", "mode"), ("device", "filter"),
+@pytest.mark.parametrize("shadow, step", [*(pytest.param("device", step, marks=pytest.mark.interpreter)
+                                            for step in ("threads", "mode", "filter")),
                                           ("cpu", "threads"), ("cpu", "mode")])
 def test_a_shadow_oracle_whose_start_raises_halfway_is_a_tool_limitation_and_leaves_nothing_installed(
         shadow, step, monkeypatch):
@@ -107,6 +108,7 @@ def test_an_oracle_whose_finish_raises_is_named_and_the_others_are_still_finishe
     assert _installed() == before
 
 
+@pytest.mark.interpreter
 def test_a_device_shadow_whose_last_read_back_raises_still_uninstalls_everything(monkeypatch):
     """The device mode's ``finish`` reads the ring and the log back first: a failure there (not a kernel's
     device fault: the tool's) is named, and the hooks are undone all the same."""

@@ -70,7 +70,7 @@ def test_the_engine_targets_import_as_the_installed_package_without_the_checkout
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env,
                        timeout=300)
-    if "No module named 'fuzzrunner.targets'" in r.stderr:
+    if "No module named 'fuzzrunner" in r.stderr:  # 'fuzzrunner' itself on the GPU image (PYTHONPATH=. only)
         pytest.skip("fuzzrunner is not installed here (run from a checkout with PYTHONPATH=.)")
     assert r.returncode == 0, r.stderr[-1500:]
     assert r.stdout.split("\n")[-2] == "[]", r.stdout

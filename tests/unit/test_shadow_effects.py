@@ -181,6 +181,7 @@ def test_memory_op_operands_come_by_position_or_keyword():
     assert op.kwargs["mask"] == "N" and op.args == ["P"]
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("check_views", [True, False])
 def test_out_of_view_reports_can_be_turned_off(check_views):
     import triton
