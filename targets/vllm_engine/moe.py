@@ -49,7 +49,9 @@ BLOCK = "model.layers.0.block_sparse_moe"   # Mixtral's name for the sparse bloc
 PATH = f"{BLOCK}.experts"
 EXPERTS = (64, 128)
 TOP_K = (1, 2)
-DEVICES = ("cpu",)                          # campaign devices that draw a MoE block (cases.py)
+# campaign devices that draw a MoE block (cases.py): cuda since scripts/gpu/vllm_engine_moe.py passed on an H100
+# (2026-12-07: fault-free silent, fused_moe_swaps_gate_up and activation_keeps_missing_modules caught)
+DEVICES = ("cpu", "cuda")
 PROJS = ("w1", "w2", "w3")                  # Mixtral's checkpoint names: gate, down, up
 # the fused-MoE kernels' launch shapes on the CPU: one block covers the small M, few programs
 LAUNCH = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1, "SPLIT_K": 1,
