@@ -4,7 +4,7 @@
 # under real torch.cuda.CUDAGraph captures (targets/sglang_engine/graphs.py). For a machine with no network: it runs
 # on the archive the GPU acceptance run carries (docs/ci.md: scripts/sglang_setup.sh 0.5.23 --for-gpu
 # .gpu-sglang/sglang.tar.xz); outside scripts/gpu_acceptance.py's plan, one call of its own.
-#   bash scripts/gpu_sglang_engine.sh [ARCHIVE]      (default .gpu-sglang/sglang.tar.xz; at most 400 s of steps)
+#   bash scripts/gpu_sglang_engine.sh [ARCHIVE]      (default .gpu-sglang/sglang.tar.xz; at most 450 s of steps)
 # Steps, each printing "== RESULT <label>: exit N (expected ...)":
 #   engine-graph  the integration test's graph cases on cuda: the lifecycle with graph_bs 4 on both backends
 #                 (expected silent) and capture_without_lora_batch's minimal case (expected found), and how many
@@ -19,7 +19,7 @@
 #                 (docs/findings: torch_native's graph ops and ranks below the max) expected found;
 #   g2-repro      docs/findings/repro_sglang_g2_torch_native_graph_rank.py on cuda (expected exit 1: G2 there);
 #   engine-fault  a campaign with the planted unload_keeps_slot, 100 s (expected exit 1: found);
-#   engine-clean  a fault-free campaign, 70 s (expected exit 0).
+#   engine-clean  a fault-free campaign, 120 s (expected exit 0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 archive=${1:-.gpu-sglang/sglang.tar.xz}
@@ -114,6 +114,6 @@ timeout 115 env FUZZRUNNER_SGLANG_SEEDS=0 python3 -m fuzzrunner fuzz --target sg
 echo "== RESULT engine-fault: exit ${PIPESTATUS[0]} (expected 1: state-violation of unload)"
 
 echo; echo "== engine-clean"
-timeout 85 env FUZZRUNNER_SGLANG_SEEDS=0 python3 -m fuzzrunner fuzz --target sglang_engine --device cuda --seed 0 --no-shrink --no-cpu-triage \
-  --budget 70 --report "$out/clean.json" 2>&1 | tail -8
+timeout 140 env FUZZRUNNER_SGLANG_SEEDS=0 python3 -m fuzzrunner fuzz --target sglang_engine --device cuda --seed 0 --no-shrink --no-cpu-triage \
+  --budget 120 --report "$out/clean.json" 2>&1 | tail -8
 echo "== RESULT engine-clean: exit ${PIPESTATUS[0]} (expected 0)"
