@@ -146,7 +146,7 @@ BUGS = {
     "R1": {"title": "rsLoRA expert adapters of a fused-MoE layer scaled by lora_alpha / rank (pack_moe): every expert "
                     "delta of an rsLoRA adapter sqrt(r) times too weak",
            "upstream": "vllm-project/vllm#55545, fixed by #55548",
-           "status": "fixed upstream (0.12.0 - 0.28.0 by source; 0.31.0 has the fix)"},
+           "status": "fixed in 0.30.0 (0.12.0 - 0.29.0 by source)"},
     "M1": {"title": "after an all-base-model batch the fused-MoE LoRA kernel (naive block assignment) applies the "
                     "previous batch's adapters: add_lora_fused_moe does not check the no-LoRA flag",
            "upstream": "fixed upstream (the flag check in add_lora_fused_moe); "
