@@ -155,6 +155,13 @@ def _repair_bf16_cast(interpreter) -> None:
     interpreter.InterpreterBuilder.cast_impl = cast_impl
 
 
+# each repair's name (what ``applied`` reports), the probe that says this interpreter needs it, the repair
+_REPAIRS = (("index-of-1-element-block", _index_repair_needed, _repair_index),
+            ("splat-of-a-truth-value", _splat_repair_needed, _repair_splat),
+            ("dot-of-bfloat16", _bf16_dot_repair_needed, _repair_bf16_dot),
+            ("bfloat16-downcast-rounds-to-nearest", _bf16_cast_repair_needed, _repair_bf16_cast))
+
+
 def apply() -> tuple[str, ...]:
     """Repair the interpreter where this installation needs it (idempotent); the repairs applied."""
     global _checked
@@ -165,18 +172,10 @@ def apply() -> tuple[str, ...]:
         from triton.runtime import interpreter
     except ImportError:
         return tuple(_applied)
-    if _index_repair_needed(interpreter):
-        _repair_index(interpreter)
-        _applied.append("index-of-1-element-block")
-    if _splat_repair_needed(interpreter):
-        _repair_splat(interpreter)
-        _applied.append("splat-of-a-truth-value")
-    if _bf16_dot_repair_needed(interpreter):
-        _repair_bf16_dot(interpreter)
-        _applied.append("dot-of-bfloat16")
-    if _bf16_cast_repair_needed(interpreter):
-        _repair_bf16_cast(interpreter)
-        _applied.append("bfloat16-downcast-rounds-to-nearest")
+    for name, needed, repair in _REPAIRS:
+        if needed(interpreter):
+            repair(interpreter)
+            _applied.append(name)
     return tuple(_applied)
 
 

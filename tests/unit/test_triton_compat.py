@@ -8,6 +8,7 @@ the user's correct runner. ``scripts/test.sh`` runs this file on Triton 3.6 too 
 import os
 import textwrap
 import traceback
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -18,6 +19,23 @@ from fuzzrunner import _env, triton_compat
 from fuzzrunner.execute import crash_violation
 
 pytestmark = pytest.mark.skipif(not _env.interpreted(), reason="the interpreter runs on the CPU only")
+
+
+@contextmanager
+def _unrepaired(repair: str, owner: str, attr: str, skip_why: str):
+    """The interpreter's ``owner.attr`` (``owner`` "" for the interpreter module, else a class of it) as Triton
+    ships it, for the block, where ``repair`` was applied; the test is skipped where it was not."""
+    from triton.runtime import interpreter
+    triton_compat.apply()
+    if repair not in triton_compat.applied():
+        pytest.skip(f"Triton {triton.__version__}'s interpreter {skip_why}")
+    target = getattr(interpreter, owner) if owner else interpreter
+    repaired = getattr(target, attr)
+    setattr(target, attr, repaired.__wrapped__)
+    try:
+        yield
+    finally:
+        setattr(target, attr, repaired)
 
 
 @triton.jit
@@ -44,17 +62,9 @@ def test_a_runtime_bounded_range_loop_runs_in_the_interpreter():
 
 
 def test_without_the_repair_triton_3_6_fails_as_a_tool_limitation_never_a_crash():
-    from triton.runtime import interpreter
-    triton_compat.apply()
-    if "index-of-1-element-block" not in triton_compat.applied():
-        pytest.skip(f"Triton {triton.__version__}'s interpreter needs no repair here")
-    repaired = interpreter._patch_lang_tensor
-    interpreter._patch_lang_tensor = repaired.__wrapped__
-    try:
+    with _unrepaired("index-of-1-element-block", "", "_patch_lang_tensor", "needs no repair here"):
         with pytest.raises(Exception) as raised:
             _launch()
-    finally:
-        interpreter._patch_lang_tensor = repaired
     v = crash_violation(raised.value, 0)
     assert v.kind == "tool-limitation" and v.tool == "fuzzrunner"
     assert f"Triton {triton.__version__}" in v.message and "test_triton_compat.py:" in v.location
@@ -179,19 +189,13 @@ def test_a_mask_of_a_block_and_a_scalar_comparison_runs_in_the_interpreter():
 
 
 def test_without_the_splat_repair_the_mask_fails_as_a_tool_limitation():
-    from triton.runtime import interpreter
-    triton_compat.apply()
-    if "splat-of-a-truth-value" not in triton_compat.applied():
-        pytest.skip(f"Triton {triton.__version__}'s interpreter splats truth values as truth values")
-    repaired = interpreter.InterpreterBuilder.create_splat
-    interpreter.InterpreterBuilder.create_splat = repaired.__wrapped__
     raised = None
-    try:
-        _launch_rank_masked(3)
-    except Exception as e:  # noqa: BLE001 - the interpreter's refusal is the subject
-        raised = e
-    finally:
-        interpreter.InterpreterBuilder.create_splat = repaired
+    with _unrepaired("splat-of-a-truth-value", "InterpreterBuilder", "create_splat",
+                     "splats truth values as truth values"):
+        try:
+            _launch_rank_masked(3)
+        except Exception as e:  # noqa: BLE001 - the interpreter's refusal is the subject
+            raised = e
     if raised is None:  # Triton 3.6 (the floor, the GPU image's) splats to int32 too, but its load takes that mask
         pytest.skip(f"Triton {triton.__version__}'s interpreter takes the int32 mask: the repair is harmless here")
     assert crash_violation(raised, 0).kind == "tool-limitation"
@@ -222,32 +226,20 @@ def test_a_dot_of_bfloat16_blocks_multiplies_their_values():
 
 
 def test_without_the_bf16_dot_repair_the_dot_is_wrong_where_it_was_applied():
-    from triton.runtime import interpreter
-    triton_compat.apply()
-    if "dot-of-bfloat16" not in triton_compat.applied():
-        pytest.skip(f"Triton {triton.__version__}'s interpreter multiplies bfloat16 values")
-    repaired = interpreter.InterpreterBuilder.create_dot
-    interpreter.InterpreterBuilder.create_dot = repaired.__wrapped__
-    try:
+    with _unrepaired("dot-of-bfloat16", "InterpreterBuilder", "create_dot", "multiplies bfloat16 values"):
         c, expected = _launch_bf16_dot()
-    finally:
-        interpreter.InterpreterBuilder.create_dot = repaired
     assert not torch.allclose(c, expected, rtol=1e-2, atol=1e-2)
 
 
 def test_without_the_bf16_rounding_repair_the_downcast_truncates_where_it_was_applied():
     """Compiled, ``.to(tl.bfloat16)`` rounds to nearest even; Triton 3.9's interpreter truncated (the dot above then
     erred by ~0.1)."""
-    from triton.runtime import interpreter
     triton_compat.apply()
     if "bfloat16-downcast-rounds-to-nearest" not in triton_compat.applied():
         pytest.skip(f"Triton {triton.__version__}'s interpreter rounds its bfloat16 downcasts")
     c, expected = _launch_bf16_dot()
     assert torch.allclose(c, expected, rtol=1e-5, atol=1e-5)
-    repaired = interpreter.InterpreterBuilder.cast_impl
-    interpreter.InterpreterBuilder.cast_impl = repaired.__wrapped__
-    try:
+    with _unrepaired("bfloat16-downcast-rounds-to-nearest", "InterpreterBuilder", "cast_impl",
+                     "rounds its bfloat16 downcasts"):
         c, expected = _launch_bf16_dot()
-    finally:
-        interpreter.InterpreterBuilder.cast_impl = repaired
     assert not torch.allclose(c, expected, rtol=1e-5, atol=1e-5)
