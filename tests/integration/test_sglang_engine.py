@@ -199,8 +199,14 @@ def results():
     cases += [[cfg, ops, []] for cfg, ops, _ in SERVER_FAULT_CASES.values()]
     cases += [[SG1_CFG, SG1, []], [dict(SG1_CFG, adapters=dict(SG1_ADAPTERS, p=dict(SG1_ADAPTERS["p"], pinned=False))),
                                    SG1, []]]
+    return run_cases(cases)
+
+
+def run_cases(cases: list, timeout: int = 900, **env: str) -> list:
+    """Each ``[config, ops, faults]`` run by ``RUN`` in one subprocess (``env``: variables over this process's):
+    per case None (the release cannot run it) or its violations, ``[kind, tool, message, kernel, location, tensor]``."""
     r = subprocess.run([sys.executable, "-c", RUN.format(root=str(ROOT))], input=json.dumps(cases), text=True,
-                       capture_output=True, timeout=900, cwd=ROOT)
+                       capture_output=True, timeout=timeout, cwd=ROOT, env=dict(os.environ, **env))
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     assert line, r.stderr[-3000:]
     return json.loads(line[-1][len("RESULT "):])

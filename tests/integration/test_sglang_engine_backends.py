@@ -11,7 +11,7 @@ import sys
 from importlib import import_module
 
 import pytest
-from test_sglang_engine import ADAPTERS, AVAILABLE, REASON, ROOT, RUN, _cfg
+from test_sglang_engine import ADAPTERS, AVAILABLE, REASON, ROOT, _cfg, run_cases
 
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=f"sglang_engine: {REASON}")
 
@@ -100,11 +100,7 @@ def results():
             cases.append([case["config"], case["ops"], []])
     if not cases:
         pytest.skip(f"SGLang {_version()} ships neither torch_native nor triton_v2")
-    r = subprocess.run([sys.executable, "-c", RUN.format(root=str(ROOT))], input=json.dumps(cases), text=True,
-                       capture_output=True, timeout=900, cwd=ROOT)
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert line, r.stderr[-3000:]
-    return dict(zip(keys, json.loads(line[-1][len("RESULT "):])))
+    return dict(zip(keys, run_cases(cases)))
 
 
 @pytest.mark.parametrize("backend,graph_bs", BACKENDS)
@@ -196,12 +192,8 @@ def test_each_backend_fault_is_found_from_scratch_within_300_examples(tmp_path, 
     found = [f["case"] for f in run["findings"]
              if f["signature"]["kind"] in ("numeric-mismatch", "state-violation")]
     assert run["replayed"] == [] and found, run["findings"]
-    replay = subprocess.run([sys.executable, "-c", RUN.format(root=str(ROOT))], text=True, capture_output=True,
-                            input=json.dumps([[c["config"], c["ops"], []] for c in found]), timeout=900, cwd=ROOT)
-    line = [ln for ln in replay.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert line, replay.stderr[-3000:]
     wrong = {"numeric-mismatch", "state-violation"}  # (triton_v2's by-design over-read may stay: shadow's)
-    assert any(not {v[0] for v in vs} & wrong for vs in json.loads(line[-1][len("RESULT "):])), found
+    assert any(not {v[0] for v in vs} & wrong for vs in run_cases([[c["config"], c["ops"], []] for c in found])), found
 
 
 def test_g2_standalone_repro_fails_on_the_release_and_passes_with_the_patch(tmp_path):
