@@ -74,8 +74,8 @@ def plan(part: str) -> list[Step]:
         _step("vllm-fault", 100, 150, "gpu", "vllm_lora compiled, fault dummy_run_skips_prepare, 90 s: found, its "
               "CPU triage ran",
               needs=("vllm-tree",)),
-        _step("vllm-engine", 100, 170, "checks", "vllm_engine compiled, at once: clean 75 s (vLLM's known bugs only), "
-              "fault mapping_cache_ignores_slots 90 s (found, CPU triage ran)", needs=("vllm-tree",)),
+        _step("vllm-engine", 170, 220, "checks", "vllm_engine compiled, at once: clean 150 s (vLLM's known bugs only), "
+              "fault mapping_cache_ignores_slots 150 s (found, CPU triage ran)", needs=("vllm-tree",)),
         _step("reference-clean", 55, 80, "gpu", "a clean compiled campaign, 8 workers, 45 s: no finding, budget kept"),
         _step("sglang-tree", 10, 60, "gpu", "unpack .gpu-sglang/sglang.tar.xz"),
         _step("sglang-clean", 40, 90, "gpu", "sglang_lora 0.5.23 compiled, 40 s: no finding", needs=("sglang-tree",)),

@@ -305,9 +305,9 @@ def step_vllm_engine() -> tuple[str, str]:
     its CPU triage ran), at once."""
     runs = at_once([
         lambda: fuzz("vllm-engine-clean", "vllm_engine", "--seed", "0", "--max-examples", "5000", "--no-shrink",
-                     budget=75, env=_vllm_env(False)),
+                     budget=150, env=_vllm_env(False)),
         lambda: fuzz("vllm-engine-fault", "vllm_engine", "--fault", "mapping_cache_ignores_slots", "--seed", "0",
-                     "--max-examples", "500", "--no-shrink", budget=90, env=_vllm_env(False))])
+                     "--max-examples", "500", "--no-shrink", budget=150, env=_vllm_env(False))])
     return check(runs, lambda r: _known_only(r) if r.label.endswith("clean") else found(r) or _triage_ran(r))
 
 
