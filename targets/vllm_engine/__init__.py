@@ -57,7 +57,8 @@ def describe() -> list[str]:
             "a Llama-shaped model of vLLM's layer classes (and FusedMoEWithLoRA over vLLM's FusedMoE in moe cases), "
             "PunicaWrapperGPU, LoRAModelRunnerMixin, LoraState."
             f"{how}" + (", sort_batch_req_ids" if f["sort_batch_req_ids"] else "")
-            + ("; V1 runner: InputBatch, set_active_loras, CudagraphDispatcher" if f.get("v1") else "")
+            + ("; V1 runner: InputBatch, set_active_loras, CudagraphDispatcher" if f.get("v1") else
+               f"; no V1 runner cases ({_v1_missing()})")
             + (_v2_graphs_line(f["v2_graphs"]) if f.get("v2_graphs") else
                f"; no V2 runner graph cases ({_v2_graphs_missing()})")]
 
@@ -71,6 +72,11 @@ def _v2_graphs_line(g) -> str:
                                                         "; PIECEWISE graphs keyed without the LoRA: never replayed"),
             "sizes": "; V2 runner graphs (keyed on size): CudaGraphManager, get_cudagraph_runtime_mode, "
                      "get_cudagraph_and_dp_padding"}[g.shape]
+
+
+def _v1_missing() -> str:
+    from .v1_runner import MISSING
+    return MISSING[0] if MISSING else "no V1 model runner"
 
 
 def _v2_graphs_missing() -> str:

@@ -45,8 +45,14 @@ BLOCK = 16        # the placeholder KV-cache block size (CacheConfig.DEFAULT_BLO
 MAX_MODEL_LEN = 64  # vllm_env.configs'
 
 
+MISSING: list[str] = []  # why the last find() found no V1 runner (the target's description says it)
+
+
 def find() -> SimpleNamespace | None:
-    """vLLM's V1-runner pieces, or None where the release has no V1 runner (0.34 and later)."""
+    """vLLM's V1-runner pieces, or None where the release has no V1 runner (0.34 and later) or it does not import
+    here (MISSING says which: a V1 runner that fails to import is not the same as none)."""
+    import importlib.util
+    MISSING.clear()
     try:
         from vllm.config import CUDAGraphMode
         from vllm.sampling_params import SamplingParams
@@ -55,7 +61,13 @@ def find() -> SimpleNamespace | None:
         from vllm.v1.sample.logits_processor import build_logitsprocs
         from vllm.v1.worker.gpu_input_batch import CachedRequestState, InputBatch
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-    except ImportError:
+    except ImportError as e:
+        try:
+            present = importlib.util.find_spec("vllm.v1.worker.gpu_model_runner") is not None
+        except ImportError:
+            present = False
+        MISSING.append(f"the V1 runner does not import here: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                       if present else "this vLLM tree has no vllm/v1/worker/gpu_model_runner.py (removed in 0.34)")
         return None
     return SimpleNamespace(InputBatch=InputBatch, CachedRequestState=CachedRequestState,
                            build_logitsprocs=build_logitsprocs, SamplingParams=SamplingParams,

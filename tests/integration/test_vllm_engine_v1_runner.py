@@ -118,3 +118,29 @@ def test_a_replays_padding_rows_must_get_no_adapter(monkeypatch):
         return prompt, token + token[-1:], requests
     monkeypatch.setattr(cls, "make_lora_inputs", padded)
     assert ("numeric-mismatch", "replay.qkv_proj.pad_rows") in _kinds(_run(ops, **config))
+
+
+@needs_vllm
+@pytest.mark.parametrize("blocked, why", [
+    ("vllm.v1.worker.gpu_model_runner", "has no vllm/v1/worker/gpu_model_runner.py"),
+    ("vllm.v1.cudagraph_dispatcher", "the V1 runner does not import here: ModuleNotFoundError: import of vllm.v1.cud"),
+])
+def test_a_v1_runner_that_is_absent_or_does_not_import_is_named_not_dropped(monkeypatch, blocked, why):
+    """A tree without the V1 runner (0.34 on, or a trimmed GPU tree) and one whose V1 runner fails to import are
+    told apart, and the target's description names the reason (before: both were None, and the V1 cases silently
+    vanished: on the H100 the carried 0.33.0 tree lacked gpu_model_runner.py and no report said so)."""
+    _found()
+    import sys
+
+    from targets.vllm_engine import describe, v1_runner
+    for name in ("vllm.v1.worker.gpu_model_runner", "vllm.v1.cudagraph_dispatcher"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setitem(sys.modules, blocked, None)  # import raises ImportError, find_spec answers None
+    if blocked != "vllm.v1.worker.gpu_model_runner":
+        import importlib.util
+        if importlib.util.find_spec("vllm.v1.worker.gpu_model_runner") is None:
+            pytest.skip(f"vLLM {_found()['api'].version} has no V1 model runner (0.34 and later)")
+    assert v1_runner.find() is None
+    assert why in v1_runner.MISSING[0]
+    monkeypatch.setitem(_found(), "v1", None)
+    assert f"no V1 runner cases ({v1_runner.MISSING[0]})" in describe()[-1]
