@@ -68,10 +68,10 @@ def plan(part: str) -> list[Step]:
               needs=("vllm-tree",)),
         _step("v1-replay", 100, 200, "gpu", "V1's case file replayed on cuda: unpatched exit 1, with "
               "FUZZRUNNER_VLLM_PATCH exit 0", needs=("vllm-tree",)),
-        _step("vllm-clean", 85, 130, "gpu", "vllm_lora compiled with V1's patch (FUZZRUNNER_VLLM_PATCH), 75 s: no "
+        _step("vllm-clean", 160, 200, "gpu", "vllm_lora compiled with V1's patch (FUZZRUNNER_VLLM_PATCH), 150 s: no "
               "finding, its punica entry reached",
               needs=("vllm-tree",)),
-        _step("vllm-fault", 100, 150, "gpu", "vllm_lora compiled, fault dummy_run_skips_prepare, 90 s: found, its "
+        _step("vllm-fault", 160, 200, "gpu", "vllm_lora compiled, fault dummy_run_skips_prepare, 150 s: found, its "
               "CPU triage ran",
               needs=("vllm-tree",)),
         _step("vllm-engine", 170, 220, "checks", "vllm_engine compiled, at once: clean 150 s (vLLM's known bugs only), "

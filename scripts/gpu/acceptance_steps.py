@@ -278,9 +278,9 @@ def _punica_reached(r: Run) -> str:
 
 def step_vllm_clean() -> tuple[str, str]:
     """vllm_lora compiled, V1's fix applied (FUZZRUNNER_VLLM_PATCH): no finding; its punica entry reached."""
-    # 75 s: on an H100 a vLLM campaign's start-up (shard processes, vLLM's imports, the patched tree) took
-    # 37 s; 45 s budgets ran 0 cases
-    r = fuzz("vllm-clean-patched", "vllm_lora", "--seed", "0", "--max-examples", "5000", budget=75,
+    # 150 s: on an H100 a vLLM campaign's start-up (shard processes, vLLM's imports, the patched tree) took
+    # 37 s and each worker's first cases 15-30 s of Triton compilation; 45 s and 75 s budgets ran 0 cases
+    r = fuzz("vllm-clean-patched", "vllm_lora", "--seed", "0", "--max-examples", "5000", budget=150,
              env=_vllm_env(True))
     return check([r], lambda r: clean(r) or _patched(r) or _punica_reached(r))
 
@@ -313,10 +313,10 @@ def step_vllm_engine() -> tuple[str, str]:
 
 def step_vllm_fault() -> tuple[str, str]:
     """vllm_lora compiled with a planted fault (the dummy run skips prepare): found, triaged on the CPU."""
-    # 90 s: the CPU triage gets 15% of the budget once there is a finding (engine/deadline.py), and a vLLM
+    # 150 s: the CPU triage gets 15% of the budget once there is a finding (engine/deadline.py), and a vLLM
     # case on the CPU takes seconds (on the 2-core machine, 27-41 s for one finding's worker and replay)
     r = fuzz("vllm-fault", "vllm_lora", "--fault", "dummy_run_skips_prepare", "--seed", "0", "--max-examples", "500",
-             "--no-shrink", budget=90, env=_vllm_env(True))
+             "--no-shrink", budget=150, env=_vllm_env(True))
     return check([r], lambda r: found(r) or _triage_ran(r))
 
 
