@@ -144,8 +144,10 @@ def test_the_acceptance_plan_dry_run_lists_each_part_and_every_step_has_a_body()
     spec.loader.exec_module(ga)
     every = ga.plan("all")
     assert {s.name for s in every} == set(acceptance_steps.STEPS)
-    assert ga.plan("1") + ga.plan("2") + ga.plan("3") == every
-    for part in ("1", "2", "3"):  # each part, as it usually runs, fits one device call
+    # every step in one part, vllm-tree in both parts that need it (part 4: the real-engine campaigns)
+    assert ga.plan("1") + ga.plan("2") + ga.plan("3") + ga.plan("4")[1:] == every
+    assert ga.plan("4")[0].name == "vllm-tree" and all("vllm-tree" in s.needs for s in ga.plan("4")[1:])
+    for part in ("1", "2", "3", "4"):  # each part, as it usually runs, fits one device call
         assert sr.worst_case_s(ga.plan(part), typical=True) <= ga.DEADLINE_S
     r = subprocess.run([PY, "scripts/gpu_acceptance.py", "--dry-run", "--part", "2"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
