@@ -16,11 +16,12 @@ Runs, each a fresh process, one line each (OK or UNEXPECTED), then ``SGLANG-ENGI
               turned off): the relaunched rank-8 shrink is checked, so the shadow reports its unwritten output
               rows or its stores past the output (uninitialized-read / out-of-bounds), where the unchecked twin
               crashed and the plain kernel only produced NaN;
-  campaign    ``fuzzrunner fuzz --target sglang_engine --device cuda --oracle shadow`` for 60 s: no TypeError,
+  campaign    ``fuzzrunner fuzz --target sglang_engine --device cuda --oracle shadow`` for 150 s (on the H100 the
+              default oracles' first cases took 45 s of set-up and compilation): at least one case, no TypeError,
               no crash finding.
 
 Needs the carried archive .gpu-sglang/sglang.tar.xz (unpacked here if the acceptance run's sglang-tree step has
-not). About 3-4 minutes. Usage: python3 scripts/gpu/sglang_engine_device_shadow.py
+not). The four runs at once, about 3-4 minutes. Usage: python3 scripts/gpu/sglang_engine_device_shadow.py
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
@@ -145,8 +147,8 @@ def run_checked(e: dict) -> tuple[bool, str]:
 def run_campaign(e: dict) -> tuple[bool, str]:
     report = WORK / "sglang-engine-device-shadow.json"
     p = subprocess.run([PY, "-m", "fuzzrunner", "fuzz", "--target", "sglang_engine", "--device", "cuda", "--oracle",
-                        "shadow", "--seed", "0", "--budget", "60", "--no-shrink", "--no-cpu-triage", "--report",
-                        str(report)], cwd=ROOT, env=e, capture_output=True, text=True, timeout=150)
+                        "shadow", "--seed", "0", "--budget", "150", "--no-shrink", "--no-cpu-triage", "--report",
+                        str(report)], cwd=ROOT, env=e, capture_output=True, text=True, timeout=240)
     text = p.stdout + p.stderr
     try:
         runs = json.loads(report.read_text())["runs"]
@@ -160,6 +162,12 @@ def run_campaign(e: dict) -> tuple[bool, str]:
                 f"{[f['signature']['kind'] + ' ' + f['signature']['tensor'] for f in findings][:4]}; crashes {crashes}")
 
 
+def timed(fn, e: dict) -> tuple[bool, str, float]:
+    t = time.monotonic()
+    ok, what = fn(e)
+    return ok, what, time.monotonic() - t
+
+
 def main() -> int:
     try:
         e = env()
@@ -168,15 +176,16 @@ def main() -> int:
         return 2
     t0 = time.monotonic()
     results = []
-    for name, fn in (("replay", run_replay), ("lifecycle", run_lifecycle), ("checked", run_checked),
-                     ("campaign", run_campaign)):
-        t = time.monotonic()
-        try:
-            ok, what = fn(e)
-        except Exception as x:  # noqa: BLE001 - a broken run: its line says so
-            ok, what = False, f"no result ({type(x).__name__}: {str(x)[:150]})"
-        results.append(ok)
-        print(f"RUN {name:<10} {'OK' if ok else 'UNEXPECTED'} {time.monotonic() - t:5.1f}s  {what}", flush=True)
+    runs = (("campaign", run_campaign), ("replay", run_replay), ("lifecycle", run_lifecycle), ("checked", run_checked))
+    with ThreadPoolExecutor(len(runs)) as pool:  # one GPU, four processes at once: each is small
+        futures = [(name, pool.submit(timed, fn, e)) for name, fn in runs]
+        for name, f in futures:
+            try:
+                ok, what, wall = f.result()
+            except Exception as x:  # noqa: BLE001 - a broken run: its line says so
+                ok, what, wall = False, f"no result ({type(x).__name__}: {str(x)[:150]})", time.monotonic() - t0
+            results.append(ok)
+            print(f"RUN {name:<10} {'OK' if ok else 'UNEXPECTED'} {wall:5.1f}s  {what}", flush=True)
     verdict = "PASS" if all(results) else "FAIL"
     print(f"SGLANG-ENGINE-DEVICE-SHADOW: {verdict} ({sum(results)}/{len(results)} runs as expected, "
           f"{time.monotonic() - t0:.0f} s)")
