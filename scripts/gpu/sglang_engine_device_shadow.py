@@ -47,7 +47,7 @@ from fuzzrunner.target import load_target
 mode, cases = sys.argv[1], json.loads(sys.argv[2])
 oracles = None if sys.argv[3] == "default" else sys.argv[3].split(",")
 if mode == "unfixed":  # the target as it was: a case starts with the worker's earlier kernels
-    from targets.sglang_lora import kernel_caches
+    from fuzzrunner.targets.sglang_lora import kernel_caches  # (the name load_target imports it by)
     kernel_caches.empty = lambda *a, **k: 0
 relaunched = [0]
 launch = returned_kernel.ReturnedKernel._launch

@@ -54,13 +54,28 @@ class CudaKernelCache:
 
 
 mod._chunked_lora_shrink_kernel = CudaKernelCache(mod._chunked_lora_shrink_kernel)
+
+# the fix turned off for the fourth case only: the second pair then shows what the fix prevents
+from fuzzrunner.targets.sglang_lora import kernel_caches  # (the name the built-in target imports it by)
+fix, calls = kernel_caches.empty, []
+
+
+def empty_but_for_the_fourth_case(*a, **k):
+    calls.append(1)
+    return 0 if len(calls) == 4 else fix(*a, **k)
+
+
+kernel_caches.empty = empty_but_for_the_fourth_case
 """
 
 
 def test_a_case_after_a_case_of_another_max_rank_runs_its_own_csgmv_shrink():
     """Rank 8 after rank 4 (the safe direction on the CPU: the rank-4 kernel's rows stay inside the rank-8 output;
-    the other way round its stores fall past it, on the GPU). Without emptying the cache at each case, the rank-8
-    case runs the rank-4 shrink (half of each row of its output left ``torch.empty``): a numeric mismatch of its
-    logits; with it, both are silent."""
-    got = run_cases([[_rank(FINDING, 4), STEP, []], [_rank(FINDING, 8), STEP, []]], prelude=RESTATED)
-    assert got == [[], []], got
+    the other way round its stores fall past it, on the GPU): silent, each case emptying SGLang's kernel caches.
+    The same pair again with the emptying off for the rank-8 case (as before the fix) runs the rank-4 shrink there:
+    its output's second half of each row is left ``torch.empty``, read by the expand kernel, and its logits differ."""
+    pair = [[_rank(FINDING, 4), STEP, []], [_rank(FINDING, 8), STEP, []]]
+    got = run_cases(pair + pair, prelude=RESTATED)
+    assert got[:3] == [[], [], []], got
+    assert {(v[0], v[3]) for v in got[3]} >= {("uninitialized-read", "_chunked_lora_expand_kernel")}, got[3]
+    assert "numeric-mismatch" in {v[0] for v in got[3]}, got[3]
