@@ -185,6 +185,9 @@ class Finding:
     #                                             mode, sanitizer); None: a file from before findings recorded it
     code_under_test: dict = field(default_factory=dict)  # the engine release it was found on (engine, release,
     #                                             tree, patch: Target.code_under_test); {}: our own code, or older
+    preceding: dict | None = None               # what its worker ran before it: {"of": the case first found,
+    #                                             "cases": the worker's earlier cases, oldest first, "dropped": how
+    #                                             many before those}; None: the first case of its worker, or older
 
     @property
     def id(self) -> str:
@@ -206,7 +209,7 @@ class Finding:
                 "triage": self.triage, "case_timeout_s": self.case_timeout_s,
                 "first_kind": self.first_kind or self.signature.kind, "access_id": self.signature.access_id,
                 "aliases": list(self.aliases), "context": self.context.to_dict() if self.context else None,
-                "code_under_test": dict(self.code_under_test) or None}
+                "code_under_test": dict(self.code_under_test) or None, "preceding": self.preceding}
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "finding") -> Finding:
@@ -231,7 +234,7 @@ class Finding:
                        bool(d.get("flaky", False)), d.get("triage") if isinstance(d.get("triage"), dict) else None,
                        _seconds(d.get("case_timeout_s")), str(d.get("first_kind") or ""),
                        [a for a in d.get("aliases") or [] if isinstance(a, str)], Context.from_dict(d.get("context")),
-                       dict(d.get("code_under_test") or {}))
+                       dict(d.get("code_under_test") or {}), _preceding(d.get("preceding"), source))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidCase(f"{source}: not a fuzzrunner finding ({type(e).__name__}: {e}).") from None
 
@@ -270,10 +273,20 @@ _FIELDS = {"case": dict, "violation": dict, "others": list, "first_found_after_e
            "found_after_s": (int, float), "found_at": (int, float), "minimized": bool, "shrink_interrupted": bool,
            "flaky": bool, "repro": (str, type(None)), "target_spec": (str, type(None)),
            "first_kind": (str, type(None)), "aliases": list, "context": (dict, type(None)),
-           "code_under_test": (dict, type(None))}
+           "code_under_test": (dict, type(None)), "preceding": (dict, type(None))}
 VIOLATION_FIELDS = {"tool": str, "kind": str, "kernel": (str, type(None)), "location": (str, type(None)),
                      "tensor": (str, type(None)), "site": (str, type(None)), "message": (str, type(None)),
                      "details": dict}
+
+
+def _preceding(p, source: str) -> dict | None:
+    """A finding's ``preceding`` as written (its cases checked when replayed), or None."""
+    if p is None:
+        return None
+    if not isinstance(p.get("of"), dict) or not isinstance(p.get("cases"), list):
+        raise InvalidCase(f"{source}: 'preceding' must hold 'of' (a case) and 'cases' (a list of cases); it holds "
+                          f"{sorted(p)}. Remove the field to replay the case alone.")
+    return {"of": p["of"], "cases": list(p["cases"]), "dropped": int(p.get("dropped") or 0)}
 
 
 def _check_finding(d: dict, source: str) -> None:

@@ -131,12 +131,20 @@ def _interrupted_early(args, target: str, settings) -> int:
 
 def _replay_one(replayer, path, args) -> int:
     """1 a violation shows, 0 none, 2 could not run or check; prints one verdict line (and what it saw)."""
+    from ..case import Case
     from ..corpus import load_any
     from ..engine.replay import replay_target, replay_timeout
     from ..errors import FuzzrunnerError
     try:
         case, finding = load_any(path)
         spec = replay_target(case, finding, args.target)
+        before = finding.preceding if finding is not None else None
+        if before and getattr(args, "preceding", False):
+            ran, showed, refused = replayer.run_preceding(before, spec, str(path))
+            print(f"fuzzrunner: {path}: ran the {ran} case(s) its worker ran before it first, in one fresh worker"
+                  f" ({showed} showed violations of their own; {refused} refused here; {before['dropped']} were "
+                  f"not kept)", file=sys.stderr)
+            case = Case.from_dict(before["of"], source=f"{path}: preceding.of")
         replay = replayer.verdict(case, spec, finding, replay_timeout(args.case_timeout, finding))
     except FuzzrunnerError as e:
         message = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
@@ -147,6 +155,9 @@ def _replay_one(replayer, path, args) -> int:
     for v in replay.limits:
         print(f"fuzzrunner: warning: {path}: tool limitation: {v.message}", file=sys.stderr)
     _say_replay(path, replay, finding)
+    if before and not getattr(args, "preceding", False) and not replay.verdict.shows:
+        print(f"    alone; it was found after {len(before['cases']) + before['dropped']} earlier case(s) of its "
+              f"worker, which it may depend on: `fuzzrunner replay --preceding {path}` runs them first")
     return _replay_exits()[replay.verdict]
 
 

@@ -171,6 +171,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--case-timeout", type=float, metavar="SECONDS",
                    help="a case running longer is a timeout (default: the one each finding was found under, "
                         f"else {_default('case_timeout_s')} s)")
+    r.add_argument("--preceding", action="store_true",
+                   help="for a finding that kept them: first run the cases its worker ran before it, in one fresh "
+                        "worker, then its case there (a finding that depended on what they left)")
     r.add_argument("--debug", action="store_true", help=DEBUG_HELP)
 
     e = sub.add_parser("export", help="write a standalone repro script for a finding", formatter_class=_Help,

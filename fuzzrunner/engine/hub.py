@@ -38,6 +38,7 @@ __all__ = ["Hub", "WorkerSpec", "RunResult", "Earlier", "DeathBetween", "Worker"
            "drop_prestarted", "_EARLY", "_hub_dir"]
 
 MAX_FAILED_STARTS = 3
+HISTORY_CAP = 64           # a finding keeps at most this many of the cases its worker ran before it (the latest)
 THREAD_GRACE_S = 2.0       # a run that waits for a case's threads (a rerun, a replay) waits at most this long
 
 
@@ -83,6 +84,14 @@ class Hub:
         self._blocking: Hub | None = None
         self.reruns = 0                       # cases run again so (the confirmations of their crash)
         self.rerun_error: str | None = None   # why such reruns stopped (their workers could not start)
+        # The cases the current worker ran, oldest first (the last HISTORY_CAP), and how many before those: a
+        # finding can depend on what its worker's earlier cases left (a process-wide cache of an engine's); the
+        # run in progress (``case``) and what ran before it in its worker (``preceding``) are kept for it
+        self._ran: list[Case] = []
+        self._ran_dropped = 0
+        self._ran_in: Worker | None = None
+        self.case: Case | None = None
+        self.preceding: tuple[tuple[Case, ...], int] = ((), 0)
 
     def _new_worker(self, by: float = math.inf) -> Worker:
         failures = 0
@@ -168,6 +177,7 @@ class Hub:
                 w = self._ensure(cut_at)
         except StartCut:
             return RunResult([], time.monotonic() - t0, budget_cut=True)
+        self._note_history(w, case)
         try:
             result = w.run(case, self.oracles, self.timeout_s, self.stop_early, cut_at, linger_s)
         except (InvalidCase, HarnessError):
@@ -191,6 +201,16 @@ class Hub:
             self.recycles += 1
             self._retire()
         return result
+
+    def _note_history(self, worker: Worker, case: Case) -> None:
+        """``preceding``: what ``worker`` ran before ``case`` (nothing in a new worker); then ``case`` is its last."""
+        if worker is not self._ran_in:
+            self._ran, self._ran_dropped, self._ran_in = [], 0, worker
+        self.case, self.preceding = case, (tuple(self._ran), self._ran_dropped)
+        self._ran.append(case)
+        if len(self._ran) > HISTORY_CAP:
+            del self._ran[0]
+            self._ran_dropped += 1
 
     def _named_by_blocking_rerun(self, case: Case, result: RunResult, cut_at: float) -> RunResult:
         """A case that lost the CUDA context, run again in a fresh worker whose launches block (why:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from ..case import Case
 from ..context import Context
 from ..env_defaults import SHADOW_ENV
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, InvalidCase
 from ..finding import Finding, limitations
 from ..names import effective_oracles
 from ..oracles.shadow import prepare_device_mode
@@ -157,19 +157,35 @@ class Replayer:
                 f"not see every access the other does; replay it with {SHADOW_ENV}={found}"
                 f"{' (and --device cpu)' if found == 'cpu' and self.context.device == 'cuda' else ''}")
 
-    def run(self, case: Case, spec: str, timeout_s: float | None = None, cut_at: float = math.inf) -> list[Violation]:
+    def run_preceding(self, preceding: dict, spec: str, source: str) -> tuple[int, int, int]:
+        """A finding's ``preceding`` cases (what its worker ran before it), in order, in one fresh worker, where its
+        case then runs: (how many ran, how many of those showed violations, how many the target refused)."""
+        ran = showed = refused = 0
+        for i, d in enumerate(preceding["cases"]):
+            try:
+                seen = self.run(Case.from_dict(d, source=f"{source}: preceding[{i}]"), spec, fresh=ran == 0)
+            except InvalidCase:
+                refused += 1
+                continue
+            ran += 1
+            showed += bool([v for v in seen if v not in limitations(seen)])
+        return ran, showed, refused
+
+    def run(self, case: Case, spec: str, timeout_s: float | None = None, cut_at: float = math.inf,
+            fresh: bool = False) -> list[Violation]:
         """The violations of one run of ``case`` (``timeout_s``: this case's timeout, e.g. the one its
         finding was found under; default the settings'); ``InvalidCase`` if the target refuses it,
         before any worker sees it; ``HarnessError`` if the target cannot be set up; ``OutOfTime`` if
         it was still running at ``cut_at`` (monotonic: a campaign's deadline). The worker waits for the
-        threads the case started (up to ``THREAD_GRACE_S``): a death or an exception of theirs is the case's."""
+        threads the case started (up to ``THREAD_GRACE_S``): a death or an exception of theirs is the case's.
+        ``fresh``: in a new worker (else the one the last case ran in)."""
         target = load_target(spec)
         self.loaded_code = dict(target.code_under_test)  # the release this replay runs (verdict compares it)
         target.check_faults(case.faults)
         target.check_case(case)
         hub = self.hub(spec)
         hub.timeout_s = timeout_s or self.settings.case_timeout_s
-        result = hub.run(case, cut_at, linger_s=THREAD_GRACE_S)
+        result = hub.run(case, cut_at, linger_s=THREAD_GRACE_S, fresh=fresh)
         if result.budget_cut:
             raise OutOfTime(f"stopped after {result.seconds:.1f} s: the deadline came first")
         return result.violations

@@ -224,7 +224,7 @@ class Shard:
         # case that shows the bug is found after 1, as the summary says, not after 0), never shrink steps (a bug
         # found while another shrank was "found after" its steps too: a new user's trial)
         recorded = self.book.record(violations, case, self.result.generated + len(self.result.replayed),
-                                    self.elapsed())
+                                    self.elapsed(), self.hub.preceding if self.hub.case is case else ((), 0))
         self.book.settled |= siblings
         for finding, new in recorded:
             if new and finding.id not in siblings and not self._confirmed(finding, case):  # siblings confirmed theirs

@@ -37,7 +37,7 @@ from fuzzrunner.target import load_target
 mode, cases = sys.argv[1], json.loads(sys.argv[2])
 oracles = sys.argv[3].split(",") if len(sys.argv) > 3 else None  # under a sanitizer: numeric only (no fills)
 if mode == "unfixed":  # the target as it was: a case starts with the worker's last kernels
-    from targets.sglang_lora import api
+    from fuzzrunner.targets.sglang_lora import api  # the name load_target imports it by (targets.X is another module)
     api.API.fresh_kernel_caches = lambda self: 0
 target = load_target("sglang_lora")
 for i, d in enumerate(cases):

@@ -34,6 +34,7 @@ import torch
 from fuzzrunner import tracking
 from fuzzrunner.errors import InvalidCase
 
+from ..sglang_lora import kernel_caches
 from . import adapters as adp
 from . import backend_faults, serving
 from . import batch as sglang_batch
@@ -436,6 +437,9 @@ def _pinned(registered: dict) -> set:
 
 def run(case, ctx, eng) -> None:
     import tempfile
+    # one case is one server: none of the worker's earlier cases' compiled kernels (SGLang keeps them per process,
+    # keyed for one server's pool: a rank-4 case after a rank-8 one ran the rank-8 csgmv shrink; kernel_caches.py)
+    kernel_caches.empty()
     with tempfile.TemporaryDirectory(prefix="sglang_engine-") as workdir, \
             sglang_batch.logprob_env(case.config.get("logprob_chunk")):
         s = Session(case, ctx, eng, workdir)

@@ -120,22 +120,10 @@ class API:
             backend.init_cuda_graph_batch_info(max_bs, 1)
 
     def fresh_kernel_caches(self) -> int:
-        """Empty SGLang's own per-process caches of compiled kernels, as a fresh server process starts: at
-        the start of every case. ``cached_triton_kernel`` (``sglang/srt/utils/common.py``; on CUDA only, the
-        csgmv shrink and expand of every release here) keeps the first compiled kernel per key, and the key
-        holds only what one server fixes: the shrink's is ``(K, NUM_SLICES, BLOCK_M)``, not ``N`` (slices x
-        the pool's ``max_lora_rank``) nor the dtype. A fuzz worker runs cases of other ranks in one process:
-        a rank-16 case after a rank-8 case of the same hidden size ran the rank-8 kernel (strides of 8, half
-        the output left ``torch.empty``, another slot's weights; an illegal address where a row's store fell
-        past the output). Returns how many caches it emptied."""
-        emptied = 0
-        for module in self.kernels.values():
-            for obj in list(vars(module).values()):
-                clear = getattr(obj, "_clear_cache", None)  # SGLang's CachedKernel (every release here)
-                if isinstance(getattr(obj, "kernel_cache", None), dict) and callable(clear):
-                    clear()
-                    emptied += 1
-        return emptied
+        """Empty SGLang's own per-process caches of compiled kernels in the release's kernel modules, as a fresh
+        server process starts: at the start of every case (kernel_caches.py says why). How many it emptied."""
+        from .kernel_caches import empty
+        return empty(self.kernels.values())
 
     def batch_infos(self, backend) -> dict:
         """Every ``LoRABatchInfo`` the backend holds now (``batch_info``, ``sgemm_batch_info``, ...): what the

@@ -171,6 +171,7 @@ from fuzzrunner.errors import InvalidCase
 from fuzzrunner.execute import run_case
 from fuzzrunner.target import load_target
 target = load_target("sglang_engine")
+{prelude}
 out = []
 for cfg, ops, faults in json.load(sys.stdin):
     if set(faults) & set(target.faults_unavailable):
@@ -202,10 +203,11 @@ def results():
     return run_cases(cases)
 
 
-def run_cases(cases: list, timeout: int = 900, **env: str) -> list:
-    """Each ``[config, ops, faults]`` run by ``RUN`` in one subprocess (``env``: variables over this process's):
-    per case None (the release cannot run it) or its violations, ``[kind, tool, message, kernel, location, tensor]``."""
-    r = subprocess.run([sys.executable, "-c", RUN.format(root=str(ROOT))], input=json.dumps(cases), text=True,
+def run_cases(cases: list, timeout: int = 900, prelude: str = "", **env: str) -> list:
+    """Each ``[config, ops, faults]`` run by ``RUN`` in one subprocess (``env``: variables over this process's;
+    ``prelude``: code run there before the cases): per case None (the release cannot run it) or its violations,
+    ``[kind, tool, message, kernel, location, tensor]``."""
+    r = subprocess.run([sys.executable, "-c", RUN.format(root=str(ROOT), prelude=prelude)], input=json.dumps(cases), text=True,
                        capture_output=True, timeout=timeout, cwd=ROOT, env=dict(os.environ, **env))
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     assert line, r.stderr[-3000:]

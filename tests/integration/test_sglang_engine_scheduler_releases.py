@@ -12,10 +12,6 @@ cases refused there), 0.5.12 (no ``FutureMap`` relay: ``batch.output_ids`` and a
 (the three-argument relay; the timeouts' last release).
 """
 
-import json
-import os
-import subprocess
-import sys
 from importlib import import_module
 
 import pytest
@@ -39,12 +35,7 @@ def test_sglangs_scheduler_runs_on_each_release_shape(version):
     cases += [[cfg, ops, [f]] for f, (cfg, ops, _) in T.SERVER_FAULT_CASES.items()]
     cases += [[cfg, ops, []] for cfg, ops, _ in T.SERVER_FAULT_CASES.values()]
     cases += [[T.SG1_CFG, T.SG1, []]]
-    r = subprocess.run([sys.executable, "-c", T.RUN.format(root=str(T.ROOT))], input=json.dumps(cases), text=True,
-                       capture_output=True, timeout=1800, cwd=T.ROOT,
-                       env=dict(os.environ, FUZZRUNNER_SGLANG_VERSION=version))
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert line, r.stderr[-3000:]
-    served, *rest = json.loads(line[-1][len("RESULT "):])
+    served, *rest = T.run_cases(cases, timeout=1800, FUZZRUNNER_SGLANG_VERSION=version)
     n = len(T.SERVER_FAULT_CASES)
     faulty, clean, (sg1,) = rest[:n], rest[n:2 * n], rest[2 * n:]
     assert served == [], (version, served)  # None: the case was refused (the scheduler path not driven)

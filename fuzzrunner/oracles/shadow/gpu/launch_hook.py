@@ -1,6 +1,9 @@
 """Where Triton launches are intercepted: ``JITFunction.run`` (compiled) and
 ``InterpretedFunction.run`` (the interpreter). ``kernel[grid](...)``, ``@triton.autotune`` and
 ``@triton.heuristics`` all end there, so an autotuned kernel's every configuration runs instrumented.
+What such a launch returns to its caller is a ``ReturnedKernel`` (returned_kernel.py): launched again
+directly, as engines do with a kept compiled kernel, it goes through here too; a kept compiled kernel
+that never did (kept before the hook) is heard by Triton's launch-enter hook and named unchecked.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Callable
 import torch
 
 from ..triton_hook import _flatten
+from .returned_kernel import IN_RUN, DirectLaunches, wrap
 
 
 def _classes() -> list:
@@ -82,12 +86,14 @@ class _Descriptor:
 class LaunchHook:
     """``on_launch(kernel, [(name, tensor)]) -> (twin, extra kwargs) | "unchecked" | None`` decides per
     launch (None: not a kernel of the case, run as is); after an unchecked launch ``on_unchecked``
-    hears its tensor arguments."""
+    hears its tensor arguments; ``on_direct(name)`` hears a compiled kernel launched past ``run``."""
 
-    def __init__(self, on_launch: Callable, pause: Callable, on_unchecked: Callable, internal: tuple = ()):
+    def __init__(self, on_launch: Callable, pause: Callable, on_unchecked: Callable, internal: tuple = (),
+                 on_direct: Callable | None = None):
         self.on_launch, self.pause, self.on_unchecked = on_launch, pause, on_unchecked
         self.internal = frozenset(map(id, internal))  # the oracle's own kernels (by id): run as they are
         self._saved: dict = {}
+        self._direct = DirectLaunches(on_direct) if on_direct is not None else None
 
     def install(self) -> None:
         hook = self
@@ -96,23 +102,31 @@ class LaunchHook:
             self._saved[cls] = orig
 
             def run(kernel, *args, _orig=orig, **kwargs):
-                if id(kernel) in hook.internal or getattr(kernel, "shadow_of", None) is not None:
-                    return _orig(kernel, *args, **kwargs)
-                tensors = tensor_args(kernel, args, kwargs)
-                plan = hook.on_launch(kernel, tensors)
-                if plan is None:
-                    return _orig(kernel, *args, **kwargs)
-                if plan == "unchecked":  # its arguments count as written by it: a miss, never a false report
-                    with hook.pause():
-                        out = _orig(kernel, *args, **kwargs)
-                    hook.on_unchecked(tensors)
-                    return out
-                twin, extra = plan
-                with hook.pause():  # the interpreter's copies of the arguments are not the kernel's accesses
-                    return type(twin).run(twin, *args, **kwargs, **extra)
+                with IN_RUN:
+                    if id(kernel) in hook.internal or getattr(kernel, "shadow_of", None) is not None:
+                        return _orig(kernel, *args, **kwargs)
+                    return wrap(kernel, hook._run(kernel, _orig, args, kwargs), args, kwargs)
             cls.run = run
+        if self._direct is not None:
+            self._direct.install()
+
+    def _run(self, kernel, orig, args: tuple, kwargs: dict):
+        tensors = tensor_args(kernel, args, kwargs)
+        plan = self.on_launch(kernel, tensors)
+        if plan is None:
+            return orig(kernel, *args, **kwargs)
+        if plan == "unchecked":  # its arguments count as written by it: a miss, never a false report
+            with self.pause():
+                out = orig(kernel, *args, **kwargs)
+            self.on_unchecked(tensors)
+            return out
+        twin, extra = plan
+        with self.pause():  # the interpreter's copies of the arguments are not the kernel's accesses
+            return type(twin).run(twin, *args, **kwargs, **extra)
 
     def uninstall(self) -> None:
+        if self._direct is not None:
+            self._direct.uninstall()
         for cls, orig in self._saved.items():
             cls.run = orig
         self._saved = {}

@@ -7,7 +7,8 @@ back during an op; at the end of each op the violation ring and the torch log ar
 and handed to the core's ``Reporter``, which the CPU mode reports through too (same kinds, tensor names,
 messages, details; the thread of a bad access is not known on the device).
 A kernel that cannot be instrumented runs unchecked and is named, once per case, as a
-``tool-limitation`` (never silently).
+``tool-limitation`` (never silently); so is a compiled kernel its caller launches directly, past Triton's
+``JITFunction.run`` (returned_kernel.py: what a launch returns is relaunched through the hook, checked).
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ class GpuShadowOracle(ReadBack):
         super().start()  # (its own check kernels run through the interpreter off the GPU: triton_compat first)
 
     def _install_back_end(self, hooks: Hooks) -> None:
-        self._hook = hooks.add(LaunchHook(self._launch, self.pause, self._unchecked_launch, dc.INTERNAL))
+        self._hook = hooks.add(LaunchHook(self._launch, self.pause, self._unchecked_launch, dc.INTERNAL,
+                                          on_direct=self._direct_launch))
 
     def _mode_entered(self, hooks: Hooks) -> None:
         if self.mode_class is DeviceTorchMode:  # (a mode of another class may do more with an op than it knows)
@@ -201,6 +203,12 @@ class GpuShadowOracle(ReadBack):
         return twin, dict(_sh_table=table, _sh_arena=self.shadow.arena, _sh_ring=self.shadow.ring,
                           _sh_cell=self.shadow.cell, _SH_CAP=CAP)
 
+    def _direct_launch(self, name: str) -> None:
+        """A compiled kernel launched past ``JITFunction.run`` (kept by its caller before this oracle started:
+        returned_kernel.py): neither checked nor its writes seen, so named, never silent."""
+        if getattr(self._tls, "pause", 0) == 0:  # (inside tracking.quiet() too: kernels there are checked)
+            self.unchecked.setdefault(name, DIRECT_LAUNCH)
+
     @locked
     def _unchecked_launch(self, args: list) -> None:
         """Every tracked element of an unchecked kernel's tensor arguments counts as written by it."""
@@ -211,6 +219,10 @@ class GpuShadowOracle(ReadBack):
                     for _r, sh, _ in shadow_parts(t, self.regions_of(t), write=True):
                         sh.copy_(self.shadow.epoch_like(sh.shape))
 
+
+DIRECT_LAUNCH = ("its caller launched a compiled kernel it had kept from a launch before the device shadow started "
+                 "(past JITFunction.run, as SGLang's cached_triton_kernel does): its accesses are not checked and its "
+                 "writes not seen; run the worker's cases all under the shadow, or empty the caller's kernel cache")
 
 # id(kernel) -> (kernel, *_kernel(kernel)), per process (by id: a JITFunction's hash takes a lock; the kernel
 # held, so an id is never another kernel's)
