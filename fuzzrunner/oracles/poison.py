@@ -139,9 +139,10 @@ class PoisonFill(tracking.Watcher):
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    # reshape(-1).contiguous(): a view whose last dimension has one element (or a strided 1-D view) passes as
-    # contiguous with a last stride other than 1, and view(uint8) refuses that
-    a, b = (t.detach().cpu().reshape(-1).contiguous() for t in (a, b))
+    # a copy with a last stride of 1: a view whose last dimension has one element passes as contiguous with another
+    # stride (.contiguous() keeps it: a one-element view of stride 3 came from vLLM on the H100), and view(uint8)
+    # refuses that
+    a, b = (t.detach().cpu().reshape(-1).clone(memory_format=torch.contiguous_format) for t in (a, b))
     return torch.equal(a.view(torch.uint8), b.view(torch.uint8)) if a.numel() else True
 
 

@@ -17,6 +17,8 @@ def _strided_views(dtype):
     base = torch.arange(24, dtype=torch.float64).to(dtype)
     yield "last dim of one, stride 4", base[:12].reshape(3, 4).t()[:, :1]
     yield "1-D, stride 3", base[::3]
+    yield "one element, stride 3", base[::3][:1]  # .contiguous() keeps its stride (vLLM's, on the H100)
+    yield "one element of a 2-D view", base[:12].reshape(4, 3)[1:2, :1].t()[:, :1]
     yield "0-dim", base[5]
     yield "transposed", base[:12].reshape(3, 4).t()
 
@@ -34,3 +36,5 @@ def test_the_torch_fallback_reads_the_bytes_of_a_strided_output():
     x = torch.arange(12, dtype=torch.float64)
     run = _Run(torch.ops.aten.slice.Tensor, (x, 0, 0, 12, 3), {}, {})
     assert run.out[0].view("float64").tolist() == [0.0, 3.0, 6.0, 9.0]
+    one = _Run(torch.ops.aten.slice.Tensor, (x[::3], 0, 1, 2), {}, {})  # one element, stride 3
+    assert one.out[0].view("float64").tolist() == [3.0]

@@ -112,9 +112,10 @@ class _Run:
             table[key] = view
         out = func(*_swap(tuple(args), table), **{k: _swap(v, table) for k, v in kwargs.items()})
         _wait(out)
-        # .contiguous(): reshape(-1) of a strided 1-D view is that view, and view(uint8) needs a last stride of 1
-        self.out = [o.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().copy()
-                    if o.numel() else np.zeros(0) for o in leaves(out)]
+        # a copy with a last stride of 1 (reshape(-1) of a strided 1-D view is that view, .contiguous() keeps a
+        # one-element view's stride), as view(uint8) needs
+        self.out = [o.detach().cpu().reshape(-1).clone(memory_format=torch.contiguous_format).view(torch.uint8)
+                    .numpy().copy() if o.numel() else np.zeros(0) for o in leaves(out)]
 
     def element_bytes(self, key) -> np.ndarray:
         view, raw, b = self.copies[key]
