@@ -398,6 +398,32 @@ def _cpu_triage_text(t: dict) -> str:
     return f"CPU triage: could not run on the CPU: {t.get('reason', '?')}"
 
 
+def _in_op(v: Violation) -> str:
+    op = v.details.get("op_index")
+    return f" in op {op}" if op is not None else ""
+
+
+def same_root_cause(f: Finding, shown: int = 2) -> str:
+    """The finding's other violations, each told apart from its head: what (kind, tensor, kernel, place, tool) and in
+    which op; one of the head's own bug (its id) in another op reads "the same again in op N", one in the head's own
+    op is not named. Before, the line named ``others[0]`` alone, with no op: often the head's own signature (its
+    read seen again in a later op), so a finding was told it shared a root cause with itself (new-user trial)."""
+    head_op = f.violation.details.get("op_index")
+    named: dict[str, None] = {}
+    again: dict[str, None] = {}
+    for v in f.others:
+        op = v.details.get("op_index")
+        if v.signature.id != f.id:
+            named.setdefault(f"{v.signature.short()}{_in_op(v)}", None)
+        elif op is not None and op != head_op:
+            again.setdefault(str(op), None)
+    more = f" (+{len(named) - shown} more)" if len(named) > shown else ""
+    parts = ["; ".join(list(named)[:shown]) + more] if named else []
+    if again:
+        parts.append(f"the same {f.signature.kind} again in {'op' if len(again) == 1 else 'ops'} {', '.join(again)}")
+    return "; ".join(parts)
+
+
 def render(f: Finding | dict, *, indent: str = "  ", with_case: bool = False) -> str:
     """The finding for a terminal, a test failure or a report: what, where, when, how to rerun."""
     f = f if isinstance(f, Finding) else Finding.from_dict(f)
@@ -411,9 +437,9 @@ def render(f: Finding | dict, *, indent: str = "  ", with_case: bool = False) ->
     first = f" as {f.first_kind}" if f.first_kind and f.first_kind != f.signature.kind else ""
     lines.append(f"found after {plural(f.first_found_after_examples, 'example')}{first} ({f.found_after_s:.1f} s); "
                  f"case: {plural(ops, 'op')}, {state}; id {f.id}")
-    if f.others:
-        more = f" (+{len(f.others) - 1} more)" if len(f.others) > 1 else ""
-        lines.append(f"same root cause: {f.others[0].signature.short()}{more}")
+    root = same_root_cause(f)
+    if root:
+        lines.append(f"same root cause: {root}")
     if f.triage:
         lines.append(triage_text(f.triage))
     if with_case:
