@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from html.parser import HTMLParser
@@ -529,3 +530,27 @@ def test_provenance_records_the_fuzzrunner_environment(monkeypatch):
     monkeypatch.setenv("SOME_SECRET_TOKEN", "x")
     env = provenance()["environment"]
     assert env["FUZZRUNNER_SHADOW"] == "device" and "SOME_SECRET_TOKEN" not in env
+
+
+def test_provenance_lists_a_placeholder_module_as_one_never_as_an_installed_version(monkeypatch):
+    """An SGLang run's provenance said ``vllm 0.0.0``: the ``vllm`` that sglang_engine's import finder serves (a module
+    of placeholders, no files) read as an installed vLLM (new-user trial). A stand-in is named as one, with its
+    finder; a real package keeps its version."""
+    import importlib.machinery
+    import importlib.util
+    import types
+
+    from fuzzrunner.report.json_report import provenance
+    from fuzzrunner.targets.sglang_engine.boot import LazyStubFinder
+    finder = LazyStubFinder()
+    monkeypatch.setitem(sys.modules, "vllm", importlib.util.module_from_spec(
+        importlib.machinery.ModuleSpec("vllm", finder, is_package=True)))  # as the import system makes it)
+    bare = types.ModuleType("triton")  # any stand-in without files: a hand-made one, no finder
+    bare.__version__ = "9.9.9"
+    monkeypatch.setitem(sys.modules, "triton", bare)
+    p = provenance()
+    assert "vllm" not in p["versions"] and "triton" not in p["versions"]
+    assert p["placeholders"]["vllm"].startswith("a placeholder module served by "
+                                               "fuzzrunner.targets.sglang_engine.boot.LazyStubFinder")
+    assert "not installed" in p["placeholders"]["triton"]
+    assert p["versions"]["hypothesis"] == sys.modules["hypothesis"].__version__  # a real one is listed as before
