@@ -188,6 +188,8 @@ class Finding:
     preceding: dict | None = None               # what its worker ran before it: {"of": the case first found,
     #                                             "cases": the worker's earlier cases, oldest first, "dropped": how
     #                                             many before those}; None: the first case of its worker, or older
+    found_by: dict = field(default_factory=dict)  # how it showed: {"seed": path} / {"corpus": path} (a replayed
+    #                                             case), {"search": N} (a generated case, after N); {}: older files
 
     @property
     def id(self) -> str:
@@ -209,7 +211,8 @@ class Finding:
                 "triage": self.triage, "case_timeout_s": self.case_timeout_s,
                 "first_kind": self.first_kind or self.signature.kind, "access_id": self.signature.access_id,
                 "aliases": list(self.aliases), "context": self.context.to_dict() if self.context else None,
-                "code_under_test": dict(self.code_under_test) or None, "preceding": self.preceding}
+                "code_under_test": dict(self.code_under_test) or None, "preceding": self.preceding,
+                "found_by": dict(self.found_by)}
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "finding") -> Finding:
@@ -234,7 +237,8 @@ class Finding:
                        bool(d.get("flaky", False)), d.get("triage") if isinstance(d.get("triage"), dict) else None,
                        _seconds(d.get("case_timeout_s")), str(d.get("first_kind") or ""),
                        [a for a in d.get("aliases") or [] if isinstance(a, str)], Context.from_dict(d.get("context")),
-                       dict(d.get("code_under_test") or {}), _preceding(d.get("preceding"), source))
+                       dict(d.get("code_under_test") or {}), _preceding(d.get("preceding"), source),
+                       _found_by(d.get("found_by")))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidCase(f"{source}: not a fuzzrunner finding ({type(e).__name__}: {e}).") from None
 
@@ -273,7 +277,7 @@ _FIELDS = {"case": dict, "violation": dict, "others": list, "first_found_after_e
            "found_after_s": (int, float), "found_at": (int, float), "minimized": bool, "shrink_interrupted": bool,
            "flaky": bool, "repro": (str, type(None)), "target_spec": (str, type(None)),
            "first_kind": (str, type(None)), "aliases": list, "context": (dict, type(None)),
-           "code_under_test": (dict, type(None)), "preceding": (dict, type(None))}
+           "code_under_test": (dict, type(None)), "preceding": (dict, type(None)), "found_by": (dict, type(None))}
 VIOLATION_FIELDS = {"tool": str, "kind": str, "kernel": (str, type(None)), "location": (str, type(None)),
                      "tensor": (str, type(None)), "site": (str, type(None)), "message": (str, type(None)),
                      "details": dict}
@@ -287,6 +291,17 @@ def _preceding(p, source: str) -> dict | None:
         raise InvalidCase(f"{source}: 'preceding' must hold 'of' (a case) and 'cases' (a list of cases); it holds "
                           f"{sorted(p)}. Remove the field to replay the case alone.")
     return {"of": p["of"], "cases": list(p["cases"]), "dropped": int(p.get("dropped") or 0)}
+
+
+def _found_by(d) -> dict:
+    """A file's ``found_by`` with the sources this fuzzrunner knows, each of its type (a hand-edited file: the rest
+    is left out, never a wrong sentence)."""
+    d = d if isinstance(d, dict) else {}
+    out: dict = {k: str(d[k]) for k in REPLAYED if isinstance(d.get(k), str)}
+    n = d.get("search")
+    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        out["search"] = n
+    return out
 
 
 def _check_finding(d: dict, source: str) -> None:
@@ -345,7 +360,17 @@ def merge(into: Finding, other: Finding) -> bool:
     into.target_spec = into.target_spec or other.target_spec
     into.code_under_test = into.code_under_test or dict(other.code_under_test)
     into.aliases = [a for a in dict.fromkeys([*into.aliases, *other.aliases]) if a != into.id]
+    into.found_by = merged_found_by(into.found_by, other.found_by)
     return smaller
+
+
+def merged_found_by(a: dict, b: dict) -> dict:
+    """Both sightings' sources: each replayed file's first path, the search's earliest count."""
+    out = {**b, **a}
+    searched = [n for n in (a.get("search"), b.get("search")) if n]
+    if searched:
+        out["search"] = min(searched)
+    return out
 
 
 def merge_all(findings: list[Finding], others) -> list[Finding]:
@@ -361,6 +386,39 @@ def merge_all(findings: list[Finding], others) -> list[Finding]:
 
 
 # -- for a person -----------------------------------------------------------------------------------
+
+REPLAYED = {"seed": "reproduced from its seed", "corpus": "reproduced from the corpus case"}
+
+
+def found_text(found_by: dict, after_examples: int) -> str:
+    """How a bug showed, in words: "reproduced from its seed NAME" (a replayed seed case of the target), "reproduced
+    from the corpus case NAME", "found from scratch after N examples" (the search's generated cases), joined by
+    "and" where it showed both ways; "found after N examples" for a file from before sources were recorded. Before,
+    a seed's bug read "found after 3 examples", as if the search had found it (new-user trial)."""
+    import os
+    said = [f"{REPLAYED[k]} {os.path.basename(str(found_by[k]))}" for k in REPLAYED if found_by.get(k)]
+    if found_by.get("search"):
+        said.append(f"found from scratch after {plural(found_by['search'], 'example')}")
+    return " and ".join(said) if said else f"found after {plural(after_examples, 'example')}"
+
+
+def known_bugs_text(findings) -> str:
+    """The known bugs among ``findings`` (``triage["known"]``), each once, with how it showed (``seed``, ``corpus``,
+    ``search``): ``4 known bugs: SG1 (seed), G1 (seed, search)``; "" for none. Before, each labelled finding was
+    counted: two findings of G1 read "G1, G1" (new-user trial)."""
+    bugs: dict[str, dict] = {}
+    for f in findings:
+        triage = f.triage if isinstance(f, Finding) else f.get("triage")
+        known = (triage or {}).get("known") if isinstance(triage, dict) else None
+        if isinstance(known, dict):
+            found_by = f.found_by if isinstance(f, Finding) else _found_by(f.get("found_by"))
+            bugs.setdefault(str(known.get("id", "?")), {}).update(dict.fromkeys(found_by))
+    if not bugs:
+        return ""
+    order = (*REPLAYED, "search")
+    ids = [f"{i} ({', '.join(k for k in order if k in how)})" if how else i for i, how in bugs.items()]
+    return f"{plural(len(bugs), 'known bug')}: {', '.join(ids)}"
+
 
 def case_text(case: Case | dict) -> str:
     """A case as JSON a person can read and paste: its fields on one line, then one op per line."""
@@ -435,7 +493,7 @@ def render(f: Finding | dict, *, indent: str = "  ", with_case: bool = False) ->
     if f.flaky:
         lines.append("FLAKY: a fresh worker did not reproduce this crash")
     first = f" as {f.first_kind}" if f.first_kind and f.first_kind != f.signature.kind else ""
-    lines.append(f"found after {plural(f.first_found_after_examples, 'example')}{first} ({f.found_after_s:.1f} s); "
+    lines.append(f"{found_text(f.found_by, f.first_found_after_examples)}{first} ({f.found_after_s:.1f} s); "
                  f"case: {plural(ops, 'op')}, {state}; id {f.id}")
     root = same_root_cause(f)
     if root:

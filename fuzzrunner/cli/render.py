@@ -78,11 +78,11 @@ def _error(message: str) -> None:
 
 def _summary(result, out) -> None:
     from ..engine.result import stop_text
-    from ..finding import render
+    from ..finding import known_bugs_text, render
     from ..report.json_report import cluster_text, skip_lines
     n = len(result.findings)
-    known = [f.triage["known"]["id"] for f in result.findings if f.triage and isinstance(f.triage.get("known"), dict)]
-    labels = f" ({len(known)} known: {', '.join(known)})" if known else ""
+    known = known_bugs_text(result.findings)
+    labels = f" ({known})" if known else ""
     out.write(f"{result.target}: {_cases_text(result)} in {campaign_time(result)} (seed {result.seed}), "
               f"stopped: {stop_text(result.stop_reason)}; {n} finding{'s' * (n != 1)}{labels}\n")
     if getattr(result, "cluster", None):

@@ -53,8 +53,13 @@ def summary(report_runs: list[dict]) -> dict:
             "duration_s": round(sum(r["duration_s"] for r in report_runs), 3),
             "stop_reasons": sorted({r.get("stop_reason") or "unknown" for r in report_runs}),
             "errors": sum(len(r.get("errors", ())) for r in report_runs),
-            "known": sum(1 for r in report_runs for f in r["findings"]
-                         if isinstance(f.get("triage"), dict) and f["triage"].get("known"))}
+            "known": sum(len(_known_ids(r["findings"])) for r in report_runs)}
+
+
+def _known_ids(findings: list[dict]) -> set:
+    """The known bugs a run's findings are, each once (two findings of one known bug were counted twice)."""
+    return {str(f["triage"]["known"].get("id")) for f in findings
+            if isinstance(f.get("triage"), dict) and isinstance(f["triage"].get("known"), dict)}
 
 
 def upgrade(report: dict) -> dict:

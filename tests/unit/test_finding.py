@@ -313,12 +313,13 @@ def test_the_same_root_cause_line_names_only_the_other_violations_each_with_its_
 
 
 def test_the_same_root_cause_line_never_repeats_the_heads_signature_over_generated_groups():
-    from hypothesis import given
+    from hypothesis import given, settings
     from hypothesis import strategies as st
     kinds = st.sampled_from(["uninitialized-read", "stale-read", "out-of-bounds", "numeric-mismatch"])
     one = st.builds(lambda k, t, op, seq, kern: _v(k, t, op, seq, kernel=kern), kinds, st.sampled_from(["a", "b"]),
                     st.integers(0, 3), st.integers(0, 20), st.sampled_from(["k1", "k2"]))
 
+    @settings(max_examples=200, deadline=None, database=None, derandomize=True)
     @given(st.lists(one, min_size=1, max_size=6))
     def check(vs):
         for head, others in group(vs):
