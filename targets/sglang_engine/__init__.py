@@ -142,7 +142,9 @@ def make_target():
         fault_descriptions=dict(faults.FAULTS),
         faults_unavailable=faults.unavailable(eng.api, eng.frontend, eng.logits_processor, eng.scheduler is not None,
                                               drawn) | scheduler_faults.unavailable(eng.scheduler, eng.api.version),
-        features=cases.features,
+        # each step's path (scheduler, tokenizer manager, direct) as this loaded release takes it (cases.step_path)
+        features=functools.partial(cases.features, scheduler=eng.scheduler is not None,
+                                   frontend=eng.frontend is not None),
         feature_space=cases.feature_space(eng.api.modules, eng.frontend is not None, eng.logits_processor,
                                           drawn, eng.scheduler is not None,
                                           eng.scheduler is not None and eng.scheduler.drainer, moe_why is None),
