@@ -120,7 +120,8 @@ class Shard:
                        timeout_s=settings.case_timeout_s)
         self.database = campaign_database(database, corpus, target.name, faults, settings.seed)
         self.result = R.CampaignResult(target.name, settings, plan.seed, faults)
-        self.result.coverage = Coverage(tuple(target.feature_space), steering=settings.steer)
+        self.result.coverage = Coverage(tuple(target.feature_space), steering=settings.steer,
+                                        shown=tuple(target.summary_features))
         self.start = time.monotonic()
         self.clock = StageClock()  # where the shard's time goes (stages.py): the result's stage_s
         # The search ends before the campaign's deadline by what comes after it (deadline.py): the later

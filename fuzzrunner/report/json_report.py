@@ -157,7 +157,8 @@ def _run_dict(r) -> dict:
             "warnings": list(r.warnings), "errors": list(r.errors),
             "context": r.context.to_dict() if getattr(r, "context", None) else None,
             **_coverage_dict(r), **({"cluster": r.cluster} if getattr(r, "cluster", None) else {}),
-            **({"code_under_test": r.code_under_test} if getattr(r, "code_under_test", None) else {})}
+            **({"code_under_test": r.code_under_test} if getattr(r, "code_under_test", None) else {}),
+            **({"target_details": list(r.target_details)} if getattr(r, "target_details", None) else {})}
 
 
 def _stage_dict(r, settings: dict) -> dict:

@@ -145,6 +145,7 @@ def make_target():
         # each step's path (scheduler, tokenizer manager, direct) as this loaded release takes it (cases.step_path)
         features=functools.partial(cases.features, scheduler=eng.scheduler is not None,
                                    frontend=eng.frontend is not None),
+        summary_features=("path",),  # the summary's "path: scheduler in N, ..." line: which path ran
         feature_space=cases.feature_space(eng.api.modules, eng.frontend is not None, eng.logits_processor,
                                           drawn, eng.scheduler is not None,
                                           eng.scheduler is not None and eng.scheduler.drainer, moe_why is None),

@@ -595,3 +595,55 @@ def test_a_seeds_bug_reads_as_reproduced_from_its_seed_and_each_known_bug_counts
     same = {"status": "reproduced", "id": "abc"}
     a, b = replace(seed, triage=same, found_by={"seed": "s.json"}), replace(other, triage=same, found_by={"search": 4})
     assert merge_by_triage([a, b])[0] == [a] and a.found_by == {"seed": "s.json", "search": 4}
+
+
+def test_the_report_says_which_path_ran_and_what_the_target_drives_on_this_release(tmp_path, finding):
+    """A report of an sglang_engine campaign did not say whether SGLang's scheduler path ran, in the text nor the JSON
+    (new-user trial). The target's ``summary_features`` (its "path") get a line of their own, counted over the cases
+    that ran (declared values no case took at 0), and its ``details`` (what it drives on this release: "scheduler:
+    SGLang's get_next_batch_to_run ...") are printed under the code under test and kept in the run's JSON."""
+    import io
+
+    from fuzzrunner.cli.render import _summary
+    from fuzzrunner.coverage import Coverage
+    jsonschema = pytest.importorskip("jsonschema")
+    cov = Coverage(("path=scheduler", "path=tokenizer-manager", "op=step"), shown=("path",))
+    for names in (("op=step", "path=scheduler"),) * 3 + (("op=step",),):
+        cov.add(names)
+    details = ["scheduler: SGLang's get_next_batch_to_run / PrefillAdder", "MoE LoRA: not driven (no Mixtral)"]
+    r = campaign(finding, coverage=cov, target_details=details,
+                 code_under_test={"engine": "sglang", "release": "0.5.23", "tree": "/t"})
+    out = io.StringIO()
+    _summary(r, out)
+    text = out.getvalue()
+    assert "  path: scheduler in 3, tokenizer-manager in 0 of 4 valid case(s)\n" in text, text
+    assert "  code under test: sglang 0.5.23 (/t)\n    scheduler: SGLang's get_next_batch_to_run" in text, text
+    data = json.loads(write_json(r, tmp_path / "r.json").read_text())
+    run = data["runs"][0]
+    assert run["target_details"] == details and run["coverage"]["shown"] == ["path"]
+    jsonschema.validate(data, json.loads((Path(__file__).resolve().parents[2] / "docs" / "report.schema.json")
+                                         .read_text()))
+    # it travels: a shard's result to its campaign, shards merged
+    again = Coverage.from_dict(cov.to_dict())
+    again.merge(Coverage(shown=("backend",)))
+    assert again.shown == ("path", "backend") and again.features["path=scheduler"] == 3
+    # a target that shows nothing prints no such line
+    out = io.StringIO()
+    _summary(campaign(finding), out)
+    assert "\n  path:" not in out.getvalue()
+
+
+def test_a_campaign_result_carries_its_loaded_targets_details(tmp_path):
+    from fuzzrunner.engine import events
+    from fuzzrunner.engine.campaign import _finish, plan_campaign
+    from fuzzrunner.engine.result import CampaignResult
+    from fuzzrunner.settings import Settings
+    (tmp_path / "detailed_target.py").write_text(
+        "from hypothesis import strategies as st\nfrom fuzzrunner.target import Target\n"
+        "TARGET = Target('detailed', 'd', lambda faults=(), *, max_ops=5: st.nothing(), lambda case, ctx: None,\n"
+        "                details=('scheduler: the real one', 'MoE: not driven'))\n")
+    plan = plan_campaign(f"{tmp_path / 'detailed_target.py'}:TARGET", Settings(max_examples=1, device="cpu"))
+    assert plan.details == ("scheduler: the real one", "MoE: not driven")
+    result = CampaignResult("detailed", plan.settings, plan.seed, ())
+    _finish(result, plan, events.Listener(None), None)
+    assert result.target_details == ["scheduler: the real one", "MoE: not driven"]
