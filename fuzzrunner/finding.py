@@ -19,6 +19,7 @@ from .case import Case, check_schema, check_types, parse_json
 from .context import Context
 from .errors import InvalidCase, UnregisteredKind
 from .safe_io import read_text
+from .sighting import found_by_of, found_text, merged_found_by, same_root_cause
 from .signature import Signature
 from .text import plural
 from .violation import Violation, cause_lines, raised_cuda_error, window_lines
@@ -238,7 +239,7 @@ class Finding:
                        _seconds(d.get("case_timeout_s")), str(d.get("first_kind") or ""),
                        [a for a in d.get("aliases") or [] if isinstance(a, str)], Context.from_dict(d.get("context")),
                        dict(d.get("code_under_test") or {}), _preceding(d.get("preceding"), source),
-                       _found_by(d.get("found_by")))
+                       found_by_of(d.get("found_by")))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidCase(f"{source}: not a fuzzrunner finding ({type(e).__name__}: {e}).") from None
 
@@ -291,17 +292,6 @@ def _preceding(p, source: str) -> dict | None:
         raise InvalidCase(f"{source}: 'preceding' must hold 'of' (a case) and 'cases' (a list of cases); it holds "
                           f"{sorted(p)}. Remove the field to replay the case alone.")
     return {"of": p["of"], "cases": list(p["cases"]), "dropped": int(p.get("dropped") or 0)}
-
-
-def _found_by(d) -> dict:
-    """A file's ``found_by`` with the sources this fuzzrunner knows, each of its type (a hand-edited file: the rest
-    is left out, never a wrong sentence)."""
-    d = d if isinstance(d, dict) else {}
-    out: dict = {k: str(d[k]) for k in REPLAYED if isinstance(d.get(k), str)}
-    n = d.get("search")
-    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-        out["search"] = n
-    return out
 
 
 def _check_finding(d: dict, source: str) -> None:
@@ -364,15 +354,6 @@ def merge(into: Finding, other: Finding) -> bool:
     return smaller
 
 
-def merged_found_by(a: dict, b: dict) -> dict:
-    """Both sightings' sources: each replayed file's first path, the search's earliest count."""
-    out = {**b, **a}
-    searched = [n for n in (a.get("search"), b.get("search")) if n]
-    if searched:
-        out["search"] = min(searched)
-    return out
-
-
 def merge_all(findings: list[Finding], others) -> list[Finding]:
     """``findings`` with ``others`` folded in: a sighting of a bug already there merges into it
     (``merge``), a new bug is appended; the order of first sighting is kept."""
@@ -386,39 +367,6 @@ def merge_all(findings: list[Finding], others) -> list[Finding]:
 
 
 # -- for a person -----------------------------------------------------------------------------------
-
-REPLAYED = {"seed": "reproduced from its seed", "corpus": "reproduced from the corpus case"}
-
-
-def found_text(found_by: dict, after_examples: int) -> str:
-    """How a bug showed, in words: "reproduced from its seed NAME" (a replayed seed case of the target), "reproduced
-    from the corpus case NAME", "found from scratch after N examples" (the search's generated cases), joined by
-    "and" where it showed both ways; "found after N examples" for a file from before sources were recorded. Before,
-    a seed's bug read "found after 3 examples", as if the search had found it (new-user trial)."""
-    import os
-    said = [f"{REPLAYED[k]} {os.path.basename(str(found_by[k]))}" for k in REPLAYED if found_by.get(k)]
-    if found_by.get("search"):
-        said.append(f"found from scratch after {plural(found_by['search'], 'example')}")
-    return " and ".join(said) if said else f"found after {plural(after_examples, 'example')}"
-
-
-def known_bugs_text(findings) -> str:
-    """The known bugs among ``findings`` (``triage["known"]``), each once, with how it showed (``seed``, ``corpus``,
-    ``search``): ``4 known bugs: SG1 (seed), G1 (seed, search)``; "" for none. Before, each labelled finding was
-    counted: two findings of G1 read "G1, G1" (new-user trial)."""
-    bugs: dict[str, dict] = {}
-    for f in findings:
-        triage = f.triage if isinstance(f, Finding) else f.get("triage")
-        known = (triage or {}).get("known") if isinstance(triage, dict) else None
-        if isinstance(known, dict):
-            found_by = f.found_by if isinstance(f, Finding) else _found_by(f.get("found_by"))
-            bugs.setdefault(str(known.get("id", "?")), {}).update(dict.fromkeys(found_by))
-    if not bugs:
-        return ""
-    order = (*REPLAYED, "search")
-    ids = [f"{i} ({', '.join(k for k in order if k in how)})" if how else i for i, how in bugs.items()]
-    return f"{plural(len(bugs), 'known bug')}: {', '.join(ids)}"
-
 
 def case_text(case: Case | dict) -> str:
     """A case as JSON a person can read and paste: its fields on one line, then one op per line."""
@@ -454,32 +402,6 @@ def _cpu_triage_text(t: dict) -> str:
     if status == "not-reproduced":
         return "CPU triage: not reproduced on the CPU (a GPU-only bug, or one the CPU oracles cannot see)"
     return f"CPU triage: could not run on the CPU: {t.get('reason', '?')}"
-
-
-def _in_op(v: Violation) -> str:
-    op = v.details.get("op_index")
-    return f" in op {op}" if op is not None else ""
-
-
-def same_root_cause(f: Finding, shown: int = 2) -> str:
-    """The finding's other violations, each told apart from its head: what (kind, tensor, kernel, place, tool) and in
-    which op; one of the head's own bug (its id) in another op reads "the same again in op N", one in the head's own
-    op is not named. Before, the line named ``others[0]`` alone, with no op: often the head's own signature (its
-    read seen again in a later op), so a finding was told it shared a root cause with itself (new-user trial)."""
-    head_op = f.violation.details.get("op_index")
-    named: dict[str, None] = {}
-    again: dict[str, None] = {}
-    for v in f.others:
-        op = v.details.get("op_index")
-        if v.signature.id != f.id:
-            named.setdefault(f"{v.signature.short()}{_in_op(v)}", None)
-        elif op is not None and op != head_op:
-            again.setdefault(str(op), None)
-    more = f" (+{len(named) - shown} more)" if len(named) > shown else ""
-    parts = ["; ".join(list(named)[:shown]) + more] if named else []
-    if again:
-        parts.append(f"the same {f.signature.kind} again in {'op' if len(again) == 1 else 'ops'} {', '.join(again)}")
-    return "; ".join(parts)
 
 
 def render(f: Finding | dict, *, indent: str = "  ", with_case: bool = False) -> str:

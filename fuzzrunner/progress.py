@@ -167,7 +167,8 @@ class Progress:
 
 
 def _found(event: events.FindingEvent, verbose: bool) -> str:
-    from .finding import case_text, found_text
+    from .finding import case_text
+    from .sighting import found_text
     f = event.finding
     how = found_text(f.found_by, f.first_found_after_examples).removeprefix("found ")  # "from scratch after 3 ..."
     text = f"  found: {f.signature.short()}{' ' if how.startswith(('from', 'after')) else ', '}{how} " \

@@ -23,8 +23,9 @@ from pathlib import Path
 from . import names
 from .corpus import Corpus
 from .errors import FuzzrunnerError, InvalidArgument
-from .finding import Finding, found_text
+from .finding import Finding
 from .safe_write import write_error, write_file
+from .sighting import found_text
 from .target import BUILTIN, describe_code
 from .violation import cause_lines, window_lines
 

@@ -78,8 +78,9 @@ def _error(message: str) -> None:
 
 def _summary(result, out) -> None:
     from ..engine.result import stop_text
-    from ..finding import known_bugs_text, render
+    from ..finding import render
     from ..report.json_report import cluster_text, skip_lines
+    from ..sighting import known_bugs_text
     n = len(result.findings)
     known = known_bugs_text(result.findings)
     labels = f" ({known})" if known else ""

@@ -19,8 +19,9 @@ import time
 from .. import names
 from ..context import Context
 from ..errors import FuzzrunnerError
-from ..finding import Finding, group, merged_found_by
+from ..finding import Finding, group
 from ..settings import Settings
+from ..sighting import merged_found_by
 from .cpu_check import classify, harness_reason
 from .deadline import monotonic
 from .plan import worker_spec

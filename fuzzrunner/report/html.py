@@ -11,7 +11,8 @@ import urllib.parse
 from pathlib import Path
 
 from .. import names
-from ..finding import case_text, found_text, triage_text
+from ..finding import case_text, triage_text
+from ..sighting import found_text
 from ..text import plural
 from ..violation import cause_lines, window_lines
 from .html_trend import CSS as _TREND_CSS

@@ -6,7 +6,8 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ..finding import case_text, found_text, triage_text
+from ..finding import case_text, triage_text
+from ..sighting import found_text
 from ..signature import Signature
 from ..text import plural
 from ..violation import window_lines
