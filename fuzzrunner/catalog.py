@@ -4,7 +4,10 @@ without importing any of them.
 Loading a target imports what it tests: torch and Triton for ours (seconds), a whole vLLM or SGLang
 tree for the engine targets (12-25 s on a 2-core machine), and ``fuzzrunner targets`` used to pay all
 of it to print four lines. A target's description here is the first line of its package's docstring
-(``Target ``name``: what it is.``), read from the file; an engine target's availability is its
+(``Target ``name``: what it is.``), read from the file, then what it drives: the module's own declaration
+``DRIVES`` (a tuple of string literals, read from the file too: the scheduler path, the MoE layer, the V1 runner of
+the engine targets were in no one-liner, and a list in the CLI would drift from the targets); an engine target's
+availability is its
 package's own cheap check (``AVAILABILITY``: where its tree is, no import of the engine). Whether the
 tree then imports is what ``fuzzrunner doctor`` and ``check-target`` find out.
 """
@@ -40,6 +43,9 @@ class About:
 def about(name: str) -> About:
     """Built-in target ``name`` described, without importing it or its engine."""
     description = _docstring_line(BUILTIN[name], name)
+    drives = declared_drives(BUILTIN[name])
+    if drives:
+        description += f"; drives {'; '.join(drives)}"
     if name not in AVAILABILITY:
         return About(description)
     module, _, function = AVAILABILITY[name].partition(":")
@@ -47,15 +53,36 @@ def about(name: str) -> About:
     return About(description, engine=said) if ok else About(description, unavailable=said)
 
 
-def _docstring_line(spec: str, name: str) -> str:
-    """The first sentence of the docstring of the module ``spec`` names, without its ``Target ``name``:``."""
+def _module_tree(spec: str) -> ast.Module | None:
+    """The parsed source of the module ``spec`` names (never imported), or None."""
     parsed = TargetSpec.parse(spec)
     path = parsed.file or _source_of(parsed.module)
     try:
         with open(path or "", encoding="utf-8") as f:
-            doc = ast.get_docstring(ast.parse(f.read()))
+            return ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):
-        doc = None
+        return None
+
+
+def declared_drives(spec: str) -> tuple[str, ...]:
+    """The module's ``DRIVES = ("part", ...)``: what of the code under test the target drives, in a few words each;
+    () where it declares none, or anything but a tuple or list of strings (a listing never fails on it)."""
+    tree = _module_tree(spec)
+    for node in tree.body if tree is not None else ():
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DRIVES" for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                return ()
+            ok = isinstance(value, (tuple, list)) and all(isinstance(v, str) and v.strip() for v in value)
+            return tuple(" ".join(v.split()) for v in value) if ok else ()
+    return ()
+
+
+def _docstring_line(spec: str, name: str) -> str:
+    """The first sentence of the docstring of the module ``spec`` names, without its ``Target ``name``:``."""
+    tree = _module_tree(spec)
+    doc = ast.get_docstring(tree) if tree is not None else None
     if not doc:
         return "(no description: its module has no docstring)"
     first = " ".join(doc.split("\n\n")[0].split())

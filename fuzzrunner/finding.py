@@ -19,6 +19,7 @@ from .case import Case, check_schema, check_types, parse_json
 from .context import Context
 from .errors import InvalidCase, UnregisteredKind
 from .safe_io import read_text
+from .sighting import found_by_of, found_text, merged_found_by, same_root_cause
 from .signature import Signature
 from .text import plural
 from .violation import Violation, cause_lines, raised_cuda_error, window_lines
@@ -188,6 +189,8 @@ class Finding:
     preceding: dict | None = None               # what its worker ran before it: {"of": the case first found,
     #                                             "cases": the worker's earlier cases, oldest first, "dropped": how
     #                                             many before those}; None: the first case of its worker, or older
+    found_by: dict = field(default_factory=dict)  # how it showed: {"seed": path} / {"corpus": path} (a replayed
+    #                                             case), {"search": N} (a generated case, after N); {}: older files
 
     @property
     def id(self) -> str:
@@ -209,7 +212,8 @@ class Finding:
                 "triage": self.triage, "case_timeout_s": self.case_timeout_s,
                 "first_kind": self.first_kind or self.signature.kind, "access_id": self.signature.access_id,
                 "aliases": list(self.aliases), "context": self.context.to_dict() if self.context else None,
-                "code_under_test": dict(self.code_under_test) or None, "preceding": self.preceding}
+                "code_under_test": dict(self.code_under_test) or None, "preceding": self.preceding,
+                "found_by": dict(self.found_by)}
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "finding") -> Finding:
@@ -234,7 +238,8 @@ class Finding:
                        bool(d.get("flaky", False)), d.get("triage") if isinstance(d.get("triage"), dict) else None,
                        _seconds(d.get("case_timeout_s")), str(d.get("first_kind") or ""),
                        [a for a in d.get("aliases") or [] if isinstance(a, str)], Context.from_dict(d.get("context")),
-                       dict(d.get("code_under_test") or {}), _preceding(d.get("preceding"), source))
+                       dict(d.get("code_under_test") or {}), _preceding(d.get("preceding"), source),
+                       found_by_of(d.get("found_by")))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidCase(f"{source}: not a fuzzrunner finding ({type(e).__name__}: {e}).") from None
 
@@ -273,7 +278,7 @@ _FIELDS = {"case": dict, "violation": dict, "others": list, "first_found_after_e
            "found_after_s": (int, float), "found_at": (int, float), "minimized": bool, "shrink_interrupted": bool,
            "flaky": bool, "repro": (str, type(None)), "target_spec": (str, type(None)),
            "first_kind": (str, type(None)), "aliases": list, "context": (dict, type(None)),
-           "code_under_test": (dict, type(None)), "preceding": (dict, type(None))}
+           "code_under_test": (dict, type(None)), "preceding": (dict, type(None)), "found_by": (dict, type(None))}
 VIOLATION_FIELDS = {"tool": str, "kind": str, "kernel": (str, type(None)), "location": (str, type(None)),
                      "tensor": (str, type(None)), "site": (str, type(None)), "message": (str, type(None)),
                      "details": dict}
@@ -345,6 +350,7 @@ def merge(into: Finding, other: Finding) -> bool:
     into.target_spec = into.target_spec or other.target_spec
     into.code_under_test = into.code_under_test or dict(other.code_under_test)
     into.aliases = [a for a in dict.fromkeys([*into.aliases, *other.aliases]) if a != into.id]
+    into.found_by = merged_found_by(into.found_by, other.found_by)
     return smaller
 
 
@@ -409,11 +415,11 @@ def render(f: Finding | dict, *, indent: str = "  ", with_case: bool = False) ->
     if f.flaky:
         lines.append("FLAKY: a fresh worker did not reproduce this crash")
     first = f" as {f.first_kind}" if f.first_kind and f.first_kind != f.signature.kind else ""
-    lines.append(f"found after {plural(f.first_found_after_examples, 'example')}{first} ({f.found_after_s:.1f} s); "
+    lines.append(f"{found_text(f.found_by, f.first_found_after_examples)}{first} ({f.found_after_s:.1f} s); "
                  f"case: {plural(ops, 'op')}, {state}; id {f.id}")
-    if f.others:
-        more = f" (+{len(f.others) - 1} more)" if len(f.others) > 1 else ""
-        lines.append(f"same root cause: {f.others[0].signature.short()}{more}")
+    root = same_root_cause(f)
+    if root:
+        lines.append(f"same root cause: {root}")
     if f.triage:
         lines.append(triage_text(f.triage))
     if with_case:

@@ -168,9 +168,11 @@ class Progress:
 
 def _found(event: events.FindingEvent, verbose: bool) -> str:
     from .finding import case_text
+    from .sighting import found_text
     f = event.finding
-    text = (f"  found: {f.signature.short()} after {f.first_found_after_examples} "
-            f"example{'s' * (f.first_found_after_examples != 1)} ({f.found_after_s:.1f} s)\n")
+    how = found_text(f.found_by, f.first_found_after_examples).removeprefix("found ")  # "from scratch after 3 ..."
+    text = f"  found: {f.signature.short()}{' ' if how.startswith(('from', 'after')) else ', '}{how} " \
+           f"({f.found_after_s:.1f} s)\n"
     if verbose:
         text += "".join(f"    {line}\n" for line in case_text(f.case).splitlines())
     return text

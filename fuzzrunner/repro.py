@@ -25,6 +25,7 @@ from .corpus import Corpus
 from .errors import FuzzrunnerError, InvalidArgument
 from .finding import Finding
 from .safe_write import write_error, write_file
+from .sighting import found_text
 from .target import BUILTIN, describe_code
 from .violation import cause_lines, window_lines
 
@@ -206,8 +207,7 @@ def _header(f: Finding, name: str) -> list[str]:
              f"# message: {_first_line(f.violation.message)}",
              *(f"#   {line}" for line in cause_lines(f.violation.details, f.violation.message)),
              *(f"#   {line}" for line in window_lines(f.violation.details)),
-             f"# found by fuzzing target {f.case.target} after {f.first_found_after_examples} "
-             f"example{'' if f.first_found_after_examples == 1 else 's'} "
+             f"# fuzzing target {f.case.target}: {found_text(f.found_by, f.first_found_after_examples)} "
              f"({f.found_after_s:.1f} s); case {how}",
              *([f"# found on: {describe_code(f.code_under_test)}"] if f.code_under_test else []),
              f"# run: python {name}   (from a checkout: PYTHONPATH=<checkout> python {name})",

@@ -66,6 +66,8 @@ class Target:
     seeds: str | None = None           # a folder of seed case files shipped with the target
     features: Callable[..., Any] | None = None  # features(case) -> iterable of "name" or "name=value"
     feature_space: tuple = ()          # every feature ``features`` can give: those never reached are reported
+    summary_features: tuple = ()       # feature names (before "=") the summary shows value by value, counted over the
+    #                                    cases that ran: what a user must see ran (sglang_engine's "path")
     details: tuple = ()                # more lines for ``doctor``: e.g. which parts of the code under test it drives
     faults_unavailable: dict = field(default_factory=dict)  # {fault: why it cannot run here (a part is missing)}
     own_code: tuple = ()               # files/folders of the target's own adapter code around the code under test:
@@ -88,7 +90,7 @@ class Target:
             if not isinstance(value, str) or (field_name == "name" and not value.strip()):
                 raise InvalidArgument(f"Target({field_name}={safe_repr(value, 100)}): the {field_name} must be a "
                                       f"{'non-empty ' if field_name == 'name' else ''}string.")
-        for field_name in ("faults", "feature_space", "details", "own_code"):
+        for field_name in ("faults", "feature_space", "summary_features", "details", "own_code"):
             value = several(getattr(self, field_name), f"Target {self.name!r}: {field_name}",
                             paths=field_name == "own_code")
             object.__setattr__(self, field_name, value)

@@ -277,10 +277,21 @@ def cmd_faults(args) -> int:
     if not target.faults:
         print(f"target {target.name} has no planted faults")
     else:
-        print(f"planted faults of target {target.name} (turn one on with `fuzz --target {args.target} --fault NAME`):")
+        print(f"planted faults of target {target.name}{_judged_on(target.code_under_test)} (turn one on with "
+              f"`fuzz --target {args.target} --fault NAME`):")
     for line in aligned((name, _fault_line(target, name)) for name in target.faults):
         print(line)
     return EXIT_OK
+
+
+def _judged_on(code: dict) -> str:
+    """`` on ENGINE RELEASE at TREE``: the code under test each fault's availability was judged on (an engine target's
+    faults come and go with its release; the header did not say which release it had looked at: new-user trial);
+    "" for a target that names none (fuzzrunner's own code)."""
+    if not code:
+        return ""
+    patched = f", patched with {code['patch']}" if code.get("patch") else ""
+    return f" on {code.get('engine', '?')} {code.get('release', '?')} at {code.get('tree', '?')}{patched}"
 
 
 def _fault_line(target, name: str) -> str:

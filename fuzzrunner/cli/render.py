@@ -80,9 +80,10 @@ def _summary(result, out) -> None:
     from ..engine.result import stop_text
     from ..finding import render
     from ..report.json_report import cluster_text, skip_lines
+    from ..sighting import known_bugs_text
     n = len(result.findings)
-    known = [f.triage["known"]["id"] for f in result.findings if f.triage and isinstance(f.triage.get("known"), dict)]
-    labels = f" ({len(known)} known: {', '.join(known)})" if known else ""
+    known = known_bugs_text(result.findings)
+    labels = f" ({known})" if known else ""
     out.write(f"{result.target}: {_cases_text(result)} in {campaign_time(result)} (seed {result.seed}), "
               f"stopped: {stop_text(result.stop_reason)}; {n} finding{'s' * (n != 1)}{labels}\n")
     if getattr(result, "cluster", None):
@@ -90,6 +91,8 @@ def _summary(result, out) -> None:
     if getattr(result, "code_under_test", None):
         from ..target import describe_code
         out.write(f"  code under test: {describe_code(result.code_under_test)}\n")
+    for line in getattr(result, "target_details", None) or ():  # what of it the target drives on this release
+        out.write(f"    {line}\n")
     causes = [{"id": i, **c} for i, c in result.known_crash_causes.items()]
     for line in skip_lines(result.known_crash_skips, causes, result.generated):
         out.write(f"  {line}\n")
@@ -126,10 +129,12 @@ def _cases_text(result) -> str:
 
 def _coverage_line(result, out) -> None:
     """'N declared features never reached': a clean pass says nothing about states never reached."""
-    from ..coverage import summary_line
+    from ..coverage import shown_lines, summary_line
     coverage = getattr(result, "coverage", None)
     if coverage is not None and (coverage.declared or coverage.features):
         out.write(f"  {summary_line(coverage.to_dict())}\n")
+        for line in shown_lines(coverage.to_dict()):  # what the target says a user must see ran (sglang_engine: path)
+            out.write(f"  {line}\n")
 
 
 def _say_replay(path, replay, finding) -> None:

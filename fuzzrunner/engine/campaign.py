@@ -48,7 +48,7 @@ def plan_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir
     deadline = Deadline.of(settings.budget_s, started)
     return CampaignPlan(target_spec, target.name, settings, target.check_faults(faults), seed, context,
                         os.fspath(corpus_dir) if corpus_dir else None, database, code=dict(target.code_under_test),
-                        deadline=deadline)
+                        deadline=deadline, details=tuple(str(d) for d in target.details))
 
 
 def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=None, database=None,
@@ -91,6 +91,7 @@ def run_campaign(target_spec: str, settings: Settings, *, faults=(), corpus_dir=
         if result is None:  # nothing ran yet: the caller's stop
             raise
         result.seed, result.context, result.code_under_test = plan.seed, plan.context, dict(plan.code)
+        result.target_details = list(plan.details)
         result.stop_reason = R.StopReason.INTERRUPTED
     return result
 
@@ -99,7 +100,7 @@ def _finish(result: CampaignResult, plan: CampaignPlan, listener: events.Listene
     """The shards' merged result completed: seed, the run's context and code under test, the callback's
     failures, CPU triage of GPU findings, the floor of valid cases."""
     result.seed, result.context = plan.seed, plan.context
-    result.code_under_test = dict(plan.code)
+    result.code_under_test, result.target_details = dict(plan.code), list(plan.details)
     listener.report(result.warnings)
     if triage is not None and result.findings:
         t0 = time.perf_counter()

@@ -31,24 +31,35 @@ def replay_corpus(shard) -> None:
     entries = _own(shard, corpus.entries(shard.target.name, on_bad=bad) if corpus is not None else [])
     if corpus is not None:
         entries = _drawn(shard, entries, "case", f"of {shard.target.name!r} in the corpus {corpus.root}")
-    for path, case, finding in entries + _seed_entries(shard, bad):
+    for source, (path, case, finding) in [("corpus", e) for e in entries] + [("seed", e) for e in
+                                                                             _seed_entries(shard, bad)]:
         if not set(case.faults) <= set(shard.faults):
             continue  # recorded with planted faults: replays only in campaigns that plant them
+        shard.replaying = (source, str(path))  # a bug it shows reads "reproduced from its seed", not "found after"
         try:
-            violations = shard.execute(case)
-        except InvalidCase as e:
-            bad(path, corpus.quarantine(path) if _in(corpus, path) else None, e)
-            continue
-        _count_features(shard, case)
-        still = finding is not None and bool(finding.reproduced_by(violations))
-        result.replayed.append((str(path), finding.id if finding else None, still if finding else bool(violations)))
-        if still and finding.moved(violations):
-            _refile(shard, finding, violations, case)
-        elif still:
-            shard.book.adopt(finding)
-            shard.emit(events.RegressionEvent(finding, str(path)))
-        elif violations:
-            shard.record(violations, case)
+            _replay(shard, path, case, finding, bad)
+        finally:
+            shard.replaying = None
+
+
+def _replay(shard, path, case, finding, bad) -> None:
+    """Replay one corpus or seed case: a finding that still reproduces is known again, anything else recorded."""
+    corpus, result = shard.corpus, shard.result
+    try:
+        violations = shard.execute(case)
+    except InvalidCase as e:
+        bad(path, corpus.quarantine(path) if _in(corpus, path) else None, e)
+        return
+    _count_features(shard, case)
+    still = finding is not None and bool(finding.reproduced_by(violations))
+    result.replayed.append((str(path), finding.id if finding else None, still if finding else bool(violations)))
+    if still and finding.moved(violations):
+        _refile(shard, finding, violations, case)
+    elif still:
+        shard.book.adopt(finding)
+        shard.emit(events.RegressionEvent(finding, str(path)))
+    elif violations:
+        shard.record(violations, case)
 
 
 def _own(shard, entries: list) -> list:

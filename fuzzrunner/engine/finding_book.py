@@ -28,9 +28,11 @@ class FindingBook:
         self.write_errors: list[str] = []
 
     def record(self, violations: list[Violation], case: Case, examples: int, elapsed: float,
-               preceding: tuple = ((), 0)) -> list[tuple[Finding, bool]]:
+               preceding: tuple = ((), 0), found_by: dict | None = None) -> list[tuple[Finding, bool]]:
         """File ``case`` under each root cause its violations show; (finding, is_new) for each. ``preceding``:
-        (the cases its worker ran before it, how many before those were not kept): kept in a new finding."""
+        (the cases its worker ran before it, how many before those were not kept): kept in a new finding.
+        ``found_by``: how the case came ({"seed": path}, {"corpus": path}, {"search": generated so far}:
+        ``Finding.found_by``)."""
         out = []
         earlier, dropped = preceding
         kept = {"of": case.to_dict(), "cases": [c.to_dict() for c in earlier], "dropped": dropped} \
@@ -38,7 +40,7 @@ class FindingBook:
         for head, others in group(violations):
             seen = Finding.of(head, others, case, first_found_after_examples=examples, found_after_s=elapsed,
                               target_spec=self.target_spec, case_timeout_s=self.case_timeout_s, context=self.context,
-                              code_under_test=dict(self.code), preceding=kept)
+                              code_under_test=dict(self.code), preceding=kept, found_by=dict(found_by or {}))
             self._last[seen.id] = seen
             size = case.size()
             self._best_here[seen.id] = min(size, self._best_here.get(seen.id, size))

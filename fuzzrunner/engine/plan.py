@@ -29,6 +29,7 @@ class CampaignPlan:
     database: object = None           # a plugged-in Hypothesis database (one shard, this process only)
     code: dict = field(default_factory=dict)  # the target's code under test, as loaded here: every worker must match
     deadline: Deadline | None = None  # when the whole campaign has ended (its budget from its start), if any
+    details: tuple = ()               # the loaded target's details (Target.details: what of the code it drives here)
 
     def quotas(self) -> list[int]:
         """Each shard's share of ``max_examples`` (the first ones take the remainder)."""

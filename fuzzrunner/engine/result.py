@@ -81,6 +81,7 @@ class CampaignResult:
     coverage: Coverage = field(default_factory=Coverage)  # features of the valid cases run (replayed, generated)
     cluster: dict | None = None        # on Ray: the address, Ray's version, the nodes, CPUs and GPUs it had
     code_under_test: dict = field(default_factory=dict)  # Target.code_under_test, as every worker loaded it
+    target_details: list = field(default_factory=list)  # Target.details as loaded: what of the code it drives here
     context: Context | None = None     # the context its workers ran under (the device that actually ran)
 
     @property

@@ -120,7 +120,8 @@ class Shard:
                        timeout_s=settings.case_timeout_s)
         self.database = campaign_database(database, corpus, target.name, faults, settings.seed)
         self.result = R.CampaignResult(target.name, settings, plan.seed, faults)
-        self.result.coverage = Coverage(tuple(target.feature_space), steering=settings.steer)
+        self.result.coverage = Coverage(tuple(target.feature_space), steering=settings.steer,
+                                        shown=tuple(target.summary_features))
         self.start = time.monotonic()
         self.clock = StageClock()  # where the shard's time goes (stages.py): the result's stage_s
         # The search ends before the campaign's deadline by what comes after it (deadline.py): the later
@@ -130,6 +131,7 @@ class Shard:
         self._triages = worker.device == "cuda" and settings.cpu_triage
         self._findings_seen = findings_seen
         self._failing: set[str] = set()  # findings raised to Hypothesis in the current batch
+        self.replaying: tuple | None = None  # ("seed" or "corpus", path) while corpus_replay runs that file's case
         self._known_ids: dict[str, bool] = {}  # finding id -> whether the target names it a known bug (not shrunk)
         # Crash-aware search on a GPU: once a crash is known, each new case runs first on a CPU
         # worker under the shadow oracle, up to its first op with a violation; one whose first bad
@@ -223,8 +225,11 @@ class Shard:
         # "found after N examples": N counts the cases generated so far and the replayed corpus and seed cases (a seed
         # case that shows the bug is found after 1, as the summary says, not after 0), never shrink steps (a bug
         # found while another shrank was "found after" its steps too: a new user's trial)
+        # and how the case came: a replayed seed or corpus case (corpus_replay sets ``replaying``), else the search
+        found_by = dict([self.replaying]) if self.replaying else {"search": max(1, self.result.generated)}
         recorded = self.book.record(violations, case, self.result.generated + len(self.result.replayed),
-                                    self.elapsed(), self.hub.preceding if self.hub.case is case else ((), 0))
+                                    self.elapsed(), self.hub.preceding if self.hub.case is case else ((), 0),
+                                    found_by)
         self.book.settled |= siblings
         for finding, new in recorded:
             if new and finding.id not in siblings and not self._confirmed(finding, case):  # siblings confirmed theirs

@@ -21,6 +21,7 @@ from ..context import Context
 from ..errors import FuzzrunnerError
 from ..finding import Finding, group
 from ..settings import Settings
+from ..sighting import merged_found_by
 from .cpu_check import classify, harness_reason
 from .deadline import monotonic
 from .plan import worker_spec
@@ -106,5 +107,6 @@ def merge_by_triage(findings: list[Finding]) -> tuple[list[Finding], list[Findin
             continue
         into = kept[key]
         into.others += [f.violation, *f.others]
+        into.found_by = merged_found_by(into.found_by, f.found_by)  # how each showed: the seed and the search alike
         absorbed.append(f)
     return out, absorbed

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .. import names
 from ..finding import case_text, triage_text
+from ..sighting import found_text
 from ..text import plural
 from ..violation import cause_lines, window_lines
 from .html_trend import CSS as _TREND_CSS
@@ -119,6 +120,11 @@ def _path_bytes(path: str) -> bytes:
         return path.encode("utf-8", "surrogatepass")
 
 
+def _found(f: dict) -> str:
+    """The "found" cell: how the bug showed (``found_text``), or the examples it took in a file without sources."""
+    return found_text(f["found_by"], 0) if f.get("found_by") else plural(f["first_found_after_examples"], "example")
+
+
 def _findings(run: dict, base: Path | None) -> str:
     if not run["findings"]:
         return f'<p class="meta">No findings in {plural(run["examples"], "example")}.</p>'
@@ -127,7 +133,7 @@ def _findings(run: dict, base: Path | None) -> str:
     for f in run["findings"]:
         s = f["signature"]
         when = ("replayed from corpus" if f["id"] in known else
-                f'<span class="nw">{plural(f["first_found_after_examples"], "example")}</span><br>'
+                f'<span>{_e(_found(f))}</span><br>'
                 f'<span class="meta">{f["found_after_s"]:.1f} s</span>')
         repro = (f'<a href="{_e(_href(f["repro"], base))}" title="{_e(f["repro"])}">script</a>'
                  if f.get("repro") else '<span class="meta">&mdash;</span>')

@@ -53,8 +53,13 @@ def summary(report_runs: list[dict]) -> dict:
             "duration_s": round(sum(r["duration_s"] for r in report_runs), 3),
             "stop_reasons": sorted({r.get("stop_reason") or "unknown" for r in report_runs}),
             "errors": sum(len(r.get("errors", ())) for r in report_runs),
-            "known": sum(1 for r in report_runs for f in r["findings"]
-                         if isinstance(f.get("triage"), dict) and f["triage"].get("known"))}
+            "known": sum(len(_known_ids(r["findings"])) for r in report_runs)}
+
+
+def _known_ids(findings: list[dict]) -> set:
+    """The known bugs a run's findings are, each once (two findings of one known bug were counted twice)."""
+    return {str(f["triage"]["known"].get("id")) for f in findings
+            if isinstance(f.get("triage"), dict) and isinstance(f["triage"].get("known"), dict)}
 
 
 def upgrade(report: dict) -> dict:
@@ -78,15 +83,35 @@ def provenance(report_runs: list[dict] | None = None) -> dict:
     ``FUZZRUNNER_*`` variables of the process, so two reports can be told apart a year later."""
     from .._version import __version__
     versions = {"fuzzrunner": __version__, "python": platform.python_version()}
+    placeholders = {}
     for name in ("torch", "triton", "hypothesis", "vllm"):
         module = sys.modules.get(name)
-        if module is not None:
+        if module is None:
+            continue
+        stand_in = placeholder(module)
+        if stand_in:
+            placeholders[name] = stand_in
+        else:
             versions[name] = str(getattr(module, "__version__", "?"))
     ran = {r["context"]["device"] for r in report_runs or () if r.get("context")}
-    return {"versions": versions, "device": ran.pop() if len(ran) == 1 else None, "host": platform.node(),
+    return {"versions": versions, **({"placeholders": placeholders} if placeholders else {}),
+            "device": ran.pop() if len(ran) == 1 else None, "host": platform.node(),
             "platform": platform.platform(), "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "command": _command()[:1000], "cwd": os.getcwd(), "git": _git_commit(),
             "environment": {k: v[:500] for k, v in sorted(os.environ.items()) if k.startswith("FUZZRUNNER_")}}
+
+
+def placeholder(module) -> str:
+    """What stands in for a package that is not installed (a module with no file, made by an import finder: the
+    ``vllm`` that ``sglang_engine``'s boot serves SGLang's imports, ``__version__`` "0.0.0"), in words; "" for a real
+    package. A stand-in's version is no installed release: provenance listed ``vllm 0.0.0`` for an SGLang run
+    (new-user trial)."""
+    if getattr(module, "__file__", None) or list(getattr(module, "__path__", None) or ()):
+        return ""
+    spec = getattr(module, "__spec__", None)
+    loader = getattr(spec, "loader", None)
+    by = f" served by {type(loader).__module__}.{type(loader).__qualname__}" if loader is not None else ""
+    return f"a placeholder module{by} (no files: not installed, not code under test)"
 
 
 def _command() -> str:
@@ -132,7 +157,8 @@ def _run_dict(r) -> dict:
             "warnings": list(r.warnings), "errors": list(r.errors),
             "context": r.context.to_dict() if getattr(r, "context", None) else None,
             **_coverage_dict(r), **({"cluster": r.cluster} if getattr(r, "cluster", None) else {}),
-            **({"code_under_test": r.code_under_test} if getattr(r, "code_under_test", None) else {})}
+            **({"code_under_test": r.code_under_test} if getattr(r, "code_under_test", None) else {}),
+            **({"target_details": list(r.target_details)} if getattr(r, "target_details", None) else {})}
 
 
 def _stage_dict(r, settings: dict) -> dict:

@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ..finding import case_text, triage_text
+from ..sighting import found_text
 from ..signature import Signature
 from ..text import plural
 from ..violation import window_lines
@@ -48,7 +49,8 @@ def failure_text(f: dict) -> str:
     trend = f"; {_TREND[f['trend']]}" if f.get("trend") in _TREND else ""
     window = "".join(f"\n{line}" for line in window_lines(f["violation"].get("details", {})))
     window += f"\n{triage_text(f['triage'])}" if f.get("triage") else ""
-    return (f"{f['message']}{window}\n\nfound after {plural(f['first_found_after_examples'], 'example')} "
+    how = found_text(f.get("found_by") or {}, f["first_found_after_examples"])
+    return (f"{f['message']}{window}\n\n{how} "
             f"({f['found_after_s']:.1f} s); finding {f['id']}{trend}\n\n{state}:\n{case}\n\nrepro: {repro}\n")
 
 

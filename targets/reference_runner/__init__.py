@@ -10,6 +10,10 @@ from .features import FEATURE_SPACE, features
 from .run import run
 from .schema import SCHEMA
 
+# what this target drives, as `fuzzrunner targets` says it (catalog.py reads it without importing this)
+DRIVES = ("dummy runs, CUDA-graph capture and replay, adapters loaded and evicted between steps",
+          "fuzzrunner's own Triton shrink, expand and bgmv kernels")
+
 TARGET = Target(
     name="reference_runner",
     description="the reference model runner (LoRA shrink/expand/bgmv in Triton) driven by op sequences",

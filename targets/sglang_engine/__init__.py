@@ -1,5 +1,8 @@
-"""Target ``sglang_engine``: SGLang's own LoRA state machine (``LoRAManager``, ``LoRAMemoryPool``, the LoRA layer
-wrappers, adapter load/unload through ``LoRARef``), driven on a tiny model of SGLang's layer classes.
+"""Target ``sglang_engine``: SGLang's own LoRA state machine, driven on a tiny model of SGLang's layer classes.
+
+``LoRAManager``, ``LoRAMemoryPool``, the LoRA layer wrappers, adapter load/unload through ``LoRARef``; where the
+release's tokenizer manager and scheduler import, through them (``DRIVES`` says it in a line: ``fuzzrunner
+targets``).
 
 Needs an SGLang release set up with its engine's imports (``scripts/sglang_setup.sh VERSION``: the stamp
 ``engine-ok``). Every 0.5.x release from 0.5.5 is driven, per API generation (api.py).
@@ -18,6 +21,13 @@ from fuzzrunner.errors import HarnessError, TargetUnavailable
 from ..sglang_lora import INSTALL_HINT, site
 
 _ENGINE: dict = {}
+
+# what of SGLang this target drives, as `fuzzrunner targets` says it (catalog.py reads it without importing this)
+DRIVES = ("LoRAManager, LoRAMemoryPool and the LoRA layer wrappers, MoE experts (FusedMoEWithLoRA) included",
+          "adapter load/unload through the tokenizer manager's API",
+          "SGLang's scheduler path (get_next_batch_to_run, PrefillAdder, can_schedule_lora_req, LoRADrainer, "
+          "ForwardBatch.init_new) where the release's scheduler imports, else the direct path to the manager",
+          "the LogitsProcessor's lm_head passes and the decode CUDA graph's batch info")
 
 
 def engine_available() -> tuple[bool, str]:
@@ -132,7 +142,10 @@ def make_target():
         fault_descriptions=dict(faults.FAULTS),
         faults_unavailable=faults.unavailable(eng.api, eng.frontend, eng.logits_processor, eng.scheduler is not None,
                                               drawn) | scheduler_faults.unavailable(eng.scheduler, eng.api.version),
-        features=cases.features,
+        # each step's path (scheduler, tokenizer manager, direct) as this loaded release takes it (cases.step_path)
+        features=functools.partial(cases.features, scheduler=eng.scheduler is not None,
+                                   frontend=eng.frontend is not None),
+        summary_features=("path",),  # the summary's "path: scheduler in N, ..." line: which path ran
         feature_space=cases.feature_space(eng.api.modules, eng.frontend is not None, eng.logits_processor,
                                           drawn, eng.scheduler is not None,
                                           eng.scheduler is not None and eng.scheduler.drainer, moe_why is None),

@@ -219,7 +219,31 @@ def _config_features(c: dict) -> set:
     return out
 
 
-def features(case) -> set:
+# How a step reaches the engine (``step_path``): the one decision ``runner.Session.step`` takes, named as coverage
+# features so that a report says which path ran, case by case (a new user's trial: no report said whether SGLang's
+# scheduler ran): "scheduler" is SGLang's own scheduler loop (scheduler.py, serving.py), "tokenizer-manager" the
+# adapter-management API with the admission re-stated (frontend.py), "direct" the LoRAManager called as the model
+# runner calls it.
+PATHS = ("scheduler", "tokenizer-manager", "direct")
+
+
+def step_path(op: dict, scheduler: bool, frontend: bool) -> str:
+    """Which path a ``step`` op takes on a release whose scheduler (``scheduler``) and tokenizer manager
+    (``frontend``) are driven: input logprobs go past the scheduler (its served steps ask none)."""
+    if scheduler and op.get("logprob") is None:
+        return "scheduler"
+    return "tokenizer-manager" if frontend else "direct"
+
+
+def paths(scheduler: bool, frontend: bool, logprobs: bool) -> tuple:
+    """The paths the drawn steps can take on such a release (the features ``features`` may name): past the
+    scheduler only a step with input logprobs (drawn where the LogitsProcessor is driven, ``logprobs``)."""
+    other = "tokenizer-manager" if frontend else "direct"
+    return (("scheduler",) if scheduler else ()) + ((other,) if not scheduler or logprobs else ())
+
+
+def features(case, *, scheduler: bool = False, frontend: bool = False) -> set:
+    """What ``case`` reaches, its steps' paths (``step_path``) as this release's loaded engine takes them included."""
     c, out = case.config, _config_features(case.config)
     loaded: list = []
     resident_names: set = set()
@@ -235,6 +259,7 @@ def features(case) -> set:
             resident_names.add(op.get("name"))
         elif kind == "step":
             out |= _step_features(op, loaded, c.get("max_loras_per_batch", 9))
+            out.add(f"path={step_path(op, scheduler, frontend)}")
     if sum(1 for op in case.ops if op.get("op") == "load") >= c.get("max_loras_per_batch", 9):
         out.add("pool=more-adapters-than-slots")
     return out
@@ -280,9 +305,11 @@ def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logpr
            "step=stream"] + (["drain=on", "drain=off"] if drainer else []) if scheduler else [])
         + (["moe=on", "moe.top_k=1", "moe.top_k=2", *(f"moe.experts={e}" for e in sparse.EXPERTS),
             "moe.shared_outer=on", "moe.shared_outer=off", "moe.virtual_experts=on", "moe.virtual_experts=off"]
-           if moe else []))
+           if moe else [])
+        + [f"path={p}" for p in paths(scheduler, frontend, logprobs)])
 
 
 FEATURE_SPACE = feature_space()
 
-__all__ = ["BACKENDS", "FEATURE_SPACE", "SERVER_NAME", "feature_space", "features", "sglang_engine_cases"]
+__all__ = ["BACKENDS", "FEATURE_SPACE", "PATHS", "SERVER_NAME", "feature_space", "features", "paths",
+           "sglang_engine_cases", "step_path"]

@@ -40,6 +40,7 @@ from . import backend_faults, serving
 from . import batch as sglang_batch
 from . import model as tiny
 from . import moe as sparse
+from .cases import step_path
 from .checks import check_frontend, check_pool, check_unloaded
 from .faults import FAULTS, plant
 from .frontend import Frontend
@@ -214,9 +215,11 @@ class Session:
         return sglang_batch.forward_batch(ForwardBatch, fm, lora_ids, lens, self.device, tokens, logprob)
 
     def step(self, op) -> None:
-        if self.server is not None and op.get("logprob") is None:  # input logprobs: the direct path below
+        # the one decision of the path (cases.step_path): the coverage features name it as it is taken here
+        path = step_path(op, self.server is not None, self.front is not None)
+        if path == "scheduler":  # (input logprobs: the paths below)
             return self._served_step(op)
-        if self.front is not None:
+        if path == "tokenizer-manager":
             return self._front_step(op)
         names = list(op["reqs"])
         if any(n is not None and n not in self.refs for n in names):

@@ -15,6 +15,9 @@ from fuzzrunner.errors import HarnessError, TargetUnavailable
 
 from . import site
 
+# what of SGLang this target drives, as `fuzzrunner targets` says it (catalog.py reads it without importing this)
+DRIVES = ("the LoRA backends (triton, csgmv) and their batch-info preparation", "SGLang's LoRA Triton kernels",
+          "CUDA-graph capture and padded replays, DP-attention idle batches, pool eviction, the overlap thread")
 INSTALL_HINT = "run scripts/sglang_setup.sh {v} (or set FUZZRUNNER_SGLANG_SITE to a tree holding sglang/)"
 _API: dict = {}
 

@@ -1,4 +1,4 @@
-"""Target ``vllm_engine``: vLLM's LoRA adapter manager, LoRA layers and V2-runner LoRA bookkeeping, as shipped.
+"""Target ``vllm_engine``: vLLM's own LoRA engine state, as shipped.
 
 Where ``vllm_lora`` drives vLLM's LoRA kernels and their metadata, this target drives the state an engine
 keeps between steps, with vLLM's own objects: the worker's ``LRUCacheWorkerLoRAManager`` and the
@@ -21,6 +21,12 @@ from ..vllm_lora import check_patch, load_api, vllm_available
 
 _FOUND: dict = {}
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+# what of vLLM this target drives, as `fuzzrunner targets` says it (catalog.py reads it without importing this)
+DRIVES = ("the worker's LRUCacheWorkerLoRAManager and LRUCacheLoRAModelManager (PEFT loading, LRU eviction, pinning)",
+          "every *WithLoRA layer of a Llama-shaped model, and FusedMoEWithLoRA over vLLM's FusedMoE (MoE cases)",
+          "the V2 model runner's LoraState, LoRA mixin and CUDA-graph dispatch",
+          "the V1 model runner's InputBatch and CudagraphDispatcher (up to 0.33)")
 
 
 def load_engine() -> dict:

@@ -18,6 +18,10 @@ from fuzzrunner.errors import HarnessError, TargetUnavailable
 
 from . import patching, site
 
+# what of vLLM this target drives, as `fuzzrunner targets` says it (catalog.py reads it without importing this)
+DRIVES = ("LoRAKernelMeta and the punica wrapper's update_metadata (embeddings included)",
+          "vLLM's lora_shrink, lora_expand and fused_moe_lora Triton ops",
+          "dummy runs, padding, CUDA-graph captures and stale states")
 INSTALL_HINT = "run scripts/vllm_setup.sh {v} (or pip install vllm, or set FUZZRUNNER_VLLM_SITE)"
 _API = {}
 _FAILED: dict = {}  # device -> the error its import raised (after sys.path was changed: final for this process)

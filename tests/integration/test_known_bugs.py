@@ -48,10 +48,10 @@ def test_a_finding_the_target_names_is_labelled_in_the_report_the_summary_and_th
                          for f in named), [f.triage for f in r.findings]
     assert all(f.triage is None for f in r.findings if f not in named)
     text = _summary(r)
-    assert f"({len(named)} known: K1" in text
+    assert "(1 known bug: K1 (seed" in text  # each known bug once, however many findings it shows as
     assert "known: K1: dummy runs read no mapping (example/repo#1; fixed in 2.0)" in text, text
     report = json.loads(write_json(r, tmp_path / "r.json").read_text())
-    assert report["summary"]["known"] == len(named)
+    assert report["summary"]["known"] == 1
     assert report["runs"][0]["findings"][0]["triage"]["known"]["id"] == "K1"
     saved = [json.loads(p.read_text()) for p in (tmp_path / "c").rglob("*.json")]  # a planted fault's: expected/
     assert any((d.get("triage") or {}).get("known", {}).get("id") == "K1" for d in saved), saved
@@ -88,3 +88,21 @@ def test_a_known_bug_is_not_shrunk_and_the_cases_go_to_the_search(tmp_path):
     assert unnamed.examples > unnamed.generated, (unnamed.examples, unnamed.generated)  # the control: it shrinks
     known = [f for f in named.findings if (f.triage or {}).get("known")]
     assert known and all(not f.minimized and "not shrunk: a known bug" in render(f) for f in known)
+
+
+def test_a_bug_a_seed_shows_reads_as_reproduced_from_its_seed_and_one_the_search_finds_from_scratch(tmp_path):
+    """A new user's trial: the bugs sglang_engine's seeds replay read "found after 12 examples", like the search's.
+    The same planted bug, shown by reference_runner's seed, then (seeds left out) by generated cases."""
+    r = _campaign(tmp_path, NAMES_IT)
+    named = [f for f in r.findings if f.violation.kind == "uninitialized-read"]
+    assert named and all(f.found_by.get("seed", "").endswith(".json") for f in named), [f.found_by for f in named]
+    text = _summary(r)  # (the one generated case shows it too: "and found from scratch after 1 example")
+    assert "reproduced from its seed " in text and "found after" not in text and "(1 known bug: K1 (seed" in text
+    path = tmp_path / "unseeded_target.py"
+    path.write_text(TARGET.format(body=NAMES_IT).replace("known_bugs=known)", "known_bugs=known, seeds=None)"))
+    settings = Settings(max_examples=3, seed=3, device="cpu", shrink=False)
+    r = run_campaign(f"{path}:TARGET", settings, faults=("dummy_run_skips_mapping",), corpus_dir=tmp_path / "c2")
+    named = [f for f in r.findings if f.violation.kind == "uninitialized-read"]
+    assert named and all(set(f.found_by) == {"search"} for f in named), [f.found_by for f in r.findings]
+    text = _summary(r)
+    assert f"found from scratch after {named[0].found_by['search']} example" in text and "from its seed" not in text, text

@@ -101,6 +101,35 @@ def test_targets_imports_no_target_and_no_engine():
     assert "the reference model runner driven by op sequences" in listed["reference_runner"]
 
 
+def test_each_targets_one_liner_says_what_it_drives_from_its_own_declaration():
+    """`fuzzrunner targets` said nothing of the scheduler path sglang_engine drives, nor of vllm_engine's MoE layer and
+    V1 runner (new-user trial): each built-in target declares what it drives (``DRIVES`` in its module, read without
+    importing it), and its one-liner names every part of that declaration."""
+    from fuzzrunner import catalog
+    for name, spec in fuzzrunner.target.BUILTIN.items():
+        drives = catalog.declared_drives(spec)
+        assert drives, f"{name}: its module declares no DRIVES"
+        line = catalog.about(name).description
+        assert all(part in line for part in drives), (name, line)
+    sglang, vllm = catalog.about("sglang_engine").description, catalog.about("vllm_engine").description
+    assert "scheduler path" in sglang and "direct path" in sglang and "MoE" in sglang, sglang
+    assert "V1 model runner" in vllm and "FusedMoEWithLoRA" in vllm and "V2 model runner" in vllm, vllm
+
+
+@pytest.mark.parametrize("declared, says", [
+    ('DRIVES = ("its pool", "its scheduler")', "a user runner; drives its pool; its scheduler"),
+    ("DRIVES = tuple(x for x in 'ab')", "a user runner"),  # not literals: the description alone, never a failure
+    ('DRIVES = ("ok", 3)', "a user runner"),
+    ("", "a user runner"),
+])
+def test_a_plugin_targets_one_liner_takes_its_declaration_too(tmp_path, monkeypatch, declared, says):
+    from fuzzrunner import catalog
+    (tmp_path / "user_runner_target.py").write_text(f'"""Target ``mine``: a user runner."""\n{declared}\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(fuzzrunner.target.BUILTIN, "mine", "user_runner_target:TARGET")
+    assert catalog.about("mine").description == says
+
+
 def test_every_engine_target_has_a_cheap_availability_check():
     """A built-in target that tests someone else's code names the check that says, without importing it,
     whether that code is here: without one, `targets` would list it as available where it is not."""

@@ -143,3 +143,18 @@ def test_faults_shows_each_descriptions_first_sentence_whole(doc, first):
     """`fuzzrunner faults` cut "..., i.e. one the current batch needs: ..." at "i.e." (a new user's trial)."""
     from fuzzrunner.cli.commands import _first_sentence
     assert _first_sentence(doc) == first
+
+
+def test_faults_says_which_release_and_tree_the_availability_was_judged_on(capsys, tmp_path):
+    """`faults --target sglang_engine` marked faults unavailable without saying on which release (the answer changes
+    with FUZZRUNNER_SGLANG_VERSION): the header names the target's code under test; a target of our own code names
+    none."""
+    code = '{"engine": "sglang", "release": "0.5.11", "tree": "/t/0.5.11/site"}'
+    text = LONG_FAULTS.replace('"Short one."})', f'"Short one."}},\n                code_under_test={code})')
+    (tmp_path / "long_target.py").write_text(text)
+    assert main(["faults", "--target", f"{tmp_path / 'long_target.py'}:TARGET"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.startswith("planted faults of target long on sglang 0.5.11 at /t/0.5.11/site (turn one on"), header
+    (tmp_path / "own_target.py").write_text(LONG_FAULTS)
+    assert main(["faults", "--target", f"{tmp_path / 'own_target.py'}:TARGET"]) == 0
+    assert capsys.readouterr().out.startswith("planted faults of target long (turn one on")

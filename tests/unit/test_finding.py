@@ -287,3 +287,46 @@ def test_a_finding_named_before_sites_travelled_still_matches_its_renamed_file()
                         Case("t", {}, [{"op": "dummy_run"}]))
     assert stored.reproduced_by([_auto("i47_new.py", made=20)])
     assert not stored.reproduced_by([_auto("i47_new.py", reader="Runner.warm", made=21)])
+
+
+def _root_line(head, others):
+    from fuzzrunner.case import Case
+    from fuzzrunner.finding import Finding, render
+    f = Finding.of(head, others, Case("t", {}, ({"op": "x"},)))
+    lines = [line.strip() for line in render(f).splitlines()]
+    return f, next((line for line in lines if line.startswith("same root cause:")), None)
+
+
+def test_the_same_root_cause_line_names_only_the_other_violations_each_with_its_op():
+    """Before, the line named ``others[0].signature.short()``: here the head's own read seen again in op 3, so the
+    finding was told it shared a root cause with itself, with nothing to tell the two apart (new-user trial)."""
+    head = _v("uninitialized-read", "ids", 1, 1, kernel="shrink")
+    same_later = _v("stale-read", "ids", 3, 4, kernel="shrink")          # the head's bug (its id) in op 3
+    same_op = _v("uninitialized-read", "ids", 1, 2, kernel="shrink")     # a second sighting in the head's op
+    other = _v("out-of-bounds", "x", 2, 3, kernel="expand", location="y.py:9")
+    f, line = _root_line(head, [same_op, same_later, other])
+    assert line == ("same root cause: out-of-bounds of x in expand at y.py:9 [shadow] in op 2; "
+                    "the same uninitialized-read again in op 3")
+    assert f.signature.short() not in line
+    _, line = _root_line(head, [same_op])
+    assert line is None  # nothing but the head itself: no line
+
+
+def test_the_same_root_cause_line_never_repeats_the_heads_signature_over_generated_groups():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    kinds = st.sampled_from(["uninitialized-read", "stale-read", "out-of-bounds", "numeric-mismatch"])
+    one = st.builds(lambda k, t, op, seq, kern: _v(k, t, op, seq, kernel=kern), kinds, st.sampled_from(["a", "b"]),
+                    st.integers(0, 3), st.integers(0, 20), st.sampled_from(["k1", "k2"]))
+
+    @settings(max_examples=200, deadline=None, database=None, derandomize=True)
+    @given(st.lists(one, min_size=1, max_size=6))
+    def check(vs):
+        for head, others in group(vs):
+            f, line = _root_line(head, others)
+            if line is None:
+                continue
+            for part in line.removeprefix("same root cause: ").split("; "):
+                assert not part.startswith(f.signature.short()), (part, f.signature.short())
+                assert " in op " in part or part.startswith("the same ")
+    check()

@@ -205,8 +205,8 @@ def test_a_finding_found_by_a_replayed_case_is_found_after_1_example_not_0(monke
     shard = types.SimpleNamespace(result=types.SimpleNamespace(examples=0, generated=0,
                                                                replayed=[("seed.json", None, True)], errors=[]),
                                   book=types.SimpleNamespace(write_errors=[], by_id={}, settled=set(),
-                                                             record=lambda v, c, n, t: seen.append(n) or []),
-                                  elapsed=lambda: 0.0, _refuse_missing_device=lambda v: None,
+                                                             record=lambda v, c, n, t, *how: seen.append(n) or []),
+                                  replaying=None, hub=types.SimpleNamespace(case=object()), elapsed=lambda: 0.0, _refuse_missing_device=lambda v: None,
                                   _note_limitations=lambda v: None, _found_by_siblings=lambda v: set())
     Shard._record(shard, [], None)  # record() is this, timed as the campaign's 'findings' stage
     assert seen == [1]
@@ -220,8 +220,8 @@ def test_found_after_n_examples_counts_generated_and_replayed_cases_never_shrink
     shard = types.SimpleNamespace(result=types.SimpleNamespace(examples=12 + 30, generated=12,
                                                                replayed=[("a.json", None, True)] * 2, errors=[]),
                                   book=types.SimpleNamespace(write_errors=[], by_id={}, settled=set(),
-                                                             record=lambda v, c, n, t: seen.append(n) or []),
-                                  elapsed=lambda: 0.0, _refuse_missing_device=lambda v: None,
+                                                             record=lambda v, c, n, t, *how: seen.append(n) or []),
+                                  replaying=None, hub=types.SimpleNamespace(case=object()), elapsed=lambda: 0.0, _refuse_missing_device=lambda v: None,
                                   _note_limitations=lambda v: None, _found_by_siblings=lambda v: set())
     Shard._record(shard, [], None)
     assert seen == [14]

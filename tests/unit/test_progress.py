@@ -27,7 +27,7 @@ def settings(max_examples=100, budget_s=None):
 
 def finding(after=1):
     return types.SimpleNamespace(signature=types.SimpleNamespace(short=lambda: "uninitialized-read of x"),
-                                 first_found_after_examples=after, found_after_s=0.5, case=None)
+                                 first_found_after_examples=after, found_after_s=0.5, case=None, found_by={})
 
 
 def prog(p, examples, findings, generated=None, elapsed=None):

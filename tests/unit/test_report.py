@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from html.parser import HTMLParser
@@ -313,7 +314,7 @@ def test_a_known_bug_label_reads_in_the_summary_the_html_and_junit(tmp_path, fin
     out = io.StringIO()
     _summary(r, out)
     line = "known: K1: dummy runs read no mapping (example/repo#1; fixed in 2.0)"
-    assert "1 finding (1 known: K1)" in out.getvalue() and line in out.getvalue(), out.getvalue()
+    assert "1 finding (1 known bug: K1)" in out.getvalue() and line in out.getvalue(), out.getvalue()
     assert line in write_html(r, tmp_path / "r.html").read_text()
     assert line in write_junit(r, tmp_path / "j.xml").read_text()
     assert json.loads(write_json(r, tmp_path / "r.json").read_text())["summary"]["known"] == 1
@@ -529,3 +530,120 @@ def test_provenance_records_the_fuzzrunner_environment(monkeypatch):
     monkeypatch.setenv("SOME_SECRET_TOKEN", "x")
     env = provenance()["environment"]
     assert env["FUZZRUNNER_SHADOW"] == "device" and "SOME_SECRET_TOKEN" not in env
+
+
+def test_provenance_lists_a_placeholder_module_as_one_never_as_an_installed_version(monkeypatch):
+    """An SGLang run's provenance said ``vllm 0.0.0``: the ``vllm`` that sglang_engine's import finder serves (a module
+    of placeholders, no files) read as an installed vLLM (new-user trial). A stand-in is named as one, with its
+    finder; a real package keeps its version."""
+    import importlib.machinery
+    import importlib.util
+    import types
+
+    from fuzzrunner.targets.sglang_engine.boot import LazyStubFinder
+
+    from fuzzrunner.report.json_report import provenance
+    finder = LazyStubFinder()
+    monkeypatch.setitem(sys.modules, "vllm", importlib.util.module_from_spec(
+        importlib.machinery.ModuleSpec("vllm", finder, is_package=True)))  # as the import system makes it)
+    bare = types.ModuleType("triton")  # any stand-in without files: a hand-made one, no finder
+    bare.__version__ = "9.9.9"
+    monkeypatch.setitem(sys.modules, "triton", bare)
+    p = provenance()
+    assert "vllm" not in p["versions"] and "triton" not in p["versions"]
+    assert p["placeholders"]["vllm"].startswith("a placeholder module served by "
+                                               "fuzzrunner.targets.sglang_engine.boot.LazyStubFinder")
+    assert "not installed" in p["placeholders"]["triton"]
+    assert p["versions"]["hypothesis"] == sys.modules["hypothesis"].__version__  # a real one is listed as before
+
+
+def test_a_seeds_bug_reads_as_reproduced_from_its_seed_and_each_known_bug_counts_once(tmp_path, finding):
+    """A new user's trial of sglang_engine: the known bugs its seeds replay read "found after 12 examples" (as if the
+    search had found them), and G1, shown as two findings, was counted twice ("5 known: SG1, G3, G2, G1, G1";
+    ``summary.known`` 5). Now a seed's bug reads "reproduced from its seed NAME", a generated case's "found from
+    scratch after N examples", both where both; each known bug is counted once, with how it showed."""
+    import io
+
+    from fuzzrunner.cli.render import _summary
+    from fuzzrunner.finding import merge, render
+    g1 = {"known": {"id": "G1", "title": "lm_head rows"}}
+    seed = replace(finding, found_by={"seed": "/t/seeds/lm_head_g1.json"}, triage=g1, first_found_after_examples=12)
+    other = Finding(finding.signature, CASE, finding.violation, [], first_found_after_examples=30,
+                    found_by={"search": 17}, triage=g1)
+    other = replace(other, signature=replace(finding.signature, tensor="base-rows"))  # another finding, also G1
+    assert "reproduced from its seed lm_head_g1.json (1.5 s)" in render(seed) and "after 12" not in render(seed)
+    assert "found from scratch after 17 examples" in render(other)
+    r = campaign(seed, findings=[seed, other])
+    out = io.StringIO()
+    _summary(r, out)
+    assert "2 findings (1 known bug: G1 (seed, search))" in out.getvalue(), out.getvalue()
+    assert json.loads(write_json(r, tmp_path / "r.json").read_text())["summary"]["known"] == 1
+    # one bug seen both ways (merged sightings): both said, the search's earliest count kept
+    both = replace(seed, found_by=dict(seed.found_by))
+    merge(both, replace(seed, found_by={"search": 40}))
+    merge(both, replace(seed, found_by={"search": 9}))
+    assert both.found_by == {"seed": "/t/seeds/lm_head_g1.json", "search": 9}
+    assert "reproduced from its seed lm_head_g1.json and found from scratch after 9 examples" in render(both)
+    # it travels (report, finding file, a shard's event): a hand-edited source of the wrong type is left out
+    back = Finding.from_dict({**both.to_dict(), "found_by": {"seed": 3, "search": 2, "corpus": "/c/x.json"}})
+    assert back.found_by == {"corpus": "/c/x.json", "search": 2}
+    assert Finding.from_dict(both.to_dict()).found_by == both.found_by
+    # a file from before sources were recorded reads as it did
+    assert "found after 7 examples (1.5 s)" in render(finding)
+    # two GPU findings the CPU triage names as one bug: the kept one says how each showed
+    from fuzzrunner.engine.triage import merge_by_triage
+    same = {"status": "reproduced", "id": "abc"}
+    a, b = replace(seed, triage=same, found_by={"seed": "s.json"}), replace(other, triage=same, found_by={"search": 4})
+    assert merge_by_triage([a, b])[0] == [a] and a.found_by == {"seed": "s.json", "search": 4}
+
+
+def test_the_report_says_which_path_ran_and_what_the_target_drives_on_this_release(tmp_path, finding):
+    """A report of an sglang_engine campaign did not say whether SGLang's scheduler path ran, in the text nor the JSON
+    (new-user trial). The target's ``summary_features`` (its "path") get a line of their own, counted over the cases
+    that ran (declared values no case took at 0), and its ``details`` (what it drives on this release: "scheduler:
+    SGLang's get_next_batch_to_run ...") are printed under the code under test and kept in the run's JSON."""
+    import io
+
+    from fuzzrunner.cli.render import _summary
+    from fuzzrunner.coverage import Coverage
+    jsonschema = pytest.importorskip("jsonschema")
+    cov = Coverage(("path=scheduler", "path=tokenizer-manager", "op=step"), shown=("path",))
+    for names in (("op=step", "path=scheduler"),) * 3 + (("op=step",),):
+        cov.add(names)
+    details = ["scheduler: SGLang's get_next_batch_to_run / PrefillAdder", "MoE LoRA: not driven (no Mixtral)"]
+    r = campaign(finding, coverage=cov, target_details=details,
+                 code_under_test={"engine": "sglang", "release": "0.5.23", "tree": "/t"})
+    out = io.StringIO()
+    _summary(r, out)
+    text = out.getvalue()
+    assert "  path: scheduler in 3, tokenizer-manager in 0 of 4 valid case(s)\n" in text, text
+    assert "  code under test: sglang 0.5.23 (/t)\n    scheduler: SGLang's get_next_batch_to_run" in text, text
+    data = json.loads(write_json(r, tmp_path / "r.json").read_text())
+    run = data["runs"][0]
+    assert run["target_details"] == details and run["coverage"]["shown"] == ["path"]
+    jsonschema.validate(data, json.loads((Path(__file__).resolve().parents[2] / "docs" / "report.schema.json")
+                                         .read_text()))
+    # it travels: a shard's result to its campaign, shards merged
+    again = Coverage.from_dict(cov.to_dict())
+    again.merge(Coverage(shown=("backend",)))
+    assert again.shown == ("path", "backend") and again.features["path=scheduler"] == 3
+    # a target that shows nothing prints no such line
+    out = io.StringIO()
+    _summary(campaign(finding), out)
+    assert "\n  path:" not in out.getvalue()
+
+
+def test_a_campaign_result_carries_its_loaded_targets_details(tmp_path):
+    from fuzzrunner.engine import events
+    from fuzzrunner.engine.campaign import _finish, plan_campaign
+    from fuzzrunner.engine.result import CampaignResult
+    from fuzzrunner.settings import Settings
+    (tmp_path / "detailed_target.py").write_text(
+        "from hypothesis import strategies as st\nfrom fuzzrunner.target import Target\n"
+        "TARGET = Target('detailed', 'd', lambda faults=(), *, max_ops=5: st.nothing(), lambda case, ctx: None,\n"
+        "                details=('scheduler: the real one', 'MoE: not driven'))\n")
+    plan = plan_campaign(f"{tmp_path / 'detailed_target.py'}:TARGET", Settings(max_examples=1, device="cpu"))
+    assert plan.details == ("scheduler: the real one", "MoE: not driven")
+    result = CampaignResult("detailed", plan.settings, plan.seed, ())
+    _finish(result, plan, events.Listener(None), None)
+    assert result.target_details == ["scheduler: the real one", "MoE: not driven"]

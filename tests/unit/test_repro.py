@@ -165,7 +165,7 @@ def test_the_script_is_short_plain_and_explains_itself(tmp_path, finding):
     assert [line.strip() for line in lines if line.strip().startswith(("import", "from"))] == \
         ["import sys", "from fuzzrunner import Case, replay"]
     sig = finding.signature
-    for needle in (sig.short(), sig.id, finding.violation.message, "reference_runner after 7 examples (1.5 s)",
+    for needle in (sig.short(), sig.id, finding.violation.message, "reference_runner: found after 7 examples (1.5 s)",
                    "PYTHONPATH=<checkout> python repro.py", "exit 1: reproduced; 0: not reproduced; 2: could not run",
                    'faults=["dummy_run_skips_mapping"],',
                    '            {"op": "dummy_run", "num_tokens": 1, "kind": "warmup"},',

@@ -1,5 +1,6 @@
 """``sglang_engine``'s cases, features, API generations and sweep rows, without SGLang."""
 
+from functools import partial
 from importlib import import_module
 
 from hypothesis import HealthCheck, given, settings
@@ -24,8 +25,8 @@ def test_drawn_cases_use_only_the_releases_target_modules_and_declared_features(
     assert set(c["target_modules"]) <= set(modules)
     peft = {m for a in c["adapters"].values() for m in a["modules"]}
     assert {cases.SERVER_NAME[m] for m in peft} <= set(c["target_modules"])
-    assert set(features_of(cases.features, case)) <= set(cases.feature_space(modules, logprobs=logprobs,
-                                                                             scheduler=sched, drainer=drainer))
+    reached = features_of(partial(cases.features, scheduler=sched), case)
+    assert set(reached) <= set(cases.feature_space(modules, logprobs=logprobs, scheduler=sched, drainer=drainer))
     # the drain threshold only where the release has a LoRADrainer (0.5.12+: 0.5.10 - 0.5.11's ServerArgs has none)
     assert ("lora_drain_wait_threshold" in c) == (sched and drainer)
     # the scheduler's knobs and the requests' rounds are drawn only where SGLang's scheduler is driven, and a
@@ -55,8 +56,8 @@ def test_moe_cases_fit_where_sglang_aligns_without_compiled_code(data, sched, mo
     case = data.draw(cases.sglang_engine_cases((), max_ops=8, device="cpu", scheduler=sched, moe=moe,
                                                backends=backends))
     c = case.config
-    assert set(features_of(cases.features, case)) <= set(cases.feature_space(backends=backends, scheduler=sched,
-                                                                             moe=moe))
+    assert set(features_of(partial(cases.features, scheduler=sched), case)) <= set(cases.feature_space(
+        backends=backends, scheduler=sched, moe=moe))
     if "moe" not in c:
         return
     assert moe and {"gate_up_proj", "down_proj"} <= set(c["target_modules"]) and c["graph_bs"] == 0
@@ -521,3 +522,31 @@ def test_the_docs_count_of_declared_features_on_the_pinned_release_is_the_target
     sglang_md = " ".join((root / "docs" / "sglang.md").read_text().split())
     assert f"{n} for `sglang_engine` on {pinned}" in changelog, n
     assert f"{n} on {pinned} since triton_v2 and torch_native are drawn" in sglang_md, n
+
+
+@FAST
+@given(st.data(), st.booleans(), st.booleans(), st.booleans())
+def test_each_steps_path_is_a_feature_named_as_the_runner_takes_it(data, sched, front, logprobs):
+    """No report said whether SGLang's scheduler path ran (new-user trial): each step's path is a coverage feature
+    (``path=scheduler``, ``path=tokenizer-manager``, ``path=direct``), from the one decision the runner takes
+    (``step_path``: ``Session.step`` dispatches by it), and each path a release can take is declared, so one no case
+    took reads "never reached"."""
+    from fuzzrunner.targets.sglang_engine import runner
+    case = data.draw(cases.sglang_engine_cases((), max_ops=8, device="cpu", frontend=front, logprobs=logprobs,
+                                               scheduler=sched))
+    space = set(cases.feature_space(frontend=front, logprobs=logprobs, scheduler=sched))
+    reached = set(features_of(partial(cases.features, scheduler=sched, frontend=front), case))
+    assert reached <= space
+    taken = []
+    session = object.__new__(runner.Session)
+    session.server, session.front = (object() if sched else None), (object() if front else None)
+    session._served_step = lambda op: taken.append("scheduler")
+    session._front_step = lambda op: taken.append("tokenizer-manager")
+    session._batch = lambda *a: taken.append("direct")
+    session.refs, session.mgr, session.c = {}, type("M", (), {"validate_lora_batch": lambda s, ids: True})(), {}
+    for op in case.ops:
+        if op["op"] == "step":
+            session.step({**op, "reqs": [None] * len(op["reqs"])})  # (the direct path checks its adapters first)
+    assert {f"path={p}" for p in taken} == {f for f in reached if f.startswith("path=")}
+    assert {f for f in space if f.startswith("path=")} == {f"path={p}" for p in cases.paths(sched, front, logprobs)}
+    assert ("path=scheduler" in space) == sched
