@@ -14,6 +14,7 @@ the target or of the triage to look at. The per-finding rows follow (``targets.s
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -24,8 +25,8 @@ SEEDS = {"#21380": "unload_keeps_slot_21380", "#28371": "csgmv_graph_segments_28
          "#14177": "graph_seg_indptr_14177", "n-mask": "sgemm_lora_b_n_mask", "emb-unzeroed": "embedding_unzeroed",
          "csgmv-embedding": "csgmv_embedding", "#18649": "lm_head_rows_18649", "#31910": "lm_head_passes_31910",
          "torch-native-lm-head": "torch_native_lm_head_g1", "torch-native-graph-rank": "torch_native_graph_rank_g2",
-         "SG1": "drainer_pinned_slots_sg1", "#20564": "torch_native_runs_20564",
-         "torch-native-embedding": "torch_native_embedding",
+         "SG1": "drainer_pinned_slots_sg1", "SG2": "drain_budget_recomputed_sg2", "#20564": "torch_native_runs_20564",
+         "torch-native-embedding": "torch_native_embedding", "#15187": "torch_native_rank_below_max_15187",
          "embedding-partial-unzeroed": "embedding_partial_unzeroed_g3"}
 KNOWN = tuple(SEEDS)
 # the findings pages' names of the bugs sweep.py triages by what they are (docs/findings/)
@@ -54,9 +55,12 @@ def present(bug: str, version: str) -> bool | None:
         and "lm_head" not in f("srt/lora/backend/torch_backend.py"),
         "torch-native-graph-rank": lora_sweep.GRAPH_MAX_RANK in f("srt/lora/torch_ops/graph_lora_ops.py"),  # G2
         "SG1": lora_sweep.DRAINER_FULL_CHECK in f("srt/lora/lora_drainer.py"),
+        "SG2": lora_sweep.DRAIN_BUDGET_RECOMPUTED in f("srt/lora/lora_drainer.py"),
         "#20564": lora_sweep._torch_native_runs_by_request(f("srt/lora/backend/torch_backend.py")),
         "torch-native-embedding": embedding and bool(f("srt/lora/backend/torch_backend.py"))
         and "def run_lora_a_embedding" not in f("srt/lora/backend/torch_backend.py"),
+        # the first torch_native ops (vLLM's bgmv / sgmv) over each slot's whole max rank and every stacked slice
+        "#15187": lora_sweep.TORCH_NATIVE_V0_OPS in f("srt/lora/torch_ops/lora_ops.py"),
         # G3: the pool leaves the embedding / lm_head buffers of an adapter with one of the two modules
         "embedding-partial-unzeroed": lora_sweep.pool_leaves_partial_embedding(pool),
     }[bug]
@@ -76,6 +80,30 @@ def _signature(violation: dict) -> dict:
     return {k: violation.get(k) or "" for k in ("tool", "kind", "kernel", "location", "tensor")}
 
 
+def _top_level(text: str, sep: str) -> int:
+    """Where ``sep`` first occurs in ``text`` outside parentheses, or -1."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and text.startswith(sep, i):
+            return i
+    return -1
+
+
+def refusal(why: str) -> str:
+    """A seed's refusal (the target's ``InvalidCase`` message, as the campaign quarantined it) as a verdict cell says
+    it: what the seed needs, and the release's own reason where the message quotes one (the scheduler path's "this
+    release lacks ..."), without the file, the advice after ";" or the lists in parentheses; for example
+    ``the scheduler path is not driven on SGLang 0.5.9: lacks sglang.srt.observability.req_time_stats``."""
+    if why.startswith("/") and ".json: " in why:  # the file named first
+        why = why.split(".json: ", 1)[1]
+    end = _top_level(why, ";")
+    head = (why if end < 0 else why[:end]).strip().rstrip(".")
+    head = re.sub(r" \((it has|backends\.py|--lora-drain)[^()]*\)", "", head)
+    release = re.search(r"this release ((lacks|fails to import)[^;()]*(\([^()]*\))?)", why[len(head):])
+    return head + (f": {release.group(1).strip().rstrip('.')}" if release else "")
+
+
 def cell(bug: str, version: str, triaged: set, replayed: set, refused: dict, stop: str = "") -> str:
     """One verdict: **yes**, no, n/a (the seed refused, with why), ``budget ran out`` (the campaign stopped on its
     budget before it replayed the seed: nothing is known, not "not found"), else ``– (seed not run)``."""
@@ -85,10 +113,7 @@ def cell(bug: str, version: str, triaged: set, replayed: set, refused: dict, sto
     elif seed in replayed:
         verdict, found = "no", False
     elif seed in refused:
-        why = refused[seed]
-        if why.startswith("/") and ".json: " in why:  # the file named first
-            why = why.split(".json: ", 1)[1]
-        return "n/a (refused: " + why.split(";")[0].split(":")[0][:60] + ")"
+        return f"n/a (refused: {refusal(refused[seed])})"
     elif stop == "budget":
         return "**budget ran out** (seed not run)"
     else:

@@ -20,6 +20,29 @@ def test_every_known_bug_has_a_well_formed_seed_and_every_seed_a_bug():
         runner.check_case(Case("sglang_engine", d["config"], tuple(d["ops"]), ()))  # raises InvalidCase if not
 
 
+def test_every_bug_a_campaign_labels_known_has_a_column_of_the_verdict_table():
+    """The sixth pass found SG2 and #15187 labelled by campaigns (known.py) but without a column (no seed): a
+    release's verdict on them was read off the findings rows, or not at all."""
+    known = import_module("fuzzrunner.targets.sglang_engine.known")
+    assert sorted(known.BUGS) == sorted(esweep.KNOWN)
+
+
+def test_a_refused_seeds_cell_says_what_the_release_lacks():
+    """The fifth pass's cells cut the target's refusal at its first ':' (``n/a (refused:
+    lora_drain_wait_threshold=1.0)``) and dropped the release's reason the scheduler path gives."""
+    sched = ("/x/seeds/s.json: the scheduler path is not driven on SGLang 0.5.9; a case with arrival rounds, tokens "
+             "to generate or a drain threshold needs it (the scheduler path is driven on SGLang 0.5.10 - 0.5.23 "
+             "only: this release lacks sglang.srt.observability.req_time_stats).")
+    assert esweep.refusal(sched) == ("the scheduler path is not driven on SGLang 0.5.9: lacks "
+                                     "sglang.srt.observability.req_time_stats")
+    assert esweep.refusal("lora_drain_wait_threshold=1.0: SGLang 0.5.11 has no LoRADrainer "
+                          "(--lora-drain-wait-threshold: 0.5.12+); leave it 0 or out.") == \
+        "lora_drain_wait_threshold=1.0: SGLang 0.5.11 has no LoRADrainer"
+    assert esweep.refusal("target modules ['embed_tokens']: SGLang 0.5.5's LoRA pool has no buffers for them (it "
+                          "has qkv_proj); draw --lora-target-modules from those.") == \
+        "target modules ['embed_tokens']: SGLang 0.5.5's LoRA pool has no buffers for them"
+
+
 def _tree(tmp_path, v, buggy: bool) -> None:
     """A release tree whose files have every known bug (``buggy``) or none."""
     lora = tmp_path / v / "site" / "sglang" / "srt" / "lora"
@@ -40,7 +63,9 @@ def _tree(tmp_path, v, buggy: bool) -> None:
         "torch.unique_consecutive(x)\n" + sweep.TORCH_NATIVE_RUNS_BY_REQUEST + ")\n" if buggy else  # #20564; torch-native-embedding, G1 below
         "    def run_lora_a_embedding(self): ...\n    lm_head_batch_info = None\n"))  # G1: no pruned routing
     (lora / "torch_ops" / "graph_lora_ops.py").write_text(sweep.GRAPH_MAX_RANK + "\n" if buggy else "")  # G2
-    (lora / "lora_drainer.py").write_text(sweep.DRAINER_FULL_CHECK + "\n" if buggy else "")  # SG1
+    (lora / "lora_drainer.py").write_text(sweep.DRAINER_FULL_CHECK + "\n" + sweep.DRAIN_BUDGET_RECOMPUTED + "\n"
+                                          if buggy else "")  # SG1, SG2
+    (lora / "torch_ops" / "lora_ops.py").write_text(sweep.TORCH_NATIVE_V0_OPS + "\n" if buggy else "")  # #15187
 
 
 def _report(out: Path, v: str, findings: list, replayed: list, refused: dict) -> None:
@@ -70,7 +95,8 @@ def test_each_release_gets_a_verdict_per_known_bug_checked_against_its_source(tm
     old, new = (dict(zip(esweep.KNOWN, cells[v])) for v in ("old", "new"))
     assert old["#21380"] == "**yes**"
     assert old["#28371"] == "no (source: present)"  # the seed ran silent on a release that has the bug
-    assert old["emb-unzeroed"] == "n/a (refused: target modules ['embed_tokens'])"
+    assert old["emb-unzeroed"] == ("n/a (refused: target modules ['embed_tokens']: SGLang old's LoRA pool has no "
+                                   "buffers for them)")
     assert all(new[b] == "no" for b in esweep.KNOWN)  # the same state violation, on a release with the fix:
     assert esweep.row(tmp_path, "new").endswith("| untriaged | – |")  # not #21380, left to triage
     assert esweep.row(tmp_path, "missing").startswith("| missing | – |")
