@@ -70,6 +70,30 @@ def test_moe_cases_fit_where_sglang_aligns_without_compiled_code(data, sched, mo
             assert sparse.fits(c, max(n, sum(op.get("lens", [1] * n)))), (c["moe"], op)
 
 
+def test_a_campaigns_generation_draws_every_moe_layout():
+    """Generated as a campaign generates them (one Hypothesis run of 77 cases, the sweep's seed 0; most of its cases
+    are its mutator's copies of one draw onto another of the same strategy), the MoE cases take each expert layout
+    (moe.py): drawn as two booleans, virtual experts needed them to differ and the copies made them equal (0 of the
+    63 MoE cases of seeds 0 and 1000003 had virtual experts; docs/sglang.md's clean MoE campaign never reached
+    moe.virtual_experts=on)."""
+    from hypothesis import Phase, Verbosity
+    from hypothesis import seed as hseed
+    layouts: list = []
+    strategy = cases.sglang_engine_cases((), max_ops=8, device="cpu", moe=True, logprobs=True, frontend=True,
+                                         scheduler=True, backends=("triton", "csgmv", "torch_native"))
+
+    @settings(max_examples=77, deadline=None, database=None, phases=[Phase.generate], verbosity=Verbosity.quiet,
+              suppress_health_check=list(HealthCheck))
+    @hseed(0)
+    @given(strategy)
+    def run(case):
+        m = case.config.get("moe")
+        if m:
+            layouts.append("virtual" if m["virtual"] else "shared-outer" if m["shared_outer"] else "per-expert")
+    run()
+    assert set(layouts) == set(cases.MOE_LAYOUTS), layouts
+
+
 def test_the_moe_bounds_are_sglangs():
     """tokens * top_k <= 64 (moe_align_small_numel's SMALL_NUMEL_LIMIT) and * 8 <= experts * max_loras (the naive LoRA
     alignment's _SPARSITY_FACTOR)."""
