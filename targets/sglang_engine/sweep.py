@@ -113,7 +113,9 @@ def cell(bug: str, version: str, triaged: set, replayed: set, refused: dict, sto
     elif seed in replayed:
         verdict, found = "no", False
     elif seed in refused:
-        return f"n/a (refused: {refusal(refused[seed])})"
+        # a release whose files have the bug while its seed cannot run there: a gap of the target, not a clean release
+        gap = " (source: present)" if present(bug, version) else ""
+        return f"n/a (refused: {refusal(refused[seed])}){gap}"
     elif stop == "budget":
         return "**budget ran out** (seed not run)"
     else:

@@ -95,8 +95,9 @@ def test_each_release_gets_a_verdict_per_known_bug_checked_against_its_source(tm
     old, new = (dict(zip(esweep.KNOWN, cells[v])) for v in ("old", "new"))
     assert old["#21380"] == "**yes**"
     assert old["#28371"] == "no (source: present)"  # the seed ran silent on a release that has the bug
+    # the seed cannot run where the release's files have the bug: a gap of the target, marked
     assert old["emb-unzeroed"] == ("n/a (refused: target modules ['embed_tokens']: SGLang old's LoRA pool has no "
-                                   "buffers for them)")
+                                   "buffers for them) (source: present)")
     assert all(new[b] == "no" for b in esweep.KNOWN)  # the same state violation, on a release with the fix:
     assert esweep.row(tmp_path, "new").endswith("| untriaged | – |")  # not #21380, left to triage
     assert esweep.row(tmp_path, "missing").startswith("| missing | – |")
@@ -107,6 +108,8 @@ def test_each_release_gets_a_verdict_per_known_bug_checked_against_its_source(tm
     # has neither embedding bug
     (tmp_path / "old/site/sglang/srt/lora/mem_pool.py").write_text("class LoRAMemoryPool: ...\n")
     assert not esweep.present("emb-unzeroed", "old") and not esweep.present("csgmv-embedding", "old")
+    assert dict(zip(esweep.KNOWN, esweep.row(tmp_path, "old").split(" | ")[2:]))["emb-unzeroed"] == (
+        "n/a (refused: target modules ['embed_tokens']: SGLang old's LoRA pool has no buffers for them)")
 
 
 def test_a_release_that_publishes_placement_gets_the_schedulers_publish_and_its_group_calls(monkeypatch):
