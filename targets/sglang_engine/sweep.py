@@ -172,11 +172,26 @@ def ranges(out: Path, versions: list[str]) -> list[str]:
     return lines
 
 
+def paths(run: dict) -> str:
+    """The paths the campaign drove, from its declared features (the target declares a path's features only where
+    it drives it on the release): SGLang's scheduler (and its LoRADrainer), and MoE LoRA with how many of the
+    campaign's cases had the sparse block, by expert layout (cases.MOE_LAYOUTS)."""
+    cov = run.get("coverage") or {}
+    declared, counts = set(cov.get("declared", ())), cov.get("features", {})
+    sched = ("scheduler + drainer" if "drain=on" in declared else "scheduler" if "step=stream" in declared
+             else "no scheduler")
+    if "moe=on" not in declared:
+        return f"{sched}; no MoE"
+    virtual, shared = counts.get("moe.virtual_experts=on", 0), counts.get("moe.shared_outer=on", 0)
+    return (f"{sched}; MoE {counts.get('moe=on', 0)} of {cov.get('cases', 0)} cases (shared-outer {shared}, "
+            f"virtual {virtual})")
+
+
 def row(out: Path, version: str) -> str:
     p = out / f"{version}.json"
     if not p.exists():
         return (f"| {version} | – | " + " | ".join("–" for _ in KNOWN)
-                + f" | no report: {_why_no_report(out, version)} | |")
+                + f" | – | no report: {_why_no_report(out, version)} | |")
     r = json.loads(p.read_text())
     run = r["runs"][0] if r.get("runs") else r
     findings = run.get("findings", [])
@@ -199,14 +214,14 @@ def row(out: Path, version: str) -> str:
     cases += f" of {budget:.0f}" if budget else ""
     found = set(cats) | also
     return (f"| {version} | {cases} | " + " | ".join(cell(b, version, found, replayed, refused, stop) for b in KNOWN)
-            + f" | {', '.join(others) or 'none'} | {targets or '–'} |")
+            + f" | {paths(run)} | {', '.join(others) or 'none'} | {targets or '–'} |")
 
 
 def table(out: Path, versions: list[str]) -> list[str]:
     head = "| SGLang | generated + seeds, campaign s of budget s | " + " | ".join(
         f"{NAMES[b]} ({b})" if b in NAMES else b for b in KNOWN)
-    return ([head + " | other findings | target errors |",
-             "|---|---|" + "---|" * len(KNOWN) + "---|---|"]
+    return ([head + " | paths driven | other findings | target errors |",
+             "|---|---|" + "---|" * len(KNOWN) + "---|---|---|"]
             + [row(out, v) for v in versions])
 
 

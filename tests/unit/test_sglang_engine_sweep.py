@@ -291,3 +291,17 @@ def test_a_wrong_row_with_adapters_split_over_embed_tokens_and_lm_head_is_g3_whe
     assert triage("buggy", (["lm_head"], ["lm_head", "down_proj"])) == "untriaged"  # nothing to leave
     assert triage("buggy", split, targets=("embed_tokens",)) == "untriaged"
     assert triage("buggy", split, kind="uninitialized-read") == "untriaged"
+
+
+def test_the_paths_column_says_what_the_campaign_drove_from_its_declared_features():
+    """MoE LoRA (0.5.18+) and the scheduler path (0.5.10+; its drainer 0.5.12+) are driven per release as the target
+    finds them: the verdict table reads which from the campaign's declared features, with how many MoE cases ran
+    by layout (the sixth pass: a sweep that drew no MoE case on a release that has it would say 0, not nothing)."""
+    def run(declared, features, cases=20):
+        return {"coverage": {"declared": declared, "features": features, "cases": cases}}
+    assert esweep.paths(run(["step=decode"], {})) == "no scheduler; no MoE"
+    assert esweep.paths(run(["step=stream"], {})) == "scheduler; no MoE"
+    moe = ["step=stream", "drain=on", "moe=on", "moe.virtual_experts=on", "moe.shared_outer=on"]
+    assert esweep.paths(run(moe, {"moe=on": 4, "moe.virtual_experts=on": 1, "moe.shared_outer=on": 2})) == \
+        "scheduler + drainer; MoE 4 of 20 cases (shared-outer 2, virtual 1)"
+    assert esweep.paths(run(moe, {})) == "scheduler + drainer; MoE 0 of 20 cases (shared-outer 0, virtual 0)"
