@@ -315,6 +315,32 @@ def test_the_starvation_bound_is_the_steps_serial_work():
     assert serving.work([4, 4], [2, 2], 4) == 2 + 2 + 2
 
 
+def test_a_drain_that_never_started_and_one_that_never_ended_are_two_findings():
+    """The drain check's problem carries what the drainer did as its own check label (``step.drain[...]``): the
+    sixth pass replayed SG2's seed, then SG1's, and both were ``state-violation of step``, so SG1's was filed under
+    SG2's finding and its verdict read "no" on releases that have it."""
+    import types
+    serving = import_module("fuzzrunner.targets.sglang_engine.serving")
+
+    def step(draining: dict, while_draining: dict) -> list:
+        s = object.__new__(serving._Step)
+        s.server = types.SimpleNamespace(sc=types.SimpleNamespace(lora_drainer=types.SimpleNamespace(
+            max_wait_time_secs=1.0)), rounds=40)
+        s.start, s.new, s.names = 0, [12, 12, 1] + [12] * 8, [None, "a0", "a1"] + ["a0"] * 8
+        s.resolved = {i: n for i, n in enumerate(s.names)}
+        s.queued = {i: 0 for i in range(3)} | {i: 2 + i for i in range(3, 11)}
+        s.admitted = {0: 0, 1: 0, 2: 35} | {i: 3 + i for i in range(3, 11)}
+        s.finished = {0: 13, 1: 13, 2: 36} | {i: 16 + i for i in range(3, 11)}
+        s.decodes, s.draining, s.while_draining = list(range(1, 40)), draining, while_draining
+        return s._check_drain()
+    never_started = step({}, {})
+    never_ended = step({("a0", "a1"): 3}, {"a0": list(range(3, 11))})
+    slow = step({("a0", "a1"): 3}, {})
+    assert [how for how, _ in never_started + never_ended + slow] == ["not started", "kept admitting", "slow"]
+    assert "no running adapter was marked draining" in never_started[0][1]
+    assert "'a0' was marked draining for it at round 3 and admitted 8 more" in never_ended[0][1]
+
+
 def _drainer_releases(tmp_path, monkeypatch, files: dict) -> None:
     site = import_module("fuzzrunner.targets.sglang_lora.site")
     for v, drainer in files.items():
