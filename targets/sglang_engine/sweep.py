@@ -27,6 +27,7 @@ SEEDS = {"#21380": "unload_keeps_slot_21380", "#28371": "csgmv_graph_segments_28
          "torch-native-lm-head": "torch_native_lm_head_g1", "torch-native-graph-rank": "torch_native_graph_rank_g2",
          "SG1": "drainer_pinned_slots_sg1", "SG2": "drain_budget_recomputed_sg2", "#20564": "torch_native_runs_20564",
          "torch-native-embedding": "torch_native_embedding", "#15187": "torch_native_rank_below_max_15187",
+         "#27274": "moe_virtual_gated_27274",
          "embedding-partial-unzeroed": "embedding_partial_unzeroed_g3"}
 KNOWN = tuple(SEEDS)
 # the findings pages' names of the bugs sweep.py triages by what they are (docs/findings/)
@@ -61,6 +62,9 @@ def present(bug: str, version: str) -> bool | None:
         and "def run_lora_a_embedding" not in f("srt/lora/backend/torch_backend.py"),
         # the first torch_native ops (vLLM's bgmv / sgmv) over each slot's whole max rank and every stacked slice
         "#15187": lora_sweep.TORCH_NATIVE_V0_OPS in f("srt/lora/torch_ops/lora_ops.py"),
+        # virtual experts without the gate / up pairing (0.5.11 - 0.5.22)
+        "#27274": "lora_use_virtual_experts" in f("srt/lora/lora_moe_runners.py")
+        and lora_sweep.VIRTUAL_GATED_PAIRED not in f("srt/lora/lora_moe_runners.py"),
         # G3: the pool leaves the embedding / lm_head buffers of an adapter with one of the two modules
         "embedding-partial-unzeroed": lora_sweep.pool_leaves_partial_embedding(pool),
     }[bug]

@@ -66,6 +66,8 @@ def _tree(tmp_path, v, buggy: bool) -> None:
     (lora / "lora_drainer.py").write_text(sweep.DRAINER_FULL_CHECK + "\n" + sweep.DRAIN_BUDGET_RECOMPUTED + "\n"
                                           if buggy else "")  # SG1, SG2
     (lora / "torch_ops" / "lora_ops.py").write_text(sweep.TORCH_NATIVE_V0_OPS + "\n" if buggy else "")  # #15187
+    (lora / "lora_moe_runners.py").write_text("lora_use_virtual_experts = True\n" + (
+        "" if buggy else sweep.VIRTUAL_GATED_PAIRED + "=2\n"))  # #27274
 
 
 def _report(out: Path, v: str, findings: list, replayed: list, refused: dict) -> None:
