@@ -307,3 +307,34 @@ def test_the_paths_column_says_what_the_campaign_drove_from_its_declared_feature
     assert esweep.paths(run(moe, {"moe=on": 4, "moe.virtual_experts=on": 1, "moe.shared_outer=on": 2})) == \
         "scheduler + drainer; MoE 4 of 20 cases (shared-outer 2, virtual 1)"
     assert esweep.paths(run(moe, {})) == "scheduler + drainer; MoE 0 of 20 cases (shared-outer 0, virtual 0)"
+
+
+def _run_sweep_script(tmp_path, *args) -> list[str]:
+    """scripts/sglang_sweep.sh in a copy of the repository's layout whose set-up and Python only record their
+    arguments: the ``fuzzrunner fuzz`` command line it runs for one release."""
+    import shutil
+    import subprocess
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "scripts").mkdir(parents=True)
+    shutil.copy(root / "scripts" / "sglang_sweep.sh", tmp_path / "scripts")
+    (tmp_path / "scripts" / "sglang_setup.sh").write_text("exit 0\n")
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/calls\n')
+    python.chmod(0o755)
+    subprocess.run(["bash", str(tmp_path / "scripts" / "sglang_sweep.sh"), *args, "0.5.23"], check=True,
+                   capture_output=True, text=True, timeout=60)
+    return [c for c in (tmp_path / "calls").read_text().splitlines() if " fuzz " in f" {c} "]
+
+
+def test_the_engine_sweep_gives_a_case_minutes_before_calling_it_a_timeout(tmp_path):
+    """The sixth pass's 0.5.23 campaign had a MoE case (minutes a step in Triton's interpreter on a loaded machine)
+    killed at fuzzrunner's 120 s default: a timeout "finding" of the sweep's own making. sglang_sweep.sh gives
+    sglang_engine cases 900 s unless --case-timeout says otherwise, and leaves the other target at fuzzrunner's."""
+    (engine,) = _run_sweep_script(tmp_path / "a", "--target", "sglang_engine", "--out", str(tmp_path / "a/out"))
+    assert "--case-timeout 900" in engine
+    (asked,) = _run_sweep_script(tmp_path / "b", "--target", "sglang_engine", "--case-timeout", "42", "--out",
+                                 str(tmp_path / "b/out"))
+    assert "--case-timeout 42" in asked
+    (lora,) = _run_sweep_script(tmp_path / "c", "--target", "sglang_lora", "--out", str(tmp_path / "c/out"))
+    assert "--case-timeout" not in lora
