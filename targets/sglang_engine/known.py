@@ -47,6 +47,8 @@ BUGS = {
                "sgl-project/sglang#20564", "fixed upstream (0.5.10)"),
     "torch-native-embedding": ("torch-native-embedding", "torch_native with embed_tokens LoRA crashes",
                                "PR #21885 added it", "fixed upstream (0.5.12)"),
+    "#27274": ("#27274", "--lora-use-virtual-experts computes the up half of a gated expert's gate_up LoRA from "
+               "gate's A", "sgl-project/sglang#27274 (describes it)", "fixed upstream (0.5.23)"),
     "#15187": ("#15187", "0.5.6.post1 - 0.5.6.post2's torch_native ops contract over a slot's never-written rows",
                "sgl-project/sglang#15187", "fixed upstream (0.5.7)"),
 }

@@ -240,10 +240,12 @@ class Session:
             if self.front is None and n is not None and n not in self.refs:
                 raise InvalidCase(f"step: request {i} names {n!r}, not loaded (the registry refuses it).")
         before = self.front.registered() if self.front is not None else {}
-        problems = serving.serve(self, self.server, op)
+        problems, drain = serving.serve(self, self.server, op)
         if self.front is not None:
             problems += check_frontend(self.front, self.mgr, before, self.c.get("max_loaded_loras"), _pinned(before))
         self.ctx.check("step", problems)
+        for how, problem in drain:  # a drain that never started and one that never ended: two findings
+            self.ctx.check(f"step.drain[{how}]", [problem])
 
     # -- through the adapter-management API and the scheduler (frontend.py) ------------------------------
     def _front_load(self, op) -> None:

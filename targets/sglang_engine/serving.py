@@ -42,9 +42,11 @@ def work(lens: list, new: list, chunk: int) -> int:
     return sum(math.ceil(n / chunk) + 1 for n in lens) + sum(max(k - 1, 0) for k in new)
 
 
-def serve(session, server, op) -> list[str]:
-    """Serve ``op``'s requests (module doc); the problems a user would see. A step that ends with requests still in
-    the scheduler (a batch broke a limit and was not run, or the scheduler stalled: its problem is reported) marks
+def serve(session, server, op) -> tuple[list[str], list[tuple[str, str]]]:
+    """Serve ``op``'s requests (module doc); the problems a user would see, and the drain check's apart, each with
+    what the drainer did (``_Step._check_drain``: its own check label, ``step.drain[...]``). A step that ends with
+    requests still in the scheduler (a batch broke a limit and was not run, or the scheduler stalled: its problem is
+    reported) marks
     the server ``abandoned``, and the case's later ops are not run (runner.run): the scheduler and the registry hold
     requests of that step, which a later step's accounting does not know (a campaign's target error:
     ``KeyError: 'r5'``) and the registry's checks would count as leaks."""
@@ -74,6 +76,7 @@ class _Step:
         self.s, self.server, self.names, self.prompts, self.new, self.arrive = (
             session, server, names, prompts, new, arrive)
         self.front, self.problems = session.front, []
+        self.drain: list = []      # (what the drainer did, problem): the drain check's, a label of its own each
         self.resolved: dict = {}   # request index -> lora_id (None: the base model)
         self.submitted: dict = {}  # request index -> Req
         self.finished: dict = {}   # request index -> the step's round it finished in
@@ -111,7 +114,7 @@ class _Step:
                 self.queued[i] = self.round
         return any(i not in self.submitted for i in self.resolved)
 
-    async def run(self) -> list[str]:
+    async def run(self) -> tuple[list[str], list[tuple[str, str]]]:
         tasks = [asyncio.ensure_future(self.resolve(i, nm)) for i, nm in enumerate(self.names)]
         idle = 0
         while self.round <= self.bound + IDLE_ROUNDS:
@@ -137,7 +140,7 @@ class _Step:
         for t in tasks:
             if t.done() and not t.cancelled() and t.exception() is not None:
                 raise t.exception()  # type: ignore[misc]
-        return self.problems
+        return self.problems, self.drain
 
     def _observe_drainer(self) -> None:
         """Which adapters SGLang's ``LoRADrainer`` marks draining, and for whom, as of this round (read only: what
@@ -171,14 +174,16 @@ class _Step:
                 await self.front._release(req.lora_id)
         return True
 
-    def _check_drain(self) -> list[str]:
+    def _check_drain(self) -> list[tuple[str, str]]:
         """With ``--lora-drain-wait-threshold`` T (rounds here), a request that has waited past T gets its slot
         within one drain per adapter waiting with it: from its starving round, at most ``K * (ceil(1.2 * M) + 1)``
         decode rounds pass before its first batch (K: the distinct adapters of the requests waiting then that no
         running request holds, its own included; M: the most tokens a request of the step asks; 1.2: SGLang's
         ``DRAIN_SCHEDULE_TOLERANCE``, the budget a draining adapter's requests keep). A drain that never starts or
         never ends lets the decode rounds of the adapters holding the slots go on while it waits (the option's
-        promise: "the scheduler will selectively drain one running adapter to make room")."""
+        promise: "the scheduler will selectively drain one running adapter to make room"). Each problem comes with
+        what the drainer did (``_drains_for``), its check's label: a drain that never started (SG1) and one that
+        never ended (SG2) are two findings, not one (the sixth pass: SG1's seed was filed under SG2's finding)."""
         drainer = getattr(self.server.sc, "lora_drainer", None)
         t = drainer.max_wait_time_secs if drainer is not None else 0
         if not t:
@@ -195,23 +200,26 @@ class _Step:
             bound = max(len(waiting), 1) * (math.ceil(1.2 * m) + 1)
             waited = [d for d in self.decodes if starving <= d < end]
             if len(waited) > bound:
-                out.append(f"request {i} ({self.names[i]!r}) waited {len(waited)} decode rounds past the drain "
-                           f"threshold ({int(t)} rounds; from round {starving} to {end}) for its adapter's slot, "
-                           f"above {bound} ({len(waiting)} adapter(s) waiting x (ceil(1.2 x {m}) + 1)): "
-                           + self._drains_for(self.resolved[i], end))
+                how, did = self._drains_for(self.resolved[i], end)
+                out.append((how, f"request {i} ({self.names[i]!r}) waited {len(waited)} decode rounds past the drain "
+                                 f"threshold ({int(t)} rounds; from round {starving} to {end}) for its adapter's "
+                                 f"slot, above {bound} ({len(waiting)} adapter(s) waiting x (ceil(1.2 x {m}) + 1)): "
+                                 + did))
                 break
         return out
 
-    def _drains_for(self, lora_id, end: int) -> str:
-        """What the drainer did for ``lora_id`` before round ``end`` (the sweep's triage reads it)."""
+    def _drains_for(self, lora_id, end: int) -> tuple[str, str]:
+        """What the drainer did for ``lora_id`` before round ``end``: ``("not started" | "kept admitting" | "slow",
+        the words the sweep's triage reads)``."""
         drained = sorted(((r, d) for (d, f), r in self.draining.items() if f == lora_id and r < end),
                          key=lambda rd: rd[0])  # by round: the ids (None, str) do not order
         if not drained:
-            return "no running adapter was marked draining for it"
+            return "not started", "no running adapter was marked draining for it"
         name = {self.resolved[j]: self.names[j] for j in self.resolved}
         r, d = drained[0]
         extra = [j for j in self.while_draining.get(d, []) if self.admitted[j] >= r]
-        return (f"{name.get(d, d)!r} was marked draining for it at round {r} and admitted {len(extra)} more of its "
+        return ("kept admitting" if extra else "slow",
+                f"{name.get(d, d)!r} was marked draining for it at round {r} and admitted {len(extra)} more of its "
                 f"requests while draining (requests {extra[:8]})")
 
     def _stuck(self, idle: int) -> str:
@@ -229,7 +237,7 @@ class _Step:
                 f"e.g. request {i} ({self.names[i]!r}) "
                 + (f"finished at round {self.finished[i]}" if i in self.finished else "never finished"))
         if not self.problems:
-            self.problems += self._check_drain()
+            self.drain += self._check_drain()
         for i, req in self.submitted.items():
             if i in self.finished and len(req.output_ids) != self.new[i]:
                 self.problems.append(f"request {i} generated {len(req.output_ids)} tokens, asked {self.new[i]}")

@@ -14,6 +14,7 @@ the target or of the triage to look at. The per-finding rows follow (``targets.s
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -24,8 +25,9 @@ SEEDS = {"#21380": "unload_keeps_slot_21380", "#28371": "csgmv_graph_segments_28
          "#14177": "graph_seg_indptr_14177", "n-mask": "sgemm_lora_b_n_mask", "emb-unzeroed": "embedding_unzeroed",
          "csgmv-embedding": "csgmv_embedding", "#18649": "lm_head_rows_18649", "#31910": "lm_head_passes_31910",
          "torch-native-lm-head": "torch_native_lm_head_g1", "torch-native-graph-rank": "torch_native_graph_rank_g2",
-         "SG1": "drainer_pinned_slots_sg1", "#20564": "torch_native_runs_20564",
-         "torch-native-embedding": "torch_native_embedding",
+         "SG1": "drainer_pinned_slots_sg1", "SG2": "drain_budget_recomputed_sg2", "#20564": "torch_native_runs_20564",
+         "torch-native-embedding": "torch_native_embedding", "#15187": "torch_native_rank_below_max_15187",
+         "#27274": "moe_virtual_gated_27274",
          "embedding-partial-unzeroed": "embedding_partial_unzeroed_g3"}
 KNOWN = tuple(SEEDS)
 # the findings pages' names of the bugs sweep.py triages by what they are (docs/findings/)
@@ -54,9 +56,15 @@ def present(bug: str, version: str) -> bool | None:
         and "lm_head" not in f("srt/lora/backend/torch_backend.py"),
         "torch-native-graph-rank": lora_sweep.GRAPH_MAX_RANK in f("srt/lora/torch_ops/graph_lora_ops.py"),  # G2
         "SG1": lora_sweep.DRAINER_FULL_CHECK in f("srt/lora/lora_drainer.py"),
+        "SG2": lora_sweep.DRAIN_BUDGET_RECOMPUTED in f("srt/lora/lora_drainer.py"),
         "#20564": lora_sweep._torch_native_runs_by_request(f("srt/lora/backend/torch_backend.py")),
         "torch-native-embedding": embedding and bool(f("srt/lora/backend/torch_backend.py"))
         and "def run_lora_a_embedding" not in f("srt/lora/backend/torch_backend.py"),
+        # the first torch_native ops (vLLM's bgmv / sgmv) over each slot's whole max rank and every stacked slice
+        "#15187": lora_sweep.TORCH_NATIVE_V0_OPS in f("srt/lora/torch_ops/lora_ops.py"),
+        # virtual experts without the gate / up pairing (0.5.11 - 0.5.22)
+        "#27274": "lora_use_virtual_experts" in f("srt/lora/lora_moe_runners.py")
+        and lora_sweep.VIRTUAL_GATED_PAIRED not in f("srt/lora/lora_moe_runners.py"),
         # G3: the pool leaves the embedding / lm_head buffers of an adapter with one of the two modules
         "embedding-partial-unzeroed": lora_sweep.pool_leaves_partial_embedding(pool),
     }[bug]
@@ -76,6 +84,30 @@ def _signature(violation: dict) -> dict:
     return {k: violation.get(k) or "" for k in ("tool", "kind", "kernel", "location", "tensor")}
 
 
+def _top_level(text: str, sep: str) -> int:
+    """Where ``sep`` first occurs in ``text`` outside parentheses, or -1."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and text.startswith(sep, i):
+            return i
+    return -1
+
+
+def refusal(why: str) -> str:
+    """A seed's refusal (the target's ``InvalidCase`` message, as the campaign quarantined it) as a verdict cell says
+    it: what the seed needs, and the release's own reason where the message quotes one (the scheduler path's "this
+    release lacks ..."), without the file, the advice after ";" or the lists in parentheses; for example
+    ``the scheduler path is not driven on SGLang 0.5.9: lacks sglang.srt.observability.req_time_stats``."""
+    if why.startswith("/") and ".json: " in why:  # the file named first
+        why = why.split(".json: ", 1)[1]
+    end = _top_level(why, ";")
+    head = (why if end < 0 else why[:end]).strip().rstrip(".")
+    head = re.sub(r" \((it has|backends\.py|--lora-drain)[^()]*\)", "", head)
+    release = re.search(r"this release ((lacks|fails to import)[^;()]*(\([^()]*\))?)", why[len(head):])
+    return head + (f": {release.group(1).strip().rstrip('.')}" if release else "")
+
+
 def cell(bug: str, version: str, triaged: set, replayed: set, refused: dict, stop: str = "") -> str:
     """One verdict: **yes**, no, n/a (the seed refused, with why), ``budget ran out`` (the campaign stopped on its
     budget before it replayed the seed: nothing is known, not "not found"), else ``– (seed not run)``."""
@@ -85,10 +117,9 @@ def cell(bug: str, version: str, triaged: set, replayed: set, refused: dict, sto
     elif seed in replayed:
         verdict, found = "no", False
     elif seed in refused:
-        why = refused[seed]
-        if why.startswith("/") and ".json: " in why:  # the file named first
-            why = why.split(".json: ", 1)[1]
-        return "n/a (refused: " + why.split(";")[0].split(":")[0][:60] + ")"
+        # a release whose files have the bug while its seed cannot run there: a gap of the target, not a clean release
+        gap = " (source: present)" if present(bug, version) else ""
+        return f"n/a (refused: {refusal(refused[seed])}){gap}"
     elif stop == "budget":
         return "**budget ran out** (seed not run)"
     else:
@@ -145,11 +176,26 @@ def ranges(out: Path, versions: list[str]) -> list[str]:
     return lines
 
 
+def paths(run: dict) -> str:
+    """The paths the campaign drove, from its declared features (the target declares a path's features only where
+    it drives it on the release): SGLang's scheduler (and its LoRADrainer), and MoE LoRA with how many of the
+    campaign's cases had the sparse block, by expert layout (cases.MOE_LAYOUTS)."""
+    cov = run.get("coverage") or {}
+    declared, counts = set(cov.get("declared", ())), cov.get("features", {})
+    sched = ("scheduler + drainer" if "drain=on" in declared else "scheduler" if "step=stream" in declared
+             else "no scheduler")
+    if "moe=on" not in declared:
+        return f"{sched}; no MoE"
+    virtual, shared = counts.get("moe.virtual_experts=on", 0), counts.get("moe.shared_outer=on", 0)
+    return (f"{sched}; MoE {counts.get('moe=on', 0)} of {cov.get('cases', 0)} cases (shared-outer {shared}, "
+            f"virtual {virtual})")
+
+
 def row(out: Path, version: str) -> str:
     p = out / f"{version}.json"
     if not p.exists():
         return (f"| {version} | – | " + " | ".join("–" for _ in KNOWN)
-                + f" | no report: {_why_no_report(out, version)} | |")
+                + f" | – | no report: {_why_no_report(out, version)} | |")
     r = json.loads(p.read_text())
     run = r["runs"][0] if r.get("runs") else r
     findings = run.get("findings", [])
@@ -172,14 +218,14 @@ def row(out: Path, version: str) -> str:
     cases += f" of {budget:.0f}" if budget else ""
     found = set(cats) | also
     return (f"| {version} | {cases} | " + " | ".join(cell(b, version, found, replayed, refused, stop) for b in KNOWN)
-            + f" | {', '.join(others) or 'none'} | {targets or '–'} |")
+            + f" | {paths(run)} | {', '.join(others) or 'none'} | {targets or '–'} |")
 
 
 def table(out: Path, versions: list[str]) -> list[str]:
     head = "| SGLang | generated + seeds, campaign s of budget s | " + " | ".join(
         f"{NAMES[b]} ({b})" if b in NAMES else b for b in KNOWN)
-    return ([head + " | other findings | target errors |",
-             "|---|---|" + "---|" * len(KNOWN) + "---|---|"]
+    return ([head + " | paths driven | other findings | target errors |",
+             "|---|---|" + "---|" * len(KNOWN) + "---|---|---|"]
             + [row(out, v) for v in versions])
 
 

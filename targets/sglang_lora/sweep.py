@@ -110,6 +110,8 @@ def engine_category(f: dict, version: str | None = None) -> str:
     ``--max-loras-per-batch``: docs/findings/sg1-*), ``SG2`` (a request waiting past the drain bound while the
     adapter marked draining for it admitted more requests, in releases whose drainer recomputes the draining budget
     from every running request: docs/findings/sg2-*),
+    ``#27274`` (a wrong row of a virtual-experts MoE case with gate / up expert LoRA, in releases whose virtual-expert
+    path contracts the gated A's first half only),
     ``torch-native-lm-head`` (G1), ``torch-native-graph-rank`` (G2), ``embedding-partial-unzeroed`` (G3: a wrong
     row where an adapter has one of ``embed_tokens`` / ``lm_head`` and another adapter the other, in releases whose
     pool zeroes those buffers only for an adapter with neither), else ``untriaged``."""
@@ -124,12 +126,11 @@ def engine_category(f: dict, version: str | None = None) -> str:
         if ("w_ptrs" in text or "output_ptr" in text) and _sgemm_lora_b_unmasked(version):
             return "n-mask"
     config = f["case"]["config"]
-    if _torch_native_lm_head_unpruned(sig, config, version):
-        return "torch-native-lm-head"
-    if _torch_native_graph_max_rank(sig, config, version):
-        return "torch-native-graph-rank"
-    if _embedding_partial_unzeroed(sig, config, version):
-        return "embedding-partial-unzeroed"
+    for bug, has in (("torch-native-lm-head", _torch_native_lm_head_unpruned),
+                     ("torch-native-graph-rank", _torch_native_graph_max_rank),
+                     ("embedding-partial-unzeroed", _embedding_partial_unzeroed), ("#27274", _virtual_gated_unpaired)):
+        if has(sig, config, version):  # the bugs a finding's case and signature tell, read against the release
+            return bug
     triage = _engine_release_bug(sig, config.get("backend"), version, _graph_path(sig, config),
                                  config.get("target_modules", ()))
     if triage:
@@ -247,6 +248,23 @@ def _embedding_partial_unzeroed(sig: dict, config: dict, version: str | None) ->
     stale = any(len(h) == 1 and any(o - h for o in held) for h in held)
     return (wrong_row and stale and pair <= set(config.get("target_modules", ()))
             and pool_leaves_partial_embedding(_release_file(version, "srt/lora/mem_pool.py")))
+
+
+# 0.5.11 - 0.5.22: --lora-use-virtual-experts hands a gated expert's stacked gate_up LoRA (A of rank 2r: gate's, then
+# up's; B of rank r) to merged_experts_fused_moe_lora_add, whose one expand contracts only the first r columns of the
+# shrink: the up half gets gate's A (described by PR #27274; 0.5.23 pairs the halves: a_output_slices=2)
+VIRTUAL_GATED_PAIRED = "a_output_slices"
+
+
+def _virtual_gated_unpaired(sig: dict, config: dict, version: str | None) -> bool:
+    """A wrong row of a MoE case with virtual experts whose adapters have LoRA on an expert's gate or up projection,
+    in a release whose virtual-expert path does not pair the gate and up halves (#27274)."""
+    wrong_row = sig["kind"] == "numeric-mismatch" or (sig["kind"] == "state-violation"
+                                                       and (sig.get("tensor") or "").startswith("base-rows"))
+    gated = any({"gate_proj", "up_proj"} & set(a.get("modules", ())) for a in config.get("adapters", {}).values())
+    runners = _release_file(version, "srt/lora/lora_moe_runners.py")
+    return (wrong_row and gated and bool((config.get("moe") or {}).get("virtual"))
+            and "lora_use_virtual_experts" in runners and VIRTUAL_GATED_PAIRED not in runners)
 
 
 def pool_leaves_partial_embedding(pool: str) -> bool:

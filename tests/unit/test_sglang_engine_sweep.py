@@ -20,6 +20,29 @@ def test_every_known_bug_has_a_well_formed_seed_and_every_seed_a_bug():
         runner.check_case(Case("sglang_engine", d["config"], tuple(d["ops"]), ()))  # raises InvalidCase if not
 
 
+def test_every_bug_a_campaign_labels_known_has_a_column_of_the_verdict_table():
+    """The sixth pass found SG2 and #15187 labelled by campaigns (known.py) but without a column (no seed): a
+    release's verdict on them was read off the findings rows, or not at all."""
+    known = import_module("fuzzrunner.targets.sglang_engine.known")
+    assert sorted(known.BUGS) == sorted(esweep.KNOWN)
+
+
+def test_a_refused_seeds_cell_says_what_the_release_lacks():
+    """The fifth pass's cells cut the target's refusal at its first ':' (``n/a (refused:
+    lora_drain_wait_threshold=1.0)``) and dropped the release's reason the scheduler path gives."""
+    sched = ("/x/seeds/s.json: the scheduler path is not driven on SGLang 0.5.9; a case with arrival rounds, tokens "
+             "to generate or a drain threshold needs it (the scheduler path is driven on SGLang 0.5.10 - 0.5.23 "
+             "only: this release lacks sglang.srt.observability.req_time_stats).")
+    assert esweep.refusal(sched) == ("the scheduler path is not driven on SGLang 0.5.9: lacks "
+                                     "sglang.srt.observability.req_time_stats")
+    assert esweep.refusal("lora_drain_wait_threshold=1.0: SGLang 0.5.11 has no LoRADrainer "
+                          "(--lora-drain-wait-threshold: 0.5.12+); leave it 0 or out.") == \
+        "lora_drain_wait_threshold=1.0: SGLang 0.5.11 has no LoRADrainer"
+    assert esweep.refusal("target modules ['embed_tokens']: SGLang 0.5.5's LoRA pool has no buffers for them (it "
+                          "has qkv_proj); draw --lora-target-modules from those.") == \
+        "target modules ['embed_tokens']: SGLang 0.5.5's LoRA pool has no buffers for them"
+
+
 def _tree(tmp_path, v, buggy: bool) -> None:
     """A release tree whose files have every known bug (``buggy``) or none."""
     lora = tmp_path / v / "site" / "sglang" / "srt" / "lora"
@@ -40,7 +63,11 @@ def _tree(tmp_path, v, buggy: bool) -> None:
         "torch.unique_consecutive(x)\n" + sweep.TORCH_NATIVE_RUNS_BY_REQUEST + ")\n" if buggy else  # #20564; torch-native-embedding, G1 below
         "    def run_lora_a_embedding(self): ...\n    lm_head_batch_info = None\n"))  # G1: no pruned routing
     (lora / "torch_ops" / "graph_lora_ops.py").write_text(sweep.GRAPH_MAX_RANK + "\n" if buggy else "")  # G2
-    (lora / "lora_drainer.py").write_text(sweep.DRAINER_FULL_CHECK + "\n" if buggy else "")  # SG1
+    (lora / "lora_drainer.py").write_text(sweep.DRAINER_FULL_CHECK + "\n" + sweep.DRAIN_BUDGET_RECOMPUTED + "\n"
+                                          if buggy else "")  # SG1, SG2
+    (lora / "torch_ops" / "lora_ops.py").write_text(sweep.TORCH_NATIVE_V0_OPS + "\n" if buggy else "")  # #15187
+    (lora / "lora_moe_runners.py").write_text("lora_use_virtual_experts = True\n" + (
+        "" if buggy else sweep.VIRTUAL_GATED_PAIRED + "=2\n"))  # #27274
 
 
 def _report(out: Path, v: str, findings: list, replayed: list, refused: dict) -> None:
@@ -70,7 +97,9 @@ def test_each_release_gets_a_verdict_per_known_bug_checked_against_its_source(tm
     old, new = (dict(zip(esweep.KNOWN, cells[v])) for v in ("old", "new"))
     assert old["#21380"] == "**yes**"
     assert old["#28371"] == "no (source: present)"  # the seed ran silent on a release that has the bug
-    assert old["emb-unzeroed"] == "n/a (refused: target modules ['embed_tokens'])"
+    # the seed cannot run where the release's files have the bug: a gap of the target, marked
+    assert old["emb-unzeroed"] == ("n/a (refused: target modules ['embed_tokens']: SGLang old's LoRA pool has no "
+                                   "buffers for them) (source: present)")
     assert all(new[b] == "no" for b in esweep.KNOWN)  # the same state violation, on a release with the fix:
     assert esweep.row(tmp_path, "new").endswith("| untriaged | – |")  # not #21380, left to triage
     assert esweep.row(tmp_path, "missing").startswith("| missing | – |")
@@ -81,6 +110,8 @@ def test_each_release_gets_a_verdict_per_known_bug_checked_against_its_source(tm
     # has neither embedding bug
     (tmp_path / "old/site/sglang/srt/lora/mem_pool.py").write_text("class LoRAMemoryPool: ...\n")
     assert not esweep.present("emb-unzeroed", "old") and not esweep.present("csgmv-embedding", "old")
+    assert dict(zip(esweep.KNOWN, esweep.row(tmp_path, "old").split(" | ")[2:]))["emb-unzeroed"] == (
+        "n/a (refused: target modules ['embed_tokens']: SGLang old's LoRA pool has no buffers for them)")
 
 
 def test_a_release_that_publishes_placement_gets_the_schedulers_publish_and_its_group_calls(monkeypatch):
@@ -262,3 +293,48 @@ def test_a_wrong_row_with_adapters_split_over_embed_tokens_and_lm_head_is_g3_whe
     assert triage("buggy", (["lm_head"], ["lm_head", "down_proj"])) == "untriaged"  # nothing to leave
     assert triage("buggy", split, targets=("embed_tokens",)) == "untriaged"
     assert triage("buggy", split, kind="uninitialized-read") == "untriaged"
+
+
+def test_the_paths_column_says_what_the_campaign_drove_from_its_declared_features():
+    """MoE LoRA (0.5.18+) and the scheduler path (0.5.10+; its drainer 0.5.12+) are driven per release as the target
+    finds them: the verdict table reads which from the campaign's declared features, with how many MoE cases ran
+    by layout (the sixth pass: a sweep that drew no MoE case on a release that has it would say 0, not nothing)."""
+    def run(declared, features, cases=20):
+        return {"coverage": {"declared": declared, "features": features, "cases": cases}}
+    assert esweep.paths(run(["step=decode"], {})) == "no scheduler; no MoE"
+    assert esweep.paths(run(["step=stream"], {})) == "scheduler; no MoE"
+    moe = ["step=stream", "drain=on", "moe=on", "moe.virtual_experts=on", "moe.shared_outer=on"]
+    assert esweep.paths(run(moe, {"moe=on": 4, "moe.virtual_experts=on": 1, "moe.shared_outer=on": 2})) == \
+        "scheduler + drainer; MoE 4 of 20 cases (shared-outer 2, virtual 1)"
+    assert esweep.paths(run(moe, {})) == "scheduler + drainer; MoE 0 of 20 cases (shared-outer 0, virtual 0)"
+
+
+def _run_sweep_script(tmp_path, *args) -> list[str]:
+    """scripts/sglang_sweep.sh in a copy of the repository's layout whose set-up and Python only record their
+    arguments: the ``fuzzrunner fuzz`` command line it runs for one release."""
+    import shutil
+    import subprocess
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "scripts").mkdir(parents=True)
+    shutil.copy(root / "scripts" / "sglang_sweep.sh", tmp_path / "scripts")
+    (tmp_path / "scripts" / "sglang_setup.sh").write_text("exit 0\n")
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/calls\n')
+    python.chmod(0o755)
+    subprocess.run(["bash", str(tmp_path / "scripts" / "sglang_sweep.sh"), *args, "0.5.23"], check=True,
+                   capture_output=True, text=True, timeout=60)
+    return [c for c in (tmp_path / "calls").read_text().splitlines() if " fuzz " in f" {c} "]
+
+
+def test_the_engine_sweep_gives_a_case_minutes_before_calling_it_a_timeout(tmp_path):
+    """The sixth pass's 0.5.23 campaign had a MoE case (minutes a step in Triton's interpreter on a loaded machine)
+    killed at fuzzrunner's 120 s default: a timeout "finding" of the sweep's own making. sglang_sweep.sh gives
+    sglang_engine cases 900 s unless --case-timeout says otherwise, and leaves the other target at fuzzrunner's."""
+    (engine,) = _run_sweep_script(tmp_path / "a", "--target", "sglang_engine", "--out", str(tmp_path / "a/out"))
+    assert "--case-timeout 900" in engine
+    (asked,) = _run_sweep_script(tmp_path / "b", "--target", "sglang_engine", "--case-timeout", "42", "--out",
+                                 str(tmp_path / "b/out"))
+    assert "--case-timeout 42" in asked
+    (lora,) = _run_sweep_script(tmp_path / "c", "--target", "sglang_lora", "--out", str(tmp_path / "c/out"))
+    assert "--case-timeout" not in lora
