@@ -49,9 +49,14 @@ BLOCK = "model.layers.0.block_sparse_moe"   # Mixtral's name for the sparse bloc
 PATH = f"{BLOCK}.experts"
 EXPERTS = (64, 128)
 TOP_K = (1, 2)
+# the expert adapters' format: "2d" (per-expert w1/w2/w3, FusedMoEWithLoRA) or "3d" (stacked gate_up / down, as PEFT
+# saves a LoRA of 3D expert parameters: a model flagged is_3d_moe_weight, FusedMoE3DWithLoRA; model.ARCH_3D)
+FORMATS = ("2d", "3d")
 # campaign devices that draw a MoE block (cases.py): cuda since scripts/gpu/vllm_engine_moe.py passed on an H100
 # (2026-12-07: fault-free silent, fused_moe_swaps_gate_up and activation_keeps_missing_modules caught)
 DEVICES = ("cpu", "cuda")
+# campaign devices that draw the 3D format: cpu until scripts/gpu/vllm_engine_moe3d.py passes on a GPU
+DEVICES_3D = ("cpu",)
 PROJS = ("w1", "w2", "w3")                  # Mixtral's checkpoint names: gate, down, up
 # the fused-MoE kernels' launch shapes on the CPU: one block covers the small M, few programs
 LAUNCH = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1, "SPLIT_K": 1,
