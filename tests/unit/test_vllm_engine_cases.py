@@ -301,6 +301,8 @@ MOE = {"moe": {"experts": 64, "top_k": 2}, "layers": ["experts"],
     ({**MOE, "moe": {"experts": 4, "top_k": 2}}, "experts"),
     ({**MOE, "moe": {"experts": 64, "top_k": 3}}, "top_k"),
     ({**MOE, "fully_sharded_loras": True}, "fully_sharded_loras to false"),
+    ({**MOE, "moe": {"experts": 64, "top_k": 2, "format": "fused"}}, "format"),
+    ({**MOE, "moe": {"experts": 64, "top_k": 2, "layout": "3d"}}, "format"),
     ({"adapters": {"1": {"rank": 4, "alpha": 8, "targets": ["experts"], "seed": 1}}}, "targets"),
 ])
 def test_invalid_moe_cases_are_refused_with_the_rule(config, words):
@@ -351,3 +353,65 @@ def test_a_moe_adapter_folder_is_what_peft_writes_for_mixtral_and_the_reference_
     want = (w2[7].double() + 2 * b2[7].double() @ a2[7].double()) @ (torch.nn.functional.silu(g) * u)
     torch.testing.assert_close(got[0], want)
     assert adapters.expert_weights(c, {**spec, "targets": ["q_proj"]}) is None
+
+
+def _peft_delta(a_weight: torch.Tensor, b_weight: torch.Tensor, experts: int) -> torch.Tensor:
+    """[E, out, in]: PEFT's ``ParamWrapper.get_delta_weight`` for a 3D parameter, unscaled, re-stated (peft/tuners/
+    lora/layer.py: ``A.reshape(E, -1, in)``, ``B.reshape(out, -1, E)``, ``einsum("o r e, e r i -> e i o")``), in
+    vLLM's [out, in] orientation."""
+    a = a_weight.reshape(experts, -1, a_weight.shape[-1])
+    b = b_weight.reshape(b_weight.shape[0], -1, experts)
+    return torch.einsum("o r e, e r i -> e i o", b.double(), a.double()).transpose(1, 2)
+
+
+def test_a_3d_moe_adapter_folder_is_what_peft_writes_for_stacked_experts_and_its_experts_share_the_gate_up_a():
+    """The 3D format (FusedMoE3DWithLoRA): two tensor pairs, ``experts.base_layer`` (gate_up_proj) and ``experts``
+    (down_proj), whose PEFT delta per expert is the reference's: gate = the first half of gate_up's rows."""
+    import sys
+
+    from targets.vllm_lora import site
+    sys.path.extend(str(p) for p in site.candidate_paths() or () if str(p) not in sys.path)  # a set-up's safetensors
+    load_file = pytest.importorskip("safetensors.torch", reason="safetensors comes with a vLLM set-up").load_file
+    c = cases.check(_case({**MOE, "moe": {"experts": 64, "top_k": 2, "format": "3d"}}))
+    spec = c["adapters"]["1"]
+    with open(os.path.join(adapters.folder(c, spec), "adapter_config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    assert cfg["target_modules"] == ["q_proj"] and cfg["target_parameters"] == ["experts.gate_up_proj",
+                                                                               "experts.down_proj"]
+    t = load_file(os.path.join(adapters.folder(c, spec), "adapter_model.safetensors"))
+    name = "base_model.model.model.layers.0.block_sparse_moe.experts"
+    assert sorted(k for k in t if ".experts" in k) == [f"{name}.{s}lora_{m}.weight" for s in ("base_layer.", "")
+                                                       for m in "AB"]
+    assert t[f"{name}.base_layer.lora_A.weight"].shape == (64 * 4, 16)
+    assert t[f"{name}.base_layer.lora_B.weight"].shape == (32, 4 * 64)
+    assert t[f"{name}.lora_A.weight"].shape == (64 * 4, 16) and t[f"{name}.lora_B.weight"].shape == (16, 4 * 64)
+    lora = adapters.expert_weights(c, spec)
+    gate_up = _peft_delta(t[f"{name}.base_layer.lora_A.weight"], t[f"{name}.base_layer.lora_B.weight"], 64)
+    down = _peft_delta(t[f"{name}.lora_A.weight"], t[f"{name}.lora_B.weight"], 64)
+    for proj, want in (("w1", gate_up[:, :16]), ("w3", gate_up[:, 16:]), ("w2", down)):
+        a, b = lora[proj]
+        torch.testing.assert_close(b.double() @ a.double(), want)
+    assert lora["w1"][0] is lora["w3"][0]  # one A for the fused gate_up parameter
+    assert model.arch(c) == model.ARCH_3D and model.arch(cases.check(_case(MOE))) == model.ARCH
+
+
+def test_moe_blocks_draw_both_adapter_formats_on_the_cpu_and_the_2d_one_only_on_a_gpu():
+    """Half the MoE blocks of a CPU campaign are 3D (FusedMoE3DWithLoRA); a GPU campaign draws 2D only until
+    scripts/gpu/vllm_engine_moe3d.py passes there (moe.DEVICES_3D)."""
+    from targets.vllm_engine import moe
+    seen: dict = {"cpu": set(), "cuda": set()}
+
+    def collector(device: str):
+        @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None,
+                  derandomize=True)
+        @given(cases.vllm_engine_cases(device=device))
+        def collect(case):
+            c = cases.check(case)
+            if c.get("moe"):
+                seen[device].add(c["moe"].get("format", "2d"))
+                assert ("moe=3d" in features.features(case)) == (c["moe"].get("format") == "3d")
+        return collect
+    for device in seen:
+        collector(device)()
+    assert seen["cpu"] == {"2d", "3d"} and seen["cuda"] <= {"2d"}, seen
+    assert "cuda" not in moe.DEVICES_3D
