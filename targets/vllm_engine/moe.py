@@ -107,12 +107,17 @@ def unavailable() -> str | None:
         return (f"no MoE block on this vLLM ({str(e).splitlines()[0].split(' from ')[0][:80]}): moe cases need "
                 f"FusedMoEWithLoRA over vLLM's Triton experts, GateLinear, override_config and the workspace manager "
                 f"(0.20 or later)")
-    if "TritonExperts" in vars(method) and method.TritonExperts is None:
+    if "TritonExperts" in vars(method) and method.TritonExperts is None and not _CUDA_LIKE_METHOD:
         return ("no MoE block on this vLLM on this platform: its unquantized MoE method binds TritonExperts only "
                 "on a CUDA-like platform (unquantized_fused_moe_method.py, at import) and picks its kernel by "
                 "platform alone, with no LoRA branch (oracle/unquantized.py; 0.20 on: TritonExperts for LoRA "
                 "whatever the platform), so the CPU gets no Triton experts to wrap")
     return None
+
+
+# 0.17 - 0.19 on the CPU: their unquantized MoE method sees a CUDA platform (cpu_platform); off only to show the
+# refusal it replaced (tests)
+_CUDA_LIKE_METHOD = True
 
 
 def router():
@@ -178,6 +183,8 @@ def compiled_ops() -> list[str]:
         done.append("_moe_C::moe_sum")
     if router() is None and _missing("_moe_C", "topk_softmax"):
         done.append(_topk_softmax(libs))
+    if _missing("_moe_C", "moe_align_block_size"):
+        done.append(_moe_align_block_size(libs))
     _DONE["ops"], _DONE["libs"] = done, libs  # a Library object unregisters its ops when collected
     return done
 
@@ -213,6 +220,43 @@ def _topk_softmax(libs: list) -> str:
     return "_moe_C::topk_softmax"
 
 
+def align(topk_ids: torch.Tensor, num_experts: int, block_size: int, sorted_token_ids: torch.Tensor,
+          experts_ids: torch.Tensor, num_tokens_post_pad: torch.Tensor) -> None:
+    """``_moe_C::moe_align_block_size`` re-stated (csrc/moe/moe_align_sum_kernels.cu; the release's own docstring,
+    ``fused_moe/moe_align_block_size.py``, gives its example): each expert's (token, k) entries, as indices into
+    ``topk_ids.flatten()``, laid out expert by expert, each expert's run padded to a multiple of ``block_size`` with the
+    sentinel ``topk_ids.numel()``; ``experts_ids[b]`` the expert of block b; ``num_tokens_post_pad`` the padded total.
+    The kernel orders an expert's entries by atomics (any order: each entry's product is its own); here in order.
+    Blocks past the total are left as the kernel leaves them to its readers (the fused-MoE kernel stops there)."""
+    flat = topk_ids.flatten().long()
+    sorted_token_ids.fill_(flat.numel())
+    pos = 0
+    for e in range(num_experts):
+        idx = (flat == e).nonzero().flatten()
+        n = -(-idx.numel() // block_size) * block_size
+        sorted_token_ids[pos:pos + idx.numel()] = idx.to(sorted_token_ids.dtype)
+        experts_ids[pos // block_size:(pos + n) // block_size] = e
+        pos += n
+    num_tokens_post_pad.fill_(pos)
+
+
+def _moe_align_block_size(libs: list) -> str:
+    """``_moe_C::moe_align_block_size`` where ``vllm._C`` is absent (``align``): 0.17 - 0.19's modular
+    ``TritonExperts.apply`` aligns every batch (no naive branch there); the schema of the release's wrapper
+    (``vllm._custom_ops.moe_align_block_size``, positional); no expert map (asserted: one rank)."""
+    lib = torch.library.Library("_moe_C", "FRAGMENT")
+    lib.define("moe_align_block_size(Tensor topk_ids, int num_experts, int block_size, Tensor! sorted_token_ids, "
+               "Tensor! experts_ids, Tensor! num_tokens_post_pad, Tensor? maybe_expert_map=None) -> ()")
+
+    def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad,
+                             maybe_expert_map=None):
+        assert maybe_expert_map is None, "the engine target has no expert parallelism"
+        align(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad)
+    lib.impl("moe_align_block_size", moe_align_block_size, "CompositeExplicitAutograd")
+    libs.append(lib)
+    return "_moe_C::moe_align_block_size"
+
+
 class _TritonOnCpu(PlatformView):
     """vLLM's platform for ``fused_moe/experts/triton_moe.py`` on the CPU: CUDA-like for the Triton experts'
     device check only (see the module's doc)."""
@@ -232,11 +276,60 @@ def triton_experts_module():
         return importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe")
 
 
+class _CudaForMoEMethod(PlatformView):
+    """vLLM's platform for 0.17 - 0.19's ``unquantized_fused_moe_method`` and ``oracle/unquantized`` modules on the
+    CPU: what a CUDA platform without FlashInfer answers them (``is_cuda`` / ``is_cuda_alike`` yes, ``is_cpu`` no,
+    no compute capability 9.0), so that the method takes the Triton backend and the modular ``TritonExperts``
+    kernel, as it does on a GPU (``select_unquantized_moe_backend``: TRITON on CUDA without FlashInfer), instead of
+    no backend at all (the no-GPU platform is neither: ``UnboundLocalError``). Every other module keeps the real
+    platform."""
+
+    @staticmethod
+    def is_cuda_alike() -> bool:
+        return True
+
+    @staticmethod
+    def is_cuda() -> bool:
+        return True
+
+    @staticmethod
+    def is_cpu() -> bool:
+        return False
+
+    @staticmethod
+    def has_device_capability(*args, **kwargs) -> bool:
+        return False
+
+
+def _cuda_like_moe_method() -> bool:
+    """0.17 - 0.19 (an unquantized MoE method that bound ``TritonExperts = None`` at import, the platform not being
+    CUDA-like): its module and its backend oracle see ``_CudaForMoEMethod``, and the Triton experts it would have
+    imported are bound as that import binds them (``from .fused_moe import TritonExperts``, ``from
+    .fused_batched_moe import BatchedTritonExperts``). Returns whether this release needed it."""
+    import importlib
+    method = importlib.import_module("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method")
+    if "TritonExperts" not in vars(method) or (method.TritonExperts is not None
+                                               and not isinstance(method.current_platform, _CudaForMoEMethod)):
+        return False
+    oracle = importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.unquantized")
+    for mod in (method, oracle):
+        if not isinstance(mod.current_platform, _CudaForMoEMethod):
+            mod.current_platform = _CudaForMoEMethod(mod.current_platform)
+    if method.TritonExperts is None:
+        method.TritonExperts = importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe").TritonExperts
+        method.BatchedTritonExperts = importlib.import_module(
+            "vllm.model_executor.layers.fused_moe.fused_batched_moe").BatchedTritonExperts
+    return True
+
+
 def cpu_platform() -> None:
-    """On the CPU, once per process: the Triton experts module's platform answers its device check."""
+    """On the CPU, once per process: the Triton experts module's platform answers its device check; on 0.17 - 0.19
+    the unquantized MoE method sees a CUDA platform (``_cuda_like_moe_method``)."""
     triton_moe = triton_experts_module()
     if not isinstance(triton_moe.current_platform, _TritonOnCpu):
         triton_moe.current_platform = _TritonOnCpu(triton_moe.current_platform)
+    if _CUDA_LIKE_METHOD:
+        _cuda_like_moe_method()
 
 
 def workspace(device: torch.device) -> None:
