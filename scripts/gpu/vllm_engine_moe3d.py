@@ -20,7 +20,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2] / "tests" / "integration")]
+HERE = Path(__file__).resolve()
+sys.path[:0] = [str(HERE.parent), str(HERE.parents[2] / "tests" / "integration")]
 from vllm_engine_moe import _test_module, main  # noqa: E402
 
 
@@ -32,7 +33,8 @@ def plan() -> list[tuple[str, dict, tuple | None]]:
                                                    None)]
     for fault in sorted(t.MOE_3D_FAULT_CASES):
         ops, extra, tensor = t.MOE_3D_FAULT_CASES[fault]
-        runs.append((fault, {"config": {**config, **extra}, "ops": ops, "faults": [fault]}, ("numeric-mismatch", tensor)))
+        runs.append((fault, {"config": {**config, **extra}, "ops": ops, "faults": [fault]},
+                     ("numeric-mismatch", tensor)))
     return runs
 
 

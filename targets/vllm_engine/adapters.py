@@ -109,7 +109,10 @@ def expert_weights(c: dict, spec: dict) -> dict[str, tuple[torch.Tensor, torch.T
     return out
 
 
-def expert_weights_3d(c: dict, spec: dict) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+Pair = tuple[torch.Tensor, torch.Tensor]
+
+
+def expert_weights_3d(c: dict, spec: dict) -> tuple[Pair, Pair]:
     """((A13 [E, rank, H], B13 [E, 2I, rank]), (A2 [E, rank, I], B2 [E, H, rank])): a 3D-format adapter's expert
     weights, per expert (float32, exact in the model's dtype); B13's first I rows are the gate's (w1)."""
     exact = getattr(torch, c.get("dtype", "float16"))
@@ -147,7 +150,7 @@ def folder(c: dict, spec: dict) -> str:
             tensors[f"{name}.lora_A.weight"], tensors[f"{name}.lora_B.weight"] = a, b
     experts = expert_weights(c, spec) or {}
     extra = {}
-    if experts and fused(c):  # PEFT's nested ParamWrappers: gate_up_proj under experts.base_layer, down_proj under experts
+    if experts and fused(c):  # PEFT's nested ParamWrappers: gate_up_proj under experts.base_layer, down_proj, experts
         for sub, (a, b) in zip(("base_layer.", ""), expert_weights_3d(c, spec)):
             name = f"base_model.model.{moe.PATH}.{sub}"
             tensors[f"{name}lora_A.weight"], tensors[f"{name}lora_B.weight"] = peft_3d(a, b)

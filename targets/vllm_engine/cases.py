@@ -454,9 +454,9 @@ def _adapter(draw, max_rank: int, subs: list[str]) -> dict:
 
 def _moe_knob(draw, device: str, moe_blocks: bool) -> dict | None:
     """A MoE block in about one case in three (moe.py: expert counts for which vLLM's naive paths cover the
-    batches), half of them with 3D-format adapters (``"format": "3d"``: ``FusedMoE3DWithLoRA``; CPU campaigns only,
-    ``moe.DEVICES_3D``, until scripts/gpu/vllm_engine_moe3d.py passes on a GPU); in a CPU campaign only, until the block is checked compiled on a GPU (scripts/gpu/vllm_engine_moe.py;
-    a case that asks for one runs on either); ``moe_blocks``: this vLLM can build one (moe.unavailable)."""
+    batches) on the devices of ``moe.DEVICES``, half of them with 3D-format adapters (``"format": "3d"``:
+    ``FusedMoE3DWithLoRA``) on those of ``moe.DEVICES_3D`` (the CPU, until scripts/gpu/vllm_engine_moe3d.py passes
+    on a GPU; a case that asks for one runs on either); ``moe_blocks``: this vLLM can build one (moe.unavailable)."""
     if not moe_blocks or device not in moe.DEVICES or draw(st.integers(0, 2)):
         return None
     block = {"experts": draw(st.sampled_from(moe.EXPERTS)), "top_k": draw(st.sampled_from(moe.TOP_K))}

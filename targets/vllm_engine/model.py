@@ -26,7 +26,7 @@ import os
 import torch
 
 ARCH = "FuzzrunnerTinyLoRAForCausalLM"
-# the same model flagged ``is_3d_moe_weight`` (as vLLM's Qwen3-VL-MoE, GPT-OSS...: expert weights stacked 3D on disk), so
+# the same model flagged ``is_3d_moe_weight`` (as vLLM's Qwen3-VL-MoE, GPT-OSS: expert weights stacked 3D on disk), so
 # that vLLM's LoRA manager wraps its experts in ``FusedMoE3DWithLoRA`` (a ``moe`` case with ``"format": "3d"``)
 ARCH_3D = "FuzzrunnerTiny3DMoELoRAForCausalLM"
 HEAD_DIM = 8

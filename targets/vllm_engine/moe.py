@@ -17,8 +17,10 @@ What the release needs compiled code for, and how each is answered (docs/vllm.md
 * ``torch.ops._moe_C.moe_sum`` (the top-k reduction, ``TritonExperts.moe_sum``): registered where absent,
   re-stated as ``output = input.sum(dim=1)``: vLLM's ``moe_sum_kernel`` (csrc/moe/moe_align_sum_kernels.cu)
   sums the ``topk`` rows of each token (no expert map: the target has no expert parallelism);
-* ``moe_align_block_size`` / ``moe_lora_align_block_size`` (``torch.ops._moe_C``): not answered. vLLM skips
-  both where a batch is sparse enough (its own naive block assignment: base ``tokens * top_k * 4 <= experts``,
+* ``moe_align_block_size`` (``torch.ops._moe_C``): re-stated where absent (``align``), for 0.17 - 0.19, whose
+  modular Triton experts align every batch; from 0.20 the base experts take the naive path below and never call it;
+* ``moe_lora_align_block_size`` (``torch.ops._moe_C``): not answered. vLLM skips it (and from 0.20 the base
+  align) where a batch is sparse enough (its own naive block assignment: base ``tokens * top_k * 4 <= experts``,
   ``_prepare_expert_assignment``; LoRA ``tokens * top_k * 8 <= experts * max_loras`` and not fully sharded,
   ``PunicaWrapperGPU.add_lora_w13``), so the expert counts are 64 and 128 and the MoE layer runs only on the
   batches where vLLM takes both naive paths (``naive``); fully sharded LoRA (always the sorted path) is not
@@ -30,12 +32,19 @@ What the release needs compiled code for, and how each is answered (docs/vllm.md
   ``triton_moe`` module alone sees vLLM's platform with that one answer yes (Triton runs there, in its
   interpreter; ``is_cuda`` stays no, so no CUDA-only branch is taken), as ``vllm_lora`` answers the MoE LoRA
   op's compute-unit count;
+* on the CPU, 0.17 - 0.19's unquantized MoE method: it binds ``TritonExperts`` only on a CUDA-like platform at
+  import and its backend oracle picks by platform alone; those two modules see what a CUDA platform without
+  FlashInfer answers (``_CudaForMoEMethod``: the Triton backend, as on a GPU);
 * the workspace: vLLM's ``init_workspace_manager`` (as ``GPUModelRunner.__init__`` calls it); on the CPU its
   buffer is made once up front (growing it calls ``torch.accelerator.empty_cache()``, which raises there).
 
 The base output of a row is vLLM's own: a twin of the block's experts, built by the same factory with the same
 weights and never wrapped (``twin``), run on the same input and router logits. The float64 reference of an
 adapter's row is the whole block from the PEFT weights (``reference``).
+
+A block of ``"format": "3d"`` (``FORMATS``) sits in a model flagged ``is_3d_moe_weight`` (model.ARCH_3D): vLLM's
+manager then wraps the experts in ``FusedMoE3DWithLoRA`` and its adapters are in PEFT's stacked 3D layout
+(adapters.py); the forward, oracles and reference are the same.
 """
 
 from __future__ import annotations
@@ -95,8 +104,9 @@ def unavailable() -> str | None:
     version: the experts' builder (``builder``: ``FusedMoEFactory`` 0.28 on, ``FusedMoE`` before), their router
     (``router``: ``CPURouter`` 0.31 on, else the builder's default ``FusedTopKRouter``), the module holding their
     weights (``weights_of``), the model's expert mapping (``model_mapping``) and the Triton experts' module
-    (``triton_experts_module``). Driven here: 0.20 - 0.34; 0.15 - 0.19's unquantized MoE method has Triton experts
-    only on a CUDA-like platform (refused on the CPU, said why)."""
+    (``triton_experts_module``). Driven here: 0.17 - 0.34 (0.17 - 0.19: the decorator-based ``FusedMoEWithLoRA``,
+    their unquantized MoE method seeing a CUDA platform on the CPU, ``cpu_platform``); 0.15 - 0.16 have no
+    ``GateLinear``."""
     try:
         import vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method as method
         from vllm.lora.layers import FusedMoEWithLoRA  # noqa: F401

@@ -415,3 +415,16 @@ def test_moe_blocks_draw_both_adapter_formats_on_the_cpu_and_the_2d_one_only_on_
         collector(device)()
     assert seen["cpu"] == {"2d", "3d"} and seen["cuda"] <= {"2d"}, seen
     assert "cuda" not in moe.DEVICES_3D
+
+
+def test_the_restated_moe_align_block_size_gives_the_releases_own_example():
+    """``_moe_C::moe_align_block_size`` re-stated (moe.align, 0.17 - 0.19's base experts on the CPU): the example of
+    the release's own docstring (fused_moe/moe_align_block_size.py; experts 1 - 4 of 5, block 4): each expert's
+    entries padded to a block with the sentinel 12, one expert per block, 16 entries after padding."""
+    from targets.vllm_engine import moe
+    topk = torch.tensor([[2, 3, 4], [1, 2, 4], [1, 3, 4], [1, 2, 3]], dtype=torch.int32)
+    ids, experts, total = torch.full((27,), -7, dtype=torch.int32), torch.full((7,), -7, dtype=torch.int32), \
+        torch.zeros(1, dtype=torch.int32)
+    moe.align(topk, 5, 4, ids, experts, total)
+    assert ids[:16].tolist() == [3, 6, 9, 12, 0, 4, 10, 12, 1, 7, 11, 12, 2, 5, 8, 12] and set(ids[16:].tolist()) == {12}
+    assert experts[:4].tolist() == [1, 2, 3, 4] and total.tolist() == [16]
