@@ -395,12 +395,30 @@ def model_mapping():
     return get_expert_mapping
 
 
+def gate_wrappable() -> bool:
+    """Whether this vLLM's LoRA manager can wrap a ``GateLinear``: 0.19's ``GateLinearWithLoRA``, or from 0.20 a
+    ``ReplicatedLinearWithLoRA`` that takes any ``ReplicatedLinear`` subclass (``isinstance``). 0.17 - 0.18 take
+    ``type(source_layer) is ReplicatedLinear`` only, and the manager asserts on the unwrapped ``GateLinear``
+    (``register_module``: "must be a BaseLayerWithLoRA instance"): there the block's gate is a ``ReplicatedLinear``, as
+    their Mixtral builds it (no adapter targets it)."""
+    import inspect
+
+    import vllm.lora.layers as lora_layers
+    return hasattr(lora_layers, "GateLinearWithLoRA") or "isinstance(" in inspect.getsource(
+        lora_layers.ReplicatedLinearWithLoRA.can_replace_layer)
+
+
 def block(hf):
-    """The sparse block: ``gate`` (vLLM's ``GateLinear``) and ``experts``."""
+    """The sparse block: ``gate`` (vLLM's ``GateLinear``, or a ``ReplicatedLinear`` where the release's LoRA cannot wrap
+    a ``GateLinear``: ``gate_wrappable``) and ``experts``."""
     from torch import nn
     from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
     b = nn.Module()
-    b.gate = GateLinear(hf.hidden_size, hf.fuzzrunner_moe["experts"], prefix=f"{BLOCK}.gate")
+    if gate_wrappable():
+        b.gate = GateLinear(hf.hidden_size, hf.fuzzrunner_moe["experts"], prefix=f"{BLOCK}.gate")
+    else:
+        from vllm.model_executor.layers.linear import ReplicatedLinear
+        b.gate = ReplicatedLinear(hf.hidden_size, hf.fuzzrunner_moe["experts"], bias=False, prefix=f"{BLOCK}.gate")
     b.experts = experts(hf, f"{BLOCK}.experts")
     return b
 
