@@ -239,15 +239,16 @@ def align(topk_ids: torch.Tensor, num_experts: int, block_size: int, sorted_toke
     The kernel orders an expert's entries by atomics (any order: each entry's product is its own); here in order.
     Blocks past the total are left as the kernel leaves them to its readers (the fused-MoE kernel stops there)."""
     flat = topk_ids.flatten().long()
+    counts = torch.bincount(flat, minlength=num_experts)
+    padded = (counts + block_size - 1) // block_size * block_size
+    order = torch.argsort(flat, stable=True)  # the entries expert by expert, each expert's in order
+    by_expert = flat[order]
+    within = torch.arange(flat.numel(), device=flat.device) - (torch.cumsum(counts, 0) - counts)[by_expert]
     sorted_token_ids.fill_(flat.numel())
-    pos = 0
-    for e in range(num_experts):
-        idx = (flat == e).nonzero().flatten()
-        n = -(-idx.numel() // block_size) * block_size
-        sorted_token_ids[pos:pos + idx.numel()] = idx.to(sorted_token_ids.dtype)
-        experts_ids[pos // block_size:(pos + n) // block_size] = e
-        pos += n
-    num_tokens_post_pad.fill_(pos)
+    sorted_token_ids[(torch.cumsum(padded, 0) - padded)[by_expert] + within] = order.to(sorted_token_ids.dtype)
+    blocks = torch.repeat_interleave(torch.arange(num_experts, device=flat.device), padded // block_size)
+    experts_ids[:blocks.numel()] = blocks.to(experts_ids.dtype)
+    num_tokens_post_pad.fill_(int(padded.sum()))
 
 
 def _moe_align_block_size(libs: list) -> str:

@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
 
 from fuzzrunner.case import Case
 from fuzzrunner.errors import InvalidCase
@@ -428,3 +429,20 @@ def test_the_restated_moe_align_block_size_gives_the_releases_own_example():
     moe.align(topk, 5, 4, ids, experts, total)
     assert ids[:16].tolist() == [3, 6, 9, 12, 0, 4, 10, 12, 1, 7, 11, 12, 2, 5, 8, 12] and set(ids[16:].tolist()) == {12}
     assert experts[:4].tolist() == [1, 2, 3, 4] and total.tolist() == [16]
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st_experts=st.integers(1, 130), tokens=st.integers(1, 8), top_k=st.integers(1, 2), block=st.integers(1, 16),
+       seed_=st.integers(0, 2 ** 16))
+def test_the_restated_align_puts_every_entry_once_in_a_block_of_its_expert(st_experts, tokens, top_k, block, seed_):
+    from targets.vllm_engine import moe
+    g = torch.Generator().manual_seed(seed_)
+    topk = torch.randint(0, st_experts, (tokens, top_k), generator=g, dtype=torch.int32)
+    n = topk.numel() + st_experts * (block - 1)
+    ids, experts, total = torch.full((n,), -1, dtype=torch.int32), torch.full((n // block + 1,), -1, dtype=torch.int32), \
+        torch.zeros(1, dtype=torch.int32)
+    moe.align(topk, st_experts, block, ids, experts, total)
+    t, flat = int(total), topk.flatten().tolist()
+    assert t % block == 0 and sorted(v for v in ids[:t].tolist() if v < len(flat)) == list(range(len(flat)))
+    for b in range(t // block):
+        assert all(v == len(flat) or flat[v] == int(experts[b]) for v in ids[b * block:(b + 1) * block].tolist())
