@@ -13,6 +13,14 @@ expert's ``w1`` / ``w2`` / ``w3`` (``...block_sparse_moe.experts.<e>.w1.lora_A.w
 Mixtral adapter; vLLM packs them with ``PackedLoRALayerWeights.pack_moe``, which needs all three of every
 expert).
 
+In a ``moe`` case of the 3D format (``"format": "3d"``: a model flagged ``is_3d_moe_weight``, whose experts vLLM
+wraps in ``FusedMoE3DWithLoRA``), the expert weights are written as PEFT writes a LoRA of stacked 3D expert
+parameters (``target_parameters``: ``experts.gate_up_proj`` [E, H, 2I] and ``experts.down_proj`` [E, I, H];
+PEFT's ``ParamWrapper`` nests, so the first parameter's LoRA is saved under ``experts.base_layer`` and the second's
+under ``experts``): per parameter one ``lora_A.weight`` [E * rank, in] and one ``lora_B.weight`` [out, rank * E],
+expert e's factors being ``A.reshape(E, rank, in)[e]`` and ``B.reshape(out, rank, E)[:, :, e]`` (PEFT's
+``ParamWrapper.get_delta_weight``); gate and up share one A, and the gate is the first half of the 2I outputs.
+
 The reference delta of a row uses only these weights and the PEFT scaling (``alpha / rank``, or
 ``alpha / sqrt(rank)`` with rsLoRA), never vLLM's stacked tensors or metadata.
 """
@@ -75,11 +83,21 @@ def weights(c: dict, spec: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]]
     return out
 
 
+def fused(c: dict) -> bool:
+    """The case's expert adapters are in the 3D format (``FusedMoE3DWithLoRA``)."""
+    return (c.get("moe") or {}).get("format") == "3d"
+
+
 def expert_weights(c: dict, spec: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]] | None:
     """{w1|w2|w3: (A [E, rank, in], B [E, out, rank])} in float32 (exact in the model's dtype), or None where
-    the adapter has no expert weights; drawn from the adapter's seed, apart from the dense modules' draws."""
+    the adapter has no expert weights; drawn from the adapter's seed, apart from the dense modules' draws. In the
+    3D format, w1 and w3 share their A (``expert_weights_3d``)."""
     if not c.get("moe") or moe.LAYER not in spec["targets"]:
         return None
+    if fused(c):
+        (a13, b13), (a2, b2) = expert_weights_3d(c, spec)
+        i = b13.size(1) // 2
+        return {"w1": (a13, b13[:, :i]), "w2": (a2, b2), "w3": (a13, b13[:, i:])}
     exact = getattr(torch, c.get("dtype", "float16"))
     g = torch.Generator().manual_seed(7919 * spec["seed"] + spec["rank"] + 1)
     e, r = c["moe"]["experts"], spec["rank"]
@@ -89,6 +107,30 @@ def expert_weights(c: dict, spec: dict) -> dict[str, tuple[torch.Tensor, torch.T
         b = (0.125 * torch.randn(e, o, r, generator=g)).to(exact).float()  # roundings (moe.INPUT_SCALE)
         out[proj] = (a, b)
     return out
+
+
+Pair = tuple[torch.Tensor, torch.Tensor]
+
+
+def expert_weights_3d(c: dict, spec: dict) -> tuple[Pair, Pair]:
+    """((A13 [E, rank, H], B13 [E, 2I, rank]), (A2 [E, rank, I], B2 [E, H, rank])): a 3D-format adapter's expert
+    weights, per expert (float32, exact in the model's dtype); B13's first I rows are the gate's (w1)."""
+    exact = getattr(torch, c.get("dtype", "float16"))
+    g = torch.Generator().manual_seed(7919 * spec["seed"] + spec["rank"] + 2)
+    e, r = c["moe"]["experts"], spec["rank"]
+    (i, h), out = moe.shapes(c)["w1"], []
+    for o, n in ((2 * i, h), (h, i)):  # half the dense modules' scale, as expert_weights
+        a = (0.125 * torch.randn(e, r, n, generator=g)).to(exact).float()
+        b = (0.125 * torch.randn(e, o, r, generator=g)).to(exact).float()
+        out.append((a, b))
+    return out[0], out[1]
+
+
+def peft_3d(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-expert (A [E, r, in], B [E, out, r]) as PEFT's ``ParamWrapper`` stores them: ``lora_A.weight``
+    [E * r, in] (row ``e * r + j``), ``lora_B.weight`` [out, r * E] (column ``j * E + e``)."""
+    e, r, n = a.shape
+    return a.reshape(e * r, n).contiguous(), b.permute(1, 2, 0).reshape(b.size(1), r * e).contiguous()
 
 
 def folder(c: dict, spec: dict) -> str:
@@ -107,18 +149,27 @@ def folder(c: dict, spec: dict) -> str:
         else:
             tensors[f"{name}.lora_A.weight"], tensors[f"{name}.lora_B.weight"] = a, b
     experts = expert_weights(c, spec) or {}
-    for proj, (a, b) in experts.items():
-        for e in range(a.size(0)):
-            name = f"base_model.model.{moe.PATH}.{e}.{proj}"
-            tensors[f"{name}.lora_A.weight"], tensors[f"{name}.lora_B.weight"] = a[e].contiguous(), b[e].contiguous()
-    targets = sorted(t for t in spec["targets"] if t != moe.LAYER) + (list(moe.PROJS) if experts else [])
+    extra = {}
+    if experts and fused(c):  # PEFT's nested ParamWrappers: gate_up_proj under experts.base_layer, down_proj, experts
+        for sub, (a, b) in zip(("base_layer.", ""), expert_weights_3d(c, spec)):
+            name = f"base_model.model.{moe.PATH}.{sub}"
+            tensors[f"{name}lora_A.weight"], tensors[f"{name}lora_B.weight"] = peft_3d(a, b)
+        extra = {"target_parameters": [f"{moe.LAYER}.gate_up_proj", f"{moe.LAYER}.down_proj"]}
+    else:
+        for proj, (a, b) in experts.items():
+            for e in range(a.size(0)):
+                name = f"base_model.model.{moe.PATH}.{e}.{proj}"
+                tensors[f"{name}.lora_A.weight"], tensors[f"{name}.lora_B.weight"] = (a[e].contiguous(),
+                                                                                      b[e].contiguous())
+    targets = sorted(t for t in spec["targets"] if t != moe.LAYER) + (list(moe.PROJS) if experts and not extra
+                                                                       else [])
     tmp = d + ".tmp"
     os.makedirs(tmp, exist_ok=True)
     save_file(tensors, os.path.join(tmp, "adapter_model.safetensors"))
     with open(os.path.join(tmp, "adapter_config.json"), "w", encoding="utf-8") as f:
         json.dump({"peft_type": "LORA", "r": spec["rank"], "lora_alpha": spec["alpha"],
                    "use_rslora": bool(spec.get("rslora")), "target_modules": targets,
-                   "bias": "none", "task_type": "CAUSAL_LM"}, f)
+                   "bias": "none", "task_type": "CAUSAL_LM", **extra}, f)
     os.replace(tmp, d)
     return d
 

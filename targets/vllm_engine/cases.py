@@ -80,8 +80,10 @@ def _check_moe(c: dict) -> None:
     m = c.get("moe")
     if m is None:
         return
-    if not isinstance(m, dict) or m.get("experts") not in moe.EXPERTS or m.get("top_k") not in moe.TOP_K:
-        raise InvalidCase(f"moe {m!r}: null, or {{'experts': one of {moe.EXPERTS}, 'top_k': one of {moe.TOP_K}}}.")
+    if not isinstance(m, dict) or m.get("experts") not in moe.EXPERTS or m.get("top_k") not in moe.TOP_K or \
+            m.get("format", "2d") not in moe.FORMATS or set(m) - {"experts", "top_k", "format"}:
+        raise InvalidCase(f"moe {m!r}: null, or {{'experts': one of {moe.EXPERTS}, 'top_k': one of {moe.TOP_K}, "
+                          f"'format' (optional, default '2d'): one of {moe.FORMATS}}}.")
     if c["fully_sharded_loras"]:  # vLLM's fully sharded MoE LoRA always aligns with vllm._C (moe.py)
         raise InvalidCase("moe with fully_sharded_loras: the fused-MoE LoRA then takes its sorted path, whose align "
                           "op is compiled code (vllm._C); set fully_sharded_loras to false for a MoE case.")
@@ -452,11 +454,15 @@ def _adapter(draw, max_rank: int, subs: list[str]) -> dict:
 
 def _moe_knob(draw, device: str, moe_blocks: bool) -> dict | None:
     """A MoE block in about one case in three (moe.py: expert counts for which vLLM's naive paths cover the
-    batches); in a CPU campaign only, until the block is checked compiled on a GPU (scripts/gpu/vllm_engine_moe.py;
-    a case that asks for one runs on either); ``moe_blocks``: this vLLM can build one (moe.unavailable)."""
+    batches) on the devices of ``moe.DEVICES``, half of them with 3D-format adapters (``"format": "3d"``:
+    ``FusedMoE3DWithLoRA``) on those of ``moe.DEVICES_3D`` (the CPU, until scripts/gpu/vllm_engine_moe3d.py passes
+    on a GPU; a case that asks for one runs on either); ``moe_blocks``: this vLLM can build one (moe.unavailable)."""
     if not moe_blocks or device not in moe.DEVICES or draw(st.integers(0, 2)):
         return None
-    return {"experts": draw(st.sampled_from(moe.EXPERTS)), "top_k": draw(st.sampled_from(moe.TOP_K))}
+    block = {"experts": draw(st.sampled_from(moe.EXPERTS)), "top_k": draw(st.sampled_from(moe.TOP_K))}
+    if device in moe.DEVICES_3D and draw(st.booleans()):  # half the blocks: 3D-format adapters, FusedMoE3DWithLoRA
+        block["format"] = "3d"
+    return block
 
 
 @st.composite

@@ -40,6 +40,10 @@ FAULTS = {
         "FusedMoEWithLoRA.set_lora copies each expert's gate (w1) LoRA into the up (w3) slice of the stacked w13 "
         "weights and the up LoRA into the gate slice (the packing order of gate and up confused): an adapter's "
         "expert deltas land on the wrong half of the gated activation.",
+    "fused_moe_3d_swaps_gate_up":
+        "FusedMoE3DWithLoRA.set_lora reads the fused gate_up LoRA B of a 3D-format adapter as [up; gate] instead of "
+        "[gate; up] (the order of the fused w13 output confused): every expert's gate delta lands on its up "
+        "projection and the up delta on its gate.",
 }
 
 FAULTS.update(v1_faults.FAULTS)  # the V1 runner's InputBatch and dispatcher (v1_faults.py)
@@ -57,7 +61,7 @@ def unavailable(found: dict) -> dict:
         out["logits_mapping_per_request"] = ("this vLLM's LoraState.make_lora_inputs already maps one lm_head row per "
                                              "request (it takes no num_logits)")
     if found.get("moe_unavailable"):
-        out["fused_moe_swaps_gate_up"] = found["moe_unavailable"]
+        out["fused_moe_swaps_gate_up"] = out["fused_moe_3d_swaps_gate_up"] = found["moe_unavailable"]
     return (out | v1_faults.unavailable(found) | v2_graph_faults.unavailable(found)
             | prompt_logprobs_faults.unavailable(found))
 
@@ -172,6 +176,19 @@ def _moe_swaps_gate_up(stack: contextlib.ExitStack) -> None:
     stack.enter_context(_patched(FusedMoEWithLoRA, "set_lora", set_lora))
 
 
+def _moe_3d_swaps_gate_up(stack: contextlib.ExitStack) -> None:
+    from vllm.lora.layers import FusedMoE3DWithLoRA
+    original = FusedMoE3DWithLoRA.__dict__["set_lora"]
+
+    def set_lora(self, index, lora_a, lora_b, *args, **kwargs):
+        w13_b, w2_b = lora_b  # w13_b: [experts, 2 * intermediate, rank], the gate's rows first
+        half = w13_b.size(1) // 2
+        swapped = w13_b.new_empty(w13_b.shape)
+        swapped[:, :half], swapped[:, half:] = w13_b[:, half:], w13_b[:, :half]
+        return original(self, index, lora_a, [swapped, w2_b], *args, **kwargs)
+    stack.enter_context(_patched(FusedMoE3DWithLoRA, "set_lora", set_lora))
+
+
 _PLANT = {
     "mapping_cache_ignores_slots": lambda stack, found: _mapping_cache(stack),
     "set_lora_keeps_old_weights": lambda stack, found: _set_lora_without_reset(stack),
@@ -181,6 +198,7 @@ _PLANT = {
     "lora_state_keeps_finished_adapter": _state_keeps_adapter,
     "logits_mapping_per_request": _logits_per_request,
     "fused_moe_swaps_gate_up": lambda stack, found: _moe_swaps_gate_up(stack),
+    "fused_moe_3d_swaps_gate_up": lambda stack, found: _moe_3d_swaps_gate_up(stack),
     **v1_faults.PLANT,
     **v2_graph_faults.PLANT,
     **prompt_logprobs_faults.PLANT,

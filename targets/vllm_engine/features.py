@@ -9,7 +9,7 @@ FEATURE_SPACE = tuple(
     [f"op={o}" for o in OPS] + [f"layer={x}" for x in LAYERS + ("experts",)]
     + ["layout=qkv-merged", "layout=qkv-fused", "layout=gate_up-merged", "layout=gate_up-fused",
        "fully_sharded_loras=on", "specialize_active_lora=on", "target_modules=filtered", "lora_dtype=auto",
-       "adapter=rslora", "adapter=partial-targets", "adapters=mixed-ranks", "moe=top_k-2", "adapter=experts",
+       "adapter=rslora", "adapter=partial-targets", "adapters=mixed-ranks", "moe=top_k-2", "moe=3d", "adapter=experts",
        "step=mixed", "step=no-lora", "step=padded", "step=drafts", "step=prompt-logprobs", "step=chunked-prompt",
        "step=prompt-token-ids", "step=prompt-start", "step=finished-requests",
        "step=index-reused", "step=repeated", "state=slots-full", "state=more-adapters-than-cpu-slots",
@@ -59,6 +59,8 @@ def _runner(c: dict, out: set) -> None:
 def _moe(c: dict, out: set) -> None:
     if (c.get("moe") or {}).get("top_k") == 2:
         out.add("moe=top_k-2")
+    if (c.get("moe") or {}).get("format") == "3d":
+        out.add("moe=3d")
     if c.get("moe") and any("experts" in a.get("targets", ()) for a in c.get("adapters", {}).values()):
         out.add("adapter=experts")
 

@@ -26,6 +26,9 @@ import os
 import torch
 
 ARCH = "FuzzrunnerTinyLoRAForCausalLM"
+# the same model flagged ``is_3d_moe_weight`` (as vLLM's Qwen3-VL-MoE, GPT-OSS: expert weights stacked 3D on disk), so
+# that vLLM's LoRA manager wraps its experts in ``FusedMoE3DWithLoRA`` (a ``moe`` case with ``"format": "3d"``)
+ARCH_3D = "FuzzrunnerTiny3DMoELoRAForCausalLM"
 HEAD_DIM = 8
 LAYER = "model.layers.0"
 
@@ -74,11 +77,16 @@ def input_size(c: dict, module: str) -> int:
     return {"o_proj": d["heads"] * HEAD_DIM, "down_proj": d["intermediate"]}.get(module, d["hidden"])
 
 
+def arch(c: dict) -> str:
+    """The case's model class name: ``ARCH_3D`` for a MoE block whose adapters are in the 3D format."""
+    return ARCH_3D if (c.get("moe") or {}).get("format") == "3d" else ARCH
+
+
 def write_config(c: dict, folder: str) -> str:
     """The model's Hugging Face config.json (what vLLM's ModelConfig reads); returns the folder."""
     d = dims(c)
     os.makedirs(folder, exist_ok=True)
-    cfg = {"architectures": [ARCH], "model_type": "llama", "hidden_size": d["hidden"],
+    cfg = {"architectures": [arch(c)], "model_type": "llama", "hidden_size": d["hidden"],
            "intermediate_size": d["intermediate"], "num_attention_heads": d["heads"],
            "num_key_value_heads": d["kv_heads"], "head_dim": HEAD_DIM, "num_hidden_layers": 1,
            "vocab_size": d["vocab"], "max_position_embeddings": 64, "torch_dtype": "float16", "rms_norm_eps": 1e-5,
@@ -88,6 +96,18 @@ def write_config(c: dict, folder: str) -> str:
     with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
         json.dump(cfg, f)
     return folder
+
+
+def model_classes() -> dict:
+    """{architecture: model class} (vLLM imported here, once): both registered in vLLM's ModelRegistry by vllm_env.
+    ``ARCH_3D`` is ``ARCH`` with vLLM's ``SupportsLoRA.is_3d_moe_weight`` set, the flag by which vLLM's LoRA manager
+    picks ``FusedMoE3DWithLoRA`` for its experts (``LoRAModelManager._is_3d_moe_model``)."""
+    cls = model_class()
+
+    class FuzzrunnerTiny3DMoELoRAForCausalLM(cls):  # type: ignore[misc, valid-type]
+        is_3d_moe_weight = True
+    FuzzrunnerTiny3DMoELoRAForCausalLM.__name__ = FuzzrunnerTiny3DMoELoRAForCausalLM.__qualname__ = ARCH_3D
+    return {ARCH: cls, ARCH_3D: FuzzrunnerTiny3DMoELoRAForCausalLM}
 
 
 def model_class():

@@ -17,8 +17,10 @@ What the release needs compiled code for, and how each is answered (docs/vllm.md
 * ``torch.ops._moe_C.moe_sum`` (the top-k reduction, ``TritonExperts.moe_sum``): registered where absent,
   re-stated as ``output = input.sum(dim=1)``: vLLM's ``moe_sum_kernel`` (csrc/moe/moe_align_sum_kernels.cu)
   sums the ``topk`` rows of each token (no expert map: the target has no expert parallelism);
-* ``moe_align_block_size`` / ``moe_lora_align_block_size`` (``torch.ops._moe_C``): not answered. vLLM skips
-  both where a batch is sparse enough (its own naive block assignment: base ``tokens * top_k * 4 <= experts``,
+* ``moe_align_block_size`` (``torch.ops._moe_C``): re-stated where absent (``align``), for 0.17 - 0.19, whose
+  modular Triton experts align every batch; from 0.20 the base experts take the naive path below and never call it;
+* ``moe_lora_align_block_size`` (``torch.ops._moe_C``): not answered. vLLM skips it (and from 0.20 the base
+  align) where a batch is sparse enough (its own naive block assignment: base ``tokens * top_k * 4 <= experts``,
   ``_prepare_expert_assignment``; LoRA ``tokens * top_k * 8 <= experts * max_loras`` and not fully sharded,
   ``PunicaWrapperGPU.add_lora_w13``), so the expert counts are 64 and 128 and the MoE layer runs only on the
   batches where vLLM takes both naive paths (``naive``); fully sharded LoRA (always the sorted path) is not
@@ -30,12 +32,19 @@ What the release needs compiled code for, and how each is answered (docs/vllm.md
   ``triton_moe`` module alone sees vLLM's platform with that one answer yes (Triton runs there, in its
   interpreter; ``is_cuda`` stays no, so no CUDA-only branch is taken), as ``vllm_lora`` answers the MoE LoRA
   op's compute-unit count;
+* on the CPU, 0.17 - 0.19's unquantized MoE method: it binds ``TritonExperts`` only on a CUDA-like platform at
+  import and its backend oracle picks by platform alone; those two modules see what a CUDA platform without
+  FlashInfer answers (``_CudaForMoEMethod``: the Triton backend, as on a GPU);
 * the workspace: vLLM's ``init_workspace_manager`` (as ``GPUModelRunner.__init__`` calls it); on the CPU its
   buffer is made once up front (growing it calls ``torch.accelerator.empty_cache()``, which raises there).
 
 The base output of a row is vLLM's own: a twin of the block's experts, built by the same factory with the same
 weights and never wrapped (``twin``), run on the same input and router logits. The float64 reference of an
 adapter's row is the whole block from the PEFT weights (``reference``).
+
+A block of ``"format": "3d"`` (``FORMATS``) sits in a model flagged ``is_3d_moe_weight`` (model.ARCH_3D): vLLM's
+manager then wraps the experts in ``FusedMoE3DWithLoRA`` and its adapters are in PEFT's stacked 3D layout
+(adapters.py); the forward, oracles and reference are the same.
 """
 
 from __future__ import annotations
@@ -49,9 +58,14 @@ BLOCK = "model.layers.0.block_sparse_moe"   # Mixtral's name for the sparse bloc
 PATH = f"{BLOCK}.experts"
 EXPERTS = (64, 128)
 TOP_K = (1, 2)
+# the expert adapters' format: "2d" (per-expert w1/w2/w3, FusedMoEWithLoRA) or "3d" (stacked gate_up / down, as PEFT
+# saves a LoRA of 3D expert parameters: a model flagged is_3d_moe_weight, FusedMoE3DWithLoRA; model.ARCH_3D)
+FORMATS = ("2d", "3d")
 # campaign devices that draw a MoE block (cases.py): cuda since scripts/gpu/vllm_engine_moe.py passed on an H100
 # (2026-12-07: fault-free silent, fused_moe_swaps_gate_up and activation_keeps_missing_modules caught)
 DEVICES = ("cpu", "cuda")
+# campaign devices that draw the 3D format: cpu until scripts/gpu/vllm_engine_moe3d.py passes on a GPU
+DEVICES_3D = ("cpu",)
 PROJS = ("w1", "w2", "w3")                  # Mixtral's checkpoint names: gate, down, up
 # the fused-MoE kernels' launch shapes on the CPU: one block covers the small M, few programs
 LAUNCH = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1, "SPLIT_K": 1,
@@ -90,8 +104,9 @@ def unavailable() -> str | None:
     version: the experts' builder (``builder``: ``FusedMoEFactory`` 0.28 on, ``FusedMoE`` before), their router
     (``router``: ``CPURouter`` 0.31 on, else the builder's default ``FusedTopKRouter``), the module holding their
     weights (``weights_of``), the model's expert mapping (``model_mapping``) and the Triton experts' module
-    (``triton_experts_module``). Driven here: 0.20 - 0.34; 0.15 - 0.19's unquantized MoE method has Triton experts
-    only on a CUDA-like platform (refused on the CPU, said why)."""
+    (``triton_experts_module``). Driven here: 0.17 - 0.34 (0.17 - 0.19: the decorator-based ``FusedMoEWithLoRA``,
+    their unquantized MoE method seeing a CUDA platform on the CPU, ``cpu_platform``); 0.15 - 0.16 have no
+    ``GateLinear``."""
     try:
         import vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method as method
         from vllm.lora.layers import FusedMoEWithLoRA  # noqa: F401
@@ -102,12 +117,17 @@ def unavailable() -> str | None:
         return (f"no MoE block on this vLLM ({str(e).splitlines()[0].split(' from ')[0][:80]}): moe cases need "
                 f"FusedMoEWithLoRA over vLLM's Triton experts, GateLinear, override_config and the workspace manager "
                 f"(0.20 or later)")
-    if "TritonExperts" in vars(method) and method.TritonExperts is None:
+    if "TritonExperts" in vars(method) and method.TritonExperts is None and not _CUDA_LIKE_METHOD:
         return ("no MoE block on this vLLM on this platform: its unquantized MoE method binds TritonExperts only "
                 "on a CUDA-like platform (unquantized_fused_moe_method.py, at import) and picks its kernel by "
                 "platform alone, with no LoRA branch (oracle/unquantized.py; 0.20 on: TritonExperts for LoRA "
                 "whatever the platform), so the CPU gets no Triton experts to wrap")
     return None
+
+
+# 0.17 - 0.19 on the CPU: their unquantized MoE method sees a CUDA platform (cpu_platform); off only to show the
+# refusal it replaced (tests)
+_CUDA_LIKE_METHOD = True
 
 
 def router():
@@ -173,6 +193,8 @@ def compiled_ops() -> list[str]:
         done.append("_moe_C::moe_sum")
     if router() is None and _missing("_moe_C", "topk_softmax"):
         done.append(_topk_softmax(libs))
+    if _missing("_moe_C", "moe_align_block_size"):
+        done.append(_moe_align_block_size(libs))
     _DONE["ops"], _DONE["libs"] = done, libs  # a Library object unregisters its ops when collected
     return done
 
@@ -208,6 +230,44 @@ def _topk_softmax(libs: list) -> str:
     return "_moe_C::topk_softmax"
 
 
+def align(topk_ids: torch.Tensor, num_experts: int, block_size: int, sorted_token_ids: torch.Tensor,
+          experts_ids: torch.Tensor, num_tokens_post_pad: torch.Tensor) -> None:
+    """``_moe_C::moe_align_block_size`` re-stated (csrc/moe/moe_align_sum_kernels.cu; the release's own docstring,
+    ``fused_moe/moe_align_block_size.py``, gives its example): each expert's (token, k) entries, as indices into
+    ``topk_ids.flatten()``, laid out expert by expert, each expert's run padded to a multiple of ``block_size`` with the
+    sentinel ``topk_ids.numel()``; ``experts_ids[b]`` the expert of block b; ``num_tokens_post_pad`` the padded total.
+    The kernel orders an expert's entries by atomics (any order: each entry's product is its own); here in order.
+    Blocks past the total are left as the kernel leaves them to its readers (the fused-MoE kernel stops there)."""
+    flat = topk_ids.flatten().long()
+    counts = torch.bincount(flat, minlength=num_experts)
+    padded = (counts + block_size - 1) // block_size * block_size
+    order = torch.argsort(flat, stable=True)  # the entries expert by expert, each expert's in order
+    by_expert = flat[order]
+    within = torch.arange(flat.numel(), device=flat.device) - (torch.cumsum(counts, 0) - counts)[by_expert]
+    sorted_token_ids.fill_(flat.numel())
+    sorted_token_ids[(torch.cumsum(padded, 0) - padded)[by_expert] + within] = order.to(sorted_token_ids.dtype)
+    blocks = torch.repeat_interleave(torch.arange(num_experts, device=flat.device), padded // block_size)
+    experts_ids[:blocks.numel()] = blocks.to(experts_ids.dtype)
+    num_tokens_post_pad.fill_(int(padded.sum()))
+
+
+def _moe_align_block_size(libs: list) -> str:
+    """``_moe_C::moe_align_block_size`` where ``vllm._C`` is absent (``align``): 0.17 - 0.19's modular
+    ``TritonExperts.apply`` aligns every batch (no naive branch there); the schema of the release's wrapper
+    (``vllm._custom_ops.moe_align_block_size``, positional); no expert map (asserted: one rank)."""
+    lib = torch.library.Library("_moe_C", "FRAGMENT")
+    lib.define("moe_align_block_size(Tensor topk_ids, int num_experts, int block_size, Tensor! sorted_token_ids, "
+               "Tensor! experts_ids, Tensor! num_tokens_post_pad, Tensor? maybe_expert_map=None) -> ()")
+
+    def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad,
+                             maybe_expert_map=None):
+        assert maybe_expert_map is None, "the engine target has no expert parallelism"
+        align(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad)
+    lib.impl("moe_align_block_size", moe_align_block_size, "CompositeExplicitAutograd")
+    libs.append(lib)
+    return "_moe_C::moe_align_block_size"
+
+
 class _TritonOnCpu(PlatformView):
     """vLLM's platform for ``fused_moe/experts/triton_moe.py`` on the CPU: CUDA-like for the Triton experts'
     device check only (see the module's doc)."""
@@ -227,11 +287,60 @@ def triton_experts_module():
         return importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe")
 
 
+class _CudaForMoEMethod(PlatformView):
+    """vLLM's platform for 0.17 - 0.19's ``unquantized_fused_moe_method`` and ``oracle/unquantized`` modules on the
+    CPU: what a CUDA platform without FlashInfer answers them (``is_cuda`` / ``is_cuda_alike`` yes, ``is_cpu`` no,
+    no compute capability 9.0), so that the method takes the Triton backend and the modular ``TritonExperts``
+    kernel, as it does on a GPU (``select_unquantized_moe_backend``: TRITON on CUDA without FlashInfer), instead of
+    no backend at all (the no-GPU platform is neither: ``UnboundLocalError``). Every other module keeps the real
+    platform."""
+
+    @staticmethod
+    def is_cuda_alike() -> bool:
+        return True
+
+    @staticmethod
+    def is_cuda() -> bool:
+        return True
+
+    @staticmethod
+    def is_cpu() -> bool:
+        return False
+
+    @staticmethod
+    def has_device_capability(*args, **kwargs) -> bool:
+        return False
+
+
+def _cuda_like_moe_method() -> bool:
+    """0.17 - 0.19 (an unquantized MoE method that bound ``TritonExperts = None`` at import, the platform not being
+    CUDA-like): its module and its backend oracle see ``_CudaForMoEMethod``, and the Triton experts it would have
+    imported are bound as that import binds them (``from .fused_moe import TritonExperts``, ``from
+    .fused_batched_moe import BatchedTritonExperts``). Returns whether this release needed it."""
+    import importlib
+    method = importlib.import_module("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method")
+    if "TritonExperts" not in vars(method) or (method.TritonExperts is not None
+                                               and not isinstance(method.current_platform, _CudaForMoEMethod)):
+        return False
+    oracle = importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.unquantized")
+    for mod in (method, oracle):
+        if not isinstance(mod.current_platform, _CudaForMoEMethod):
+            mod.current_platform = _CudaForMoEMethod(mod.current_platform)
+    if method.TritonExperts is None:
+        method.TritonExperts = importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe").TritonExperts
+        method.BatchedTritonExperts = importlib.import_module(
+            "vllm.model_executor.layers.fused_moe.fused_batched_moe").BatchedTritonExperts
+    return True
+
+
 def cpu_platform() -> None:
-    """On the CPU, once per process: the Triton experts module's platform answers its device check."""
+    """On the CPU, once per process: the Triton experts module's platform answers its device check; on 0.17 - 0.19
+    the unquantized MoE method sees a CUDA platform (``_cuda_like_moe_method``)."""
     triton_moe = triton_experts_module()
     if not isinstance(triton_moe.current_platform, _TritonOnCpu):
         triton_moe.current_platform = _TritonOnCpu(triton_moe.current_platform)
+    if _CUDA_LIKE_METHOD:
+        _cuda_like_moe_method()
 
 
 def workspace(device: torch.device) -> None:
@@ -287,12 +396,30 @@ def model_mapping():
     return get_expert_mapping
 
 
+def gate_wrappable() -> bool:
+    """Whether this vLLM's LoRA manager can wrap a ``GateLinear``: 0.19's ``GateLinearWithLoRA``, or from 0.20 a
+    ``ReplicatedLinearWithLoRA`` that takes any ``ReplicatedLinear`` subclass (``isinstance``). 0.17 - 0.18 take
+    ``type(source_layer) is ReplicatedLinear`` only, and the manager asserts on the unwrapped ``GateLinear``
+    (``register_module``: "must be a BaseLayerWithLoRA instance"): there the block's gate is a ``ReplicatedLinear``, as
+    their Mixtral builds it (no adapter targets it)."""
+    import inspect
+
+    import vllm.lora.layers as lora_layers
+    return hasattr(lora_layers, "GateLinearWithLoRA") or "isinstance(" in inspect.getsource(
+        lora_layers.ReplicatedLinearWithLoRA.can_replace_layer)
+
+
 def block(hf):
-    """The sparse block: ``gate`` (vLLM's ``GateLinear``) and ``experts``."""
+    """The sparse block: ``gate`` (vLLM's ``GateLinear``, or a ``ReplicatedLinear`` where the release's LoRA cannot wrap
+    a ``GateLinear``: ``gate_wrappable``) and ``experts``."""
     from torch import nn
     from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
     b = nn.Module()
-    b.gate = GateLinear(hf.hidden_size, hf.fuzzrunner_moe["experts"], prefix=f"{BLOCK}.gate")
+    if gate_wrappable():
+        b.gate = GateLinear(hf.hidden_size, hf.fuzzrunner_moe["experts"], prefix=f"{BLOCK}.gate")
+    else:
+        from vllm.model_executor.layers.linear import ReplicatedLinear
+        b.gate = ReplicatedLinear(hf.hidden_size, hf.fuzzrunner_moe["experts"], bias=False, prefix=f"{BLOCK}.gate")
     b.experts = experts(hf, f"{BLOCK}.experts")
     return b
 

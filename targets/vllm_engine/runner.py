@@ -96,7 +96,7 @@ class Session:
             if self.device.type == "cpu":
                 moe.cpu_platform()
         with set_current_vllm_config(self.cfg):  # vLLM's layers read it when they are made
-            base = model.build(found["model_class"], self.cfg, self.device, seed=c["seed"])
+            base = model.build(found["model_classes"][model.arch(c)], self.cfg, self.device, seed=c["seed"])
             if c.get("moe"):
                 self.moe_twin = moe.twin(base, self.cfg, self.device)
                 moe.finish_loading(base, self.cfg, self.device)

@@ -29,7 +29,7 @@ import sys
 import tempfile
 from typing import Any
 
-from .model import ARCH, model_class
+from .model import ARCH, model_classes
 
 _STATE: dict[str, Any] = {}
 
@@ -121,9 +121,10 @@ def prepare() -> dict:
 
     found["runner_class"] = EngineRunner
     LoRARequest.__hash__ = _hash_by_id
-    cls = model_class()
-    ModelRegistry.register_model(ARCH, cls)
-    found["model_class"] = cls
+    classes = model_classes()
+    for arch, cls in classes.items():
+        ModelRegistry.register_model(arch, cls)
+    found["model_class"], found["model_classes"] = classes[ARCH], classes
     try:
         from vllm.v1.worker.gpu.lora_utils import LoraState
         found["LoraState"] = LoraState

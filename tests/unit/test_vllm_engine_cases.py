@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
 
 from fuzzrunner.case import Case
 from fuzzrunner.errors import InvalidCase
@@ -301,6 +302,8 @@ MOE = {"moe": {"experts": 64, "top_k": 2}, "layers": ["experts"],
     ({**MOE, "moe": {"experts": 4, "top_k": 2}}, "experts"),
     ({**MOE, "moe": {"experts": 64, "top_k": 3}}, "top_k"),
     ({**MOE, "fully_sharded_loras": True}, "fully_sharded_loras to false"),
+    ({**MOE, "moe": {"experts": 64, "top_k": 2, "format": "fused"}}, "format"),
+    ({**MOE, "moe": {"experts": 64, "top_k": 2, "layout": "3d"}}, "format"),
     ({"adapters": {"1": {"rank": 4, "alpha": 8, "targets": ["experts"], "seed": 1}}}, "targets"),
 ])
 def test_invalid_moe_cases_are_refused_with_the_rule(config, words):
@@ -351,3 +354,95 @@ def test_a_moe_adapter_folder_is_what_peft_writes_for_mixtral_and_the_reference_
     want = (w2[7].double() + 2 * b2[7].double() @ a2[7].double()) @ (torch.nn.functional.silu(g) * u)
     torch.testing.assert_close(got[0], want)
     assert adapters.expert_weights(c, {**spec, "targets": ["q_proj"]}) is None
+
+
+def _peft_delta(a_weight: torch.Tensor, b_weight: torch.Tensor, experts: int) -> torch.Tensor:
+    """[E, out, in]: PEFT's ``ParamWrapper.get_delta_weight`` for a 3D parameter, unscaled, re-stated (peft/tuners/
+    lora/layer.py: ``A.reshape(E, -1, in)``, ``B.reshape(out, -1, E)``, ``einsum("o r e, e r i -> e i o")``), in
+    vLLM's [out, in] orientation."""
+    a = a_weight.reshape(experts, -1, a_weight.shape[-1])
+    b = b_weight.reshape(b_weight.shape[0], -1, experts)
+    return torch.einsum("o r e, e r i -> e i o", b.double(), a.double()).transpose(1, 2)
+
+
+def test_a_3d_moe_adapter_folder_is_what_peft_writes_for_stacked_experts_and_its_experts_share_the_gate_up_a():
+    """The 3D format (FusedMoE3DWithLoRA): two tensor pairs, ``experts.base_layer`` (gate_up_proj) and ``experts``
+    (down_proj), whose PEFT delta per expert is the reference's: gate = the first half of gate_up's rows."""
+    import sys
+
+    from targets.vllm_lora import site
+    sys.path.extend(str(p) for p in site.candidate_paths() or () if str(p) not in sys.path)  # a set-up's safetensors
+    load_file = pytest.importorskip("safetensors.torch", reason="safetensors comes with a vLLM set-up").load_file
+    c = cases.check(_case({**MOE, "moe": {"experts": 64, "top_k": 2, "format": "3d"}}))
+    spec = c["adapters"]["1"]
+    with open(os.path.join(adapters.folder(c, spec), "adapter_config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    assert cfg["target_modules"] == ["q_proj"] and cfg["target_parameters"] == ["experts.gate_up_proj",
+                                                                               "experts.down_proj"]
+    t = load_file(os.path.join(adapters.folder(c, spec), "adapter_model.safetensors"))
+    name = "base_model.model.model.layers.0.block_sparse_moe.experts"
+    assert sorted(k for k in t if ".experts" in k) == [f"{name}.{s}lora_{m}.weight" for s in ("base_layer.", "")
+                                                       for m in "AB"]
+    assert t[f"{name}.base_layer.lora_A.weight"].shape == (64 * 4, 16)
+    assert t[f"{name}.base_layer.lora_B.weight"].shape == (32, 4 * 64)
+    assert t[f"{name}.lora_A.weight"].shape == (64 * 4, 16) and t[f"{name}.lora_B.weight"].shape == (16, 4 * 64)
+    lora = adapters.expert_weights(c, spec)
+    gate_up = _peft_delta(t[f"{name}.base_layer.lora_A.weight"], t[f"{name}.base_layer.lora_B.weight"], 64)
+    down = _peft_delta(t[f"{name}.lora_A.weight"], t[f"{name}.lora_B.weight"], 64)
+    for proj, want in (("w1", gate_up[:, :16]), ("w3", gate_up[:, 16:]), ("w2", down)):
+        a, b = lora[proj]
+        torch.testing.assert_close(b.double() @ a.double(), want)
+    assert lora["w1"][0] is lora["w3"][0]  # one A for the fused gate_up parameter
+    assert model.arch(c) == model.ARCH_3D and model.arch(cases.check(_case(MOE))) == model.ARCH
+
+
+def test_moe_blocks_draw_both_adapter_formats_on_the_cpu_and_the_2d_one_only_on_a_gpu():
+    """Half the MoE blocks of a CPU campaign are 3D (FusedMoE3DWithLoRA); a GPU campaign draws 2D only until
+    scripts/gpu/vllm_engine_moe3d.py passes there (moe.DEVICES_3D)."""
+    from targets.vllm_engine import moe
+    seen: dict = {"cpu": set(), "cuda": set()}
+
+    def collector(device: str):
+        @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None,
+                  derandomize=True)
+        @given(cases.vllm_engine_cases(device=device))
+        def collect(case):
+            c = cases.check(case)
+            if c.get("moe"):
+                seen[device].add(c["moe"].get("format", "2d"))
+                assert ("moe=3d" in features.features(case)) == (c["moe"].get("format") == "3d")
+        return collect
+    for device in seen:
+        collector(device)()
+    assert seen["cpu"] == {"2d", "3d"} and seen["cuda"] <= {"2d"}, seen
+    assert "cuda" not in moe.DEVICES_3D
+
+
+def test_the_restated_moe_align_block_size_gives_the_releases_own_example():
+    """``_moe_C::moe_align_block_size`` re-stated (moe.align, 0.17 - 0.19's base experts on the CPU): the example of
+    the release's own docstring (fused_moe/moe_align_block_size.py; experts 1 - 4 of 5, block 4): each expert's
+    entries padded to a block with the sentinel 12, one expert per block, 16 entries after padding."""
+    from targets.vllm_engine import moe
+    topk = torch.tensor([[2, 3, 4], [1, 2, 4], [1, 3, 4], [1, 2, 3]], dtype=torch.int32)
+    ids, experts, total = torch.full((27,), -7, dtype=torch.int32), torch.full((7,), -7, dtype=torch.int32), \
+        torch.zeros(1, dtype=torch.int32)
+    moe.align(topk, 5, 4, ids, experts, total)
+    assert ids[:16].tolist() == [3, 6, 9, 12, 0, 4, 10, 12, 1, 7, 11, 12, 2, 5, 8, 12] and set(ids[16:].tolist()) == {12}
+    assert experts[:4].tolist() == [1, 2, 3, 4] and total.tolist() == [16]
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st_experts=st.integers(1, 130), tokens=st.integers(1, 8), top_k=st.integers(1, 2), block=st.integers(1, 16),
+       seed_=st.integers(0, 2 ** 16))
+def test_the_restated_align_puts_every_entry_once_in_a_block_of_its_expert(st_experts, tokens, top_k, block, seed_):
+    from targets.vllm_engine import moe
+    g = torch.Generator().manual_seed(seed_)
+    topk = torch.randint(0, st_experts, (tokens, top_k), generator=g, dtype=torch.int32)
+    n = topk.numel() + st_experts * (block - 1)
+    ids, experts, total = torch.full((n,), -1, dtype=torch.int32), torch.full((n // block + 1,), -1, dtype=torch.int32), \
+        torch.zeros(1, dtype=torch.int32)
+    moe.align(topk, st_experts, block, ids, experts, total)
+    t, flat = int(total), topk.flatten().tolist()
+    assert t % block == 0 and sorted(v for v in ids[:t].tolist() if v < len(flat)) == list(range(len(flat)))
+    for b in range(t // block):
+        assert all(v == len(flat) or flat[v] == int(experts[b]) for v in ids[b * block:(b + 1) * block].tolist())

@@ -226,6 +226,12 @@ def test_an_expert_rows_mismatch_is_r1_only_with_an_rslora_expert_adapter_where_
     assert known.known_bug(f(2), logits_mapped_per_row=True) is None  # 0.31 on, or R1's back-port
     assert known.known_bug(f(1), logits_mapped_per_row=True, moe_drops_rslora=True) is None  # a plain adapter
     assert known.known_bug(f(3), logits_mapped_per_row=True, moe_drops_rslora=True) is None  # rsLoRA, no experts
+    # a 3D-format block (FusedMoE3DWithLoRA): its adapters never reach pack_moe, so an rsLoRA expert adapter's rows
+    # there are not R1
+    three_d = _finding("numeric-mismatch", "numeric", 0, [{"op": "step", "reqs": [_req("a", 2)]}],
+                       tensor="step.experts.adapter_rows",
+                       config={"adapters": MOE_ADAPTERS, "moe": {"experts": 64, "top_k": 2, "format": "3d"}})
+    assert known.known_bug(three_d, logits_mapped_per_row=True, moe_drops_rslora=True) is None
 
 
 def test_a_base_rows_expert_delta_after_an_adapter_step_is_m1_only_where_the_moe_lora_ignores_the_no_lora_flag():
