@@ -180,12 +180,18 @@ def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: 
     if not (dummy_maps_nothing and isinstance(at, int) and at < len(ops)):
         return None
     op = ops[at]
+    config = finding["case"].get("config") or {}
+    if config.get("runner") == "v1":  # V0 is the V2 runner's start-up; the V1 runner's dummy runs map every row
+        return None
     if op.get("op") == "dummy_run" and v.get("tool") in ("shadow", "invariants"):
         return "V0"
     # its padded-step form: a step padded to a graph size reads a padding row's metadata (the embedding's offsets)
-    # that no mapping ever wrote, since the start-up's dummy runs over every row mapped nothing (#43139's assert)
+    # that no mapping ever wrote, since the start-up's dummy runs over every row mapped nothing (#43139's assert).
+    # The padding is the step's own (``pad``) or, in a case with V2 graphs, the dispatch's: a replay runs the
+    # graph's padded rows (v2_graphs.py; the V1-runner test's campaign on 0.17.0, FULL_AND_PIECEWISE, size 8)
+    padded = op.get("pad") or config.get("cudagraph_mode", "NONE") != "NONE"
     element = details.get("element") or []
-    if (op.get("op") == "step" and op.get("pad") and v.get("kind") == "uninitialized-read" and element
+    if (op.get("op") == "step" and padded and v.get("kind") == "uninitialized-read" and element
             and element[-1] >= sum(r.get("tokens", 0) for r in op.get("reqs", []))):
         return "V0"
     return None
