@@ -74,12 +74,13 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped:
     if ("prompt_logits" in tensor and not prompt_rows_mapped) or \
             ("prompt_token_id_logits" in tensor and not token_id_rows_mapped):
         return "P1"  # the prompt-logprobs rows under the sampled rows' mapping (vllm-project/vllm#53842)
-    sites = " ".join(((v.get("details") or {}).get("sites") or {}).values())
-    past_rows = "add_lora_logits" in sites or tensor == "_lora_shrink_kernel:input_ptr"  # its buffer, or its x
-    if v.get("tool") == "shadow" and v["kind"] == "out-of-bounds" and past_rows and not token_id_rows_mapped and \
-            "lm_head" in (case["config"].get("layers") or ()) and any(r.get("score_ids") for r in op.get("reqs") or ()):
-        # P1's other form: the token-id path takes one request's prompt rows at a time, fewer than the sampled rows
-        # the lm_head mapping was made for, so the logits LoRA kernels reach past the call's rows (input or buffer)
+    region = (v.get("details") or {}).get("region") or ""  # the runner's call the access was made in
+    if v.get("tool") == "shadow" and v["kind"] == "out-of-bounds" and (v.get("kernel") or "").startswith("_lora_") \
+            and (("prompt_token_id_logits[" in region and not token_id_rows_mapped) or
+                 ("prompt_logits[" in region and not prompt_rows_mapped)):
+        # P1's other form: a prompt path's logits call (one request's prompt rows on the token-id path) holds fewer
+        # rows than the sampled rows the lm_head mapping was made for, so vLLM's LoRA kernels reach past the call's
+        # rows (its input, or add_lora_logits' buffer); told by the call it happened in (prompt_logprobs.py's region)
         return "P1"
     if v["kind"] == "state-violation" and tensor.endswith("prompt_logprobs") and drops_last_chunk and \
             "the worker returned none" in message:
