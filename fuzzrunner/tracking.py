@@ -46,6 +46,13 @@ class Watcher:
     def quiet_end(self, token: Any) -> None:
         pass
 
+    def region_begin(self, name: str) -> Any:
+        """The runner enters ``region(name)``; what is returned goes to ``region_end``."""
+        return None
+
+    def region_end(self, token: Any) -> None:
+        pass
+
 
 _watchers: list[Watcher] = []
 
@@ -111,14 +118,28 @@ def quiet() -> Iterator[None]:
             _quiet.depth -= 1  # whatever a watcher raised: this thread is not left quiet
 
 
-def _end(tokens: list) -> None:
+def _end(tokens: list, end: str = "quiet_end") -> None:
     """Every watcher hears the block end, in reverse order, even after one of them raised (raised again)."""
     if tokens:
         (w, token), rest = tokens[-1], tokens[:-1]
         try:
-            w.quiet_end(token)
+            getattr(w, end)(token)
         finally:
-            _end(rest)
+            _end(rest, end)
+
+
+@contextmanager
+def region(name: str) -> Iterator[None]:
+    """The code under test's work inside is the runner's ``name`` (one call of a path that shares its kernels with
+    others, e.g. the logits of the prompt-logprobs rows against those of the sampled rows): an oracle that reports
+    an access made inside says so (the shadow oracle's ``details["region"]``, the innermost region), so triage can
+    tell the calls apart by what ran, not by what else the case held."""
+    name = name if isinstance(name, str) else safe_str(name, 200)
+    tokens = [(w, w.region_begin(name)) for w in list(_watchers)]
+    try:
+        yield
+    finally:
+        _end(tokens, "region_end")
 
 
 def is_quiet() -> bool:

@@ -76,12 +76,13 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped:
     if ("prompt_logits" in tensor and not prompt_rows_mapped) or \
             ("prompt_token_id_logits" in tensor and not token_id_rows_mapped):
         return "P1"  # the prompt-logprobs rows under the sampled rows' mapping (vllm-project/vllm#53842)
-    sites = " ".join(((v.get("details") or {}).get("sites") or {}).values())
-    past_rows = "add_lora_logits" in sites or tensor == "_lora_shrink_kernel:input_ptr"  # its buffer, or its x
-    if v.get("tool") == "shadow" and v["kind"] == "out-of-bounds" and past_rows and not token_id_rows_mapped and \
-            "lm_head" in (case["config"].get("layers") or ()) and any(r.get("score_ids") for r in op.get("reqs") or ()):
-        # P1's other form: the token-id path takes one request's prompt rows at a time, fewer than the sampled rows
-        # the lm_head mapping was made for, so the logits LoRA kernels reach past the call's rows (input or buffer)
+    region = (v.get("details") or {}).get("region") or ""  # the runner's call the access was made in
+    if v.get("tool") == "shadow" and v["kind"] == "out-of-bounds" and (v.get("kernel") or "").startswith("_lora_") \
+            and (("prompt_token_id_logits[" in region and not token_id_rows_mapped) or
+                 ("prompt_logits[" in region and not prompt_rows_mapped)):
+        # P1's other form: a prompt path's logits call (one request's prompt rows on the token-id path) holds fewer
+        # rows than the sampled rows the lm_head mapping was made for, so vLLM's LoRA kernels reach past the call's
+        # rows (its input, or add_lora_logits' buffer); told by the call it happened in (prompt_logprobs.py's region)
         return "P1"
     if v["kind"] == "state-violation" and tensor.endswith("prompt_logprobs") and drops_last_chunk and \
             "the worker returned none" in message:
@@ -182,12 +183,18 @@ def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: 
     if not (dummy_maps_nothing and isinstance(at, int) and at < len(ops)):
         return None
     op = ops[at]
+    config = finding["case"].get("config") or {}
+    if config.get("runner") == "v1":  # V0 is the V2 runner's start-up; the V1 runner's dummy runs map every row
+        return None
     if op.get("op") == "dummy_run" and v.get("tool") in ("shadow", "invariants"):
         return "V0"
     # its padded-step form: a step padded to a graph size reads a padding row's metadata (the embedding's offsets)
-    # that no mapping ever wrote, since the start-up's dummy runs over every row mapped nothing (#43139's assert)
+    # that no mapping ever wrote, since the start-up's dummy runs over every row mapped nothing (#43139's assert).
+    # The padding is the step's own (``pad``) or, in a case with V2 graphs, the dispatch's: a replay runs the
+    # graph's padded rows (v2_graphs.py; the V1-runner test's campaign on 0.17.0, FULL_AND_PIECEWISE, size 8)
+    padded = op.get("pad") or config.get("cudagraph_mode", "NONE") != "NONE"
     element = details.get("element") or []
-    if (op.get("op") == "step" and op.get("pad") and v.get("kind") == "uninitialized-read" and element
+    if (op.get("op") == "step" and padded and v.get("kind") == "uninitialized-read" and element
             and element[-1] >= sum(r.get("tokens", 0) for r in op.get("reqs", []))):
         return "V0"
     return None

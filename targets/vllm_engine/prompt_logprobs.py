@@ -33,6 +33,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from fuzzrunner import tracking
+
 from . import prompt_scores
 
 WIDTH = 128  # all_token_ids' columns (vLLM: max_model_len): a case's requests stay far below it
@@ -162,7 +164,8 @@ class Prompts:
         def logits_fn(h: torch.Tensor) -> torch.Tensor:
             first = (h.storage_offset() - hidden.storage_offset()) // hidden.stride(0)
             picked = [(first + m, rows[first + m] if first + m < len(rows) else 0) for m in range(h.size(0))]
-            out = self.s.logits_of(f"{label}[{calls[0]}]", h, [a for _, a in picked])
+            with tracking.region(f"{label}[{calls[0]}]"):  # a report inside names this call (known.py: P1)
+                out = self.s.logits_of(f"{label}[{calls[0]}]", h, [a for _, a in picked])
             calls[0] += 1
             for m, (row, _) in enumerate(picked):
                 seen[row] = out[m].detach().double().cpu()

@@ -21,7 +21,14 @@ Per release, with ``file:line`` of each fact:
   (``create_lora_capture_hook``, #35536, 0.24);
 * R1: ``PackedLoRALayerWeights.pack_moe`` scales the expert adapters by ``lora_alpha / rank`` (recomputed there, or by
   the packed class from the alphas it is given) instead of each adapter's own ``scaling``: rsLoRA's ``alpha / sqrt(r)``
-  dropped (vllm-project/vllm#55545, fixed by #55548).
+  dropped (vllm-project/vllm#55545, fixed by #55548);
+* C1: ``LoRAModelManager.set_adapter_mapping`` compares the mapping alone with the last one (#47725 compares the slot
+  layout too); M1, V0, V1: ``targets.vllm_lora.source_facts``' verdicts (``add_lora_fused_moe`` without the no-LoRA
+  check; the V2 runner's "Fix warmup for LoRA" start-up; ``specialize_active_lora`` with a dispatch by LoRA count);
+  L1: the V2 runner's prompt-logprobs worker skips a prompt whose last chunk is its last token (``prompt_lens - 1``).
+
+``known_flags(version)`` turns them into ``known.known_id``'s flags, as ``targets.vllm_engine.known_flags`` does from
+the imported code (sweep.py triages every report's findings with them, in a process that imports no vLLM).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import re
 import sys
 
+from ..vllm_lora import source_facts as lora_facts
 from ..vllm_lora.source_facts import _find, _Tree
 
 MIXIN = "vllm/v1/worker/lora_model_runner_mixin.py"
@@ -72,6 +80,9 @@ def facts(version: str, wheel_dirs: tuple = ()) -> dict:
     captures = _find(root, V2, r"with self\.maybe_setup_dummy_loras\(") if root.text(V2) else ""
     hook = _find(root, LORA_UTILS, r"def create_lora_capture_hook")
     pack_moe = _function(root, "vllm/lora/lora_weights.py", "pack_moe")
+    mapping = (_function(root, "vllm/lora/model_manager.py", "set_adapter_mapping")
+               or _function(root, "vllm/lora/models.py", "set_adapter_mapping"))
+    kernels = lora_facts.facts(version, wheel_dirs) if root else {}
     return {
         "version": version, "lora_state": lora_state, "add_dummy_skips_registered": skip,
         "select_takes_count": select_counts, "v2_runtime_dummy_maps": v2_maps, "v1_runtime_dummy_maps": v1_maps,
@@ -86,7 +97,23 @@ def facts(version: str, wheel_dirs: tuple = ()) -> dict:
         "S1": bool(make and "num_logits" not in make and spec),
         "W1": bool(lora_state and captures and not hook),
         "R1": bool(pack_moe) and not re.search(r"\w\.scaling\b", pack_moe),  # not the adapters' own scaling
+        "C1": bool(mapping) and "slot" not in mapping,
+        "M1": bool(kernels.get("moe_no_flag_check") and kernels.get("moe_naive")),  # the naive path reads it
+        "V0": bool(kernels.get("V0")), "V1": bool(kernels.get("V1")),
+        "L1": bool(_find(root, "vllm/v1/worker/gpu/sample/prompt_logprob.py", r"prompt_lens - 1")),
     }
+
+
+def known_flags(version: str) -> dict:
+    """``known.known_id``'s flags for the release as shipped, read from its files (``targets.vllm_engine.
+    known_flags`` asks the imported code the same questions); no tree: the flags under which no finding is called a
+    bug that the release may not have (S1, W1, V0, L1, C1, R1, M1 all off)."""
+    if not _Tree(version):
+        return {"logits_mapped_per_row": True}
+    f = facts(version)
+    return {"logits_mapped_per_row": f["per_logits_row"], "dummy_maps_nothing": f["V0"],
+            "drops_last_chunk": f["L1"], "graphs_capture_per_lora": not f["W1"], "moe_drops_rslora": f["R1"],
+            "moe_ignores_no_lora": f["M1"], "mapping_cache_ignores_slots": f["C1"]}
 
 
 def _yes(flag: bool, *where: str) -> str:

@@ -197,10 +197,11 @@ class V1Session(Session):
                     self.graphs[(mode, desc)] = self._frozen()
         self.runner.maybe_remove_all_loras(lora)
 
-    def _frozen(self) -> tuple[bool, int]:
+    def _frozen(self) -> tuple[bool, int | None]:
+        """The no-LoRA flag and the grid z the kernels would launch with now (``api.grid_z``: a CPU tensor from 0.17,
+        0.16's Python int, ``max_loras + 1`` computed in ``meta_args`` without ``specialize_active_lora``)."""
         m = self.meta
-        z = m.num_active_loras_cpu if self.c["specialize_active_lora"] else m.default_num_active_loras_cpu
-        return bool(m.no_lora_flag_cpu.item()), int(z.item())
+        return bool(m.no_lora_flag_cpu.item()), self.found["api"].grid_z(m, 1, self.c["specialize_active_lora"])
 
     # -- steps ------------------------------------------------------------------------------------------
     def _cached(self, r: dict):

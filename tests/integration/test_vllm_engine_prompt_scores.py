@@ -61,6 +61,26 @@ def test_p1_shows_on_the_token_id_paths_logits_rows_and_is_labelled_p1():
                for v in mine)
 
 
+@needs_vllm
+def test_p1s_out_of_bounds_form_is_reported_inside_the_token_id_call_and_labelled_p1():
+    """Three requests, one scoring its 2-token prompt: the lm_head mapping holds 3 sampled rows, the token-id path's
+    logits call 1 row, so vLLM's logits LoRA kernels reach past the call's rows (P1's out-of-bounds form). Each such
+    report names the call (``details["region"]``, prompt_logprobs.py), and only so is it P1 (known.py)."""
+    from targets.vllm_engine import known_flags
+    from targets.vllm_engine.known import known_id
+    _scoring()
+    ops = [step(dict(req("a", 1, 2), score_ids=_ids(1, [3])), req("b", 0, 1), req("c", 1, 1), seed=1)]
+    found = [v for v in _run(ops, max_num_seqs=4, **LM) if v.kind == "out-of-bounds"]
+    assert found and all(v.kernel.startswith("_lora_") for v in found), _kinds(found)
+    assert {v.details.get("region") for v in found} == {"step.prompt_token_id_logits[0]"}
+    flags = known_flags(_found())
+    for v in found:
+        f = {"signature": {"tool": v.tool}, "violation": v.to_dict(), "case": {"config": LM, "ops": ops}}
+        assert known_id(f, **flags) == "P1"
+        outside = dict(f, violation=dict(f["violation"], details={k: x for k, x in v.details.items() if k != "region"}))
+        assert known_id(outside, **flags) is None
+
+
 # (fault, its case's name, the tensor its finding names)
 FAULTS = {"token_id_scores_previous_row": ("chunked", "step.prompt_token_ids"),
           "prompt_logprob_start_kept": ("reused", "step.prompt_")}

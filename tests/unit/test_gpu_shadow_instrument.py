@@ -234,3 +234,26 @@ def test_a_kernel_launched_inside_quiet_is_checked_in_both_modes(make):
         vs = o.finish()
     assert [(v.kind, v.tensor, v.details.get("op_index"), tuple(v.details.get("element", ()))) for v in vs] == \
         [("stale-read", "slots", 1, (5,))]
+
+
+@pytest.mark.parametrize("make", [ShadowOracle, lambda: GpuShadowOracle("cpu")], ids=["cpu", "device"])
+def test_a_kernels_bad_read_inside_a_runners_region_names_it_in_both_modes(make):
+    """``tracking.region(name)`` (vllm_engine's prompt-path logits calls, known.py's P1): a bad read by a kernel
+    launched inside is reported with ``details["region"]``, in the device mode too (it reads back at the region's
+    edges: else its one read-back per op would come after the region closed); one launched outside, without."""
+    from fuzzrunner import tracking
+    o = make()
+    o.start()
+    try:
+        slots = track(torch.empty(8, dtype=torch.int32), "slots", per_step=True, initialized=False)
+        table = track(torch.arange(32, dtype=torch.float32).reshape(4, 8), "table")
+        out, counter = torch.zeros(8, 8), torch.zeros(8, dtype=torch.int32)
+        for op, (written, n, region) in enumerate([(8, 8, None), (5, 6, "step.prompt_logits[0]"), (4, 5, None)]):
+            o.begin_op(op, {"op": "step"})
+            slots[:written] = 1
+            with tracking.region(region) if region else tracking.quiet():
+                _gather[(1,)](slots, table, out, counter, n, W=8, B=8)
+    finally:
+        vs = o.finish()
+    assert [(v.kind, v.details.get("op_index"), tuple(v.details.get("element", ())), v.details.get("region"))
+            for v in vs] == [("stale-read", 1, (5,), "step.prompt_logits[0]"), ("stale-read", 2, (4,), None)]

@@ -105,3 +105,30 @@ def test_hooks_come_off_last_first_and_one_that_raises_leaves_none_of_the_others
     assert log == ["+watch", "+launches", "+threads", "-threads", "-mode", "-launches", "-watch"]
     hooks.undo()  # each once
     assert log[-1] == "-watch" and len(log) == 7
+
+
+@pytest.mark.parametrize("make", [ShadowOracle, lambda: GpuShadowOracle("cpu")], ids=["cpu", "device"])
+def test_a_report_made_inside_a_runners_region_names_the_innermost(make):
+    """``tracking.region(name)``: what the runner is doing when an access goes wrong (vllm_engine: which logits call,
+    known.py's P1), in ``details["region"]``; none outside, and a region left by an exception is closed."""
+    from fuzzrunner import tracking
+    oracle = make()
+    oracle.reporter.begin_op(0, {"op": "step"})
+
+    def report() -> dict:
+        oracle.reporter.index_out_of_range("aten.take.default", "ranks", 5, 3, 1, "r.py:3")
+        return oracle.reporter.violations()[-1].details
+
+    with tracking.watch(oracle):
+        with tracking.region("step.prompt_logits[0]"):
+            with tracking.region("step.prompt_token_id_logits[1]"):
+                assert report()["region"] == "step.prompt_token_id_logits[1]"
+            oracle.reporter.begin_op(1, {"op": "step"})  # a new op: one report per bad read per op
+            assert report()["region"] == "step.prompt_logits[0]"
+        with pytest.raises(ValueError), tracking.region("raised"):
+            raise ValueError
+        oracle.reporter.begin_op(2, {"op": "step"})
+        assert "region" not in report()
+    oracle.reporter.begin_op(3, {"op": "step"})
+    with tracking.region("unwatched"):  # nothing watches: a no-op
+        assert "region" not in report()

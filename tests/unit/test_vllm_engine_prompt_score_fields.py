@@ -164,21 +164,31 @@ def test_p1_is_named_on_the_token_id_paths_logits_rows_until_that_path_maps_them
     assert known.known_bug(out, logits_mapped_per_row=True) is None  # the output: a planted fault's, or new
 
 
-def test_p1s_out_of_bounds_form_on_the_token_id_path_is_named_p1():
-    """A step whose token-id path calls the logits on one request's rows, fewer than the sampled rows the lm_head
-    mapping holds: the logits LoRA kernel reaches past the call's buffer (seed 1's clean campaign on 0.33.0)."""
+def test_p1s_out_of_bounds_form_is_named_by_the_call_it_happened_in_not_by_what_else_the_case_holds():
+    """A prompt path's logits call holds fewer rows than the sampled rows the lm_head mapping holds (the token-id path
+    takes one request's prompt rows at a time): vLLM's LoRA kernel reaches past the call's rows (seed 1's clean
+    campaign on 0.33.0). P1 only where the access was made inside that call (``details["region"]``, set by
+    prompt_logprobs.py): the same out-of-bounds read in another layer's call, in a step that also scores prompt ids
+    and runs lm_head, is a new bug (the rule keyed on the case's lm_head and score_ids called it P1)."""
     step = {"op": "step", "reqs": [{"id": "a", "lora": 2, "tokens": 3, "prompt_logprobs": True},
                                    {"id": "b", "lora": 0, "tokens": 2, "prompt": 4, "score_ids": [[1], [2], [3]]}]}
     sites = {"vllm/lora/punica_wrapper/punica_gpu.py:310": "punica_gpu.py::PunicaWrapperGPU.add_lora_logits"}
-    f = {"signature": {"tool": "shadow"}, "case": {"config": {"layers": ["lm_head"]}, "ops": [step]},
-         "violation": {"tool": "shadow", "kind": "out-of-bounds", "kernel": "_lora_shrink_kernel",
-                       "tensor": "torch.empty@vllm/lora/punica_wrapper/punica_gpu.py:310",
-                       "details": {"op_index": 0, "sites": sites}}}
-    assert known.known_bug(f, logits_mapped_per_row=True) == "P1"
-    assert known.known_bug(f, logits_mapped_per_row=True, token_id_rows_mapped=True) is None
-    no_ids = {**f, "case": {"config": {"layers": ["lm_head"]}, "ops": [dict(step, reqs=step["reqs"][:1])]}}
-    assert known.known_bug(no_ids, logits_mapped_per_row=True) is None  # elsewhere: not P1
-    x = dict(f, violation=dict(f["violation"], tensor="_lora_shrink_kernel:input_ptr", details={"op_index": 0}))
+
+    def oob(region=None, tensor="torch.empty@vllm/lora/punica_wrapper/punica_gpu.py:310", kernel="_lora_shrink_kernel"):
+        details = {"op_index": 0, "sites": sites, **({"region": region} if region else {})}
+        return {"signature": {"tool": "shadow"}, "case": {"config": {"layers": ["lm_head", "qkv_proj"]}, "ops": [step]},
+                "violation": {"tool": "shadow", "kind": "out-of-bounds", "kernel": kernel, "tensor": tensor,
+                              "details": details}}
+    on_path = oob("step.prompt_token_id_logits[1]")
+    assert known.known_bug(on_path, logits_mapped_per_row=True) == "P1"
+    assert known.known_bug(on_path, logits_mapped_per_row=True, token_id_rows_mapped=True) is None  # its fix: new
+    x = oob("step.prompt_token_id_logits[0]", tensor="_lora_shrink_kernel:input_ptr")
     assert known.known_bug(x, logits_mapped_per_row=True) == "P1"  # the call's input read past its rows
-    other = dict(x, case=dict(x["case"], config={"layers": ["qkv_proj"]}))
-    assert known.known_bug(other, logits_mapped_per_row=True) is None  # no logits ran: not the token-id path
+    prompt = oob("step.prompt_logits[0]", tensor="_lora_expand_kernel:out_ptr", kernel="_lora_expand_kernel")
+    assert known.known_bug(prompt, logits_mapped_per_row=True) == "P1"  # compute_prompt_logprobs' chunk: the same
+    assert known.known_bug(prompt, logits_mapped_per_row=True, prompt_rows_mapped=True) is None
+    # outside the prompt paths' calls: the sampled rows' logits, or another layer's shrink in the same step
+    assert known.known_bug(oob(), logits_mapped_per_row=True) is None
+    assert known.known_bug(oob(tensor="_lora_shrink_kernel:input_ptr"), logits_mapped_per_row=True) is None
+    assert known.known_bug(oob("step.prompt_token_id_logits[0]", kernel="aten.index.Tensor"),
+                           logits_mapped_per_row=True) is None  # not a LoRA kernel

@@ -48,36 +48,61 @@ def test_a_memory_finding_in_a_dummy_run_is_v0_only_where_the_release_programs_n
     assert sweep.category(dict(f, signature=dict(f["signature"], tool="target")), True, True) == "target"
 
 
-def test_the_row_separates_replayed_seeds_from_the_search_and_says_why_a_release_did_not_run(tmp_path, monkeypatch):
+def _cells(tmp_path, version: str) -> dict:
+    """The row's cells by column name."""
+    cells = [c.strip() for c in sweep.row(tmp_path, version).strip("|").split("|")]
+    return dict(zip(["vLLM", "cases", *sweep.COLUMNS, "other", "errors"], cells))
+
+
+def test_the_columns_are_every_known_bug():
+    assert sorted(sweep.COLUMNS) == sorted(known.BUGS)
+    assert set(sweep.REACH) | set(sweep.SEEDS) == set(known.BUGS)  # each bug: a seed, or what shows it
+
+
+def test_the_row_gives_each_known_bug_a_verdict_seed_search_or_why_not(tmp_path, monkeypatch):
     seeds = tmp_path / "9.9.9.corpus" / "cases" / "vllm_engine"
     seeds.mkdir(parents=True)
     (seeds / "e1_x.json").write_text(json.dumps({"ops": PINNED_THEN_DUMMY}))
     (seeds / "p1_x.json").write_text(json.dumps({"ops": [{"op": "step", "n": 1}]}))
+    (seeds / "s1_x.json").write_text(json.dumps({"ops": [{"op": "step", "n": 2}]}))
     seeded = _finding("crash", "python", 2, PINNED_THEN_DUMMY, kernel="KeyError", examples=0)
     searched = _finding("crash", "python", 2, PINNED_THEN_DUMMY + [{"op": "step"}], kernel="KeyError", examples=40)
     odd = _finding("numeric-mismatch", "numeric", 0, [{"op": "step"}], tensor="step.o_proj.adapter_rows", examples=7)
-    report = {"runs": [{"examples": 50, "generated": 48, "duration_s": 90.4, "findings": [seeded, searched, odd],
+    broke = _finding("crash", "target", 0, [{"op": "step"}], examples=9)
+    coverage = {"features": {"op=dummy_run": 3, "adapter=experts": 0, "step=chunked-prompt": 2}}
+    report = {"runs": [{"examples": 50, "generated": 48, "duration_s": 90.4, "coverage": coverage,
+                        "findings": [seeded, searched, odd, broke], "stop_reason": "budget",
                         "replayed": [{"path": str(seeds / "e1_x.json"), "still_failing": True},
-                                     {"path": str(seeds / "p1_x.json"), "still_failing": False}]}]}
+                                     {"path": str(seeds / "p1_x.json"), "still_failing": False}],
+                        "quarantined": [{"path": str(seeds / "s1_x.json"), "why": "s1_x.json: InvalidCase: "
+                                                                                   "no drafts here"}]}]}
     (tmp_path / "9.9.9.json").write_text(json.dumps(report))
-    row = sweep.row(tmp_path, "9.9.9")
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[:2] == ["9.9.9", "48 generated + 2 replayed in 90 s"]
-    assert cells[2] == "**reproduced**; search: found (40 ex)"  # E1
-    assert cells[3] == "–" and cells[4] == "not reproduced"  # E2 had no seed; P1's did not fail
-    assert cells[6] == "1 to triage (7 ex)" and cells[7] == "–"
-    # on 0.15 - 0.21 E1's case fails as V0 (its dummy run reads never-written metadata): not E1
+    cells = _cells(tmp_path, "9.9.9")
+    assert cells["cases"] == "48 generated + 2 replayed in 90 s"
+    assert cells["E1"] == "**yes** (search: 40 ex)"  # its seed and the search
+    assert cells["P1"] == "no" and cells["S1"] == "n/a (refused: no drafts here)"
+    assert cells["E2"] == "**budget ran out** (seed not run)"  # no seed replayed before the budget ended
+    assert cells["R1"] == "n/a (not reached: adapter=experts, adapter=rslora)"  # no case could show it
+    assert cells["L1"] == "not found"  # reached, not found
+    assert cells["other"] == "1 to triage (7 ex)" and cells["errors"] == "1"
+    # verdicts against the release's source: E1 found where the source has none, L1 not found where it has it
+    monkeypatch.setattr(sweep, "_Tree", lambda v: True)
+    monkeypatch.setattr(sweep, "facts", lambda v: {"E1": False, "L1": True, "P1": False})
+    cells = _cells(tmp_path, "9.9.9")
+    assert cells["E1"] == "**yes** (search: 40 ex) (source: absent)" and cells["L1"] == "not found (source: present)"
+    assert cells["P1"] == "no"
+    # on 0.15 - 0.21 E1's case fails as V0 (its dummy run reads never-written metadata): V0, not E1
     v0 = _finding("uninitialized-read", "shadow", 2, PINNED_THEN_DUMMY, tensor="token_mapping_meta.x", examples=0)
     report["runs"][0]["findings"] = [v0]
     (tmp_path / "9.9.9.json").write_text(json.dumps(report))
-    monkeypatch.setattr(sweep, "_find", lambda *a: "v1/worker/gpu/model_runner.py:1")  # "Fix warmup for LoRA"
-    monkeypatch.setattr(sweep, "_Tree", lambda v: True)
-    monkeypatch.setattr(sweep, "facts", lambda v: {"per_logits_row": True})
-    cells = [c.strip() for c in sweep.row(tmp_path, "9.9.9").strip("|").split("|")]
-    assert cells[2] == "not reproduced (fails as V0)" and cells[6] == "none"
+    monkeypatch.setattr(sweep, "known_flags", lambda v: {"logits_mapped_per_row": True, "dummy_maps_nothing": True})
+    cells = _cells(tmp_path, "9.9.9")
+    assert cells["E1"] == "no" and cells["V0"] == "**yes**" and cells["other"] == "none"
     (tmp_path / "1.0.0.log").write_text("fuzz: vllm_engine is not available: vLLM 1.0.0 has no V2 model runner "
                                         "LoraState (vllm.v1.worker.gpu.lora_utils)\n")
-    assert "unsupported or not run: fuzz: vllm_engine is not available" in sweep.row(tmp_path, "1.0.0")
+    refused = _cells(tmp_path, "1.0.0")
+    assert all(refused[b] == "n/a" for b in sweep.COLUMNS)
+    assert refused["other"].startswith("unsupported or not run: fuzz: vllm_engine is not available")
 
 
 @pytest.mark.skipif(not _Tree(PINNED), reason=f"vLLM {PINNED} is not set up (scripts/setup.sh)")
@@ -185,15 +210,36 @@ def test_the_label_names_each_known_bug_with_its_upstream_and_status_and_never_a
     assert known.label(f, logits_mapped_per_row=True, prompt_rows_mapped=True) is None
 
 
-def test_a_sweep_row_counts_known_bugs_outside_its_columns(tmp_path):
-    """V1 (a graph replay under specialize_active_lora) and L1 have no column of their own: the row names them (a V1
-    finding raised KeyError here before)."""
-    v1 = _finding("numeric-mismatch", "numeric", 0, [{"op": "step"}], tensor="replay.qkv_proj.adapter_rows",
-                  config={"specialize_active_lora": True}, examples=7)
-    (tmp_path / "0.99.0.json").write_text(json.dumps({"runs": [{"findings": [v1], "generated": 9, "duration_s": 5.0,
+def test_a_sweep_row_triages_with_the_releases_own_flags(tmp_path, monkeypatch):
+    """Each finding is triaged under the release's flags read from its files (source_facts.known_flags): a repeated
+    batch after a removal is C1 where the mapping cache ignores the slots, to triage elsewhere (before, the sweep
+    passed no C1 / R1 / M1 flags and left every C1 of 0.15 - 0.25 "to triage")."""
+    step = {"op": "step", "finish": [], "reqs": [_req("r1", 3), _req("r2", 1, 2)]}
+    ops = [{"op": "add", "id": 3}, step, {"op": "remove", "id": 3}, {"op": "add", "id": 3}, step]
+    c1 = _finding("numeric-mismatch", "numeric", 4, ops, tensor="step.o_proj.adapter_rows", examples=7)
+    (tmp_path / "0.99.0.json").write_text(json.dumps({"runs": [{"findings": [c1], "generated": 9, "duration_s": 5.0,
                                                                 "examples": 9}]}))
-    row = sweep.row(tmp_path, "0.99.0")
-    assert "V1 (known: not reported upstream" in row and "7 ex" in row, row
+    monkeypatch.setattr(sweep, "known_flags", lambda v: {"mapping_cache_ignores_slots": True})
+    cells = _cells(tmp_path, "0.99.0")
+    assert cells["C1"] == "**yes** (search: 7 ex)" and cells["other"] == "none"
+    monkeypatch.setattr(sweep, "known_flags", lambda v: {})
+    cells = _cells(tmp_path, "0.99.0")
+    assert cells["C1"] == "not found" and cells["other"] == "1 to triage (7 ex)"
+
+
+@pytest.mark.skipif(not all(_Tree(v) for v in ("0.17.0", "0.24.0", "0.26.0", "0.34.0")),
+                    reason="vLLM 0.17.0, 0.24.0, 0.26.0 and 0.34.0 are not all set up (scripts/vllm_setup.sh)")
+def test_the_source_flags_give_each_bugs_documented_range():
+    """source_facts.known_flags (the sweep's triage) against known.BUGS' ranges: C1 0.12 - 0.25, M1 0.16 - 0.23,
+    V0 0.15 - 0.21, W1 0.15 - 0.23, L1 to 0.17, R1 to 0.29, S1 to 0.33."""
+    f = {v: source_facts.known_flags(v) for v in ("0.17.0", "0.24.0", "0.26.0", "0.34.0")}
+    assert [f[v]["mapping_cache_ignores_slots"] for v in f] == [True, True, False, False]
+    assert [f[v]["moe_ignores_no_lora"] for v in f] == [True, False, False, False]
+    assert [f[v]["dummy_maps_nothing"] for v in f] == [True, False, False, False]
+    assert [f[v]["graphs_capture_per_lora"] for v in f] == [False, True, True, True]
+    assert [f[v]["drops_last_chunk"] for v in f] == [True, False, False, False]
+    assert [f[v]["moe_drops_rslora"] for v in f] == [True, True, True, False]
+    assert [f[v]["logits_mapped_per_row"] for v in f] == [False, False, False, True]
 
 
 def test_a_v2_graph_replay_under_specialize_is_w1_before_lora_capture_cases_and_v1_after():
@@ -284,3 +330,28 @@ def test_a_never_written_read_at_a_padding_row_of_a_step_is_v0_where_the_start_u
     assert sweep.category(read([1, 0]), True, dummy_maps_nothing=True) == "other"  # the scheduled row
     assert sweep.category(read([1, 1], kind="stale-read"), True, dummy_maps_nothing=True) == "other"
     assert sweep.category(read([1, 1], op=dict(step, pad=0)), True, dummy_maps_nothing=True) == "other"
+
+
+def test_v0s_padded_form_counts_the_v2_graph_dispatchs_padding_and_never_a_v1_runner_case():
+    """The V1-runner test's campaign on 0.17.0 (seed 0) met V0's padded form through a V2 graph replay: a 4-token
+    step (``pad`` 0) given the FULL_AND_PIECEWISE graph of 8 reads the embedding's offsets at padding column 4, never
+    written (replayed: 0.17.0 and, FULL, 0.19.0 reproduce; 0.22.0 and 0.23.0, #43139's zero mapping, do not). The
+    V1 runner's dummy runs map every row: a V1-runner case's read is not V0."""
+    step = {"op": "step", "finish": [], "pad": 0, "seed": 2,
+            "reqs": [{"id": "r1", "lora": 0, "tokens": 2, "drafts": 0, "prompt_logprobs": True, "prompt": 4},
+                     {"id": "r2", "lora": 0, "tokens": 2, "drafts": 0, "prompt_logprobs": False}]}
+    graphs = {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [8]}
+
+    def read(element, config):
+        f = _finding("uninitialized-read", "shadow", 0, [step, {"op": "add", "id": 2}], config=config,
+                     tensor="torch.empty@vllm/lora/punica_wrapper/punica_base.py:147")
+        f["violation"]["details"]["element"] = element
+        return f
+    assert sweep.category(read([1, 4], graphs), True, dummy_maps_nothing=True) == "V0"
+    assert sweep.category(read([1, 4], graphs), True, dummy_maps_nothing=False) == "other"  # 0.22 on: new
+    assert sweep.category(read([1, 3], graphs), True, dummy_maps_nothing=True) == "other"  # a scheduled row
+    assert sweep.category(read([1, 4], {}), True, dummy_maps_nothing=True) == "other"  # no graph, no pad: no padding
+    assert sweep.category(read([1, 4], dict(graphs, runner="v1")), True, dummy_maps_nothing=True) == "other"
+    dummy = _finding("uninitialized-read", "shadow", 0, [{"op": "dummy_run", "num_tokens": 2}],
+                     config={"runner": "v1"}, tensor="token_mapping_meta.active_lora_ids")
+    assert sweep.category(dummy, True, dummy_maps_nothing=True) == "other"

@@ -65,6 +65,14 @@ class ShadowCore(Oracle, tracking.Watcher):
     def begin_op(self, index: int, op: dict) -> None:
         self.reporter.begin_op(index, op)
 
+    # -- tracking.Watcher: the runner's regions (reports made inside name the innermost) -------------
+    def region_begin(self, name: str) -> int:
+        self.reporter.regions.append(name)
+        return len(self.reporter.regions) - 1
+
+    def region_end(self, token: int) -> None:
+        del self.reporter.regions[token:]
+
     def finish(self) -> list[Violation]:
         """The last read-back (the back end's), the hooks undone whatever it raised, then the reports: what
         earlier ops found is kept when the read-back fails (``FinishFailed``)."""

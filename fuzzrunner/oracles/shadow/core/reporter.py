@@ -26,6 +26,7 @@ class Reporter:
         self.op_names: dict[int, str] = {}  # op index -> its name, for "last written in op 1 (step)"
         self.owner = threading.get_ident()  # the thread that runs the case (``threads``: others are named)
         self.reported = 0  # reports made so far (whether an op's inner checks found something)
+        self.regions: list[str] = []  # the runner's open ``tracking.region`` blocks, innermost last
 
     def begin_op(self, index: int, op: dict) -> None:
         self.op_index, self.op_name = index, op.get("op", "")
@@ -40,6 +41,8 @@ class Reporter:
     def op(self) -> dict:
         """The details every report starts with: the op it was made in (and the thread, with ``threads``)."""
         facts: dict = {"op_index": self.op_index, "op": self.op_name}
+        if self.regions:
+            facts["region"] = self.regions[-1]
         if self.threads:
             facts["thread"] = thread_name()
         return facts

@@ -123,6 +123,24 @@ class GpuShadowOracle(ReadBack):
         with self.pause():
             self._collect()
 
+    # -- tracking.Watcher: a region's reports are read back at its edges (one sync each), so they name it ---
+    def region_begin(self, name: str) -> int:
+        self._region_edge()  # what ran before: outside the region
+        return super().region_begin(name)
+
+    def region_end(self, token: int) -> None:
+        try:
+            self._region_edge()  # what ran inside: named by it
+        finally:
+            super().region_end(token)
+
+    def _region_edge(self) -> None:
+        """The read-back ``end_op`` makes, at a region's edge; not while a CUDA graph is being captured (its launches
+        have not run: they are read back after a replay, outside the region)."""
+        if self.cuda and torch.cuda.is_current_stream_capturing():
+            return
+        self._read_back()
+
     def _closing_reports(self) -> None:
         for kernel, why in self.unchecked.items():
             self.reporter.add("tool-limitation", kernel, "", "", f"{kernel} ran unchecked on the GPU: {why}",
