@@ -19,7 +19,8 @@ Ops:
   "pad", "seed"}``: the requests finished before the step, then the scheduled ones (a new id is a new request, with
   adapter ``lora``, 0 = none; a live one keeps its adapter), ``pad`` rows of graph padding; a new request's
   ``prompt`` (default: its ``tokens``) is its prompt's length: a longer prompt is a chunked prefill, its later
-  steps' tokens the next chunks (prompt_logprobs.py); ``score_ids`` / ``prompt_start``: its
+  steps' tokens the next chunks, each at most the rest of the prompt, as vLLM's scheduler gives them
+  (``_check_chunks``; prompt_logprobs.py); ``score_ids`` / ``prompt_start``: its
   ``prompt_logprob_token_ids`` / ``prompt_logprob_start`` (0.31 on, prompt_scores.py);
 * ``dummy_run`` ``{"num_tokens", "reqs", "pad", "seed"}``: a runtime dummy run (an idle data-parallel rank).
 
