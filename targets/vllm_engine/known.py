@@ -74,12 +74,13 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped:
     if ("prompt_logits" in tensor and not prompt_rows_mapped) or \
             ("prompt_token_id_logits" in tensor and not token_id_rows_mapped):
         return "P1"  # the prompt-logprobs rows under the sampled rows' mapping (vllm-project/vllm#53842)
-    sites = " ".join(((v.get("details") or {}).get("sites") or {}).values())
-    past_rows = "add_lora_logits" in sites or tensor == "_lora_shrink_kernel:input_ptr"  # its buffer, or its x
-    if v.get("tool") == "shadow" and v["kind"] == "out-of-bounds" and past_rows and not token_id_rows_mapped and \
+    lora_kernel = v.get("kernel") in ("_lora_shrink_kernel", "_lora_expand_kernel")
+    if v.get("tool") == "shadow" and v["kind"] == "out-of-bounds" and lora_kernel and not token_id_rows_mapped and \
             "lm_head" in (case["config"].get("layers") or ()) and any(r.get("score_ids") for r in op.get("reqs") or ()):
         # P1's other form: the token-id path takes one request's prompt rows at a time, fewer than the sampled rows
-        # the lm_head mapping was made for, so the logits LoRA kernels reach past the call's rows (input or buffer)
+        # the lm_head mapping was made for, so the logits LoRA kernels reach past the call's rows (its input, its
+        # buffer, its output). The shadow names the allocation nearest the address reached: add_lora_logits' buffer,
+        # or whatever the allocator put beside it (LoRAKernelMeta's, 0.33.0's clean campaign), so any is P1 here
         return "P1"
     if v["kind"] == "state-violation" and tensor.endswith("prompt_logprobs") and drops_last_chunk and \
             "the worker returned none" in message:

@@ -182,3 +182,14 @@ def test_p1s_out_of_bounds_form_on_the_token_id_path_is_named_p1():
     assert known.known_bug(x, logits_mapped_per_row=True) == "P1"  # the call's input read past its rows
     other = dict(x, case=dict(x["case"], config={"layers": ["qkv_proj"]}))
     assert known.known_bug(other, logits_mapped_per_row=True) is None  # no logits ran: not the token-id path
+    # the same store past the buffer, named after the allocation the allocator put nearest it (0.33.0's clean
+    # campaign, seed 0: LoRAKernelMeta's; its twin finding, the same access, was named after the buffer and P1)
+    meta = {"vllm/lora/ops/triton_ops/lora_kernel_metadata.py:58": "lora_kernel_metadata.py::LoRAKernelMeta.make"}
+    for kernel in ("_lora_shrink_kernel", "_lora_expand_kernel"):
+        near = dict(f, violation=dict(f["violation"], kernel=kernel, details={"op_index": 0, "sites": meta},
+                                      tensor="torch.empty@vllm/lora/ops/triton_ops/lora_kernel_metadata.py:58"))
+        assert known.known_bug(near, logits_mapped_per_row=True) == "P1", kernel
+        assert known.known_bug(near, logits_mapped_per_row=True, token_id_rows_mapped=True) is None
+        assert known.known_bug({**near, "case": no_ids["case"]}, logits_mapped_per_row=True) is None
+    token_ids = dict(f, violation=dict(f["violation"], kernel="_prompt_logprobs_token_ids_kernel"))
+    assert known.known_bug(token_ids, logits_mapped_per_row=True) is None  # not a LoRA kernel: not P1
