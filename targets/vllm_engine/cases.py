@@ -19,7 +19,8 @@ Ops:
   "pad", "seed"}``: the requests finished before the step, then the scheduled ones (a new id is a new request, with
   adapter ``lora``, 0 = none; a live one keeps its adapter), ``pad`` rows of graph padding; a new request's
   ``prompt`` (default: its ``tokens``) is its prompt's length: a longer prompt is a chunked prefill, its later
-  steps' tokens the next chunks (prompt_logprobs.py); ``score_ids`` / ``prompt_start``: its
+  steps' tokens the next chunks, each at most the rest of the prompt, as vLLM's scheduler gives them
+  (``_check_chunks``; prompt_logprobs.py); ``score_ids`` / ``prompt_start``: its
   ``prompt_logprob_token_ids`` / ``prompt_logprob_start`` (0.31 on, prompt_scores.py);
 * ``dummy_run`` ``{"num_tokens", "reqs", "pad", "seed"}``: a runtime dummy run (an idle data-parallel rank).
 
@@ -73,6 +74,7 @@ def check(case) -> dict:
     _check_runner(c)
     for i, op in enumerate(case.ops):
         _check_op(c, i, op)
+    _check_chunks(case.ops)
     return c
 
 
@@ -138,6 +140,26 @@ def _check_op(c: dict, i: int, op: dict) -> None:
             raise InvalidCase(f"op {i}: more distinct adapters than max_loras={c['max_loras']} in one step.")
     if kind == "dummy_run" and not 1 <= op["num_tokens"] <= c["max_num_batched_tokens"] - op.get("pad", 0):
         raise InvalidCase(f"op {i}: a dummy run has 1..max_num_batched_tokens tokens, padding included.")
+
+
+def _check_chunks(ops) -> None:
+    """A request in its prompt is scheduled at most what is left of it: vLLM's scheduler gives a running request
+    ``num_tokens_with_spec + num_output_placeholders - num_computed_tokens`` tokens (v1/core/sched/scheduler.py,
+    ``schedule``), which before its prompt completes (no output, no drafts) is the rest of the prompt. A step past it
+    has no prompt token to score: the prompt-logprobs worker takes every row but the last (one too many)."""
+    left: dict[str, int] = {}  # live request id -> prompt tokens not yet scheduled
+    for i, op in enumerate(ops):
+        if op.get("op") != "step":
+            continue
+        for rid in op.get("finish", []):
+            left.pop(rid, None)
+        for r in op["reqs"]:
+            rest = left.get(r["id"], r.get("prompt", r["tokens"]))  # a new request: its whole prompt
+            if 0 < rest < r["tokens"]:
+                raise InvalidCase(f"op {i}: request {r['id']!r} is scheduled {r['tokens']} tokens with {rest} of its "
+                                  f"prompt left: vLLM schedules a request in its prompt at most the rest of it; "
+                                  f"schedule {rest} or fewer.")
+            left[r["id"]] = max(0, rest - r["tokens"])
 
 
 # -- the model the rules draw over ------------------------------------------------------------------------
@@ -231,8 +253,11 @@ def _continued(draw, s: EngineState, rid: str, budget: int) -> dict | None:
 
 
 def _movable(s: EngineState) -> list[int]:
-    """Adapters of the last step, its requests all still live, that a reload could move to another slot."""
-    if s.slots < 2 or not s.last_step or any(r["id"] not in s.requests for r in s.last_step):
+    """Adapters of the last step, its requests all still live and each able to run its token count again (a request
+    in its prompt with fewer tokens left would run past it: ``_check_chunks``), that a reload could move to another
+    slot."""
+    if s.slots < 2 or not s.last_step or any(r["id"] not in s.requests or 0 < s.prefill.get(r["id"], 0) < r["tokens"]
+                                             for r in s.last_step):
         return []
     return sorted({r["lora"] for r in s.last_step} - {0})
 
@@ -263,6 +288,8 @@ def move(draw, s: EngineState) -> list[dict]:
         s.load(x)
     again = [{k: v for k, v in r.items() if k not in ("score_ids", "prompt_start")} | {"prompt_logprobs": False}
              for r in s.last_step]  # type: ignore[union-attr]  (live requests: their prompt's scoring is theirs)
+    for r in again:  # a request in its prompt runs its next chunk
+        s.prefill[r["id"]] = max(0, s.prefill.get(r["id"], 0) - r["tokens"])
     s.activate([r["lora"] for r in again])
     return ops + [{"op": "step", "finish": [], "reqs": again, "pad": 0, "seed": draw(st.integers(0, 7))}]
 
