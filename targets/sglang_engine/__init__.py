@@ -116,7 +116,7 @@ def seed_left_out(case, drawn: tuple) -> str | None:
 def make_target():
     from fuzzrunner.target import Target
 
-    from . import cases, faults, frontend, known, scheduler_faults
+    from . import cases, faults, frontend, known, scheduler, scheduler_faults
     from . import moe as sparse
     eng = load_engine()  # the same for every device: a case's run fits it to its own (ctx.device)
     drawn = drawn_backends(eng.api.backends)
@@ -155,9 +155,8 @@ def make_target():
                  "logits: " + ("SGLang's LogitsProcessor (last token per request, input-logprob passes)"
                                if eng.logits_processor else
                                f"lm_head called by the target ({eng.logits_processor_why})"),
-                 "scheduler: " + ("SGLang's get_next_batch_to_run / PrefillAdder / can_schedule_lora_req / LoRADrainer "
-                                  "over its ReqToTokenPool, KV allocator and tree cache; ForwardBatch.init_new"
-                                  if eng.scheduler else f"admission loop re-stated ({eng.scheduler_why})"),
+                 "scheduler: " + (scheduler.describe(eng.scheduler) if eng.scheduler
+                                  else f"admission loop re-stated ({eng.scheduler_why})"),
                  *(frontend.describe(eng.frontend) or [f"adapter management: not driven ({eng.frontend_why}): "
                                                        f"load / unload / requests go to the LoRAManager directly"])),
         own_code=(os.path.dirname(os.path.abspath(__file__)),),

@@ -40,9 +40,11 @@ from . import scheduler_release as release_shape
 
 # the Scheduler's methods the loop runs, each SGLang's own (a release without one: the path is not driven there)
 SCHED_METHODS = (
-    "get_next_batch_to_run", "get_new_batch_prefill", "_get_new_batch_prefill_raw", "get_num_allocatable_reqs",
-    "update_running_batch", "stash_chunked_request", "init_chunked_prefill", "init_schedule_policy",
-    "init_req_max_new_tokens", "init_running_status")
+    "get_next_batch_to_run", "get_new_batch_prefill", "get_num_allocatable_reqs", "update_running_batch",
+    "init_req_max_new_tokens")
+# the Scheduler's set-up methods the object is made with; where a release has none (0.5.5 - 0.5.6), the same lines
+# of its ``Scheduler.__init__`` (scheduler_release.init_step)
+SCHED_INIT = ("init_running_status", "init_chunked_prefill", "init_schedule_policy")
 # the admission's LoRA check, by its release's name (``_can_schedule_lora_req`` 0.5.12 - 0.5.19)
 LORA_ADMISSION = ("can_schedule_lora_req", "_can_schedule_lora_req")
 # methods some releases' loop calls, or their init_running_status binds (not calls); taken where the release has them
@@ -51,7 +53,14 @@ SCHED_OPTIONAL = (
     "_should_defer_prefill", "_arm_prefill_decode_interval", "init_lora_drainer", "init_beam_coordinator",
     "_relay_forward_payload", "flush_cache", "is_fully_idle", "send_control_output",
     "_abort_on_waiting_timeout", "_abort_on_running_timeout", "_should_delay_dflash_prefill_for_batching",
-    "_maybe_prepare_ngram_embedding", "maybe_prepare_mlp_sync_batch")
+    "_maybe_prepare_ngram_embedding", "maybe_prepare_mlp_sync_batch",
+    "maybe_prepare_mlp_sync_batch_and_log_stats",  # 0.5.8 - 0.5.8.post1 (no DP attention: the batch handed back)
+    # 0.5.8+ (before, the loop's body is inline in get_new_batch_prefill / get_next_batch_to_run)
+    "_get_new_batch_prefill_raw", "stash_chunked_request",
+    # 0.5.8 - 0.5.8.post1's loop calls it each round (SGLANG_QUEUED_TIMEOUT_MS -1: it returns at its first line)
+    "_abort_on_queued_timeout",
+    "log_prefill_stats_late",  # 0.5.7's loop calls it (metrics off: it returns without a batch's stats)
+    "init_diffusion_llm")  # 0.5.8 - 0.5.8.post1: the loop reads its (empty, no dLLM) staging requests
 RUNNER_METHODS = ("init_kv_index_translator", "init_ngram_embedding_manager")
 CLOCK_START = 1000.0  # virtual seconds: 0.0 is "never stamped" to Req's time stats
 
@@ -73,7 +82,7 @@ class Clock:
 CLOCK = Clock()
 
 
-DRIVEN_ON = "0.5.10 - 0.5.23"  # the releases whose scheduler shape is adapted (docs/sglang.md, "not driven" table)
+DRIVEN_ON = "0.5.5 - 0.5.23"  # the releases whose scheduler shape is adapted (docs/sglang.md, "not driven" table)
 
 
 def _lacks(e: Exception) -> str:
@@ -93,16 +102,12 @@ def load():
     turned off with ``FUZZRUNNER_SGLANG_SCHEDULER=0``: the earlier path, re-stated admission and LoRA lines)."""
     if os.environ.get("FUZZRUNNER_SGLANG_SCHEDULER", "1") == "0":
         return None, "turned off (FUZZRUNNER_SGLANG_SCHEDULER=0)"
-    # req_time_stats: set_wait_queue_entry_time (0.5.10+); 0.5.9's TimeStats (metrics/collector.py) has none, and
-    # every served step failed there
     try:
         from sglang.srt.managers import schedule_batch
         from sglang.srt.managers.scheduler import Scheduler
         from sglang.srt.mem_cache import common
-        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
         from sglang.srt.model_executor.model_runner import ModelRunner
-        from sglang.srt.observability import req_time_stats  # noqa: F401 - Server.submit's entry stamp (0.5.10+)
         from sglang.srt.sampling.sampling_params import SamplingParams
         TokenToKVPoolAllocator = release_shape.token_allocator()
     except Exception as e:  # noqa: BLE001 - any import failure: the release's admission is driven the older way
@@ -120,9 +125,9 @@ def load():
             Scheduler=Scheduler, ModelRunner=ModelRunner, Req=schedule_batch.Req, drainer=drainer,
             ScheduleBatch=schedule_batch.ScheduleBatch,
             SamplingParams=SamplingParams, ReqToTokenPool=ReqToTokenPool, MHATokenToKVPool=MHATokenToKVPool,
-            TokenToKVPoolAllocator=TokenToKVPoolAllocator, CacheInitParams=CacheInitParams,
-            tree_cache=release_shape.tree_cache(),
-            release_kv_cache=release_shape.release(common.release_kv_cache),
+            TokenToKVPoolAllocator=TokenToKVPoolAllocator, tree_cache=release_shape.tree_cache(),
+            TpModelWorker=release_shape.tp_model_worker(),
+            release_kv_cache=release_shape.release(getattr(common, "release_kv_cache", None)),
             checkpoint_kv_cache=release_shape.checkpoint(common),
             resolve_forward_inputs=release_shape.forward_inputs_resolver(),
             token_ids=release_shape.token_ids(schedule_batch.Req)), ""
@@ -153,28 +158,48 @@ def unsupported(cls) -> str:
     is a method (0.5.12+) or inline in ``_get_new_batch_prefill_raw`` (0.5.10 - 0.5.11: ``validate_lora_batch`` of
     the running adapters and the request's, ``scheduler.py:2639-2655`` in 0.5.11)."""
     lacking = [m for m in SCHED_METHODS if not hasattr(cls, m)] + \
+        [m for m in SCHED_INIT if not release_shape.has_init_step(cls, m)] + \
         ([] if any(hasattr(cls, m) for m in LORA_ADMISSION) or inline_lora_check(cls)
          else [" / ".join(LORA_ADMISSION)])
     return f"the release's Scheduler lacks {', '.join(lacking)}" if lacking else ""
 
 
+def prefill_loop(cls) -> str:
+    """The name of the method that holds the admission loop over the waiting queue: ``_get_new_batch_prefill_raw``
+    (0.5.8+), else ``get_new_batch_prefill`` itself (0.5.5 - 0.5.7)."""
+    return "_get_new_batch_prefill_raw" if hasattr(cls, "_get_new_batch_prefill_raw") else "get_new_batch_prefill"
+
+
+# the inline LoRA check's calls: the manager's (0.5.8 - 0.5.11), the worker's (0.5.5 - 0.5.7, ``TpModelWorker``'s
+# ``can_run_lora_batch``, which calls the manager's ``validate_lora_batch``)
+INLINE_CHECKS = ("validate_lora_batch(", "can_run_lora_batch(")
+
+
 def inline_lora_check(cls) -> bool:
-    """Whether the release's loop checks a request's adapter inline (0.5.10 - 0.5.11), with no method of its own."""
-    raw = getattr(cls, "_get_new_batch_prefill_raw", None)
+    """Whether the release's loop checks a request's adapter inline (0.5.5 - 0.5.11), with no method of its own."""
+    loop = getattr(cls, prefill_loop(cls), None)
     try:
-        return raw is not None and "validate_lora_batch(" in inspect.getsource(raw)
+        return loop is not None and any(c in inspect.getsource(loop) for c in INLINE_CHECKS)
     except (OSError, TypeError):  # no source (a stand-in)
         return False
 
 
 def scheduler_methods(cls) -> tuple:
     """The Scheduler methods the loop runs in this release (module doc)."""
-    return SCHED_METHODS + tuple(m for m in SCHED_OPTIONAL + LORA_ADMISSION if hasattr(cls, m))
+    return SCHED_METHODS + tuple(m for m in SCHED_INIT + SCHED_OPTIONAL + LORA_ADMISSION if hasattr(cls, m))
 
 
 def admission_name(cls) -> str | None:
     """The release's name of the admission's LoRA check (None: inline, 0.5.10 - 0.5.11)."""
     return next((m for m in LORA_ADMISSION if hasattr(cls, m)), None)
+
+
+def describe(sl) -> str:
+    """The target's details line of the release's scheduler path (``sl``: ``load``'s): the loop, the LoRA check by
+    the name the release calls it (inline in the loop 0.5.5 - 0.5.11), the drainer where it has one."""
+    check = admission_name(sl.Scheduler) or f"the LoRA check inline in {prefill_loop(sl.Scheduler)}"
+    return (f"SGLang's get_next_batch_to_run / PrefillAdder / {check}{' / LoRADrainer' if sl.drainer else ''} over its "
+            f"ReqToTokenPool, KV allocator and tree cache; ForwardBatch.init_new")
 
 
 def _shape(name: str, cls, methods) -> object:
@@ -206,10 +231,9 @@ class Server:
                                       head_num=cfg.num_key_value_heads, head_dim=cfg.head_dim,
                                       layer_num=cfg.num_hidden_layers, device=dev, enable_memory_saver=False)
         self.alloc = sl.TokenToKVPoolAllocator(self.kv_size, session.dtype, dev, self.kv, need_sort=False)
-        tree_cls, tree_kw = sl.tree_cache
-        self.tree = tree_cls(sl.CacheInitParams(
-            disable=True, req_to_token_pool=self.req_pool, token_to_kv_pool_allocator=self.alloc, page_size=1,
-            chunked_prefill_size=sched.chunked_prefill_size, **tree_kw))
+        self.tree = release_shape.make_tree_cache(
+            sl.tree_cache, disable=True, req_to_token_pool=self.req_pool, token_to_kv_pool_allocator=self.alloc,
+            page_size=1, chunked_prefill_size=sched.chunked_prefill_size)
         # the model runner: what ForwardBatch.init_new reads
         mr = _shape("ModelRunner", sl.ModelRunner, [m for m in RUNNER_METHODS if hasattr(sl.ModelRunner, m)])
         mr.lora_manager, mr.model, mr.model_config, mr.device = session.mgr, session.model, self.model_config, dev
@@ -255,6 +279,9 @@ class Server:
                   "require_mlp_sync", "enable_unified_memory", "enable_fpm"):
             setattr(sc, k, False)
         sc.processed_tokens_counter = sc.forward_ct = 0
+        sc.enable_metrics = sa.enable_metrics  # off (the server's default); 0.5.9's loop reads it unconditionally
+        # no speculative decoding: the KV headroom a decode step checks (init_memory_pool_and_cache's 1; 0.5.5 - 0.5.7)
+        sc.decode_mem_cache_buf_multiplier = 1
         if hasattr(sl.Scheduler, "kv_shard_widening"):  # 0.5.21+: the class default before a page-interleaved pool
             sc.kv_shard_widening = sl.Scheduler.kv_shard_widening
         sc.sliding_window_size, sc.decode_offload_manager = None, None  # a dense model; no decode offload
@@ -267,16 +294,21 @@ class Server:
         sc.min_free_slots_delayer, sc.dynamic_chunk_sizer, sc.truncation_align_size = None, None, None
         sc.disaggregation_mode = importlib.import_module("sglang.srt.disaggregation.utils").DisaggregationMode.NULL
         release_shape.default_micro_batch(max(self.max_running, 1))  # Scheduler.init_model_worker's default
-        sc.tp_worker = types.SimpleNamespace(model_runner=mr)
+        # the worker: its model runner, and its can_run_lora_batch where the release's loop asks it (0.5.5 - 0.5.7)
+        sc.tp_worker = _shape("TpModelWorker", sl.TpModelWorker, [m for m in ("can_run_lora_batch",)
+                                                                  if hasattr(sl.TpModelWorker, m)])
+        sc.tp_worker.model_runner = mr
         sc.ipc_channels = None  # 0.5.22's init_running_status hands it to its flush wrapper (kept, not used): no IPC
-        sc.init_running_status()
-        sc.init_chunked_prefill()
-        sc.init_schedule_policy()
+        for m in SCHED_INIT:
+            release_shape.init_step(sc, sl.Scheduler, m)
+        if hasattr(sc, "init_diffusion_llm"):  # 0.5.8 - 0.5.8.post1's set-up step (dllm_config None: none staged)
+            sc.init_diffusion_llm()
         release_shape.init_lora_drainer(sc, sa)
         sc.future_map = release_shape.future_map(sc, dev, self.req_pool)
         if hasattr(sc, "init_beam_coordinator"):  # 0.5.19+ (beam search); before, the loop reads no coordinator
             sc.init_beam_coordinator()
         sc.grammar_manager = types.SimpleNamespace(has_waiting_grammars=lambda: False)
+        sc.grammar_queue = []  # the same before the grammar manager (0.5.5 - 0.5.6: __init__'s grammar block's queue)
         # the pending-token count of the prefill stats (metrics: not run; 0.5.12's metrics mixin method the same)
         sc.load_inquirer = types.SimpleNamespace(_get_num_pending_tokens=lambda chunk_deduct=0: 0)
         sc._get_num_pending_tokens = sc.load_inquirer._get_num_pending_tokens
@@ -292,6 +324,8 @@ class Server:
         sc.use_ngram_embedding = False  # 0.5.12 - 0.5.15's loop asks it (Scheduler.__init__: the model has none)
         sc._pending_chunked_abort_req = None
         sc.scheduler_stage_metrics = None  # metrics off: the stage decorators call through
+        release_shape.metrics_off(sc, sl.Scheduler)  # 0.5.5 - 0.5.9: no prefill-stats log line (module doc)
+        sc.temp_prefill_info = None  # init_metrics' line: what log_prefill_stats leaves for log_prefill_stats_late
         self.sc = sc
         self.rounds = 0
         self.patches: list = []  # planted faults (scheduler_faults.py), stopped by close()
@@ -310,7 +344,7 @@ class Server:
         sp.normalize(None)
         req = sl.Req(rid, "", sl.token_ids(tokens), sp, lora_id=lora_id, vocab_size=self.s.eng.hf_config.vocab_size)
         sc.init_req_max_new_tokens(req)
-        req.time_stats.set_wait_queue_entry_time(CLOCK.now)
+        release_shape.stamp_queue_entry(req, CLOCK.now)
         sc.waiting_queue.append(req)  # _add_request_to_queue's line for a non-disaggregated server
         return req
 
@@ -368,4 +402,4 @@ class Server:
             sc.last_batch is not None and any(not r.finished() for r in sc.last_batch.reqs))
 
 
-__all__ = ["CLOCK", "Server", "load"]
+__all__ = ["CLOCK", "Server", "describe", "load"]

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from unittest import mock
 
-from .scheduler import admission_name
+from .scheduler import admission_name, prefill_loop
 
 SERVER_FAULTS = {
     "init_new_fetches_one":
         "ForwardBatch.init_new fetches only the first request's adapter into the pool (fetch_new_loras of "
-        "{lora_ids[0]} instead of set(lora_ids)): a batch whose other adapters are not resident reaches "
-        "prepare_lora_batch without them.",
+        "{lora_ids[0]} instead of set(lora_ids); 0.5.5 - 0.5.7, where prepare_lora_batch loads the batch's adapters "
+        "itself, the pool's prepare_lora_batch of that one): a batch whose other adapters are not resident reaches "
+        "the batch info's slot lookup without them.",
     "admission_ignores_running_batch":
         "the admission loop leaves the running batch's adapters out of running_loras (_get_new_batch_prefill_raw's "
         "first LoRA line): can_schedule_lora_req admits a new adapter while the running batch already fills the "
@@ -79,11 +80,14 @@ def _without_running_batch(sc, admit: str):
 
 
 def _inline_without_running_batch(server, sc, mgr) -> None:
-    """0.5.10 - 0.5.11's inline check, ``validate_lora_batch({req.lora_id} | running_loras)``, with the running
-    batch's adapters left out of the set (the request's own is never in ``running_loras`` there): the same fault as
-    on the method, for the loop's call only."""
+    """0.5.5 - 0.5.11's inline check, ``validate_lora_batch({req.lora_id} | running_loras)`` (0.5.8 - 0.5.11; before,
+    the worker's ``can_run_lora_batch`` of the running batch's, the new batch's and the request's adapters, which asks
+    the manager's ``validate_lora_batch``), with the running batch's adapters left out of the set: the same fault as
+    on the method, for the loop's call only (``_get_new_batch_prefill_raw``, or ``get_new_batch_prefill`` where the
+    loop is inline there, 0.5.5 - 0.5.7)."""
     original = mgr.validate_lora_batch
-    raw = sc._get_new_batch_prefill_raw
+    loop = prefill_loop(type(sc))
+    raw = getattr(sc, loop)
 
     def validate_lora_batch(lora_ids):
         running = {r.lora_id for r in sc.running_batch.reqs if not r.finished()}
@@ -92,15 +96,25 @@ def _inline_without_running_batch(server, sc, mgr) -> None:
     def get_new_batch_prefill_raw(*args, **kwargs):
         with mock.patch.object(mgr, "validate_lora_batch", validate_lora_batch):
             return raw(*args, **kwargs)
-    _patch(server, sc, "_get_new_batch_prefill_raw", get_new_batch_prefill_raw)
+    _patch(server, sc, loop, get_new_batch_prefill_raw)
 
 
 def _fetch_first_only(server, mgr) -> None:
-    original = mgr.fetch_new_loras
     real = server.forward_batch
+    if hasattr(mgr, "fetch_new_loras"):  # 0.5.8+: init_new fetches the batch's adapters, then prepares
+        obj, name = mgr, "fetch_new_loras"
+    else:  # 0.5.5 - 0.5.7: the manager's prepare_lora_batch loads them (the pool's prepare_lora_batch(cur_uids=))
+        obj, name = mgr.memory_pool, "prepare_lora_batch"
+    original = getattr(obj, name)
+
+    def fetch(first, *args, **kwargs):
+        if name == "prepare_lora_batch":
+            kwargs["cur_uids"] = first & set(kwargs["cur_uids"])
+            return original(*args, **kwargs)
+        return original(first & set(args[0]), *args[1:], **kwargs)
 
     def forward_batch(batch):
         first = {batch.reqs[0].lora_id} if batch.reqs else set()
-        with mock.patch.object(mgr, "fetch_new_loras", lambda ids, *a, **k: original(first & set(ids), *a, **k)):
+        with mock.patch.object(obj, name, lambda *a, **k: fetch(first, *a, **k)):
             return real(batch)
     _patch(server, server, "forward_batch", forward_batch)

@@ -114,9 +114,84 @@ def tree_cache():
         return ChunkCache, {}
 
 
+def make_tree_cache(tree_cache, **params):
+    """The tree cache (``tree_cache()``'s class and keywords) made as the release's scheduler makes it: from a
+    ``CacheInitParams`` (``mem_cache/cache_init_params.py``, 0.5.6+), else with the keywords its constructor declares
+    (0.5.5: ``ChunkCache(req_to_token_pool=, token_to_kv_pool_allocator=, page_size=)``, ``scheduler.py:705``)."""
+    cls, kw = tree_cache
+    try:
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    except ImportError:
+        return cls(**accepted(cls, **params))
+    return cls(CacheInitParams(**accepted(CacheInitParams, **params), **kw))
+
+
+def tp_model_worker():
+    """``TpModelWorker``: the loop of 0.5.5 - 0.5.7 asks the worker's ``can_run_lora_batch`` (which asks the manager's
+    ``validate_lora_batch``); later loops ask the manager through ``tp_worker.model_runner``."""
+    from sglang.srt.managers.tp_worker import TpModelWorker
+    return TpModelWorker
+
+
+# Scheduler.__init__'s blocks that later releases moved into set-up methods of the same lines (0.5.7's
+# ``init_running_status`` is 0.5.6's "# Init running status" block ...): the method -> the block's comment
+INIT_BLOCKS = {"init_running_status": "# Init running status", "init_chunked_prefill": "# Init chunked prefill",
+               "init_schedule_policy": "# Init schedule policy and new token estimation"}
+
+
+def _init_block(cls, method: str) -> str | None:
+    """The source of ``Scheduler.__init__``'s block for ``method`` (its comment line up to the next blank line that is
+    followed by a comment line of the same indent), dedented; None where the release has no such block."""
+    import textwrap
+    try:
+        lines = inspect.getsource(cls.__init__).splitlines()
+    except (OSError, TypeError):
+        return None
+    head = INIT_BLOCKS[method]
+    start = next((i for i, ln in enumerate(lines) if ln.strip() == head), None)
+    if start is None:
+        return None
+    indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]
+    end = next((j for j in range(start + 1, len(lines) - 1)
+                if not lines[j].strip() and lines[j + 1].startswith(indent + "#")), len(lines))
+    return textwrap.dedent("\n".join(lines[start:end]))
+
+
+def has_init_step(cls, method: str) -> bool:
+    return hasattr(cls, method) or _init_block(cls, method) is not None
+
+
+def init_step(sc, cls, method: str) -> None:
+    """One of the scheduler's set-up steps (``INIT_BLOCKS``): its own method (0.5.7+), else the same lines of the
+    release's ``Scheduler.__init__`` (0.5.5 - 0.5.6: the block under its comment, taken from the release's source
+    and run on the scheduler object in the scheduler module's namespace, ``server_args`` the object's)."""
+    if hasattr(sc, method):
+        getattr(sc, method)()
+        return
+    block = _init_block(cls, method)
+    module = importlib.import_module(cls.__module__)
+    exec(compile(block, f"<{cls.__module__}.Scheduler.__init__: {INIT_BLOCKS[method]}>", "exec"),  # noqa: S102
+         dict(vars(module), self=sc, server_args=sc.server_args))
+
+
+def metrics_off(sc, cls) -> None:
+    """Whether this scheduler logs its prefill stats (``log_prefill_stats``: a log line and gauges, no LoRA state),
+    answered no: ``current_scheduler_metrics_enabled`` is a method in 0.5.5 - 0.5.6 (``scheduler.py:2536`` in 0.5.6),
+    an attribute set by ``__init__`` in 0.5.7 - 0.5.9 (the loop reads it, ``scheduler.py:2021`` in 0.5.7); on the
+    server it is true on attention-TP rank 0. Later releases log through ``scheduler_stage_metrics`` (None here)."""
+    if callable(getattr(cls, "current_scheduler_metrics_enabled", None)):
+        sc.current_scheduler_metrics_enabled = lambda: False
+    else:
+        sc.current_scheduler_metrics_enabled = False
+
+
 def release(release_kv_cache):
     """A finished request's KV given back as the release's result processing gives it back: 0.5.22+ checkpoint what
-    it computed first (``checkpoint=True``); before, ``release_kv_cache(req, tree)`` (its ``is_insert`` default)."""
+    it computed first (``checkpoint=True``); before, ``release_kv_cache(req, tree)`` (its ``is_insert`` default);
+    0.5.5 (no ``release_kv_cache``) the tree cache's ``cache_finished_req(req)``
+    (``scheduler_output_processor_mixin.py:114``)."""
+    if release_kv_cache is None:
+        return lambda req, tree: tree.cache_finished_req(req)
     if "checkpoint" in inspect.signature(release_kv_cache).parameters:
         return lambda req, tree: release_kv_cache(req, tree, checkpoint=True)
     return lambda req, tree: release_kv_cache(req, tree)
@@ -218,6 +293,18 @@ def token_ids(req_cls):
     return list
 
 
+def stamp_queue_entry(req, t: float) -> None:
+    """The request's waiting-queue entry time, as the release's ``_add_request_to_queue`` stamps it:
+    ``time_stats.set_wait_queue_entry_time()`` (0.5.10+, ``observability/req_time_stats.py``), before that the
+    ``TimeStats`` dataclass's field (``req.time_stats.wait_queue_entry_time = time.perf_counter()``,
+    ``managers/scheduler.py:1687`` in 0.5.9; ``metrics/collector.py``'s ``TimeStats`` has no setter)."""
+    setter = getattr(req.time_stats, "set_wait_queue_entry_time", None)
+    if setter is not None:
+        setter(t)
+    else:
+        req.time_stats.wait_queue_entry_time = t
+
+
 def accepted(fn, **kwargs) -> dict:
     """The keywords of ``kwargs`` that ``fn`` (a function or a dataclass) declares: a constructor or method whose
     fields the releases add over time (``SchedulerDPAttnAdapter``'s ``model_runner`` 0.5.17+,
@@ -251,7 +338,8 @@ def relay(sc, batch, result) -> None:
     batch.input_ids = None  # "Next-iter input_ids relayed via future_map" (run_batch)
 
 
-__all__ = ["accepted", "checkpoint", "default_micro_batch", "dp_attn_adapter", "forward_inputs_resolver", "future_map",
-           "init_lora_drainer", "knob_source", "middle_chunk_done", "middle_chunks", "next_batch", "one_rank_state",
-           "one_rank_widths", "relay", "release", "token_allocator", "token_ids",
-           "tree_cache", "update_finish_state"]
+__all__ = ["INIT_BLOCKS", "accepted", "checkpoint", "default_micro_batch", "dp_attn_adapter",
+           "forward_inputs_resolver", "future_map", "has_init_step", "init_lora_drainer", "init_step", "knob_source",
+           "make_tree_cache", "metrics_off", "middle_chunk_done", "middle_chunks", "next_batch", "one_rank_state",
+           "one_rank_widths", "relay", "release", "stamp_queue_entry", "token_allocator", "token_ids",
+           "tp_model_worker", "tree_cache", "update_finish_state"]

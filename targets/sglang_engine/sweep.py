@@ -98,7 +98,9 @@ def refusal(why: str) -> str:
     """A seed's refusal (the target's ``InvalidCase`` message, as the campaign quarantined it) as a verdict cell says
     it: what the seed needs, and the release's own reason where the message quotes one (the scheduler path's "this
     release lacks ..."), without the file, the advice after ";" or the lists in parentheses; for example
-    ``the scheduler path is not driven on SGLang 0.5.9: lacks sglang.srt.observability.req_time_stats``."""
+    ``the scheduler path is not driven on SGLang 0.5.9: lacks sglang.srt.observability.req_time_stats`` (0.5.9's
+    before the eighth stint; every release drives the path now, and SG1's seed before 0.5.12 reads
+    ``lora_drain_wait_threshold=1.0: SGLang 0.5.9 has no LoRADrainer``)."""
     if why.startswith("/") and ".json: " in why:  # the file named first
         why = why.split(".json: ", 1)[1]
     end = _top_level(why, ";")

@@ -329,10 +329,15 @@ def _engine_release_bug(sig: dict, backend, version: str | None, graph: bool = F
         return "#28371"
     # the shrink reads past its input (the kept rows) and writes past its output; the expand then reads past the
     # shrink's output, its own input (the segments of the whole batch over the kept rows' LoRA-A result)
+    # (csgmv the same: its chunked shrink over the kept rows, the expand over the shrink's output)
     shrink_out = tensor.startswith("torch.empty@triton_ops/sgemm_lora_a.py")
+    csgmv_out = tensor.startswith("torch.empty@triton_ops/chunked_sgmv_shrink.py")
+    kernel = sig.get("kernel", "")
     if kind == "out-of-bounds" and _lm_head_unpruned(version) and (
-            (sig.get("kernel", "") == "_sgemm_lora_a_kernel" and (tensor == "_sgemm_lora_a_kernel:x" or shrink_out))
-            or (sig.get("kernel", "") == "_sgemm_lora_b_kernel" and shrink_out)):
+            (kernel == "_sgemm_lora_a_kernel" and (tensor == "_sgemm_lora_a_kernel:x" or shrink_out))
+            or (kernel == "_sgemm_lora_b_kernel" and shrink_out)
+            or (kernel == "_chunked_lora_shrink_kernel" and (tensor == "_chunked_lora_shrink_kernel:x" or csgmv_out))
+            or (kernel == "_chunked_lora_expand_kernel" and csgmv_out)):
         return "#18649"
     if kind == "crash" and backend == "triton" and "triton_backend.py" in sig.get("location", "") and \
             LM_HEAD_PASSES_DROPPED in _release_file(version, "srt/lora/backend/triton_backend.py"):

@@ -232,9 +232,18 @@ def test_engine_findings_of_release_bugs_are_triaged_by_the_release_files(tmp_pa
     # and the expand reads past the shrink's output (0.5.8, the logprob seed: sgemm_lora_b.py:92, the x load)
     unpruned.append(finding("triton", tool="shadow", kind="out-of-bounds", kernel="_sgemm_lora_b_kernel",
                             tensor="torch.empty@triton_ops/sgemm_lora_a.py:147", location="triton_ops/sgemm_lora_b.py:92"))
+    # csgmv the same (0.5.9's fault-free campaign through the scheduler path, eighth stint: untriaged before): its
+    # chunked shrink reads past x and writes past its output, the expand reads past the shrink's output
+    unpruned += [finding("csgmv", tool="shadow", kind="out-of-bounds", kernel=k, tensor=t, location=loc)
+                 for k, t, loc in (("_chunked_lora_shrink_kernel", "_chunked_lora_shrink_kernel:x",
+                                    "triton_ops/chunked_sgmv_shrink.py:96"),
+                                   ("_chunked_lora_shrink_kernel", "torch.empty@triton_ops/chunked_sgmv_shrink.py:157",
+                                    "triton_ops/chunked_sgmv_shrink.py:119"),
+                                   ("_chunked_lora_expand_kernel", "torch.empty@triton_ops/chunked_sgmv_shrink.py:157",
+                                    "triton_ops/chunked_sgmv_expand.py:114"))]
     assert [sweep.category(f, "old") for f in (seg, emb, crash, frozen, eager, passes, *unpruned)] == \
-        ["#14177", "emb-unzeroed", "csgmv-embedding", "#28371", "untriaged", "#31910", "#18649", "#18649", "#18649"]
-    assert [sweep.category(f, "new") for f in (emb, crash, frozen, passes, *unpruned)] == ["untriaged"] * 7
+        ["#14177", "emb-unzeroed", "csgmv-embedding", "#28371", "untriaged", "#31910"] + ["#18649"] * 6
+    assert [sweep.category(f, "new") for f in (emb, crash, frozen, passes, *unpruned)] == ["untriaged"] * 10
 
 
 def test_the_engine_target_takes_its_device_from_the_run_not_the_environment():

@@ -10,11 +10,14 @@ def _release(*names):
     return type("Scheduler", (), {n: (lambda self: None) for n in names})
 
 
+LOOP = scheduler.SCHED_METHODS + scheduler.SCHED_INIT  # the loop's methods and its set-up methods (0.5.7+)
+
+
 def test_each_release_runs_its_own_name_of_the_lora_admission_check():
     """0.5.12 - 0.5.19 call it ``_can_schedule_lora_req``, 0.5.20+ ``can_schedule_lora_req``: the loop (SGLang's
     ``_get_new_batch_prefill_raw``) calls it by its release's name, so the shape must hold that one."""
-    old = _release(*scheduler.SCHED_METHODS, "_can_schedule_lora_req", "init_lora_drainer")
-    new = _release(*scheduler.SCHED_METHODS, "can_schedule_lora_req", "send_control_output")
+    old = _release(*LOOP, "_can_schedule_lora_req", "init_lora_drainer")
+    new = _release(*LOOP, "can_schedule_lora_req", "send_control_output")
     assert scheduler.admission_name(old) == "_can_schedule_lora_req"
     assert scheduler.admission_name(new) == "can_schedule_lora_req"
     assert "_can_schedule_lora_req" in scheduler.scheduler_methods(old)
@@ -26,10 +29,13 @@ def test_each_release_runs_its_own_name_of_the_lora_admission_check():
 def test_a_release_without_the_admission_loop_is_refused_with_what_it_lacks():
     """A Scheduler without a method the loop runs is not driven (the target's details and ``doctor`` say why); the
     earlier path (the re-stated loop around SGLang's admission check) takes its steps."""
-    pre = _release(*(m for m in scheduler.SCHED_METHODS if m != "_get_new_batch_prefill_raw"))
+    pre = _release(*(m for m in LOOP if m != "get_new_batch_prefill"))
     why = scheduler.unsupported(pre)
-    assert why == ("the release's Scheduler lacks _get_new_batch_prefill_raw, can_schedule_lora_req / "
+    assert why == ("the release's Scheduler lacks get_new_batch_prefill, can_schedule_lora_req / "
                    "_can_schedule_lora_req"), why
+    # a set-up method missing and no block of the same lines in its __init__ (a stand-in has no source)
+    why = scheduler.unsupported(_release(*(m for m in LOOP if m != "init_running_status"), "can_schedule_lora_req"))
+    assert why == "the release's Scheduler lacks init_running_status", why
 
 
 def test_a_finished_request_is_released_as_its_release_releases_it():
@@ -51,7 +57,7 @@ def test_a_release_whose_loop_calls_the_timeouts_runs_them_as_its_own_methods():
     """0.5.10 - 0.5.19's loop calls ``_abort_on_waiting_timeout`` / ``_abort_on_running_timeout`` each round (off by
     default, ``SGLANG_REQ_*_TIMEOUT`` -1: each returns at its first line). They were refused before ("whose state the
     scheduler object does not hold yet"); now they are the release's own methods on the scheduler object."""
-    old = _release(*scheduler.SCHED_METHODS, "_can_schedule_lora_req", "_abort_on_waiting_timeout",
+    old = _release(*LOOP, "_can_schedule_lora_req", "_abort_on_waiting_timeout",
                    "_abort_on_running_timeout", "_should_delay_dflash_prefill_for_batching")
     assert scheduler.unsupported(old) == "", scheduler.unsupported(old)
     methods = scheduler.scheduler_methods(old)
@@ -102,12 +108,11 @@ def test_a_release_with_the_lora_check_inline_runs_its_own_loop():
     """0.5.10 - 0.5.11 check a request's adapter inline (``validate_lora_batch`` in ``_get_new_batch_prefill_raw``):
     driven since the seventh stint (before: refused, "lacks can_schedule_lora_req / _can_schedule_lora_req");
     a loop without any check stays refused."""
-    inline = type("Scheduler", (_InlineCheck,), {m: (lambda self: None) for m in scheduler.SCHED_METHODS
-                                                 if m != "_get_new_batch_prefill_raw"})
+    inline = type("Scheduler", (_InlineCheck,), {m: (lambda self: None) for m in LOOP})
     assert scheduler.inline_lora_check(inline)
     assert scheduler.unsupported(inline) == "", scheduler.unsupported(inline)
     assert scheduler.admission_name(inline) is None
-    without = _release(*scheduler.SCHED_METHODS)  # a stand-in loop with no source: no check found
+    without = _release(*LOOP)  # a stand-in loop with no source: no check found
     assert "can_schedule_lora_req" in scheduler.unsupported(without)
 
 
@@ -147,3 +152,83 @@ def test_without_a_drainer_no_drain_threshold_is_drawn_or_passed():
     c = {"max_running_requests": 2, "lora_drain_wait_threshold": 0.0}
     assert "lora_drain_wait_threshold" in scheduler.scheduler_knobs(c, True)
     assert "lora_drain_wait_threshold" not in scheduler.scheduler_knobs(c, True, drainer=False)
+
+
+class _WorkerCheck:
+    """0.5.5 - 0.5.7's shape: no ``_get_new_batch_prefill_raw``; ``get_new_batch_prefill`` holds the loop and asks the
+    worker's ``can_run_lora_batch`` (``TpModelWorker``'s, which asks the manager's ``validate_lora_batch``) of the
+    running batch's, the new batch's and the request's adapters (``scheduler.py:1767-1775`` in 0.5.5)."""
+
+    def get_new_batch_prefill(self):
+        lora_set = {req.lora_id for req in self.running_batch.reqs}
+        can_run = []
+        for req in self.waiting_queue:
+            if not self.tp_worker.can_run_lora_batch(lora_set | {r.lora_id for r in can_run} | {req.lora_id}):
+                break
+            can_run.append(req)
+        return lora_set | {r.lora_id for r in can_run}
+
+
+def test_a_release_whose_loop_asks_the_worker_inline_runs_its_own_loop_and_takes_the_fault_there():
+    """0.5.5 - 0.5.7 check a request's adapter through the worker's ``can_run_lora_batch``, inline in
+    ``get_new_batch_prefill`` itself: driven now (before: refused, "lacks _get_new_batch_prefill_raw, ...,
+    can_schedule_lora_req / _can_schedule_lora_req"), and ``admission_ignores_running_batch`` is planted on that
+    loop's check (the running batch's adapters left out of the set the manager validates)."""
+    import types
+    faults = import_module("fuzzrunner.targets.sglang_engine.scheduler_faults")
+    cls = type("Scheduler", (_WorkerCheck,), {m: (lambda self: None) for m in LOOP if m != "get_new_batch_prefill"})
+    assert scheduler.prefill_loop(cls) == "get_new_batch_prefill"
+    assert scheduler.inline_lora_check(cls) and scheduler.unsupported(cls) == "", scheduler.unsupported(cls)
+    seen = []
+    mgr = types.SimpleNamespace(validate_lora_batch=lambda ids: seen.append(set(ids)) or len(set(ids)) <= 2)
+    sc = cls()
+    sc.tp_worker = types.SimpleNamespace(can_run_lora_batch=lambda ids: mgr.validate_lora_batch(ids))
+    sc.running_batch = types.SimpleNamespace(reqs=[types.SimpleNamespace(lora_id=i, finished=lambda: False)
+                                                   for i in (None, "a0")])
+    sc.waiting_queue = [types.SimpleNamespace(lora_id="a1")]
+    server = types.SimpleNamespace(sc=sc, s=types.SimpleNamespace(mgr=mgr), patches=[])
+    assert sc.get_new_batch_prefill() == {None, "a0"}  # 3 adapters for 2 slots: a1 waits
+    faults.plant_server(server, {"admission_ignores_running_batch"})
+    try:
+        assert sc.get_new_batch_prefill() == {None, "a0", "a1"}  # admitted against {a1} alone
+    finally:
+        while server.patches:
+            server.patches.pop().stop()
+    assert seen == [{None, "a0", "a1"}, {"a1"}]
+
+
+def test_init_new_fetches_one_is_planted_on_the_pools_load_where_prepare_lora_batch_loads_the_batch():
+    """0.5.5 - 0.5.7 have no ``fetch_new_loras``: the manager's ``prepare_lora_batch`` loads the batch's adapters
+    (``memory_pool.prepare_lora_batch(cur_uids=...)``, ``lora_manager.py:257-265`` in 0.5.5). The fault loads the
+    first request's alone there (before: a target error, "'LoRAManager' object has no attribute
+    'fetch_new_loras'"); with ``fetch_new_loras`` (0.5.8+) it stays on that call."""
+    import types
+    faults = import_module("fuzzrunner.targets.sglang_engine.scheduler_faults")
+    loaded = []
+    pool = types.SimpleNamespace(prepare_lora_batch=lambda cur_uids, lora_adapters: loaded.append(set(cur_uids)))
+    mgr = types.SimpleNamespace(memory_pool=pool)
+    batch = types.SimpleNamespace(reqs=[types.SimpleNamespace(lora_id=i) for i in ("a0", "a1", None)])
+
+    def forward_batch(b):  # ForwardBatch.init_new's LoRA line in 0.5.5: the manager's prepare of the batch's ids
+        mgr.memory_pool.prepare_lora_batch(cur_uids={r.lora_id for r in b.reqs}, lora_adapters={})
+    server = types.SimpleNamespace(sc=types.SimpleNamespace(), s=types.SimpleNamespace(mgr=mgr), patches=[],
+                                   forward_batch=forward_batch)
+    faults.plant_server(server, {"init_new_fetches_one"})
+    try:
+        server.forward_batch(batch)
+    finally:
+        while server.patches:
+            server.patches.pop().stop()
+    server.forward_batch(batch)
+    assert loaded == [{"a0"}, {"a0", "a1", None}]
+
+
+def test_the_details_name_the_releases_own_lora_check_and_drainer():
+    """``doctor`` / the target's details said "can_schedule_lora_req / LoRADrainer" on every release the path runs
+    on; 0.5.5 - 0.5.11 have neither (the check inline in the loop, no drainer before 0.5.12)."""
+    import types
+    old = types.SimpleNamespace(Scheduler=type("Scheduler", (_WorkerCheck,), {}), drainer=False)
+    new = types.SimpleNamespace(Scheduler=_release("can_schedule_lora_req"), drainer=True)
+    assert "/ the LoRA check inline in get_new_batch_prefill over" in scheduler.describe(old)
+    assert "LoRADrainer" not in scheduler.describe(old)
+    assert "/ can_schedule_lora_req / LoRADrainer over" in scheduler.describe(new)

@@ -211,3 +211,93 @@ def test_an_unfinished_request_is_checkpointed_as_each_release_does_it():
     assert release.checkpoint(types.SimpleNamespace(maybe_cache_unfinished_req="maybe")) == "maybe"
     release.checkpoint(types.SimpleNamespace(release_kv_cache="only"))("r", tree)
     assert calls == [("tree", "r")]
+
+
+class _SchedulerOf056:
+    """0.5.5 - 0.5.6's ``Scheduler.__init__``: the set-up lines later releases moved into ``init_running_status`` /
+    ``init_chunked_prefill`` / ``init_schedule_policy`` are blocks of ``__init__`` (``scheduler.py:430-502`` in
+    0.5.6), each under its comment."""
+
+    def __init__(self, server_args):
+        self.server_args = server_args
+        self.tree_cache = object()  # what runs first in __init__ is not taken
+
+        # Init running status
+        self.waiting_queue = []
+        self.last_batch = None
+
+        # Init chunked prefill
+        self.chunked_prefill_size = server_args.chunked_prefill_size
+        if self.chunked_prefill_size <= 0:  # -1 means disable
+            self.chunked_prefill_size = None
+        self.chunked_req = None
+
+        # Init the grammar backend for constrained generation
+        self.grammar_backend = object()
+
+        # Init schedule policy and new token estimation
+        self.policy = ("policy", self.schedule_policy)
+        self.new_token_ratio = [r for r in (0.7,) if self.schedule_policy]  # a comprehension sees `self`
+
+        # Init watchdog thread
+        self.watchdog = object()
+
+
+def test_before_the_set_up_methods_the_same_lines_of_the_releases_init_run_on_the_scheduler_object():
+    """0.5.5 - 0.5.6 have no ``init_running_status`` / ``init_chunked_prefill`` / ``init_schedule_policy`` (before:
+    refused, "lacks ..., init_chunked_prefill, init_schedule_policy, ..."): the block of ``Scheduler.__init__`` under
+    each one's comment runs on the object, and nothing else of ``__init__``; a release with the method runs it."""
+    import types
+    sc = types.SimpleNamespace(server_args=types.SimpleNamespace(chunked_prefill_size=-1), schedule_policy="fcfs")
+    for m in release.INIT_BLOCKS:
+        assert release.has_init_step(_SchedulerOf056, m)
+        release.init_step(sc, _SchedulerOf056, m)
+    assert (sc.waiting_queue, sc.last_batch, sc.chunked_prefill_size, sc.chunked_req) == ([], None, None, None)
+    assert sc.policy == ("policy", "fcfs") and sc.new_token_ratio == [0.7]
+    assert not hasattr(sc, "grammar_backend") and not hasattr(sc, "watchdog") and not hasattr(sc, "tree_cache")
+    calls = []
+    later = types.SimpleNamespace(init_running_status=lambda: calls.append("own"))
+    release.init_step(later, type("Scheduler", (), {}), "init_running_status")
+    assert calls == ["own"]
+    assert not release.has_init_step(type("Scheduler", (), {}), "init_chunked_prefill")
+
+
+def test_the_requests_queue_entry_is_stamped_as_each_release_stamps_it():
+    """0.5.10+: ``time_stats.set_wait_queue_entry_time(ts)``; before, ``TimeStats`` (``metrics/collector.py``) is a
+    dataclass the scheduler writes (``req.time_stats.wait_queue_entry_time = ...``; before: the path imported
+    ``observability.req_time_stats`` to refuse 0.5.9, whose served steps failed with an ``AttributeError``)."""
+    import types
+
+    class New:
+        def set_wait_queue_entry_time(self, ts=None):
+            self.wait_queue_entry_time = ("set", ts)
+    new = types.SimpleNamespace(time_stats=New())
+    old = types.SimpleNamespace(time_stats=types.SimpleNamespace(wait_queue_entry_time=0.0))
+    release.stamp_queue_entry(new, 1001.0)
+    release.stamp_queue_entry(old, 1001.0)
+    assert new.time_stats.wait_queue_entry_time == ("set", 1001.0)
+    assert old.time_stats.wait_queue_entry_time == 1001.0
+
+
+def test_0_5_5s_tree_cache_release_and_metrics_are_taken_its_way(monkeypatch):
+    """0.5.5 has no ``CacheInitParams`` (``ChunkCache(req_to_token_pool=, token_to_kv_pool_allocator=, page_size=)``)
+    and no ``release_kv_cache`` (result processing calls ``tree_cache.cache_finished_req(req)``); 0.5.5 - 0.5.6 ask
+    ``current_scheduler_metrics_enabled()`` as a method, 0.5.7 - 0.5.9 read it as an attribute."""
+    import types
+    monkeypatch.setitem(sys.modules, "sglang.srt.mem_cache.cache_init_params", None)
+
+    class ChunkCache:
+        def __init__(self, req_to_token_pool, token_to_kv_pool_allocator, page_size):
+            self.args = (req_to_token_pool, token_to_kv_pool_allocator, page_size)
+    tree = release.make_tree_cache((ChunkCache, {}), disable=True, req_to_token_pool="req", token_to_kv_pool_allocator="kv",
+                                   page_size=1, chunked_prefill_size=None)
+    assert tree.args == ("req", "kv", 1)
+    done = []
+    tree.cache_finished_req = done.append
+    release.release(None)("r", tree)
+    assert done == ["r"]
+    method = type("Scheduler", (), {"current_scheduler_metrics_enabled": lambda self: True})
+    sc, sc7 = types.SimpleNamespace(), types.SimpleNamespace()
+    release.metrics_off(sc, method)
+    release.metrics_off(sc7, type("Scheduler", (), {}))
+    assert sc.current_scheduler_metrics_enabled() is False and sc7.current_scheduler_metrics_enabled is False
