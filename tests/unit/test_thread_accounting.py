@@ -30,9 +30,11 @@ class ScriptedHub:
     def __init__(self, script: dict):
         self.script, self.calls = script, []
         self.rerun_error, self.restarts, self.spec = None, 0, WorkerSpec("t")
+        self.case, self.preceding = None, ((), 0)  # as Hub: the case in progress, what its worker ran before it
 
     def run(self, case: Case, cut_at: float = 0, *, linger_s: float = 0.0, fresh: bool = False) -> RunResult:
         self.calls.append((case.ops[0]["n"], linger_s, fresh))
+        self.case = case
         answer = self.script.get(case.ops[0]["n"])
         answers = answer if isinstance(answer, list) else [answer]
         result = answers.pop(0) if len(answers) > 1 else answers[0]
