@@ -76,6 +76,14 @@ def _error(message: str) -> None:
     print(f"fuzzrunner: error: {clip(message)}", file=sys.stderr)
 
 
+def _unlabelled_text(findings) -> str:
+    """How many findings no known bug names, beside the known bugs' count: "all known" or "2 new or untriaged". Before,
+    "11 findings (9 known bugs: ...)" left it to the reader whether the other two were new (new-user trial: all 11
+    were known, two bugs had two findings each)."""
+    unlabelled = sum(not isinstance((f.triage or {}).get("known"), dict) for f in findings)
+    return "all known" if not unlabelled else f"{unlabelled} new or untriaged"
+
+
 def _summary(result, out) -> None:
     from ..engine.result import stop_text
     from ..finding import render
@@ -83,7 +91,7 @@ def _summary(result, out) -> None:
     from ..sighting import known_bugs_text
     n = len(result.findings)
     known = known_bugs_text(result.findings)
-    labels = f" ({known})" if known else ""
+    labels = f", {_unlabelled_text(result.findings)} ({known})" if known else ""
     out.write(f"{result.target}: {_cases_text(result)} in {campaign_time(result)} (seed {result.seed}), "
               f"stopped: {stop_text(result.stop_reason)}; {n} finding{'s' * (n != 1)}{labels}\n")
     if getattr(result, "cluster", None):

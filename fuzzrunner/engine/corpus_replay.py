@@ -23,9 +23,12 @@ def replay_corpus(shard) -> None:
 
     def bad(path, moved, error) -> None:
         result.quarantined.append((str(path), str(moved) if moved else None, str(error)))
+        said = str(error).removeprefix(f"{path}: ")  # the error names the file too: say it once
+        if not _in(corpus, path):  # the target's own seed: never moved, and not unreadable when its release refuses it
+            shard.emit(events.WarningEvent(f"seed case {path} not run (left in place): {said}"))
+            return
         where = f"moved to {moved}" if moved else "left in place" if isinstance(error, (NewerSchema, SkippedFile)) \
             else "could not be moved"
-        said = str(error).removeprefix(f"{path}: ")  # the error names the file too: say it once
         shard.emit(events.WarningEvent(f"unreadable corpus file {path} ({where}): {said}"))
 
     entries = _own(shard, corpus.entries(shard.target.name, on_bad=bad) if corpus is not None else [])

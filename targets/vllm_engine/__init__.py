@@ -24,7 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # what of vLLM this target drives, as `fuzzrunner targets` says it (catalog.py reads it without importing this)
 DRIVES = ("the worker's LRUCacheWorkerLoRAManager and LRUCacheLoRAModelManager (PEFT loading, LRU eviction, pinning)",
-          "every *WithLoRA layer of a Llama-shaped model, and FusedMoEWithLoRA over vLLM's FusedMoE (MoE cases)",
+          "every *WithLoRA layer of a Llama-shaped model, and FusedMoEWithLoRA over vLLM's FusedMoE (MoE cases) "
+          "and FusedMoE3DWithLoRA with PEFT's 3D-format expert adapters (half the MoE cases of a CPU campaign)",
           "the V2 model runner's LoraState, LoRA mixin and CUDA-graph dispatch",
           "the V1 model runner's InputBatch and CudagraphDispatcher (up to 0.33)")
 
@@ -54,13 +55,15 @@ def load_engine() -> dict:
 
 
 def describe() -> list[str]:
+    from . import moe
     f = load_engine()
     args = "req_ids, idx_mapping, num_scheduled_tokens" + (", num_logits" if f["make_lora_inputs_takes_num_logits"]
                                                            else "")
     how = f"make_lora_inputs({args})"
     return [f"vllm         {f['api'].version} (engine pieces)",
             "vllm driven  LRUCacheWorkerLoRAManager, LRUCacheLoRAModelManager, PEFT loading, the *WithLoRA layers of "
-            "a Llama-shaped model of vLLM's layer classes (and FusedMoEWithLoRA over vLLM's FusedMoE in moe cases), "
+            "a Llama-shaped model of vLLM's layer classes (and, over vLLM's FusedMoE in moe cases, "
+            f"{moe.LAYERS['2d']}, or {moe.LAYERS['3d']} for 3D-format adapters), "
             "PunicaWrapperGPU, LoRAModelRunnerMixin, LoraState."
             f"{how}" + (", sort_batch_req_ids" if f["sort_batch_req_ids"] else "")
             + ("; V1 runner: InputBatch, set_active_loras, CudagraphDispatcher" if f.get("v1") else
@@ -136,7 +139,9 @@ def make_target():
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),
         features=features.features,
-        feature_space=features.FEATURE_SPACE,
+        feature_space=features.feature_space(bool(found.get("v1")), found.get("v2_graphs") is not None,
+                                             found.get("moe_unavailable") is None,
+                                             bool(found.get("prompt_logprobs") and found["prompt_logprobs"].scoring)),
         details=tuple(describe()),
         faults_unavailable=faults.unavailable(found),
         code_under_test=found["api"].code,

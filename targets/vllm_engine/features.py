@@ -17,6 +17,22 @@ FEATURE_SPACE = tuple(
     + [f"max_loras={n}" for n in (1, 2, 3)]
     + ["runner=v1", "runner=v1-graphs", "runner=v1-reorder", "runner=v2-graphs", "graphs=specialize-lora-off"])
 
+# the features only a release with that part can give (feature_space)
+_V1 = ("runner=v1", "runner=v1-graphs", "runner=v1-reorder")
+_MOE = ("layer=experts", "moe=top_k-2", "moe=3d", "adapter=experts")
+_SCORING = ("step=prompt-token-ids", "step=prompt-start")
+
+
+def feature_space(v1: bool = True, v2_graphs: bool = True, moe: bool = True, scoring: bool = True) -> tuple:
+    """The features a release's cases can give (``make_target``, as ``vllm_engine_cases`` draws for it): ``v1``, its
+    V1 runner (up to 0.33); ``v2_graphs``, the V2 runner's graph manager; ``moe``, its MoE block; ``scoring``, prompt
+    token-id scores and starts (0.31 on). Before, every release declared all of ``FEATURE_SPACE``, and 0.34's
+    campaigns listed the V1 runner's features as never reached."""
+    left = set((() if v1 else _V1) + (() if v2_graphs else ("runner=v2-graphs",))
+               + (() if v1 or v2_graphs else ("graphs=specialize-lora-off",)) + (() if moe else _MOE)
+               + (() if scoring else _SCORING))
+    return tuple(f for f in FEATURE_SPACE if f not in left)
+
 
 def _config(c: dict, out: set) -> None:
     out.add(f"max_loras={c.get('max_loras')}")

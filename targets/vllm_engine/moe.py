@@ -61,6 +61,8 @@ TOP_K = (1, 2)
 # the expert adapters' format: "2d" (per-expert w1/w2/w3, FusedMoEWithLoRA) or "3d" (stacked gate_up / down, as PEFT
 # saves a LoRA of 3D expert parameters: a model flagged is_3d_moe_weight, FusedMoE3DWithLoRA; model.ARCH_3D)
 FORMATS = ("2d", "3d")
+# the LoRA layer vLLM's manager wraps the experts in, per format (what `targets` / `doctor` say is driven)
+LAYERS = {"2d": "FusedMoEWithLoRA", "3d": "FusedMoE3DWithLoRA"}
 # campaign devices that draw a MoE block (cases.py): cuda since scripts/gpu/vllm_engine_moe.py passed on an H100
 # (2026-12-07: fault-free silent, fused_moe_swaps_gate_up and activation_keeps_missing_modules caught)
 DEVICES = ("cpu", "cuda")

@@ -133,6 +133,51 @@ def test_unreadable_corpus_files_are_quarantined_and_the_campaign_goes_on(tmp_pa
     assert moved == {"truncated.json": str(quarantine / "truncated.json"), "newer.json": None}
 
 
+SEEDED = """
+from hypothesis import strategies as st
+from fuzzrunner.case import Case
+from fuzzrunner.errors import InvalidCase
+from fuzzrunner.target import Target
+
+def run(case, ctx):  # refuses n 7, as an engine target refuses a seed its release cannot run (a knob it lacks)
+    for i, op in enumerate(case.ops):
+        if op["n"] == 7:
+            raise InvalidCase("n=7: this release has no such knob; leave it out")
+        with ctx.op(i, op):
+            pass
+
+SEEDED = Target("seeded", "seed cases; refuses n 7", lambda faults=(), *, max_ops=5: st.integers(0, 6).map(
+    lambda n: Case("seeded", {}, ({"op": "x", "n": n},))), run, seeds=SEEDS)
+"""
+
+
+def test_a_seed_the_target_refuses_or_cannot_read_is_said_as_a_seed_left_in_place(tmp_path, capsys):
+    """A target's own seed is not a corpus file and is never moved: one its release refuses (sglang_engine's SG1
+    seed on 0.5.9: no drainer) or that does not load reads "seed case ... not run (left in place)" with the reason.
+    Before, both read "unreadable corpus file ... (could not be moved)", as if a move of the target's file failed."""
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    (seeds / "refused.json").write_text(json.dumps(
+        {"schema": 1, "target": "seeded", "config": {}, "ops": [{"op": "x", "n": 7}]}))
+    (seeds / "broken.json").write_text('{"schema": 1, "tar')
+    (seeds / "fine.json").write_text(json.dumps(
+        {"schema": 1, "target": "seeded", "config": {}, "ops": [{"op": "x", "n": 1}]}))
+    target = tmp_path / "seeded_target.py"
+    target.write_text(f"SEEDS = {str(seeds)!r}\n" + SEEDED)
+    assert main(["fuzz", "--target", f"{target}:SEEDED", "--max-examples", "3", "--seed", "1", "-q",
+                 "--corpus", str(tmp_path / "corpus"), "--report", str(tmp_path / "r.json")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    for name, why in (("refused.json", "n=7: this release has no such knob"), ("broken.json", "")):
+        [line] = [e for e in err if name in e]
+        assert f"seed case {seeds / name} not run (left in place): " in line and why in line, line
+        assert "corpus" not in line and "moved" not in line
+        assert (seeds / name).exists()
+    r = report(tmp_path)
+    assert {Path(q["path"]).name: q["moved_to"] for q in r["quarantined"]} == {"refused.json": None,
+                                                                                "broken.json": None}
+    assert [Path(e["path"]).name for e in r["replayed"]] == ["fine.json"]
+
+
 # -- 5. the nightly's reports -------------------------------------------------------------------
 
 def test_nightly_writes_each_targets_report_as_it_ends_and_the_combined_one_after_a_failure(

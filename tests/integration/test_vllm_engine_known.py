@@ -38,5 +38,5 @@ def test_a_campaign_labels_v1_as_known_and_leaves_a_planted_fault_unlabelled(tmp
     known = {f["violation"]["tensor"]: (f["triage"] or {}).get("known", {}).get("id") for f in findings}
     assert code == 1 and known.get("replay.qkv_proj.adapter_rows") == "V1", (known, text)
     assert known.get("step.prompt_logprobs.token_ids", "absent") is None, (known, text)
-    assert re.search(r"\d+ findings? \(\d+ known bugs?: [^)]*V1", text), text  # the summary's line
+    assert re.search(r"\d+ findings?, (all known|\d+ new or untriaged) \(\d+ known bugs?: [^)]*V1", text), text  # summary
     assert "known: V1: with specialize_active_lora" in text, text

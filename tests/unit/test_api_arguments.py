@@ -8,6 +8,7 @@ AttributeError; ``targets`` and ``doctor`` imported every engine; campaigns with
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -114,6 +115,18 @@ def test_each_targets_one_liner_says_what_it_drives_from_its_own_declaration():
     sglang, vllm = catalog.about("sglang_engine").description, catalog.about("vllm_engine").description
     assert "scheduler path" in sglang and "direct path" in sglang and "MoE" in sglang, sglang
     assert "V1 model runner" in vllm and "FusedMoEWithLoRA" in vllm and "V2 model runner" in vllm, vllm
+
+
+def test_vllm_engines_one_liner_names_the_moe_layer_of_every_adapter_format_it_draws():
+    """`fuzzrunner targets` named FusedMoEWithLoRA only, after vllm_engine began to drive FusedMoE3DWithLoRA (half the
+    MoE cases of a CPU campaign, "format": "3d"; new-user trial): the layer of each format the cases draw
+    (``moe.FORMATS``) is named in the declaration the one-liner is made of."""
+    from fuzzrunner import catalog
+    from targets.vllm_engine import moe
+    line = catalog.about("vllm_engine").description
+    assert set(moe.LAYERS) == set(moe.FORMATS)
+    for fmt, layer in moe.LAYERS.items():
+        assert re.search(rf"\b{layer}\b", line), (fmt, layer, line)
 
 
 @pytest.mark.parametrize("declared, says", [

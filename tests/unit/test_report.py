@@ -314,7 +314,7 @@ def test_a_known_bug_label_reads_in_the_summary_the_html_and_junit(tmp_path, fin
     out = io.StringIO()
     _summary(r, out)
     line = "known: K1: dummy runs read no mapping (example/repo#1; fixed in 2.0)"
-    assert "1 finding (1 known bug: K1)" in out.getvalue() and line in out.getvalue(), out.getvalue()
+    assert "1 finding, all known (1 known bug: K1)" in out.getvalue() and line in out.getvalue(), out.getvalue()
     assert line in write_html(r, tmp_path / "r.html").read_text()
     assert line in write_junit(r, tmp_path / "j.xml").read_text()
     assert json.loads(write_json(r, tmp_path / "r.json").read_text())["summary"]["known"] == 1
@@ -576,7 +576,7 @@ def test_a_seeds_bug_reads_as_reproduced_from_its_seed_and_each_known_bug_counts
     r = campaign(seed, findings=[seed, other])
     out = io.StringIO()
     _summary(r, out)
-    assert "2 findings (1 known bug: G1 (seed, search))" in out.getvalue(), out.getvalue()
+    assert "2 findings, all known (1 known bug: G1 (seed, search))" in out.getvalue(), out.getvalue()
     assert json.loads(write_json(r, tmp_path / "r.json").read_text())["summary"]["known"] == 1
     # one bug seen both ways (merged sightings): both said, the search's earliest count kept
     both = replace(seed, found_by=dict(seed.found_by))
@@ -647,3 +647,23 @@ def test_a_campaign_result_carries_its_loaded_targets_details(tmp_path):
     result = CampaignResult("detailed", plan.settings, plan.seed, ())
     _finish(result, plan, events.Listener(None), None)
     assert result.target_details == ["scheduler: the real one", "MoE: not driven"]
+
+
+@pytest.mark.parametrize("labels, says", [
+    (["K0", "K1", "K1"], "3 findings, all known (2 known bugs: K0 (search), K1 (search))"),
+    (["K0", "K1", "K1", None], "4 findings, 1 new or untriaged (2 known bugs: K0 (search), K1 (search))"),
+    ([None, "K0", None, None], "4 findings, 3 new or untriaged (1 known bug: K0 (search))"),
+    ([None, None], "2 findings\n"),
+])
+def test_the_summary_says_how_many_findings_no_known_bug_names(finding, labels, says):
+    """Second new-user trial: "11 findings (9 known bugs: ...)" left it to the reader whether two findings were new
+    (all 11 were known: two bugs showed as two findings each). The summary says "all known" or how many findings
+    no known bug names; a campaign with no label at all reads as before."""
+    import io
+
+    from fuzzrunner.cli.render import _summary
+    findings = [replace(finding, signature=replace(finding.signature, tensor=f"t{i}"), found_by={"search": 1 + i},
+                        triage={"known": {"id": k, "title": "t"}} if k else None) for i, k in enumerate(labels)]
+    out = io.StringIO()
+    _summary(campaign(findings[0], findings=findings), out)
+    assert says in out.getvalue(), out.getvalue()

@@ -473,3 +473,31 @@ def test_the_restated_align_puts_every_entry_once_in_a_block_of_its_expert(st_ex
     assert t % block == 0 and sorted(v for v in ids[:t].tolist() if v < len(flat)) == list(range(len(flat)))
     for b in range(t // block):
         assert all(v == len(flat) or flat[v] == int(experts[b]) for v in ids[b * block:(b + 1) * block].tolist())
+
+
+@pytest.mark.parametrize("v1, v2_graphs, moe, scoring", [
+    (False, True, True, True),    # 0.34: no V1 runner
+    (True, True, True, True),     # 0.33
+    (True, True, False, False),   # before MoE blocks and prompt scoring (0.2x)
+    (True, False, False, False),  # no V2 graph manager
+    (False, False, False, False),
+])
+def test_a_releases_declared_features_are_those_its_cases_can_give(v1, v2_graphs, moe, scoring):
+    """A campaign lists the declared features it never reached: on 0.34 (no V1 runner) the V1 runner's three were
+    listed every time, though no case there can reach them (second new-user trial). The space a release declares
+    (``features.feature_space``, from what it has) holds every feature its cases give, and none of the parts it
+    lacks."""
+    space = set(features.feature_space(v1, v2_graphs, moe, scoring))
+    assert space <= set(features.FEATURE_SPACE)
+    lacks = {"runner=v1": v1, "runner=v1-reorder": v1, "runner=v2-graphs": v2_graphs, "moe=3d": moe,
+             "layer=experts": moe, "step=prompt-start": scoring, "graphs=specialize-lora-off": v1 or v2_graphs}
+    assert {f for f, has in lacks.items() if not has}.isdisjoint(space), space
+    assert {f for f, has in lacks.items() if has} <= space
+    strategy = cases.vllm_engine_cases(runners=("v2", "v1") if v1 else ("v2",), v2_graphs=v2_graphs, moe_blocks=moe,
+                                       prompt_scoring=prompt_scores.Scoring("rows", False) if scoring else None)
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(strategy)
+    def each(case):
+        assert features.features(case) <= space, features.features(case) - space
+    each()
