@@ -142,6 +142,28 @@ def at_once(jobs: list[Callable[[], Run]]) -> list[Run]:
         return list(pool.map(lambda job: job(), jobs))
 
 
+def report_checks(label: str, jobs: list[tuple[str, Callable[[], tuple[bool, str, float]]]], *,
+                  workers: int | None = None, deadline_s: float | None = None, width: int = 56) -> int:
+    """The scripts/gpu checks' shape: run ``jobs`` (name, a call giving (as expected, what it saw, its seconds)) at
+    once, print ``RUN name OK|UNEXPECTED wall what`` for each in order (a job past ``deadline_s`` from the start, or
+    broken, reads UNEXPECTED with why), then ``LABEL: PASS|FAIL (n/m runs as expected, s)``; 0 when all were."""
+    t0 = time.monotonic()
+    results = []
+    with ThreadPoolExecutor(workers or max(1, len(jobs))) as pool:
+        futures = [(name, pool.submit(job)) for name, job in jobs]
+        for name, f in futures:
+            left = None if deadline_s is None else max(1.0, deadline_s - (time.monotonic() - t0))
+            try:
+                ok, what, wall = f.result(timeout=left)
+            except Exception as x:  # noqa: BLE001 - a run past the deadline or broken: its line says so
+                ok, what, wall = False, f"no result ({type(x).__name__}: {str(x)[:150]})", time.monotonic() - t0
+            results.append(ok)
+            print(f"RUN {name:<{width}} {'OK' if ok else 'UNEXPECTED'} {wall:5.1f}s  {what}", flush=True)
+    verdict = "PASS" if all(results) else "FAIL"
+    print(f"{label}: {verdict} ({sum(results)}/{len(results)} runs as expected, {time.monotonic() - t0:.0f} s)")
+    return 0 if all(results) else 1
+
+
 def check(runs: list[Run], expect: Callable[[Run], str]) -> tuple[str, str]:
     """PASS when ``expect`` finds nothing wrong with any run and every run kept its budget."""
     wrong = [f"{r.label}: {why}" for r in runs for why in [expect(r)] if why]

@@ -16,16 +16,16 @@ Usage: python3 scripts/gpu/csgmv_check.py [--jobs 10]
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
-from acceptance_tools import PY, ROOT, Verdict, base_env, sglang_site  # noqa: E402
+from acceptance_tools import PY, ROOT, Verdict, base_env, report_checks, sglang_site  # noqa: E402
 
 CASES = Path(__file__).resolve().parent / "cases"
 DEADLINE_S = 85.0
@@ -187,22 +187,10 @@ def main() -> int:
     except Verdict as v:
         print(f"CSGMV-CHECK: SKIP ({v.why}; run python3 scripts/gpu_acceptance.py --steps sglang-tree)")
         return 2
-    t0 = time.monotonic()
     runs = sanitizer_runs(env) + plan(env)  # the slow sanitizer runs start first
-    with ThreadPoolExecutor(args.jobs) as pool:
-        futures = [(r[0], pool.submit(one, r)) for r in runs]
-        cli = pool.submit(replay_cli, env)
-        results = []
-        for name, f in futures + [("the three case files: fuzzrunner replay --device cuda", cli)]:
-            try:
-                ok, said, wall = f.result(timeout=max(1.0, DEADLINE_S - (time.monotonic() - t0)))
-            except Exception as e:  # noqa: BLE001 - a run past the deadline or broken: its line says so
-                ok, said, wall = False, f"no result ({type(e).__name__}: {str(e)[:100]})", time.monotonic() - t0
-            results.append(ok)
-            print(f"RUN {name:<72} {'OK' if ok else 'UNEXPECTED'} {wall:5.1f}s  {said}", flush=True)
-    verdict = "PASS" if all(results) else "FAIL"
-    print(f"CSGMV-CHECK: {verdict} ({sum(results)}/{len(results)} runs as expected, {time.monotonic() - t0:.0f} s)")
-    return 0 if all(results) else 1
+    jobs = [(r[0], functools.partial(one, r)) for r in runs]
+    jobs.append(("the three case files: fuzzrunner replay --device cuda", functools.partial(replay_cli, env)))
+    return report_checks("CSGMV-CHECK", jobs, workers=args.jobs, deadline_s=DEADLINE_S, width=72)
 
 
 if __name__ == "__main__":

@@ -26,16 +26,16 @@ not). The four runs at once, about 3-4 minutes. Usage: python3 scripts/gpu/sglan
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
-from acceptance_tools import PY, ROOT, SGLANG_ARCHIVE, WORK, Verdict, base_env, sglang_site, unpack  # noqa: E402
+from acceptance_tools import PY, ROOT, SGLANG_ARCHIVE, WORK, Verdict, base_env, report_checks, sglang_site, unpack  # noqa: E402
 
 FINDING = ROOT / "docs" / "findings" / "cases" / "triage" / "sglang_gpu_nan_2f9d344978cd.json"
 CHILD = r"""
@@ -174,22 +174,10 @@ def main() -> int:
     except Verdict as v:
         print(f"SGLANG-ENGINE-DEVICE-SHADOW: SKIP ({v.why})")
         return 2
-    t0 = time.monotonic()
-    results = []
     runs = (("campaign", run_campaign), ("replay", run_replay), ("lifecycle", run_lifecycle), ("checked", run_checked))
-    with ThreadPoolExecutor(len(runs)) as pool:  # one GPU, four processes at once: each is small
-        futures = [(name, pool.submit(timed, fn, e)) for name, fn in runs]
-        for name, f in futures:
-            try:
-                ok, what, wall = f.result()
-            except Exception as x:  # noqa: BLE001 - a broken run: its line says so
-                ok, what, wall = False, f"no result ({type(x).__name__}: {str(x)[:150]})", time.monotonic() - t0
-            results.append(ok)
-            print(f"RUN {name:<10} {'OK' if ok else 'UNEXPECTED'} {wall:5.1f}s  {what}", flush=True)
-    verdict = "PASS" if all(results) else "FAIL"
-    print(f"SGLANG-ENGINE-DEVICE-SHADOW: {verdict} ({sum(results)}/{len(results)} runs as expected, "
-          f"{time.monotonic() - t0:.0f} s)")
-    return 0 if all(results) else 1
+    # one GPU, four processes at once: each is small
+    return report_checks("SGLANG-ENGINE-DEVICE-SHADOW", [(name, functools.partial(timed, fn, e)) for name, fn in runs],
+                         width=10)
 
 
 if __name__ == "__main__":

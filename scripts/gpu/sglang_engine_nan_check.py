@@ -15,13 +15,13 @@ Usage: python3 scripts/gpu/sglang_engine_nan_check.py
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
-from acceptance_tools import Verdict  # noqa: E402
+from acceptance_tools import Verdict, report_checks  # noqa: E402
 from sglang_engine_device_shadow import child, env, finding_case, rank, said  # noqa: E402
 
 BAD = {"numeric-mismatch", "poison-divergence", "crash"}
@@ -61,22 +61,8 @@ def main() -> int:
     except Verdict as v:
         print(f"SGLANG-ENGINE-NAN-CHECK: SKIP ({v.why})")
         return 2
-    t0 = time.monotonic()
-    runs = plan(e)
-    with ThreadPoolExecutor(len(runs)) as pool:
-        futures = [(r[0], pool.submit(one, r)) for r in runs]
-        results = []
-        for name, f in futures:
-            try:
-                ok, what, wall = f.result(timeout=max(1.0, 240 - (time.monotonic() - t0)))
-            except Exception as x:  # noqa: BLE001 - a run past the deadline or broken: its line says so
-                ok, what, wall = False, f"no result ({type(x).__name__}: {str(x)[:100]})", time.monotonic() - t0
-            results.append(ok)
-            print(f"RUN {name:<56} {'OK' if ok else 'UNEXPECTED'} {wall:5.1f}s  {what}", flush=True)
-    verdict = "PASS" if all(results) else "FAIL"
-    print(f"SGLANG-ENGINE-NAN-CHECK: {verdict} ({sum(results)}/{len(results)} runs as expected, "
-          f"{time.monotonic() - t0:.0f} s)")
-    return 0 if all(results) else 1
+    return report_checks("SGLANG-ENGINE-NAN-CHECK", [(r[0], functools.partial(one, r)) for r in plan(e)],
+                         deadline_s=240)
 
 
 if __name__ == "__main__":

@@ -177,3 +177,19 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_report_checks_prints_a_line_per_job_in_order_and_fails_on_an_unexpected_or_broken_one(capsys):
+    """The scripts/gpu checks' one shape (csgmv_check, sglang_engine_nan_check, sglang_engine_device_shadow)."""
+    def broken():
+        raise RuntimeError("no GPU")
+    ok = [("first", lambda: (True, "silent", 0.5)), ("second", lambda: (True, "found", 1.0))]
+    assert acceptance_tools.report_checks("X-CHECK", ok, width=6) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("RUN first  OK") and out[0].endswith("silent") and out[1].startswith("RUN second OK")
+    assert out[2].startswith("X-CHECK: PASS (2/2 runs as expected")
+    assert acceptance_tools.report_checks("X-CHECK", ok + [("third", lambda: (False, "silent", 0.1)),
+                                                           ("fourth", broken)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "UNEXPECTED" in out[2] and "UNEXPECTED" in out[3] and "no result (RuntimeError: no GPU)" in out[3]
+    assert out[4].startswith("X-CHECK: FAIL (2/4 runs as expected")
