@@ -216,8 +216,13 @@ def test_the_moe_layer_is_vllms_fused_moe_with_lora_made_by_the_manager():
 @needs_vllm
 @pytest.mark.slow  # a 300-example campaign: ~10 min on the 2-core machine
 def test_the_moe_fault_is_found_from_scratch_within_300_examples(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "fuzzrunner", "fuzz", "--target", "vllm_engine", "--fault",
-                        "fused_moe_swaps_gate_up", "--max-examples", "300", "--seed", "0", "--no-shrink",
+    found_from_scratch(tmp_path, "fused_moe_swaps_gate_up")
+
+
+def found_from_scratch(tmp_path, fault: str) -> None:
+    """A 300-example campaign with ``fault`` planted (seed 0, one worker) finds it in the experts' adapter rows."""
+    r = subprocess.run([sys.executable, "-m", "fuzzrunner", "fuzz", "--target", "vllm_engine", "--fault", fault,
+                        "--max-examples", "300", "--seed", "0", "--no-shrink",
                         "--workers", "1", "--budget", "2400", "--corpus", str(tmp_path / "c"),
                         "--report", str(tmp_path / "r.json")], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]

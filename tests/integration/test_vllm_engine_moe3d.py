@@ -7,12 +7,10 @@ run) is silent; the 3D fault, and the generic set_lora / activation faults on th
 ``step.experts``. The fault found from scratch by a campaign is a slow test.
 """
 
-import json
-import subprocess
 import sys
 
 import pytest
-from test_vllm_engine_moe import CONFIG, FAULT_FREE, ROOT, _kinds, _run, needs_vllm, req, step
+from test_vllm_engine_moe import CONFIG, FAULT_FREE, _kinds, _run, found_from_scratch, needs_vllm, req, step
 
 MOE_3D = {"experts": 64, "top_k": 2, "format": "3d"}
 
@@ -100,10 +98,4 @@ def test_the_2d_moe_fault_does_not_touch_the_3d_layer_nor_the_3d_fault_the_2d_la
 @needs_vllm
 @pytest.mark.slow  # a 300-example campaign: ~10 min on the 2-core machine
 def test_the_3d_moe_fault_is_found_from_scratch_within_300_examples(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "fuzzrunner", "fuzz", "--target", "vllm_engine", "--fault",
-                        "fused_moe_3d_swaps_gate_up", "--max-examples", "300", "--seed", "0", "--no-shrink",
-                        "--workers", "1", "--budget", "2400", "--corpus", str(tmp_path / "c"),
-                        "--report", str(tmp_path / "r.json")], cwd=ROOT, capture_output=True, text=True)
-    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
-    [run] = json.loads((tmp_path / "r.json").read_text())["runs"]
-    assert any(f["violation"]["tensor"].endswith("experts.adapter_rows") for f in run["findings"]), run["findings"]
+    found_from_scratch(tmp_path, "fused_moe_3d_swaps_gate_up")
