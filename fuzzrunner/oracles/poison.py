@@ -30,7 +30,7 @@ from ..violation import Violation
 from .base import Oracle, RunRecord
 from .dynamo_free import DynamoFreeMode
 from .shadow.threads import ThreadCoverage
-from .shadow.torch_effects import EMPTY_OPS, classify
+from .shadow.torch_effects import EMPTY_OPS, classify, raw_bytes
 
 
 @dataclass(frozen=True)
@@ -139,11 +139,7 @@ class PoisonFill(tracking.Watcher):
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    # a copy with a last stride of 1: a view whose last dimension has one element passes as contiguous with another
-    # stride (.contiguous() keeps it: a one-element view of stride 3 came from vLLM on the H100), and view(uint8)
-    # refuses that
-    a, b = (t.detach().cpu().reshape(-1).clone(memory_format=torch.contiguous_format) for t in (a, b))
-    return torch.equal(a.view(torch.uint8), b.view(torch.uint8)) if a.numel() else True
+    return torch.equal(raw_bytes(a), raw_bytes(b)) if a.numel() else True
 
 
 def divergences(runs: list[dict], poisoned: set[str]) -> list[Violation]:

@@ -127,6 +127,17 @@ class Effects:
     probed: bool = False  # found by the differential probe (an op with no model): see torch_hook
 
 
+def raw_bytes(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s elements in logical order as bytes (on the CPU), copied only where its last stride is not 1: a view
+    whose last dimension has one element passes as contiguous with another stride (``.contiguous()`` keeps it;
+    a one-element view of stride 3 came from vLLM on an H100), a strided 1-D view stays strided through
+    ``reshape(-1)``, and ``view(torch.uint8)`` refuses both."""
+    flat = t.detach().cpu().reshape(-1)
+    if flat.numel() and flat.stride(-1) != 1:
+        flat = flat.clone(memory_format=torch.contiguous_format)
+    return flat.view(torch.uint8)
+
+
 def leaves(value, kind: type = torch.Tensor):
     """Every ``kind`` object inside ``value``, through nested lists, tuples and dicts."""
     if isinstance(value, kind):

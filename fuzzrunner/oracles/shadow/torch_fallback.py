@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .torch_effects import Effects, addresses, element_offsets, leaves
+from .torch_effects import Effects, addresses, element_offsets, leaves, raw_bytes
 
 _FILLS = (0xA5, 0x5A)
 
@@ -112,10 +112,7 @@ class _Run:
             table[key] = view
         out = func(*_swap(tuple(args), table), **{k: _swap(v, table) for k, v in kwargs.items()})
         _wait(out)
-        # a copy with a last stride of 1 (reshape(-1) of a strided 1-D view is that view, .contiguous() keeps a
-        # one-element view's stride), as view(uint8) needs
-        self.out = [o.detach().cpu().reshape(-1).clone(memory_format=torch.contiguous_format).view(torch.uint8)
-                    .numpy().copy() if o.numel() else np.zeros(0) for o in leaves(out)]
+        self.out = [raw_bytes(o).numpy().copy() if o.numel() else np.zeros(0) for o in leaves(out)]
 
     def element_bytes(self, key) -> np.ndarray:
         view, raw, b = self.copies[key]
