@@ -482,8 +482,8 @@ def _adapter(draw, max_rank: int, subs: list[str]) -> dict:
 def _moe_knob(draw, device: str, moe_blocks: bool) -> dict | None:
     """A MoE block in about one case in three (moe.py: expert counts for which vLLM's naive paths cover the
     batches) on the devices of ``moe.DEVICES``, half of them with 3D-format adapters (``"format": "3d"``:
-    ``FusedMoE3DWithLoRA``) on those of ``moe.DEVICES_3D`` (the CPU, until scripts/gpu/vllm_engine_moe3d.py passes
-    on a GPU; a case that asks for one runs on either); ``moe_blocks``: this vLLM can build one (moe.unavailable)."""
+    ``FusedMoE3DWithLoRA``) on those of ``moe.DEVICES_3D`` (the CPU, and cuda since scripts/gpu/vllm_engine_moe3d.py
+    passed on an H100); ``moe_blocks``: this vLLM can build one (moe.unavailable)."""
     if not moe_blocks or device not in moe.DEVICES or draw(st.integers(0, 2)):
         return None
     block = {"experts": draw(st.sampled_from(moe.EXPERTS)), "top_k": draw(st.sampled_from(moe.TOP_K))}

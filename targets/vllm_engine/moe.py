@@ -66,8 +66,9 @@ LAYERS = {"2d": "FusedMoEWithLoRA", "3d": "FusedMoE3DWithLoRA"}
 # campaign devices that draw a MoE block (cases.py): cuda since scripts/gpu/vllm_engine_moe.py passed on an H100
 # (2026-12-07: fault-free silent, fused_moe_swaps_gate_up and activation_keeps_missing_modules caught)
 DEVICES = ("cpu", "cuda")
-# campaign devices that draw the 3D format: cpu until scripts/gpu/vllm_engine_moe3d.py passes on a GPU
-DEVICES_3D = ("cpu",)
+# campaign devices that draw the 3D format: cuda since scripts/gpu/vllm_engine_moe3d.py passed on an H100 (2026-12-07:
+# fault-free silent; activation_keeps_missing_modules, fused_moe_3d_swaps_gate_up, set_lora_keeps_old_weights caught)
+DEVICES_3D = ("cpu", "cuda")
 PROJS = ("w1", "w2", "w3")                  # Mixtral's checkpoint names: gate, down, up
 # the fused-MoE kernels' launch shapes on the CPU: one block covers the small M, few programs
 LAUNCH = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1, "SPLIT_K": 1,
