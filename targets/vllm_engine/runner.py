@@ -33,7 +33,7 @@ import torch
 from fuzzrunner.errors import InvalidCase
 
 from . import adapters, dummy, faults, model, moe, prompt_logprobs, vllm_env
-from .cases import check
+from .case_check import check
 
 _MODEL_DIRS: dict[str, str] = {}
 

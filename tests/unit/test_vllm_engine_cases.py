@@ -15,7 +15,7 @@ from fuzzrunner.target import _import_object
 
 _import_object("targets.vllm_lora:vllm_available")  # puts the repository root (targets/) on sys.path
 
-from targets.vllm_engine import adapters, cases, features, model, prompt_scores  # noqa: E402
+from targets.vllm_engine import adapters, case_check, cases, features, model, prompt_scores  # noqa: E402
 from targets.vllm_engine.runner import wrapped_modules  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def _scheduled(case) -> list[set]:
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
 @given(cases.vllm_engine_cases())
 def test_generated_cases_are_valid_and_respect_vllms_limits(case):
-    c = cases.check(case)
+    c = case_check.check(case)
     assert features.features(case) <= set(features.FEATURE_SPACE)
     assert c["max_cpu_loras"] >= c["max_loras"]
     for live in _scheduled(case):
@@ -45,7 +45,7 @@ def test_generated_cases_are_valid_and_respect_vllms_limits(case):
 
 
 def test_a_request_in_its_prompt_is_scheduled_at_most_the_rest_of_it():
-    """vLLM's scheduler gives a request in its prompt at most the rest of it (``cases._check_chunks``). ``move`` re-ran
+    """vLLM's scheduler gives a request in its prompt at most the rest of it (``case_check._check_chunks``). ``move`` re-ran
     the last step's token counts: a 2-token chunk of a 3-token prompt ran 2 tokens again, past the prompt, and the
     prompt-logprobs worker returned a row for a position past it (a state violation, 0.33.0's clean campaign, 98
     examples). These 300 cases (prompt scoring as 0.33's, which draws chunked prompts 3 times in 4) had 5 such; a
@@ -57,7 +57,7 @@ def test_a_request_in_its_prompt_is_scheduled_at_most_the_rest_of_it():
     @given(cases.vllm_engine_cases(prompt_scoring=prompt_scores.Scoring("rows", False)))
     def collect(case):
         try:
-            cases._check_chunks(case.ops)
+            case_check._check_chunks(case.ops)
         except InvalidCase as e:
             bad.append(str(e))
     collect()
@@ -66,7 +66,7 @@ def test_a_request_in_its_prompt_is_scheduled_at_most_the_rest_of_it():
           {"op": "step", "finish": [], "reqs": [{"id": "a", "lora": 1, "tokens": 3}]},
           {"op": "step", "finish": [], "reqs": [{"id": "a", "lora": 1, "tokens": 2, "drafts": 1}]},
           {"op": "step", "finish": ["a"], "reqs": [{"id": "a", "lora": 1, "tokens": 4, "prompt": 4}]}]
-    cases.check(_case(ops=ok))
+    case_check.check(_case(ops=ok))
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
@@ -178,7 +178,7 @@ def _case(config=None, ops=()):
 ])
 def test_invalid_cases_are_refused_with_the_rule(config, ops, words):
     with pytest.raises(InvalidCase, match=words):
-        cases.check(_case(config, ops))
+        case_check.check(_case(config, ops))
 
 
 def test_the_model_dtype_follows_the_device_and_adapter_weights_are_exact_in_it():
@@ -193,7 +193,7 @@ def test_the_model_dtype_follows_the_device_and_adapter_weights_are_exact_in_it(
         @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
         @given(target.strategy((), 8, device=device))  # as a campaign asks its target for cases
         def draw(case):
-            cases.check(case)
+            case_check.check(case)
             seen.add((case.config["dtype"], case.config["lora_dtype"]))
         draw()
         return seen
@@ -201,10 +201,10 @@ def test_the_model_dtype_follows_the_device_and_adapter_weights_are_exact_in_it(
     on_gpu = dtypes("cuda")
     assert {d for d, _ in on_gpu} == {"float16", "bfloat16"} and all(lo in ("auto", d) for d, lo in on_gpu)
     c = _case({"dtype": "bfloat16", "lora_dtype": "auto"}).config
-    cases.check(_case({"dtype": "bfloat16", "lora_dtype": "bfloat16"}))
+    case_check.check(_case({"dtype": "bfloat16", "lora_dtype": "bfloat16"}))
     for a, b in adapters.weights(c, c["adapters"]["1"]).values():
         assert torch.equal(a, a.bfloat16().float()) and torch.equal(b, b.bfloat16().float())
-    assert cases.check(_case()).get("dtype", "float16") == "float16"  # a case from before dtypes: float16
+    assert case_check.check(_case()).get("dtype", "float16") == "float16"  # a case from before dtypes: float16
 
 
 def test_the_layouts_pack_as_vllms_llama_does():
@@ -251,13 +251,13 @@ def test_an_adapter_folder_is_what_peft_writes_and_its_delta_is_scaled_b_a_x():
 def test_v1_runner_cases_are_valid_and_draw_its_knobs(case):
     """Where the release has the V1 runner, cases draw it (v1_runner.py): its graph knobs are vLLM's names and
     sizes within the batch; its steps ask for no prompt logprobs (not driven for V1)."""
-    c = cases.check(case)
+    c = case_check.check(case)
     assert features.features(case) <= set(features.FEATURE_SPACE)
     _pins_fit(case)
     for live in _scheduled(case):
         assert len(live) <= c["max_num_seqs"]
     if c.get("runner") == "v1":
-        assert c["cudagraph_mode"] in cases.GRAPH_MODES
+        assert c["cudagraph_mode"] in case_check.GRAPH_MODES
         assert all(1 <= n <= c["max_num_batched_tokens"] for n in c["cudagraph_capture_sizes"])
         assert not any(r["prompt_logprobs"] for op in case.ops if op["op"] == "step" for r in op["reqs"])
     else:
@@ -288,7 +288,7 @@ def test_bad_runner_knobs_are_refused_with_the_rule(bad, message):
     from hypothesis import find
     case = find(cases.vllm_engine_cases(runners=("v1",)), lambda c: True)
     with pytest.raises(InvalidCase, match=message.replace("[", r"\[").replace("]", r"\]")):
-        cases.check(Case(case.target, {**case.config, **bad}, case.ops, ()))
+        case_check.check(Case(case.target, {**case.config, **bad}, case.ops, ()))
 
 
 def test_a_full_decode_graph_smaller_than_a_decode_step_is_refused():
@@ -298,8 +298,8 @@ def test_a_full_decode_graph_smaller_than_a_decode_step_is_refused():
     case = find(cases.vllm_engine_cases(runners=("v1",)), lambda c: c.config["num_speculative_tokens"] == 2)
     bad = {**case.config, "cudagraph_mode": "FULL", "cudagraph_capture_sizes": [1, 2]}
     with pytest.raises(InvalidCase, match="at least 1 \\+ num_speculative_tokens = 3"):
-        cases.check(Case(case.target, bad, case.ops, ()))
-    cases.check(Case(case.target, {**bad, "cudagraph_mode": "PIECEWISE"}, case.ops, ()))
+        case_check.check(Case(case.target, bad, case.ops, ()))
+    case_check.check(Case(case.target, {**bad, "cudagraph_mode": "PIECEWISE"}, case.ops, ()))
 
 
 def test_v2_graph_cases_come_only_where_the_v2_runner_captures_lora_graphs():
@@ -311,10 +311,10 @@ def test_v2_graph_cases_come_only_where_the_v2_runner_captures_lora_graphs():
               derandomize=True)
     @given(cases.vllm_engine_cases(runners=("v2", "v1"), v2_graphs=True))
     def collect(case):
-        c = cases.check(case)
+        c = case_check.check(case)
         seen.update(features.features(case))
         if c.get("runner", "v2") == "v2" and c.get("cudagraph_mode", "NONE") != "NONE":
-            assert c["cudagraph_mode"] in cases.GRAPH_MODES and "reorder_threshold" not in c
+            assert c["cudagraph_mode"] in case_check.GRAPH_MODES and "reorder_threshold" not in c
             assert all(op.get("pad", 0) == 0 for op in case.ops if op["op"] == "step")
     collect()
     assert {"runner=v2-graphs", "graphs=specialize-lora-off", "runner=v1-graphs"} <= seen, seen
@@ -335,13 +335,13 @@ MOE = {"moe": {"experts": 64, "top_k": 2}, "layers": ["experts"],
 ])
 def test_invalid_moe_cases_are_refused_with_the_rule(config, words):
     with pytest.raises(InvalidCase, match=words):
-        cases.check(_case(config))
+        case_check.check(_case(config))
 
 
 @settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(cases.vllm_engine_cases())
 def test_moe_cases_are_drawn_valid_without_fully_sharded_loras(case):
-    c = cases.check(case)
+    c = case_check.check(case)
     if c.get("moe"):
         assert "experts" in c["layers"] and not c["fully_sharded_loras"]
     else:
@@ -350,7 +350,7 @@ def test_moe_cases_are_drawn_valid_without_fully_sharded_loras(case):
 
 def test_vllm_takes_its_naive_moe_paths_only_for_sparse_enough_batches():
     from targets.vllm_engine import moe
-    c = cases.check(_case(MOE)).copy()
+    c = case_check.check(_case(MOE)).copy()
     assert moe.naive(c, 8) and not moe.naive(c, 9)  # base: rows * 2 * 4 <= 64; LoRA: rows * 2 * 8 <= 64 * 2
     assert moe.naive({**c, "max_loras": 1}, 4) and not moe.naive({**c, "max_loras": 1}, 5)  # LoRA: 5 * 16 > 64
     assert not moe.naive({**c, "fully_sharded_loras": True}, 1)  # fully sharded: always the sorted path
@@ -359,7 +359,7 @@ def test_vllm_takes_its_naive_moe_paths_only_for_sparse_enough_batches():
 def test_a_moe_adapter_folder_is_what_peft_writes_for_mixtral_and_the_reference_is_the_gated_block():
     load_file = pytest.importorskip("safetensors.torch", reason="safetensors comes with a vLLM set-up").load_file
     from targets.vllm_engine import moe
-    c = cases.check(_case(MOE))
+    c = case_check.check(_case(MOE))
     spec = c["adapters"]["1"]
     with open(os.path.join(adapters.folder(c, spec), "adapter_config.json"), encoding="utf-8") as f:
         assert json.load(f)["target_modules"] == ["q_proj", "w1", "w2", "w3"]
@@ -400,7 +400,7 @@ def test_a_3d_moe_adapter_folder_is_what_peft_writes_for_stacked_experts_and_its
     from targets.vllm_lora import site
     sys.path.extend(str(p) for p in site.candidate_paths() or () if str(p) not in sys.path)  # a set-up's safetensors
     load_file = pytest.importorskip("safetensors.torch", reason="safetensors comes with a vLLM set-up").load_file
-    c = cases.check(_case({**MOE, "moe": {"experts": 64, "top_k": 2, "format": "3d"}}))
+    c = case_check.check(_case({**MOE, "moe": {"experts": 64, "top_k": 2, "format": "3d"}}))
     spec = c["adapters"]["1"]
     with open(os.path.join(adapters.folder(c, spec), "adapter_config.json"), encoding="utf-8") as f:
         cfg = json.load(f)
@@ -420,7 +420,7 @@ def test_a_3d_moe_adapter_folder_is_what_peft_writes_for_stacked_experts_and_its
         a, b = lora[proj]
         torch.testing.assert_close(b.double() @ a.double(), want)
     assert lora["w1"][0] is lora["w3"][0]  # one A for the fused gate_up parameter
-    assert model.arch(c) == model.ARCH_3D and model.arch(cases.check(_case(MOE))) == model.ARCH
+    assert model.arch(c) == model.ARCH_3D and model.arch(case_check.check(_case(MOE))) == model.ARCH
 
 
 def test_moe_blocks_draw_both_adapter_formats_on_each_device_of_devices_3d_and_the_2d_one_elsewhere():
@@ -434,7 +434,7 @@ def test_moe_blocks_draw_both_adapter_formats_on_each_device_of_devices_3d_and_t
                   derandomize=True)
         @given(cases.vllm_engine_cases(device=device))
         def collect(case):
-            c = cases.check(case)
+            c = case_check.check(case)
             if c.get("moe"):
                 seen[device].add(c["moe"].get("format", "2d"))
                 assert ("moe=3d" in features.features(case)) == (c["moe"].get("format") == "3d")
