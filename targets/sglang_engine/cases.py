@@ -12,6 +12,8 @@ the largest captured batch, whose static batch info decode batches then use), ``
 is driven (``frontend``: frontend.py); there a step's requests may name any adapter ever loaded (the tokenizer
 manager reloads an unloaded one) and as many adapters as they like (the scheduler splits them into batches).
 
+``tie``: ``tie_word_embeddings`` of the model's config (``lm_head`` is the embedding module itself, model.py).
+
 Rules: ``load`` an adapter not loaded (``v``: which weights; a reload after an unload may bring others),
 ``unload`` a loaded one, ``step`` a batch of requests (an adapter name or null each) that the scheduler would
 admit (at most ``max_loras_per_batch`` distinct, the base included). More adapters than slots make the pool
@@ -197,6 +199,9 @@ def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: s
         if drainer:
             cfg["lora_drain_wait_threshold"] = draw(st.sampled_from([0.0, 0.0, 1.0, 2.0]))
     ops = draw(PROGRAM.ops(lambda: _State(cfg, frontend, logprobs, scheduler), max_ops=max_ops))
+    # tie_word_embeddings (one case in four): lm_head is the embedding module itself, as SGLang's LlamaForCausalLM
+    # ties it (model.py); drawn last, so the draws before it (and the cases a seed gave before) stay as they were
+    cfg["tie"] = draw(st.sampled_from([False, False, False, True]))
     return Case("sglang_engine", cfg, tuple(ops), tuple(faults))
 
 
@@ -206,6 +211,7 @@ def _config_features(c: dict) -> set:
     out |= {f"backend={c.get('backend')}", f"eviction={c.get('eviction_policy')}",
             f"graph={'on' if c.get('graph_bs') else 'off'}", f"max_loras_per_batch={c.get('max_loras_per_batch')}"}
     out |= {f"target={m}" for m in c.get("target_modules", ())}
+    out.add("tie=" + ("on" if c.get("tie") else "off"))
     if "max_loaded_loras" in c:
         out.add(f"max_loaded_loras={'on' if c['max_loaded_loras'] else 'off'}")
     if any(a.get("pinned") for a in c.get("adapters", {}).values()):
@@ -302,7 +308,8 @@ def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logpr
     return tuple(
         [f"backend={b}" for b in backends] + ["eviction=lru", "eviction=fifo", "graph=on", "graph=off",
          "max_loras_per_batch=2", "max_loras_per_batch=3", "op=load", "op=unload", "op=step", "adapter=reloaded",
-         "step=mixed", "step=several-adapters", "step=decode", "step=extend", "pool=more-adapters-than-slots"]
+         "step=mixed", "step=several-adapters", "step=decode", "step=extend", "pool=more-adapters-than-slots",
+         "tie=on", "tie=off"]
         + [f"target={m}" for m in modules]
         + (["max_loaded_loras=on", "max_loaded_loras=off", "adapter=pinned", "step=more-adapters-than-slots",
             "step=names-unloaded-adapter"] if frontend else [])

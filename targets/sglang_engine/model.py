@@ -7,13 +7,16 @@ down_proj}``, ``lm_head``), each SGLang's class (``VocabParallelEmbedding``, ``Q
 wraps them with its own LoRA layers. Attention is replaced by a token-local mix (``q + k + v``, the KV heads
 repeated to the query heads): LoRA acts on the projections, and the mix keeps every slice of ``qkv_proj``
 in the output, so a wrong q, k or v delta shows. ``forward`` calls the modules as SGLang's model code does
-(``layer(x)`` returning ``(out, bias)`` for linears).
+(``layer(x)`` returning ``(out, bias)`` for linears). With ``tie_word_embeddings`` (a case's ``tie``) ``lm_head`` is
+``model.embed_tokens`` itself, as SGLang's ``LlamaForCausalLM.__init__`` ties it.
 
 ``reference`` is the same computation in float64 from the base weights and, per token, its request's
 adapter as read back from the adapter's own files (``adapters.AdapterFiles``), never from SGLang's pool.
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 from torch import nn
@@ -27,6 +30,16 @@ DIMS = {"hidden_size": 32, "intermediate_size": 32, "num_attention_heads": 4, "n
 def hf_config_dict() -> dict:
     return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "max_position_embeddings": 256,
             "rms_norm_eps": 1e-6, "torch_dtype": "float16", "tie_word_embeddings": False, **DIMS}
+
+
+def case_config(hf, tie: bool):
+    """The model config for a case: ``hf`` (not changed), with ``tie_word_embeddings`` where the case ties (``tie``):
+    the Hugging Face field SGLang's model code reads to make ``lm_head`` the embedding itself."""
+    if not tie:
+        return hf
+    out = copy.deepcopy(hf)
+    out.tie_word_embeddings = True
+    return out
 
 
 def build(cfg, dtype: torch.dtype, device: torch.device):
@@ -68,7 +81,10 @@ def build(cfg, dtype: torch.dtype, device: torch.device):
             super().__init__()
             self.config = cfg
             self.model = Inner()
-            self.lm_head = ParallelLMHead(cfg.vocab_size, H, params_dtype=dtype)
+            if getattr(cfg, "tie_word_embeddings", False):  # LlamaForCausalLM: lm_head = model.embed_tokens
+                self.lm_head = self.model.embed_tokens
+            else:
+                self.lm_head = ParallelLMHead(cfg.vocab_size, H, params_dtype=dtype)
 
     with torch.device(device):
         m = Tiny()
@@ -122,11 +138,13 @@ def forward(m, ids: torch.Tensor, last: list | None = None) -> torch.Tensor:
 
 
 def base_weights(m) -> dict:
-    """The base model's weights in float64, by SGLang module path (``model.layers.0.self_attn.qkv_proj``)."""
+    """The base model's weights in float64, by SGLang module path (``model.layers.0.self_attn.qkv_proj``); a tied
+    ``lm_head`` (one parameter, which ``named_parameters`` names once) is the embedding's."""
     out = {}
     for name, p in m.named_parameters():
         key = name.replace(".base_layer", "").removesuffix(".weight")
         out[key] = p.detach().double().cpu()
+    out.setdefault("lm_head", out["model.embed_tokens"])
     return out
 
 

@@ -146,7 +146,8 @@ class Session:
                 c, eng.scheduler is not None, eng.scheduler is not None and eng.scheduler.drainer),
             **sparse.server_knobs(c.get("moe")))
         api.publish(self.server_args, ctx.device, eng.hf_config)
-        self.hf = sparse.hf_config(eng.hf_config, c.get("moe"))  # a MoE case: the config names its experts
+        # a MoE case: the config names its experts; a tied case (``tie``): lm_head is the embedding (model.py)
+        self.hf = tiny.case_config(sparse.hf_config(eng.hf_config, c.get("moe")), c.get("tie", False))
         if c.get("moe"):
             why = sparse.unavailable() or (None if ctx.device == "cpu" else
                                            f"MoE cases run on the CPU only (device {ctx.device!r}: moe.py)")
