@@ -53,7 +53,8 @@ def summary(report_runs: list[dict]) -> dict:
             "duration_s": round(sum(r["duration_s"] for r in report_runs), 3),
             "stop_reasons": sorted({r.get("stop_reason") or "unknown" for r in report_runs}),
             "errors": sum(len(r.get("errors", ())) for r in report_runs),
-            "known": sum(len(_known_ids(r["findings"])) for r in report_runs)}
+            "known": sum(len(_known_ids(r["findings"])) for r in report_runs),
+            "unsupported": sum(len(r.get("unsupported", ())) for r in report_runs)}
 
 
 def _known_ids(findings: list[dict]) -> set:
@@ -154,6 +155,8 @@ def _run_dict(r) -> dict:
             "stop_reason": stop_text(r.stop_reason), "generated": r.generated,
             "flaky": [_finding_dict(f if isinstance(f, Finding) else Finding.from_dict(f)) for f in r.flaky],
             "quarantined": [{"path": p, "moved_to": m, "why": w} for p, m, w in r.quarantined],
+            # corpus and seed cases the release under test refused (UnsupportedCase): kept, skipped
+            "unsupported": [{"path": p, "why": w} for p, w in getattr(r, "unsupported", ())],
             "warnings": list(r.warnings), "errors": list(r.errors),
             "context": r.context.to_dict() if getattr(r, "context", None) else None,
             **_coverage_dict(r), **({"cluster": r.cluster} if getattr(r, "cluster", None) else {}),

@@ -74,7 +74,7 @@ def test_json_report_holds_the_campaign_and_its_finding(tmp_path, finding):
     assert (f["first_found_after_examples"], f["found_after_s"], f["minimized"]) == (7, 1.5, True)
     assert f["repro"] == finding.repro and f["others"] == _plain([v.to_dict() for v in finding.others])
     assert report["summary"] == {"targets": ["reference_runner"], "examples": 12, "findings": 1, "duration_s": 3.5,
-                                 "stop_reasons": ["unknown"], "errors": 0, "known": 0}
+                                 "stop_reasons": ["unknown"], "errors": 0, "known": 0, "unsupported": 0}
     assert load_report(path) == report
 
 
