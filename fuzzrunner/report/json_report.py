@@ -211,7 +211,22 @@ def _coverage_dict(r) -> dict:
 
 
 def _finding_dict(f: Finding) -> dict:
-    return f.to_dict()  # one shape: the corpus file's
+    """The corpus file's shape, its ``preceding`` cases counted, not copied (``report_preceding``)."""
+    d = f.to_dict()
+    d["preceding"] = report_preceding(d["preceding"])
+    return d
+
+
+def report_preceding(preceding: dict | None) -> dict | None:
+    """A finding's ``preceding`` as the report keeps it: ``of`` and the counts; the cases are stored once, in the
+    finding's corpus file (up to engine.hub.HISTORY_CAP, 64: ``fuzzrunner replay --preceding FILE`` runs them), and
+    ``in_finding_file`` says how many it keeps; ``dropped`` counts every earlier case (``len(cases) + dropped`` is still
+    how many its worker ran before it). A copy of all of them made 79% and 74% of two vllm_engine GPU campaigns'
+    reports, 91% of a CPU one's (each case about 6 KB as written)."""
+    if not preceding or not preceding.get("cases"):
+        return preceding
+    n = len(preceding["cases"])
+    return {**preceding, "cases": [], "dropped": preceding.get("dropped", 0) + n, "in_finding_file": n}
 
 
 def _plain(x):
