@@ -27,6 +27,14 @@ class UnregisteredKind(NewerSchema):
     not broken, so never quarantined; the message says what is missing."""
 
 
+class UnsupportedCase(InvalidCase):
+    """A well-formed case that this release of the code under test, or this environment, cannot run (a backend, a
+    knob, a runner or a device the release does not ship): not broken, so never quarantined. A campaign keeps it in
+    the corpus and skips it, counted (``unsupported`` in the report), so a later campaign on a release that runs it
+    still replays it. A target raises it where the refusal is about the release, ``InvalidCase`` where it is about
+    the case."""
+
+
 class SkippedFile(InvalidCase):
     """Not a regular file (a FIFO, a device, a folder), a symlink loop, or too big: never read, never
     quarantined, left where it is (fuzzrunner.safe_io)."""

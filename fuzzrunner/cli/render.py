@@ -146,8 +146,16 @@ def _coverage_line(result, out) -> None:
 
 
 def _say_replay(path, replay, finding) -> None:
-    """The verdict's line(s): on stdout what was seen, on stderr why nothing could be concluded."""
+    """The verdict's line(s): on stdout what was seen, on stderr why nothing could be concluded. Under a violation
+    whose root cause the target names a known bug, the label a campaign's summary gives its finding
+    (``known: P1: ...``)."""
     from ..engine.replay import Verdict
+    from ..finding import group, known_text
+
+    def known(v, indent: str) -> None:
+        label = replay.known_label(v)
+        if label is not None:
+            print(f"{indent}{known_text(label)}")
     verdict, violations = replay.verdict, replay.violations
     if verdict is Verdict.LIMITED:
         print(f"fuzzrunner: error: could not run {path}: a tool limitation (above)", file=sys.stderr)
@@ -158,13 +166,17 @@ def _say_replay(path, replay, finding) -> None:
         note = f" (its access is now in {where}: a renamed or moved function or file)" \
             if verdict is Verdict.MOVED else ""
         print(f"{path}: REPRODUCED {finding.signature.short()}{note}\n    {replay.same[0].message}")
+        known(replay.same[0], "    ")
     elif verdict is Verdict.GONE:
         print(f"{path}: NOT REPRODUCED ({finding.signature.short()})" if finding is not None else f"{path}: ok")
     else:  # OTHERS
         print(f"{path}: the original violation is gone, but others appear:" if finding is not None
               else f"{path}: {len(violations)} violation{'s' * (len(violations) != 1)}")
+        heads = {id(head) for head, _ in group(violations)}  # one label per root cause, under its head
         for v in violations:
             print(f"    {v.signature.short()}: {v.message}")
+            if id(v) in heads:
+                known(v, "      ")
 
 
 def _said_written(path: Path) -> None:

@@ -3,14 +3,16 @@ seed cases, through the shard.
 
 A finding that still reproduces is known again (and keeps its shrink state, so an interrupted
 shrink resumes); one that shows something else is recorded as what it shows now. A file that
-cannot be read is quarantined and the campaign goes on.
+cannot be read is quarantined and the campaign goes on. A case the release under test cannot run
+(``UnsupportedCase``: a backend or knob it does not ship) is kept where it is and skipped, counted in
+one line per campaign: a later campaign on a release that runs it replays it again.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from ..errors import InvalidCase, NewerSchema, SkippedFile
+from ..errors import InvalidCase, NewerSchema, SkippedFile, UnsupportedCase
 from ..target import is_builtin, recorded_for
 from ..text import plural
 from . import events
@@ -43,6 +45,7 @@ def replay_corpus(shard) -> None:
             _replay(shard, path, case, finding, bad)
         finally:
             shard.replaying = None
+    _say_unsupported(shard)
 
 
 def _replay(shard, path, case, finding, bad) -> None:
@@ -50,6 +53,9 @@ def _replay(shard, path, case, finding, bad) -> None:
     corpus, result = shard.corpus, shard.result
     try:
         violations = shard.execute(case)
+    except UnsupportedCase as e:  # the release's refusal, not the file's fault: kept for the releases that run it
+        result.unsupported.append((str(path), str(e)))
+        return
     except InvalidCase as e:
         bad(path, corpus.quarantine(path) if _in(corpus, path) else None, e)
         return
@@ -63,6 +69,24 @@ def _replay(shard, path, case, finding, bad) -> None:
         shard.emit(events.RegressionEvent(finding, str(path)))
     elif violations:
         shard.record(violations, case)
+
+
+def _say_unsupported(shard) -> None:
+    """One line per campaign for the corpus cases the release under test refused (kept), one for the target's
+    seeds: how many, by what, the first reason; the report's ``unsupported`` lists each with its reason."""
+    skipped = shard.result.unsupported
+    code = shard.target.code_under_test
+    by = shard.target.name + (f" {code['engine']} {code['release']}" if code.get("engine") and code.get("release")
+                              else "")
+    for noun, kept, mine in (("corpus case", " (kept)", True), ("seed case", "", False)):
+        whys = [why for path, why in skipped if _in(shard.corpus, path) == mine]
+        if not whys:
+            continue
+        others = len(set(whys)) - 1
+        more = f" (and {plural(others, 'other reason')}: the report's \"unsupported\" lists each)" if others else ""
+        message = f"{plural(len(whys), noun)} not supported by {by}: skipped{kept}; {whys[0]}{more}"
+        shard.result.warnings.append(message)
+        shard.emit(events.WarningEvent(message))
 
 
 def _own(shard, entries: list) -> list:

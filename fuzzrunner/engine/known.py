@@ -30,6 +30,21 @@ def is_known(finding: Finding, known_bugs) -> bool:
     return isinstance(bug, dict) and bool(bug.get("id"))
 
 
+def known_label(finding: Finding, known_bugs) -> dict | None:
+    """The label ``known_bugs`` gives ``finding`` (``{"id", "title", "upstream", "status"}``, as a campaign stores it
+    in ``triage["known"]``), or None: not a known bug, or the target's function raised or answered out of shape (a
+    replay's label line is left out; the campaign's ``label_known`` says why)."""
+    try:
+        bug = known_bugs(finding.to_dict())
+    except Exception:  # noqa: BLE001 - the target's classifier never costs a replay
+        return None
+    return _label(bug) if isinstance(bug, dict) and bug.get("id") else None
+
+
+def _label(bug: dict) -> dict:
+    return {k: safe_str(bug[k], 500) for k in FIELDS if bug.get(k)}
+
+
 def label_known(findings: list[Finding], known_bugs, target_name: str) -> tuple[list[Finding], str | None]:
     """Label each of ``findings`` that ``known_bugs`` names (``triage["known"]``); (the labelled ones, a warning
     or None)."""
@@ -45,7 +60,7 @@ def label_known(findings: list[Finding], known_bugs, target_name: str) -> tuple[
         if not isinstance(bug, dict) or not bug.get("id"):
             return labelled, (f"target {target_name!r}: its known_bugs returned {safe_str(bug, 100)} for finding "
                               f"{f.id}: it returns None or a dict with at least 'id' (and {', '.join(FIELDS[1:])})")
-        f.triage = {**(f.triage or {}), "known": {k: safe_str(bug[k], 500) for k in FIELDS if bug.get(k)}}
+        f.triage = {**(f.triage or {}), "known": _label(bug)}
         labelled.append(f)
     return labelled, None
 

@@ -123,6 +123,7 @@ class Result(Message):
 class Invalid(Message):
     kind: ClassVar[str] = "invalid"
     message: str
+    unsupported: bool = False     # an ``UnsupportedCase``: the release under test cannot run it (kept, not malformed)
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..case import Case
 from ..context import Context
 from ..env_defaults import SHADOW_ENV
 from ..errors import InvalidArgument, InvalidCase
-from ..finding import Finding, limitations
+from ..finding import Finding, group, limitations
 from ..names import effective_oracles
 from ..oracles.shadow import prepare_device_mode
 from ..settings import Settings
@@ -24,6 +25,7 @@ from ..target import BUILTIN, load_target, release_change
 from ..target_spec import TargetSpec
 from ..violation import Violation
 from .hub import THREAD_GRACE_S, Hub
+from .known import known_label
 from .plan import worker_spec
 
 
@@ -94,6 +96,12 @@ class Replay:
     same: tuple[Violation, ...] = ()    # the finding's bug among them (REPRODUCED, MOVED)
     unchecked: str = ""                 # CANNOT_CHECK: why not reproduced proves nothing here
     release: str = ""                   # the release loaded is not the one the finding was found on: what differs
+    known: tuple = ()                   # (violation, label): each root cause the target names a known bug
+    #                                     (its head and others, each with the label a campaign gives its finding)
+
+    def known_label(self, violation: Violation) -> dict | None:
+        """The known bug ``violation``'s root cause is (``{"id", "title", ...}``: ``finding.known_text``), if any."""
+        return next((label for v, label in self.known if v is violation), None)
 
     @property
     def violations(self) -> list[Violation]:
@@ -130,6 +138,7 @@ class Replayer:
         self.context = context or Context.resolve(settings)
         self.hubs: dict[str, Hub] = {}
         self.loaded_code: dict = {}  # the code under test of the last target run
+        self.known_bugs: Callable[[dict], dict | None] | None = None  # that target's known_bugs, if it has one
 
     def oracles(self) -> tuple[str, ...]:
         return effective_oracles(self.settings.oracles, self.context.device, self.context.sanitizer)
@@ -181,6 +190,7 @@ class Replayer:
         ``fresh``: in a new worker (else the one the last case ran in)."""
         target = load_target(spec)
         self.loaded_code = dict(target.code_under_test)  # the release this replay runs (verdict compares it)
+        self.known_bugs = target.known_bugs  # its known bugs (verdict labels what the replay shows)
         target.check_faults(case.faults)
         target.check_case(case)
         hub = self.hub(spec)
@@ -196,7 +206,21 @@ class Replayer:
         case file)."""
         replay = judge(self.run(case, spec, timeout_s, cut_at), finding, self.other_shadow_mode(finding))
         changed = release_change(finding.code_under_test, self.loaded_code) if finding is not None else ""
-        return replace(replay, release=changed) if changed else replay
+        return replace(replay, release=changed, known=self._known(case, replay.violations))
+
+    def _known(self, case: Case, violations: list[Violation]) -> tuple:
+        """Each root cause among ``violations`` that the target names a known bug, as a campaign labels its finding
+        (``known.known_label`` of the finding the group would be, on the release loaded): (violation, label) for the
+        group's head and its others."""
+        if self.known_bugs is None:
+            return ()
+        out: list = []
+        for head, others in group(violations):
+            label = known_label(Finding.of(head, others, case, code_under_test=dict(self.loaded_code),
+                                           context=self.context), self.known_bugs)
+            if label is not None:
+                out += [(v, label) for v in (head, *others)]
+        return tuple(out)
 
     def close(self) -> None:
         for hub in self.hubs.values():

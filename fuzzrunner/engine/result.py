@@ -67,6 +67,7 @@ class CampaignResult:
     timeline: list = field(default_factory=list)     # (elapsed_s, examples, findings)
     replayed: list = field(default_factory=list)     # (path, finding id or None, still failing)
     quarantined: list = field(default_factory=list)  # (path, moved to, why)
+    unsupported: list = field(default_factory=list)  # (path, why): corpus and seed cases the release cannot run, kept
     worker_restarts: int = 0
     known_crash_skips: int = 0         # cases a CPU pre-check showed would re-hit a known GPU crash
     known_crash_causes: dict = field(default_factory=dict)  # root-cause id -> {"short", "count"} of those skips

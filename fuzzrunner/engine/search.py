@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import replace
 from typing import NoReturn
 
@@ -34,68 +33,12 @@ from .database import campaign_database
 from .deadline import monotonic
 from .finding_book import FindingBook
 from .hub import THREAD_GRACE_S, Hub, WorkerSpec
+from .hypothesis_bridge import BudgetSpent, Refused, Stop, finding_ids, found_class, no_shrink_time_limit
 from .local_constants import skip_tree
 from .plan import CampaignPlan
 from .stages import StageClock
 
 BATCH = 50
-
-
-class _Found(Exception):
-    """Base of the per-finding exception classes Hypothesis sees."""
-
-
-class _Stop(BaseException):
-    """Out of time, or interrupted: Hypothesis lets a BaseException through at once."""
-
-
-class Refused(_Stop):
-    """The campaign cannot test this target here (``error`` says why): Hypothesis lets it through at once."""
-
-    def __init__(self, error: HarnessError):
-        super().__init__(str(error))
-        self.error = error
-
-
-class BudgetSpent(_Stop):
-    """The time budget ran out in the middle of a case (the case was stopped; ``stop_reason`` says so)."""
-
-
-_classes: dict[str, type] = {}
-
-
-def _found_class(finding_id: str) -> type:
-    if finding_id not in _classes:
-        _classes[finding_id] = type(f"Finding_{finding_id}", (_Found,), {})
-    return _classes[finding_id]
-
-
-def _finding_ids(exc: BaseException) -> list[str]:
-    if isinstance(exc, _Found):
-        return [exc.args[0]]
-    out = []
-    for sub in getattr(exc, "exceptions", ()) or ():
-        out += _finding_ids(sub)
-    if exc.__cause__ is not None and exc.__cause__ is not exc:
-        out += _finding_ids(exc.__cause__)
-    return out
-
-
-@contextmanager
-def _no_shrink_time_limit():
-    """Hypothesis stops shrinking after ``MAX_SHRINKING_SECONDS`` (5 minutes) and reports the case it
-    has as if shrinking had ended: a slow target's finding (seconds per case on a CPU, a sanitizer)
-    was then called minimized at 2 ops / 8 tokens where 1 op / 3 tokens fails (issue 23). Here the
-    campaign's budget ends a shrink (``_Stop``: marked interrupted, resumed by the next run), so
-    Hypothesis' own limit is lifted while a batch runs (the module global it reads when shrinking
-    starts, documented as monkeypatchable)."""
-    from hypothesis.internal.conjecture import engine
-    old = engine.MAX_SHRINKING_SECONDS
-    engine.MAX_SHRINKING_SECONDS = math.inf  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        engine.MAX_SHRINKING_SECONDS = old
 
 
 class Shard:
@@ -242,7 +185,7 @@ class Shard:
             self.result.errors += self.book.write_errors
             self.book.write_errors = []
             self.result.stop_reason = R.StopReason.WRITE_ERROR
-            raise _Stop()
+            raise Stop()
         return [(f, n) for f, n in recorded if f.id in self.book.by_id]
 
     def _refuse_missing_device(self, violations) -> None:
@@ -403,7 +346,7 @@ class Shard:
     def _test(self, case: Case) -> None:
         if self.over_budget():
             self.result.stop_reason = R.StopReason.BUDGET
-            raise _Stop()
+            raise Stop()
         r = self.result
         r.examples += 1
         generating = not self._failing
@@ -431,7 +374,7 @@ class Shard:
                 and not self._known(f)] if violations else []
         if live:
             self._failing.update(f.id for f in live)
-            raise _found_class(live[0].id)(live[0].id, live[0].violation.message)
+            raise found_class(live[0].id)(live[0].id, live[0].violation.message)
 
     def _known(self, finding: Finding) -> bool:
         """Whether the target names ``finding`` a known bug (asked once per bug): it is not shrunk (known.py)."""
@@ -484,7 +427,7 @@ class Shard:
         # settings outside seed: seed() alone would switch the example database off
         test = hs(hseed(self.seed * 1_000_003 + self.index * 7919 + batch)(given(strategy)(self._test)))
         try:
-            with _no_shrink_time_limit(), self.clock.stage("generate"):
+            with no_shrink_time_limit(), self.clock.stage("generate"):
                 test()
         except DrawError as e:  # the target's strategy raised: the target's error, not ours, not a finding
             raise draw_error(self.target.name, e) from e.error
@@ -512,7 +455,7 @@ class Shard:
                 self._batch(batch, n, strategy)
             except Refused as r:
                 raise r.error from None
-            except _Stop:
+            except Stop:
                 for fid in self._failing:
                     self.book.mark_interrupted(fid)
                 return
@@ -523,7 +466,7 @@ class Shard:
                 return
             except HarnessError:
                 raise
-            except BaseException as exc:  # noqa: B036 - Hypothesis wraps our _Found in groups/Flaky
+            except BaseException as exc:  # noqa: B036 - Hypothesis wraps our Found in groups/Flaky
                 self._after_failure(exc)
             batch += 1
             generated = self.result.generated - before
@@ -541,7 +484,7 @@ class Shard:
 
     def _after_failure(self, exc: BaseException) -> None:
         from hypothesis.errors import FailedHealthCheck, Unsatisfiable
-        ids = _finding_ids(exc)
+        ids = finding_ids(exc)
         if not ids:
             if isinstance(exc, (FailedHealthCheck, Unsatisfiable)):
                 raise HarnessError(f"target {self.target.name!r}: Hypothesis gave up: "

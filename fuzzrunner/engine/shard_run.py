@@ -13,9 +13,10 @@ from ..target import load_target
 from . import result as R
 from .corpus_replay import replay_corpus
 from .database import hypothesis_storage
+from .hypothesis_bridge import BudgetSpent, Refused
 from .plan import CampaignPlan
 from .result import CampaignResult
-from .search import BudgetSpent, Refused, Shard
+from .search import Shard
 
 
 def run_shard(plan: CampaignPlan, index: int, quota: int, on_event: Callable | None, *,

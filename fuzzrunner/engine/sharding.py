@@ -134,7 +134,7 @@ class Merger:
             into.count_known_crash_skip(cause, c["short"], c["count"])
         for sig, c in getattr(r, "tool_limitations", {}).items():
             into.count_limitation(sig, c["message"], c["count"])
-        for name in ("replayed", "quarantined", "errors"):
+        for name in ("replayed", "quarantined", "unsupported", "errors"):
             getattr(into, name).extend(getattr(r, name))
         into.warnings += [w for w in r.warnings if w not in into.warnings]  # each shard says it once
         into.timeline = _merge_timelines(into.timeline, r.timeline)

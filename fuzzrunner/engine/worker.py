@@ -151,7 +151,7 @@ class _Session:
 
     def _run(self, msg: protocol.Run, children: set[int]) -> int | None:
         from ..case import Case
-        from ..errors import InvalidCase, TargetError
+        from ..errors import InvalidCase, TargetError, UnsupportedCase
         from ..execute import run_case
         t0 = time.perf_counter()
         times: dict[str, float] = {}  # the case's seconds per stage (stages.py), filled by run_case
@@ -174,7 +174,7 @@ class _Session:
             if lost is None:
                 processes.end_new_children(children)
                 _marker("case-end", self.case_no)
-                self.channel.send(protocol.Invalid(safe_str(e)))
+                self.channel.send(protocol.Invalid(safe_str(e), isinstance(e, UnsupportedCase)))
                 return None
             violations = []
         except TargetError as e:  # the target broke its contract: the campaign stops with its line

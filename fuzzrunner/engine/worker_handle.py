@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from ..case import Case
-from ..errors import HarnessError, InvalidCase, TargetError
+from ..errors import HarnessError, InvalidCase, TargetError, UnsupportedCase
 from ..target import describe_code
 from ..violation import Violation
 from . import protocol
@@ -190,7 +190,7 @@ class Worker(WorkerLog):
 
     def _on_invalid(self, msg: protocol.Invalid, seen: Progress):
         self.busy = False
-        raise InvalidCase(msg.message)
+        raise (UnsupportedCase if msg.unsupported else InvalidCase)(msg.message)
 
     def _on_target_failed(self, msg: protocol.TargetFailed, seen: Progress):
         self.busy = False

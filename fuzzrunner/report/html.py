@@ -238,7 +238,10 @@ def _plot(run: dict) -> str:
 def _run_section(run: dict, index: int, base: Path | None, previous: dict | None = None) -> str:
     replayed = run["replayed"]
     again = sum(1 for r in replayed if isinstance(r, dict) and r.get("still_failing"))
-    corpus = f" &middot; corpus: {len(replayed)} replayed, {again} still failing" if replayed else ""
+    unsupported = len(run.get("unsupported", []))  # cases the release under test cannot run: kept, skipped
+    parts = ([f"{len(replayed)} replayed, {again} still failing"] if replayed else []) + \
+        ([f"{unsupported} not supported by this release (skipped, kept)"] if unsupported else [])
+    corpus = f" &middot; corpus: {', '.join(parts)}" if parts else ""
     meta = (f'seed <span class="mono">{_e(run["seed"])}</span> &middot; faults on: '
             f'<span class="mono">{_e(", ".join(run["faults"]) or "none")}</span> &middot; '
             f'{plural(run["examples"], "example")} ({run["invalid"]:,} invalid) in {_duration(run["duration_s"])} '

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .. import source
 from ..signature import Signature
-from .json_report import summary
+from .json_report import report_preceding, summary
 
 NEW, OPEN, FIXED = "new", "still-open", "fixed"
 HISTORY = 60  # earlier reports kept in ``history``: two months of nightlies
@@ -66,7 +66,9 @@ def _mark_run(run: dict, before: dict | None) -> dict:
     findings = [{**f, "trend": OPEN, "aliases": [*(f.get("aliases") or []), moved[id(f)]["id"]]} if id(f) in moved
                 else {**f, "trend": OPEN if _ids(f) & seen else NEW} for f in run["findings"]]
     gone = {id(f) for f in moved.values()}
-    fixed = [{**f, "trend": FIXED} for f in earlier if not _ids(f) & now and id(f) not in gone]
+    # a previous report written before preceding cases were counted carries them: counted here too
+    fixed = [{**f, "trend": FIXED, **({"preceding": report_preceding(f["preceding"])} if f.get("preceding") else {})}
+             for f in earlier if not _ids(f) & now and id(f) not in gone]
     return {**run, "findings": findings, "fixed": fixed}
 
 

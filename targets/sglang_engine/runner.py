@@ -32,7 +32,7 @@ import os
 import torch
 
 from fuzzrunner import tracking
-from fuzzrunner.errors import InvalidCase
+from fuzzrunner.errors import InvalidCase, UnsupportedCase
 
 from ..sglang_lora import kernel_caches
 from . import adapters as adp
@@ -125,18 +125,18 @@ class Session:
         self.compared_as = torch.float16 if c.get("moe") else compared_as(self.dtype, self.device.type)
         self.api = api = eng.api
         if c["backend"] not in api.backends:  # a seed or a stored case of another release
-            raise InvalidCase(f"backend {c['backend']!r} is not drivable on SGLang {eng.version}; its registry's "
-                              f"drivable backends are {', '.join(api.backends)} (backends.py): draw one of those.")
+            raise UnsupportedCase(f"backend {c['backend']!r} is not drivable on SGLang {eng.version}; its registry's "
+                                  f"drivable backends are {', '.join(api.backends)} (backends.py): draw one of those.")
         if eng.scheduler is None and _served(case):
-            raise InvalidCase(f"the scheduler path is not driven on SGLang {eng.version}; a case with arrival rounds, "
-                              f"tokens to generate or a drain threshold needs it ({eng.scheduler_why}).")
+            raise UnsupportedCase(f"the scheduler path is not driven on SGLang {eng.version}; a case with arrival "
+                                  f"rounds, tokens to generate or a drain threshold needs it ({eng.scheduler_why}).")
         if c.get("lora_drain_wait_threshold") and eng.scheduler is not None and not eng.scheduler.drainer:
-            raise InvalidCase(f"lora_drain_wait_threshold={c['lora_drain_wait_threshold']}: SGLang {eng.version} has "
-                              f"no LoRADrainer (--lora-drain-wait-threshold: 0.5.12+); leave it 0 or out.")
+            raise UnsupportedCase(f"lora_drain_wait_threshold={c['lora_drain_wait_threshold']}: SGLang {eng.version} "
+                                  f"has no LoRADrainer (--lora-drain-wait-threshold: 0.5.12+); leave it 0 or out.")
         missing = sorted(set(c["target_modules"]) - set(api.modules))
         if missing:
-            raise InvalidCase(f"target modules {missing}: SGLang {eng.version}'s LoRA pool has no buffers for them "
-                              f"(it has {', '.join(api.modules)}); draw --lora-target-modules from those.")
+            raise UnsupportedCase(f"target modules {missing}: SGLang {eng.version}'s LoRA pool has no buffers for them "
+                                  f"(it has {', '.join(api.modules)}); draw --lora-target-modules from those.")
         self.server_args = api.server_args(
             eng.ServerArgs, model_path=eng.model_dir, device=ctx.device, dtype=c["dtype"], skip_tokenizer_init=True,
             enable_lora=True, lora_backend=c["backend"], max_loras_per_batch=c["max_loras_per_batch"],
@@ -152,7 +152,7 @@ class Session:
             why = sparse.unavailable() or (None if ctx.device == "cpu" else
                                            f"MoE cases run on the CPU only (device {ctx.device!r}: moe.py)")
             if why:
-                raise InvalidCase(f"moe case on SGLang {eng.version}: {why}.")
+                raise UnsupportedCase(f"moe case on SGLang {eng.version}: {why}.")
             sparse.cpu_answers()
         self.model = tiny.build(self.hf, self.dtype, self.device)
         self.base = tiny.base_weights(self.model)
@@ -167,8 +167,9 @@ class Session:
             self.graphs = DecodeGraphs(self, c["graph_bs"], skip_prepare="capture_without_lora_batch" in case.faults)
         self.front = Frontend(eng.frontend, self.mgr, self.server_args) if eng.frontend else None
         if self.front is None and (c.get("max_loaded_loras") or any(a.get("pinned") for a in c["adapters"].values())):
-            raise InvalidCase(f"--max-loaded-loras and pinned adapters are drawn only where SGLang {eng.version}'s "
-                              f"tokenizer manager imports (scripts/sglang_setup.sh {eng.version}: stamp frontend-ok).")
+            raise UnsupportedCase(f"--max-loaded-loras and pinned adapters are drawn only where SGLang "
+                                  f"{eng.version}'s tokenizer manager imports (scripts/sglang_setup.sh {eng.version}: "
+                                  f"stamp frontend-ok).")
         # SGLang's scheduler and ForwardBatch.init_new over its own pools (scheduler.py), where the release has them
         self.server = Server(eng.scheduler, self) if eng.scheduler is not None else None
         plant(self.mgr, set(case.faults), self.front, self.model, self.server)

@@ -76,7 +76,8 @@ def _seed_runs(run: dict) -> tuple[set, dict]:
         p = Path(path)
         return p.stem if p.parent.name == "seeds" else ""
     replayed = {stem(e["path"]) for e in run.get("replayed", [])} - {""}
-    refused = {stem(q["path"]): q.get("why", "") for q in run.get("quarantined", []) if stem(q["path"])}
+    refused = {stem(q["path"]): q.get("why", "") for q in run.get("quarantined", []) + run.get("unsupported", [])
+               if stem(q["path"])}  # unsupported: the release's refusal (UnsupportedCase), kept
     return replayed, refused
 
 
@@ -95,7 +96,7 @@ def _top_level(text: str, sep: str) -> int:
 
 
 def refusal(why: str) -> str:
-    """A seed's refusal (the target's ``InvalidCase`` message, as the campaign quarantined it) as a verdict cell says
+    """A seed's refusal (the target's ``UnsupportedCase`` message, as the report lists it) as a verdict cell says
     it: what the seed needs, and the release's own reason where the message quotes one (the scheduler path's "this
     release lacks ..."), without the file, the advice after ";" or the lists in parentheses; for example
     ``the scheduler path is not driven on SGLang 0.5.9: lacks sglang.srt.observability.req_time_stats`` (0.5.9's

@@ -36,7 +36,7 @@ import threading
 
 import torch
 
-from fuzzrunner.errors import InvalidCase
+from fuzzrunner.errors import InvalidCase, UnsupportedCase
 
 FAULTS = {
     "graph_seg_indptr_uninitialized":
@@ -245,8 +245,8 @@ class Session:
     def idle(self, op) -> None:
         """A DP-attention idle batch: no request, the forward still runs (over zero rows)."""
         if not self.api.handles_idle:
-            raise InvalidCase("idle: this SGLang's LoRA path has no idle-batch branch (DP attention and LoRA "
-                              "did not meet before 0.5.2x); an idle op tests nothing of it.")
+            raise UnsupportedCase("idle: this SGLang's LoRA path has no idle-batch branch (DP attention and LoRA "
+                                  "did not meet before 0.5.2x); an idle op tests nothing of it.")
         x = self._input(0, 0)
 
         def run():

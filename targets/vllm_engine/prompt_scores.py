@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from fuzzrunner.errors import InvalidCase
+from fuzzrunner.errors import InvalidCase, UnsupportedCase
 
 MAX_IDS = 3  # ids per scored row (vLLM's max_logprobs is 20)
 
@@ -111,13 +111,14 @@ def sampling_params(f: SimpleNamespace, r: dict, k: int | None, model_config):
     if scoring is None or ("prompt_logprob_token_ids" in extra and
                            isinstance(extra["prompt_logprob_token_ids"][0], list) != (scoring.ids == "rows")):
         have = "none" if scoring is None else f"the {scoring.ids!r} shape"
-        raise InvalidCase(f"request {r['id']!r}: score_ids / prompt_start in a shape this vLLM does not take ({have}; "
-                          f"prompt_logprob_token_ids: a list of ids in 0.31, one list per row from 0.33).")
+        raise UnsupportedCase(f"request {r['id']!r}: score_ids / prompt_start in a shape this vLLM does not take "
+                              f"({have}; prompt_logprob_token_ids: a list of ids in 0.31, one list per row from 0.33).")
     sp = f.SamplingParams(**kw, **extra)
     try:
         sp._validate_logprobs(model_config)
     except ValueError as e:
-        raise InvalidCase(f"request {r['id']!r}: vLLM refuses its prompt scoring: {str(e).splitlines()[0]}") from None
+        raise UnsupportedCase(f"request {r['id']!r}: vLLM refuses its prompt scoring: "
+                              f"{str(e).splitlines()[0]}") from None
     return sp
 
 

@@ -30,7 +30,7 @@ import tempfile
 import numpy as np
 import torch
 
-from fuzzrunner.errors import InvalidCase
+from fuzzrunner.errors import InvalidCase, UnsupportedCase
 
 from . import adapters, dummy, faults, model, moe, prompt_logprobs, vllm_env
 from .case_check import check
@@ -89,7 +89,7 @@ class Session:
         from vllm.config import set_current_vllm_config
         self.moe_twin = None
         if c.get("moe") and found.get("moe_unavailable"):
-            raise InvalidCase(f"moe {c['moe']!r}: {found['moe_unavailable']}.")
+            raise UnsupportedCase(f"moe {c['moe']!r}: {found['moe_unavailable']}.")
         if c.get("moe"):  # vLLM's fused-MoE path: its compiled ops answered where absent, its workspace (moe.py)
             moe.compiled_ops()
             moe.workspace(self.device)

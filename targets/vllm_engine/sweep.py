@@ -94,7 +94,8 @@ def row(out: Path, version: str) -> str:
     seeds = {p.stem: json.loads(p.read_text()).get("ops")
              for p in (out / f"{version}.corpus" / "cases" / "vllm_engine").glob("*.json")}
     replayed = {Path(e["path"]).stem for e in run.get("replayed", [])}
-    refused = {Path(q["path"]).stem: q.get("why", "") for q in run.get("quarantined", []) if q.get("path")}
+    refused = {Path(q["path"]).stem: q.get("why", "") for q in run.get("quarantined", []) + run.get("unsupported", [])
+               if q.get("path")}  # unsupported: the release's refusal (UnsupportedCase), kept in the corpus
     flags = known_flags(version)
     source = facts(version) if _Tree(version) else {}
     searched: dict[str, list[str]] = defaultdict(list)  # category -> when the search found each finding of it

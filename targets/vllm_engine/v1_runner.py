@@ -37,7 +37,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from fuzzrunner.errors import InvalidCase
+from fuzzrunner.errors import InvalidCase, UnsupportedCase
 
 from .runner import Session
 
@@ -117,8 +117,9 @@ def input_batch_kwargs(cls, *, max_num_reqs: int, max_num_batched_tokens: int, d
     unknown = [n for n, p in params.items() if n != "self" and n not in offered and p.default is p.empty
                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if unknown:
-        raise InvalidCase(f"runner 'v1': this vLLM's InputBatch requires {', '.join(unknown)}; the target fills only "
-                          f"what GPUModelRunner passes in 0.12 - 0.33 (v1_runner.input_batch_kwargs): use runner 'v2'.")
+        raise UnsupportedCase(f"runner 'v1': this vLLM's InputBatch requires {', '.join(unknown)}; the target fills "
+                              f"only what GPUModelRunner passes in 0.12 - 0.33 (v1_runner.input_batch_kwargs): use "
+                              f"runner 'v2'.")
     return {n: v for n, v in offered.items() if n in params}
 
 
@@ -136,8 +137,8 @@ class V1Session(Session):
     def __init__(self, case, ctx, found: dict):
         v1 = found.get("v1")
         if v1 is None:
-            raise InvalidCase(f"runner 'v1': vLLM {found['api'].version} has no V1 model runner "
-                              f"(vllm/v1/worker/gpu_input_batch.py); use runner 'v2'.")
+            raise UnsupportedCase(f"runner 'v1': vLLM {found['api'].version} has no V1 model runner "
+                                  f"(vllm/v1/worker/gpu_input_batch.py); use runner 'v2'.")
         self.v1 = v1
         super().__init__(case, ctx, found)  # the model, the manager, the V1 profile run (profile_run below)
         c = self.c

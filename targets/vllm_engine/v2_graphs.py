@@ -55,7 +55,7 @@ from types import SimpleNamespace
 from typing import NamedTuple
 from unittest import mock
 
-from fuzzrunner.errors import InvalidCase
+from fuzzrunner.errors import InvalidCase, UnsupportedCase
 
 from .runner import Session
 from .vllm_env import PlatformView
@@ -155,10 +155,10 @@ class V2GraphSession(Session):
     def __init__(self, case, ctx, found: dict):
         g = found.get("v2_graphs")
         if g is None:
-            raise InvalidCase(f"cudagraph_mode {case.config.get('cudagraph_mode')!r} in a V2-runner case: vLLM "
-                              f"{found['api'].version}'s V2 runner has no CUDA-graph manager that imports here "
-                              f"({MISSING[0] if MISSING else 'vllm/v1/worker/gpu/cudagraph_utils.py'}); use "
-                              f"cudagraph_mode 'NONE'.")
+            raise UnsupportedCase(f"cudagraph_mode {case.config.get('cudagraph_mode')!r} in a V2-runner case: vLLM "
+                                  f"{found['api'].version}'s V2 runner has no CUDA-graph manager that imports here "
+                                  f"({MISSING[0] if MISSING else 'vllm/v1/worker/gpu/cudagraph_utils.py'}); use "
+                                  f"cudagraph_mode 'NONE'.")
         self.g = g
         self.q = 1 + int(case.config.get("num_speculative_tokens", 0))
         super().__init__(case, ctx, found)  # the model, the manager, the start-up profile run

@@ -106,3 +106,43 @@ def test_a_bug_a_seed_shows_reads_as_reproduced_from_its_seed_and_one_the_search
     assert named and all(set(f.found_by) == {"search"} for f in named), [f.found_by for f in r.findings]
     text = _summary(r)
     assert f"found from scratch after {named[0].found_by['search']} example" in text and "from its seed" not in text, text
+
+
+def test_replay_prints_the_known_bug_label_the_campaign_gave_the_finding(tmp_path, capsys):
+    """``fuzzrunner replay`` (a finding, ``--preceding``, a case file) says "known: ID: ..." under a violation the
+    target names, as the campaign's summary does; before, a replay printed the violation alone, and a user replaying a
+    nightly's finding could not tell a known bug from a new one."""
+    from fuzzrunner.case import Case
+    from fuzzrunner.cli import main
+    _campaign(tmp_path, NAMES_IT)
+    label = "known: K1: dummy runs read no mapping (example/repo#1; fixed in 2.0)"
+    [finding] = [f for f in (tmp_path / "c").rglob("*.json")
+                 if json.loads(f.read_text())["violation"]["kind"] == "uninitialized-read"]
+    assert main(["replay", str(finding)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert f"REPRODUCED {json.loads(finding.read_text())['signature']['kind']}" in out[0], out
+    assert f"    {label}" in out, out
+    # --preceding: the cases its worker ran before it first, then its case, labelled the same
+    d = json.loads(finding.read_text())
+    fine = Case(d["case"]["target"], d["case"]["config"], ({"op": "dummy_run", "num_tokens": 1, "kind": "warmup"},))
+    d["preceding"] = {"of": d["case"], "cases": [fine.to_dict()], "dropped": 0}
+    finding.write_text(json.dumps(d))
+    assert main(["replay", "--preceding", str(finding)]) == 1
+    captured = capsys.readouterr()
+    assert "ran the 1 case(s) its worker ran before it first" in captured.err
+    assert f"    {label}" in captured.out.splitlines(), captured.out
+    # a case file: under the head of the root cause the target names
+    case = tmp_path / "case.json"
+    case.write_text(json.dumps(d["case"]))
+    assert main(["replay", "--target", f"{tmp_path / 'labelled_target.py'}:TARGET", str(case)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert f"      {label}" in out and out.count(f"      {label}") == 1, out
+    assert out[out.index(f"      {label}") - 1].startswith("    uninitialized-read"), out
+
+
+def test_replay_prints_no_label_where_the_target_names_none(tmp_path, capsys):
+    from fuzzrunner.cli import main
+    _campaign(tmp_path, "return None")
+    files = sorted(str(f) for f in (tmp_path / "c").rglob("*.json"))
+    assert files and main(["replay", *files]) == 1
+    assert "known:" not in capsys.readouterr().out

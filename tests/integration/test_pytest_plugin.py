@@ -375,6 +375,40 @@ def test_a_broken_corpus_file_fails_its_own_test(run, pytester):
     result.stdout.fnmatch_lines(["*bad.json::finding-bad FAILED*", "*not valid JSON*"])
 
 
+RELEASED = """
+from hypothesis import strategies as st
+from fuzzrunner.case import Case
+from fuzzrunner.errors import InvalidCase, UnsupportedCase
+from fuzzrunner.target import Target
+
+def run(case, ctx):
+    for i, op in enumerate(case.ops):
+        if op["n"] == 7:
+            raise UnsupportedCase("n=7: release 1.0 has no such knob; leave it out")
+        if op["n"] == 8:
+            raise InvalidCase("n=8: no release takes n 8; draw 0 to 7")
+        with ctx.op(i, op):
+            pass
+
+OLD = Target("released", "release 1.0", lambda faults=(), *, max_ops=5: st.integers(0, 6).map(
+    lambda n: Case("released", {}, ({"op": "x", "n": n},))), run)
+"""
+
+
+def test_a_corpus_case_the_release_cannot_run_is_skipped_and_one_no_release_runs_fails(run, pytester):
+    """An ``UnsupportedCase`` (the release under test lacks a knob another release has) skips its corpus item, with
+    the reason; before, it failed as a regression ("no longer runs"), as a malformed case still does."""
+    (pytester.path / "released.py").write_text(RELEASED)
+    pytester.makeini("[pytest]\nfuzzrunner_targets = released = released.py:OLD\n")
+    corpus = Corpus(pytester.path / "corpus")
+    corpus.save_case(Case("released", {}, [{"op": "x", "n": 7}]), "knob")
+    corpus.save_case(Case("released", {}, [{"op": "x", "n": 8}]), "broken")
+    result = run("-v", "-rs", "--fuzzrunner-corpus", "corpus")
+    result.assert_outcomes(skipped=1, failed=1)
+    result.stdout.fnmatch_lines(["*knob.json: not supported by this release of target 'released': n=7: release 1.0*"])
+    result.stdout.fnmatch_lines(["*broken.json no longer runs on target 'released': n=8*"])
+
+
 # -- pytest-xdist ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("worker, gpus, expected", [

@@ -16,9 +16,10 @@ from fuzzrunner.engine import triage as triage_module
 from fuzzrunner.engine.campaign import plan_campaign
 from fuzzrunner.engine.deadline import TAIL_MAX_S, TAIL_MIN_S, Deadline, monotonic
 from fuzzrunner.engine.hub import RunResult, WorkerSpec
+from fuzzrunner.engine.hypothesis_bridge import BudgetSpent
 from fuzzrunner.engine.plan import CampaignPlan
 from fuzzrunner.engine.result import StopReason
-from fuzzrunner.engine.search import BudgetSpent, Shard
+from fuzzrunner.engine.search import Shard
 from fuzzrunner.settings import Settings
 from fuzzrunner.target import load_target
 

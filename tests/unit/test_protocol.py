@@ -18,7 +18,7 @@ SAMPLES = {
     protocol.Waiting: protocol.Waiting(["loader"]),
     protocol.Late: protocol.Late(3, [{"tool": "python"}]),
     protocol.Result: protocol.Result([], 0.5, 7, fatal=True, lingering=[[6, ["loader"]]]),
-    protocol.Invalid: protocol.Invalid("bad case"),
+    protocol.Invalid: protocol.Invalid("bad case", unsupported=True),
     protocol.TargetFailed: protocol.TargetFailed("target 't': its run returned a coroutine"),
     protocol.Harness: protocol.Harness("boom", "tb"),
     protocol.Fork: protocol.Fork("/tmp/s", "/tmp/log"),

@@ -470,7 +470,7 @@ def test_sglang_backends_env_leaves_out_the_users_corpus_cases_of_the_other_back
                 index=0, corpus=corpus, target_spec="sglang_engine", faults=(),
                 target=Target("sglang_engine", "", None, print, skip_seed=functools.partial(engine.seed_left_out,
                                                                                             drawn=drawn)),
-                result=types.SimpleNamespace(warnings=[], replayed=[], quarantined=[]),
+                result=types.SimpleNamespace(warnings=[], replayed=[], quarantined=[], unsupported=[]),
                 emit=lambda e: None, execute=lambda case: [])
             corpus_replay.replay_corpus(shard)
             kept = {p for p, b in saved.items() if b in drawn}
