@@ -103,9 +103,11 @@ def test_sys_exit_at_import_is_a_harness_error_and_in_run_a_crash_naming_systeme
 # -- 3. the stop reason -------------------------------------------------------------------------
 
 def test_a_time_budget_stops_the_campaign_and_says_so(tmp_path, capsys):
+    # the worker's start-up counts against the budget: 30 s leaves room for cases on a loaded 2-core machine (10 s
+    # did not: 7 - 10 s of start-up at a load of 30, no case, exit 2); the bound only says the budget stopped it
     t0 = time.monotonic()
-    assert fuzz(tmp_path, "OK", "--budget", "10", examples="100000") == 0  # the worker's start-up counts
-    assert time.monotonic() - t0 < 60
+    assert fuzz(tmp_path, "OK", "--budget", "30", examples="100000") == 0
+    assert time.monotonic() - t0 < 180
     assert "stopped: budget" in capsys.readouterr().out
     r = report(tmp_path)
     assert r["stop_reason"] == "budget" and 0 < r["examples"] < 100000
