@@ -26,8 +26,8 @@ def _moe_bug(v: dict, case: dict, op: dict, *, moe_drops_rslora: bool, moe_ignor
         return None
     rs = {int(a) for a, spec in adapters.items() if spec.get("rslora") and "experts" in spec.get("targets", ())}
     # R1 weakens an rsLoRA adapter's expert rows only: a mismatch in more adapter rows than the step's requests of
-    # such adapters hold is (also) something else (on 0.19.1 every fused_moe_swaps_gate_up case of the first 300
-    # had an rsLoRA expert adapter in the step, and was labelled R1: docs/vllm.md, "0.17 - 0.19's MoE LoRA")
+    # such adapters hold is (also) something else (on 0.19.1 the first case of a seed-0 campaign that can show
+    # fused_moe_swaps_gate_up, the 97th, was labelled R1 so: docs/vllm.md, "0.17 - 0.19's MoE LoRA")
     if not (moe_drops_rslora and v["kind"] == "numeric-mismatch" and tensor.endswith("experts.adapter_rows")
             and op.get("op") == "step"):
         return None
