@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzz vLLM's own LoRA code across releases, one after another, and write one table.
 #   scripts/vllm_sweep.sh [--target vllm_lora|vllm_engine] [--budget SECONDS] [--seed N] [--out DIR] [--drop-wheels]
-#                         [--seed-cases DIR] [--prefetch] VERSION...
+#                         [--seed-cases DIR] [--prefetch] [--case-timeout SECONDS] VERSION...
 # Each VERSION is set up (scripts/vllm_setup.sh, cached), fuzzed fault-free with --target (default vllm_lora) for
 # the budget on the CPU,
 # and reported in DIR/VERSION.json; the table (version, findings by signature, first found after,
@@ -10,9 +10,11 @@
 # --seed-cases DIR replays DIR/*.json written for --target first in every campaign (e.g. docs/findings/cases: each release's verdict on
 # the known bugs, whatever the budget lets the search reach; the table's "replayed" column). --prefetch sets the
 # next releases up in the background while one is fuzzed (set-up is the slow part on a busy machine).
+# --case-timeout SECONDS is passed to fuzz (default: the profile's, 120 s): a loaded machine's slow case is
+# otherwise a false timeout finding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-budget=180 seed=0 out=out/vllm_sweep drop= seeds= prefetch= target=vllm_lora
+budget=180 seed=0 out=out/vllm_sweep drop= seeds= prefetch= target=vllm_lora case_timeout=
 while [ $# -gt 0 ]; do
   case "$1" in
     --target) target=$2; shift 2 ;;
@@ -22,6 +24,7 @@ while [ $# -gt 0 ]; do
     --drop-wheels) drop=1; shift ;;
     --seed-cases) seeds=$2; shift 2 ;;
     --prefetch) prefetch=1; shift ;;
+    --case-timeout) case_timeout=$2; shift 2 ;;
     -*) echo "vllm_sweep: unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -58,7 +61,7 @@ for v in "$@"; do
   rc=0
   FUZZRUNNER_VLLM_VERSION=$v PYTHONPATH=. .venv/bin/python -m fuzzrunner fuzz --target "$target" \
     --budget "$budget" --max-examples 100000 --seed "$seed" --corpus "$out/$v.corpus" \
-    --report "$out/$v.json" >>"$out/$v.log" 2>&1 || rc=$?
+    --report "$out/$v.json" ${case_timeout:+--case-timeout "$case_timeout"} >>"$out/$v.log" 2>&1 || rc=$?
   echo "   exit $rc ($([ $rc = 1 ] && echo findings || ([ $rc = 0 ] && echo none || echo error)))" >&2
 done
 [ -z "$pre" ] || wait "$pre"

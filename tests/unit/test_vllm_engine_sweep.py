@@ -280,6 +280,25 @@ def test_an_expert_rows_mismatch_is_r1_only_with_an_rslora_expert_adapter_where_
     assert known.known_bug(three_d, logits_mapped_per_row=True, moe_drops_rslora=True) is None
 
 
+def test_an_expert_rows_mismatch_beyond_the_rslora_requests_rows_is_not_r1():
+    """R1 weakens the rows of an rsLoRA adapter's requests only. A step of an rsLoRA expert adapter (3 rows) and a plain
+    one (4 rows) whose 7 adapter rows all mismatch is something else too (0.19.1's fused_moe_swaps_gate_up case: every
+    row of both adapters wrong, labelled R1 before, so the fault was never found); the rsLoRA request's rows alone are
+    R1; a report without the rows keeps the step's rule."""
+    step = {"op": "step", "reqs": [_req("a", 2, tokens=3), _req("b", 1, tokens=4)]}
+
+    def f(rows):
+        out = _finding("numeric-mismatch", "numeric", 0, [step], tensor="step.experts.adapter_rows",
+                       config={"adapters": MOE_ADAPTERS})
+        if rows is not None:
+            out["violation"]["details"]["rows"] = rows
+        return out
+    assert known.known_bug(f(list(range(7))), logits_mapped_per_row=True, moe_drops_rslora=True) is None
+    assert known.known_bug(f([0, 1, 2]), logits_mapped_per_row=True, moe_drops_rslora=True) == "R1"
+    assert known.known_bug(f([4, 5]), logits_mapped_per_row=True, moe_drops_rslora=True) == "R1"  # order not known
+    assert known.known_bug(f(None), logits_mapped_per_row=True, moe_drops_rslora=True) == "R1"
+
+
 def test_a_base_rows_expert_delta_after_an_adapter_step_is_m1_only_where_the_moe_lora_ignores_the_no_lora_flag():
     """M1 (0.16 - 0.23, fixed in 0.24): a step of base-model requests only gets the previous step's expert deltas."""
     ops = [{"op": "step", "reqs": [_req("a", 1)]}, {"op": "step", "reqs": [_req("b", 0)]}]
