@@ -27,7 +27,7 @@ DRIVES = ("the worker's LRUCacheWorkerLoRAManager and LRUCacheLoRAModelManager (
           "every *WithLoRA layer of a Llama-shaped model, and FusedMoEWithLoRA over vLLM's FusedMoE (MoE cases) "
           "and FusedMoE3DWithLoRA with PEFT's 3D-format expert adapters (half the MoE cases of a CPU campaign)",
           "the V2 model runner's LoraState, LoRA mixin and CUDA-graph dispatch",
-          "the V1 model runner's InputBatch and CudagraphDispatcher (up to 0.33)")
+          "the V1 model runner's InputBatch, CudagraphDispatcher and prompt logprobs (up to 0.33)")
 
 
 def load_engine() -> dict:
@@ -66,7 +66,8 @@ def describe() -> list[str]:
             f"{moe.LAYERS['2d']}, or {moe.LAYERS['3d']} for 3D-format adapters), "
             "PunicaWrapperGPU, LoRAModelRunnerMixin, LoraState."
             f"{how}" + (", sort_batch_req_ids" if f["sort_batch_req_ids"] else "")
-            + ("; V1 runner: InputBatch, set_active_loras, CudagraphDispatcher" if f.get("v1") else
+            + ("; V1 runner: InputBatch, set_active_loras, CudagraphDispatcher, _get_prompt_logprobs_dict"
+               if f.get("v1") else
                f"; no V1 runner cases ({_v1_missing()})")
             + (_v2_graphs_line(f["v2_graphs"]) if f.get("v2_graphs") else
                f"; no V2 runner graph cases ({_v2_graphs_missing()})")]
@@ -109,7 +110,8 @@ def known_flags(found: dict) -> dict:
             "graphs_capture_per_lora": found.get("v2_graphs") is None or found["v2_graphs"].shape == "lora_cases",
             "mapping_cache_ignores_slots": mapping_cache_ignores_slots(), **moe.known_flags(),
             "token_id_rows_mapped": bool(found.get("prompt_logprobs") and
-                                         "set_lora_rows" in found["prompt_logprobs"].token_id_call)}
+                                         "set_lora_rows" in found["prompt_logprobs"].token_id_call),
+            "v1_prompt_rows_mapped": bool(found.get("v1") and found["v1"].prompt_logprobs.maps_prompt_rows)}
 
 
 def mapping_cache_ignores_slots() -> bool:

@@ -110,7 +110,7 @@ def _new_requests(draw, s: EngineState, adapters: list[int], budget: int, keep: 
         scoring = s.scoring if s.cfg.get("runner", "v2") == "v2" else None
         if scoring and n > 1 and not r["prompt_logprobs"] and draw(st.booleans()):
             r["prompt_logprobs"] = True  # 0.31 on: a second chance, prompt_scores.request_fields picks what is scored
-        if r["prompt_logprobs"] and s.cfg.get("runner", "v2") == "v2":
+        if r["prompt_logprobs"]:  # either runner's prompt logprobs (prompt_logprobs.py, v1_prompt_logprobs.py)
             more = draw(st.sampled_from([0, 0, 1, 2, 3]))  # a chunked prefill: the prompt goes on in later steps
             if more:
                 r["prompt"] = n + more
@@ -436,16 +436,15 @@ def vllm_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str
                       runners: tuple = ("v2",), v2_graphs: bool = False, moe_blocks: bool = True,
                       prompt_scoring: prompt_scores.Scoring | None = None) -> Case:
     """A case for a run on ``device`` (the campaign's): its model dtypes (``DTYPES``); ``runners``: the model
-    runners this vLLM has (``"v1"`` up to 0.33: V1 cases draw no prompt logprobs); ``v2_graphs``: its V2 runner
+    runners this vLLM has (``"v1"`` up to 0.33: V1 cases draw prompt logprobs and chunked prefills, not the V2
+    runner's prompt scoring); ``v2_graphs``: its V2 runner
     has a CUDA-graph manager the target drives (v2_graphs.find: half the V2-runner cases draw the graph knobs);
     ``moe_blocks``: this vLLM can build the MoE block (0.28 and later, moe.py); ``prompt_scoring``: its prompt-logprobs
     worker scores token ids from a start (0.31 and later, prompt_scores.py: V2-runner prompt-logprobs requests draw
     them)."""
     cfg = draw(engine_config(device, runners, v2_graphs, moe_blocks))
     ops = draw(OPS.ops(lambda: EngineState(cfg, prompt_scoring), max_ops=max_ops, go_on_odds=GO_ON_ODDS))
-    if cfg.get("runner") == "v1":
-        ops = [dict(op, reqs=[dict(r, prompt_logprobs=False) for r in op["reqs"]]) if op["op"] == "step" else op
-               for op in ops]  # (prompt scores are drawn for V2-runner requests only)
-    elif cfg.get("cudagraph_mode", "NONE") != "NONE":  # a step's padding is the graph dispatch's (v2_graphs.py)
+    if cfg.get("runner") != "v1" and cfg.get("cudagraph_mode", "NONE") != "NONE":
+        # a V2-runner step's padding is the graph dispatch's (v2_graphs.py)
         ops = [dict(op, pad=0) if op["op"] == "step" else op for op in ops]
     return Case("vllm_engine", cfg, tuple(ops), tuple(faults))

@@ -15,10 +15,11 @@ FEATURE_SPACE = tuple(
        "step=index-reused", "step=repeated", "state=slots-full", "state=more-adapters-than-cpu-slots",
        "state=removed-in-use", "state=pinned", "state=re-added"]
     + [f"max_loras={n}" for n in (1, 2, 3)]
-    + ["runner=v1", "runner=v1-graphs", "runner=v1-reorder", "runner=v2-graphs", "graphs=specialize-lora-off"])
+    + ["runner=v1", "runner=v1-graphs", "runner=v1-reorder", "runner=v1-prompt-logprobs", "runner=v2-graphs",
+       "graphs=specialize-lora-off"])
 
 # the features only a release with that part can give (feature_space)
-_V1 = ("runner=v1", "runner=v1-graphs", "runner=v1-reorder")
+_V1 = ("runner=v1", "runner=v1-graphs", "runner=v1-reorder", "runner=v1-prompt-logprobs")
 _MOE = ("layer=experts", "moe=top_k-2", "moe=3d", "adapter=experts")
 _SCORING = ("step=prompt-token-ids", "step=prompt-start")
 
@@ -168,6 +169,9 @@ def features(case) -> set:
     for op in case.ops:
         kind = op.get("op")
         out.add(f"op={kind}")
+        if kind == "step" and c.get("runner") == "v1" and "lm_head" in c.get("layers", ()) and \
+                any(r.get("prompt_logprobs") for r in op.get("reqs", ())):
+            out.add("runner=v1-prompt-logprobs")  # the V1 runner's _get_prompt_logprobs_dict (v1_prompt_logprobs.py)
         if kind in OPS:
             getattr(walk, kind)(op)
         walk.after()

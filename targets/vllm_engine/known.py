@@ -55,7 +55,7 @@ def _c1(v: dict, ops: list, at) -> bool:
 def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped: bool = False,
               drops_last_chunk: bool = False, graphs_capture_per_lora: bool = True, moe_drops_rslora: bool = False,
               moe_ignores_no_lora: bool = False, mapping_cache_ignores_slots: bool = False,
-              token_id_rows_mapped: bool = False) -> str | None:
+              token_id_rows_mapped: bool = False, v1_prompt_rows_mapped: bool = False) -> str | None:
     """"P1", "L1", "S1", "E1", "E2", "V1", "W1", "C1", "R1" or "M1" where ``finding`` (a report's finding:
     ``violation``, ``case``) is that bug, else None. ``logits_mapped_per_row``: this vLLM's
     ``LoraState.make_lora_inputs`` takes ``num_logits`` (0.34 and later), so a wrong lm_head row is not S1 (nor in a
@@ -63,7 +63,9 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped:
     ``prompt_rows_mapped``: this vLLM maps the prompt-logprobs rows to their requests' adapters (a fix of P1, such as
     docs/findings/p1_prompt_logprobs_mapping.patch), so a wrong prompt-logits row is not P1; ``token_id_rows_mapped``:
     the same for the rows of ``compute_prompt_token_id_logprobs`` (0.31 on: its logits are taken as the prompt
-    logprobs' are; the patch does not touch it); ``drops_last_chunk``:
+    logprobs' are; the patch does not touch it); ``v1_prompt_rows_mapped``: the same for the V1 runner's
+    ``_get_prompt_logprobs_dict`` (a V1-runner case: P1's V1 form, vllm-project/vllm#51594, its fix #51597 touches the
+    LoRA mapping there; v1_prompt_logprobs.py); ``drops_last_chunk``:
     this vLLM's prompt-logprobs worker skips a request whose prompt's last chunk is its last token
     (``computed_prefill < prompt_lens - 1``: L1, fixed by #41411), so prompt logprobs never returned are L1;
     ``graphs_capture_per_lora``: this vLLM's V2 runner captures its graphs per LoRA count (0.24 and later, #35536),
@@ -79,9 +81,11 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped:
     tensor, message = v.get("tensor") or "", v.get("message") or ""
     at = (v.get("details") or {}).get("op_index")
     op = case["ops"][at] if at is not None and at < len(case["ops"]) else {}
+    if case["config"].get("runner") == "v1":  # the V1 runner's own prompt-logprobs path (v1_prompt_logprobs.py)
+        prompt_rows_mapped = v1_prompt_rows_mapped
     if ("prompt_logits" in tensor and not prompt_rows_mapped) or \
             ("prompt_token_id_logits" in tensor and not token_id_rows_mapped):
-        return "P1"  # the prompt-logprobs rows under the sampled rows' mapping (vllm-project/vllm#53842)
+        return "P1"  # the prompt-logprobs rows under the sampled rows' mapping (vllm-project/vllm#53842; V1: #51594)
     region = (v.get("details") or {}).get("region") or ""  # the runner's call the access was made in
     if v.get("tool") == "shadow" and v["kind"] == "out-of-bounds" and (v.get("kernel") or "").startswith("_lora_") \
             and (("prompt_token_id_logits[" in region and not token_id_rows_mapped) or
@@ -123,11 +127,12 @@ BUGS = {
                     "batch mixing k adapters with base-model tokens",
            "upstream": "not reported upstream as far as we found; docs/findings/v1-specialize-active-lora.md",
            "status": "open in 0.16.0 - 0.34.0; fix: docs/findings/v1_specialize_active_lora.patch"},
-    "P1": {"title": "V2 runner: prompt logprobs take the logits of every scheduled row under the lm_head mapping "
-                    "made for the sampled rows",
-           "upstream": "vllm-project/vllm#53842, an open PR (the V1 runner's fix: #51597)",
-           "status": "open in 0.15.0 - 0.34.0; a fix here: docs/findings/p1_prompt_logprobs_mapping.patch "
-                     "(0.34.0; _on_0.33.patch for 0.33.0)"},
+    "P1": {"title": "prompt logprobs take the logits of the prompt rows under the lm_head mapping made for the "
+                    "sampled rows (V2 runner: every scheduled row; V1 runner: each request's rows)",
+           "upstream": "vllm-project/vllm#53842, an open PR (V2 runner); V1 runner: #51594, open, its fix #51597 an "
+                       "open PR",
+           "status": "open in 0.15.0 - 0.34.0 (V2 runner) and 0.15.0 - 0.33.0 (V1 runner, its last release); a V2 fix "
+                     "here: docs/findings/p1_prompt_logprobs_mapping.patch (0.34.0; _on_0.33.patch for 0.33.0)"},
     "S1": {"title": "V2 runner, speculative decoding: one lm_head row per request while a request has 1 + drafts "
                     "logits rows",
            "upstream": "fixed upstream in 0.34.0 (make_lora_inputs(..., num_logits))",
@@ -135,7 +140,8 @@ BUGS = {
     "E1": {"title": "a runtime dummy run evicts a real adapter holding a warm-up id and loads it from "
                     "/not/a/real/path, or with a pinned adapter activates more dummies than free slots",
            "upstream": "not reported upstream as far as we found; docs/findings/e1-dummy-run-evicts-real-adapter.md",
-           "status": "open in 0.24.0 - 0.34.0; fix: docs/findings/e1_e2_dummy_adapters.patch"},
+           "status": "open in 0.24.0 - 0.34.0 (V2 runner; the V1 runner's dummy batch maps no adapter from 0.16); fix: "
+                     "docs/findings/e1_e2_dummy_adapters.patch"},
     "E2": {"title": "--lora-target-modules lm_head: the warm-up's dummy adapter has no weights, the profile run "
                     "dies with StopIteration",
            "upstream": "not reported upstream as far as we found; docs/findings/e2-lm-head-only-target-modules.md",
@@ -171,7 +177,8 @@ def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: 
              prompt_rows_mapped: bool = False, drops_last_chunk: bool = False,
              graphs_capture_per_lora: bool = True, moe_drops_rslora: bool = False,
              moe_ignores_no_lora: bool = False,
-             mapping_cache_ignores_slots: bool = False, token_id_rows_mapped: bool = False) -> str | None:
+             mapping_cache_ignores_slots: bool = False, token_id_rows_mapped: bool = False,
+             v1_prompt_rows_mapped: bool = False) -> str | None:
     """``known_bug``'s id, or "V0": a memory finding in a dummy run of a release whose V2 runner programs nothing
     for it (``dummy_maps_nothing``: 0.15 - 0.21, docs/findings/v0-v2-runner-dummy-run-no-mapping.md), or a read of
     never-written metadata at a graph-padding row of a step there (the same root cause)."""
@@ -179,7 +186,7 @@ def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: 
                     drops_last_chunk=drops_last_chunk, graphs_capture_per_lora=graphs_capture_per_lora,
                     moe_drops_rslora=moe_drops_rslora, moe_ignores_no_lora=moe_ignores_no_lora,
                     mapping_cache_ignores_slots=mapping_cache_ignores_slots,
-                    token_id_rows_mapped=token_id_rows_mapped)
+                    token_id_rows_mapped=token_id_rows_mapped, v1_prompt_rows_mapped=v1_prompt_rows_mapped)
     if bug:
         return bug
     v = finding["violation"]
@@ -210,7 +217,8 @@ def label(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: boo
           prompt_rows_mapped: bool = False, drops_last_chunk: bool = False,
           graphs_capture_per_lora: bool = True, moe_drops_rslora: bool = False,
           moe_ignores_no_lora: bool = False,
-          mapping_cache_ignores_slots: bool = False, token_id_rows_mapped: bool = False) -> dict | None:
+          mapping_cache_ignores_slots: bool = False, token_id_rows_mapped: bool = False,
+          v1_prompt_rows_mapped: bool = False) -> dict | None:
     """The target's ``known_bugs``: ``{"id", "title", "upstream", "status"}`` of the known bug ``finding`` is, or
     None (a planted fault's finding, a new bug, a target error)."""
     if finding.get("signature", {}).get("tool") == "target":
@@ -219,5 +227,5 @@ def label(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: boo
                    prompt_rows_mapped=prompt_rows_mapped, drops_last_chunk=drops_last_chunk,
                    graphs_capture_per_lora=graphs_capture_per_lora, moe_drops_rslora=moe_drops_rslora,
                    moe_ignores_no_lora=moe_ignores_no_lora, mapping_cache_ignores_slots=mapping_cache_ignores_slots,
-                   token_id_rows_mapped=token_id_rows_mapped)
+                   token_id_rows_mapped=token_id_rows_mapped, v1_prompt_rows_mapped=v1_prompt_rows_mapped)
     return {"id": bug, **BUGS[bug]} if bug else None

@@ -61,28 +61,27 @@ def find() -> SimpleNamespace | None:
                            if scoring else set())
 
 
-class Prompts:
-    """The runner's prompt-logprobs state for one session: vLLM's worker and the request states it reads."""
+class Records:
+    """The oracle's record of one session's prompt-logprobs requests (whatever runner computes them): each request's
+    prompt tokens, computed tokens and prompt length by a record index, what it asks, and the rows expected so far;
+    ``check`` holds a runner's output against them (module docstring). ``Prompts`` (the V2 runner's worker) and
+    v1_prompt_logprobs.py (the V1 runner's ``_get_prompt_logprobs_dict``) feed it."""
 
-    def __init__(self, session, found: SimpleNamespace):
-        self.s, self.f = session, found
+    def __init__(self, session, rows: int):
+        self.s = session
         c = session.c
-        kw = {"max_num_reqs": c["max_num_seqs"], "device": session.device, "logprobs_mode": "raw_logprobs"}
-        self.worker = found.Worker(**{k: v for k, v in kw.items() if k in found.make})
-        n = c["max_num_seqs"]
         g = torch.Generator().manual_seed(c["seed"])
         # RequestState.all_token_ids (int32, as vLLM's): a request's prompt, then whatever it samples
-        self.all_token_ids = torch.randint(0, c["vocab"], (n, WIDTH), generator=g, dtype=torch.int32)
-        self.computed = np.zeros(n, dtype=np.int32)   # RequestState.num_computed_tokens (before the step)
-        self.prompt_len = np.zeros(n, dtype=np.int32)
+        self.all_token_ids = torch.randint(0, c["vocab"], (rows, WIDTH), generator=g, dtype=torch.int32)
+        self.computed = np.zeros(rows, dtype=np.int32)   # RequestState.num_computed_tokens (before the step)
+        self.prompt_len = np.zeros(rows, dtype=np.int32)
         self.asks: dict[str, int] = {}                # request id -> k, for a request that asks for prompt logprobs
         self.start: dict[str, int] = {}               # request id -> its first scored prompt row (0.34's start)
-        self.scores = prompt_scores.TokenIdScores(session) if found.scoring else None  # prompt_scores.py
         self.expected: dict[str, list] = {}           # request id -> [(position, next token, want row), ...] so far
         self.added = 0                                # requests added (each draws its own prompt tokens)
 
-    # -- the request's life ---------------------------------------------------------------------------------
-    def add(self, r: dict, index: int) -> None:
+    def record(self, r: dict, index: int, start: int = 0) -> int | None:
+        """A new request ``r`` at record ``index``: its prompt tokens drawn; its prompt logprobs' k (None: none)."""
         k = r.get("prompt_logprobs")
         k = None if not k else 2 if k is True else int(k)
         self.computed[index] = 0
@@ -90,28 +89,22 @@ class Prompts:
         self.added += 1
         g = torch.Generator().manual_seed(self.s.c["seed"] * 1000 + self.added)
         self.all_token_ids[index] = torch.randint(0, self.s.c["vocab"], (WIDTH,), generator=g, dtype=torch.int32)
-        params = prompt_scores.sampling_params(self.f, r, k, self.s.cfg.model_config)
-        self.worker.add_request(r["id"], index, params)
         if k is not None:
             self.asks[r["id"]] = k
             self.expected[r["id"]] = []
-            self.start[r["id"]] = r.get("prompt_start", 0) if self.f.scoring and self.f.scoring.start_all else 0
-        if self.scores:
-            self.scores.add(r)
+            self.start[r["id"]] = start
+        return k
 
-    def remove(self, rid: str) -> None:
-        self.worker.remove_request(rid)
+    def forget(self, rid: str) -> None:
         self.asks.pop(rid, None)
         self.expected.pop(rid, None)
         self.start.pop(rid, None)
-        if self.scores:
-            self.scores.remove(rid)
 
     def advance(self, idx: np.ndarray, tokens: np.ndarray) -> None:
         """After the step: the scheduled tokens are computed."""
         self.computed[idx] += tokens
 
-    # -- one step -------------------------------------------------------------------------------------------
+    # -- one step (shared) -------------------------------------------------------------------------------------------
     def batch(self, ids: list[str], idx: np.ndarray, tokens: np.ndarray) -> SimpleNamespace:
         """The ``InputBatch`` fields ``compute_prompt_logprobs`` reads, as ``prepare_inputs`` makes them."""
         dev = self.s.device
@@ -124,37 +117,6 @@ class Prompts:
             num_tokens=int(tokens.sum()), query_start_loc_np=qsl, query_start_loc=torch.from_numpy(qsl).to(dev),
             num_computed_prefill_tokens_np=np.minimum(computed, self.prompt_len[idx]),
             prefill_len_np=self.prompt_len[idx].copy())
-
-    def run(self, label: str, hidden: torch.Tensor, ids: list[str], idx: np.ndarray, tokens: np.ndarray,
-            adapters: list[int]) -> None:
-        """The runner's ``compute_prompt_logprobs`` call on the step's hidden states, then (0.31 on)
-        ``compute_prompt_token_id_logprobs`` (``sample_tokens``' order), each with its output oracle."""
-        b = self.batch(ids, idx, tokens)
-        s, ctx = self.s, self.s.ctx
-        rows = [a for a, n in zip(adapters, tokens) for _ in range(int(n))]
-        seen: dict[int, torch.Tensor] = {}  # batch row -> the logits vLLM computed for it
-        kw = {"logits_fn": self._logits_fn(f"{label}.prompt_logits", hidden, rows, seen), "hidden_states": hidden,
-              "input_batch": b, "all_token_ids": self.all_token_ids.to(s.device),
-              "num_computed_tokens": torch.from_numpy(self.computed.copy()).to(s.device),
-              "prompt_lens": self.prompt_len.copy(), "prefill_lens": self.prompt_len.copy(),
-              "num_computed_prefill_tokens": np.minimum(self.computed, self.prompt_len)}
-        # the request states' token ids: ``prefill_token_ids`` in 0.15 - 0.16 (the prompt, as far as prompt
-        # positions go), ``all_token_ids`` from 0.17; by signature
-        kw["prefill_token_ids"] = kw["all_token_ids"]
-        if "set_lora_rows" in self.f.call:  # a fix of P1 (docs/findings/p1_prompt_logprobs_mapping.patch)
-            def set_lora_rows(start: int, end: int) -> None:
-                s.activate(s.lora_state.make_prompt_logprobs_lora_inputs(ids, idx, tokens, start, end), adapters)
-            kw["set_lora_rows"] = set_lora_rows
-        for name in ("all_token_ids", "num_computed_tokens"):
-            ctx.track(kw[name], f"prompt_logprobs.{name}")
-        out = self.worker.compute_prompt_logprobs(**{k: v for k, v in kw.items() if k in self.f.call})
-        if self.scores is not None:
-            scored: dict[int, torch.Tensor] = {}
-            kw["logits_fn"] = self._logits_fn(f"{label}.prompt_token_id_logits", hidden, rows, scored)
-            got = self.worker.compute_prompt_token_id_logprobs(
-                **{k: v for k, v in kw.items() if k in self.f.token_id_call})
-            self.scores.check(label, got, b, self.computed, self.prompt_len, scored)
-        self.check(label, out, b, seen)
 
     def _logits_fn(self, label: str, hidden: torch.Tensor, rows: list[int], seen: dict[int, torch.Tensor]):
         """The runner's ``self.model.compute_logits``, each call's rows checked (``<label>[k]``) and kept in
@@ -212,8 +174,8 @@ class Prompts:
         return done
 
     def _compare(self, label: str, rid: str, rows: list, got, problems: list[str]) -> None:
-        if not rows:
-            if got is not None:
+        if not rows:  # an empty tensor is none too (the V1 runner's for a one-token prompt)
+            if got is not None and got.logprobs.shape[0]:
                 problems.append(f"request {rid!r}: a one-token prompt has no prompt logprobs, got "
                                 f"{tuple(got.logprobs.shape)}")
             return
@@ -232,3 +194,61 @@ class Prompts:
         self.s.ctx.compare(f"{label}.token_ids", ids[:, 0].detach().cpu().double(), tokens, torch.float32)
         cols = min(lp.shape[1], want.shape[1])
         self.s.ctx.compare(f"{label}.logprobs", lp[:, :cols].detach().cpu().float(), want[:, :cols], torch.float32)
+
+
+class Prompts(Records):
+    """The runner's prompt-logprobs state for one session: vLLM's worker and the request states it reads."""
+
+    def __init__(self, session, found: SimpleNamespace):
+        super().__init__(session, session.c["max_num_seqs"])
+        self.f = found
+        c = session.c
+        kw = {"max_num_reqs": c["max_num_seqs"], "device": session.device, "logprobs_mode": "raw_logprobs"}
+        self.worker = found.Worker(**{k: v for k, v in kw.items() if k in found.make})
+        self.scores = prompt_scores.TokenIdScores(session) if found.scoring else None  # prompt_scores.py
+
+    # -- the request's life ---------------------------------------------------------------------------------
+    def add(self, r: dict, index: int) -> None:
+        start = r.get("prompt_start", 0) if self.f.scoring and self.f.scoring.start_all else 0
+        k = self.record(r, index, start)
+        params = prompt_scores.sampling_params(self.f, r, k, self.s.cfg.model_config)
+        self.worker.add_request(r["id"], index, params)
+        if self.scores:
+            self.scores.add(r)
+
+    def remove(self, rid: str) -> None:
+        self.worker.remove_request(rid)
+        self.forget(rid)
+        if self.scores:
+            self.scores.remove(rid)
+
+    def run(self, label: str, hidden: torch.Tensor, ids: list[str], idx: np.ndarray, tokens: np.ndarray,
+            adapters: list[int]) -> None:
+        """The runner's ``compute_prompt_logprobs`` call on the step's hidden states, then (0.31 on)
+        ``compute_prompt_token_id_logprobs`` (``sample_tokens``' order), each with its output oracle."""
+        b = self.batch(ids, idx, tokens)
+        s, ctx = self.s, self.s.ctx
+        rows = [a for a, n in zip(adapters, tokens) for _ in range(int(n))]
+        seen: dict[int, torch.Tensor] = {}  # batch row -> the logits vLLM computed for it
+        kw = {"logits_fn": self._logits_fn(f"{label}.prompt_logits", hidden, rows, seen), "hidden_states": hidden,
+              "input_batch": b, "all_token_ids": self.all_token_ids.to(s.device),
+              "num_computed_tokens": torch.from_numpy(self.computed.copy()).to(s.device),
+              "prompt_lens": self.prompt_len.copy(), "prefill_lens": self.prompt_len.copy(),
+              "num_computed_prefill_tokens": np.minimum(self.computed, self.prompt_len)}
+        # the request states' token ids: ``prefill_token_ids`` in 0.15 - 0.16 (the prompt, as far as prompt
+        # positions go), ``all_token_ids`` from 0.17; by signature
+        kw["prefill_token_ids"] = kw["all_token_ids"]
+        if "set_lora_rows" in self.f.call:  # a fix of P1 (docs/findings/p1_prompt_logprobs_mapping.patch)
+            def set_lora_rows(start: int, end: int) -> None:
+                s.activate(s.lora_state.make_prompt_logprobs_lora_inputs(ids, idx, tokens, start, end), adapters)
+            kw["set_lora_rows"] = set_lora_rows
+        for name in ("all_token_ids", "num_computed_tokens"):
+            ctx.track(kw[name], f"prompt_logprobs.{name}")
+        out = self.worker.compute_prompt_logprobs(**{k: v for k, v in kw.items() if k in self.f.call})
+        if self.scores is not None:
+            scored: dict[int, torch.Tensor] = {}
+            kw["logits_fn"] = self._logits_fn(f"{label}.prompt_token_id_logits", hidden, rows, scored)
+            got = self.worker.compute_prompt_token_id_logprobs(
+                **{k: v for k, v in kw.items() if k in self.f.token_id_call})
+            self.scores.check(label, got, b, self.computed, self.prompt_len, scored)
+        self.check(label, out, b, seen)

@@ -14,7 +14,9 @@ Per release, with ``file:line`` of each fact:
   ``set_active_adapters`` whatever the mapping);
 * E2's halves: ``LoRAConfig.target_modules`` (#34984) and the unguarded
   ``next(iter(lora_model.loras.values()))`` of ``_create_merged_loras_inplace``;
-* P1: the V2 runner's ``prompt_logprob.py`` computes prompt logits without touching the LoRA mapping;
+* P1: the V2 runner's ``prompt_logprob.py`` computes prompt logits without touching the LoRA mapping; its V1 form
+  (``P1_v1``, vllm-project/vllm#51594): the V1 runner's ``_get_prompt_logprobs_dict`` does the same (#51597 would
+  program the prompt rows' mapping there);
 * S1: ``LoraState.make_lora_inputs`` maps one lm_head row per request (no ``num_logits``) while the V2 runner has
   speculative decoding (``v1/worker/gpu/spec_decode/``);
 * W1: the V2 runner captures its graphs under ``maybe_setup_dummy_loras`` with no capture hook
@@ -83,6 +85,7 @@ def facts(version: str, wheel_dirs: tuple = ()) -> dict:
     mapping = (_function(root, "vllm/lora/model_manager.py", "set_adapter_mapping")
                or _function(root, "vllm/lora/models.py", "set_adapter_mapping"))
     kernels = lora_facts.facts(version, wheel_dirs) if root else {}
+    v1_prompt = _function(root, V1, "_get_prompt_logprobs_dict") if root.text(V1) else ""
     return {
         "version": version, "lora_state": lora_state, "add_dummy_skips_registered": skip,
         "select_takes_count": select_counts, "v2_runtime_dummy_maps": v2_maps, "v1_runtime_dummy_maps": v1_maps,
@@ -94,6 +97,8 @@ def facts(version: str, wheel_dirs: tuple = ()) -> dict:
         "E1": bool(skip and (v2_maps or v1_maps)),
         "E2": bool(target_modules and first),
         "P1": bool(prompt is not None and prompt_at and "lora" not in prompt.lower() and lora_state),
+        "P1_v1": bool(v1_prompt and "compute_logits" in v1_prompt and "lora" not in v1_prompt.lower()),
+        "v1_prompt_logprobs": _find(root, V1, r"def _get_prompt_logprobs_dict") if root.text(V1) else "",
         "S1": bool(make and "num_logits" not in make and spec),
         "W1": bool(lora_state and captures and not hook),
         "R1": bool(pack_moe) and not re.search(r"\w\.scaling\b", pack_moe),  # not the adapters' own scaling
@@ -113,7 +118,8 @@ def known_flags(version: str) -> dict:
     f = facts(version)
     return {"logits_mapped_per_row": f["per_logits_row"], "dummy_maps_nothing": f["V0"],
             "drops_last_chunk": f["L1"], "graphs_capture_per_lora": not f["W1"], "moe_drops_rslora": f["R1"],
-            "moe_ignores_no_lora": f["M1"], "mapping_cache_ignores_slots": f["C1"]}
+            "moe_ignores_no_lora": f["M1"], "mapping_cache_ignores_slots": f["C1"],
+            "v1_prompt_rows_mapped": bool(f["v1_prompt_logprobs"]) and not f["P1_v1"]}
 
 
 def _yes(flag: bool, *where: str) -> str:

@@ -15,6 +15,10 @@ FAULTS = {
     "dispatcher_ignores_lora":
         "CudagraphDispatcher.dispatch keys the graph on the batch's size alone (has_lora=False, "
         "num_active_loras=0): a batch with adapters replays the graph captured without LoRA.",
+    "v1_prompt_rows_shifted":
+        "the V1 runner's _get_prompt_logprobs_dict takes each request's prompt hidden states one row late (its "
+        "query_start_loc offset + 1): each prompt position is scored under the next position's logits, and the "
+        "batch's last request runs past its rows.",
 }
 
 
@@ -50,8 +54,27 @@ def _dispatch_without_lora(stack: contextlib.ExitStack, found: dict) -> None:
     stack.enter_context(_patched(cls, "dispatch", dispatch))
 
 
+def _prompt_rows_shifted(stack: contextlib.ExitStack, found: dict) -> None:
+    """``_get_prompt_logprobs_dict`` as if its ``offset = self.query_start_loc.np[req_idx].item()`` read ``+ 1``."""
+    from types import SimpleNamespace
+
+    from .faults import _patched
+    cls = found["v1"].prompt_logprobs.runner_class
+    original = cls.__dict__["_get_prompt_logprobs_dict"]
+
+    def _get_prompt_logprobs_dict(self, hidden_states, num_scheduled_tokens):
+        starts = self.query_start_loc
+        self.query_start_loc = SimpleNamespace(np=starts.np + 1)
+        try:
+            return original(self, hidden_states, num_scheduled_tokens)
+        finally:
+            self.query_start_loc = starts
+    stack.enter_context(_patched(cls, "_get_prompt_logprobs_dict", _get_prompt_logprobs_dict))
+
+
 PLANT = {
     "condense_drops_lora_mapping": lambda stack, found: _keep_mapping(stack, found, "condense"),
     "swap_states_skips_lora_mapping": lambda stack, found: _keep_mapping(stack, found, "swap_states"),
     "dispatcher_ignores_lora": _dispatch_without_lora,
+    "v1_prompt_rows_shifted": _prompt_rows_shifted,
 }

@@ -28,17 +28,25 @@ Re-stated, each a few lines: the dummy-run request split (``_dummy_run``'s), the
 ``uniform_decode_query_len`` and the capture sizes (set on vLLM's ``CompilationConfig``: vLLM's CPU platform turns
 graphs off, and a draft model is not built), the logits rows (the last 1 + drafts rows of each request: the
 runner's ``_calc_spec_decode_metadata`` needs its GPU input buffers), and the warm-up runs before each capture
-(the same mapping as the capture, left out). Prompt logprobs are not drawn for V1 cases.
+(the same mapping as the capture, left out).
+
+Prompt logprobs: vLLM's own ``GPUModelRunner._get_prompt_logprobs_dict`` after each step's forward, as
+``_bookkeeping_sync`` calls it (v1_prompt_logprobs.py).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import inspect
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 
 from fuzzrunner.errors import InvalidCase, UnsupportedCase
 
+from . import v1_prompt_logprobs
 from .runner import Session
 
 BLOCK = 16        # the placeholder KV-cache block size (CacheConfig.DEFAULT_BLOCK_SIZE)
@@ -51,7 +59,6 @@ MISSING: list[str] = []  # why the last find() found no V1 runner (the target's 
 def find() -> SimpleNamespace | None:
     """vLLM's V1-runner pieces, or None where the release has no V1 runner (0.34 and later) or it does not import
     here (MISSING says which: a V1 runner that fails to import is not the same as none)."""
-    import importlib.util
     MISSING.clear()
     try:
         from vllm.config import CUDAGraphMode
@@ -73,7 +80,24 @@ def find() -> SimpleNamespace | None:
                            build_logitsprocs=build_logitsprocs, SamplingParams=SamplingParams,
                            CudagraphDispatcher=CudagraphDispatcher, CUDAGraphMode=CUDAGraphMode,
                            reorder=reorder_batch_to_split_decodes_and_prefills,
-                           is_uniform_decode=GPUModelRunner._is_uniform_decode)
+                           is_uniform_decode=GPUModelRunner._is_uniform_decode,
+                           prompt_logprobs=v1_prompt_logprobs.find(GPUModelRunner),
+                           dummy_batch=dummy_batch(GPUModelRunner))
+
+
+def dummy_batch(runner_class) -> SimpleNamespace:
+    """The V1 runner's runtime dummy batch as the release runs it: ``Worker.execute_dummy_batch`` (read from
+    ``gpu_worker.py``'s source: the module imports GPU-only code) calls ``_dummy_run(1, uniform_decode=True)`` up to
+    0.18, ``_dummy_run(uniform_decode_query_len, uniform_decode=True)`` from 0.19 (``uniform``), with no LoRA argument
+    of its own, so ``_dummy_run`` hands the mixin's ``maybe_dummy_run_with_lora`` its defaults (``lora``, read from its
+    signature: ``remove_lora=True, num_active_loras=0`` on 0.16 - 0.33; ``activate_lora=False`` before)."""
+    origin = importlib.util.find_spec("vllm.v1.worker.gpu_worker").origin
+    text = Path(origin).read_text() if origin else ""
+    body = text.split("def execute_dummy_batch", 1)[-1].split("\n    def ", 1)[0] if text else ""
+    params = inspect.signature(runner_class._dummy_run).parameters
+    lora = {n: params[n].default for n in ("remove_lora", "num_active_loras", "activate_lora") if n in params}
+    return SimpleNamespace(uniform="uniform_decode_query_len" in body, lora=lora,
+                           passes_lora="lora" in body)  # a release that passes LoRA arguments: not read yet
 
 
 def split(num_tokens: int, max_reqs: int, uniform_query_len: int | None) -> np.ndarray:
@@ -105,7 +129,6 @@ def input_batch_kwargs(cls, *, max_num_reqs: int, max_num_batched_tokens: int, d
     * 0.33: ``kernel_block_sizes`` gone.
 
     A required parameter none of these names (a release not read yet) is refused in one line."""
-    import inspect
     params = inspect.signature(cls.__init__).parameters
     offered = {"max_num_reqs": max_num_reqs, "max_model_len": MAX_MODEL_LEN,
                "max_num_batched_tokens": max_num_batched_tokens, "device": device, "pin_memory": False,
@@ -126,7 +149,6 @@ def input_batch_kwargs(cls, *, max_num_reqs: int, max_num_batched_tokens: int, d
 def round_sizes_for_spec_decode(cc, uniform_decode_query_len: int, tensor_parallel_size: int) -> None:
     """``CompilationConfig.adjust_cudagraph_sizes_for_spec_decode`` as the V1 runner calls it: up to 0.31 with the
     tensor-parallel size too (sequence parallelism's rounding), from 0.33 without."""
-    import inspect
     takes_tp = "tensor_parallel_size" in inspect.signature(cc.adjust_cudagraph_sizes_for_spec_decode).parameters
     cc.adjust_cudagraph_sizes_for_spec_decode(uniform_decode_query_len, *([tensor_parallel_size] if takes_tp else []))
 
@@ -149,6 +171,8 @@ class V1Session(Session):
             device=self.device, vocab_size=c["vocab"], num_spec_tokens=c["num_speculative_tokens"],
             logitsprocs=v1.build_logitsprocs(self.cfg, self.device, False, False, ())))
         self.cached: dict = {}  # request id -> CachedRequestState (GPUModelRunner.requests)
+        # the V1 runner's own prompt logprobs (v1_prompt_logprobs.py) where lm_head runs, not the V2 runner's worker
+        self.prompts = v1_prompt_logprobs.V1Prompts(self, v1.prompt_logprobs) if "lm_head" in c["layers"] else None
         self._torch = torch
         self.meta = self._token_meta()
         self.dispatcher = self._dispatcher()
@@ -208,9 +232,11 @@ class V1Session(Session):
     def _cached(self, r: dict):
         state = self.cached.get(r["id"])
         if state is None:
+            prompt, params = (self.prompts.add(r) if self.prompts else
+                              ([0] * int(r.get("prompt", r["tokens"])), self.v1.SamplingParams()))
             state = self.v1.CachedRequestState(
-                req_id=r["id"], prompt_token_ids=[0] * r["tokens"], mm_features=[],
-                sampling_params=self.v1.SamplingParams(), generator=None, block_ids=([],), num_computed_tokens=0,
+                req_id=r["id"], prompt_token_ids=prompt, mm_features=[],
+                sampling_params=params, generator=None, block_ids=([],), num_computed_tokens=0,
                 output_token_ids=[], lora_request=self.request(r["lora"]) if r["lora"] else None)
             self.cached[r["id"]] = state
             self.live[r["id"]] = (-1, r["lora"])
@@ -223,6 +249,8 @@ class V1Session(Session):
             self.cached.pop(rid, None)
             self.live.pop(rid, None)
             b.remove_request(rid)
+            if self.prompts:
+                self.prompts.remove(rid)
         tokens = {r["id"]: r["tokens"] for r in op["reqs"]}
         for rid in list(b.req_id_to_index):
             if rid not in tokens:
@@ -264,12 +292,16 @@ class V1Session(Session):
         rows = [a for a, t in zip(order, sched) for _ in range(int(t))]
         ends = np.cumsum(sched)
         logits_rows = [(int(e) - j, a) for e, s, a in zip(ends, sampled, order) for j in range(int(s), 0, -1)]
+        # prompt logprobs: vLLM's _get_prompt_logprobs_dict after the forward, outside any graph (v1_prompt_logprobs.py)
+        prompts = functools.partial(self.prompts.run, ids=ids, sched=sched, adapters=order) if self.prompts else []
         if mode == self.v1.CUDAGraphMode.NONE:
-            self.forward("step", rows, 0, op.get("seed", 0), logits_rows, [])
+            self.forward("step", rows, 0, op.get("seed", 0), logits_rows, prompts)
         else:
             flag, z = self.graphs[(mode, desc)]
             with self.found["api"].frozen(self.meta, flag, z, self.c["specialize_active_lora"]):
-                self.forward("replay", rows, desc.num_tokens - n, op.get("seed", 0), logits_rows, [])
+                self.forward("replay", rows, desc.num_tokens - n, op.get("seed", 0), logits_rows, prompts)
+        if self.prompts:
+            self.prompts.step_done(ids, sched)
         for i in ids:
             self.cached[i].num_computed_tokens += tokens[i]
 
@@ -283,10 +315,18 @@ class V1Session(Session):
                              base[len(rows):].detach().cpu().double(), self._torch.float32)
 
     def dummy_run(self, op) -> None:
-        """``execute_dummy_batch`` -> ``_dummy_run(uniform_decode_query_len, uniform_decode=True)``: one request, no
-        adapter, every adapter removed after (its outputs discarded by vLLM: not compared)."""
-        per = split(self.q, self.c["max_num_seqs"], self.q)
-        with self.runner.maybe_dummy_run_with_lora(self.cfg.lora_config, per, np.ones_like(per), remove_lora=True,
-                                                   num_active_loras=0):
-            self.forward("dummy_run", [0] * self.q, 0, op.get("seed", 0), logits_rows=[(self.q - 1, 0)],
+        """``execute_dummy_batch`` -> ``_dummy_run(n, uniform_decode=True)`` as the release runs it (``dummy_batch``:
+        n = ``uniform_decode_query_len`` from 0.19, 1 before; the mixin's ``maybe_dummy_run_with_lora`` with
+        ``_dummy_run``'s LoRA defaults: on 0.16 - 0.33 its dummy adapters registered, none mapped, every adapter
+        removed after). Its outputs are discarded by vLLM: not compared; E1 would show as the V2 runner's does."""
+        how = self.v1.dummy_batch
+        if how.passes_lora:
+            raise InvalidCase("dummy_run: this vLLM's execute_dummy_batch passes LoRA arguments to _dummy_run, which "
+                              "v1_runner.dummy_batch does not read yet; use runner 'v2'.")
+        n = self.q if how.uniform else 1
+        per = split(n, self.c["max_num_seqs"], self.q)
+        takes = inspect.signature(self.runner.maybe_dummy_run_with_lora).parameters
+        with self.runner.maybe_dummy_run_with_lora(self.cfg.lora_config, per, np.ones_like(per),
+                                                   **{k: v for k, v in how.lora.items() if k in takes}):
+            self.forward("dummy_run", [0] * n, 0, op.get("seed", 0), logits_rows=[(n - 1, 0)],
                          prompt_rows=[], compare=False)

@@ -250,7 +250,8 @@ def test_an_adapter_folder_is_what_peft_writes_and_its_delta_is_scaled_b_a_x():
 @given(cases.vllm_engine_cases(runners=("v2", "v1")))
 def test_v1_runner_cases_are_valid_and_draw_its_knobs(case):
     """Where the release has the V1 runner, cases draw it (v1_runner.py): its graph knobs are vLLM's names and
-    sizes within the batch; its steps ask for no prompt logprobs (not driven for V1)."""
+    sizes within the batch; its requests draw prompt logprobs and chunked prefills (v1_prompt_logprobs.py), never
+    the V2 runner's prompt scoring (score ids, a start)."""
     c = case_check.check(case)
     assert features.features(case) <= set(features.FEATURE_SPACE)
     _pins_fit(case)
@@ -259,7 +260,8 @@ def test_v1_runner_cases_are_valid_and_draw_its_knobs(case):
     if c.get("runner") == "v1":
         assert c["cudagraph_mode"] in case_check.GRAPH_MODES
         assert all(1 <= n <= c["max_num_batched_tokens"] for n in c["cudagraph_capture_sizes"])
-        assert not any(r["prompt_logprobs"] for op in case.ops if op["op"] == "step" for r in op["reqs"])
+        assert not any("score_ids" in r or "prompt_start" in r for op in case.ops if op["op"] == "step"
+                       for r in op["reqs"])
     else:
         assert "cudagraph_mode" not in c
 
@@ -272,7 +274,8 @@ def test_v1_runner_cases_come_only_where_asked_and_reach_graphs_and_reorder():
     def collect(case):
         seen.update(features.features(case))
     collect()
-    assert {"runner=v1", "runner=v1-graphs", "runner=v1-reorder"} <= seen
+    assert {"runner=v1", "runner=v1-graphs", "runner=v1-reorder", "runner=v1-prompt-logprobs"} <= seen
+    assert "step=chunked-prompt" in seen
 
     @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(cases.vllm_engine_cases())
@@ -307,7 +310,7 @@ def test_v2_graph_cases_come_only_where_the_v2_runner_captures_lora_graphs():
     steps draw no padding (the dispatch pads); V1-runner cases keep theirs."""
     seen: set = set()
 
-    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck), database=None,
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None,
               derandomize=True)
     @given(cases.vllm_engine_cases(runners=("v2", "v1"), v2_graphs=True))
     def collect(case):

@@ -193,6 +193,25 @@ def test_a_prompt_logits_finding_is_p1_only_where_vllm_maps_no_prompt_rows_of_it
     assert known.known_bug(out, logits_mapped_per_row=True) is None
 
 
+def test_a_v1_runner_prompt_logits_finding_is_p1_by_the_v1_runners_own_path_not_the_v2_workers():
+    """P1's V1 form (vllm-project/vllm#51594: ``_get_prompt_logprobs_dict`` takes a request's prompt rows under the
+    step's sampled-rows mapping; v1_prompt_logprobs.py): in a V1-runner case it is P1 unless the V1 runner maps the
+    prompt rows itself (``v1_prompt_rows_mapped``: #51597's fix), whatever a fix of the V2 worker says; a V2-runner
+    case is told by the V2 worker's flag alone."""
+    v1 = _finding("numeric-mismatch", "numeric", 0, STEP, tensor="step.prompt_logits[0].adapter_rows",
+                  config={"runner": "v1"})
+    assert known.known_bug(v1, logits_mapped_per_row=True) == "P1"
+    assert known.known_bug(v1, logits_mapped_per_row=True, prompt_rows_mapped=True) == "P1"  # the V2 patch
+    assert known.known_bug(v1, logits_mapped_per_row=True, v1_prompt_rows_mapped=True) is None
+    replay = _finding("numeric-mismatch", "numeric", 0, STEP, tensor="replay.prompt_logits[0].adapter_rows",
+                      config={"runner": "v1", "specialize_active_lora": True})
+    assert known.known_bug(replay, logits_mapped_per_row=True) == "P1"  # not V1: the logits run outside the graph
+    v2 = _finding("numeric-mismatch", "numeric", 0, STEP, tensor="step.prompt_logits[0].adapter_rows")
+    assert known.known_bug(v2, logits_mapped_per_row=True, v1_prompt_rows_mapped=True) == "P1"
+    label = known.label(v1, logits_mapped_per_row=True)
+    assert label is not None and "51594" in label["upstream"] and "V1 runner" in label["status"]
+
+
 def test_prompt_logprobs_never_returned_are_l1_only_where_the_worker_skips_a_one_token_last_chunk():
     f = _finding("state-violation", "state", 2, STEP * 3, tensor="step.prompt_logprobs",
                  message="request 'a': its prompt completed this step and asked for prompt logprobs; the worker "
