@@ -7,7 +7,9 @@ loop (``get_next_batch_to_run`` -> ``get_new_batch_prefill`` -> ``PrefillAdder``
 The pools are SGLang's classes, built on the CPU as SGLang's own CPU tests build them
 (``sglang/test/unified_allocator_fixtures.py``, ``kits/unified_radix_cache``): ``ReqToTokenPool``, a tiny
 ``MHATokenToKVPool`` behind a ``TokenToKVPoolAllocator``, and the tree cache the server's registry makes for a
-dense model (``UnifiedRadixCache`` with the FULL component; ``disable`` as ``--disable-radix-cache``). The
+dense model (``UnifiedRadixCache`` with the FULL component, ``disable`` as ``--disable-radix-cache``; with the
+drawn knob off, the release's radix tree, ``scheduler_release.radix_tree_cache``, whose ``match_prefix`` the
+admission loop calls, keyed by each request's LoRA id; serving.check_prefix is its oracle). The
 scheduler and the model runner are not built (they start processes, NCCL groups, attention backends): their
 methods run on a ``Scheduler`` / ``ModelRunner`` object holding exactly what those methods read, made by the
 release's own ``init_*`` methods where it has them (``init_running_status``, ``init_chunked_prefill``,
@@ -246,8 +248,8 @@ class Server:
         # ends with its lora_id (schedule_batch.py:1168 in 0.5.23)
         self.radix = not sa.disable_radix_cache
         self.tree = release_shape.make_tree_cache(
-            sl.radix_cache if self.radix else sl.tree_cache, disable=not self.radix, req_to_token_pool=self.req_pool, token_to_kv_pool_allocator=self.alloc,
-            page_size=1, chunked_prefill_size=sched.chunked_prefill_size)
+            sl.radix_cache if self.radix else sl.tree_cache, disable=not self.radix, req_to_token_pool=self.req_pool,
+            token_to_kv_pool_allocator=self.alloc, page_size=1, chunked_prefill_size=sched.chunked_prefill_size)
         # the model runner: what ForwardBatch.init_new reads
         mr = _shape("ModelRunner", sl.ModelRunner, [m for m in RUNNER_METHODS if hasattr(sl.ModelRunner, m)])
         mr.lora_manager, mr.model, mr.model_config, mr.device = session.mgr, session.model, self.model_config, dev

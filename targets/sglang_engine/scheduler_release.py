@@ -115,11 +115,12 @@ def tree_cache():
 
 
 def radix_tree_cache():
-    """The tree cache the release's server makes for a dense model with the radix cache on (no ``--disable-radix-cache``,
-    no hierarchical cache, LMCache or experimental C++ tree): the last line of ``mem_cache/registry.py``'s
-    ``default_radix_cache_factory`` where it hands over to ``_create_unified_radix_cache`` (a ``UnifiedRadixCache`` of
-    the FULL component: ``registry.py:143`` in 0.5.19), else a ``RadixCache`` (its ``return RadixCache(params)``:
-    ``registry.py:167`` in 0.5.18; ``scheduler.py:957`` in 0.5.12, ``:786`` in 0.5.5, before the registry)."""
+    """The tree cache the release's server makes for a dense model with the radix cache on (no
+    ``--disable-radix-cache``, no hierarchical cache, LMCache or experimental C++ tree): where the last line of
+    ``mem_cache/registry.py``'s ``default_radix_cache_factory`` hands over to ``_create_unified_radix_cache``, a
+    ``UnifiedRadixCache`` of the FULL component (``registry.py:143`` in 0.5.19); else a ``RadixCache`` (its
+    ``return RadixCache(params)``: ``registry.py:167`` in 0.5.18; ``scheduler.py:957`` in 0.5.12, ``:786`` in 0.5.5,
+    before the registry)."""
     try:
         registry = importlib.import_module("sglang.srt.mem_cache.registry")
         last = inspect.getsource(registry.default_radix_cache_factory).rstrip().splitlines()[-1].strip()
@@ -360,6 +361,6 @@ def relay(sc, batch, result) -> None:
 
 __all__ = ["INIT_BLOCKS", "accepted", "checkpoint", "default_micro_batch", "dp_attn_adapter",
            "forward_inputs_resolver", "future_map", "has_init_step", "init_lora_drainer", "init_step", "knob_source",
-           "make_tree_cache", "metrics_off", "middle_chunk_done", "middle_chunks", "next_batch", "one_rank_state", "radix_tree_cache",
-           "one_rank_widths", "relay", "release", "stamp_queue_entry", "token_allocator", "token_ids",
-           "tp_model_worker", "tree_cache", "update_finish_state"]
+           "make_tree_cache", "metrics_off", "middle_chunk_done", "middle_chunks", "next_batch", "one_rank_state",
+           "one_rank_widths", "radix_tree_cache", "relay", "release", "stamp_queue_entry", "token_allocator",
+           "token_ids", "tp_model_worker", "tree_cache", "update_finish_state"]

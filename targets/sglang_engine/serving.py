@@ -280,8 +280,9 @@ def _check_batch(server, batch, index) -> list[str]:
 
 def prefix_slots(server, batch) -> list:
     """Each request's KV positions reused from the cache, in the batch's order: the first ``prefix_lens[i]`` entries
-    of its row of the request pool (``batch.req_pool_indices``; what ``prepare_for_extend`` wrote there from ``match_prefix``'s indices:
-    ``req.prefix_indices`` 0.5.5 - 0.5.21, ``req.prefix_len`` and the tree's nodes 0.5.22+), the row the attention
+    of its row of the request pool (``batch.req_pool_indices``; what ``prepare_for_extend`` wrote there from
+    ``match_prefix``'s indices: ``req.prefix_indices`` 0.5.5 - 0.5.21, ``req.prefix_len`` and the tree's nodes
+    0.5.22+), the row the attention
     reads the prefix's K/V through."""
     rows = server.req_pool.req_to_token
     return [rows[int(row), : int(k)].tolist() for row, k in zip(batch.req_pool_indices.tolist(), batch.prefix_lens)]
@@ -332,7 +333,7 @@ def _run(session, server, batch, index, names) -> list:
     extend = batch.forward_mode.is_extend()
     lens = list(fb.extend_seq_lens_cpu) if extend else [1] * len(reqs)
     logits = session.forward(fb, req_names, ids, "extend" if extend else "decode", lens, fb.input_ids)
-    record_writes(server, batch, index, names)  # the K/V the attention writes through SGLang's pool, by the writing request
+    record_writes(server, batch, index, names)  # the K/V the attention writes to SGLang's pool, by its request
     next_ids = logits.argmax(dim=-1).to(torch.int64)  # greedy sampling (temperature 0)
     return server.finish_round(batch, next_ids)
 
