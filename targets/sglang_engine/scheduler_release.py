@@ -116,16 +116,20 @@ def tree_cache():
 
 def radix_tree_cache():
     """The tree cache the release's server makes for a dense model with the radix cache on (no
-    ``--disable-radix-cache``, no hierarchical cache, LMCache or experimental C++ tree): where the last line of
-    ``mem_cache/registry.py``'s ``default_radix_cache_factory`` hands over to ``_create_unified_radix_cache``, a
-    ``UnifiedRadixCache`` of the FULL component (``registry.py:143`` in 0.5.19); else a ``RadixCache`` (its
+    ``--disable-radix-cache``, no hierarchical cache, LMCache or experimental C++ tree): where the fall-through
+    ``return`` of ``mem_cache/registry.py``'s ``default_radix_cache_factory`` hands over to
+    ``(_)create_unified_radix_cache``, a ``UnifiedRadixCache`` of the FULL component (0.5.19+: ``registry.py:143`` in
+    0.5.19, ``:146`` in 0.5.23); else a ``RadixCache`` (its
     ``return RadixCache(params)``: ``registry.py:167`` in 0.5.18; ``scheduler.py:957`` in 0.5.12, ``:786`` in 0.5.5,
     before the registry)."""
+    import ast
+    import textwrap
     try:
         registry = importlib.import_module("sglang.srt.mem_cache.registry")
-        last = inspect.getsource(registry.default_radix_cache_factory).rstrip().splitlines()[-1].strip()
-        unified = last.startswith("return _create_unified_radix_cache(")
-    except (ImportError, AttributeError, OSError):
+        body = ast.parse(textwrap.dedent(inspect.getsource(registry.default_radix_cache_factory))).body[0].body
+        last = [ast.unparse(n) for n in body if isinstance(n, ast.Return)][-1]  # its fall-through return
+        unified = "create_unified_radix_cache(" in last
+    except (ImportError, AttributeError, OSError, IndexError):
         unified = False
     if unified:
         from sglang.srt.mem_cache.unified_cache.components import ComponentType
