@@ -21,7 +21,11 @@ Checks (``state`` of ``step``), each a property users would write:
   ``--chunked-prefill-size`` and ``--max-prefill-tokens``, plus its ``new - 1`` decode steps) + 1. The
   scheduler is work-conserving on these cases (the KV pool is large enough that nothing is retracted), so every
   round advances some request by a chunk or a token, drain policy or not;
-* every request generated exactly ``new`` tokens.
+* every request generated exactly ``new`` tokens;
+* the prefix cache (``step.prefix-cache``, ``check_prefix``; the radix cache on, ``disable_radix_cache`` False): the
+  KV slots a request of a prefill batch reuses from the cache were written by a request of its own adapter (both the
+  base model: None), never by another adapter's, nor left unwritten. Requests share prompt prefixes through the
+  step's ``stem`` (``stem[i]`` tokens of the case's fixed stem, ``stem_tokens``, before each prompt's own tokens).
 """
 
 from __future__ import annotations
