@@ -131,7 +131,8 @@ def make_target():
         cases=functools.partial(cases.sglang_engine_cases, modules=eng.api.modules, frontend=eng.frontend is not None,
                                 logprobs=eng.logits_processor, backends=drawn,
                                 scheduler=eng.scheduler is not None,
-                                drainer=eng.scheduler is not None and eng.scheduler.drainer, moe=moe_why is None),
+                                drainer=eng.scheduler is not None and eng.scheduler.drainer, moe=moe_why is None,
+                                radix=eng.scheduler is not None and eng.scheduler.radix_cache is not None),
         run=_run,
         # the known bugs' minimal cases (docs/sglang.md, the sweep's triage), replayed first: a deterministic verdict
         # per release; FUZZRUNNER_SGLANG_SEEDS=0 leaves them out (a planted fault found from scratch)
@@ -148,7 +149,8 @@ def make_target():
         summary_features=("path",),  # the summary's "path: scheduler in N, ..." line: which path ran
         feature_space=cases.feature_space(eng.api.modules, eng.frontend is not None, eng.logits_processor,
                                           drawn, eng.scheduler is not None,
-                                          eng.scheduler is not None and eng.scheduler.drainer, moe_why is None),
+                                          eng.scheduler is not None and eng.scheduler.drainer, moe_why is None,
+                                          eng.scheduler is not None and eng.scheduler.radix_cache is not None),
         details=(f"sglang engine {eng.version} (from {eng.tree})", *eng.api.found(),
                  "MoE LoRA: " + ("FusedMoEWithLoRA over Mixtral's sparse block (CPU cases; moe.py)" if moe_why is None
                                  else f"not driven ({moe_why})"),

@@ -31,6 +31,8 @@ from fuzzrunner.strategies import OpSequence
 from . import moe as sparse
 from .adapters import SERVER_NAME
 
+STEM_MAX = 6  # the longest shared prompt stem a served step's request draws (serving.stem_tokens)
+
 BACKENDS = ("triton", "csgmv")  # every release's; torch_native (0.5.6.post1+), triton_v2 (0.5.23+) where it has them
 SERVER_MODULES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "embed_tokens", "lm_head")
 # PEFT target-module groups adapters are made with (q_proj always with v_proj: see docs/sglang_engine.md)
@@ -154,12 +156,14 @@ PROGRAM = _program()
 def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
                         modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False,
                         backends: tuple = BACKENDS, scheduler: bool = False, drainer: bool = True,
-                        moe: bool = False) -> Case:
+                        moe: bool = False, radix: bool = False) -> Case:
     """``modules``: the target modules the release's LoRA pool has buffers for (api.EngineAPI.modules);
     ``frontend``: whether the release's adapter-management API is driven (frontend.py); ``logprobs``: whether
     SGLang's LogitsProcessor is driven (batch.py), so extend steps may ask for input logprobs; ``backends``: the
     ``--lora-backend`` values the release has that run without compiled code (backends.py); ``moe``: whether the
-    release's MoE LoRA runs here (moe.py): then one case in four has Mixtral's sparse block, its knobs drawn."""
+    release's MoE LoRA runs here (moe.py): then one case in four has Mixtral's sparse block, its knobs drawn;
+    ``radix``: whether the release's radix cache is driven on its scheduler path (scheduler.load's ``radix_cache``):
+    then ``--disable-radix-cache`` is drawn."""
     server = draw(st.lists(st.sampled_from(list(modules)), min_size=1, max_size=3, unique=True))
     max_rank = draw(st.sampled_from([4, 8]))
     names = [f"a{i}" for i in range(draw(st.integers(2, 4)))]
@@ -202,7 +206,23 @@ def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: s
     # tie_word_embeddings (one case in four): lm_head is the embedding module itself, as SGLang's LlamaForCausalLM
     # ties it (model.py); drawn last, so the draws before it (and the cases a seed gave before) stay as they were
     cfg["tie"] = draw(st.sampled_from([False, False, False, True]))
+    # --disable-radix-cache (half the cases of a release whose radix cache imports, ``radix``): with the radix
+    # cache on, each served step's requests draw a shared prompt stem (serving.stem_tokens, 0 - STEM_MAX tokens each,
+    # the same tokens in every step), so that requests of one adapter, of two, and of the base model share
+    # prefixes; drawn last, as ``tie``: a case of the radix cache off is the case the same seed gave before
+    if scheduler and radix:
+        cfg["disable_radix_cache"] = draw(st.booleans())
+        if not cfg["disable_radix_cache"]:
+            ops = [_with_stem(draw, op) if op["op"] == "step" and "logprob" not in op and not spec else op
+                   for op in ops]
     return Case("sglang_engine", cfg, tuple(ops), tuple(faults))
+
+
+def _with_stem(draw, op: dict) -> dict:
+    """A served step's requests with stems of their own lengths: often the whole stem (a long match), sometimes
+    part of it or none."""
+    stems = [draw(st.sampled_from([0, 2, 4, STEM_MAX, STEM_MAX])) for _ in op["reqs"]]
+    return {**op, "stem": stems}
 
 
 def _config_features(c: dict) -> set:
@@ -222,6 +242,8 @@ def _config_features(c: dict) -> set:
                 "max_prefill_tokens=" + ("small" if c.get("max_prefill_tokens", 16384) < 16 else "default")}
     if "lora_drain_wait_threshold" in c:
         out.add("drain=" + ("on" if c["lora_drain_wait_threshold"] else "off"))
+    if "disable_radix_cache" in c:
+        out.add("radix_cache=" + ("off" if c["disable_radix_cache"] else "on"))
     if c.get("moe"):
         m = c["moe"]
         out |= {"moe=on", f"moe.top_k={m['top_k']}", f"moe.experts={m['experts']}",
@@ -297,12 +319,14 @@ def _step_features(op: dict, loaded: list, slots: int) -> set:
         out.add("step=late-arrival")
     if len(reqs) >= 5 and len(set(op.get("arrive", ()))) >= 3:
         out.add("step=stream")
+    if sum(1 for k in op.get("stem", ()) if k) >= 2:
+        out.add("step=shared-prefix")
     return out
 
 
 def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False,
                   backends: tuple = BACKENDS, scheduler: bool = False, drainer: bool = True,
-                  moe: bool = False) -> tuple:
+                  moe: bool = False, radix: bool = False) -> tuple:
     """Every feature ``features`` gives for a release whose pool has buffers for ``modules`` (and whose
     adapter-management API is driven: ``frontend``; whose LogitsProcessor is driven: ``logprobs``)."""
     return tuple(
@@ -317,7 +341,8 @@ def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logpr
            if logprobs else [])
         + ([f"max_running_requests={m}" for m in (2, 3, 4)] + ["chunked_prefill=on", "chunked_prefill=off",
            "max_prefill_tokens=small", "max_prefill_tokens=default", "step=multi-round", "step=late-arrival",
-           "step=stream"] + (["drain=on", "drain=off"] if drainer else []) if scheduler else [])
+           "step=stream"] + (["drain=on", "drain=off"] if drainer else [])
+           + (["radix_cache=on", "radix_cache=off", "step=shared-prefix"] if radix else []) if scheduler else [])
         + (["moe=on", "moe.top_k=1", "moe.top_k=2", *(f"moe.experts={e}" for e in sparse.EXPERTS),
             "moe.shared_outer=on", "moe.shared_outer=off", "moe.virtual_experts=on", "moe.virtual_experts=off"]
            if moe else [])

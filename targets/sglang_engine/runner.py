@@ -133,6 +133,10 @@ class Session:
         if c.get("lora_drain_wait_threshold") and eng.scheduler is not None and not eng.scheduler.drainer:
             raise UnsupportedCase(f"lora_drain_wait_threshold={c['lora_drain_wait_threshold']}: SGLang {eng.version} "
                                   f"has no LoRADrainer (--lora-drain-wait-threshold: 0.5.12+); leave it 0 or out.")
+        if c.get("disable_radix_cache") is False and (eng.scheduler is None or eng.scheduler.radix_cache is None):
+            raise UnsupportedCase(f"disable_radix_cache=False: the radix cache is driven on SGLang's scheduler path "
+                                  f"only, and not on {eng.version} ({eng.scheduler_why or eng.scheduler.radix_why}); "
+                                  f"leave it True or out.")
         missing = sorted(set(c["target_modules"]) - set(api.modules))
         if missing:
             raise UnsupportedCase(f"target modules {missing}: SGLang {eng.version}'s LoRA pool has no buffers for them "
@@ -432,9 +436,10 @@ def _expected_logprobs(ref_all, tokens: list, lens: list, starts: list):
 
 def _served(case) -> bool:
     """Whether the case asks for what only SGLang's scheduler path runs (serving.py): requests arriving in later
-    rounds or generating several tokens, or the LoRA drainer (elsewhere those would be dropped silently)."""
+    rounds, generating several tokens or sharing a prompt stem, or the LoRA drainer (elsewhere those would be
+    dropped silently)."""
     return bool(case.config.get("lora_drain_wait_threshold")) or any(
-        op.get("arrive") is not None or op.get("new") is not None for op in case.ops)
+        op.get("arrive") is not None or op.get("new") is not None or op.get("stem") is not None for op in case.ops)
 
 
 def _pinned(registered: dict) -> set:

@@ -7,7 +7,9 @@ loop (``get_next_batch_to_run`` -> ``get_new_batch_prefill`` -> ``PrefillAdder``
 The pools are SGLang's classes, built on the CPU as SGLang's own CPU tests build them
 (``sglang/test/unified_allocator_fixtures.py``, ``kits/unified_radix_cache``): ``ReqToTokenPool``, a tiny
 ``MHATokenToKVPool`` behind a ``TokenToKVPoolAllocator``, and the tree cache the server's registry makes for a
-dense model (``UnifiedRadixCache`` with the FULL component; ``disable`` as ``--disable-radix-cache``). The
+dense model (``UnifiedRadixCache`` with the FULL component, ``disable`` as ``--disable-radix-cache``; with the
+drawn knob off, the release's radix tree, ``scheduler_release.radix_tree_cache``, whose ``match_prefix`` the
+admission loop calls, keyed by each request's LoRA id; serving.check_prefix is its oracle). The
 scheduler and the model runner are not built (they start processes, NCCL groups, attention backends): their
 methods run on a ``Scheduler`` / ``ModelRunner`` object holding exactly what those methods read, made by the
 release's own ``init_*`` methods where it has them (``init_running_status``, ``init_chunked_prefill``,
@@ -126,7 +128,7 @@ def load():
             ScheduleBatch=schedule_batch.ScheduleBatch,
             SamplingParams=SamplingParams, ReqToTokenPool=ReqToTokenPool, MHATokenToKVPool=MHATokenToKVPool,
             TokenToKVPoolAllocator=TokenToKVPoolAllocator, tree_cache=release_shape.tree_cache(),
-            TpModelWorker=release_shape.tp_model_worker(),
+            TpModelWorker=release_shape.tp_model_worker(), **_radix(),
             release_kv_cache=release_shape.release(getattr(common, "release_kv_cache", None)),
             checkpoint_kv_cache=release_shape.checkpoint(common),
             resolve_forward_inputs=release_shape.forward_inputs_resolver(),
@@ -136,9 +138,19 @@ def load():
         return None, f"the scheduler path is driven on SGLang {DRIVEN_ON} only: this release {_lacks(e)}"
 
 
+def _radix() -> dict:
+    """The release's radix tree cache (``radix_cache``: ``radix_tree_cache()``'s class and keywords), or None with
+    why (``radix_why``): the server's tree cache without ``--disable-radix-cache``."""
+    try:
+        return {"radix_cache": release_shape.radix_tree_cache(), "radix_why": ""}
+    except Exception as e:  # noqa: BLE001 - any import failure: the radix cache is not driven on this release
+        return {"radix_cache": None, "radix_why": f"its radix cache {_lacks(e)}"}
+
+
 # the server knobs of the scheduler path (cases.py draws them), with the server's defaults where a case has none
+# (--disable-radix-cache: the server's default is off, a case without the knob keeps the radix cache off as before)
 SCHED_KNOBS = {"max_running_requests": 4, "chunked_prefill_size": -1, "max_prefill_tokens": 16384,
-               "lora_drain_wait_threshold": 0.0}
+               "lora_drain_wait_threshold": 0.0, "disable_radix_cache": True}
 KV_TOKENS = 256  # --max-total-tokens: room for every case's requests (retraction is not driven)
 
 
@@ -231,9 +243,13 @@ class Server:
                                       head_num=cfg.num_key_value_heads, head_dim=cfg.head_dim,
                                       layer_num=cfg.num_hidden_layers, device=dev, enable_memory_saver=False)
         self.alloc = sl.TokenToKVPoolAllocator(self.kv_size, session.dtype, dev, self.kv, need_sort=False)
+        # --disable-radix-cache (the case's knob): the server's tree cache then is the disabled one; without it the
+        # release's radix tree (scheduler_release.radix_tree_cache), keyed by each request's extra_key, which Req
+        # ends with its lora_id (schedule_batch.py:1168 in 0.5.23)
+        self.radix = not sa.disable_radix_cache
         self.tree = release_shape.make_tree_cache(
-            sl.tree_cache, disable=True, req_to_token_pool=self.req_pool, token_to_kv_pool_allocator=self.alloc,
-            page_size=1, chunked_prefill_size=sched.chunked_prefill_size)
+            sl.radix_cache if self.radix else sl.tree_cache, disable=not self.radix, req_to_token_pool=self.req_pool,
+            token_to_kv_pool_allocator=self.alloc, page_size=1, chunked_prefill_size=sched.chunked_prefill_size)
         # the model runner: what ForwardBatch.init_new reads
         mr = _shape("ModelRunner", sl.ModelRunner, [m for m in RUNNER_METHODS if hasattr(sl.ModelRunner, m)])
         mr.lora_manager, mr.model, mr.model_config, mr.device = session.mgr, session.model, self.model_config, dev
@@ -330,6 +346,10 @@ class Server:
         self.rounds = 0
         self.patches: list = []  # planted faults (scheduler_faults.py), stopped by close()
         self.abandoned = False  # a step left requests behind after its reported problem (serving.serve)
+        # KV slot -> (rid, lora_id) of the request whose forward last wrote it (serving._run: each batch's
+        # out_cache_loc, where SGLang's attention backends write K/V, ``set_kv_buffer(layer, out_cache_loc, k, v)``)
+        self.kv_writer: dict = {}
+        self.reused = 0  # prefix slots reused by a request of the writer's own adapter (serving.check_prefix)
         CLOCK.now = CLOCK_START
 
     def close(self) -> None:

@@ -21,6 +21,10 @@ SERVER_FAULTS = {
         "LoRADrainer._update_fully_drained_loras does nothing: an adapter marked draining stays draining after its "
         "requests finished, and its later requests (more new tokens than the stale remaining budget) are never "
         "admitted.",
+    "radix_key_without_lora":
+        "each request's radix key is made without its LoRA id (Req.extra_key as if Req.__init__ had not appended "
+        "lora_id): with the radix cache on, match_prefix hands a request the cached K/V of a prompt prefix another "
+        "adapter's request (or the base model's) computed.",
 }
 
 
@@ -38,6 +42,8 @@ def unavailable(sl, version: str) -> dict:
             f"of the request's own adapter alone has no call to plant on")
     if not sl.drainer:
         out["drain_never_cleared"] = f"SGLang {version} has no LoRADrainer (--lora-drain-wait-threshold: 0.5.12+)"
+    if sl.radix_cache is None:
+        out["radix_key_without_lora"] = f"SGLang {version}'s radix cache is not driven: {sl.radix_why}"
     return out
 
 
@@ -56,12 +62,24 @@ def plant_server(server, faults: set) -> None:
         _fetch_first_only(server, mgr)
     if "drain_never_cleared" in faults and getattr(sc, "lora_drainer", None) is not None:
         _patch(server, sc.lora_drainer, "_update_fully_drained_loras", lambda running_reqs: None)
+    if "radix_key_without_lora" in faults:
+        _patch(server, server, "submit", _key_without_lora(server.submit))
 
 
 def _patch(server, obj, name: str, new) -> None:
     p = mock.patch.object(obj, name, new)
     p.start()
     server.patches.append(p)
+
+
+def _key_without_lora(submit):
+    """``Server.submit`` whose request's ``extra_key`` lacks the lora_id ``Req.__init__`` appended to it."""
+    def submit_without_lora_key(rid, tokens, max_new, lora_id):
+        req = submit(rid, tokens, max_new, lora_id)
+        if lora_id is not None and req.extra_key is not None and req.extra_key.endswith(lora_id):
+            req.extra_key = req.extra_key[: -len(lora_id)] or None
+        return req
+    return submit_without_lora_key
 
 
 def _own_only(original):

@@ -114,6 +114,31 @@ def tree_cache():
         return ChunkCache, {}
 
 
+def radix_tree_cache():
+    """The tree cache the release's server makes for a dense model with the radix cache on (no
+    ``--disable-radix-cache``, no hierarchical cache, LMCache or experimental C++ tree): where the fall-through
+    ``return`` of ``mem_cache/registry.py``'s ``default_radix_cache_factory`` hands over to
+    ``(_)create_unified_radix_cache``, a ``UnifiedRadixCache`` of the FULL component (0.5.19+: ``registry.py:143`` in
+    0.5.19, ``:146`` in 0.5.23); else a ``RadixCache`` (its
+    ``return RadixCache(params)``: ``registry.py:167`` in 0.5.18; ``scheduler.py:957`` in 0.5.12, ``:786`` in 0.5.5,
+    before the registry)."""
+    import ast
+    import textwrap
+    try:
+        registry = importlib.import_module("sglang.srt.mem_cache.registry")
+        body = ast.parse(textwrap.dedent(inspect.getsource(registry.default_radix_cache_factory))).body[0].body
+        last = [ast.unparse(n) for n in body if isinstance(n, ast.Return)][-1]  # its fall-through return
+        unified = "create_unified_radix_cache(" in last
+    except (ImportError, AttributeError, OSError, IndexError):
+        unified = False
+    if unified:
+        from sglang.srt.mem_cache.unified_cache.components import ComponentType
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+        return UnifiedRadixCache, {"tree_components": (ComponentType.FULL,)}
+    from sglang.srt.mem_cache.radix_cache import RadixCache
+    return RadixCache, {}
+
+
 def make_tree_cache(tree_cache, **params):
     """The tree cache (``tree_cache()``'s class and keywords) made as the release's scheduler makes it: from a
     ``CacheInitParams`` (``mem_cache/cache_init_params.py``, 0.5.6+), else with the keywords its constructor declares
@@ -341,5 +366,5 @@ def relay(sc, batch, result) -> None:
 __all__ = ["INIT_BLOCKS", "accepted", "checkpoint", "default_micro_batch", "dp_attn_adapter",
            "forward_inputs_resolver", "future_map", "has_init_step", "init_lora_drainer", "init_step", "knob_source",
            "make_tree_cache", "metrics_off", "middle_chunk_done", "middle_chunks", "next_batch", "one_rank_state",
-           "one_rank_widths", "relay", "release", "stamp_queue_entry", "token_allocator", "token_ids",
-           "tp_model_worker", "tree_cache", "update_finish_state"]
+           "one_rank_widths", "radix_tree_cache", "relay", "release", "stamp_queue_entry", "token_allocator",
+           "token_ids", "tp_model_worker", "tree_cache", "update_finish_state"]

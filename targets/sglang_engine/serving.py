@@ -21,7 +21,11 @@ Checks (``state`` of ``step``), each a property users would write:
   ``--chunked-prefill-size`` and ``--max-prefill-tokens``, plus its ``new - 1`` decode steps) + 1. The
   scheduler is work-conserving on these cases (the KV pool is large enough that nothing is retracted), so every
   round advances some request by a chunk or a token, drain policy or not;
-* every request generated exactly ``new`` tokens.
+* every request generated exactly ``new`` tokens;
+* the prefix cache (``step.prefix-cache``, ``check_prefix``; the radix cache on, ``disable_radix_cache`` False): the
+  KV slots a request of a prefill batch reuses from the cache were written by a request of its own adapter (both the
+  base model: None), never by another adapter's, nor left unwritten. Requests share prompt prefixes through the
+  step's ``stem`` (``stem[i]`` tokens of the case's fixed stem, ``stem_tokens``, before each prompt's own tokens).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import math
 
 import torch
 
+from .cases import STEM_MAX
 from .frontend import ARRIVAL_YIELDS, _arrivals
 
 IDLE_ROUNDS = 3  # rounds without a batch while requests wait or run: the scheduler is stuck
@@ -40,6 +45,14 @@ def work(lens: list, new: list, chunk: int) -> int:
     """Rounds a serial schedule needs at most: each request's prefill chunks (one more for a first piece that
     shares a round's chunk budget with another request) and decode steps."""
     return sum(math.ceil(n / chunk) + 1 for n in lens) + sum(max(k - 1, 0) for k in new)
+
+
+STEM_SEED = 43  # the shared stem's generator seed
+
+
+def stem_tokens(vocab: int) -> list:
+    """The case's shared prompt stem (``serve``): fixed tokens, so that steps share it as well as requests."""
+    return torch.randint(0, vocab, (STEM_MAX,), generator=torch.Generator().manual_seed(STEM_SEED)).tolist()
 
 
 def serve(session, server, op) -> tuple[list[str], list[tuple[str, str]]]:
@@ -58,7 +71,12 @@ def serve(session, server, op) -> tuple[list[str], list[tuple[str, str]]]:
     new = list(op.get("new", [2 if mode == "decode" else 1] * n))
     arrive = list(op.get("arrive", [0] * n))
     g = torch.Generator().manual_seed(op.get("seed", 0))
-    prompts = [torch.randint(0, session.eng.hf_config.vocab_size, (k,), generator=g).tolist() for k in lens]
+    vocab = session.eng.hf_config.vocab_size
+    # a shared stem (``stem[i]`` tokens, the same for every step of the case): requests of one adapter, of several
+    # and of the base model share prompt prefixes, so the radix cache (``disable_radix_cache`` False) has matches
+    stem = stem_tokens(vocab)
+    prompts = [stem[: k0] + torch.randint(0, vocab, (k,), generator=g).tolist()
+               for k0, k in zip(op.get("stem", [0] * n), lens)]
     front = session.front
     loop = front.loop if front is not None else asyncio.new_event_loop()
     try:
@@ -166,6 +184,8 @@ class _Step:
         if batch.forward_mode.is_decode():
             self.decodes.append(self.round)
         self.problems += _check_batch(self.server, batch, self.index)
+        if batch.forward_mode.is_extend():
+            self.s.ctx.check("step.prefix-cache", check_prefix(self.server, batch, self.index, self.names))
         if self.problems:
             return False
         for req in _run(self.s, self.server, batch, self.index, self.names):
@@ -262,6 +282,52 @@ def _check_batch(server, batch, index) -> list[str]:
     return out
 
 
+def prefix_slots(server, batch) -> list:
+    """Each request's KV positions reused from the cache, in the batch's order: the first ``prefix_lens[i]`` entries
+    of its row of the request pool (``batch.req_pool_indices``; what ``prepare_for_extend`` wrote there from
+    ``match_prefix``'s indices: ``req.prefix_indices`` 0.5.5 - 0.5.21, ``req.prefix_len`` and the tree's nodes
+    0.5.22+), the row the attention
+    reads the prefix's K/V through."""
+    rows = server.req_pool.req_to_token
+    return [rows[int(row), : int(k)].tolist() for row, k in zip(batch.req_pool_indices.tolist(), batch.prefix_lens)]
+
+
+def check_prefix(server, batch, index, names) -> list[str]:
+    """The prefix a request reuses was written by a request of the same adapter (both the base model: None): the
+    radix tree must not hand one adapter's K/V to another's request (its key ends with the lora_id). A slot no
+    forward wrote is a read of uninitialized K/V. ``server.kv_writer``: who wrote each slot (``_run``)."""
+    out = []
+    for r, slots in zip(batch.reqs, prefix_slots(server, batch)):
+        i = index[r.rid]
+        for slot in slots:
+            writer = server.kv_writer.get(slot)
+            if writer is None:
+                out.append(f"request {i} ({names[i]!r}, lora_id {r.lora_id}) reuses KV slot {slot} that no forward "
+                           f"wrote")
+            elif writer[1] != r.lora_id:
+                out.append(f"request {i} ({names[i]!r}, lora_id {r.lora_id}) reuses KV slot {slot} written by "
+                           f"{writer[0]} of another adapter (lora_id {writer[1]})")
+            else:
+                server.reused += 1
+                continue
+            break  # one slot per request: the first that is wrong
+    return out
+
+
+def record_writes(server, batch, index, names) -> None:
+    """Every KV slot the batch's forward writes, with the request whose token it holds: the batch's
+    ``out_cache_loc``, in the order of its requests' new tokens (``extend_lens``; one per request in a decode)."""
+    locs = batch.out_cache_loc.tolist()
+    counts = list(batch.extend_lens) if batch.forward_mode.is_extend() else [1] * len(batch.reqs)
+    off = 0
+    for r, k in zip(batch.reqs, counts):
+        i = index[r.rid]
+        who = f"request {i} ({names[i]!r}) of round {server.rounds}"
+        for slot in locs[off: off + k]:
+            server.kv_writer[slot] = (who, r.lora_id)
+        off += k
+
+
 def _run(session, server, batch, index, names) -> list:
     """The batch through ``ForwardBatch.init_new`` and the session's forward; greedy sampling; the result."""
     fb = server.forward_batch(batch)
@@ -271,6 +337,7 @@ def _run(session, server, batch, index, names) -> list:
     extend = batch.forward_mode.is_extend()
     lens = list(fb.extend_seq_lens_cpu) if extend else [1] * len(reqs)
     logits = session.forward(fb, req_names, ids, "extend" if extend else "decode", lens, fb.input_ids)
+    record_writes(server, batch, index, names)  # the K/V the attention writes to SGLang's pool, by its request
     next_ids = logits.argmax(dim=-1).to(torch.int64)  # greedy sampling (temperature 0)
     return server.finish_round(batch, next_ids)
 

@@ -137,6 +137,13 @@ SERVER_FAULT_CASES = {
     "drain_never_cleared": (_sched_cfg(lora_drain_wait_threshold=1.0),
                             _TWO + [{"op": "step", "reqs": [None, "a0", "a1", "a0", None], "new": [3, 3, 1, 3, 3],
                                      "arrive": [0, 0, 0, 3, 3]}], ("state-violation",)),
+    # the radix cache on, every prompt starting with the shared stem: the base request finishes at round 0 and its
+    # stem's K/V enters the tree; a0's request (round 1) must not match it (its key ends with a0's lora_id), a0's
+    # second (round 2) matches the first a0's; with the key made without the LoRA id a0 reuses the base model's
+    "radix_key_without_lora": (_sched_cfg(disable_radix_cache=False),
+                               _TWO + [{"op": "step", "reqs": [None, "a0", "a0", "a1"], "mode": "extend",
+                                        "lens": [1, 2, 1, 1], "stem": [6, 6, 6, 4], "new": [1, 1, 2, 1],
+                                        "arrive": [0, 1, 2, 2]}], ("state-violation",)),
 }
 # SG1 (docs/findings/sg1-drainer-ignores-pinned-slots.md): a pinned adapter reserves a slot, the base model and a0
 # fill the other two of --max-loras-per-batch 3, a1 waits past the 1-round drain threshold; the drainer counts 2

@@ -16,17 +16,24 @@ LINEAR = api.ALL_MODULES[:4]
 
 
 @FAST
-@given(st.data(), st.sampled_from([api.ALL_MODULES, LINEAR]), st.booleans(), st.booleans(), st.booleans())
+@given(st.data(), st.sampled_from([api.ALL_MODULES, LINEAR]), st.booleans(), st.booleans(), st.booleans(),
+       st.booleans())
 def test_drawn_cases_use_only_the_releases_target_modules_and_declared_features(data, modules, logprobs, sched,
-                                                                               drainer):
+                                                                               drainer, radix):
     case = data.draw(cases.sglang_engine_cases((), max_ops=8, device="cpu", modules=modules, logprobs=logprobs,
-                                               scheduler=sched, drainer=drainer))
+                                               scheduler=sched, drainer=drainer, radix=radix))
     c = case.config
     assert set(c["target_modules"]) <= set(modules)
     peft = {m for a in c["adapters"].values() for m in a["modules"]}
     assert {cases.SERVER_NAME[m] for m in peft} <= set(c["target_modules"])
     reached = features_of(partial(cases.features, scheduler=sched), case)
-    assert set(reached) <= set(cases.feature_space(modules, logprobs=logprobs, scheduler=sched, drainer=drainer))
+    assert set(reached) <= set(cases.feature_space(modules, logprobs=logprobs, scheduler=sched, drainer=drainer,
+                                                   radix=radix))
+    # --disable-radix-cache only where the release's radix cache is driven on its scheduler path; stems only with
+    # the radix cache on, on steps the scheduler serves
+    assert ("disable_radix_cache" in c) == (sched and radix)
+    assert all(c.get("disable_radix_cache") is False and op.get("logprob") is None
+               for op in case.ops if "stem" in op)
     # the drain threshold only where the release has a LoRADrainer (0.5.12+: 0.5.10 - 0.5.11's ServerArgs has none)
     assert ("lora_drain_wait_threshold" in c) == (sched and drainer)
     # the scheduler's knobs and the requests' rounds are drawn only where SGLang's scheduler is driven, and a

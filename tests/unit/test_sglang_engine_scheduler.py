@@ -139,7 +139,7 @@ def test_inline_admission_fault_leaves_the_running_batchs_adapters_out_of_the_ch
             server.patches.pop().stop()
     assert seen == [{None, "a0", "a1"}, {"a1"}]
     assert sc._get_new_batch_prefill_raw() == {None, "a0"}  # unplanted
-    sl = types.SimpleNamespace(Scheduler=_InlineCheck, drainer=False)
+    sl = types.SimpleNamespace(Scheduler=_InlineCheck, drainer=False, radix_cache=(object, {}), radix_why="")
     assert set(faults.unavailable(sl, "0.5.11")) == {"admission_ignores_running", "drain_never_cleared"}
 
 
