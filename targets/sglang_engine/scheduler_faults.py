@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from unittest import mock
 
+from . import results as result_processing
 from .scheduler import admission_name, prefill_loop
 
 SERVER_FAULTS = {
@@ -21,6 +22,11 @@ SERVER_FAULTS = {
         "LoRADrainer._update_fully_drained_loras does nothing: an adapter marked draining stays draining after its "
         "requests finished, and its later requests (more new tokens than the stale remaining budget) are never "
         "admitted.",
+    "logprob_cursor_not_advanced":
+        "the scheduler's prefill result processing does not move its logprob cursor past a request's input logprobs "
+        "(SchedulerBatchResultProcessor._apply_prefill_logprobs returning the cursor it was given): each later "
+        "request of the batch stores the input logprobs of the rows before its own (0.5.16+, where the result "
+        "processing is driven: results.py).",
 }
 
 
@@ -38,6 +44,9 @@ def unavailable(sl, version: str) -> dict:
             f"of the request's own adapter alone has no call to plant on")
     if not sl.drainer:
         out["drain_never_cleared"] = f"SGLang {version} has no LoRADrainer (--lora-drain-wait-threshold: 0.5.12+)"
+    if not sl.results:
+        out["logprob_cursor_not_advanced"] = (f"SGLang {version}'s result processing is not driven here "
+                                               f"({result_processing.supported(sl.Scheduler)})")
     return out
 
 
@@ -56,6 +65,8 @@ def plant_server(server, faults: set) -> None:
         _fetch_first_only(server, mgr)
     if "drain_never_cleared" in faults and getattr(sc, "lora_drainer", None) is not None:
         _patch(server, sc.lora_drainer, "_update_fully_drained_loras", lambda running_reqs: None)
+    if "logprob_cursor_not_advanced" in faults and not server.results_why:
+        _cursor_not_advanced(server, type(sc.batch_result_processor))
 
 
 def _patch(server, obj, name: str, new) -> None:
@@ -97,6 +108,18 @@ def _inline_without_running_batch(server, sc, mgr) -> None:
         with mock.patch.object(mgr, "validate_lora_batch", validate_lora_batch):
             return raw(*args, **kwargs)
     _patch(server, sc, loop, get_new_batch_prefill_raw)
+
+
+def _cursor_not_advanced(server, cls) -> None:
+    """``_apply_prefill_logprobs`` stores the request's values from the cursor it is given and hands that cursor back
+    unmoved. The processor is a frozen slots dataclass: the method is replaced on its class, for the server's life
+    (``close()`` stops it)."""
+    original = cls._apply_prefill_logprobs
+
+    def apply(self, **kwargs):
+        original(self, **kwargs)
+        return kwargs["logprob_pt"]
+    _patch(server, cls, "_apply_prefill_logprobs", apply)
 
 
 def _fetch_first_only(server, mgr) -> None:
