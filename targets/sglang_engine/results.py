@@ -67,7 +67,7 @@ SCHED_METHODS = ("process_batch_result", "init_output_streamer", "get_output_str
                  "init_batch_result_processor", "publish_load_snapshot", "_record_step_counters",
                  "_maybe_clear_mm_inputs", "maybe_send_health_check_signal")
 # the ModelRunner's: the sampling forward_batch_generation calls
-RUNNER_METHODS = ("sample", "_preprocess_logits")
+RUNNER_METHODS = ("sample", "_preprocess_logits", "maybe_update_ngram_token_table")  # the last: 0.5.13 - 0.5.15
 
 
 def supported(cls) -> str:
@@ -118,8 +118,6 @@ def build(sc, model_runner) -> None:
     model_runner.sampler = _sampler()
     for k in ("sampling_observer", "watermark_state"):
         setattr(model_runner, k, None)
-    if not hasattr(model_runner, "ngram_embedding_manager") or model_runner.ngram_embedding_manager is None:
-        model_runner.ngram_embedding_manager = types.SimpleNamespace(update_after_decode=lambda **_: None)
 
 
 def _sampler():

@@ -294,7 +294,7 @@ def test_sg2_a_draining_adapter_admits_requests_as_long_as_they_come():
     for a1 keeps admitting its 12-token requests (within 1.2 x its remaining tokens, recomputed every round), so a1
     waits past the drain bound; with 11-token requests the drain ends and a1 is admitted within it. ~1-2 min."""
     cases = [[SG2_CFG, _sg2(12), []], [SG2_CFG, _sg2(11), []]]
-    r = subprocess.run([sys.executable, "-c", RUN.format(root=str(ROOT))], input=json.dumps(cases), text=True,
+    r = subprocess.run([sys.executable, "-c", RUN.format(root=str(ROOT), prelude="")], input=json.dumps(cases), text=True,
                        capture_output=True, timeout=900, cwd=ROOT)
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     assert line, r.stderr[-3000:]
@@ -325,7 +325,7 @@ def test_every_set_up_release_drives_the_lifecycle_with_only_triaged_findings(ve
     cases = [[_cfg(b, target_modules=linear, adapters=adapters), LIFECYCLE, []] for b in ("triton", "csgmv")]
     cases += [[_cfg(b, graph_bs=4, target_modules=linear, adapters=adapters), LIFECYCLE, []]
               for b in ("triton", "csgmv")]
-    r = subprocess.run([sys.executable, "-c", RUN.format(root=str(ROOT))], input=json.dumps(cases), text=True,
+    r = subprocess.run([sys.executable, "-c", RUN.format(root=str(ROOT), prelude="")], input=json.dumps(cases), text=True,
                        capture_output=True, timeout=1800, cwd=ROOT,
                        env=dict(os.environ, FUZZRUNNER_SGLANG_VERSION=version))
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
