@@ -21,6 +21,7 @@ processing is not driven here and ``scheduler.Server`` keeps its re-stated lines
 from __future__ import annotations
 
 import collections
+import inspect
 import time
 import types
 
@@ -75,8 +76,11 @@ def supported(cls) -> str:
     lacking = [m for m in ("process_batch_result", "init_batch_result_processor", "init_output_streamer")
                if not hasattr(cls, m)]
     if lacking:
-        return (f"its Scheduler has no {', '.join(lacking)} (result processing is a mixin of the scheduler before "
-                f"0.5.16, not adapted here)")
+        return (f"its Scheduler has no {', '.join(lacking)} (the result processing is a mixin of the scheduler "
+                f"before 0.5.13, scheduler_output_processor_mixin.py: not adapted here)")
+    if "load_inquirer" in inspect.getsource(cls.init_output_streamer):
+        return ("its output streamer reads the load inquirer's loads for every stream (output_streamer.py:147 in "
+                "0.5.13), whose pool-stats observer reads the server's whole memory layout: not built here")
     return ""
 
 

@@ -134,6 +134,11 @@ SERVER_FAULT_CASES = {
                                         ("state-violation",)),
     # a1 starves past 1 round while the base model and a0 fill both slots: one of them drains for it and, never
     # cleared, its later request is never admitted
+    # a0's request asks logprobs from its second token, a1's from its first: with the cursor left at a0's rows, a1's
+    # input logprobs are a0's (SGLang's own result processing stores them: results.py, 0.5.14+)
+    "logprob_cursor_not_advanced": (_sched_cfg(slots=3, adapters=LP_ADAPTERS), _TWO + [
+        {"op": "step", "reqs": ["a0", "a1", None], "mode": "extend", "lens": [3, 3, 2], "logprob": [1, 0, 0],
+         "new": [2, 1, 3]}], ("numeric-mismatch",)),
     "drain_never_cleared": (_sched_cfg(lora_drain_wait_threshold=1.0),
                             _TWO + [{"op": "step", "reqs": [None, "a0", "a1", "a0", None], "new": [3, 3, 1, 3, 3],
                                      "arrive": [0, 0, 0, 3, 3]}], ("state-violation",)),
@@ -187,6 +192,17 @@ print("RESULT " + json.dumps(out))
 """
 
 
+# input and output logprobs through SGLang's own result processing (results.py): requests asking them from several
+# starts (one none: its start is its length), over several rounds, chunked prefill (their input logprobs from two
+# chunks), decode batches (each token's output logprob; csgmv's through the decode graph)
+SERVED_LOGPROBS = _TWO + [
+    {"op": "step", "reqs": ["a0", None, "a1", "a0"], "mode": "extend", "lens": [3, 2, 3, 1], "logprob": [0, 2, 1, 1],
+     "new": [3, 1, 2, 2], "arrive": [0, 0, 1, 1]},
+    {"op": "step", "reqs": ["a1", "a0"], "mode": "extend", "lens": [3, 2], "logprob": [0, 0], "new": [2, 3]}]
+SERVED_LOGPROB_VARIANTS = [_sched_cfg(slots=3, adapters=LP_ADAPTERS, logprob_chunk=2),
+                           _sched_cfg("csgmv", slots=3, adapters=LP_ADAPTERS, chunked_prefill_size=2, graph_bs=2)]
+
+
 @pytest.fixture(scope="module")
 def results():
     cases = [[_cfg(b, graph_bs=4 if b == "csgmv" else 0), LIFECYCLE, []] for b in ("triton", "csgmv")]
@@ -200,6 +216,7 @@ def results():
     cases += [[cfg, ops, []] for cfg, ops, _ in SERVER_FAULT_CASES.values()]
     cases += [[SG1_CFG, SG1, []], [dict(SG1_CFG, adapters=dict(SG1_ADAPTERS, p=dict(SG1_ADAPTERS["p"], pinned=False))),
                                    SG1, []]]
+    cases += [[cfg, SERVED_LOGPROBS, []] for cfg in SERVED_LOGPROB_VARIANTS]
     return run_cases(cases)
 
 
@@ -286,6 +303,18 @@ def test_sg1_the_drainer_ignores_the_slots_pinned_adapters_reserve(results):
     assert any(v[0] == "state-violation" and "drain threshold" in v[2]
                and "no running adapter was marked draining for it" in v[2] for v in pinned), pinned
     assert unpinned == [], unpinned
+
+
+@pytest.mark.parametrize("k", range(len(SERVED_LOGPROB_VARIANTS)))
+def test_logprobs_stored_by_sglangs_own_result_processing_are_silent(results, k):
+    """Steps asking input logprobs are served by SGLang's scheduler (before, they took the tokenizer manager's path
+    past it: its result processing, which stores them, was not driven): each request's input logprobs, gathered
+    from its prefill chunks, and each generated token's output logprob, eager or from the decode graph, are those of
+    its own adapter's float64 reference."""
+    got = _served(results, len(SERVED_VARIANTS) + 2 * len(SERVER_FAULT_CASES) + 2 + k)
+    if got is None:
+        pytest.skip("the scheduler path is not driven on this release (the case is refused: runner._served)")
+    assert got == [], got
 
 
 @pytest.mark.slow

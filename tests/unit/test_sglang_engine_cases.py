@@ -584,21 +584,26 @@ def test_the_docs_count_of_declared_features_on_the_pinned_release_is_the_target
 
 
 @FAST
-@given(st.data(), st.booleans(), st.booleans(), st.booleans())
-def test_each_steps_path_is_a_feature_named_as_the_runner_takes_it(data, sched, front, logprobs):
+@given(st.data(), st.booleans(), st.booleans(), st.booleans(), st.booleans())
+def test_each_steps_path_is_a_feature_named_as_the_runner_takes_it(data, sched, front, logprobs, results):
     """No report said whether SGLang's scheduler path ran (new-user trial): each step's path is a coverage feature
     (``path=scheduler``, ``path=tokenizer-manager``, ``path=direct``), from the one decision the runner takes
     (``step_path``: ``Session.step`` dispatches by it), and each path a release can take is declared, so one no case
-    took reads "never reached"."""
+    took reads "never reached". Where the scheduler's result processing is driven (``results``: results.py), steps
+    asking input logprobs take the scheduler path too."""
+    import types
+
     from fuzzrunner.targets.sglang_engine import runner
+    results = results and sched
     case = data.draw(cases.sglang_engine_cases((), max_ops=8, device="cpu", frontend=front, logprobs=logprobs,
-                                               scheduler=sched))
-    space = set(cases.feature_space(frontend=front, logprobs=logprobs, scheduler=sched))
-    reached = set(features_of(partial(cases.features, scheduler=sched, frontend=front), case))
+                                               scheduler=sched, results=results))
+    space = set(cases.feature_space(frontend=front, logprobs=logprobs, scheduler=sched, results=results))
+    reached = set(features_of(partial(cases.features, scheduler=sched, frontend=front, results=results), case))
     assert reached <= space
     taken = []
     session = object.__new__(runner.Session)
-    session.server, session.front = (object() if sched else None), (object() if front else None)
+    session.server = types.SimpleNamespace(results_why="" if results else "not driven") if sched else None
+    session.front = object() if front else None
     session._served_step = lambda op: taken.append("scheduler")
     session._front_step = lambda op: taken.append("tokenizer-manager")
     session._batch = lambda *a: taken.append("direct")
@@ -607,8 +612,11 @@ def test_each_steps_path_is_a_feature_named_as_the_runner_takes_it(data, sched, 
         if op["op"] == "step":
             session.step({**op, "reqs": [None] * len(op["reqs"])})  # (the direct path checks its adapters first)
     assert {f"path={p}" for p in taken} == {f for f in reached if f.startswith("path=")}
-    assert {f for f in space if f.startswith("path=")} == {f"path={p}" for p in cases.paths(sched, front, logprobs)}
+    assert {f for f in space if f.startswith("path=")} == {f"path={p}" for p in cases.paths(sched, front, logprobs,
+                                                                                             results)}
     assert ("path=scheduler" in space) == sched
+    if results:  # every step takes SGLang's scheduler, input logprobs included
+        assert set(taken) <= {"scheduler"}
 
 
 def test_a_virtual_experts_wrong_row_with_gated_expert_lora_is_27274_where_the_halves_are_not_paired(tmp_path,
