@@ -17,12 +17,14 @@ published into, as the server reads them. Where a release's shape differs (0.5.1
 read, the loop's call, the token relay, the constructors' fields), ``scheduler_release.py`` finds it by what the
 release has.
 
-Re-stated (each says why, docs/sglang.md's table): the loop of ``event_loop_normal`` (non-overlap: one
-``get_next_batch_to_run``, the batch run, its result processed), ``TpModelWorker.forward_batch_generation``'s
-call of ``ForwardBatch.init_new`` then the model (the model is the target's tiny one, attention a token-local
-stand-in), greedy sampling (argmax), and the 12 lines of ``process_batch_result_prefill`` / ``_decode`` that
-append the token, update the finish state and release a finished request's KV (``release_kv_cache``,
-``checkpoint_kv_cache``: SGLang's functions). Time: the drainer's clock (``time.monotonic`` in
+The batch's result is processed by SGLang's own ``process_batch_result`` where the release's shape is adapted
+(results.py: 0.5.14+), sampled by its own ``Sampler``. Re-stated (each says why, docs/sglang.md's table): the loop of
+``event_loop_normal`` (non-overlap: one ``get_next_batch_to_run``, the batch run, its result processed),
+``TpModelWorker.forward_batch_generation``'s call of ``ForwardBatch.init_new`` then the model (the model is the
+target's tiny one, attention a token-local stand-in), and where the result processing is not driven (0.5.5 -
+0.5.13) greedy sampling (argmax) and the 12 lines of ``process_batch_result_prefill`` / ``_decode`` that append the
+token, update the finish state and release a finished request's KV (``release_kv_cache``, ``checkpoint_kv_cache``:
+SGLang's functions). Time: the drainer's clock (``time.monotonic`` in
 ``lora_drainer.py``, ``wait_queue_entry_time``) is the round counter, so ``--lora-drain-wait-threshold`` counts
 scheduler rounds and a case replays exactly.
 """
