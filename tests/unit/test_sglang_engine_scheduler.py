@@ -3,6 +3,8 @@ loop, by the methods it has (no SGLang import: stand-in classes with the methods
 
 from importlib import import_module
 
+import pytest
+
 scheduler = import_module("fuzzrunner.targets.sglang_engine.scheduler")
 
 
@@ -238,8 +240,6 @@ def test_the_details_name_the_releases_own_lora_check_and_drainer():
 def test_the_result_processings_endpoints_record_what_they_are_sent_and_refuse_the_rest():
     """The detokenizer's socket, the metrics reporter, the load publisher (results.py) record each declared call; a
     call SGLang makes that the scheduler object was not built for raises, naming it (never a silent no-op)."""
-    import pytest
-
     from fuzzrunner.targets.sglang_engine import results
     sock = results.Recorder("the detokenizer's socket", results.DETOKENIZER)
     sock.send_output("out1")
