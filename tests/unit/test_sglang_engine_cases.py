@@ -571,12 +571,13 @@ def test_the_docs_count_of_declared_features_on_the_pinned_release_is_the_target
     """The CHANGELOG said 45 declared features for ``sglang_engine`` on 0.5.23 where ``doctor --engines`` said 46 (the
     stream steps' ``step=stream`` came after it; a new user's trial). The count here is the target's, on what the
     pinned release drives (``doctor --engines`` on 0.5.23: all six modules, the four backends, the adapter-management
-    API, the LogitsProcessor, the scheduler); each place the docs give it must say it."""
+    API, the LogitsProcessor, the scheduler and its result processing); each place the docs give it must say it."""
     from pathlib import Path
     root = Path(__file__).resolve().parents[2]
     pinned = import_module("fuzzrunner.targets.sglang_lora.site").PINNED
     n = len(cases.feature_space(api.ALL_MODULES, frontend=True, logprobs=True,
-                                backends=("triton", "csgmv", "torch_native", "triton_v2"), scheduler=True))
+                                backends=("triton", "csgmv", "torch_native", "triton_v2"), scheduler=True,
+                                results=True))
     changelog = " ".join((root / "CHANGELOG.md").read_text().split())
     sglang_md = " ".join((root / "docs" / "sglang.md").read_text().split())
     assert f"{n} for `sglang_engine` on {pinned}" in changelog, n
