@@ -121,6 +121,7 @@ def make_target():
     eng = load_engine()  # the same for every device: a case's run fits it to its own (ctx.device)
     drawn = drawn_backends(eng.api.backends)
     moe_why = sparse.unavailable()
+    results = eng.scheduler is not None and eng.scheduler.results  # its result processing driven (results.py)
     return Target(
         name="sglang_engine",
         description=f"SGLang {eng.version}'s LoRAManager, LoRAMemoryPool and LoRA layers (qkv, o, gate_up, down, "
@@ -132,7 +133,8 @@ def make_target():
                                 logprobs=eng.logits_processor, backends=drawn,
                                 scheduler=eng.scheduler is not None,
                                 drainer=eng.scheduler is not None and eng.scheduler.drainer, moe=moe_why is None,
-                                radix=eng.scheduler is not None and eng.scheduler.radix_cache is not None),
+                                radix=eng.scheduler is not None and eng.scheduler.radix_cache is not None,
+                                results=results),
         run=_run,
         # the known bugs' minimal cases (docs/sglang.md, the sweep's triage), replayed first: a deterministic verdict
         # per release; FUZZRUNNER_SGLANG_SEEDS=0 leaves them out (a planted fault found from scratch)
@@ -145,12 +147,13 @@ def make_target():
                                               drawn) | scheduler_faults.unavailable(eng.scheduler, eng.api.version),
         # each step's path (scheduler, tokenizer manager, direct) as this loaded release takes it (cases.step_path)
         features=functools.partial(cases.features, scheduler=eng.scheduler is not None,
-                                   frontend=eng.frontend is not None),
+                                   frontend=eng.frontend is not None, results=results),
         summary_features=("path",),  # the summary's "path: scheduler in N, ..." line: which path ran
         feature_space=cases.feature_space(eng.api.modules, eng.frontend is not None, eng.logits_processor,
                                           drawn, eng.scheduler is not None,
                                           eng.scheduler is not None and eng.scheduler.drainer, moe_why is None,
-                                          eng.scheduler is not None and eng.scheduler.radix_cache is not None),
+                                          eng.scheduler is not None and eng.scheduler.radix_cache is not None,
+                                          results),
         details=(f"sglang engine {eng.version} (from {eng.tree})", *eng.api.found(),
                  "MoE LoRA: " + ("FusedMoEWithLoRA over Mixtral's sparse block (CPU cases; moe.py)" if moe_why is None
                                  else f"not driven ({moe_why})"),

@@ -103,9 +103,20 @@ class Logits:
 
     def __call__(self, input_ids, hidden, lm_head, fb):
         """``(next_token_logits [bs, V], input_token_logprobs [n] or None)``."""
-        out = self.proc(input_ids, hidden, lm_head, fb)
+        out = self.output(input_ids, hidden, lm_head, fb)
         lp = getattr(out, "input_token_logprobs", None)
         return out.next_token_logits, lp
+
+    def output(self, input_ids, hidden, lm_head, fb):
+        """The ``LogitsProcessorOutput`` itself (what ``forward_batch_generation`` puts in its result)."""
+        return self.proc(input_ids, hidden, lm_head, fb)
+
+
+def logits_output(logits):
+    """SGLang's ``LogitsProcessorOutput`` of logits computed without its ``LogitsProcessor`` (a decode graph's
+    replay: the graph runner hands the captured output's logits on in one)."""
+    from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+    return LogitsProcessorOutput(next_token_logits=logits)
 
 
 def available() -> tuple[bool, str]:
@@ -116,4 +127,5 @@ def available() -> tuple[bool, str]:
     return True, ""
 
 
-__all__ = ["CHUNK_ENV", "Logits", "available", "forward_batch", "input_logprob_token_ids", "logprob_env"]
+__all__ = ["CHUNK_ENV", "Logits", "available", "forward_batch", "input_logprob_token_ids", "logits_output",
+           "logprob_env"]

@@ -42,9 +42,10 @@ GROUPS = {"qkv_proj": (("q_proj", "v_proj"), ("q_proj", "k_proj", "v_proj")), "o
 
 
 class _State:
-    def __init__(self, cfg: dict, frontend: bool = False, logprobs: bool = False, scheduler: bool = False):
+    def __init__(self, cfg: dict, frontend: bool = False, logprobs: bool = False, scheduler: bool = False,
+                 results: bool = False):
         self.cfg, self.loaded, self.ever, self.frontend, self.logprobs = cfg, [], set(), frontend, logprobs
-        self.scheduler = scheduler
+        self.scheduler, self.results = scheduler, results
 
 
 # the expert adapters' layout: per expert, --experts-shared-outer-loras, or --lora-use-virtual-experts (not both:
@@ -136,7 +137,9 @@ def _program() -> OpSequence:
             op["lens"] = draw(st.lists(st.integers(1, longest), min_size=n, max_size=n))
             if s.logprobs and not stream and draw(st.booleans()):  # input logprobs asked: each request's start
                 op["logprob"] = [draw(st.integers(0, k)) for k in op["lens"]]
-        if s.scheduler and "logprob" not in op:  # served by SGLang's scheduler: tokens to generate, arrival round
+        # served by SGLang's scheduler: tokens to generate, arrival round (input logprobs too where its result
+        # processing is driven: results.py)
+        if s.scheduler and ("logprob" not in op or s.results):
             if stream:  # arrivals one gap after another; varied token counts (a drain's budget is a token count)
                 op["new"] = [draw(st.sampled_from([1, 2, 3, 5, 8])) for _ in range(n)]
                 gaps = [draw(st.sampled_from([0, 0, 1, 1, 2])) for _ in range(n)]
@@ -156,14 +159,16 @@ PROGRAM = _program()
 def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
                         modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False,
                         backends: tuple = BACKENDS, scheduler: bool = False, drainer: bool = True,
-                        moe: bool = False, radix: bool = False) -> Case:
+                        moe: bool = False, radix: bool = False,
+                        results: bool = False) -> Case:
     """``modules``: the target modules the release's LoRA pool has buffers for (api.EngineAPI.modules);
     ``frontend``: whether the release's adapter-management API is driven (frontend.py); ``logprobs``: whether
     SGLang's LogitsProcessor is driven (batch.py), so extend steps may ask for input logprobs; ``backends``: the
     ``--lora-backend`` values the release has that run without compiled code (backends.py); ``moe``: whether the
     release's MoE LoRA runs here (moe.py): then one case in four has Mixtral's sparse block, its knobs drawn;
     ``radix``: whether the release's radix cache is driven on its scheduler path (scheduler.load's ``radix_cache``):
-    then ``--disable-radix-cache`` is drawn."""
+    then ``--disable-radix-cache`` is drawn; ``results``: whether the scheduler's result processing is driven
+    (results.py), so steps asking input logprobs are served by the scheduler too."""
     server = draw(st.lists(st.sampled_from(list(modules)), min_size=1, max_size=3, unique=True))
     max_rank = draw(st.sampled_from([4, 8]))
     names = [f"a{i}" for i in range(draw(st.integers(2, 4)))]
@@ -202,7 +207,7 @@ def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: s
         # --lora-drain-wait-threshold, in rounds (the scheduler path's clock): 0 = no drainer; 0.5.12+ (``drainer``)
         if drainer:
             cfg["lora_drain_wait_threshold"] = draw(st.sampled_from([0.0, 0.0, 1.0, 2.0]))
-    ops = draw(PROGRAM.ops(lambda: _State(cfg, frontend, logprobs, scheduler), max_ops=max_ops))
+    ops = draw(PROGRAM.ops(lambda: _State(cfg, frontend, logprobs, scheduler, results), max_ops=max_ops))
     # tie_word_embeddings (one case in four): lm_head is the embedding module itself, as SGLang's LlamaForCausalLM
     # ties it (model.py); drawn last, so the draws before it (and the cases a seed gave before) stay as they were
     cfg["tie"] = draw(st.sampled_from([False, False, False, True]))
@@ -263,22 +268,24 @@ def _config_features(c: dict) -> set:
 PATHS = ("scheduler", "tokenizer-manager", "direct")
 
 
-def step_path(op: dict, scheduler: bool, frontend: bool) -> str:
-    """Which path a ``step`` op takes on a release whose scheduler (``scheduler``) and tokenizer manager
-    (``frontend``) are driven: input logprobs go past the scheduler (its served steps ask none)."""
-    if scheduler and op.get("logprob") is None:
+def step_path(op: dict, scheduler: bool, frontend: bool, results: bool = False) -> str:
+    """Which path a ``step`` op takes on a release whose scheduler (``scheduler``), its result processing
+    (``results``) and tokenizer manager (``frontend``) are driven: input logprobs go past the scheduler where its
+    result processing (which stores them) is not driven."""
+    if scheduler and (results or op.get("logprob") is None):
         return "scheduler"
     return "tokenizer-manager" if frontend else "direct"
 
 
-def paths(scheduler: bool, frontend: bool, logprobs: bool) -> tuple:
+def paths(scheduler: bool, frontend: bool, logprobs: bool, results: bool = False) -> tuple:
     """The paths the drawn steps can take on such a release (the features ``features`` may name): past the
-    scheduler only a step with input logprobs (drawn where the LogitsProcessor is driven, ``logprobs``)."""
+    scheduler only a step with input logprobs (drawn where the LogitsProcessor is driven, ``logprobs``), where the
+    scheduler's result processing is not driven (``results``)."""
     other = "tokenizer-manager" if frontend else "direct"
-    return (("scheduler",) if scheduler else ()) + ((other,) if not scheduler or logprobs else ())
+    return (("scheduler",) if scheduler else ()) + ((other,) if not scheduler or (logprobs and not results) else ())
 
 
-def features(case, *, scheduler: bool = False, frontend: bool = False) -> set:
+def features(case, *, scheduler: bool = False, frontend: bool = False, results: bool = False) -> set:
     """What ``case`` reaches, its steps' paths (``step_path``) as this release's loaded engine takes them included."""
     c, out = case.config, _config_features(case.config)
     loaded: list = []
@@ -295,7 +302,7 @@ def features(case, *, scheduler: bool = False, frontend: bool = False) -> set:
             resident_names.add(op.get("name"))
         elif kind == "step":
             out |= _step_features(op, loaded, c.get("max_loras_per_batch", 9))
-            out.add(f"path={step_path(op, scheduler, frontend)}")
+            out.add(f"path={step_path(op, scheduler, frontend, results)}")
     if sum(1 for op in case.ops if op.get("op") == "load") >= c.get("max_loras_per_batch", 9):
         out.add("pool=more-adapters-than-slots")
     return out
@@ -326,7 +333,8 @@ def _step_features(op: dict, loaded: list, slots: int) -> set:
 
 def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logprobs: bool = False,
                   backends: tuple = BACKENDS, scheduler: bool = False, drainer: bool = True,
-                  moe: bool = False, radix: bool = False) -> tuple:
+                  moe: bool = False, radix: bool = False,
+                  results: bool = False) -> tuple:
     """Every feature ``features`` gives for a release whose pool has buffers for ``modules`` (and whose
     adapter-management API is driven: ``frontend``; whose LogitsProcessor is driven: ``logprobs``)."""
     return tuple(
@@ -346,7 +354,7 @@ def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logpr
         + (["moe=on", "moe.top_k=1", "moe.top_k=2", *(f"moe.experts={e}" for e in sparse.EXPERTS),
             "moe.shared_outer=on", "moe.shared_outer=off", "moe.virtual_experts=on", "moe.virtual_experts=off"]
            if moe else [])
-        + [f"path={p}" for p in paths(scheduler, frontend, logprobs)])
+        + [f"path={p}" for p in paths(scheduler, frontend, logprobs, results)])
 
 
 FEATURE_SPACE = feature_space()

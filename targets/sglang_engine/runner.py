@@ -27,6 +27,7 @@ invariants that the kernels rely on, after each prepare.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 
 import torch
@@ -222,8 +223,9 @@ class Session:
 
     def step(self, op) -> None:
         # the one decision of the path (cases.step_path): the coverage features name it as it is taken here
-        path = step_path(op, self.server is not None, self.front is not None)
-        if path == "scheduler":  # (input logprobs: the paths below)
+        path = step_path(op, self.server is not None, self.front is not None,
+                         self.server is not None and not self.server.results_why)
+        if path == "scheduler":  # (input logprobs where the release's result processing is not driven: below)
             return self._served_step(op)
         if path == "tokenizer-manager":
             return self._front_step(op)
@@ -350,6 +352,11 @@ class Session:
         """The forward of a prepared batch ``fb`` (its LoRA part done: ``ForwardBatch.init_new``'s or
         ``api.prepare``) and the checks of its results; returns the logits of the rows lm_head is read for (the
         last token per request of an extend batch; every row of a decode batch)."""
+        return self.forward_output(fb, names, ids, mode, lens, tokens, logprob).logits
+
+    def forward_output(self, fb, names: list, ids: list, mode: str, lens: list, tokens, logprob=None):
+        """``forward``'s logits with what the scheduler's result processing takes (``Forwarded``): SGLang's
+        ``LogitsProcessorOutput`` of the batch, the float64 reference of every row and the path it went."""
         with tracking.quiet():  # the check's reads of the pool are the harness's, not SGLang's
             self.ctx.check("pool", check_pool(self.mgr, ids, self.files, names))
         rows = [n for n, k in zip(names, lens) for _ in range(k)]
@@ -360,13 +367,14 @@ class Session:
         # the rows lm_head's logits are read for: an extend batch's last token per request
         last = [sum(lens[: i + 1]) - 1 for i in range(len(lens))] if mode == "extend" else None
         graph = self.graphs.pick(len(names)) if self.graphs is not None and mode == "decode" else None
-        logprobs = None
+        logprobs = output = None
         if graph is not None:  # the decode graph runner replays the smallest captured graph that holds it
             logits = self.graphs.replay(graph, tokens, fb)
         elif self.logits is not None:  # SGLang's LogitsProcessor, as the model's forward calls it
             with torch.no_grad():
-                logits, logprobs = self.logits(tokens, tiny.hidden(self.model, tokens), self.model.lm_head, fb)
-            logits = logits[:, : self.eng.hf_config.vocab_size]
+                output = self.logits.output(tokens, tiny.hidden(self.model, tokens), self.model.lm_head, fb)
+            logits, logprobs = output.next_token_logits, getattr(output, "input_token_logprobs", None)
+            logits = output.next_token_logits = logits[:, : self.eng.hf_config.vocab_size]
         else:
             with torch.no_grad():
                 logits = tiny.forward(self.model, tokens, last)
@@ -399,7 +407,9 @@ class Session:
             self.ctx.check(f"base-rows[{path}]", [
                 f"token {i} (a request without an adapter) differs from the base model's logits (max |diff| "
                 f"{float((logits[i] - base[i]).abs().max()):.3g})" for i in bad[:3]])
-        return logits
+        if output is None:  # the graph's or the target's own lm_head logits, as the LogitsProcessor hands them on
+            output = sglang_batch.logits_output(logits)
+        return Forwarded(logits, output, ref_all, path)
 
     def _check_experts(self, rows: list, path: str) -> None:
         """Each MoE layer at its own input: a row without an adapter equals SGLang's MoE runner without LoRA exactly; a
@@ -420,6 +430,16 @@ class Session:
             self.ctx.check(f"base-rows.experts[{path}]", [
                 f"token {t} (a request without an adapter) differs from SGLang's MoE runner without LoRA (max |diff| "
                 f"{float((out[t] - base[t]).abs().max()):.3g})" for t in bad[:3]])
+
+
+@dataclasses.dataclass
+class Forwarded:
+    """A batch's forward (``Session.forward_output``): the logits of the rows lm_head is read for, SGLang's
+    ``LogitsProcessorOutput`` of them, the float64 reference of every row, the path's label."""
+    logits: torch.Tensor
+    output: object
+    ref: torch.Tensor
+    path: str
 
 
 def _expected_logprobs(ref_all, tokens: list, lens: list, starts: list):

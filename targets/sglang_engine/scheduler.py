@@ -19,12 +19,14 @@ published into, as the server reads them. Where a release's shape differs (0.5.1
 read, the loop's call, the token relay, the constructors' fields), ``scheduler_release.py`` finds it by what the
 release has.
 
-Re-stated (each says why, docs/sglang.md's table): the loop of ``event_loop_normal`` (non-overlap: one
-``get_next_batch_to_run``, the batch run, its result processed), ``TpModelWorker.forward_batch_generation``'s
-call of ``ForwardBatch.init_new`` then the model (the model is the target's tiny one, attention a token-local
-stand-in), greedy sampling (argmax), and the 12 lines of ``process_batch_result_prefill`` / ``_decode`` that
-append the token, update the finish state and release a finished request's KV (``release_kv_cache``,
-``checkpoint_kv_cache``: SGLang's functions). Time: the drainer's clock (``time.monotonic`` in
+The batch's result is processed by SGLang's own ``process_batch_result`` where the release's shape is adapted
+(results.py: 0.5.14+), sampled by its own ``Sampler``. Re-stated (each says why, docs/sglang.md's table): the loop of
+``event_loop_normal`` (non-overlap: one ``get_next_batch_to_run``, the batch run, its result processed),
+``TpModelWorker.forward_batch_generation``'s call of ``ForwardBatch.init_new`` then the model (the model is the
+target's tiny one, attention a token-local stand-in), and where the result processing is not driven (0.5.5 -
+0.5.13) greedy sampling (argmax) and the 12 lines of ``process_batch_result_prefill`` / ``_decode`` that append the
+token, update the finish state and release a finished request's KV (``release_kv_cache``, ``checkpoint_kv_cache``:
+SGLang's functions). Time: the drainer's clock (``time.monotonic`` in
 ``lora_drainer.py``, ``wait_queue_entry_time``) is the round counter, so ``--lora-drain-wait-threshold`` counts
 scheduler rounds and a case replays exactly.
 """
@@ -38,6 +40,7 @@ import types
 
 import torch
 
+from . import results as result_processing
 from . import scheduler_release as release_shape
 
 # the Scheduler's methods the loop runs, each SGLang's own (a release without one: the path is not driven there)
@@ -125,6 +128,7 @@ def load():
     try:
         return types.SimpleNamespace(
             Scheduler=Scheduler, ModelRunner=ModelRunner, Req=schedule_batch.Req, drainer=drainer,
+            results=not result_processing.supported(Scheduler),  # its result processing driven (results.py)
             ScheduleBatch=schedule_batch.ScheduleBatch,
             SamplingParams=SamplingParams, ReqToTokenPool=ReqToTokenPool, MHATokenToKVPool=MHATokenToKVPool,
             TokenToKVPoolAllocator=TokenToKVPoolAllocator, tree_cache=release_shape.tree_cache(),
@@ -197,8 +201,9 @@ def inline_lora_check(cls) -> bool:
 
 
 def scheduler_methods(cls) -> tuple:
-    """The Scheduler methods the loop runs in this release (module doc)."""
-    return SCHED_METHODS + tuple(m for m in SCHED_INIT + SCHED_OPTIONAL + LORA_ADMISSION if hasattr(cls, m))
+    """The Scheduler methods the loop runs in this release (module doc), its result processing's included."""
+    return SCHED_METHODS + tuple(m for m in SCHED_INIT + SCHED_OPTIONAL + LORA_ADMISSION
+                                 + result_processing.SCHED_METHODS if hasattr(cls, m))
 
 
 def admission_name(cls) -> str | None:
@@ -251,7 +256,8 @@ class Server:
             sl.radix_cache if self.radix else sl.tree_cache, disable=not self.radix, req_to_token_pool=self.req_pool,
             token_to_kv_pool_allocator=self.alloc, page_size=1, chunked_prefill_size=sched.chunked_prefill_size)
         # the model runner: what ForwardBatch.init_new reads
-        mr = _shape("ModelRunner", sl.ModelRunner, [m for m in RUNNER_METHODS if hasattr(sl.ModelRunner, m)])
+        mr = _shape("ModelRunner", sl.ModelRunner, [m for m in RUNNER_METHODS + result_processing.RUNNER_METHODS
+                                                     if hasattr(sl.ModelRunner, m)])
         mr.lora_manager, mr.model, mr.model_config, mr.device = session.mgr, session.model, self.model_config, dev
         mr.is_draft_worker, mr.page_size, mr.max_running_requests = False, 1, self.max_running
         mr.req_to_token_pool, mr.token_to_kv_pool_allocator, mr.token_to_kv_pool = self.req_pool, self.alloc, self.kv
@@ -342,6 +348,8 @@ class Server:
         sc.scheduler_stage_metrics = None  # metrics off: the stage decorators call through
         release_shape.metrics_off(sc, sl.Scheduler)  # 0.5.5 - 0.5.9: no prefill-stats log line (module doc)
         sc.temp_prefill_info = None  # init_metrics' line: what log_prefill_stats leaves for log_prefill_stats_late
+        # SGLang's result processing (results.py), where the release's shape is adapted; else the re-stated lines
+        self.results_why = result_processing.set_up(sc, mr)  # "" where sl.results
         self.sc = sc
         self.rounds = 0
         self.patches: list = []  # planted faults (scheduler_faults.py), stopped by close()
@@ -357,12 +365,16 @@ class Server:
             self.patches.pop().stop()
 
     # -- requests --------------------------------------------------------------------------------------------
-    def submit(self, rid: str, tokens: list, max_new: int, lora_id):
-        """A request as the scheduler's ``handle_generate_request`` makes and queues it (greedy, no stop)."""
+    def submit(self, rid: str, tokens: list, max_new: int, lora_id, logprob_start: int | None = None):
+        """A request as the scheduler's ``handle_generate_request`` makes and queues it (greedy, no stop;
+        ``logprob_start``: ``return_logprob`` with that ``logprob_start_len``, else no logprobs)."""
         sl, sc = self.sl, self.sc
         sp = sl.SamplingParams(max_new_tokens=max_new, temperature=0, ignore_eos=True)
         sp.normalize(None)
-        req = sl.Req(rid, "", sl.token_ids(tokens), sp, lora_id=lora_id, vocab_size=self.s.eng.hf_config.vocab_size)
+        req = sl.Req(rid, "", sl.token_ids(tokens), sp, lora_id=lora_id, vocab_size=self.s.eng.hf_config.vocab_size,
+                     return_logprob=logprob_start is not None)
+        if logprob_start is not None:  # handle_generate_request: a start the user gave (0 <= start <= its length)
+            req.logprob_start_len = logprob_start
         sc.init_req_max_new_tokens(req)
         release_shape.stamp_queue_entry(req, CLOCK.now)
         sc.waiting_queue.append(req)  # _add_request_to_queue's line for a non-disaggregated server
@@ -383,6 +395,8 @@ class Server:
         """``forward_batch_generation``'s first step: ``resolve_forward_inputs`` then ``ForwardBatch.init_new`` (its
         LoRA part: ``fetch_new_loras``, ``prepare_lora_batch``)."""
         from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+        if not self.results_why:
+            result_processing.launch(self.sc, batch)
         if self.sl.resolve_forward_inputs is not None:
             self.sl.resolve_forward_inputs(batch, self.sc.future_map)
         else:  # 0.5.12: run_batch hands the worker the batch's ModelWorkerBatch (its input ids set by the batch)
@@ -390,14 +404,28 @@ class Server:
         return ForwardBatch.init_new(batch, self.mr, **release_shape.accepted(  # the keyword: 0.5.16+
             ForwardBatch.init_new, return_hidden_states_before_norm=False))
 
-    def finish_round(self, batch, next_ids: torch.Tensor) -> list:
-        """The sampled tokens relayed (``_relay_forward_payload``) and the batch's result processed (re-stated,
-        module doc); returns the requests that finished."""
+    def result(self, logits_output, fb, batch, graph: bool):
+        """``forward_batch_generation``'s sampling and result: SGLang's ``ModelRunner.sample`` (its ``Sampler``: every
+        request greedy) where the release's result processing is driven (results.py), else the argmax (the
+        sampler's ``temperature 0``, re-stated) in a ``SimpleNamespace`` of the fields the re-stated lines read."""
+        if not self.results_why:
+            return result_processing.generation_result(
+                logits_output, self.mr.sample(logits_output, fb), batch, graph)
+        next_ids = logits_output.next_token_logits.argmax(dim=-1).to(torch.int64)
+        return types.SimpleNamespace(next_draft_input=None, has_sampled_token_ids=True, next_token_ids=next_ids)
+
+    def finish_round(self, batch, result) -> list:
+        """The sampled tokens relayed (``_relay_forward_payload``) and the batch's result processed: SGLang's
+        ``process_batch_result`` (results.py), else re-stated (module doc); returns the requests that finished."""
         sc, sl = self.sc, self.sl
-        result = types.SimpleNamespace(next_draft_input=None, has_sampled_token_ids=True, next_token_ids=next_ids)
         release_shape.relay(sc, batch, result)
+        if not self.results_why:
+            was = {id(r) for r in batch.reqs if r.finished()}
+            result_processing.process(sc, batch, result)
+            sc.last_batch = batch  # event_loop_normal's last line
+            return [r for r in batch.reqs if r.finished() and id(r) not in was]
         done = []
-        toks = next_ids.tolist()
+        toks = result.next_token_ids.tolist()
         for req, tok in zip(batch.reqs, toks):
             if batch.forward_mode.is_extend():
                 if release_shape.middle_chunks(req) > 0:  # a chunk of a prefill that is not done: no token

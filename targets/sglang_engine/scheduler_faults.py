@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from unittest import mock
 
+from . import results as result_processing
 from .scheduler import admission_name, prefill_loop
 
 SERVER_FAULTS = {
@@ -25,6 +26,11 @@ SERVER_FAULTS = {
         "each request's radix key is made without its LoRA id (Req.extra_key as if Req.__init__ had not appended "
         "lora_id): with the radix cache on, match_prefix hands a request the cached K/V of a prompt prefix another "
         "adapter's request (or the base model's) computed.",
+    "logprob_cursor_not_advanced":
+        "the scheduler's prefill result processing does not move its logprob cursor past a request's input logprobs "
+        "(SchedulerBatchResultProcessor._apply_prefill_logprobs returning the cursor it was given): each later "
+        "request of the batch stores the input logprobs of the rows before its own (0.5.16+, where the result "
+        "processing is driven: results.py).",
 }
 
 
@@ -44,6 +50,9 @@ def unavailable(sl, version: str) -> dict:
         out["drain_never_cleared"] = f"SGLang {version} has no LoRADrainer (--lora-drain-wait-threshold: 0.5.12+)"
     if sl.radix_cache is None:
         out["radix_key_without_lora"] = f"SGLang {version}'s radix cache is not driven: {sl.radix_why}"
+    if not sl.results:
+        out["logprob_cursor_not_advanced"] = (f"SGLang {version}'s result processing is not driven here "
+                                               f"({result_processing.supported(sl.Scheduler)})")
     return out
 
 
@@ -64,6 +73,8 @@ def plant_server(server, faults: set) -> None:
         _patch(server, sc.lora_drainer, "_update_fully_drained_loras", lambda running_reqs: None)
     if "radix_key_without_lora" in faults:
         _patch(server, server, "submit", _key_without_lora(server.submit))
+    if "logprob_cursor_not_advanced" in faults and not server.results_why:
+        _cursor_not_advanced(server, type(sc.batch_result_processor))
 
 
 def _patch(server, obj, name: str, new) -> None:
@@ -74,8 +85,8 @@ def _patch(server, obj, name: str, new) -> None:
 
 def _key_without_lora(submit):
     """``Server.submit`` whose request's ``extra_key`` lacks the lora_id ``Req.__init__`` appended to it."""
-    def submit_without_lora_key(rid, tokens, max_new, lora_id):
-        req = submit(rid, tokens, max_new, lora_id)
+    def submit_without_lora_key(rid, tokens, max_new, lora_id, *rest, **kw):  # rest: the release's other arguments
+        req = submit(rid, tokens, max_new, lora_id, *rest, **kw)
         if lora_id is not None and req.extra_key is not None and req.extra_key.endswith(lora_id):
             req.extra_key = req.extra_key[: -len(lora_id)] or None
         return req
@@ -115,6 +126,18 @@ def _inline_without_running_batch(server, sc, mgr) -> None:
         with mock.patch.object(mgr, "validate_lora_batch", validate_lora_batch):
             return raw(*args, **kwargs)
     _patch(server, sc, loop, get_new_batch_prefill_raw)
+
+
+def _cursor_not_advanced(server, cls) -> None:
+    """``_apply_prefill_logprobs`` stores the request's values from the cursor it is given and hands that cursor back
+    unmoved. The processor is a frozen slots dataclass: the method is replaced on its class, for the server's life
+    (``close()`` stops it)."""
+    original = cls._apply_prefill_logprobs
+
+    def apply(self, **kwargs):
+        original(self, **kwargs)
+        return kwargs["logprob_pt"]
+    _patch(server, cls, "_apply_prefill_logprobs", apply)
 
 
 def _fetch_first_only(server, mgr) -> None:

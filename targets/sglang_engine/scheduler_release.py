@@ -92,13 +92,17 @@ def default_micro_batch(n: int) -> None:
 
 
 def one_rank_state():
-    """SGLang's own one-rank ``ParallelState`` (``ParallelState.trivial()``, 0.5.16 - 0.5.20), or None (no such
-    class or constructor: the release reads the widths from the runtime context or its own attributes)."""
+    """SGLang's own one-rank ``ParallelState``: ``ParallelState.trivial()`` (0.5.16 - 0.5.20), else made as 0.5.13 -
+    0.5.15's ``Scheduler.__init__`` makes it for one rank (``scheduler.py:372-390`` in 0.5.15: ``SCHEDULER_RANKS``,
+    attention DP of one, GPU 0; its output streamer reads it); None where there is no such class (the release reads
+    the widths from the runtime context or its own attributes)."""
     try:
         from sglang.srt.distributed.parallel_state_wrapper import ParallelState
     except ImportError:
         return None
-    return ParallelState.trivial() if hasattr(ParallelState, "trivial") else None
+    if hasattr(ParallelState, "trivial"):
+        return ParallelState.trivial()
+    return ParallelState(**accepted(ParallelState, **SCHEDULER_RANKS, attn_dp_size=1, gpu_id=0))
 
 
 def tree_cache():

@@ -37,6 +37,7 @@ import torch
 
 from .cases import STEM_MAX
 from .frontend import ARRIVAL_YIELDS, _arrivals
+from .served_logprobs import Ledger
 
 IDLE_ROUNDS = 3  # rounds without a batch while requests wait or run: the scheduler is stuck
 
@@ -80,7 +81,7 @@ def serve(session, server, op) -> tuple[list[str], list[tuple[str, str]]]:
     front = session.front
     loop = front.loop if front is not None else asyncio.new_event_loop()
     try:
-        return loop.run_until_complete(_Step(session, server, names, prompts, new, arrive).run())
+        return loop.run_until_complete(_Step(session, server, names, prompts, new, arrive, op.get("logprob")).run())
     finally:
         server.abandoned = server.busy()
         if front is None:
@@ -90,9 +91,11 @@ def serve(session, server, op) -> tuple[list[str], list[tuple[str, str]]]:
 class _Step:
     """One step's requests on their way through the tokenizer manager and the scheduler."""
 
-    def __init__(self, session, server, names, prompts, new, arrive):
+    def __init__(self, session, server, names, prompts, new, arrive, logprob=None):
         self.s, self.server, self.names, self.prompts, self.new, self.arrive = (
             session, server, names, prompts, new, arrive)
+        self.logprob = logprob     # each request's input-logprob start, or None (no request asks logprobs)
+        self.ledger = Ledger(session)
         self.front, self.problems = session.front, []
         self.drain: list = []      # (what the drainer did, problem): the drain check's, a label of its own each
         self.resolved: dict = {}   # request index -> lora_id (None: the base model)
@@ -127,7 +130,8 @@ class _Step:
         """Queue the resolved requests whose round has come; whether some resolved request is still to arrive."""
         for i in sorted(self.resolved):
             if i not in self.submitted and self.arrive[i] <= self.round:
-                self.submitted[i] = self.server.submit(f"r{i}", self.prompts[i], self.new[i], self.resolved[i])
+                self.submitted[i] = self.server.submit(f"r{i}", self.prompts[i], self.new[i], self.resolved[i],
+                                                       None if self.logprob is None else self.logprob[i])
                 self.index[f"r{i}"] = i
                 self.queued[i] = self.round
         return any(i not in self.submitted for i in self.resolved)
@@ -188,8 +192,10 @@ class _Step:
             self.s.ctx.check("step.prefix-cache", check_prefix(self.server, batch, self.index, self.names))
         if self.problems:
             return False
-        for req in _run(self.s, self.server, batch, self.index, self.names):
+        for req in _run(self.s, self.server, batch, self.index, self.names, self.ledger):
             self.finished[self.index[req.rid]] = self.round
+            if self.logprob is not None:
+                self.ledger.finish(req, self.logprob[self.index[req.rid]])
             if self.front is not None:
                 await self.front._release(req.lora_id)
         return True
@@ -328,18 +334,23 @@ def record_writes(server, batch, index, names) -> None:
         off += k
 
 
-def _run(session, server, batch, index, names) -> list:
-    """The batch through ``ForwardBatch.init_new`` and the session's forward; greedy sampling; the result."""
+def _run(session, server, batch, index, names, ledger) -> list:
+    """The batch through ``ForwardBatch.init_new``, the session's forward (its checks), SGLang's sampling and result
+    processing (scheduler.Server.result / finish_round), the logprobs it stored (``ledger``); the requests that
+    finished."""
     fb = server.forward_batch(batch)
     reqs = list(batch.reqs)
     req_names = [names[index[r.rid]] for r in reqs]
     ids = [r.lora_id for r in reqs]
     extend = batch.forward_mode.is_extend()
     lens = list(fb.extend_seq_lens_cpu) if extend else [1] * len(reqs)
-    logits = session.forward(fb, req_names, ids, "extend" if extend else "decode", lens, fb.input_ids)
+    fw = session.forward_output(fb, req_names, ids, "extend" if extend else "decode", lens, fb.input_ids)
     record_writes(server, batch, index, names)  # the K/V the attention writes to SGLang's pool, by its request
-    next_ids = logits.argmax(dim=-1).to(torch.int64)  # greedy sampling (temperature 0)
-    return server.finish_round(batch, next_ids)
+    graph = session.graphs is not None and not extend and session.graphs.pick(len(reqs)) is not None
+    before = ledger.before(batch)
+    done = server.finish_round(batch, server.result(fw.output, fb, batch, graph))
+    ledger.record(batch, fb, fw, before)
+    return done
 
 
 __all__ = ["serve", "work"]

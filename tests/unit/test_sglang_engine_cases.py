@@ -578,7 +578,7 @@ def test_the_docs_count_of_declared_features_on_the_pinned_release_is_the_target
     """The CHANGELOG said 45 declared features for ``sglang_engine`` on 0.5.23 where ``doctor --engines`` said 46 (the
     stream steps' ``step=stream`` came after it; a new user's trial). The count here is the target's, on what the
     pinned release drives (``doctor --engines`` on 0.5.23: all six modules, the four backends, the adapter-management
-    API, the LogitsProcessor, the scheduler); each place the docs give it must say it."""
+    API, the LogitsProcessor, the scheduler and its result processing); each place the docs give it must say it."""
     from pathlib import Path
     root = Path(__file__).resolve().parents[2]
     pinned = import_module("fuzzrunner.targets.sglang_lora.site").PINNED
@@ -586,7 +586,7 @@ def test_the_docs_count_of_declared_features_on_the_pinned_release_is_the_target
     # where a campaign declared 59, then 62 with the radix knob)
     n = len(cases.feature_space(api.ALL_MODULES, frontend=True, logprobs=True,
                                 backends=("triton", "csgmv", "torch_native", "triton_v2"), scheduler=True, moe=True,
-                                radix=True))
+                                radix=True, results=True))
     changelog = " ".join((root / "CHANGELOG.md").read_text().split())
     sglang_md = " ".join((root / "docs" / "sglang.md").read_text().split())
     assert f"{n} for `sglang_engine` on {pinned}" in changelog, n
@@ -594,21 +594,26 @@ def test_the_docs_count_of_declared_features_on_the_pinned_release_is_the_target
 
 
 @FAST
-@given(st.data(), st.booleans(), st.booleans(), st.booleans())
-def test_each_steps_path_is_a_feature_named_as_the_runner_takes_it(data, sched, front, logprobs):
+@given(st.data(), st.booleans(), st.booleans(), st.booleans(), st.booleans())
+def test_each_steps_path_is_a_feature_named_as_the_runner_takes_it(data, sched, front, logprobs, results):
     """No report said whether SGLang's scheduler path ran (new-user trial): each step's path is a coverage feature
     (``path=scheduler``, ``path=tokenizer-manager``, ``path=direct``), from the one decision the runner takes
     (``step_path``: ``Session.step`` dispatches by it), and each path a release can take is declared, so one no case
-    took reads "never reached"."""
+    took reads "never reached". Where the scheduler's result processing is driven (``results``: results.py), steps
+    asking input logprobs take the scheduler path too."""
+    import types
+
     from fuzzrunner.targets.sglang_engine import runner
+    results = results and sched
     case = data.draw(cases.sglang_engine_cases((), max_ops=8, device="cpu", frontend=front, logprobs=logprobs,
-                                               scheduler=sched))
-    space = set(cases.feature_space(frontend=front, logprobs=logprobs, scheduler=sched))
-    reached = set(features_of(partial(cases.features, scheduler=sched, frontend=front), case))
+                                               scheduler=sched, results=results))
+    space = set(cases.feature_space(frontend=front, logprobs=logprobs, scheduler=sched, results=results))
+    reached = set(features_of(partial(cases.features, scheduler=sched, frontend=front, results=results), case))
     assert reached <= space
     taken = []
     session = object.__new__(runner.Session)
-    session.server, session.front = (object() if sched else None), (object() if front else None)
+    session.server = types.SimpleNamespace(results_why="" if results else "not driven") if sched else None
+    session.front = object() if front else None
     session._served_step = lambda op: taken.append("scheduler")
     session._front_step = lambda op: taken.append("tokenizer-manager")
     session._batch = lambda *a: taken.append("direct")
@@ -617,8 +622,11 @@ def test_each_steps_path_is_a_feature_named_as_the_runner_takes_it(data, sched, 
         if op["op"] == "step":
             session.step({**op, "reqs": [None] * len(op["reqs"])})  # (the direct path checks its adapters first)
     assert {f"path={p}" for p in taken} == {f for f in reached if f.startswith("path=")}
-    assert {f for f in space if f.startswith("path=")} == {f"path={p}" for p in cases.paths(sched, front, logprobs)}
+    assert {f for f in space if f.startswith("path=")} == {f"path={p}" for p in cases.paths(sched, front, logprobs,
+                                                                                             results)}
     assert ("path=scheduler" in space) == sched
+    if results:  # every step takes SGLang's scheduler, input logprobs included
+        assert set(taken) <= {"scheduler"}
 
 
 def test_a_virtual_experts_wrong_row_with_gated_expert_lora_is_27274_where_the_halves_are_not_paired(tmp_path,

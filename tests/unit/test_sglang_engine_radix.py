@@ -120,10 +120,10 @@ def test_a_case_without_the_knob_keeps_the_radix_cache_off():
 def test_the_fault_is_unavailable_where_the_radix_cache_is_not_driven_and_says_why():
     faults = import_module("fuzzrunner.targets.sglang_engine.scheduler_faults")
     shape = type("Scheduler", (), {"can_schedule_lora_req": lambda self: None})
-    off = types.SimpleNamespace(Scheduler=shape, drainer=True, radix_cache=None,
+    off = types.SimpleNamespace(Scheduler=shape, drainer=True, radix_cache=None, results=True,
                                 radix_why="its radix cache lacks sglang.srt.mem_cache.radix_cache")
     assert faults.unavailable(off, "0.5.x") == {
         "radix_key_without_lora": "SGLang 0.5.x's radix cache is not driven: its radix cache lacks "
                                   "sglang.srt.mem_cache.radix_cache"}
-    on = types.SimpleNamespace(Scheduler=shape, drainer=True, radix_cache=(object, {}), radix_why="")
+    on = types.SimpleNamespace(Scheduler=shape, drainer=True, radix_cache=(object, {}), radix_why="", results=True)
     assert faults.unavailable(on, "0.5.x") == {}

@@ -3,6 +3,8 @@ loop, by the methods it has (no SGLang import: stand-in classes with the methods
 
 from importlib import import_module
 
+import pytest
+
 scheduler = import_module("fuzzrunner.targets.sglang_engine.scheduler")
 
 
@@ -139,8 +141,10 @@ def test_inline_admission_fault_leaves_the_running_batchs_adapters_out_of_the_ch
             server.patches.pop().stop()
     assert seen == [{None, "a0", "a1"}, {"a1"}]
     assert sc._get_new_batch_prefill_raw() == {None, "a0"}  # unplanted
-    sl = types.SimpleNamespace(Scheduler=_InlineCheck, drainer=False, radix_cache=(object, {}), radix_why="")
-    assert set(faults.unavailable(sl, "0.5.11")) == {"admission_ignores_running", "drain_never_cleared"}
+    sl = types.SimpleNamespace(Scheduler=_InlineCheck, drainer=False, radix_cache=(object, {}), radix_why="",
+                               results=False)
+    assert set(faults.unavailable(sl, "0.5.11")) == {"admission_ignores_running", "drain_never_cleared",
+                                                     "logprob_cursor_not_advanced"}
 
 
 def test_without_a_drainer_no_drain_threshold_is_drawn_or_passed():
@@ -232,3 +236,42 @@ def test_the_details_name_the_releases_own_lora_check_and_drainer():
     assert "/ the LoRA check inline in get_new_batch_prefill over" in scheduler.describe(old)
     assert "LoRADrainer" not in scheduler.describe(old)
     assert "/ can_schedule_lora_req / LoRADrainer over" in scheduler.describe(new)
+
+
+def test_the_result_processings_endpoints_record_what_they_are_sent_and_refuse_the_rest():
+    """The detokenizer's socket, the metrics reporter, the load publisher (results.py) record each declared call; a
+    call SGLang makes that the scheduler object was not built for raises, naming it (never a silent no-op)."""
+    from fuzzrunner.targets.sglang_engine import results
+    sock = results.Recorder("the detokenizer's socket", results.DETOKENIZER)
+    sock.send_output("out1")
+    assert sock.sent("send_output") == [("out1",)]
+    with pytest.raises(AttributeError, match="the detokenizer's socket has no 'recv'"):
+        sock.recv()
+    reporter = results.Recorder("the metrics reporter", results.METRICS, num_generated_tokens=0)
+    reporter.num_generated_tokens += 3
+    assert reporter.num_generated_tokens == 3
+    with pytest.raises(RuntimeError, match="the scheduler's abort_request was called"):
+        results.refused("the scheduler's abort_request")("r0")
+
+
+def test_result_processing_is_driven_where_the_release_has_the_processor_and_a_streamer_without_loads():
+    """``results.supported``: the processor made by ``init_batch_result_processor`` and a streamer that does not read
+    the load inquirer (0.5.14+); the mixin (before 0.5.13) and 0.5.13's streamer are named as not driven."""
+    from fuzzrunner.targets.sglang_engine import results
+
+    class Newer:
+        def process_batch_result(self): ...
+        def init_batch_result_processor(self): ...
+        def init_output_streamer(self):
+            self.output_streamer = dict(send_to_detokenizer=None)
+
+    class Mixin:
+        def process_batch_result(self): ...
+
+    class Loads(Newer):
+        def init_output_streamer(self):
+            self.output_streamer = dict(load_inquirer_get_loads=None)
+
+    assert results.supported(Newer) == ""
+    assert "init_batch_result_processor, init_output_streamer" in results.supported(Mixin)
+    assert "load inquirer" in results.supported(Loads)
