@@ -213,10 +213,17 @@ def admission_name(cls) -> str | None:
 
 def describe(sl) -> str:
     """The target's details line of the release's scheduler path (``sl``: ``load``'s): the loop, the LoRA check by
-    the name the release calls it (inline in the loop 0.5.5 - 0.5.11), the drainer where it has one."""
+    the name the release calls it (inline in the loop 0.5.5 - 0.5.11), the drainer where it has one, the radix tree
+    cache a case with the radix cache on gets (or why none), whether SGLang's own result processing runs (or why
+    not)."""
     check = admission_name(sl.Scheduler) or f"the LoRA check inline in {prefill_loop(sl.Scheduler)}"
+    radix = getattr(sl, "radix_cache", None)  # (class, keywords), or None with why (_radix)
+    cache = (f"tree cache ({radix[0].__name__} where a case draws the radix cache on)" if radix is not None
+             else f"tree cache (radix cache not driven: {getattr(sl, 'radix_why', '') or 'not found'})")
+    results = result_processing.supported(sl.Scheduler)
     return (f"SGLang's get_next_batch_to_run / PrefillAdder / {check}{' / LoRADrainer' if sl.drainer else ''} over its "
-            f"ReqToTokenPool, KV allocator and tree cache; ForwardBatch.init_new")
+            f"ReqToTokenPool, KV allocator and {cache}; ForwardBatch.init_new; result processing: "
+            + ("SGLang's process_batch_result (its Sampler)" if not results else f"re-stated ({results})"))
 
 
 def _shape(name: str, cls, methods) -> object:

@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # what of vLLM this target drives, as `fuzzrunner targets` says it (catalog.py reads it without importing this)
 DRIVES = ("the worker's LRUCacheWorkerLoRAManager and LRUCacheLoRAModelManager (PEFT loading, LRU eviction, pinning)",
           "every *WithLoRA layer of a Llama-shaped model, and FusedMoEWithLoRA over vLLM's FusedMoE (MoE cases) "
-          "and FusedMoE3DWithLoRA with PEFT's 3D-format expert adapters (half the MoE cases of a CPU campaign)",
+          "and FusedMoE3DWithLoRA with PEFT's 3D-format expert adapters (half the MoE cases, on the CPU and on a GPU)",
           "the V2 model runner's LoraState, LoRA mixin and CUDA-graph dispatch",
           "the V1 model runner's InputBatch, CudagraphDispatcher and prompt logprobs (up to 0.33)")
 

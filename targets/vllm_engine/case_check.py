@@ -19,6 +19,7 @@ def check(case) -> dict:
     missing = [k for k in need if k not in c]
     if missing:
         raise InvalidCase(f"vllm_engine config is missing {', '.join(missing)}.")
+    _check_sizes(c)
     if c.get("dtype", "float16") not in DTYPES["cuda"] or c["lora_dtype"] not in ("auto", c.get("dtype", "float16")):
         raise InvalidCase(f"dtype {c.get('dtype')!r}, lora_dtype {c['lora_dtype']!r}: the model's dtype is one of "
                           f"{', '.join(DTYPES['cuda'])}, lora_dtype 'auto' or the model's.")
@@ -39,6 +40,30 @@ def check(case) -> dict:
         _check_op(c, i, op)
     _check_chunks(case.ops)
     return c
+
+
+# the config's sizes: each an int of at least this (max_cpu_loras: at least max_loras, as vLLM's LoRAConfig asks)
+SIZES = {"max_loras": 1, "max_lora_rank": 1, "max_num_seqs": 1, "max_num_batched_tokens": 1, "hidden": 1, "vocab": 1,
+         "num_speculative_tokens": 0}
+
+
+def _count(v, least: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= least
+
+
+def _check_sizes(c: dict) -> None:
+    """A size out of range is the case's error, never the engine's: before, ``max_loras: -3`` reached vLLM's
+    ``LoRAConfig`` and came back a ``crash`` finding (pydantic's ValidationError) instead of a quarantined case."""
+    for k, least in SIZES.items():
+        if not _count(c[k], least):
+            raise InvalidCase(f"{k} {c[k]!r}: an int >= {least}.")
+    if not _count(c["max_cpu_loras"], c["max_loras"]):
+        raise InvalidCase(f"max_cpu_loras {c['max_cpu_loras']!r}: an int >= max_loras={c['max_loras']} (vLLM's "
+                          f"LoRAConfig refuses fewer).")
+    for i, a in c["adapters"].items():
+        rank = a.get("rank") if isinstance(a, dict) else None
+        if not _count(rank, 1):
+            raise InvalidCase(f"adapter {i}: rank {rank!r}: an int >= 1.")
 
 
 def _check_moe(c: dict) -> None:

@@ -131,8 +131,9 @@ BUGS = {
                     "sampled rows (V2 runner: every scheduled row; V1 runner: each request's rows)",
            "upstream": "vllm-project/vllm#53842, an open PR (V2 runner); V1 runner: #51594, open, its fix #51597 an "
                        "open PR",
-           "status": "open in 0.15.0 - 0.34.0 (V2 runner) and 0.15.0 - 0.33.0 (V1 runner, its last release); a V2 fix "
-                     "here: docs/findings/p1_prompt_logprobs_mapping.patch (0.34.0; _on_0.33.patch for 0.33.0)"},
+           "status": "open in 0.15.0 - 0.34.0 (V2 runner) and 0.12.0 - 0.33.0 (V1 runner, its last release; by "
+                     "source); a V2 fix here: docs/findings/p1_prompt_logprobs_mapping.patch (0.34.0; _on_0.33.patch "
+                     "for 0.33.0)"},
     "S1": {"title": "V2 runner, speculative decoding: one lm_head row per request while a request has 1 + drafts "
                     "logits rows",
            "upstream": "fixed upstream in 0.34.0 (make_lora_inputs(..., num_logits))",

@@ -321,8 +321,8 @@ class V1Session(Session):
         removed after). Its outputs are discarded by vLLM: not compared; E1 would show as the V2 runner's does."""
         how = self.v1.dummy_batch
         if how.passes_lora:
-            raise InvalidCase("dummy_run: this vLLM's execute_dummy_batch passes LoRA arguments to _dummy_run, which "
-                              "v1_runner.dummy_batch does not read yet; use runner 'v2'.")
+            raise UnsupportedCase("dummy_run: this vLLM's execute_dummy_batch passes LoRA arguments to _dummy_run, "
+                                  "which v1_runner.dummy_batch does not read yet; use runner 'v2'.")
         n = self.q if how.uniform else 1
         per = split(n, self.c["max_num_seqs"], self.q)
         takes = inspect.signature(self.runner.maybe_dummy_run_with_lora).parameters

@@ -129,6 +129,18 @@ def test_vllm_engines_one_liner_names_the_moe_layer_of_every_adapter_format_it_d
         assert re.search(rf"\b{layer}\b", line), (fmt, layer, line)
 
 
+def test_the_engine_targets_one_liners_name_what_they_began_to_drive():
+    """`fuzzrunner targets` said nothing of sglang_engine's radix cache nor of SGLang's own result processing, and
+    said vllm_engine's 3D MoE layer ran in "half the MoE cases of a CPU campaign" after GPU campaigns began to draw
+    it (``moe.DEVICES_3D`` gained cuda; new-user trial)."""
+    from fuzzrunner import catalog
+    from targets.vllm_engine import moe
+    sglang, vllm = catalog.about("sglang_engine").description, catalog.about("vllm_engine").description
+    assert "radix cache" in sglang and "process_batch_result" in sglang, sglang
+    if "cuda" in moe.DEVICES_3D:
+        assert "of a CPU campaign" not in vllm and "on a GPU" in vllm, vllm
+
+
 @pytest.mark.parametrize("declared, says", [
     ('DRIVES = ("its pool", "its scheduler")', "a user runner; drives its pool; its scheduler"),
     ("DRIVES = tuple(x for x in 'ab')", "a user runner"),  # not literals: the description alone, never a failure

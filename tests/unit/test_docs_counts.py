@@ -45,3 +45,21 @@ def test_readmes_layout_names_every_built_in_target():
     assert line, layout[:500]
     assert {n.strip() for n in line.group(1).split(",")} == set(BUILTIN)
     assert {p.name for p in (ROOT / "targets").iterdir() if (p / "__init__.py").exists()} == set(BUILTIN)
+
+
+def test_each_vllm_known_labels_runner_ranges_are_the_findings_pages():
+    """`replay` of P1's case printed "open in ... 0.15.0 - 0.33.0 (V1 runner, its last release)" where
+    docs/findings/README.md, docs/vllm.md and docs/reach.md say the V1 runner has P1 in 0.12.0 - 0.33.0 by source
+    (``source_facts`` ``P1_v1``; new-user trial): the range a label gives each runner is the findings table's."""
+    known = import_module("fuzzrunner.targets.vllm_engine.known").BUGS
+    table = (ROOT / "docs" / "findings" / "README.md").read_text()
+    checked = 0
+    for bug, entry in known.items():
+        row = next((line for line in table.splitlines() if re.match(rf"\| (\[)?{bug}(\])?[ (]", line)), None)
+        for runner in ("V1 runner", "V2 runner"):
+            said = re.search(rf"(\d+\.\d+\.\d+ - \d+\.\d+\.\d+) \({runner}", entry["status"])
+            page = re.search(rf"{runner} (\d+\.\d+\.\d+ - \d+\.\d+\.\d+)", row or "")
+            if said and page:
+                assert said.group(1) == page.group(1), (bug, runner, entry["status"], page.group(0))
+                checked += 1
+    assert checked >= 2  # P1's two runners at least

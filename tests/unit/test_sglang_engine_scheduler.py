@@ -238,6 +238,28 @@ def test_the_details_name_the_releases_own_lora_check_and_drainer():
     assert "/ can_schedule_lora_req / LoRADrainer over" in scheduler.describe(new)
 
 
+def test_the_details_name_the_radix_tree_cache_and_the_result_processing_the_release_gets():
+    """``doctor --engines`` said "over its ReqToTokenPool, KV allocator and tree cache" after sglang_engine began to
+    draw the radix cache on (``UnifiedRadixCache`` / ``RadixCache``) and to run SGLang's own ``process_batch_result``
+    (0.5.14 - 0.5.23; new-user trial): the details line names the radix tree a case with the radix cache on gets, or
+    why none, and whether the release's result processing runs, or why it is re-stated."""
+    import types
+
+    class UnifiedRadixCache:
+        pass
+    processing = ("process_batch_result", "init_batch_result_processor", "init_output_streamer")
+    driven = types.SimpleNamespace(Scheduler=_release("can_schedule_lora_req", *processing), drainer=True,
+                                   radix_cache=(UnifiedRadixCache, {}), radix_why="")
+    line = scheduler.describe(driven)
+    assert "UnifiedRadixCache where a case draws the radix cache on" in line, line
+    assert "result processing: SGLang's process_batch_result" in line, line
+    old = types.SimpleNamespace(Scheduler=_release("can_schedule_lora_req"), drainer=True, radix_cache=None,
+                                radix_why="its radix cache lacks sglang.srt.mem_cache.radix_cache")
+    line = scheduler.describe(old)
+    assert "radix cache not driven: its radix cache lacks sglang.srt.mem_cache.radix_cache" in line, line
+    assert "result processing: re-stated (its Scheduler has no process_batch_result" in line, line
+
+
 def test_the_result_processings_endpoints_record_what_they_are_sent_and_refuse_the_rest():
     """The detokenizer's socket, the metrics reporter, the load publisher (results.py) record each declared call; a
     call SGLang makes that the scheduler object was not built for raises, naming it (never a silent no-op)."""

@@ -505,3 +505,27 @@ def test_a_releases_declared_features_are_those_its_cases_can_give(v1, v2_graphs
     def each(case):
         assert features.features(case) <= space, features.features(case) - space
     each()
+
+
+@pytest.mark.parametrize("knob, value", [
+    ("max_loras", -3), ("max_loras", 0), ("max_lora_rank", 0), ("max_num_seqs", "4"), ("max_num_batched_tokens", 0),
+    ("hidden", 1.5), ("vocab", True), ("num_speculative_tokens", -1), ("max_cpu_loras", 1), ("max_cpu_loras", None)])
+def test_a_size_out_of_range_is_a_malformed_case_not_an_engine_crash(knob, value):
+    """A corpus case with ``max_loras: -3`` (V2 runner, vLLM 0.34.0) was run: vLLM's ``LoRAConfig`` raised pydantic's
+    ValidationError, reported as a ``crash`` finding of vLLM, where a malformed case is quarantined (new-user trial).
+    Each config size out of range is refused as malformed (``InvalidCase``, not the release's ``UnsupportedCase``),
+    naming the knob and the value; the generated cases pass (``test_generated_cases_are_valid_...``)."""
+    from fuzzrunner.errors import UnsupportedCase
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs/findings/cases/triage/e1_v1_runner_dummy_batch_evicts_real_adapter.json")) as f:
+        d = json.load(f)
+    case_check.check(Case.from_dict(d))  # the case as written: valid (max_loras 2, max_cpu_loras 2)
+    d["config"][knob] = value
+    with pytest.raises(InvalidCase) as e:
+        case_check.check(Case.from_dict(d))
+    assert not isinstance(e.value, UnsupportedCase)
+    assert str(e.value).startswith(f"{knob} {value!r}: an int >= "), str(e.value)
+    d["config"][knob] = 2 if knob != "num_speculative_tokens" else 1
+    d["config"]["adapters"]["1"]["rank"] = 0
+    with pytest.raises(InvalidCase, match=r"adapter 1: rank 0: an int >= 1"):
+        case_check.check(Case.from_dict(d))
