@@ -274,8 +274,10 @@ def _check_batch(server, batch, index) -> list[str]:
     sc, out = server.sc, []
     ids = {r.lora_id for r in batch.reqs}
     if len(ids) > sc.max_loras_per_batch:
-        out.append(f"the scheduler made a {batch.forward_mode.name.lower()} batch of {len(ids)} adapters (base "
-                   f"included) for {sc.max_loras_per_batch} slots: requests {[index[r.rid] for r in batch.reqs]}")
+        mode = batch.forward_mode.name.lower()
+        article = "an" if mode[0] in "aeiou" else "a"
+        out.append(f"the scheduler made {article} {mode} batch of {len(ids)} adapters (base included) for "
+                   f"{sc.max_loras_per_batch} slots: requests {[index[r.rid] for r in batch.reqs]}")
     if len(batch.reqs) > sc.max_running_requests:
         out.append(f"the scheduler made a batch of {len(batch.reqs)} requests, above --max-running-requests "
                    f"{sc.max_running_requests}")
