@@ -116,7 +116,7 @@ def hidden(m, ids: torch.Tensor) -> torch.Tensor:
         o, _ = layer.self_attn.o_proj(_mix(qkv, cfg))
         h = h + o
         if hasattr(layer, sparse.BLOCK):  # MixtralMoE.forward: gate, TopK, the (LoRA-wrapped) experts
-            h = h + getattr(layer, sparse.BLOCK)(h)
+            h = h + getattr(layer, sparse.BLOCK)(sparse.block_input(h))  # post_attention_layernorm (moe.py)
             continue
         gu, _ = layer.mlp.gate_up_proj(h)
         gate, up = gu.chunk(2, dim=-1)
@@ -178,7 +178,7 @@ def reference(cfg, base: dict, ids: list[int], adapters: list, last: list | None
             h = h + lin(_mix(qkv[None], cfg)[0], f"{pre}.self_attn.o_proj")
             if routing is not None and routing[i] is not None:
                 moe_pre = f"{pre}.{sparse.BLOCK}.experts"
-                h = h + sparse.reference(h, routing[i][len(rows)], base[f"{moe_pre}.w13_weight"],
+                h = h + sparse.reference(sparse.block_input(h), routing[i][len(rows)], base[f"{moe_pre}.w13_weight"],
                                          base[f"{moe_pre}.w2_weight"], sparse.delta(ad, moe_pre))
                 continue
             gate, up = lin(h, f"{pre}.mlp.gate_up_proj").chunk(2, dim=-1)
@@ -203,7 +203,7 @@ def base_path_logits(m, ids: torch.Tensor, last: list | None = None, logits=None
         qkv = base(layer.self_attn.qkv_proj, h)
         h = h + base(layer.self_attn.o_proj, _mix(qkv, cfg))
         if hasattr(layer, sparse.BLOCK):
-            h = h + sparse.base(getattr(layer, sparse.BLOCK), h)
+            h = h + sparse.base(getattr(layer, sparse.BLOCK), sparse.block_input(h))
             continue
         gate, up = base(layer.mlp.gate_up_proj, h).chunk(2, dim=-1)
         h = h + base(layer.mlp.down_proj, (nn.functional.silu(gate) * up).contiguous())

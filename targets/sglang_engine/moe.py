@@ -63,6 +63,15 @@ _MODULES = {
     "hooks": ("sglang.srt.lora.lora_moe_runners",),
 }
 _DONE: dict = {}
+# The sparse block's input: the residual stream RMS-normalized to this scale (Mixtral's post_attention_layernorm
+# before block_sparse_moe, its weight this constant; float32 as SGLang's RMSNorm computes it). Before, the block took
+# the raw residual stream, which no real model feeds it: an adapter at alpha / r = 8 on q / k / v / o left it at
+# |x| ~ 600 (median; up to ~1700), its experts' gate / up at ~5700 and silu(gate) * up at ~7e6 - 1e8 in float64, past
+# float16's 65504, so a float16 (virtual-experts) case's experts returned inf (a false numeric-mismatch of
+# step.experts). Normalized to 0.5, the worst drawn adapter (r 2, alpha 16 on gate / up / down) keeps the experts'
+# gate / up within ~42, silu(gate) * up ~410 and the output ~2300 (float64, 300 draws each); alpha = r: all under 10.
+INPUT_SCALE = 0.5
+EPS = 1e-6                                   # the model's rms_norm_eps (model.hf_config_dict)
 
 
 def _module(kind: str):
@@ -196,6 +205,14 @@ def block(cfg, layer_id: int, dtype: torch.dtype):
     return SparseBlock()
 
 
+def block_input(h: torch.Tensor) -> torch.Tensor:
+    """The sparse block's input from the residual stream ``h`` (``INPUT_SCALE``'s note): ``INPUT_SCALE * h /
+    rms(h)`` per token, computed in float32 (float64 for a float64 ``h``: the reference) and returned in ``h``'s
+    dtype."""
+    w = h if h.dtype == torch.float64 else h.float()
+    return (INPUT_SCALE * w * torch.rsqrt(w.pow(2).mean(-1, keepdim=True) + EPS)).to(h.dtype)
+
+
 def base(block_, h: torch.Tensor) -> torch.Tensor:
     """The block's output without LoRA, as SGLang runs a batch whose adapters are all inactive: the wrapper's MoE runner
     with the batch's LoRA info marked ``has_active_lora`` no (``build_lora_hooks`` then returns empty hooks). A
@@ -248,5 +265,5 @@ def reference(x: torch.Tensor, route: tuple, w13: torch.Tensor, w2: torch.Tensor
     return out
 
 
-__all__ = ["BLOCK", "EXPERTS", "TOP_K", "base", "block", "cpu_answers", "delta", "fits", "hf_config", "max_tokens",
-           "reference", "routes", "server_knobs", "unavailable"]
+__all__ = ["BLOCK", "EXPERTS", "INPUT_SCALE", "TOP_K", "base", "block", "block_input", "cpu_answers", "delta",
+           "fits", "hf_config", "max_tokens", "reference", "routes", "server_knobs", "unavailable"]

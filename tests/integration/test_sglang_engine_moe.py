@@ -97,3 +97,19 @@ def test_the_moe_fault_is_found_from_scratch_within_300_examples(tmp_path):
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
     [run] = json.loads((tmp_path / "r.json").read_text())["runs"]
     assert run["replayed"] == [] and run["findings"], run["replayed"]
+
+
+# A float16 (virtual-experts) case as the clean 0.5.23 campaign found it: an adapter at alpha / r = 8 on the attention
+# and the experts. Before the block's input was normalized (moe.INPUT_SCALE) its experts returned inf (silu(gate) * up
+# ~1e7 in float64, past float16): a numeric-mismatch of step.experts on SGLang's own code.
+LOUD = {"a0": {"r": 2, "alpha": 16, "modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                "down_proj"]}}
+LOUD_OPS = [{"op": "load", "name": "a0"}, {"op": "step", "reqs": ["a0", None, "a0"], "mode": "extend", "lens": [2, 1, 2]}]
+
+
+def test_a_float16_moe_case_with_a_loud_adapter_stays_finite_and_silent():
+    [r] = _run([[_cfg(adapters=LOUD, dtype="float16", max_lora_rank=2,
+                      moe={"experts": 64, "top_k": 2, "shared_outer": False, "virtual": True}), LOUD_OPS, []]],
+               timeout=900)
+    _unavailable(r)
+    assert r == [], r
