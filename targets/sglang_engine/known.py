@@ -49,6 +49,11 @@ BUGS = {
                                "PR #21885 added it", "fixed upstream (0.5.12)"),
     "#27274": ("#27274", "--lora-use-virtual-experts computes the up half of a gated expert's gate_up LoRA from "
                "gate's A", "sgl-project/sglang#27274 (describes it)", "fixed upstream (0.5.23)"),
+    "#16687": ("#16687", "a base-model request is admitted without the slot check and pushes a batch past "
+               "--max-loras-per-batch", "sgl-project/sglang#16687 (#16333)", "fixed upstream (0.5.8)"),
+    "#25865": ("#25865", "the LoRA admission counts the running batch's adapters only, not a chunked prefill already "
+               "staged: a batch of more adapters than --max-loras-per-batch", "sgl-project/sglang#25865 (PRs #25567, "
+               "#26029)", "fixed upstream (0.5.13)"),
     "#15187": ("#15187", "0.5.6.post1 - 0.5.6.post2's torch_native ops contract over a slot's never-written rows",
                "sgl-project/sglang#15187", "fixed upstream (0.5.7)"),
 }

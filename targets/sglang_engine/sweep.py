@@ -28,7 +28,8 @@ SEEDS = {"#21380": "unload_keeps_slot_21380", "#28371": "csgmv_graph_segments_28
          "SG1": "drainer_pinned_slots_sg1", "SG2": "drain_budget_recomputed_sg2", "#20564": "torch_native_runs_20564",
          "torch-native-embedding": "torch_native_embedding", "#15187": "torch_native_rank_below_max_15187",
          "#27274": "moe_virtual_gated_27274",
-         "embedding-partial-unzeroed": "embedding_partial_unzeroed_g3"}
+         "embedding-partial-unzeroed": "embedding_partial_unzeroed_g3",
+         "#16687": "base_request_over_limit_16687", "#25865": "staged_chunk_admission_25865"}
 KNOWN = tuple(SEEDS)
 # the findings pages' names of the bugs sweep.py triages by what they are (docs/findings/)
 NAMES = {"torch-native-lm-head": "G1", "torch-native-graph-rank": "G2", "embedding-partial-unzeroed": "G3"}
@@ -67,6 +68,10 @@ def present(bug: str, version: str) -> bool | None:
         and lora_sweep.VIRTUAL_GATED_PAIRED not in f("srt/lora/lora_moe_runners.py"),
         # G3: the pool leaves the embedding / lm_head buffers of an adapter with one of the two modules
         "embedding-partial-unzeroed": lora_sweep.pool_leaves_partial_embedding(pool),
+        # the scheduler's LoRA admission: a base-model request never checked (0.5.7), a staged chunk not counted
+        "#16687": lora_sweep.BASE_NEVER_CHECKED in f("srt/managers/scheduler.py"),
+        "#25865": lora_sweep.RUNNING_ONLY in f("srt/managers/scheduler.py")
+        and lora_sweep.STAGED_COUNTED not in f("srt/managers/scheduler.py"),
     }[bug]
 
 

@@ -149,7 +149,30 @@ def engine_category(f: dict, version: str | None = None) -> str:
         return "#21380"
     if sig["kind"] == "state-violation" and "past the drain threshold" in f.get("message", ""):
         return _drain_bug(f.get("message", ""), config, version) or "untriaged"
+    if sig["kind"] == "state-violation" and OVER_SLOTS.search(f.get("message", "")):
+        return _admission_bug(config, version) or "untriaged"
     return "untriaged"
+
+
+# serving.py's batch check: the scheduler's batch holds more adapters (base included) than --max-loras-per-batch
+OVER_SLOTS = re.compile(r"the scheduler made an? \w+ batch of \d+ adapters \(base included\) for \d+ slots")
+# 0.5.7's admission lets a base-model request through unchecked (#16687 / #16333: "None never causes the check to fail")
+BASE_NEVER_CHECKED = "should never cause this check to fail"
+# 0.5.8 - 0.5.12.post1 count the running batch's adapters only: a chunked prefill staged in can_run_list is not
+# counted (#25865; 0.5.7 counted can_run_list, 0.5.13 adds it back with running_loras.update(...))
+RUNNING_ONLY = "running_loras = {req.lora_id for req in self.running_batch.reqs}"
+STAGED_COUNTED = "running_loras.update(req.lora_id for req in adder.can_run_list)"
+
+
+def _admission_bug(config: dict, version: str | None) -> str:
+    """#16687 or #25865 for a batch of more adapters than slots, where the release's scheduler has the bug's lines
+    (#25865 needs a chunked prefill: the staged request it does not count); "" otherwise."""
+    sched = _release_file(version, "srt/managers/scheduler.py")
+    if BASE_NEVER_CHECKED in sched:
+        return "#16687"
+    if config.get("chunked_prefill_size") and RUNNING_ONLY in sched and STAGED_COUNTED not in sched:
+        return "#25865"
+    return ""
 
 
 def _drain_bug(message: str, config: dict, version: str | None) -> str:

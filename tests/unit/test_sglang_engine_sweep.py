@@ -68,6 +68,10 @@ def _tree(tmp_path, v, buggy: bool) -> None:
     (lora / "torch_ops" / "lora_ops.py").write_text(sweep.TORCH_NATIVE_V0_OPS + "\n" if buggy else "")  # #15187
     (lora / "lora_moe_runners.py").write_text("lora_use_virtual_experts = True\n" + (
         "" if buggy else sweep.VIRTUAL_GATED_PAIRED + "=2\n"))  # #27274
+    managers = tmp_path / v / "site" / "sglang" / "srt" / "managers"
+    managers.mkdir(parents=True)
+    (managers / "scheduler.py").write_text(  # #16687, #25865
+        f"# {sweep.BASE_NEVER_CHECKED}\n{sweep.RUNNING_ONLY}\n" if buggy else f"{sweep.RUNNING_ONLY}\n{sweep.STAGED_COUNTED}\n")
 
 
 def _report(out: Path, v: str, findings: list, replayed: list, refused: dict) -> None:
@@ -338,3 +342,32 @@ def test_the_engine_sweep_gives_a_case_minutes_before_calling_it_a_timeout(tmp_p
     assert "--case-timeout 42" in asked
     (lora,) = _run_sweep_script(tmp_path / "c", "--target", "sglang_lora", "--out", str(tmp_path / "c/out"))
     assert "--case-timeout" not in lora
+
+
+def test_a_batch_of_more_adapters_than_slots_is_16687_or_25865_by_the_releases_admission_lines(tmp_path, monkeypatch):
+    """The reach audit (docs/reach.md) replayed #16687 (0.5.7) and #25865 (0.5.8 - 0.5.12.post1) through the scheduler
+    path, and a campaign would have called them untriaged: a batch of more adapters than slots is #16687 where the
+    release's admission lets a base-model request through unchecked, #25865 where it counts the running batch's
+    adapters only and the case has a chunked prefill (the staged request not counted), else untriaged."""
+    monkeypatch.setattr(site, "site_dirs", lambda v: (tmp_path / v / "site", tmp_path / v / "deps"))
+    sweep = esweep.lora_sweep
+    for v, text in (("v7", f"# {sweep.BASE_NEVER_CHECKED}\n"), ("v12", f"{sweep.RUNNING_ONLY}\n"),
+                    ("v13", f"{sweep.RUNNING_ONLY}\n{sweep.STAGED_COUNTED}\n")):
+        managers = tmp_path / v / "site" / "sglang" / "srt" / "managers"
+        managers.mkdir(parents=True)
+        (managers / "scheduler.py").write_text(text)
+        (managers.parent / "lora").mkdir()
+        (managers.parent / "lora" / "mem_pool.py").write_text("class LoRAMemoryPool: ...\n")  # a set-up tree
+
+    def triage(version, chunk=3, message="the scheduler made an extend batch of 3 adapters (base included) for 2 "
+                                         "slots: requests [0, 1, 2]"):
+        sig = {"tool": "state", "kind": "state-violation", "tensor": "step"}
+        f = {"signature": sig, "message": message,
+             "case": {"target": "sglang_engine", "config": {"backend": "csgmv", "chunked_prefill_size": chunk}}}
+        return sweep.category(f, version)
+    assert triage("v7") == "#16687"
+    assert triage("v12") == "#25865" and triage("v12", chunk=None) == "untriaged"
+    assert triage("v13") == "untriaged"
+    assert triage("v12", message="a pool handed out more than it has") == "untriaged"
+    assert [esweep.present(b, v) for b in ("#16687", "#25865") for v in ("v7", "v12", "v13")] == \
+        [True, False, False, False, True, False]
