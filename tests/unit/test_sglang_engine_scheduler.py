@@ -118,6 +118,27 @@ def test_a_release_with_the_lora_check_inline_runs_its_own_loop():
     assert "can_schedule_lora_req" in scheduler.unsupported(without)
 
 
+def _admits_a1_only_when_planted(sc, mgr, seen: list, loop: str) -> None:
+    """Adapters a0 (and the base model) running, a1 waiting, 2 slots: the release's loop (``sc``'s method ``loop``,
+    looked up at each call: the fault may replace it) leaves a1 waiting; with ``admission_ignores_running_batch``
+    planted, the check sees {a1} alone and admits it."""
+    import types
+
+    def prefill():
+        return getattr(sc, loop)()
+    faults = import_module("fuzzrunner.targets.sglang_engine.scheduler_faults")
+    sc.waiting_queue = [types.SimpleNamespace(lora_id="a1")]
+    server = types.SimpleNamespace(sc=sc, s=types.SimpleNamespace(mgr=mgr), patches=[])
+    assert prefill() == {None, "a0"}  # 3 adapters for 2 slots: a1 waits
+    faults.plant_server(server, {"admission_ignores_running_batch"})
+    try:
+        assert prefill() == {None, "a0", "a1"}  # admitted against {a1} alone
+    finally:
+        while server.patches:
+            server.patches.pop().stop()
+    assert seen == [{None, "a0", "a1"}, {"a1"}]
+
+
 def test_inline_admission_fault_leaves_the_running_batchs_adapters_out_of_the_check():
     """``admission_ignores_running_batch`` on 0.5.10 - 0.5.11: the inline check's set without the running batch's
     adapters (as on the method); ``admission_ignores_running`` and ``drain_never_cleared`` have no place there."""
@@ -130,16 +151,7 @@ def test_inline_admission_fault_leaves_the_running_batchs_adapters_out_of_the_ch
     sc = _InlineCheck()
     sc.running_batch, sc.tp_worker = running, types.SimpleNamespace(model_runner=types.SimpleNamespace(
         lora_manager=mgr))
-    sc.waiting_queue = [types.SimpleNamespace(lora_id="a1")]
-    server = types.SimpleNamespace(sc=sc, s=types.SimpleNamespace(mgr=mgr), patches=[])
-    assert sc._get_new_batch_prefill_raw() == {None, "a0"}  # 3 adapters for 2 slots: a1 waits
-    faults.plant_server(server, {"admission_ignores_running_batch"})
-    try:
-        assert sc._get_new_batch_prefill_raw() == {None, "a0", "a1"}  # admitted against {a1} alone
-    finally:
-        while server.patches:
-            server.patches.pop().stop()
-    assert seen == [{None, "a0", "a1"}, {"a1"}]
+    _admits_a1_only_when_planted(sc, mgr, seen, "_get_new_batch_prefill_raw")
     assert sc._get_new_batch_prefill_raw() == {None, "a0"}  # unplanted
     sl = types.SimpleNamespace(Scheduler=_InlineCheck, drainer=False, radix_cache=(object, {}), radix_why="",
                                results=False)
@@ -179,7 +191,6 @@ def test_a_release_whose_loop_asks_the_worker_inline_runs_its_own_loop_and_takes
     can_schedule_lora_req / _can_schedule_lora_req"), and ``admission_ignores_running_batch`` is planted on that
     loop's check (the running batch's adapters left out of the set the manager validates)."""
     import types
-    faults = import_module("fuzzrunner.targets.sglang_engine.scheduler_faults")
     cls = type("Scheduler", (_WorkerCheck,), {m: (lambda self: None) for m in LOOP if m != "get_new_batch_prefill"})
     assert scheduler.prefill_loop(cls) == "get_new_batch_prefill"
     assert scheduler.inline_lora_check(cls) and scheduler.unsupported(cls) == "", scheduler.unsupported(cls)
@@ -189,16 +200,7 @@ def test_a_release_whose_loop_asks_the_worker_inline_runs_its_own_loop_and_takes
     sc.tp_worker = types.SimpleNamespace(can_run_lora_batch=lambda ids: mgr.validate_lora_batch(ids))
     sc.running_batch = types.SimpleNamespace(reqs=[types.SimpleNamespace(lora_id=i, finished=lambda: False)
                                                    for i in (None, "a0")])
-    sc.waiting_queue = [types.SimpleNamespace(lora_id="a1")]
-    server = types.SimpleNamespace(sc=sc, s=types.SimpleNamespace(mgr=mgr), patches=[])
-    assert sc.get_new_batch_prefill() == {None, "a0"}  # 3 adapters for 2 slots: a1 waits
-    faults.plant_server(server, {"admission_ignores_running_batch"})
-    try:
-        assert sc.get_new_batch_prefill() == {None, "a0", "a1"}  # admitted against {a1} alone
-    finally:
-        while server.patches:
-            server.patches.pop().stop()
-    assert seen == [{None, "a0", "a1"}, {"a1"}]
+    _admits_a1_only_when_planted(sc, mgr, seen, "get_new_batch_prefill")
 
 
 def test_init_new_fetches_one_is_planted_on_the_pools_load_where_prepare_lora_batch_loads_the_batch():
