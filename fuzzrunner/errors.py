@@ -40,6 +40,11 @@ class SkippedFile(InvalidCase):
     quarantined, left where it is (fuzzrunner.safe_io)."""
 
 
+class UnreadableFile(InvalidCase):
+    """A file that could not be opened or read (no permission, an I/O error): what is wrong is the file's access,
+    not its contents (a malformed file is a plain ``InvalidCase``)."""
+
+
 class HarnessError(FuzzrunnerError):
     """The harness broke (a target cannot be set up, every worker dies): not a finding."""
 

@@ -1,7 +1,7 @@
 """Campaign progress for a person: a live bar on a terminal (rich), plain heartbeat lines otherwise.
 
 Fed with the campaign's events (``progress``, ``finding``, ``regression``, ``warning``). The
-numbers (generated of max, %, shrinking, findings, cases/s, ETA) are computed here, once, for
+numbers (generated of max, %, shrinking or re-runs, findings, cases/s, ETA) are computed here, once, for
 both shapes; rich only draws them. Without rich (it is a dependency, but a bare GPU image may
 lack it) a terminal gets the plain line rewritten in place.
 """
@@ -22,6 +22,7 @@ class _Numbers:
 
     def __init__(self, settings):
         self.max_examples, self.budget = settings.max_examples, settings.budget_s
+        self.shrink = getattr(settings, "shrink", True)  # --no-shrink: the cases beyond the generated are re-runs
         self.began = time.monotonic()  # the budget's clock: the command's start (engine/deadline.py)
         self.start = self.began        # the search's own clock, from the progress events: the rate's
         self.examples = self.generated = self.findings = 0
@@ -41,6 +42,7 @@ class _Numbers:
         return min(max(self._fractions()), 1.0)
 
     def text(self) -> str:
+        from .engine.result import rerun_text
         now = time.monotonic()
         el, since = now - self.start, now - self.began
         rate = self.examples / el if el > 0 else 0.0
@@ -53,7 +55,7 @@ class _Numbers:
         done = f"{100 * min(count, 1.0):.0f}%" + (f", {100 * min(spent, 1.0):.0f}% of the {self.budget:g} s budget"
                                                   if self.budget else "")
         return (f"{self.generated}/{self.max_examples} generated ({done})"
-                f"{f' + {shrinking} shrinking' if shrinking else ''}, {self.findings} "
+                f"{f' + {rerun_text(shrinking, self.shrink)}' if shrinking else ''}, {self.findings} "
                 f"finding{'s' * (self.findings != 1)}, {rate:.1f} cases/s, {since:.0f} s{eta}")
 
 

@@ -22,7 +22,7 @@ from .corpus import atomic_write, load_any, safe_name
 from .coverage import PYTEST_PROPERTY
 from .engine.result import StopReason, stop_text
 from .errors import HarnessError, InvalidArgument, InvalidCase, UnsupportedCase
-from .finding import Finding, case_text, render
+from .finding import Finding, case_text, known_text, render
 from .target_spec import TargetSpec
 from .text import plural
 
@@ -245,16 +245,28 @@ def replay_corpus_file(path: Path, state) -> None:
 
 
 def _regression_report(path, case, finding, replay, spec) -> str:
+    """What a failing corpus item prints: under a violation whose root cause the target names a known bug, its label
+    (``known: E1: ...``), once per bug, as ``fuzzrunner replay`` prints it (before, only the CLI did)."""
     violations, same = replay.seen, replay.same
+    said: list = []  # the known bugs labelled so far
+
+    def known(v, indent: str) -> list[str]:
+        label = replay.known_label(v)
+        if label is None or any(label is s for s in said):
+            return []
+        said.append(label)
+        return [f"{indent}{known_text(label)}"]
     if same:
-        head = [f"{path}: the saved bug REPRODUCES", f"  {same[0].signature.short()}", f"  {same[0].message}"]
+        head = [f"{path}: the saved bug REPRODUCES", f"  {same[0].signature.short()}", f"  {same[0].message}",
+                *known(same[0], "  ")]
         rest = [v for v in violations if v is not same[0]]
     else:
         was = f" (saved for: {finding.signature.short()})" if finding else ""
         head = [f"{path}: {len(violations)} violation{'s' * (len(violations) != 1)}{was}"]
         rest = list(violations)
     rest = sorted(rest, key=lambda v: names.KINDS[v.kind].priority)
-    head += [f"  also: {v.signature.short()}: {v.message}" for v in rest[:3]]
+    for v in rest[:3]:
+        head += [f"  also: {v.signature.short()}: {v.message}", *known(v, "    ")]
     if len(rest) > 3:
         head.append(f"  ... and {len(rest) - 3} more")
     head += ["  case:", *("    " + line for line in case_text(case).splitlines()),

@@ -17,7 +17,7 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import InvalidCase, SkippedFile
+from .errors import InvalidCase, SkippedFile, UnreadableFile
 
 MAX_ENTRY_BYTES = 16 * 1024 * 1024     # a case or finding file (a large one is ~100 KB)
 MAX_REPORT_BYTES = 512 * 1024 * 1024   # a JSON report (--previous, trend readers)
@@ -36,14 +36,14 @@ def _size(n: int) -> str:
 
 def read_bytes(path: str | os.PathLike, limit: int = MAX_ENTRY_BYTES) -> bytes:
     """The contents of the regular file ``path`` (symlinks to one are fine), at most ``limit`` bytes;
-    ``SkippedFile`` for anything else, ``InvalidCase`` if it cannot be opened."""
+    ``SkippedFile`` for anything else, ``UnreadableFile`` if it cannot be opened or read."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise SkippedFile(f"{_show(path)}: skipped: a symlink loop (or too many levels of links); "
                               f"fuzzrunner reads regular .json files only: remove the link.") from None
-        raise InvalidCase(f"{_show(path)}: cannot read ({e.strerror}).") from None
+        raise UnreadableFile(f"{_show(path)}: cannot read ({e.strerror}).") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -53,7 +53,7 @@ def read_bytes(path: str | os.PathLike, limit: int = MAX_ENTRY_BYTES) -> bytes:
             raise SkippedFile(too_big(path, st.st_size, limit))
         data = _read_up_to(fd, limit + 1)  # the file may have grown since fstat
     except OSError as e:
-        raise InvalidCase(f"{_show(path)}: cannot read ({e.strerror}).") from None
+        raise UnreadableFile(f"{_show(path)}: cannot read ({e.strerror}).") from None
     finally:
         os.close(fd)
     if len(data) > limit:

@@ -128,11 +128,14 @@ def campaign_time(result) -> str:
 
 
 def _cases_text(result) -> str:
-    """'105 cases: 5 replayed, 100 generated (0 invalid), 0 shrinking': every number the run prints
-    (coverage's valid cases = replayed + generated - invalid; "found after N examples" counts them all)."""
+    """'105 cases: 5 replayed, 100 generated (0 invalid), 0 shrinking' ('1 re-run' under ``--no-shrink``): every
+    number the run prints (coverage's valid cases = replayed + generated - invalid; "found after N examples" counts
+    them all)."""
+    from ..engine.result import rerun_text
     replayed, shrinking = len(result.replayed), max(0, result.examples - result.generated)
+    shrink = getattr(getattr(result, "settings", None), "shrink", True)
     return (f"{plural(replayed + result.examples, 'case')}: {replayed} replayed (corpus and seeds), {result.generated} "
-            f"generated ({result.invalid} invalid), {shrinking} shrinking")
+            f"generated ({result.invalid} invalid), {rerun_text(shrinking, shrink)}")
 
 
 def _coverage_line(result, out) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..errors import InvalidCase, NewerSchema, SkippedFile, UnsupportedCase
+from ..errors import InvalidCase, NewerSchema, SkippedFile, UnreadableFile, UnsupportedCase
 from ..target import is_builtin, recorded_for
 from ..text import plural
 from . import events
@@ -23,15 +23,12 @@ def replay_corpus(shard) -> None:
     if shard.index != 0:
         return
 
-    def bad(path, moved, error) -> None:
+    def bad(path, moved, error, *, ran: bool = False) -> None:
         result.quarantined.append((str(path), str(moved) if moved else None, str(error)))
-        said = str(error).removeprefix(f"{path}: ")  # the error names the file too: say it once
         if not _in(corpus, path):  # the target's own seed: never moved, and not unreadable when its release refuses it
-            shard.emit(events.WarningEvent(f"seed case {path} not run (left in place): {said}"))
+            shard.emit(events.WarningEvent(f"seed case {path} not run (left in place): {_said(path, error)}"))
             return
-        where = f"moved to {moved}" if moved else "left in place" if isinstance(error, (NewerSchema, SkippedFile)) \
-            else "could not be moved"
-        shard.emit(events.WarningEvent(f"unreadable corpus file {path} ({where}): {said}"))
+        shard.emit(events.WarningEvent(bad_corpus_file(path, moved, error, ran=ran)))
 
     entries = _own(shard, corpus.entries(shard.target.name, on_bad=bad) if corpus is not None else [])
     if corpus is not None:
@@ -48,6 +45,23 @@ def replay_corpus(shard) -> None:
     _say_unsupported(shard)
 
 
+def bad_corpus_file(path, moved, error, *, ran: bool = False) -> str:
+    """The one warning line for a corpus file that was not replayed: what is wrong first (a malformed file, with
+    its parse or schema error; a case its target refused when ``ran``; an unreadable file: no permission, an I/O
+    error; a file left for a newer fuzzrunner or not a regular file), then where it went. Before, all read
+    "unreadable corpus file", as if a malformed case were a permission problem (new-user trial)."""
+    if isinstance(error, (NewerSchema, SkippedFile)):
+        return f"corpus file {path} not read (left in place): {_said(path, error)}"
+    what = ("unreadable corpus file" if isinstance(error, UnreadableFile) else "invalid corpus case" if ran
+            else "malformed corpus file")
+    return f"{what} {path} ({f'moved to {moved}' if moved else 'could not be moved'}): {_said(path, error)}"
+
+
+def _said(path, error) -> str:
+    """The error in one line, without the file's name it starts with (the warning names the file once)."""
+    return " ".join(str(error).removeprefix(f"{path}: ").split())
+
+
 def _replay(shard, path, case, finding, bad) -> None:
     """Replay one corpus or seed case: a finding that still reproduces is known again, anything else recorded."""
     corpus, result = shard.corpus, shard.result
@@ -57,7 +71,7 @@ def _replay(shard, path, case, finding, bad) -> None:
         result.unsupported.append((str(path), str(e)))
         return
     except InvalidCase as e:
-        bad(path, corpus.quarantine(path) if _in(corpus, path) else None, e)
+        bad(path, corpus.quarantine(path) if _in(corpus, path) else None, e, ran=True)
         return
     _count_features(shard, case)
     still = finding is not None and bool(finding.reproduced_by(violations))

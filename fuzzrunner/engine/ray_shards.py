@@ -20,12 +20,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..corpus import Corpus
-from ..errors import HarnessError, InvalidArgument, NewerSchema, TargetUnavailable
+from ..errors import HarnessError, InvalidArgument, TargetUnavailable
 from ..finding import merge_all
 from ..target_spec import TargetSpec
 from ..text import describe, plural
 from . import events
 from . import result as R
+from .corpus_replay import bad_corpus_file
 from .corpus_stream import CorpusWriter, StreamedCorpus, snapshot
 from .plan import CampaignPlan
 from .result import CampaignResult
@@ -401,7 +402,5 @@ def _kill(ray, handles: list) -> None:
 def _on_bad(result: CampaignResult, merger: Merger):
     def bad(path, moved, error) -> None:
         result.quarantined.append((str(path), str(moved) if moved else None, str(error)))
-        where = f"moved to {moved}" if moved else "left in place" if isinstance(error, NewerSchema) else \
-            "could not be moved"
-        merger.event(events.WarningEvent(f"unreadable corpus file {path} ({where}): {error}"))
+        merger.event(events.WarningEvent(bad_corpus_file(path, moved, error)))
     return bad

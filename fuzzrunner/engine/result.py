@@ -52,6 +52,13 @@ def stop_text(reason: StopReason | None) -> str:
     return reason.value if reason is not None else "unknown"
 
 
+def rerun_text(n: int, shrink: bool) -> str:
+    """The cases run that were not generated, as the progress line and the summary count them: shrink steps (and
+    Hypothesis' re-run of each failing case to report it), ``"6 shrinking"``; without shrinking only those re-runs,
+    ``"1 re-run"`` (under ``--no-shrink`` the summary said "1 shrinking": new-user trial)."""
+    return f"{n:,} shrinking" if shrink else f"{n:,} re-run{'s' * (n != 1)}"
+
+
 @dataclass
 class CampaignResult:
     target: str

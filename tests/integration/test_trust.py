@@ -127,6 +127,7 @@ def test_unreadable_corpus_files_are_quarantined_and_the_campaign_goes_on(tmp_pa
     assert not (findings / "truncated.json").exists() and (quarantine / "truncated.json").exists()
     [line] = [e for e in err if "truncated.json" in e]
     assert "warning" in line and str(quarantine / "truncated.json") in line
+    assert "malformed corpus file" in line and "not valid JSON" in line and "unreadable corpus" not in line, line
     # a newer fuzzrunner's file is not broken: it stays for the teammate who wrote it (a shared corpus)
     assert (findings / "newer.json").exists() and not (quarantine / "newer.json").exists()
     [line] = [e for e in err if "newer.json" in e]

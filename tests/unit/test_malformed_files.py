@@ -116,3 +116,43 @@ def test_a_malformed_report_is_refused_with_what_is_wrong(tmp_path, change, reas
     with pytest.raises(InvalidCase) as e:
         load_report(path)
     assert reason in str(e.value) and "upgrade" not in str(e.value)
+
+
+def test_the_warning_says_malformed_with_the_parse_error_and_unreadable_only_for_a_file_it_cannot_read(tmp_path,
+                                                                                                   monkeypatch):
+    """New-user trial: a truncated case file was warned about as an "unreadable corpus file", the word for a file one
+    has no permission to read. Each kind of bad file now says what it is, the file once, the error in one line."""
+    import errno
+    import os
+
+    from fuzzrunner.engine.corpus_replay import bad_corpus_file
+    from fuzzrunner.errors import UnreadableFile
+    d = tmp_path / "cases" / "t"
+    d.mkdir(parents=True)
+    (d / "truncated.json").write_text('{"schema": 1, "tar')
+    (d / "secret.json").write_text(CASE.to_json())
+    (d / "newer.json").write_text(json.dumps({**CASE.to_dict(), "schema": 7}))
+    real_open = os.open
+
+    def no_permission(path, *args, **kwargs):
+        if str(path).endswith("secret.json"):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_open(path, *args, **kwargs)
+    monkeypatch.setattr(os, "open", no_permission)  # tests run as root, which chmod 000 does not stop
+    seen = {}
+    assert Corpus(tmp_path).entries("t", on_bad=lambda path, moved, e: seen.update({path.name: (path, moved, e)})) == []
+    monkeypatch.undo()
+    lines = {name: bad_corpus_file(*args) for name, args in seen.items()}
+    quarantine = tmp_path / "quarantine" / "cases" / "t"
+    assert isinstance(seen["secret.json"][2], UnreadableFile)
+    assert lines["secret.json"] == (f"unreadable corpus file {d / 'secret.json'} (moved to {quarantine / 'secret.json'}): "
+                                    f"cannot read (Permission denied).")
+    assert lines["truncated.json"] == (f"malformed corpus file {d / 'truncated.json'} (moved to "
+                                       f"{quarantine / 'truncated.json'}): not valid JSON (Unterminated string "
+                                       f"starting at line 1 column 15).")
+    assert lines["newer.json"].startswith(f"corpus file {d / 'newer.json'} not read (left in place): case schema 7 "
+                                          f"is newer than this fuzzrunner")
+    assert all("\n" not in line and line.count(str(d)) == 1 for line in lines.values()), lines
+    refused = InvalidCase(f"{d / 'x.json'}: op 0: num_tokens 0 must be at least 1")  # a case its target refuses
+    assert bad_corpus_file(d / "x.json", None, refused, ran=True) == (
+        f"invalid corpus case {d / 'x.json'} (could not be moved): op 0: num_tokens 0 must be at least 1")

@@ -135,3 +135,16 @@ def test_the_line_keeps_one_shape_as_the_budget_overtakes_the_count(monkeypatch)
     unlimited = Progress(Stream(False), settings(max_examples=20))
     unlimited(prog(unlimited, 14, 0))
     assert "14/20 generated (70%), " in unlimited.text()
+
+
+def test_under_no_shrink_the_cases_beyond_the_generated_are_re_runs_never_shrinking():
+    """New-user trial: a ``--no-shrink`` campaign printed "+ 1 shrinking" (Hypothesis' re-run of the failing case to
+    report it): under --no-shrink the line says re-runs, and nothing says shrinking."""
+    from fuzzrunner.cli import render
+    p = Progress(Stream(False), types.SimpleNamespace(max_examples=20, budget_s=None, shrink=False), label="ref: ")
+    p(prog(p, 5, 1, generated=4))
+    assert p.text().startswith("ref: 4/20 generated (20%) + 1 re-run, 1 finding, ") and "shrink" not in p.text()
+    for shrink, said in ((False, "2 re-runs"), (True, "2 shrinking")):
+        r = types.SimpleNamespace(replayed=[1], examples=22, generated=20, invalid=0,
+                                  settings=types.SimpleNamespace(shrink=shrink))
+        assert render._cases_text(r) == f"23 cases: 1 replayed (corpus and seeds), 20 generated (0 invalid), {said}"

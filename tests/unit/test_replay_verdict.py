@@ -221,3 +221,31 @@ def test_every_verdict_is_described_and_has_an_exit_code():
     assert all(v.describe() for v in Verdict)
     assert {v for v in Verdict if v.shows} == {Verdict.REPRODUCED, Verdict.MOVED, Verdict.OTHERS}
     assert {v for v in Verdict if render._replay_exits()[v] == render.EXIT_FINDINGS} == {v for v in Verdict if v.shows}
+
+
+def test_a_known_bug_is_labelled_by_the_plugin_as_by_the_cli(replay, monkeypatch, capsys):
+    """New-user trial: a corpus item that fails again printed the violation alone, where ``fuzzrunner replay`` of the
+    same file says "known: E1: ..." (the target's ``known_bugs``, engine/known.py): the plugin now prints the same label,
+    once per known bug, under the violation it names; an unnamed violation gets none."""
+    def known_bugs(finding: dict) -> dict | None:
+        return {"id": "K1", "title": "never written", "upstream": "example/repo#1"} \
+            if finding["violation"]["tensor"] == "token_lora_mapping" else None
+    monkeypatch.setattr(Replayer, "__init__", _with_known_bugs(Replayer.__init__, known_bugs))
+    label = "known: K1: never written (example/repo#1)"
+    cli_, plugin = replay(BUG, [BUG], capsys)
+    assert cli_ == (1, f"PATH: REPRODUCED {SHORT}\n    {BUG.message}\n    {label}\n", "")
+    assert plugin == ("regression", "\n".join(["PATH: the saved bug REPRODUCES", f"  {SHORT}", f"  {BUG.message}",
+                                               f"  {label}", *CASE_LINES]))
+    cli_, plugin = replay(None, [CRASH, BUG], capsys)  # a case file: the label under the violation it names only
+    crash = CRASH.signature.short()
+    assert cli_ == (1, f"PATH: 2 violations\n    {crash}: {CRASH.message}\n    {SHORT}: {BUG.message}\n      {label}\n", "")
+    assert plugin == ("regression", "\n".join(["PATH: 2 violations", f"  also: {SHORT}: {BUG.message}", f"    {label}",
+                                               f"  also: {crash}: {CRASH.message}", *CASE_LINES]))
+
+
+def _with_known_bugs(init, known_bugs):
+    """A ``Replayer.__init__`` whose target names known bugs (``Replayer.run``, stood in for, does not load one)."""
+    def patched(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.known_bugs = known_bugs
+    return patched
