@@ -15,6 +15,7 @@ def device() -> str:
 
 
 def pytest_collection_modifyitems(config, items):
+    _xdist_groups(config, items)
     if not _env.interpreted():  # compiled Triton (the GPU machine's cuda-tests): CPU tensors cannot reach a kernel
         compiled = pytest.mark.skip(reason="launches Triton kernels on CPU tensors: needs Triton's interpreter "
                                            "(FUZZRUNNER_DEVICE=cpu)")
@@ -27,6 +28,23 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _xdist_groups(config, items) -> None:
+    """``--dist loadgroup`` (scripts/test.sh) sends the tests of one ``xdist_group`` to one worker by the "@GROUP" its
+    worker appends to their node ids (xdist.remote); from pytest 9.2 a node id is read from ``item._id`` and xdist
+    3.8's write of ``item._nodeid`` is lost, so every group was spread over both workers: test_ray.py's tests started
+    two local clusters, and each grouped module's fixture was set up twice. The same suffix, where this pytest reads
+    node ids (an older pytest has no ``_id``: xdist's own write works there). ``config.option.loadgroup``: a worker's
+    ``dist`` reads "no"."""
+    if not getattr(config.option, "loadgroup", False) or not items or not hasattr(items[0], "_id"):
+        return
+    from _pytest.nodeid import NodeId
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if names and not item.nodeid.endswith("@" + "_".join(names)):
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
 
 
 @pytest.fixture

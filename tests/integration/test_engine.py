@@ -20,6 +20,9 @@ from fuzzrunner.finding import Finding
 from fuzzrunner.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
+# One xdist group: under `--dist loadgroup` a module's ungrouped tests spread over both workers, each
+# setting up the module's fixtures; grouped, `hub` (a forked and a started worker) is set up once per CI run.
+pytestmark = pytest.mark.xdist_group("engine")
 CRASHY = str(Path(__file__).with_name("crashy_target.py")) + ":TARGET"
 
 

@@ -20,6 +20,9 @@ from fuzzrunner.engine import Hub, WorkerSpec
 from fuzzrunner.report import load_report
 
 ROOT = Path(__file__).resolve().parents[2]
+# One xdist group: under `--dist loadgroup` a module's ungrouped tests spread over both workers, each
+# setting up the module's fixtures; grouped, `raises_hub` (a worker) is set up once per CI run.
+pytestmark = pytest.mark.xdist_group("hardening_engine")
 TARGETS = str(Path(__file__).with_name("hostile_targets.py"))
 
 

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# One xdist group: under `--dist loadgroup` a module's ungrouped tests spread over both workers, each
+# setting up the module's fixtures; grouped, `installed` (the plug-in package, pip-installed) is set up once per CI run.
+pytestmark = pytest.mark.xdist_group("plugin_package")
 
 PYPROJECT = '''\
 [build-system]

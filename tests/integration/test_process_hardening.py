@@ -25,6 +25,10 @@ from fuzzrunner.engine.result import StopReason
 from fuzzrunner.report import load_report
 
 ROOT = Path(__file__).resolve().parents[2]
+# One xdist group: under `--dist loadgroup` a module's ungrouped tests spread over both workers, each
+# setting up the module's fixtures; grouped, `thread_hub` and `fork_hub` (workers) are set up once
+# per CI run.
+pytestmark = pytest.mark.xdist_group("process_hardening")
 TARGETS = str(Path(__file__).with_name("hostile_targets.py"))
 
 

@@ -30,6 +30,9 @@ from fuzzrunner.pytest_plugin import gpu_for_worker, pin_xdist_worker
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[2]
+# One xdist group: under `--dist loadgroup` a module's ungrouped tests spread over both workers, each
+# setting up the module's fixtures; grouped, `planted_violations` (a replay in a worker) is set up once per CI run.
+pytestmark = pytest.mark.xdist_group("pytest_plugin")
 DOCS = ROOT / "docs" / "pytest_plugin.md"
 INSTALLED = any(e.name == "fuzzrunner" for e in importlib.metadata.entry_points(group="pytest11"))
 PLUGIN = () if INSTALLED else ("-p", "fuzzrunner.pytest_plugin")

@@ -19,7 +19,10 @@ from fuzzrunner.target import _import_object
 
 ROOT = Path(__file__).resolve().parents[2]
 AVAILABLE, REASON = _import_object("targets.sglang_engine:engine_available")()
-pytestmark = pytest.mark.skipif(not AVAILABLE, reason=f"sglang_engine: {REASON}")
+# One xdist group: under `--dist loadgroup` a module's ungrouped tests spread over both workers, each
+# setting up the module's fixtures; grouped, `results` (every case in one SGLang subprocess) is set up once per CI run.
+pytestmark = [pytest.mark.skipif(not AVAILABLE, reason=f"sglang_engine: {REASON}"),
+              pytest.mark.xdist_group("sglang_engine")]
 # the adapter-management API and admission are driven where the tokenizer manager imports (frontend.py)
 FRONTEND = AVAILABLE and (Path(REASON).parent / "frontend-ok").exists()
 

@@ -13,7 +13,10 @@ from importlib import import_module
 import pytest
 from test_sglang_engine import ADAPTERS, AVAILABLE, REASON, ROOT, _cfg, run_cases
 
-pytestmark = pytest.mark.skipif(not AVAILABLE, reason=f"sglang_engine: {REASON}")
+# One xdist group: under `--dist loadgroup` a module's ungrouped tests spread over both workers, each
+# setting up the module's fixtures; grouped, `results` (every case in one SGLang subprocess) is set up once per CI run.
+pytestmark = [pytest.mark.skipif(not AVAILABLE, reason=f"sglang_engine: {REASON}"),
+              pytest.mark.xdist_group("sglang_engine_backends")]
 
 LOAD_A0 = {"op": "load", "name": "a0"}
 # a base-only decode batch (the "nolora" graph), an adapter batch (the "lora" graph), a mixed eager extend batch

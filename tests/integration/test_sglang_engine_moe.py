@@ -20,7 +20,10 @@ from fuzzrunner.target import _import_object
 
 ROOT = Path(__file__).resolve().parents[2]
 AVAILABLE, REASON = _import_object("targets.sglang_engine:engine_available")()
-pytestmark = pytest.mark.skipif(not AVAILABLE, reason=f"sglang_engine: {REASON}")
+# One xdist group: under `--dist loadgroup` a module's ungrouped tests spread over both workers, each
+# setting up the module's fixtures; grouped, `minimal` (the MoE cases in one SGLang subprocess) is set up once per CI run.
+pytestmark = [pytest.mark.skipif(not AVAILABLE, reason=f"sglang_engine: {REASON}"),
+              pytest.mark.xdist_group("sglang_engine_moe")]
 
 ADAPTERS = {"a0": {"r": 4, "alpha": 8, "modules": ["q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"]},
             "a1": {"r": 2, "alpha": 2, "modules": ["gate_proj", "up_proj"]},

@@ -26,6 +26,10 @@ from fuzzrunner.errors import HarnessError
 from fuzzrunner.report import load_report, runs
 
 ROOT = Path(__file__).resolve().parents[2]
+# One xdist group: under `--dist loadgroup` a module's ungrouped tests spread over both workers, each
+# setting up the module's fixtures; grouped, `hub` (a worker) and `planted` (a 30-example campaign) are set up
+# once per CI run.
+pytestmark = pytest.mark.xdist_group("trust")
 TARGETS = str(Path(__file__).with_name("trust_targets.py"))
 
 

@@ -13,7 +13,10 @@ from fuzzrunner.oracles.numeric import Comparison, mismatch, window
 from fuzzrunner.repro import repro_script
 from fuzzrunner.violation import window_lines
 
-pytestmark = pytest.mark.skipif(_env.device_type() != "cpu", reason="replays a planted fault in-process; CPU only")
+# One xdist group: under `--dist loadgroup` a module's ungrouped tests spread over both workers, each
+# setting up the module's fixtures; grouped, `numeric` (a replay in a worker) is set up once per CI run.
+pytestmark = [pytest.mark.skipif(_env.device_type() != "cpu", reason="replays a planted fault in-process; CPU only"),
+              pytest.mark.xdist_group("numeric_window")]
 
 # graph_freezes_active_loras: a graph captured with grid width 1 skips adapters at replay
 # (tests/power/test_oracles_catch_faults.py): the numeric oracle sees wrong rows of `hidden`.

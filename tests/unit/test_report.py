@@ -21,7 +21,10 @@ from fuzzrunner.violation import Violation
 
 # The fixture replays a planted dummy-run bug in this process: on a GPU that is a device-side
 # assert which kills the CUDA context for every later test. Rendering is device-independent.
-pytestmark = pytest.mark.skipif(_env.device_type() != "cpu", reason="replays a planted fault in-process; CPU only")
+# One xdist group: under `--dist loadgroup` a module's ungrouped tests spread over both workers, each
+# setting up the module's fixtures; grouped, `finding` (a replay in a worker) is set up once per CI run.
+pytestmark = [pytest.mark.skipif(_env.device_type() != "cpu", reason="replays a planted fault in-process; CPU only"),
+              pytest.mark.xdist_group("report")]
 
 CASE = Case("reference_runner", {"max_loras": 1, "capture_sizes": [1]},
             [{"op": "dummy_run", "num_tokens": 1, "kind": "warmup"}], ["dummy_run_skips_mapping"])

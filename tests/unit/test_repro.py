@@ -22,8 +22,11 @@ from fuzzrunner.finding import Finding, primary
 from fuzzrunner.repro import export_repro, repro_script
 from fuzzrunner.violation import Violation
 
-pytestmark = pytest.mark.skipif(_env.device_type() != "cpu",
-                                reason="the finding is made in-process by the CPU shadow oracle")
+# One xdist group: under `--dist loadgroup` a module's ungrouped tests spread over both workers, each
+# setting up the module's fixtures; grouped, `finding` (a replay in a worker) is set up once per CI run.
+pytestmark = [pytest.mark.skipif(_env.device_type() != "cpu",
+                                 reason="the finding is made in-process by the CPU shadow oracle"),
+              pytest.mark.xdist_group("repro")]
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = {"max_loras": 1, "capture_sizes": [1]}
