@@ -194,7 +194,8 @@ BUGS = {
                        "docs/findings/m1-fused-moe-lora-without-no-lora-check.md",
            "status": "fixed in 0.24.0 (0.16.0 - 0.23.0 by source)"},
     "Q1": {"title": "a LoRA layer with more output slices than packed names (Qwen3.5's in_proj_qkvz: in_proj_qkv and "
-                    "in_proj_z over q, k, v, z) indexes one packed LoRA per slice: IndexError at lora_a[2]",
+                    "in_proj_z over q, k, v, z) indexes one packed LoRA per slice: a name's B copied into one slice (a "
+                    "size mismatch), or IndexError at lora_a[2] (the warm-up's dummy adapter)",
            "upstream": "vllm-project/vllm#35286 (Qwen3.5), #36825 and the other fixes proposed; fixed by #37912's "
                        "expand_packed_lora",
            "status": "fixed in 0.21.0 (0.20.0 by source: MergedColumnParallelLinearWithLoRA.set_lora; 0.20's Qwen3.5 "
