@@ -2,7 +2,9 @@
 
 A case's ``config["adapters"]`` maps an adapter id to ``{"rank", "alpha", "rslora", "targets", "seed"}``:
 ``targets`` are adapter-visible module names of the model's layout (model.py: ``q_proj``... or the fused
-``qkv_proj``; ``embed_tokens``; ``lm_head``). Each adapter is written once per process as PEFT writes it,
+``qkv_proj``; ``embed_tokens``; ``lm_head``; with a linear-attention layout, ``in_proj_qkv`` / ``in_proj_z``: an
+adapter may target either alone, a partial adapter of the packed ``in_proj_qkvz``). Each adapter is written once per
+process as PEFT writes it,
 ``adapter_config.json`` and ``adapter_model.safetensors`` (``base_model.model.<module>.lora_A.weight``
 [rank, in], ``lora_B.weight`` [out, rank]; the embedding as ``lora_embedding_A`` [rank, vocab] and
 ``lora_embedding_B`` [hidden, rank]), and vLLM loads it from there (``WorkerLoRAManager._load_adapter``:
@@ -57,6 +59,8 @@ def peft_name(sub: str) -> str:
         return "model.embed_tokens"
     if sub == "lm_head":
         return "lm_head"
+    if sub.startswith("in_proj_"):  # Qwen3.5's linear attention (model.GDN)
+        return f"{LAYER}.linear_attn.{sub}"
     part = "self_attn" if sub in ("q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj") else "mlp"
     return f"{LAYER}.{part}.{sub}"
 
@@ -175,7 +179,9 @@ def folder(c: dict, spec: dict) -> str:
 
 
 class Deltas:
-    """Float64 LoRA deltas of one case's adapters, per runtime module (the slices packed in it)."""
+    """Float64 LoRA deltas of one case's adapters, per runtime module (the slices packed in it): the output columns of
+    a packed module are its packed names' in order, each name's delta over the columns it covers (``in_proj_qkv``'s
+    over q, k and v of ``in_proj_qkvz``, ``in_proj_z``'s over z), and 0 over a name the adapter does not target."""
 
     def __init__(self, c: dict, packing: dict[str, tuple[str, ...]], wrapped: set[str]):
         self.c, self.packing, self.wrapped = c, packing, wrapped

@@ -7,7 +7,7 @@ from __future__ import annotations
 from fuzzrunner.errors import InvalidCase
 
 from . import moe, prompt_scores
-from .model import LAYERS, PACKED, packing
+from .model import GDN, LAYERS, PACKED, gdn, packing
 
 DTYPES = {"cpu": ("float16",), "cuda": ("float16", "bfloat16")}  # the model's, per device (as vllm_lora's)
 
@@ -24,12 +24,14 @@ def check(case) -> dict:
         raise InvalidCase(f"dtype {c.get('dtype')!r}, lora_dtype {c['lora_dtype']!r}: the model's dtype is one of "
                           f"{', '.join(DTYPES['cuda'])}, lora_dtype 'auto' or the model's.")
     _check_moe(c)
-    layers = LAYERS + ((moe.LAYER,) if c.get("moe") else ())
+    if any((k, c["layout"].get(k)) not in PACKED for k in ("qkv", "gate_up")) or \
+            c["layout"].get("gdn", "none") not in GDN:
+        raise InvalidCase(f"layout {c['layout']!r}: qkv and gate_up are each 'merged' or 'fused'; gdn (optional) one "
+                          f"of {', '.join(GDN)}.")
+    layers = LAYERS + ((moe.LAYER,) if c.get("moe") else ()) + tuple(gdn(c["layout"]))
     if not c["layers"] or any(x not in layers for x in c["layers"]):
         raise InvalidCase(f"layers {c['layers']!r}: a non-empty list of {', '.join(layers)}"
                           f"{'' if c.get('moe') else f' ({moe.LAYER!r} needs a moe block)'}.")
-    if any((k, c["layout"].get(k)) not in PACKED for k in ("qkv", "gate_up")):
-        raise InvalidCase(f"layout {c['layout']!r}: qkv and gate_up are each 'merged' or 'fused'.")
     subs = {s for m in packing(c["layout"]).values() for s in m} | ({moe.LAYER} if c.get("moe") else set())
     for i, a in c["adapters"].items():
         if not a["targets"] or any(t not in subs for t in a["targets"]) or a["rank"] > c["max_lora_rank"]:

@@ -5,7 +5,8 @@ Config (plain JSON; every LoRA knob is vLLM's own ``LoRAConfig`` / ``SchedulerCo
 ``specialize_active_lora``, ``target_modules`` (the deployment filter, or null), ``max_num_seqs``,
 ``max_num_batched_tokens``, ``num_speculative_tokens`` (drafts a request may carry); the model
 (``dtype``: float16, or bfloat16 where Triton runs compiled (``DTYPES``; absent: float16), ``hidden``,
-``vocab``, ``layout``: model.py; ``seed`` of its base weights; ``moe``: null, or ``{"experts", "top_k"}`` for
+``vocab``, ``layout``: model.py, with a Qwen3.5 linear-attention projection in half the cases (``gdn``, whose
+module(s) every forward then runs); ``seed`` of its base weights; ``moe``: null, or ``{"experts", "top_k"}`` for
 a sparse block of vLLM's ``FusedMoE``, moe.py); ``layers``, the layers each forward runs (model.LAYERS, and
 ``experts`` with a MoE block; ``lm_head`` is the logits processor); ``adapters``: id -> ``{"rank", "alpha",
 "rslora", "targets", "seed"}`` (adapters.py; ``experts`` in ``targets``: every expert's w1/w2/w3).
@@ -39,11 +40,14 @@ from fuzzrunner.strategies import AdapterSlots, OpSequence
 
 from . import moe, prompt_scores
 from .case_check import DTYPES, GRAPH_MODES
-from .model import LAYERS, packing
+from .model import LAYERS, gdn, packing
 
 POOL = 5          # adapter ids 1..POOL
 GO_ON_ODDS = 7    # going on after an op is 7 times as likely as stopping
 RANKS = (1, 2, 4, 8, 16)
+# the linear-attention layout (model.GDN) a case draws: none in half the cases, Qwen3.5's packed ``in_proj_qkvz`` (two
+# packed names over four output slices) in a third, its split form (0.20: one name over three slices) in a sixth
+GDN_DRAWS = ("none", "qkvz", "none", "split", "qkvz", "none")
 
 
 # -- the model the rules draw over ------------------------------------------------------------------------
@@ -355,10 +359,17 @@ def pin(draw, s: EngineState) -> dict:
 
 # -- configs ------------------------------------------------------------------------------------------------
 @st.composite
-def _adapter(draw, max_rank: int, subs: list[str]) -> dict:
+def _adapter(draw, max_rank: int, subs: list[str], groups: tuple = ()) -> dict:
+    """An adapter's spec; ``groups``: the packed names of a module whose names span several output slices (the
+    linear attention's ``in_proj_qkvz``: model.GDN), of which a third of the adapters that target them all keep one
+    name only (a partial adapter: vllm-project/vllm#47639's ``in_proj_qkv`` without ``in_proj_z``, or the converse)."""
     targets = draw(st.sampled_from([subs, subs, "some"]))
     if targets == "some":
         targets = sorted(draw(st.sets(st.sampled_from(subs), min_size=1, max_size=len(subs))))
+    for names in groups:
+        if set(names) <= set(targets) and draw(st.integers(0, 2)) == 0:
+            drop = set(names) - {draw(st.sampled_from(names))}
+            targets = [t for t in targets if t not in drop]
     return {"rank": draw(st.sampled_from([r for r in RANKS if r <= max_rank])), "alpha": draw(st.sampled_from([8, 16])),
             "rslora": draw(st.integers(0, 4)) == 0, "targets": list(targets), "seed": draw(st.integers(0, 99))}
 
@@ -402,9 +413,13 @@ def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",), v2_graphs
     max_loras = draw(st.integers(1, 3))
     dtype = draw(st.sampled_from(DTYPES[device]))
     layout = {"qkv": draw(st.sampled_from(["merged", "fused"])), "gate_up": draw(st.sampled_from(["merged", "fused"]))}
+    linear_attn = draw(st.sampled_from(GDN_DRAWS))  # Qwen3.5's linear-attention projection (model.GDN), or none
+    if linear_attn != "none":
+        layout["gdn"] = linear_attn
     max_rank = draw(st.sampled_from([8, 16]))
     subs = sorted({s for m in packing(layout).values() for s in m})
-    layers = sorted(draw(st.sets(st.sampled_from(LAYERS), min_size=1, max_size=3)))
+    layers = sorted(draw(st.sets(st.sampled_from(LAYERS), min_size=1, max_size=3)) | set(gdn(layout)))
+    groups = tuple(names for _, names in gdn(layout).values() if len(names) > 1)
     wrapped = list(packing(layout))
     block = _moe_knob(draw, device, moe_blocks)
     if block:
@@ -420,7 +435,7 @@ def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",), v2_graphs
         "num_speculative_tokens": draw(st.integers(0, 2)),
         "hidden": draw(st.sampled_from([16, 32])), "vocab": 32, "layout": layout, "seed": draw(st.integers(0, 3)),
         "layers": layers, "moe": block,
-        "adapters": {str(i): draw(_adapter(max_rank, subs)) for i in range(1, POOL + 1)},
+        "adapters": {str(i): draw(_adapter(max_rank, subs, groups)) for i in range(1, POOL + 1)},
     }
     if "v1" in runners and ("v2" not in runners or draw(st.booleans())):
         cfg.update(draw(runner_config(cfg["max_num_batched_tokens"], 1 + cfg["num_speculative_tokens"])))

@@ -44,6 +44,10 @@ FAULTS = {
         "FusedMoE3DWithLoRA.set_lora reads the fused gate_up LoRA B of a 3D-format adapter as [up; gate] instead of "
         "[gate; up] (the order of the fused w13 output confused): every expert's gate delta lands on its up "
         "projection and the up delta on its gate.",
+    "packed_expansion_shares_first_lora_a":
+        "MergedColumnParallelLinearWithLoRA.expand_packed_lora, which spreads the packed names of a layer with more "
+        "output slices than names over its slices (Qwen3.5's in_proj_qkvz: in_proj_qkv over q, k, v and in_proj_z "
+        "over z), gives every slice the first name's lora_a: the z slice computes in_proj_z's B over in_proj_qkv's A.",
 }
 
 FAULTS.update(v1_faults.FAULTS)  # the V1 runner's InputBatch and dispatcher (v1_faults.py)
@@ -62,6 +66,10 @@ def unavailable(found: dict) -> dict:
                                              "request (it takes no num_logits)")
     if found.get("moe_unavailable"):
         out["fused_moe_swaps_gate_up"] = out["fused_moe_3d_swaps_gate_up"] = found["moe_unavailable"]
+    from vllm.lora.layers import MergedColumnParallelLinearWithLoRA
+    if not hasattr(MergedColumnParallelLinearWithLoRA, "expand_packed_lora"):
+        out["packed_expansion_shares_first_lora_a"] = ("this vLLM's MergedColumnParallelLinearWithLoRA has no "
+                                                       "expand_packed_lora (0.21 and later, #37912)")
     return (out | v1_faults.unavailable(found) | v2_graph_faults.unavailable(found)
             | prompt_logprobs_faults.unavailable(found))
 
@@ -189,6 +197,17 @@ def _moe_3d_swaps_gate_up(stack: contextlib.ExitStack) -> None:
     stack.enter_context(_patched(FusedMoE3DWithLoRA, "set_lora", set_lora))
 
 
+def _expansion_shares_first_a(stack: contextlib.ExitStack) -> None:
+    from vllm.lora.layers import MergedColumnParallelLinearWithLoRA
+    original = MergedColumnParallelLinearWithLoRA.__dict__["expand_packed_lora"]
+
+    def expand_packed_lora(self, lora_a, lora_b):
+        a, b = original(self, lora_a, lora_b)
+        first = next((x for x in a if x is not None), None)
+        return [None if x is None else first for x in a], b
+    stack.enter_context(_patched(MergedColumnParallelLinearWithLoRA, "expand_packed_lora", expand_packed_lora))
+
+
 _PLANT = {
     "mapping_cache_ignores_slots": lambda stack, found: _mapping_cache(stack),
     "set_lora_keeps_old_weights": lambda stack, found: _set_lora_without_reset(stack),
@@ -199,6 +218,7 @@ _PLANT = {
     "logits_mapping_per_request": _logits_per_request,
     "fused_moe_swaps_gate_up": lambda stack, found: _moe_swaps_gate_up(stack),
     "fused_moe_3d_swaps_gate_up": lambda stack, found: _moe_3d_swaps_gate_up(stack),
+    "packed_expansion_shares_first_lora_a": lambda stack, found: _expansion_shares_first_a(stack),
     **v1_faults.PLANT,
     **v2_graph_faults.PLANT,
     **prompt_logprobs_faults.PLANT,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .model import LAYERS
+from .model import GDN, GDN_PATHS, LAYERS
 
 OPS = ("add", "remove", "pin", "step", "dummy_run")
 FEATURE_SPACE = tuple(
@@ -15,6 +15,7 @@ FEATURE_SPACE = tuple(
        "step=index-reused", "step=repeated", "state=slots-full", "state=more-adapters-than-cpu-slots",
        "state=removed-in-use", "state=pinned", "state=re-added"]
     + [f"max_loras={n}" for n in (1, 2, 3)]
+    + [f"layout=gdn-{g}" for g in GDN if g != "none"] + [f"layer={m}" for m in GDN_PATHS] + ["adapter=packed-partial"]
     + ["runner=v1", "runner=v1-graphs", "runner=v1-reorder", "runner=v1-prompt-logprobs", "runner=v2-graphs",
        "graphs=specialize-lora-off"])
 
@@ -39,6 +40,8 @@ def _config(c: dict, out: set) -> None:
     out.add(f"max_loras={c.get('max_loras')}")
     for part in ("qkv", "gate_up"):
         out.add(f"layout={part}-{c.get('layout', {}).get(part)}")
+    if c.get("layout", {}).get("gdn", "none") != "none":
+        out.add(f"layout=gdn-{c['layout']['gdn']}")
     for layer in c.get("layers", ()):
         out.add(f"layer={layer}")
     for knob, name in (("fully_sharded_loras", "fully_sharded_loras=on"),
@@ -165,6 +168,10 @@ def features(case) -> set:
     widest = max((len(a.get("targets", ())) for a in specs), default=0)
     if any(0 < len(a.get("targets", ())) < widest for a in specs):
         out.add("adapter=partial-targets")
+    packed = GDN.get(c.get("layout", {}).get("gdn", "none"), {}).values()
+    groups = [set(names) for _, names in packed if len(names) > 1]
+    if any(0 < len(g & set(a.get("targets", ()))) < len(g) for g in groups for a in specs):
+        out.add("adapter=packed-partial")  # some, not all, of a packed module's names spanning several slices
     walk = _Walk(c, out)
     for op in case.ops:
         kind = op.get("op")

@@ -36,6 +36,28 @@ def _moe_bug(v: dict, case: dict, op: dict, *, moe_drops_rslora: bool, moe_ignor
     return "R1" if rs_rows and (wrong is None or len(wrong) <= rs_rows) else None
 
 
+def _packed_bug(v: dict, case: dict) -> str | None:
+    """Q1, Q2 or Q3: a crash in vLLM's LoRA layer of a module whose packed names are fewer than its output slices (the
+    Qwen3.5 linear attention's ``in_proj_qkvz``, in_proj_qkv over q, k, v and in_proj_z over z: model.GDN ``qkvz``),
+    told by the exception each release's ``column_parallel_linear.py`` raises. Q1 (before 0.21): ``set_lora`` indexes
+    one packed list per output slice: ``lora_a[2]`` of two, or (an adapter's B, whose name covers more than one slice,
+    copied into one slice) a size mismatch; Q2 (0.21 - 0.28): ``expand_packed_lora``
+    reads ``b_i.shape`` of the member a partial adapter lacks (``None``); Q3 (0.29 on): #47640's guard gives a missing
+    member every remaining slice, so a leading one (``in_proj_z`` alone) leaves none for the next."""
+    if v["kind"] != "crash" or (case["config"].get("layout") or {}).get("gdn") != "qkvz" or \
+            "column_parallel_linear.py" not in (v.get("location") or ""):
+        return None
+    kind, message = v.get("kernel"), v.get("message") or ""
+    if (kind == "IndexError" and "list index out of range" in message) or \
+            (kind == "RuntimeError" and "must match the size of tensor b" in message):
+        return "Q1"  # lora_a[2] of two (a dummy adapter: one per name, sized by the first slices), or a name's B
+    if kind == "AttributeError" and "'NoneType' object has no attribute 'shape'" in message:
+        return "Q2"
+    if kind == "ValueError" and "Cannot determine how to split lora_b" in message:
+        return "Q3"
+    return None
+
+
 def _c1(v: dict, ops: list, at) -> bool:
     """C1's trigger: a layer's rows wrong in a step that schedules the same adapters, request by request, as the step
     before it, with an adapter removed between the two (re-added into another slot: the mapping is unchanged, so the
@@ -56,8 +78,8 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped:
               drops_last_chunk: bool = False, graphs_capture_per_lora: bool = True, moe_drops_rslora: bool = False,
               moe_ignores_no_lora: bool = False, mapping_cache_ignores_slots: bool = False,
               token_id_rows_mapped: bool = False, v1_prompt_rows_mapped: bool = False) -> str | None:
-    """"P1", "L1", "S1", "E1", "E2", "V1", "W1", "C1", "R1" or "M1" where ``finding`` (a report's finding:
-    ``violation``, ``case``) is that bug, else None. ``logits_mapped_per_row``: this vLLM's
+    """"P1", "L1", "S1", "E1", "E2", "V1", "W1", "C1", "R1", "M1", "Q1", "Q2" or "Q3" where ``finding`` (a report's
+    finding: ``violation``, ``case``) is that bug, else None. ``logits_mapped_per_row``: this vLLM's
     ``LoraState.make_lora_inputs`` takes ``num_logits`` (0.34 and later), so a wrong lm_head row is not S1 (nor in a
     V1-runner case: that runner maps 1 + drafts rows);
     ``prompt_rows_mapped``: this vLLM maps the prompt-logprobs rows to their requests' adapters (a fix of P1, such as
@@ -105,6 +127,9 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped:
         # its second form: a pinned adapter, more dummies activated than free slots; convert_mapping finds no
         # slot for the evicted dummy: KeyError (a dict of ids: 0.28 on), ValueError (list.index: 0.24)
         return "E1"
+    packed = _packed_bug(v, case)
+    if packed:
+        return packed
     if v["kind"] == "crash" and "StopIteration" in message and \
             set(case["config"].get("target_modules") or []) <= {"lm_head"}:
         return "E2"  # LoRA on lm_head alone: an empty dummy adapter
@@ -168,6 +193,21 @@ BUGS = {
            "upstream": "fixed upstream (the flag check in add_lora_fused_moe); "
                        "docs/findings/m1-fused-moe-lora-without-no-lora-check.md",
            "status": "fixed in 0.24.0 (0.16.0 - 0.23.0 by source)"},
+    "Q1": {"title": "a LoRA layer with more output slices than packed names (Qwen3.5's in_proj_qkvz: in_proj_qkv and "
+                    "in_proj_z over q, k, v, z) indexes one packed LoRA per slice: a name's B copied into one slice (a "
+                    "size mismatch), or IndexError at lora_a[2] (the warm-up's dummy adapter)",
+           "upstream": "vllm-project/vllm#35286 (Qwen3.5), #36825 and the other fixes proposed; fixed by #37912's "
+                       "expand_packed_lora",
+           "status": "fixed in 0.21.0 (0.20.0 by source: MergedColumnParallelLinearWithLoRA.set_lora; 0.20's Qwen3.5 "
+                     "builds its projections apart under LoRA)"},
+    "Q2": {"title": "a partial adapter of a packed module whose names span several output slices (in_proj_qkv without "
+                    "in_proj_z, or the converse): expand_packed_lora reads the shape of the missing member (None)",
+           "upstream": "vllm-project/vllm#47639, fixed by #47640 (a regression from #37912)",
+           "status": "fixed in 0.29.0 (0.21.0 - 0.28.0 by source)"},
+    "Q3": {"title": "an adapter of in_proj_z alone (the packed in_proj_qkvz's trailing member): expand_packed_lora "
+                    "gives the missing in_proj_qkv every slice, none is left for in_proj_z: ValueError",
+           "upstream": "vllm-project/vllm#57851, an open PR (the converse of #47640's trailing-None case)",
+           "status": "open in 0.29.0 - 0.33.0 (by source)"},
     "V0": {"title": "the V2 runner's dummy runs launch the LoRA kernels on metadata nobody programmed",
            "upstream": "vllm-project/vllm#43139",
            "status": "fixed in 0.22.0 (#43139; replaced by #35536 in 0.24.0)"},

@@ -10,7 +10,15 @@ packing drawn by the case (``layout``):
 * ``qkv``: ``merged`` (adapters train ``q_proj``/``k_proj``/``v_proj``: ``MergedQKVParallelLinearWithLoRA``,
   three slices) or ``fused`` (one ``qkv_proj``: ``QKVParallelLinearWithLoRA``);
 * ``gate_up``: ``merged`` (``gate_proj``/``up_proj``: ``MergedColumnParallelLinearWithLoRA``) or ``fused``
-  (one ``gate_up_proj``: ``ColumnParallelLinearWithLoRA``).
+  (one ``gate_up_proj``: ``ColumnParallelLinearWithLoRA``);
+* ``gdn`` (optional; absent: ``none``): the input projection of a Qwen3.5 linear-attention (GatedDeltaNet) layer,
+  ``linear_attn``, in the shapes vLLM's Qwen3.5 declares (``GDN``): ``qkvz``, one ``MergedColumnParallelLinear``
+  ``in_proj_qkvz`` over the output slices [q, k, v, z] whose ``packed_modules_mapping`` packs two adapter-visible
+  names, ``in_proj_qkv`` (covering q, k and v) and ``in_proj_z`` (vLLM 0.21 and later, #37912; 0.17 - 0.19 under
+  LoRA too), so that vLLM's LoRA layer has more output slices than packed names (``expand_packed_lora``); or
+  ``split``, the two projections as separate modules, ``in_proj_qkv`` (a ``MergedColumnParallelLinear`` over
+  [q, k, v] that packs itself: one name over three slices) and ``in_proj_z`` (a ``ColumnParallelLinear``): Qwen3.5
+  under LoRA in 0.20 (``create_in_proj_qkvz=False``).
 
 The shapes live in the config.json the case writes (``model_dir``), under ``fuzzrunner_layout``, so
 vLLM's ``ModelConfig`` reads them as it reads any model's. Base weights are drawn from the case's seed. A case
@@ -45,6 +53,32 @@ PATHS = {"embed_tokens": "model.embed_tokens", "qkv_proj": f"{LAYER}.self_attn.q
          "down_proj": f"{LAYER}.mlp.down_proj", "lm_head": "lm_head"}
 LAYERS = tuple(PATHS)  # the layers a step can run: each *WithLoRA module, and the logits processor for lm_head
 
+# the Qwen3.5 linear-attention input projection per ``gdn`` layout: {runtime module: (output sizes, packed names)},
+# as vLLM's qwen3_5.py / gdn_linear_attn.py declare them (output sizes in units of key_dim k and value_dim v; one
+# output size: a ColumnParallelLinear)
+GDN = {
+    "none": {},
+    "qkvz": {"in_proj_qkvz": (("k", "k", "v", "v"), ("in_proj_qkv", "in_proj_z"))},
+    "split": {"in_proj_qkv": (("k", "k", "v"), ("in_proj_qkv",)), "in_proj_z": (("v",), ("in_proj_z",))},
+}
+GDN_PATHS = {m: f"{LAYER}.linear_attn.{m}" for m in ("in_proj_qkvz", "in_proj_qkv", "in_proj_z")}
+KEY_DIM, VALUE_DIM = HEAD_DIM, 2 * HEAD_DIM  # one key head, two value heads: q, k and z, v of different sizes
+
+
+def gdn(layout: dict) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """The layout's linear-attention modules (``GDN``; none for a layout without ``gdn``, as every case before)."""
+    return GDN[layout.get("gdn", "none")]
+
+
+def gdn_sizes(module: str, layout: dict) -> list[int]:
+    """The output sizes of a linear-attention module of ``layout`` (vLLM's ``output_sizes``)."""
+    return [{"k": KEY_DIM, "v": VALUE_DIM}[x] for x in gdn(layout)[module][0]]
+
+
+def path(module: str) -> str:
+    """Where a runtime module sits in the model."""
+    return PATHS.get(module) or GDN_PATHS[module]
+
 
 def dims(c: dict) -> dict:
     """The model's sizes from a case config: hidden H, heads of HEAD_DIM, one KV head, MLP 2H, vocab."""
@@ -58,7 +92,7 @@ def packing(layout: dict) -> dict[str, tuple[str, ...]]:
     for part in ("qkv", "gate_up"):
         name, subs = PACKED[(part, layout[part])]
         out[name] = subs
-    return out
+    return out | {m: names for m, (_, names) in gdn(layout).items()}
 
 
 def sub_shapes(c: dict) -> dict[str, tuple[int, int]]:
@@ -67,8 +101,9 @@ def sub_shapes(c: dict) -> dict[str, tuple[int, int]]:
     h, q, kv, i, v = d["hidden"], d["heads"] * HEAD_DIM, d["kv_heads"] * HEAD_DIM, d["intermediate"], d["vocab"]
     shapes = {"q_proj": (q, h), "k_proj": (kv, h), "v_proj": (kv, h), "qkv_proj": (q + 2 * kv, h), "o_proj": (h, q),
               "gate_proj": (i, h), "up_proj": (i, h), "gate_up_proj": (2 * i, h), "down_proj": (h, i),
-              "lm_head": (v, h), "embed_tokens": (h, v)}
-    subs = [s for m in PATHS for s in packing(c["layout"])[m]]
+              "lm_head": (v, h), "embed_tokens": (h, v),
+              "in_proj_qkv": (2 * KEY_DIM + VALUE_DIM, h), "in_proj_z": (VALUE_DIM, h)}
+    subs = [s for m in packing(c["layout"]).values() for s in m]
     return {s: shapes[s] for s in subs}
 
 
@@ -113,7 +148,12 @@ def model_classes() -> dict:
 def model_class():
     """The model class (vLLM imported here, once): registered in vLLM's ModelRegistry by vllm_env."""
     from torch import nn
-    from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+    from vllm.model_executor.layers.linear import (
+        ColumnParallelLinear,
+        MergedColumnParallelLinear,
+        QKVParallelLinear,
+        RowParallelLinear,
+    )
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
     from vllm.model_executor.models.interfaces import SupportsLoRA
@@ -126,8 +166,8 @@ def model_class():
             hf = vllm_config.model_config.hf_config
             self.config = hf
             layout = dict(hf.fuzzrunner_layout)
-            self.packed_modules_mapping = {m: list(s) for m, s in packing(layout).items() if m in ("qkv_proj",
-                                                                                                   "gate_up_proj")}
+            self.packed_modules_mapping = {m: list(s) for m, s in packing(layout).items()
+                                           if m in ("qkv_proj", "gate_up_proj") or m in gdn(layout)}
             h, i, v = hf.hidden_size, hf.intermediate_size, hf.vocab_size
             heads, kv = hf.num_attention_heads, hf.num_key_value_heads
             self.model = nn.Module()
@@ -141,6 +181,13 @@ def model_class():
             layer.mlp.gate_up_proj = MergedColumnParallelLinear(h, [i, i], bias=False,
                                                                 prefix=f"{LAYER}.mlp.gate_up_proj")
             layer.mlp.down_proj = RowParallelLinear(i, h, bias=False, prefix=f"{LAYER}.mlp.down_proj")
+            if gdn(layout):  # Qwen3.5's linear attention: its input projection(s), as create_qkvz_proj makes them
+                layer.linear_attn = nn.Module()
+                for m in gdn(layout):  # 0.20's in_proj_z of the split form: a ColumnParallelLinear
+                    sizes = gdn_sizes(m, layout)
+                    setattr(layer.linear_attn, m,
+                            MergedColumnParallelLinear(h, sizes, bias=False, prefix=GDN_PATHS[m]) if len(sizes) > 1
+                            else ColumnParallelLinear(h, sizes[0], bias=False, prefix=GDN_PATHS[m]))
             if getattr(hf, "fuzzrunner_moe", None):
                 from .moe import block
                 layer.block_sparse_moe = block(hf)

@@ -249,7 +249,7 @@ class Session:
 
     # -- the forward and its reference ------------------------------------------------------------
     def module(self, name: str):
-        return self.model.get_submodule(model.PATHS[name])
+        return self.model.get_submodule(model.path(name))
 
     def forward(self, label: str, rows: list[int], pad: int, seed: int, logits_rows, prompt_rows,
                 compare: bool = True) -> None:
