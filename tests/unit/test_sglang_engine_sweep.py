@@ -371,3 +371,14 @@ def test_a_batch_of_more_adapters_than_slots_is_16687_or_25865_by_the_releases_a
     assert triage("v12", message="a pool handed out more than it has") == "untriaged"
     assert [esweep.present(b, v) for b in ("#16687", "#25865") for v in ("v7", "v12", "v13")] == \
         [True, False, False, False, True, False]
+
+
+def test_the_admission_seeds_meet_no_memory_error_first():
+    """The sweep's #25865 column would read "no (source: present)" on 0.5.8 - 0.5.9 though the seed shows the bug:
+    its triton case also met n-mask (sgemm_lora_b's unmasked lanes, 0.5.5 - 0.5.9), fuzzrunner files an op's
+    violations under the op's memory error, and that finding merged into n-mask's smaller seed, which kept its own
+    violations (``finding.merge``; a 0.5.9 campaign of the two seeds: one finding, the admission violation gone). An
+    admission seed runs csgmv, whose kernels have no memory error there, as #16687's does (docs/sglang.md, Sweep)."""
+    for bug in ("#16687", "#25865"):
+        d = json.loads((SEEDS / f"{esweep.SEEDS[bug]}.json").read_text())
+        assert d["config"]["backend"] == "csgmv" and d["config"]["graph_bs"] == 0  # #28371 needs a decode graph
