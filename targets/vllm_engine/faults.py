@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Iterator
 from unittest import mock
 
-from . import prompt_logprobs_faults, v1_faults, v2_graph_faults
+from . import prompt_logprobs_faults, serving_faults, v1_faults, v2_graph_faults
 
 FAULTS = {
     "mapping_cache_ignores_slots":
@@ -49,6 +49,7 @@ FAULTS = {
 FAULTS.update(v1_faults.FAULTS)  # the V1 runner's InputBatch and dispatcher (v1_faults.py)
 FAULTS.update(v2_graph_faults.FAULTS)  # the V2 runner's graph dispatch (v2_graph_faults.py)
 FAULTS.update(prompt_logprobs_faults.FAULTS)  # the V2 runner's prompt logprobs (prompt_logprobs_faults.py)
+FAULTS.update(serving_faults.FAULTS)  # the serving layer and the prefix cache (serving_faults.py)
 
 
 def unavailable(found: dict) -> dict:
@@ -63,7 +64,7 @@ def unavailable(found: dict) -> dict:
     if found.get("moe_unavailable"):
         out["fused_moe_swaps_gate_up"] = out["fused_moe_3d_swaps_gate_up"] = found["moe_unavailable"]
     return (out | v1_faults.unavailable(found) | v2_graph_faults.unavailable(found)
-            | prompt_logprobs_faults.unavailable(found))
+            | prompt_logprobs_faults.unavailable(found) | serving_faults.unavailable(found))
 
 
 def _patched(owner, name: str, value):
@@ -202,6 +203,7 @@ _PLANT = {
     **v1_faults.PLANT,
     **v2_graph_faults.PLANT,
     **prompt_logprobs_faults.PLANT,
+    **serving_faults.PLANT,
 }
 
 
