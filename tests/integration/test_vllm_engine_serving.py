@@ -68,6 +68,7 @@ def test_serving_cases_are_silent_but_for_u1():
 
 
 @needs_vllm
+@pytest.mark.slow
 def test_a_request_for_an_unloaded_name_is_refused():
     ops = [load("n1", 1), unload("n1"), step(served("a", "n1", 1, 2), req("b", 0, 1))]
     got = _run(ops, layers=["qkv_proj"], serving=True)
@@ -75,6 +76,7 @@ def test_a_request_for_an_unloaded_name_is_refused():
 
 
 @needs_vllm
+@pytest.mark.slow
 def test_serving_reuses_freed_id_is_found_and_silent_without_it():
     ops = [load("n1", 1), step(served("a", "n1", 1, 2), seed=1), unload("n1"), load("n2", 4),
            step(served("b", "n2", 4, 2), finish=["a"], seed=2)]
@@ -98,6 +100,7 @@ def test_prefix_cache_reuse_within_one_adapter_is_silent_and_the_hash_fault_is_f
 
 
 @needs_vllm
+@pytest.mark.slow
 def test_prefix_caching_off_reuses_nothing():
     assert _run(SHARED, faults=("block_hash_without_adapter",), layers=["qkv_proj"],
                 prefix_caching=dict(PREFIX, enabled=False)) == []
@@ -109,6 +112,7 @@ SAME_NAME = [load("n1", 1), step(served("a", "n1", 1, 2, stem=0), seed=1),
 
 
 @needs_vllm
+@pytest.mark.slow
 def test_a_same_name_reload_reuses_the_old_blocks_where_the_hash_keys_the_name_alone():
     """#42125: H1 on a release that hashes the adapter's name alone (0.30 and older), silent where it hashes the
     path too (0.31 on)."""
