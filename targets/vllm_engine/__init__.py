@@ -27,7 +27,9 @@ DRIVES = ("the worker's LRUCacheWorkerLoRAManager and LRUCacheLoRAModelManager (
           "every *WithLoRA layer of a Llama-shaped model, and FusedMoEWithLoRA over vLLM's FusedMoE (MoE cases) "
           "and FusedMoE3DWithLoRA with PEFT's 3D-format expert adapters (half the MoE cases, on the CPU and on a GPU)",
           "the V2 model runner's LoraState, LoRA mixin and CUDA-graph dispatch",
-          "the V1 model runner's InputBatch, CudagraphDispatcher and prompt logprobs (up to 0.33)")
+          "the V1 model runner's InputBatch, CudagraphDispatcher and prompt logprobs (up to 0.33)",
+          "the API server's OpenAIServingModels (load / unload an adapter, a request's served name) and the "
+          "scheduler's KVCacheManager (prefix caching keyed by adapter)")
 
 
 def load_engine() -> dict:
