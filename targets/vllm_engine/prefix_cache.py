@@ -136,7 +136,8 @@ class PrefixCache:
         req.num_computed_tokens = end = start + new
         ids = list(req.prompt_token_ids)
         for j, bid in enumerate(self.kv.get_block_ids(rid)[0]):
-            if j * self.bs >= start and j * self.bs < end:  # the blocks this chunk computes: it writes them
+            if (j + 1) * self.bs > start and j * self.bs < end:  # the blocks this chunk computes (a partial one
+                # the last chunk began included: this chunk completes it), so it writes them
                 self.writer[bid] = (self.identity[rid], tuple(ids[:min((j + 1) * self.bs, end)]))
 
     def _check_reuse(self, rid: str, req, blocks, hit: int) -> None:

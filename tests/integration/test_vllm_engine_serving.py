@@ -122,3 +122,17 @@ def test_a_same_name_reload_reuses_the_old_blocks_where_the_hash_keys_the_name_a
         assert got and set(_labels(got, SAME_NAME, serving=True, prefix_caching=PREFIX)) == {"H1"}
     else:
         assert got == []
+
+
+# a chunked prompt whose first chunk ends inside a block (block size 2, 17 tokens): its next chunk completes that block,
+# which a later request of the same adapter and stem reuses whole
+CHUNKED = [step(dict(req("a", 1, 1), prompt=4, stem=0), seed=1), step(req("a", 1, 3), seed=2),
+           step(dict(req("b", 1, 2), prompt=6, stem=0), finish=["a"], seed=3)]
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_a_block_completed_by_a_later_chunk_is_recorded_whole():
+    """Before, the oracle kept the writer of a block from the chunk that began it (its first tokens only) and called
+    its reuse "over other tokens": a false violation of correct code."""
+    assert _run(CHUNKED, layers=["qkv_proj"], prefix_caching=PREFIX) == []
