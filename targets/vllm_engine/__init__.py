@@ -27,7 +27,9 @@ DRIVES = ("the worker's LRUCacheWorkerLoRAManager and LRUCacheLoRAModelManager (
           "every *WithLoRA layer of a Llama-shaped model, and FusedMoEWithLoRA over vLLM's FusedMoE (MoE cases) "
           "and FusedMoE3DWithLoRA with PEFT's 3D-format expert adapters (half the MoE cases, on the CPU and on a GPU)",
           "the V2 model runner's LoraState, LoRA mixin and CUDA-graph dispatch",
-          "the V1 model runner's InputBatch, CudagraphDispatcher and prompt logprobs (up to 0.33)")
+          "the V1 model runner's InputBatch, CudagraphDispatcher and prompt logprobs (up to 0.33)",
+          "the API server's OpenAIServingModels (load / unload an adapter, a request's served name) and the "
+          "scheduler's KVCacheManager (prefix caching keyed by adapter)")
 
 
 def load_engine() -> dict:
@@ -111,7 +113,8 @@ def known_flags(found: dict) -> dict:
             "mapping_cache_ignores_slots": mapping_cache_ignores_slots(), **moe.known_flags(),
             "token_id_rows_mapped": bool(found.get("prompt_logprobs") and
                                          "set_lora_rows" in found["prompt_logprobs"].token_id_call),
-            "v1_prompt_rows_mapped": bool(found.get("v1") and found["v1"].prompt_logprobs.maps_prompt_rows)}
+            "v1_prompt_rows_mapped": bool(found.get("v1") and found["v1"].prompt_logprobs.maps_prompt_rows),
+            "lora_hash_name_only": lora_hash_name_only()}
 
 
 def mapping_cache_ignores_slots() -> bool:
@@ -123,11 +126,35 @@ def mapping_cache_ignores_slots() -> bool:
     return "slot" not in inspect.getsource(LoRAModelManager.set_adapter_mapping)
 
 
+def lora_hash_name_only() -> bool:
+    """H1 (known.py) by the code this process imported: the prefix cache's block hash keys an adapter on its name
+    alone (before #44950, 0.31)."""
+    from . import prefix_cache
+    try:
+        return prefix_cache.hashes_name_only(prefix_cache.find())
+    except ImportError:
+        return False
+
+
+def serving_missing() -> str | None:
+    """Why this vLLM's serving layer or prefix cache cannot be driven here (serving.py, prefix_cache.py), or None."""
+    from . import prefix_cache, serving
+    found = serving.find()
+    if "missing" in found:
+        return found["missing"]
+    try:
+        prefix_cache.find()
+    except ImportError as e:
+        return f"vLLM's KV cache manager does not import here ({e})"
+    return None
+
+
 def make_target():
     from fuzzrunner.target import Target
 
     from . import cases, faults, features, known, runner
     found = load_engine()
+    serving = serving_missing()
     return Target(
         name="vllm_engine",
         description=f"vLLM {found['api'].version}'s LoRA adapter manager (load, LRU eviction, pinning, mapping), "
@@ -136,14 +163,15 @@ def make_target():
                                 v2_graphs=found.get("v2_graphs") is not None,
                                 moe_blocks=found.get("moe_unavailable") is None,
                                 prompt_scoring=found["prompt_logprobs"].scoring if found.get("prompt_logprobs")
-                                else None),
+                                else None, serving=serving is None),
         run=functools.partial(runner.run, found=found),
         faults=tuple(faults.FAULTS),
         fault_descriptions=dict(faults.FAULTS),
         features=features.features,
         feature_space=features.feature_space(bool(found.get("v1")), found.get("v2_graphs") is not None,
                                              found.get("moe_unavailable") is None,
-                                             bool(found.get("prompt_logprobs") and found["prompt_logprobs"].scoring)),
+                                             bool(found.get("prompt_logprobs") and found["prompt_logprobs"].scoring),
+                                             serving=serving is None),
         details=tuple(describe()),
         faults_unavailable=faults.unavailable(found),
         code_under_test=found["api"].code,

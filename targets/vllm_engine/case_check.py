@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fuzzrunner.errors import InvalidCase
 
-from . import moe, prompt_scores
+from . import moe, prompt_scores, serving_check
 from .model import GDN, LAYERS, PACKED, gdn, packing
 
 DTYPES = {"cpu": ("float16",), "cuda": ("float16", "bfloat16")}  # the model's, per device (as vllm_lora's)
@@ -38,6 +38,7 @@ def check(case) -> dict:
             raise InvalidCase(f"adapter {i}: targets must be modules of the layout ({', '.join(sorted(subs))}) and "
                               f"rank <= max_lora_rank={c['max_lora_rank']}.")
     _check_runner(c)
+    serving_check.config(c)
     for i, op in enumerate(case.ops):
         _check_op(c, i, op)
     _check_chunks(case.ops)
@@ -107,8 +108,11 @@ def _check_runner(c: dict) -> None:
 
 def _check_op(c: dict, i: int, op: dict) -> None:
     kind = op.get("op")
-    if kind not in ("add", "remove", "pin", "step", "dummy_run"):
-        raise InvalidCase(f"op {i}: unknown op {kind!r}; vllm_engine ops are add, remove, pin, step, dummy_run.")
+    if kind not in ("add", "remove", "pin", "step", "dummy_run", "serve_load", "serve_unload"):
+        raise InvalidCase(f"op {i}: unknown op {kind!r}; vllm_engine ops are add, remove, pin, step, dummy_run, "
+                          f"serve_load, serve_unload.")
+    if kind in ("serve_load", "serve_unload"):
+        serving_check.op(c, i, op)
     if kind in ("add", "remove", "pin") and str(op.get("id")) not in c["adapters"]:
         raise InvalidCase(f"op {i}: adapter {op.get('id')!r} is not in the config's adapters.")
     if kind == "step":
@@ -124,9 +128,10 @@ def _check_op(c: dict, i: int, op: dict) -> None:
                 raise InvalidCase(f"op {i}: request {r['id']!r}: prompt {r['prompt']!r} is its prompt's length, an int "
                                   f"from its tokens ({r['tokens']}) to 64 (max_model_len).")
             prompt_scores.check_request(i, r, c["vocab"])
+            serving_check.request(c, i, r)
             if not 0 <= r.get("drafts", 0) <= min(c["num_speculative_tokens"], r["tokens"] - 1):
                 raise InvalidCase(f"op {i}: request {r['id']!r}: drafts <= num_speculative_tokens and < its tokens.")
-        if len({r["lora"] for r in reqs if r["lora"]}) > c["max_loras"]:
+        if len({r.get("model", r["lora"]) for r in reqs if r["lora"]}) > c["max_loras"]:
             raise InvalidCase(f"op {i}: more distinct adapters than max_loras={c['max_loras']} in one step.")
     if kind == "dummy_run" and not 1 <= op["num_tokens"] <= c["max_num_batched_tokens"] - op.get("pad", 0):
         raise InvalidCase(f"op {i}: a dummy run has 1..max_num_batched_tokens tokens, padding included.")

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from fuzzrunner.case import Case
 from fuzzrunner.strategies import AdapterSlots, OpSequence
 
-from . import moe, prompt_scores
+from . import moe, prompt_scores, serving_cases
 from .case_check import DTYPES, GRAPH_MODES
 from .model import LAYERS, gdn, packing
 
@@ -449,17 +449,23 @@ def engine_config(draw, device: str = "cpu", runners: tuple = ("v2",), v2_graphs
 @st.composite
 def vllm_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: str = "cpu",
                       runners: tuple = ("v2",), v2_graphs: bool = False, moe_blocks: bool = True,
-                      prompt_scoring: prompt_scores.Scoring | None = None) -> Case:
+                      prompt_scoring: prompt_scores.Scoring | None = None, serving: bool = False) -> Case:
     """A case for a run on ``device`` (the campaign's): its model dtypes (``DTYPES``); ``runners``: the model
     runners this vLLM has (``"v1"`` up to 0.33: V1 cases draw prompt logprobs and chunked prefills, not the V2
     runner's prompt scoring); ``v2_graphs``: its V2 runner
     has a CUDA-graph manager the target drives (v2_graphs.find: half the V2-runner cases draw the graph knobs);
     ``moe_blocks``: this vLLM can build the MoE block (0.28 and later, moe.py); ``prompt_scoring``: its prompt-logprobs
     worker scores token ids from a start (0.31 and later, prompt_scores.py: V2-runner prompt-logprobs requests draw
-    them)."""
+    them); ``serving``: this vLLM's serving layer and prefix cache import here (serving_cases.py: a third of the cases
+    serve their adapters through the API, half run the prefix cache)."""
     cfg = draw(engine_config(device, runners, v2_graphs, moe_blocks))
     ops = draw(OPS.ops(lambda: EngineState(cfg, prompt_scoring), max_ops=max_ops, go_on_odds=GO_ON_ODDS))
     if cfg.get("runner") != "v1" and cfg.get("cudagraph_mode", "NONE") != "NONE":
         # a V2-runner step's padding is the graph dispatch's (v2_graphs.py)
         ops = [dict(op, pad=0) if op["op"] == "step" else op for op in ops]
+    if serving:  # drawn last: the cases' other draws are those of a release before this knob
+        knobs = serving_cases.knobs(draw)
+        cfg.update({k: v for k, v in knobs.items() if v})
+        ops = serving_cases.serving_ops(draw, cfg, ops, POOL) if cfg.get("serving") else ops
+        ops = serving_cases.with_stems(draw, cfg, ops)
     return Case("vllm_engine", cfg, tuple(ops), tuple(faults))

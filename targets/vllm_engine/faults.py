@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Iterator
 from unittest import mock
 
-from . import prompt_logprobs_faults, v1_faults, v2_graph_faults
+from . import prompt_logprobs_faults, serving_faults, v1_faults, v2_graph_faults
 
 FAULTS = {
     "mapping_cache_ignores_slots":
@@ -53,6 +53,7 @@ FAULTS = {
 FAULTS.update(v1_faults.FAULTS)  # the V1 runner's InputBatch and dispatcher (v1_faults.py)
 FAULTS.update(v2_graph_faults.FAULTS)  # the V2 runner's graph dispatch (v2_graph_faults.py)
 FAULTS.update(prompt_logprobs_faults.FAULTS)  # the V2 runner's prompt logprobs (prompt_logprobs_faults.py)
+FAULTS.update(serving_faults.FAULTS)  # the serving layer and the prefix cache (serving_faults.py)
 
 
 def unavailable(found: dict) -> dict:
@@ -71,7 +72,7 @@ def unavailable(found: dict) -> dict:
         out["packed_expansion_shares_first_lora_a"] = ("this vLLM's MergedColumnParallelLinearWithLoRA has no "
                                                        "expand_packed_lora (0.21 and later, #37912)")
     return (out | v1_faults.unavailable(found) | v2_graph_faults.unavailable(found)
-            | prompt_logprobs_faults.unavailable(found))
+            | prompt_logprobs_faults.unavailable(found) | serving_faults.unavailable(found))
 
 
 def _patched(owner, name: str, value):
@@ -222,6 +223,7 @@ _PLANT = {
     **v1_faults.PLANT,
     **v2_graph_faults.PLANT,
     **prompt_logprobs_faults.PLANT,
+    **serving_faults.PLANT,
 }
 
 

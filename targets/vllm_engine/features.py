@@ -5,6 +5,7 @@ from __future__ import annotations
 from .model import GDN, GDN_PATHS, LAYERS
 
 OPS = ("add", "remove", "pin", "step", "dummy_run")
+SERVING_OPS = ("serve_load", "serve_unload")
 FEATURE_SPACE = tuple(
     [f"op={o}" for o in OPS] + [f"layer={x}" for x in LAYERS + ("experts",)]
     + ["layout=qkv-merged", "layout=qkv-fused", "layout=gate_up-merged", "layout=gate_up-fused",
@@ -17,22 +18,29 @@ FEATURE_SPACE = tuple(
     + [f"max_loras={n}" for n in (1, 2, 3)]
     + [f"layout=gdn-{g}" for g in GDN if g != "none"] + [f"layer={m}" for m in GDN_PATHS] + ["adapter=packed-partial"]
     + ["runner=v1", "runner=v1-graphs", "runner=v1-reorder", "runner=v1-prompt-logprobs", "runner=v2-graphs",
-       "graphs=specialize-lora-off"])
+       "graphs=specialize-lora-off"]
+    + [f"op={o}" for o in SERVING_OPS]
+    + ["serving=on", "prefix_caching=on", "prefix_caching=off", "step=served-request", "serve=reload-same-name",
+       "serve=reload-inplace", "step=shared-stem"])
 
 # the features only a release with that part can give (feature_space)
 _V1 = ("runner=v1", "runner=v1-graphs", "runner=v1-reorder", "runner=v1-prompt-logprobs")
 _MOE = ("layer=experts", "moe=top_k-2", "moe=3d", "adapter=experts")
 _SCORING = ("step=prompt-token-ids", "step=prompt-start")
+_SERVING = tuple(f"op={o}" for o in SERVING_OPS) + ("serving=on", "prefix_caching=on", "prefix_caching=off",
+                                                    "step=served-request", "serve=reload-same-name",
+                                                    "serve=reload-inplace", "step=shared-stem")
 
 
-def feature_space(v1: bool = True, v2_graphs: bool = True, moe: bool = True, scoring: bool = True) -> tuple:
+def feature_space(v1: bool = True, v2_graphs: bool = True, moe: bool = True, scoring: bool = True,
+                  serving: bool = True) -> tuple:
     """The features a release's cases can give (``make_target``, as ``vllm_engine_cases`` draws for it): ``v1``, its
     V1 runner (up to 0.33); ``v2_graphs``, the V2 runner's graph manager; ``moe``, its MoE block; ``scoring``, prompt
     token-id scores and starts (0.31 on). Before, every release declared all of ``FEATURE_SPACE``, and 0.34's
     campaigns listed the V1 runner's features as never reached."""
     left = set((() if v1 else _V1) + (() if v2_graphs else ("runner=v2-graphs",))
                + (() if v1 or v2_graphs else ("graphs=specialize-lora-off",)) + (() if moe else _MOE)
-               + (() if scoring else _SCORING))
+               + (() if scoring else _SCORING) + (() if serving else _SERVING))
     return tuple(f for f in FEATURE_SPACE if f not in left)
 
 
@@ -50,6 +58,7 @@ def _config(c: dict, out: set) -> None:
             out.add(name)
     _runner(c, out)
     _moe(c, out)
+    _serving(c, out)
     if c.get("target_modules") is not None:
         out.add("target_modules=filtered")
     if c.get("lora_dtype") == "auto":
@@ -74,6 +83,37 @@ def _runner(c: dict, out: set) -> None:
         out.add("runner=v2-graphs")
     if graphs and c.get("cudagraph_specialize_lora") is False:
         out.add("graphs=specialize-lora-off")
+
+
+def _serving(c: dict, out: set) -> None:
+    """The serving layer and the prefix cache (serving_cases.py)."""
+    if c.get("serving"):
+        out.add("serving=on")
+    if c.get("prefix_caching"):
+        out.add("prefix_caching=on" if c["prefix_caching"].get("enabled") else "prefix_caching=off")
+
+
+def _serving_ops(ops, out: set) -> None:
+    """Same-name reloads (an unload, then a load of the name again), in-place reloads, served requests, stems that
+    two requests share."""
+    unloaded: set = set()
+    stems: set = set()
+    for op in ops:
+        if op.get("op") == "serve_unload":
+            unloaded.add(op.get("name"))
+        elif op.get("op") == "serve_load":
+            if op.get("name") in unloaded:
+                out.add("serve=reload-same-name")
+            if op.get("inplace"):
+                out.add("serve=reload-inplace")
+        elif op.get("op") == "step":
+            for r in op.get("reqs", ()):
+                if "model" in r:
+                    out.add("step=served-request")
+                if "stem" in r:
+                    if r["stem"] in stems:
+                        out.add("step=shared-stem")
+                    stems.add(r["stem"])
 
 
 def _moe(c: dict, out: set) -> None:
@@ -172,6 +212,7 @@ def features(case) -> set:
     groups = [set(names) for _, names in packed if len(names) > 1]
     if any(0 < len(g & set(a.get("targets", ()))) < len(g) for g in groups for a in specs):
         out.add("adapter=packed-partial")  # some, not all, of a packed module's names spanning several slices
+    _serving_ops(case.ops, out)
     walk = _Walk(c, out)
     for op in case.ops:
         kind = op.get("op")

@@ -55,6 +55,21 @@ def _packed_bug(v: dict, case: dict) -> str | None:
         return "Q2"
     if kind == "ValueError" and "Cannot determine how to split lora_b" in message:
         return "Q3"
+
+
+def _serving_bug(v: dict, lora_hash_name_only: bool) -> str | None:
+    """U1 or H1 (serving.py, prefix_cache.py): U1, the worker still holds an adapter the API unloaded (every release:
+    no ``remove_lora`` under ``vllm/entrypoints``); H1, a prefix-cache block reused under another adapter of the same
+    name where this vLLM's block hash keys an adapter on its name alone (``lora_hash_name_only``: before #44950)."""
+    if v["kind"] != "state-violation":
+        return None
+    if v.get("tensor") == "serve_unload.resident":
+        return "U1"
+    d = v.get("details") or {}
+    reader, writer = d.get("reader") or {}, d.get("writer") or {}
+    if v.get("tensor") == "step.prefix_cache" and lora_hash_name_only and reader.get("name") and \
+            reader.get("name") == writer.get("name"):
+        return "H1"
     return None
 
 
@@ -77,9 +92,10 @@ def _c1(v: dict, ops: list, at) -> bool:
 def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped: bool = False,
               drops_last_chunk: bool = False, graphs_capture_per_lora: bool = True, moe_drops_rslora: bool = False,
               moe_ignores_no_lora: bool = False, mapping_cache_ignores_slots: bool = False,
-              token_id_rows_mapped: bool = False, v1_prompt_rows_mapped: bool = False) -> str | None:
-    """"P1", "L1", "S1", "E1", "E2", "V1", "W1", "C1", "R1", "M1", "Q1", "Q2" or "Q3" where ``finding`` (a report's
-    finding: ``violation``, ``case``) is that bug, else None. ``logits_mapped_per_row``: this vLLM's
+              token_id_rows_mapped: bool = False, v1_prompt_rows_mapped: bool = False,
+              lora_hash_name_only: bool = False) -> str | None:
+    """"P1", "L1", "S1", "E1", "E2", "V1", "W1", "C1", "R1", "M1", "Q1", "Q2", "Q3", "U1" or "H1" where ``finding`` (a
+    report's finding: ``violation``, ``case``) is that bug, else None. ``logits_mapped_per_row``: this vLLM's
     ``LoraState.make_lora_inputs`` takes ``num_logits`` (0.34 and later), so a wrong lm_head row is not S1 (nor in a
     V1-runner case: that runner maps 1 + drafts rows);
     ``prompt_rows_mapped``: this vLLM maps the prompt-logprobs rows to their requests' adapters (a fix of P1, such as
@@ -101,6 +117,9 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped:
     v = finding["violation"]
     case = finding["case"]
     tensor, message = v.get("tensor") or "", v.get("message") or ""
+    early = _serving_bug(v, lora_hash_name_only) or _packed_bug(v, case)
+    if early:
+        return early
     at = (v.get("details") or {}).get("op_index")
     op = case["ops"][at] if at is not None and at < len(case["ops"]) else {}
     if case["config"].get("runner") == "v1":  # the V1 runner's own prompt-logprobs path (v1_prompt_logprobs.py)
@@ -127,9 +146,6 @@ def known_bug(finding: dict, *, logits_mapped_per_row: bool, prompt_rows_mapped:
         # its second form: a pinned adapter, more dummies activated than free slots; convert_mapping finds no
         # slot for the evicted dummy: KeyError (a dict of ids: 0.28 on), ValueError (list.index: 0.24)
         return "E1"
-    packed = _packed_bug(v, case)
-    if packed:
-        return packed
     if v["kind"] == "crash" and "StopIteration" in message and \
             set(case["config"].get("target_modules") or []) <= {"lm_head"}:
         return "E2"  # LoRA on lm_head alone: an empty dummy adapter
@@ -208,6 +224,14 @@ BUGS = {
                     "gives the missing in_proj_qkv every slice, none is left for in_proj_z: ValueError",
            "upstream": "vllm-project/vllm#57851, an open PR (the converse of #47640's trailing-None case)",
            "status": "open in 0.29.0 - 0.33.0 (by source)"},
+    "U1": {"title": "POST /v1/unload_lora_adapter only forgets the name: the worker keeps the adapter registered (CPU "
+                    "cache) and in its GPU slot until LRU eviction",
+           "upstream": "vllm-project/vllm#54839 (and #42633); fix PRs #54939, #42634, open",
+           "status": "open in 0.12.0 - 0.34.0 (no remove_lora call under vllm/entrypoints in any tree read)"},
+    "H1": {"title": "prefix-cache block hashes key an adapter on its name alone: a same-name reload with other "
+                    "weights, or two adapters of one name and different ids, reuse each other's KV blocks",
+           "upstream": "vllm-project/vllm#42125 (fixed by #44950) and #30931",
+           "status": "fixed in 0.31.0 (name and path hashed; 0.30.0 and older hash the name alone, by source)"},
     "V0": {"title": "the V2 runner's dummy runs launch the LoRA kernels on metadata nobody programmed",
            "upstream": "vllm-project/vllm#43139",
            "status": "fixed in 0.22.0 (#43139; replaced by #35536 in 0.24.0)"},
@@ -219,7 +243,7 @@ def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: 
              graphs_capture_per_lora: bool = True, moe_drops_rslora: bool = False,
              moe_ignores_no_lora: bool = False,
              mapping_cache_ignores_slots: bool = False, token_id_rows_mapped: bool = False,
-             v1_prompt_rows_mapped: bool = False) -> str | None:
+             v1_prompt_rows_mapped: bool = False, lora_hash_name_only: bool = False) -> str | None:
     """``known_bug``'s id, or "V0": a memory finding in a dummy run of a release whose V2 runner programs nothing
     for it (``dummy_maps_nothing``: 0.15 - 0.21, docs/findings/v0-v2-runner-dummy-run-no-mapping.md), or a read of
     never-written metadata at a graph-padding row of a step there (the same root cause)."""
@@ -227,7 +251,8 @@ def known_id(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: 
                     drops_last_chunk=drops_last_chunk, graphs_capture_per_lora=graphs_capture_per_lora,
                     moe_drops_rslora=moe_drops_rslora, moe_ignores_no_lora=moe_ignores_no_lora,
                     mapping_cache_ignores_slots=mapping_cache_ignores_slots,
-                    token_id_rows_mapped=token_id_rows_mapped, v1_prompt_rows_mapped=v1_prompt_rows_mapped)
+                    token_id_rows_mapped=token_id_rows_mapped, v1_prompt_rows_mapped=v1_prompt_rows_mapped,
+                    lora_hash_name_only=lora_hash_name_only)
     if bug:
         return bug
     v = finding["violation"]
@@ -259,7 +284,7 @@ def label(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: boo
           graphs_capture_per_lora: bool = True, moe_drops_rslora: bool = False,
           moe_ignores_no_lora: bool = False,
           mapping_cache_ignores_slots: bool = False, token_id_rows_mapped: bool = False,
-          v1_prompt_rows_mapped: bool = False) -> dict | None:
+          v1_prompt_rows_mapped: bool = False, lora_hash_name_only: bool = False) -> dict | None:
     """The target's ``known_bugs``: ``{"id", "title", "upstream", "status"}`` of the known bug ``finding`` is, or
     None (a planted fault's finding, a new bug, a target error)."""
     if finding.get("signature", {}).get("tool") == "target":
@@ -268,5 +293,6 @@ def label(finding: dict, *, logits_mapped_per_row: bool, dummy_maps_nothing: boo
                    prompt_rows_mapped=prompt_rows_mapped, drops_last_chunk=drops_last_chunk,
                    graphs_capture_per_lora=graphs_capture_per_lora, moe_drops_rslora=moe_drops_rslora,
                    moe_ignores_no_lora=moe_ignores_no_lora, mapping_cache_ignores_slots=mapping_cache_ignores_slots,
-                   token_id_rows_mapped=token_id_rows_mapped, v1_prompt_rows_mapped=v1_prompt_rows_mapped)
+                   token_id_rows_mapped=token_id_rows_mapped, v1_prompt_rows_mapped=v1_prompt_rows_mapped,
+                   lora_hash_name_only=lora_hash_name_only)
     return {"id": bug, **BUGS[bug]} if bug else None

@@ -133,6 +133,12 @@ class Session:
         return self.found["LoRARequest"](f"adapter-{adapter}", adapter,
                                          adapters.folder(self.c, self.c["adapters"][str(adapter)]))
 
+    def lora_request_of(self, r: dict):
+        """A new request's ``LoRARequest``: the serving layer's (serving.py admitted it) or the case's own."""
+        if "_lora_request" in r:
+            return r["_lora_request"]
+        return self.request(r["lora"]) if r["lora"] else None
+
     def add(self, op) -> None:
         self.runner.add_lora(self.request(op["id"]))
 
@@ -195,7 +201,7 @@ class Session:
             raise InvalidCase(f"step: request {r['id']!r} is one more than max_num_seqs={self.c['max_num_seqs']}.")
         index = self.free.pop()
         self.live[r["id"]] = (index, r["lora"])
-        self.lora_state.add_request(r["id"], index, self.request(r["lora"]) if r["lora"] else None)
+        self.lora_state.add_request(r["id"], index, self.lora_request_of(r))
         if self.prompts:
             self.prompts.add(r, index)
 
@@ -353,11 +359,13 @@ class Session:
 def run(case, ctx, found: dict) -> None:
     from vllm.config import set_current_vllm_config
 
+    from . import front
     from .v1_runner import V1Session
     from .v2_graphs import V2GraphSession, graphs_drawn
     with faults.planted(case.faults, found):
         cls = V2GraphSession if graphs_drawn(case.config) else Session
         s = (V1Session if case.config.get("runner") == "v1" else cls)(case, ctx, found)
+        s = front.wrap(s, ctx)  # the API server's serving layer and the scheduler's prefix cache, where drawn
         with set_current_vllm_config(s.cfg):
             for i, op in enumerate(case.ops):
                 with ctx.op(i, op):

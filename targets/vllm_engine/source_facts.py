@@ -27,7 +27,8 @@ Per release, with ``file:line`` of each fact:
 * C1: ``LoRAModelManager.set_adapter_mapping`` compares the mapping alone with the last one (#47725 compares the slot
   layout too); M1, V0, V1: ``targets.vllm_lora.source_facts``' verdicts (``add_lora_fused_moe`` without the no-LoRA
   check; the V2 runner's "Fix warmup for LoRA" start-up; ``specialize_active_lora`` with a dispatch by LoRA count);
-  L1: the V2 runner's prompt-logprobs worker skips a prompt whose last chunk is its last token (``prompt_lens - 1``).
+  L1: the V2 runner's prompt-logprobs worker skips a prompt whose last chunk is its last token (``prompt_lens - 1``);
+* H1: the prefix cache's ``_gen_lora_extra_hash_keys`` keys an adapter on its name without its path (before #44950).
 
 ``known_flags(version)`` turns them into ``known.known_id``'s flags, as ``targets.vllm_engine.known_flags`` does from
 the imported code (sweep.py triages every report's findings with them, in a process that imports no vLLM).
@@ -86,6 +87,7 @@ def facts(version: str, wheel_dirs: tuple = ()) -> dict:
                or _function(root, "vllm/lora/models.py", "set_adapter_mapping"))
     kernels = lora_facts.facts(version, wheel_dirs) if root else {}
     v1_prompt = _function(root, V1, "_get_prompt_logprobs_dict") if root.text(V1) else ""
+    lora_keys = _function(root, "vllm/v1/core/kv_cache_utils.py", "_gen_lora_extra_hash_keys")
     return {
         "version": version, "lora_state": lora_state, "add_dummy_skips_registered": skip,
         "select_takes_count": select_counts, "v2_runtime_dummy_maps": v2_maps, "v1_runtime_dummy_maps": v1_maps,
@@ -106,6 +108,7 @@ def facts(version: str, wheel_dirs: tuple = ()) -> dict:
         "M1": bool(kernels.get("moe_no_flag_check") and kernels.get("moe_naive")),  # the naive path reads it
         "V0": bool(kernels.get("V0")), "V1": bool(kernels.get("V1")),
         "L1": bool(_find(root, "vllm/v1/worker/gpu/sample/prompt_logprob.py", r"prompt_lens - 1")),
+        "H1": bool(lora_keys) and "lora_path" not in lora_keys,  # the block hash keys the adapter's name alone
     }
 
 
@@ -119,7 +122,8 @@ def known_flags(version: str) -> dict:
     return {"logits_mapped_per_row": f["per_logits_row"], "dummy_maps_nothing": f["V0"],
             "drops_last_chunk": f["L1"], "graphs_capture_per_lora": not f["W1"], "moe_drops_rslora": f["R1"],
             "moe_ignores_no_lora": f["M1"], "mapping_cache_ignores_slots": f["C1"],
-            "v1_prompt_rows_mapped": bool(f["v1_prompt_logprobs"]) and not f["P1_v1"]}
+            "v1_prompt_rows_mapped": bool(f["v1_prompt_logprobs"]) and not f["P1_v1"],
+            "lora_hash_name_only": f["H1"]}
 
 
 def _yes(flag: bool, *where: str) -> str:

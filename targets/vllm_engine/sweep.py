@@ -32,14 +32,18 @@ from ..vllm_lora.source_facts import _Tree
 from .known import BUGS, known_id
 from .source_facts import facts, known_flags
 
-COLUMNS = ("V0", "V1", "W1", "E1", "E2", "P1", "L1", "S1", "C1", "R1", "M1")  # every id of known.BUGS
+# every id of known.BUGS
+COLUMNS = ("V0", "V1", "W1", "E1", "E2", "P1", "L1", "S1", "C1", "R1", "M1", "Q1", "Q2", "Q3", "U1", "H1")
 SEEDS = {"E1": "e1_", "E2": "e2_", "P1": "p1_", "S1": "s1_"}  # bug -> its seeds' file-name prefix
 # bug without a seed -> the coverage features (features.py) a case needs to show it, any one set of them
 REACH = {"V0": [("op=dummy_run",), ("step=padded",), ("runner=v2-graphs",)],
          "V1": [("specialize_active_lora=on", "runner=v2-graphs"), ("specialize_active_lora=on", "runner=v1-graphs")],
          "W1": [("specialize_active_lora=on", "runner=v2-graphs")],
          "L1": [("step=chunked-prompt",)], "C1": [("step=repeated", "state=re-added")],
-         "R1": [("adapter=experts", "adapter=rslora")], "M1": [("layer=experts", "step=no-lora")]}
+         "R1": [("adapter=experts", "adapter=rslora")], "M1": [("layer=experts", "step=no-lora")],
+         "Q1": [("layout=gdn-qkvz",)], "Q2": [("layout=gdn-qkvz", "adapter=packed-partial")],
+         "Q3": [("layout=gdn-qkvz", "adapter=packed-partial")],
+         "U1": [("op=serve_unload",)], "H1": [("serve=reload-same-name", "prefix_caching=on")]}
 
 
 def _refusal(out: Path, version: str) -> str:

@@ -237,7 +237,7 @@ class V1Session(Session):
             state = self.v1.CachedRequestState(
                 req_id=r["id"], prompt_token_ids=prompt, mm_features=[],
                 sampling_params=params, generator=None, block_ids=([],), num_computed_tokens=0,
-                output_token_ids=[], lora_request=self.request(r["lora"]) if r["lora"] else None)
+                output_token_ids=[], lora_request=self.lora_request_of(r))
             self.cached[r["id"]] = state
             self.live[r["id"]] = (-1, r["lora"])
         return state
