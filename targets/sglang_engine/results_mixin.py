@@ -25,6 +25,8 @@ import importlib
 import inspect
 import textwrap
 
+from . import scheduler_release
+
 # what the mixins call that only logs or reports metrics (metrics off: each records its call; the release's names)
 METRICS = ("report_prefill_stats", "report_decode_stats", "log_batch_result_stats", "update_device_timer",
            "log_decode_stats", "log_decode_stats_every_iteration", "update_spec_metrics")
@@ -73,6 +75,9 @@ def build(sc, cls, recorder) -> None:
     init = sc.init_metrics
     init(**{k: v for k, v in {"tp_rank": 0, "pp_rank": 0, "dp_rank": None}.items()
             if k in inspect.signature(init).parameters})
+    # init_metrics turns the prefill and decode stats on for attention-TP rank 0 (0.5.7 - 0.5.9: whatever
+    # --enable-metrics says); the scheduler path keeps them off (scheduler_release.metrics_off: a log line and gauges)
+    scheduler_release.metrics_off(sc, cls)
     metrics = recorder("the scheduler's metrics", METRICS)
     for name in METRICS:
         if hasattr(cls, name):
