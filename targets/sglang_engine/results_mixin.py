@@ -33,7 +33,7 @@ METRICS = ("report_prefill_stats", "report_decode_stats", "log_batch_result_stat
 # the scheduler's mixins whose methods the result processing runs, each found by a method it defines
 MIXINS = ("process_batch_result_prefill",  # SchedulerOutputProcessorMixin
           "init_metrics",  # SchedulerMetricsMixin: init_metrics, get_load(s), the counters' methods
-          "get_pool_stats")  # SchedulerRuntimeCheckerMixin (0.5.10+): the pool stats get_loads reads
+          "_get_token_info")  # SchedulerRuntimeCheckerMixin: the pool stats get_load(s) read (get_pool_stats 0.5.10+)
 # run_batch's copy of the per-request lengths into the result: the block under this comment, up to its ``ret = ``
 COPY_HEAD = "# These 2 values are needed for processing the output"
 

@@ -25,7 +25,11 @@ class MetricsMixin:
     def report_prefill_stats(self, batch, prefill_stats, can_run_cuda_graph): ...
 
 
-class OldScheduler(OutputMixin, MetricsMixin):  # 0.5.12's run_batch: its first lines and the lengths' copy
+class RuntimeCheckerMixin:
+    def _get_token_info(self): ...
+
+
+class OldScheduler(OutputMixin, MetricsMixin, RuntimeCheckerMixin):  # 0.5.12's run_batch: its first lines and the lengths' copy
     def process_batch_result(self, batch, result): ...
 
     def run_batch(self, batch, pp_proxy_tensors=None):
@@ -85,7 +89,7 @@ def test_the_scheduler_object_gets_the_methods_of_the_release_mixins():
     whatever name the release gives them), none of the scheduler's others."""
     got = mixin.methods(OldScheduler)
     assert {"process_batch_result_prefill", "add_input_logprob_return_values", "stream_output", "init_metrics",
-            "get_loads", "report_prefill_stats"} == set(got)
+            "get_loads", "report_prefill_stats", "_get_token_info"} == set(got)
     assert got["stream_output"] is OutputMixin.stream_output
 
 
