@@ -214,7 +214,7 @@ def launch(sc, batch) -> None:
         sc.processed_tokens_counter += batch.extend_num_tokens
 
 
-def generation_result(logits_output, next_token_ids, batch, graph: bool):
+def generation_result(logits_output, next_token_ids, batch, graph: bool, sc=None):
     """``GenerationBatchResult`` as ``forward_batch_generation`` returns it, with ``run_batch``'s lines after the
     forward (the per-request lengths the output processing reads): re-stated where the release keeps step counters
     (``scheduler.py:4885-4897`` in 0.5.23); before, the release's own block (results_mixin.run_batch_lines)."""
@@ -224,8 +224,11 @@ def generation_result(logits_output, next_token_ids, batch, graph: bool):
                                                                           can_run_cuda_graph=graph)
     result.next_token_ids = next_token_ids
     if not hasattr(cls, "_record_step_counters"):
-        results_mixin.run_lines(None, cls, results_mixin.run_batch_lines(cls)[1], "the lengths' copy", batch=batch,
-                                batch_result=result)
+        ns = results_mixin.run_lines(sc, cls, results_mixin.run_batch_lines(cls)[1], "the lengths' copy",
+                                     batch=batch, batch_result=result)
+        for k in ("extend_input_len_per_req", "extend_logprob_start_len_per_req"):
+            if k in ns:  # 0.5.5: the block sets locals, which run_batch's next lines hand to GenerationBatchResult
+                setattr(result, k, ns[k])
         return result
     if batch.return_logprob or batch.return_hidden_states:
         result.extend_input_len_per_req = list(batch.extend_lens) if batch.forward_mode.is_extend() else None

@@ -107,12 +107,13 @@ def run_batch_lines(cls) -> tuple[str, str]:
     return "\n".join(head), textwrap.dedent("\n".join(body[start:end]))
 
 
-def run_lines(sc, cls, source: str, label: str, **names) -> None:
+def run_lines(sc, cls, source: str, label: str, **names) -> dict:
     """Run ``source`` (lines of the release's ``Scheduler.run_batch``, ``cls``) on the scheduler object, in the
-    scheduler module's namespace."""
+    scheduler module's namespace; the namespace after (the locals the lines set: 0.5.5's lengths)."""
     module = importlib.import_module(cls.__module__)
-    exec(compile(source, f"<{cls.__module__}.Scheduler.run_batch: {label}>", "exec"),  # noqa: S102
-         dict(vars(module), self=sc, **names))
+    ns = dict(vars(module), self=sc, **names)
+    exec(compile(source, f"<{cls.__module__}.Scheduler.run_batch: {label}>", "exec"), ns)  # noqa: S102
+    return ns
 
 
 __all__ = ["METRICS", "build", "is_mixin", "methods", "run_batch_lines", "run_lines"]
