@@ -28,7 +28,7 @@ DRIVES = ("LoRAManager, LoRAMemoryPool and the LoRA layer wrappers, MoE experts 
           "SGLang's scheduler path (get_next_batch_to_run, PrefillAdder, can_schedule_lora_req, LoRADrainer, "
           "ForwardBatch.init_new) where the release's scheduler imports, else the direct path to the manager",
           "its tree cache: the release's radix cache (RadixCache / UnifiedRadixCache) where a case draws it on",
-          "its result processing (process_batch_result, SGLang's Sampler) on 0.5.14 - 0.5.23",
+          "its result processing (process_batch_result, SGLang's Sampler) on 0.5.5 - 0.5.23",
           "the LogitsProcessor's lm_head passes and the decode CUDA graph's batch info")
 
 

@@ -417,7 +417,7 @@ class Server:
         sampler's ``temperature 0``, re-stated) in a ``SimpleNamespace`` of the fields the re-stated lines read."""
         if not self.results_why:
             return result_processing.generation_result(
-                logits_output, self.mr.sample(logits_output, fb), batch, graph)
+                logits_output, self.mr.sample(logits_output, fb), batch, graph, self.sc)
         next_ids = logits_output.next_token_logits.argmax(dim=-1).to(torch.int64)
         return types.SimpleNamespace(next_draft_input=None, has_sampled_token_ids=True, next_token_ids=next_ids)
 

@@ -28,9 +28,10 @@ SERVER_FAULTS = {
         "adapter's request (or the base model's) computed.",
     "logprob_cursor_not_advanced":
         "the scheduler's prefill result processing does not move its logprob cursor past a request's input logprobs "
-        "(SchedulerBatchResultProcessor._apply_prefill_logprobs returning the cursor it was given): each later "
-        "request of the batch stores the input logprobs of the rows before its own (0.5.16+, where the result "
-        "processing is driven: results.py).",
+        "(SchedulerBatchResultProcessor._apply_prefill_logprobs returning the cursor it was given; 0.5.5 - "
+        "0.5.12.post1, SchedulerOutputProcessorMixin.process_batch_result_prefill without its logprob_pt += "
+        "num_input_logprobs): each later request of the batch stores the input logprobs of the rows before its own "
+        "(where the result processing is driven: results.py).",
 }
 
 
@@ -74,7 +75,10 @@ def plant_server(server, faults: set) -> None:
     if "radix_key_without_lora" in faults:
         _patch(server, server, "submit", _key_without_lora(server.submit))
     if "logprob_cursor_not_advanced" in faults and not server.results_why:
-        _cursor_not_advanced(server, type(sc.batch_result_processor))
+        if hasattr(sc, "batch_result_processor"):  # 0.5.13+
+            _cursor_not_advanced(server, type(sc.batch_result_processor))
+        else:  # 0.5.5 - 0.5.12.post1: the scheduler's own mixin (results_mixin.py)
+            _mixin_cursor_not_advanced(server, sc)
 
 
 def _patch(server, obj, name: str, new) -> None:
@@ -138,6 +142,21 @@ def _cursor_not_advanced(server, cls) -> None:
         original(self, **kwargs)
         return kwargs["logprob_pt"]
     _patch(server, cls, "_apply_prefill_logprobs", apply)
+
+
+def _mixin_cursor_not_advanced(server, sc) -> None:
+    """The mixin's prefill loop (``process_batch_result_prefill``) without its ``logprob_pt += num_input_logprobs``:
+    every ``add_input_logprob_return_values`` of the batch reads its slice from the cursor's start, 0."""
+    import inspect
+    original = sc.add_input_logprob_return_values
+    sig = inspect.signature(original)
+    cursor = next(p for p in sig.parameters if p in ("logprob_pt", "pt"))
+
+    def add_input_logprob_return_values(*args, **kwargs):
+        bound = sig.bind(*args, **kwargs)
+        bound.arguments[cursor] = 0
+        return original(*bound.args, **bound.kwargs)
+    _patch(server, sc, "add_input_logprob_return_values", add_input_logprob_return_values)
 
 
 def _fetch_first_only(server, mgr) -> None:

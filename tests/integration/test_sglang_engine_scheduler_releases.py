@@ -1,7 +1,9 @@
 """SGLang's own scheduler loop on each release shape before 0.5.20 (``targets/sglang_engine/scheduler_release.py``):
 one release per shape, each in its own subprocess (~1-2 min: one import of its engine). On each, the served
 requests are silent of the scheduler checks, each planted scheduler fault is caught in its minimal case (and its case
-is silent without it), and SG1's directed case is found (0.5.12+ by source). Before the shapes were adapted each of
+is silent without it), and SG1's directed case is found (0.5.12+ by source). SGLang's own result processing runs on each (results.py:
+the scheduler's output-processor mixin before 0.5.13, the load inquirer 0.5.13 reads), so the logprob-cursor fault is
+caught on each shape too (before the tenth stint it was unavailable on 0.5.5 - 0.5.13). Before the shapes were adapted each of
 these releases was refused ("the scheduler path is not driven on SGLang X"), so the cases were invalid there.
 
 The shapes: 0.5.11 (the LoRA check inline in the loop, no drainer: the drain fault is unavailable and the drain
@@ -27,9 +29,6 @@ import test_sglang_engine as T  # the cases and the subprocess runner of the pin
 SHAPES = ["0.5.5", "0.5.7", "0.5.8", "0.5.9", "0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.16", "0.5.17", "0.5.19"]
 NO_DRAINER = {"0.5.5", "0.5.7", "0.5.8", "0.5.9", "0.5.11"}  # the drain cases are refused (no LoRADrainer before 0.5.12)
 BEFORE_0_5_10 = {"0.5.5", "0.5.7", "0.5.8", "0.5.9"}  # csgmv, linear layers only (module doc)
-# SGLang's result processing not driven (results.py: the scheduler's mixin before 0.5.13; 0.5.13's output streamer
-# reads the load inquirer): the result-processing fault is unavailable there
-NO_RESULTS = BEFORE_0_5_10 | {"0.5.11", "0.5.12", "0.5.13"}
 LINEAR = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 site = import_module("fuzzrunner.targets.sglang_lora.site")
 
@@ -63,9 +62,6 @@ def test_sglangs_scheduler_runs_on_each_release_shape(version):
     for (fault, (_, _, kinds)), got, without in zip(T.SERVER_FAULT_CASES.items(), faulty, clean):
         if version in NO_DRAINER and fault == "drain_never_cleared":
             assert got is None and without is None, (version, got, without)  # unavailable / refused
-            continue
-        if version in NO_RESULTS and fault == "logprob_cursor_not_advanced":
-            assert got is None, (version, got)  # unavailable (its case, served past the scheduler, is not asserted)
             continue
         # init_new_fetches_one: a KeyError in prepare_lora_batch on 0.5.20+ (the minimal case's "crash"); before,
         # the pool check's "not resident after prepare_lora_batch" (with the logits it breaks)

@@ -278,9 +278,11 @@ def test_the_result_processings_endpoints_record_what_they_are_sent_and_refuse_t
         results.refused("the scheduler's abort_request")("r0")
 
 
-def test_result_processing_is_driven_where_the_release_has_the_processor_and_a_streamer_without_loads():
-    """``results.supported``: the processor made by ``init_batch_result_processor`` and a streamer that does not read
-    the load inquirer (0.5.14+); the mixin (before 0.5.13) and 0.5.13's streamer are named as not driven."""
+def test_result_processing_is_driven_where_the_release_has_the_processor_or_the_mixin():
+    """``results.supported``: the processor made by ``init_batch_result_processor`` (0.5.13+; 0.5.13's streamer reads
+    the load inquirer, made by the scheduler's own init methods) and the scheduler's own output-processor mixin (0.5.5 -
+    0.5.12.post1: results_mixin.py) are driven; a scheduler with neither is named as not driven. Before, the mixin
+    and 0.5.13 were not driven (tests/unit/test_sglang_engine_results_mixin.py has the shapes)."""
     from fuzzrunner.targets.sglang_engine import results
 
     class Newer:
@@ -291,11 +293,14 @@ def test_result_processing_is_driven_where_the_release_has_the_processor_and_a_s
 
     class Mixin:
         def process_batch_result(self): ...
+        def process_batch_result_prefill(self): ...
 
     class Loads(Newer):
         def init_output_streamer(self):
             self.output_streamer = dict(load_inquirer_get_loads=None)
 
-    assert results.supported(Newer) == ""
-    assert "init_batch_result_processor, init_output_streamer" in results.supported(Mixin)
-    assert "load inquirer" in results.supported(Loads)
+    class Neither:
+        def process_batch_result(self): ...
+
+    assert results.supported(Newer) == results.supported(Mixin) == results.supported(Loads) == ""
+    assert "init_batch_result_processor, init_output_streamer" in results.supported(Neither)
