@@ -54,6 +54,9 @@ BUGS = {
     "#25865": ("#25865", "the LoRA admission counts the running batch's adapters only, not a chunked prefill already "
                "staged: a batch of more adapters than --max-loras-per-batch", "sgl-project/sglang#25865 (PRs #25567, "
                "#26029)", "fixed upstream (0.5.13)"),
+    "#27597": ("#27597", "a finished request's adapter still counts as running at the next admission: unloaded "
+               "meanwhile (a --max-loaded-loras eviction, an unload), validate_lora_batch's assertion crashes the "
+               "scheduler", "sgl-project/sglang#27597", "fixed upstream (0.5.14)"),
     "#15187": ("#15187", "0.5.6.post1 - 0.5.6.post2's torch_native ops contract over a slot's never-written rows",
                "sgl-project/sglang#15187", "fixed upstream (0.5.7)"),
 }

@@ -29,7 +29,8 @@ SEEDS = {"#21380": "unload_keeps_slot_21380", "#28371": "csgmv_graph_segments_28
          "torch-native-embedding": "torch_native_embedding", "#15187": "torch_native_rank_below_max_15187",
          "#27274": "moe_virtual_gated_27274",
          "embedding-partial-unzeroed": "embedding_partial_unzeroed_g3",
-         "#16687": "base_request_over_limit_16687", "#25865": "staged_chunk_admission_25865"}
+         "#16687": "base_request_over_limit_16687", "#25865": "staged_chunk_admission_25865",
+         "#27597": "finished_adapter_unloaded_27597"}
 KNOWN = tuple(SEEDS)
 # the findings pages' names of the bugs sweep.py triages by what they are (docs/findings/)
 NAMES = {"torch-native-lm-head": "G1", "torch-native-graph-rank": "G2", "embedding-partial-unzeroed": "G3"}
@@ -72,6 +73,8 @@ def present(bug: str, version: str) -> bool | None:
         "#16687": lora_sweep.BASE_NEVER_CHECKED in f("srt/managers/scheduler.py"),
         "#25865": lora_sweep.RUNNING_ONLY in f("srt/managers/scheduler.py")
         and lora_sweep.STAGED_COUNTED not in f("srt/managers/scheduler.py"),
+        # a finished request's adapter counted as running, asserted loaded after an unload (0.5.5 - 0.5.13.post1)
+        "#27597": lora_sweep.finished_adapters_counted(version),
     }[bug]
 
 

@@ -110,6 +110,8 @@ def engine_category(f: dict, version: str | None = None) -> str:
     ``--max-loras-per-batch``: docs/findings/sg1-*), ``SG2`` (a request waiting past the drain bound while the
     adapter marked draining for it admitted more requests, in releases whose drainer recomputes the draining budget
     from every running request: docs/findings/sg2-*),
+    ``#27597`` (the scheduler's crash "LoRA ID ... not found in lora_refs", in releases whose admission counts a
+    finished request's adapter as running: an adapter unloaded after its request finished),
     ``#27274`` (a wrong row of a virtual-experts MoE case with gate / up expert LoRA, in releases whose virtual-expert
     path contracts the gated A's first half only),
     ``torch-native-lm-head`` (G1), ``torch-native-graph-rank`` (G2), ``embedding-partial-unzeroed`` (G3: a wrong
@@ -147,10 +149,17 @@ def engine_category(f: dict, version: str | None = None) -> str:
     if sig["kind"] == "state-violation" and left and \
             "def remove_lora" not in _release_file(version, "srt/lora/mem_pool.py"):
         return "#21380"
-    if sig["kind"] == "state-violation" and "past the drain threshold" in f.get("message", ""):
-        return _drain_bug(f.get("message", ""), config, version) or "untriaged"
-    if sig["kind"] == "state-violation" and OVER_SLOTS.search(f.get("message", "")):
+    return _scheduler_bug(sig["kind"], f.get("message", ""), config, version)
+
+
+def _scheduler_bug(kind: str, message: str, config: dict, version: str | None) -> str:
+    """The scheduler path's bugs a finding's message tells (SG1, SG2, #16687, #25865, #27597), else ``untriaged``."""
+    if kind == "state-violation" and "past the drain threshold" in message:
+        return _drain_bug(message, config, version) or "untriaged"
+    if kind == "state-violation" and OVER_SLOTS.search(message):
         return _admission_bug(config, version) or "untriaged"
+    if kind == "crash" and LORA_REFS_ASSERT in message and finished_adapters_counted(version):
+        return "#27597"
     return "untriaged"
 
 
@@ -162,6 +171,21 @@ BASE_NEVER_CHECKED = "should never cause this check to fail"
 # counted (#25865; 0.5.7 counted can_run_list, 0.5.13 adds it back with running_loras.update(...))
 RUNNING_ONLY = "running_loras = {req.lora_id for req in self.running_batch.reqs}"
 STAGED_COUNTED = "running_loras.update(req.lora_id for req in adder.can_run_list)"
+
+
+# 0.5.5 - 0.5.13.post1 build the running adapters from every request of the running batch, the finished ones too (they
+# leave it later, in update_running_batch): one whose adapter was unloaded since trips validate_lora_batch's assertion
+# (#27597, 0.5.14: "... for req in self.running_batch.reqs if not req.finished()")
+LORA_REFS_ASSERT = "not found in lora_refs"
+RUNNING_LORAS = "req.lora_id for req in self.running_batch.reqs"
+FINISHED_FILTERED = "running_batch.reqs if not req.finished()"
+
+
+def finished_adapters_counted(version: str | None) -> bool:
+    """Whether the release's admission counts a finished request's adapter and asserts it is loaded (#27597)."""
+    sched = _release_file(version, "srt/managers/scheduler.py")
+    return LORA_REFS_ASSERT in _release_file(version, "srt/lora/lora_manager.py") and RUNNING_LORAS in sched and \
+        FINISHED_FILTERED not in sched
 
 
 def _admission_bug(config: dict, version: str | None) -> str:

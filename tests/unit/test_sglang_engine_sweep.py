@@ -70,8 +70,10 @@ def _tree(tmp_path, v, buggy: bool) -> None:
         "" if buggy else sweep.VIRTUAL_GATED_PAIRED + "=2\n"))  # #27274
     managers = tmp_path / v / "site" / "sglang" / "srt" / "managers"
     managers.mkdir(parents=True)
-    (managers / "scheduler.py").write_text(  # #16687, #25865
-        f"# {sweep.BASE_NEVER_CHECKED}\n{sweep.RUNNING_ONLY}\n" if buggy else f"{sweep.RUNNING_ONLY}\n{sweep.STAGED_COUNTED}\n")
+    (managers / "scheduler.py").write_text(  # #16687, #25865; #27597 (with the manager's assertion)
+        f"# {sweep.BASE_NEVER_CHECKED}\n{sweep.RUNNING_ONLY}\n" if buggy else
+        f"{sweep.RUNNING_ONLY}\n{sweep.STAGED_COUNTED}\n# {sweep.FINISHED_FILTERED}\n")
+    (lora / "lora_manager.py").write_text(f"# {sweep.LORA_REFS_ASSERT}\n")
 
 
 def _report(out: Path, v: str, findings: list, replayed: list, refused: dict) -> None:
