@@ -13,6 +13,9 @@ is driven (``frontend``: frontend.py); there a step's requests may name any adap
 manager reloads an unloaded one) and as many adapters as they like (the scheduler splits them into batches).
 
 ``tie``: ``tie_word_embeddings`` of the model's config (``lm_head`` is the embedding module itself, model.py).
+On the scheduler path: ``disable_radix_cache`` (a radix case's served steps give their requests a shared ``stem``
+and their own ``key``, keys.py), ``max_total_tokens`` (a small KV pool) with ``retract_interval`` (SGLang's
+retraction test mode, retraction.py).
 
 Rules: ``load`` an adapter not loaded (``v``: which weights; a reload after an unload may bring others),
 ``unload`` a loaded one, ``step`` a batch of requests (an adapter name or null each) that the scheduler would
@@ -28,7 +31,9 @@ from hypothesis import strategies as st
 from fuzzrunner.case import Case
 from fuzzrunner.strategies import OpSequence
 
+from . import keys as user_keys
 from . import moe as sparse
+from . import retraction
 from .adapters import SERVER_NAME
 
 STEM_MAX = 6  # the longest shared prompt stem a served step's request draws (serving.stem_tokens)
@@ -218,16 +223,28 @@ def sglang_engine_cases(draw, faults: tuple = (), *, max_ops: int = 8, device: s
     if scheduler and radix:
         cfg["disable_radix_cache"] = draw(st.booleans())
         if not cfg["disable_radix_cache"]:
-            ops = [_with_stem(draw, op) if op["op"] == "step" and "logprob" not in op and not spec else op
+            ops = [_with_stem(draw, op, names) if op["op"] == "step" and "logprob" not in op and not spec else op
                    for op in ops]
+    # --max-total-tokens (retraction.py): in half the cases of the scheduler path a KV pool of the longest request's
+    # tokens and a little headroom, so that decode outgrows the admission's estimate and SGLang retracts requests;
+    # drawn last (a case of the large pool is the case the same seed gave before)
+    # with SGLang's retraction test mode (SGLANG_TEST_RETRACT, every ``retract_interval``-th forward) in three of them
+    if scheduler and not spec and draw(st.booleans()):
+        cfg["max_total_tokens"] = retraction.pool_tokens(ops, draw(st.sampled_from(retraction.HEADROOM)))
+        interval = draw(st.sampled_from([0, 1, 2, 3]))
+        if interval:
+            cfg["retract_interval"] = interval
     return Case("sglang_engine", cfg, tuple(ops), tuple(faults))
 
 
-def _with_stem(draw, op: dict) -> dict:
-    """A served step's requests with stems of their own lengths: often the whole stem (a long match), sometimes
-    part of it or none."""
+def _with_stem(draw, op: dict, names: list) -> dict:
+    """A served step's requests with stems of their own lengths (often the whole stem, a long match; sometimes part of
+    it or none) and their own ``extra_key`` (keys.py): none, a key users share, or the lora_id of one of the case's
+    adapters (``lora:NAME``: SGLang #24638's base-model request in an adapter's namespace)."""
     stems = [draw(st.sampled_from([0, 2, 4, STEM_MAX, STEM_MAX])) for _ in op["reqs"]]
-    return {**op, "stem": stems}
+    key = [draw(st.sampled_from([*user_keys.KEYS, *(user_keys.LORA_PREFIX + n for n in names)]))
+           for _ in op["reqs"]]
+    return {**op, "stem": stems} | ({"key": key} if any(k is not None for k in key) else {})
 
 
 def _config_features(c: dict) -> set:
@@ -249,6 +266,10 @@ def _config_features(c: dict) -> set:
         out.add("drain=" + ("on" if c["lora_drain_wait_threshold"] else "off"))
     if "disable_radix_cache" in c:
         out.add("radix_cache=" + ("off" if c["disable_radix_cache"] else "on"))
+    if "max_total_tokens" in c:
+        out.add("kv_pool=small")
+    if c.get("retract_interval"):
+        out.add("retract=test-mode")
     if c.get("moe"):
         m = c["moe"]
         out |= {"moe=on", f"moe.top_k={m['top_k']}", f"moe.experts={m['experts']}",
@@ -328,6 +349,11 @@ def _step_features(op: dict, loaded: list, slots: int) -> set:
         out.add("step=stream")
     if sum(1 for k in op.get("stem", ()) if k) >= 2:
         out.add("step=shared-prefix")
+    drawn = op.get("key") or ()
+    if user_keys.KEY_USER in drawn:
+        out.add("step=user-key")
+    if any(isinstance(k, str) and k.startswith(user_keys.LORA_PREFIX) for k in drawn):
+        out.add("step=key-names-adapter")
     return out
 
 
@@ -350,7 +376,8 @@ def feature_space(modules: tuple = SERVER_MODULES, frontend: bool = False, logpr
         + ([f"max_running_requests={m}" for m in (2, 3, 4)] + ["chunked_prefill=on", "chunked_prefill=off",
            "max_prefill_tokens=small", "max_prefill_tokens=default", "step=multi-round", "step=late-arrival",
            "step=stream"] + (["drain=on", "drain=off"] if drainer else [])
-           + (["radix_cache=on", "radix_cache=off", "step=shared-prefix"] if radix else []) if scheduler else [])
+           + (["radix_cache=on", "radix_cache=off", "step=shared-prefix", "step=user-key", "step=key-names-adapter"]
+              if radix else []) + ["kv_pool=small", "retract=test-mode"] if scheduler else [])
         + (["moe=on", "moe.top_k=1", "moe.top_k=2", *(f"moe.experts={e}" for e in sparse.EXPERTS),
             "moe.shared_outer=on", "moe.shared_outer=off", "moe.virtual_experts=on", "moe.virtual_experts=off"]
            if moe else [])

@@ -7,7 +7,9 @@ release does not have (by its files) is never named there.
 
 from __future__ import annotations
 
+from ..sglang_lora import site
 from ..sglang_lora import sweep as lora_sweep
+from . import keys as user_keys
 
 # sweep.py's triage -> the bug a user reads (id, title, upstream, status); v2-rank-overread (triton_v2's by-design
 # over-read, silent since the shadow oracle follows discarded lanes), target, untriaged: not bugs of SGLang's
@@ -57,6 +59,10 @@ BUGS = {
     "#27597": ("#27597", "a finished request's adapter still counts as running at the next admission: unloaded "
                "meanwhile (a --max-loaded-loras eviction, an unload), validate_lora_batch's assertion crashes the "
                "scheduler", "sgl-project/sglang#27597", "fixed upstream (0.5.14)"),
+    "#24638": ("#24638", "a request's own extra_key and its lora_id are concatenated into one radix namespace: a "
+               "base-model request whose extra_key is an adapter's lora_id reuses that adapter's cached K/V",
+               "sgl-project/sglang#24638 (PRs #25214, #25351: closed unmerged)",
+               "open (the issue closed as inactive); every release 0.5.5 - 0.5.23 concatenates"),
     "#15187": ("#15187", "0.5.6.post1 - 0.5.6.post2's torch_native ops contract over a slot's never-written rows",
                "sgl-project/sglang#15187", "fixed upstream (0.5.7)"),
 }
@@ -69,8 +75,21 @@ def label(finding: dict, version: str | None = None) -> dict | None:
     if finding["case"].get("faults"):
         return None
     release = (finding.get("code_under_test") or {}).get("release") or version
-    bug = BUGS.get(lora_sweep.category(finding, release))
+    bug = BUGS.get(key_collision(finding, release) or lora_sweep.category(finding, release))
     return None if bug is None else dict(zip(("id", "title", "upstream", "status"), bug))
 
 
-__all__ = ["BUGS", "label"]
+def key_collision(finding: dict, version: str | None) -> str | None:
+    """``#24638`` where the finding is a request reusing another adapter's K/V (``step.prefix-cache``), its case
+    sends a key naming an adapter's lora_id (keys.py) and the release's ``Req.__init__`` concatenates the user's key
+    and the lora_id (its ``schedule_batch.py``, read from the set-up tree); else None."""
+    sig = finding["signature"]
+    if sig.get("kind") != "state-violation" or sig.get("tensor") != "step.prefix-cache" or not version:
+        return None
+    if "of another adapter" not in finding.get("message", "") or not user_keys.aliases_an_adapter(finding["case"]):
+        return None
+    path = site.site_dirs(version)[0] / "sglang" / "srt" / "managers" / "schedule_batch.py"
+    return "#24638" if path.exists() and user_keys.concatenates(path.read_text(encoding="utf-8")) else None
+
+
+__all__ = ["BUGS", "key_collision", "label"]

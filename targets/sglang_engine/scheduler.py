@@ -41,6 +41,7 @@ import types
 import torch
 
 from . import results as result_processing
+from . import retraction
 from . import scheduler_release as release_shape
 
 # the Scheduler's methods the loop runs, each SGLang's own (a release without one: the path is not driven there)
@@ -65,7 +66,10 @@ SCHED_OPTIONAL = (
     # 0.5.8 - 0.5.8.post1's loop calls it each round (SGLANG_QUEUED_TIMEOUT_MS -1: it returns at its first line)
     "_abort_on_queued_timeout",
     "log_prefill_stats_late",  # 0.5.7's loop calls it (metrics off: it returns without a batch's stats)
-    "init_diffusion_llm")  # 0.5.8 - 0.5.8.post1: the loop reads its (empty, no dLLM) staging requests
+    "init_diffusion_llm",  # 0.5.8 - 0.5.8.post1: the loop reads its (empty, no dLLM) staging requests
+    # update_running_batch's retraction (retraction.py): a retracted request back into the waiting queue
+    "_add_request_to_queue", "_set_or_validate_priority", "_abort_on_queued_limit", "_prefetch_kvcache",
+    "_release_aborted_request")
 RUNNER_METHODS = ("init_kv_index_translator", "init_ngram_embedding_manager")
 CLOCK_START = 1000.0  # virtual seconds: 0.0 is "never stamped" to Req's time stats
 
@@ -155,7 +159,7 @@ def _radix() -> dict:
 # (--disable-radix-cache: the server's default is off, a case without the knob keeps the radix cache off as before)
 SCHED_KNOBS = {"max_running_requests": 4, "chunked_prefill_size": -1, "max_prefill_tokens": 16384,
                "lora_drain_wait_threshold": 0.0, "disable_radix_cache": True}
-KV_TOKENS = 256  # --max-total-tokens: room for every case's requests (retraction is not driven)
+KV_TOKENS = 256  # --max-total-tokens without the drawn knob: room for every case's requests (nothing retracted)
 
 
 def scheduler_knobs(c: dict, driven: bool, drainer: bool = True) -> dict:
@@ -166,7 +170,8 @@ def scheduler_knobs(c: dict, driven: bool, drainer: bool = True) -> dict:
         return {}
     out = {k: c.get(k, v) for k, v in SCHED_KNOBS.items() if drainer or k != "lora_drain_wait_threshold"}
     out["chunked_prefill_size"] = out["chunked_prefill_size"] or -1
-    return out | {"max_total_tokens": KV_TOKENS, "disable_overlap_schedule": True}
+    # --max-total-tokens (``max_total_tokens``, retraction.py): a KV pool small enough that decode retracts requests
+    return out | {"max_total_tokens": c.get("max_total_tokens") or KV_TOKENS, "disable_overlap_schedule": True}
 
 
 def unsupported(cls) -> str:
@@ -244,6 +249,11 @@ class Server:
         self.model_config = ModelConfig.from_server_args(sa)
         self.max_running = sched.max_running_requests
         self.kv_size = sa.max_total_tokens
+        # a user's request leaves ignore_eos off, and the admission then reserves only an estimate of its new tokens
+        # (PrefillAdder: new_token_ratio, 1.0 for ignore_eos), so that decode can outgrow the pool and retract
+        # (retraction.py); the tiny model has no EOS a request knows (no tokenizer, no eos_token_ids), so each still
+        # generates all its tokens. Before the drawn pool, every request was sent with ignore_eos (kept there)
+        self.ignore_eos = session.c.get("max_total_tokens") is None
         self.max_req_len = self.model_config.context_len
         dev = str(session.device)
         # the model runner's pools (ModelRunner.init_memory_pool: a request pool of max_running_requests rows,
@@ -311,6 +321,8 @@ class Server:
         sc.enable_metrics = sa.enable_metrics  # off (the server's default); 0.5.9's loop reads it unconditionally
         # no speculative decoding: the KV headroom a decode step checks (init_memory_pool_and_cache's 1; 0.5.5 - 0.5.7)
         sc.decode_mem_cache_buf_multiplier = 1
+        # what _add_request_to_queue reads when update_running_batch requeues a retracted request (retraction.py)
+        sc.max_queued_requests = getattr(sa, "max_queued_requests", None)
         if hasattr(sl.Scheduler, "kv_shard_widening"):  # 0.5.21+: the class default before a page-interleaved pool
             sc.kv_shard_widening = sl.Scheduler.kv_shard_widening
         sc.sliding_window_size, sc.decode_offload_manager = None, None  # a dense model; no decode offload
@@ -357,6 +369,7 @@ class Server:
         sc.temp_prefill_info = None  # init_metrics' line: what log_prefill_stats leaves for log_prefill_stats_late
         # SGLang's result processing (results.py), where the release's shape is adapted; else the re-stated lines
         self.results_why = result_processing.set_up(sc, mr)  # "" where sl.results
+        retraction.reporter_fields(sc)
         self.sc = sc
         self.rounds = 0
         self.patches: list = []  # planted faults (scheduler_faults.py), stopped by close()
@@ -364,6 +377,7 @@ class Server:
         # KV slot -> (rid, lora_id) of the request whose forward last wrote it (serving._run: each batch's
         # out_cache_loc, where SGLang's attention backends write K/V, ``set_kv_buffer(layer, out_cache_loc, k, v)``)
         self.kv_writer: dict = {}
+        retraction.test_mode(self, session.c.get("retract_interval"))  # SGLANG_TEST_RETRACT (retraction.py)
         self.reused = 0  # prefix slots reused by a request of the writer's own adapter (serving.check_prefix)
         CLOCK.now = CLOCK_START
 
@@ -372,14 +386,18 @@ class Server:
             self.patches.pop().stop()
 
     # -- requests --------------------------------------------------------------------------------------------
-    def submit(self, rid: str, tokens: list, max_new: int, lora_id, logprob_start: int | None = None):
+    def submit(self, rid: str, tokens: list, max_new: int, lora_id, logprob_start: int | None = None,
+               extra_key: str | None = None):
         """A request as the scheduler's ``handle_generate_request`` makes and queues it (greedy, no stop;
-        ``logprob_start``: ``return_logprob`` with that ``logprob_start_len``, else no logprobs)."""
+        ``logprob_start``: ``return_logprob`` with that ``logprob_start_len``, else no logprobs; ``extra_key``: the
+        user's cache key, ``GenerateReqInput.extra_key``, handed to ``Req`` as the tokenizer manager and the scheduler
+        hand it on: ``Req.__init__`` adds the lora_id to it, keys.py)."""
         sl, sc = self.sl, self.sc
-        sp = sl.SamplingParams(max_new_tokens=max_new, temperature=0, ignore_eos=True)
+        sp = sl.SamplingParams(max_new_tokens=max_new, temperature=0, ignore_eos=self.ignore_eos)
         sp.normalize(None)
+        key = {} if extra_key is None else {"extra_key": extra_key}  # the releases' Req without a key: keys.py
         req = sl.Req(rid, "", sl.token_ids(tokens), sp, lora_id=lora_id, vocab_size=self.s.eng.hf_config.vocab_size,
-                     return_logprob=logprob_start is not None)
+                     return_logprob=logprob_start is not None, **key)
         if logprob_start is not None:  # handle_generate_request: a start the user gave (0 <= start <= its length)
             req.logprob_start_len = logprob_start
         sc.init_req_max_new_tokens(req)

@@ -26,6 +26,14 @@ SERVER_FAULTS = {
         "each request's radix key is made without its LoRA id (Req.extra_key as if Req.__init__ had not appended "
         "lora_id): with the radix cache on, match_prefix hands a request the cached K/V of a prompt prefix another "
         "adapter's request (or the base model's) computed.",
+    "radix_key_without_extra_key":
+        "each request's radix key is made without the user's own extra_key (Req.extra_key as its lora_id alone, the "
+        "key GenerateReqInput.extra_key carried dropped): with the radix cache on, match_prefix hands a request the "
+        "cached K/V of a prompt prefix that a request of its adapter computed under another user's key.",
+    "retract_keeps_kv":
+        "ScheduleBatch.retract_decode frees none of the KV slots it releases (the allocator's free skipped while it "
+        "runs): the retracted requests' slots stay allocated after they are requeued, and the KV pool never comes "
+        "back whole.",
     "logprob_cursor_not_advanced":
         "the scheduler's prefill result processing does not move its logprob cursor past a request's input logprobs "
         "(SchedulerBatchResultProcessor._apply_prefill_logprobs returning the cursor it was given; 0.5.5 - "
@@ -51,6 +59,7 @@ def unavailable(sl, version: str) -> dict:
         out["drain_never_cleared"] = f"SGLang {version} has no LoRADrainer (--lora-drain-wait-threshold: 0.5.12+)"
     if sl.radix_cache is None:
         out["radix_key_without_lora"] = f"SGLang {version}'s radix cache is not driven: {sl.radix_why}"
+        out["radix_key_without_extra_key"] = out["radix_key_without_lora"]
     if not sl.results:
         out["logprob_cursor_not_advanced"] = (f"SGLang {version}'s result processing is not driven here "
                                                f"({result_processing.supported(sl.Scheduler)})")
@@ -74,6 +83,10 @@ def plant_server(server, faults: set) -> None:
         _patch(server, sc.lora_drainer, "_update_fully_drained_loras", lambda running_reqs: None)
     if "radix_key_without_lora" in faults:
         _patch(server, server, "submit", _key_without_lora(server.submit))
+    if "radix_key_without_extra_key" in faults:
+        _patch(server, server, "submit", _key_without_user_key(server.submit))
+    if "retract_keeps_kv" in faults:
+        _retract_keeps_kv(server)
     if "logprob_cursor_not_advanced" in faults and not server.results_why:
         if hasattr(sc, "batch_result_processor"):  # 0.5.13+
             _cursor_not_advanced(server, type(sc.batch_result_processor))
@@ -95,6 +108,27 @@ def _key_without_lora(submit):
             req.extra_key = req.extra_key[: -len(lora_id)] or None
         return req
     return submit_without_lora_key
+
+
+def _key_without_user_key(submit):
+    """``Server.submit`` whose request's ``extra_key`` is its lora_id alone (the user's key dropped)."""
+    def submit_without_user_key(rid, tokens, max_new, lora_id, *rest, **kw):
+        req = submit(rid, tokens, max_new, lora_id, *rest, **kw)
+        req.extra_key = lora_id
+        return req
+    return submit_without_user_key
+
+
+def _retract_keeps_kv(server) -> None:
+    """``ScheduleBatch.retract_decode`` with the KV allocator's ``free`` a no-op while it runs (for the server's
+    life: the class is patched, ``close()`` stops it)."""
+    cls, alloc = server.sl.ScheduleBatch, server.alloc
+    original = cls.retract_decode
+
+    def retract_decode(self, *args, **kwargs):
+        with mock.patch.object(alloc, "free", lambda *a, **k: None):
+            return original(self, *args, **kwargs)
+    _patch(server, cls, "retract_decode", retract_decode)
 
 
 def _own_only(original):

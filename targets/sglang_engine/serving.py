@@ -18,14 +18,18 @@ Checks (``state`` of ``step``), each a property users would write:
 * progress: a round in which some arrived request is unfinished runs a batch;
 * no starvation: every request finishes within ``bound`` rounds of the step's start, ``bound`` = the last arrival
   + the step's whole work (each request's prefill chunks, ``ceil(len / chunk) + 1`` with ``chunk`` the smaller of
-  ``--chunked-prefill-size`` and ``--max-prefill-tokens``, plus its ``new - 1`` decode steps) + 1. The
-  scheduler is work-conserving on these cases (the KV pool is large enough that nothing is retracted), so every
-  round advances some request by a chunk or a token, drain policy or not;
+  ``--chunked-prefill-size`` and ``--max-prefill-tokens``, plus its ``new - 1`` decode steps) + 1, and each
+  retraction's work again (``retraction.rework``: a retracted request recomputes its prefill). The scheduler is
+  work-conserving on these cases, so every round advances some request by a chunk or a token, drain policy or not;
+* the KV pool (``step.kv-pool``, retraction.py): once every request of the step finished, nothing is held (free
+  slots plus the radix tree's evictable ones are the whole pool); a small pool (``max_total_tokens``) and SGLang's
+  retraction test mode make ``update_running_batch`` retract requests;
 * every request generated exactly ``new`` tokens;
 * the prefix cache (``step.prefix-cache``, ``check_prefix``; the radix cache on, ``disable_radix_cache`` False): the
   KV slots a request of a prefill batch reuses from the cache were written by a request of its own adapter (both the
-  base model: None), never by another adapter's, nor left unwritten. Requests share prompt prefixes through the
-  step's ``stem`` (``stem[i]`` tokens of the case's fixed stem, ``stem_tokens``, before each prompt's own tokens).
+  base model: None) under the same own ``extra_key`` (``key[i]``, keys.py), never by another adapter's or another
+  key's, nor left unwritten. Requests share prompt prefixes through the step's ``stem`` (``stem[i]`` tokens of the
+  case's fixed stem, ``stem_tokens``, before each prompt's own tokens).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ import math
 
 import torch
 
+from . import keys as user_keys
+from . import retraction
 from .cases import STEM_MAX
 from .frontend import ARRIVAL_YIELDS, _arrivals
 from .served_logprobs import Ledger
@@ -81,7 +87,8 @@ def serve(session, server, op) -> tuple[list[str], list[tuple[str, str]]]:
     front = session.front
     loop = front.loop if front is not None else asyncio.new_event_loop()
     try:
-        return loop.run_until_complete(_Step(session, server, names, prompts, new, arrive, op.get("logprob")).run())
+        return loop.run_until_complete(_Step(session, server, names, prompts, new, arrive, op.get("logprob"),
+                                             op.get("key")).run())
     finally:
         server.abandoned = server.busy()
         if front is None:
@@ -91,10 +98,14 @@ def serve(session, server, op) -> tuple[list[str], list[tuple[str, str]]]:
 class _Step:
     """One step's requests on their way through the tokenizer manager and the scheduler."""
 
-    def __init__(self, session, server, names, prompts, new, arrive, logprob=None):
+    def __init__(self, session, server, names, prompts, new, arrive, logprob=None, key=None):
         self.s, self.server, self.names, self.prompts, self.new, self.arrive = (
             session, server, names, prompts, new, arrive)
         self.logprob = logprob     # each request's input-logprob start, or None (no request asks logprobs)
+        self.key = list(key or [None] * len(names))  # each request's own extra_key as drawn (keys.py)
+        self.keys: dict = {}       # request index -> the extra_key it sent (keys.resolve, at its arrival)
+        self.retracted: dict = {}  # request index -> how often the scheduler retracted it (retraction.py)
+        self.waiting: set = set()  # the request indices in the waiting queue after the last round
         self.ledger = Ledger(session)
         self.front, self.problems = session.front, []
         self.drain: list = []      # (what the drainer did, problem): the drain check's, a label of its own each
@@ -108,7 +119,7 @@ class _Step:
         self.draining: dict = {}   # (drained lora_id, the lora_id it drains for) -> the step's first round seen
         self.while_draining: dict = {}  # drained lora_id -> its requests admitted while it drained (indices)
         sc = server.sc
-        chunk = min(c for c in (sc.chunked_prefill_size, sc.max_prefill_tokens, 1 << 30) if c and c > 0)
+        self.chunk = chunk = min(c for c in (sc.chunked_prefill_size, sc.max_prefill_tokens, 1 << 30) if c and c > 0)
         self.bound = max(arrive, default=0) + work([len(p) for p in prompts], new, chunk) + 1
         self.start = server.rounds  # rounds count from the step's start
 
@@ -130,8 +141,10 @@ class _Step:
         """Queue the resolved requests whose round has come; whether some resolved request is still to arrive."""
         for i in sorted(self.resolved):
             if i not in self.submitted and self.arrive[i] <= self.round:
+                self.keys[i] = user_keys.resolve(self.key[i], self.s)
                 self.submitted[i] = self.server.submit(f"r{i}", self.prompts[i], self.new[i], self.resolved[i],
-                                                       None if self.logprob is None else self.logprob[i])
+                                                       None if self.logprob is None else self.logprob[i],
+                                                       **({} if self.keys[i] is None else {"extra_key": self.keys[i]}))
                 self.index[f"r{i}"] = i
                 self.queued[i] = self.round
         return any(i not in self.submitted for i in self.resolved)
@@ -149,6 +162,7 @@ class _Step:
                 break
             batch = self.server.round()
             self._observe_drainer()
+            self._observe_retractions()
             if batch is None:
                 idle += 1 if self.server.busy() else 0
                 if idle >= IDLE_ROUNDS:
@@ -172,6 +186,17 @@ class _Step:
             if stats.is_draining_for is not None:
                 self.draining.setdefault((lora_id, stats.is_draining_for), self.round)
 
+    def _observe_retractions(self) -> None:
+        """The requests the round's ``update_running_batch`` retracted (``retract_decode``): admitted before, back in
+        the waiting queue now (``_add_request_to_queue(req, is_retracted=True)``); each retraction adds its request's
+        work again to the step's bound (its prefill is recomputed)."""
+        now = {self.index[r.rid] for r in self.server.sc.waiting_queue if r.rid in self.index}
+        for i in now - self.waiting:
+            if i in self.admitted:
+                self.retracted[i] = self.retracted.get(i, 0) + 1
+                self.bound += retraction.rework(len(self.prompts[i]), self.new[i], self.chunk)
+        self.waiting = now
+
     def _draining_now(self) -> set:
         drainer = getattr(self.server.sc, "lora_drainer", None)
         return {k for k, v in (drainer.adapter_to_stats.items() if drainer is not None else ())
@@ -189,10 +214,10 @@ class _Step:
             self.decodes.append(self.round)
         self.problems += _check_batch(self.server, batch, self.index)
         if batch.forward_mode.is_extend():
-            self.s.ctx.check("step.prefix-cache", check_prefix(self.server, batch, self.index, self.names))
+            self.s.ctx.check("step.prefix-cache", check_prefix(self.server, batch, self.index, self.names, self.keys))
         if self.problems:
             return False
-        for req in _run(self.s, self.server, batch, self.index, self.names, self.ledger):
+        for req in _run(self.s, self.server, batch, self.index, self.names, self.ledger, self.keys):
             self.finished[self.index[req.rid]] = self.round
             if self.logprob is not None:
                 self.ledger.finish(req, self.logprob[self.index[req.rid]])
@@ -264,6 +289,8 @@ class _Step:
                 + (f"finished at round {self.finished[i]}" if i in self.finished else "never finished"))
         if not self.problems:
             self.drain += self._check_drain()
+            if len(self.finished) == len(self.submitted) and not self.server.busy():  # all done: nothing held
+                self.s.ctx.check("step.kv-pool", retraction.check_returned(self.server, self.retracted, self.names))
         for i, req in self.submitted.items():
             if i in self.finished and len(req.output_ids) != self.new[i]:
                 self.problems.append(f"request {i} generated {len(req.output_ids)} tokens, asked {self.new[i]}")
@@ -300,21 +327,30 @@ def prefix_slots(server, batch) -> list:
     return [rows[int(row), : int(k)].tolist() for row, k in zip(batch.req_pool_indices.tolist(), batch.prefix_lens)]
 
 
-def check_prefix(server, batch, index, names) -> list[str]:
-    """The prefix a request reuses was written by a request of the same adapter (both the base model: None): the
-    radix tree must not hand one adapter's K/V to another's request (its key ends with the lora_id). A slot no
-    forward wrote is a read of uninitialized K/V. ``server.kv_writer``: who wrote each slot (``_run``)."""
-    out = []
+def check_prefix(server, batch, index, names, keys=None) -> list[str]:
+    """The prefix a request reuses was written by a request of the same adapter (both the base model: None) and the
+    same own ``extra_key`` (``keys``: request index -> the key it sent, keys.py; both none: None): the radix tree must
+    not hand one adapter's K/V to another's request, nor one user key's to another's. A slot no forward wrote is a
+    read of uninitialized K/V. ``server.kv_writer``: who wrote each slot (``_run``)."""
+    out, keys = [], keys or {}
     for r, slots in zip(batch.reqs, prefix_slots(server, batch)):
         i = index[r.rid]
+        key = keys.get(i)
         for slot in slots:
             writer = server.kv_writer.get(slot)
+            if writer is not None and len(writer) < 3:
+                writer = (*writer, None)  # a writer that sent no key of its own (record_writes)
             if writer is None:
                 out.append(f"request {i} ({names[i]!r}, lora_id {r.lora_id}) reuses KV slot {slot} that no forward "
                            f"wrote")
             elif writer[1] != r.lora_id:
-                out.append(f"request {i} ({names[i]!r}, lora_id {r.lora_id}) reuses KV slot {slot} written by "
-                           f"{writer[0]} of another adapter (lora_id {writer[1]})")
+                out.append(f"request {i} ({names[i]!r}, lora_id {r.lora_id}"
+                           + (f", extra_key {key!r}" if key is not None else "")
+                           + f") reuses KV slot {slot} written by {writer[0]} of another adapter (lora_id {writer[1]}"
+                           + (f", extra_key {writer[2]!r}" if writer[2] is not None else "") + ")")
+            elif writer[2] != key:
+                out.append(f"request {i} ({names[i]!r}, extra_key {key!r}) reuses KV slot {slot} written by "
+                           f"{writer[0]} of its adapter under another extra_key ({writer[2]!r})")
             else:
                 server.reused += 1
                 continue
@@ -322,9 +358,11 @@ def check_prefix(server, batch, index, names) -> list[str]:
     return out
 
 
-def record_writes(server, batch, index, names) -> None:
-    """Every KV slot the batch's forward writes, with the request whose token it holds: the batch's
-    ``out_cache_loc``, in the order of its requests' new tokens (``extend_lens``; one per request in a decode)."""
+def record_writes(server, batch, index, names, keys=None) -> None:
+    """Every KV slot the batch's forward writes, with the request whose token it holds (its lora_id and own key): the
+    batch's ``out_cache_loc``, in the order of its requests' new tokens (``extend_lens``; one per request in a
+    decode)."""
+    keys = keys or {}
     locs = batch.out_cache_loc.tolist()
     counts = list(batch.extend_lens) if batch.forward_mode.is_extend() else [1] * len(batch.reqs)
     off = 0
@@ -332,11 +370,12 @@ def record_writes(server, batch, index, names) -> None:
         i = index[r.rid]
         who = f"request {i} ({names[i]!r}) of round {server.rounds}"
         for slot in locs[off: off + k]:
-            server.kv_writer[slot] = (who, r.lora_id)
+            # (who, lora_id), and the key it sent where it sent one (check_prefix: none is None)
+            server.kv_writer[slot] = (who, r.lora_id) + (() if keys.get(i) is None else (keys[i],))
         off += k
 
 
-def _run(session, server, batch, index, names, ledger) -> list:
+def _run(session, server, batch, index, names, ledger, keys=None) -> list:
     """The batch through ``ForwardBatch.init_new``, the session's forward (its checks), SGLang's sampling and result
     processing (scheduler.Server.result / finish_round), the logprobs it stored (``ledger``); the requests that
     finished."""
@@ -347,7 +386,7 @@ def _run(session, server, batch, index, names, ledger) -> list:
     extend = batch.forward_mode.is_extend()
     lens = list(fb.extend_seq_lens_cpu) if extend else [1] * len(reqs)
     fw = session.forward_output(fb, req_names, ids, "extend" if extend else "decode", lens, fb.input_ids)
-    record_writes(server, batch, index, names)  # the K/V the attention writes to SGLang's pool, by its request
+    record_writes(server, batch, index, names, keys)  # the K/V the attention writes to SGLang's pool, by its request
     graph = session.graphs is not None and not extend and session.graphs.pick(len(reqs)) is not None
     before = ledger.before(batch)
     done = server.finish_round(batch, server.result(fw.output, fb, batch, graph))

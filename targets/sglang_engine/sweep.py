@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from ..sglang_lora import sweep as lora_sweep
+from . import keys as user_keys
 
 # bug -> its seed's file stem (seeds/STEM.json)
 SEEDS = {"#21380": "unload_keeps_slot_21380", "#28371": "csgmv_graph_segments_28371",
@@ -30,7 +31,7 @@ SEEDS = {"#21380": "unload_keeps_slot_21380", "#28371": "csgmv_graph_segments_28
          "#27274": "moe_virtual_gated_27274",
          "embedding-partial-unzeroed": "embedding_partial_unzeroed_g3",
          "#16687": "base_request_over_limit_16687", "#25865": "staged_chunk_admission_25865",
-         "#27597": "finished_adapter_unloaded_27597"}
+         "#27597": "finished_adapter_unloaded_27597", "#24638": "radix_key_aliases_adapter_24638"}
 KNOWN = tuple(SEEDS)
 # the findings pages' names of the bugs sweep.py triages by what they are (docs/findings/)
 NAMES = {"torch-native-lm-head": "G1", "torch-native-graph-rank": "G2", "embedding-partial-unzeroed": "G3"}
@@ -75,6 +76,8 @@ def present(bug: str, version: str) -> bool | None:
         and lora_sweep.STAGED_COUNTED not in f("srt/managers/scheduler.py"),
         # a finished request's adapter counted as running, asserted loaded after an unload (0.5.5 - 0.5.13.post1)
         "#27597": lora_sweep.finished_adapters_counted(version),
+        # a request's own extra_key and its lora_id concatenated into one radix namespace (every 0.5.x: keys.py)
+        "#24638": user_keys.concatenates(f("srt/managers/schedule_batch.py")),
     }[bug]
 
 

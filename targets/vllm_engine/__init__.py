@@ -72,7 +72,16 @@ def describe() -> list[str]:
                if f.get("v1") else
                f"; no V1 runner cases ({_v1_missing()})")
             + (_v2_graphs_line(f["v2_graphs"]) if f.get("v2_graphs") else
-               f"; no V2 runner graph cases ({_v2_graphs_missing()})")]
+               f"; no V2 runner graph cases ({_v2_graphs_missing()})")
+            + _serving_line()]
+
+
+def _serving_line() -> str:
+    """What the serving cases drive on this release (serving.py, prefix_cache.py), or why none are drawn."""
+    missing = serving_missing()
+    return (f"; no serving cases ({missing})" if missing else
+            "; serving layer: OpenAIServingModels (load_lora_adapter, unload_lora_adapter, the request path's "
+            "_check_model, _maybe_get_adapters); prefix cache: KVCacheManager, the release's block hasher")
 
 
 def _v2_graphs_line(g) -> str:

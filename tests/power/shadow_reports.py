@@ -26,6 +26,8 @@ from fuzzrunner.violation import Violation
 PINNED = Path(__file__).with_name("shadow_reports.json")
 _ADDRESS = re.compile(r"0x[0-9a-f]+")
 _THREAD = re.compile(r"\b(ThreadPoolExecutor-|Thread-)\d+(_\d+)?")
+# how far from its own storage a lane that left it landed (another storage): the allocator's layout, as addresses are
+_ESCAPE = re.compile(r"\d+ byte\(s\) (?:before the start|past the end) (of the storage of )")
 CFG = {"max_loras": 2, "capture_sizes": [1, 2, 4, 8]}
 ADD = {"op": "add_adapter", "adapter_id": 1, "rank": 4}
 
@@ -47,7 +49,7 @@ DEVICE_PAIRS = [p for p in PAIRS if p.cause in dm.CPU_CAUSES and p.name not in d
 
 def _masked(value):
     if isinstance(value, str):
-        return _THREAD.sub(r"\1?", _ADDRESS.sub("0x?", value))
+        return _ESCAPE.sub(r"? byte(s) ? \1", _THREAD.sub(r"\1?", _ADDRESS.sub("0x?", value)))
     if isinstance(value, list | tuple):
         return [_masked(v) for v in value]
     if isinstance(value, dict):
@@ -56,9 +58,13 @@ def _masked(value):
 
 
 def report(v: Violation) -> dict:
-    """One violation as its report shows it, addresses masked."""
+    """One violation as its report shows it, addresses masked (and the distance of a lane that left its argument's
+    storage into another one: where the allocator put the two)."""
+    details = dict(v.details)
+    if _ESCAPE.search(v.message or ""):
+        details["distance_bytes"] = "?"
     return _masked({"tool": v.tool, "kind": v.kind, "kernel": v.kernel, "location": v.location,
-                    "tensor": v.tensor, "message": v.message, "details": v.details})
+                    "tensor": v.tensor, "message": v.message, "details": details})
 
 
 def fault_reports(fault: str, shadow: str) -> list[dict]:

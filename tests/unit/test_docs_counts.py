@@ -10,7 +10,8 @@ from fuzzrunner.target import BUILTIN
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-         "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"]
+         "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty", "twenty-one", "twenty-two", "twenty-three",
+         "twenty-four", "twenty-five"]
 
 
 def _readme() -> str:

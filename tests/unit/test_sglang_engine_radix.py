@@ -122,8 +122,7 @@ def test_the_fault_is_unavailable_where_the_radix_cache_is_not_driven_and_says_w
     shape = type("Scheduler", (), {"can_schedule_lora_req": lambda self: None})
     off = types.SimpleNamespace(Scheduler=shape, drainer=True, radix_cache=None, results=True,
                                 radix_why="its radix cache lacks sglang.srt.mem_cache.radix_cache")
-    assert faults.unavailable(off, "0.5.x") == {
-        "radix_key_without_lora": "SGLang 0.5.x's radix cache is not driven: its radix cache lacks "
-                                  "sglang.srt.mem_cache.radix_cache"}
+    why = "SGLang 0.5.x's radix cache is not driven: its radix cache lacks sglang.srt.mem_cache.radix_cache"
+    assert faults.unavailable(off, "0.5.x") == {"radix_key_without_lora": why, "radix_key_without_extra_key": why}
     on = types.SimpleNamespace(Scheduler=shape, drainer=True, radix_cache=(object, {}), radix_why="", results=True)
     assert faults.unavailable(on, "0.5.x") == {}

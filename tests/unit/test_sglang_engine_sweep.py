@@ -74,6 +74,9 @@ def _tree(tmp_path, v, buggy: bool) -> None:
         f"# {sweep.BASE_NEVER_CHECKED}\n{sweep.RUNNING_ONLY}\n" if buggy else
         f"{sweep.RUNNING_ONLY}\n{sweep.STAGED_COUNTED}\n# {sweep.FINISHED_FILTERED}\n")
     (lora / "lora_manager.py").write_text(f"# {sweep.LORA_REFS_ASSERT}\n")
+    # #24638: Req.__init__ concatenates the user's key and the lora_id (every 0.5.x); a fix would keep them apart
+    (managers / "schedule_batch.py").write_text(
+        "        extra_key = (extra_key or \"\") + lora_id\n" if buggy else "        extra_key = (extra_key, lora_id)\n")
 
 
 def _report(out: Path, v: str, findings: list, replayed: list, refused: dict) -> None:

@@ -21,10 +21,10 @@ from ..base import source_location
 from .core import BadAccess, Hooks, ShadowCore, words
 from .discards import Discards, Pending
 from .host_views import HostViews
-from .launch_views import LaunchViews
+from .launch_views import LaunchViews, span
 from .locations import caller_line
 from .memory import ShadowMemory
-from .sub_buffers import Provenance, SubBuffers
+from .sub_buffers import OWN_STORAGE, Provenance, SubBuffers
 from .threads import ACTIVE, PerThread, locked
 from .torch_effects import addresses, has_memory
 from .torch_hook import TorchShadowMode
@@ -331,6 +331,7 @@ class ShadowOracle(ShadowCore):
         self._tls.pause += 1  # the interpreter's own copy-back of arguments is not a write
         self._tls.garbage_read = False
         bases = self.subs.bases(launch.args)
+        self._own_storages(launch, bases)
         provenance = Provenance(bases) if bases else None
         if provenance is not None:
             provenance.install()
@@ -352,14 +353,32 @@ class ShadowOracle(ShadowCore):
             self.memory.remove(a)
         self._tls.adopted = []
 
+    def _own_storages(self, launch, bases: dict) -> None:
+        """Each tensor argument not inside a registered view is bounded by its own storage (sub_buffers.py): a
+        pointer computed from it that lands in another allocation is out of bounds of this argument, wherever the
+        allocator happened to put that neighbour."""
+        for name, t in launch.args.items():
+            st = t.untyped_storage()
+            if not t.numel() or not st.nbytes():
+                continue
+            key = (st.data_ptr(), *span(t))
+            if key not in bases:
+                rec = self.memory.containing(t.data_ptr())
+                bases[key] = (st.data_ptr(), st.data_ptr() + st.nbytes(),
+                              rec.name if rec is not None else words.argument(launch.name, name), OWN_STORAGE)
+
     @locked
-    def _sub_buffer_access(self, addrs: np.ndarray, itemsize: int, view: tuple, access: str) -> None:
+    def _sub_buffer_access(self, addrs: np.ndarray, itemsize: int, view: tuple, access: str) -> np.ndarray | None:
         """Lanes through a pointer derived from a registered view (sub_buffers.py) that left its span,
-        inside memory (a lane outside all memory is reported, and masked, as out-of-bounds already)."""
+        inside memory (a lane outside all memory is reported, and masked, as out-of-bounds already).
+        For an argument's own storage (``OWN_STORAGE``), called before the lanes are checked: the lanes that
+        left it into another tracked allocation, reported here, for the hook to switch off."""
+        if len(view) > 3:
+            return self._escaped(addrs, itemsize, view, access)
         lo, hi, name = view
         out = (addrs < np.uint64(lo)) | (addrs + np.uint64(itemsize) > np.uint64(hi))
         if not out.any():
-            return
+            return None
         lane = int(np.flatnonzero(out)[0])
         into = self.memory.containing(int(addrs[lane]))
         path, line = kernel_source_line()
@@ -367,6 +386,34 @@ class ShadowOracle(ShadowCore):
         details = {**self.reporter.op(), "program_id": list(grid_idx()), "access": access}
         msg = words.describe_sub_buffer(int(addrs[lane]), itemsize, view, into.name if into else None, kernel, details)
         self.reporter.add("out-of-bounds", kernel, source_location(path, line), name, msg, details, int(out.sum()))
+        return None
+
+    def _escaped(self, addrs: np.ndarray, itemsize: int, view: tuple, access: str) -> np.ndarray | None:
+        if self._tls.probing:
+            return None
+        lo, hi, name, _ = view
+        out = (addrs < np.uint64(lo)) | (addrs + np.uint64(itemsize) > np.uint64(hi))
+        if not out.any():
+            return None
+        lanes = np.flatnonzero(out)
+        wild = self.memory.outside(addrs[lanes], itemsize)
+        if wild.any() and self._adopt(addrs[lanes[wild]]):  # a live torch storage nobody tracked is memory too
+            wild = self.memory.outside(addrs[lanes], itemsize)
+        landed = lanes[~wild]  # outside all memory: the address check's (reported out of bounds, switched off)
+        if not len(landed):
+            return None
+        escaped = np.zeros(addrs.shape, dtype=bool)
+        escaped[landed] = True
+        if not self._tls.garbage_read:  # a wild access after a garbage read in this launch is its consequence
+            lane = int(landed[0])
+            into = self.memory.containing(int(addrs[lane]))
+            path, line = kernel_source_line()
+            kernel = self._hook.launch.name if self._hook and self._hook.launch else "?"
+            details = {**self.reporter.op(), "program_id": list(grid_idx()), "access": access}
+            msg = words.describe_sub_buffer(int(addrs[lane]), itemsize, view[:3], into.name if into else None,
+                                            kernel, details, whole=True)
+            self.reporter.add("out-of-bounds", kernel, source_location(path, line), name, msg, details, len(landed))
+        return escaped
 
     def _out_of_view(self, addrs: np.ndarray, itemsize: int) -> list[BadAccess]:
         hit = self._tls.views.outside(addrs, itemsize)  # type: ignore[union-attr]

@@ -11,8 +11,12 @@ pointer casts) carries it on. A load or store through such a pointer outside the
 reported as out-of-bounds of the view, naming the allocation it ran into. A pointer made from an
 integer, or from two different bases, carries nothing: no check, so no false report.
 
-Only registered views get bounds: an ordinary slice, or the whole stacked tensor, may be indexed
-anywhere in its storage (vLLM's LoRA kernels reach adapter ``id`` from adapter 0's base).
+Only registered views get bounds of their own: an ordinary slice, or the whole stacked tensor, may be
+indexed anywhere in its storage (vLLM's LoRA kernels reach adapter ``id`` from adapter 0's base). Every
+other tensor argument carries its whole storage's span (``OWN_STORAGE``): a lane of its pointer that
+lands inside another allocation is out of bounds of the argument, whatever that neighbour is (the
+oracle's ``_escaped``; before, only the address was checked, so the verdict depended on the allocator's
+layout).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable
 from .launch_views import span
 
 TAG = "fuzzrunner.view"
+OWN_STORAGE = "own storage"  # a tag's 4th field: the argument's whole storage, not a registered view
 # Interpreter builder methods that make a pointer from a pointer (create_int_to_ptr is
 # create_bitcast; a pointer from an integer carries no base).
 _CARRY = ("create_addptr", "create_splat", "create_broadcast", "create_expand_dims", "create_reshape",
@@ -86,7 +91,8 @@ def _carry(orig: Callable) -> Callable:
 
 
 class Provenance:
-    """Installed for one launch: the argument handles of registered views carry their span."""
+    """Installed for one launch: the argument handles carry their span (a registered view's, else the
+    argument's whole storage)."""
 
     def __init__(self, bases: dict):
         self.bases = bases

@@ -125,23 +125,38 @@ class TritonHook:
         op = _Args(args, kwargs, names)
         ptrs, mask_h = op.get(0), op.get(1)
         addrs, mask = self._active(ptrs, mask_h)
+        checked = mask  # the lanes the check saw (a deferred read's lanes are theirs: discards.py)
         if mask.any():
             size = self._itemsize(ptrs)
-            if check is None:  # atomics read and write
-                oob = self.on_read(addrs[mask], size, False) | self.on_write(addrs[mask], size)
-            else:
-                oob = check(addrs[mask], size)
+            access = "read" if check is self.on_read else "write"
             tag = tag_of(ptrs) if self.on_view is not None else None
-            if tag is not None:
-                self.on_view(addrs[mask][~oob], size, tag, "read" if check is self.on_read else "write")
+            act = addrs[mask]
+            # a pointer of an argument's own storage (sub_buffers.py): lanes that left it into another allocation
+            # are out of bounds of it, reported now and switched off, never checked against what they ran into
+            escaped = self.on_view(act, size, tag, access) if tag is not None and len(tag) > 3 else None
+            if escaped is None:
+                oob = self._check(check, act, size)
+            else:
+                oob = escaped.copy()
+                checked = mask.copy()
+                checked[mask] = ~escaped
+                if (~escaped).any():
+                    oob[~escaped] = self._check(check, act[~escaped], size)
+            if tag is not None and len(tag) == 3:
+                self.on_view(act[~oob], size, tag, access)
             if oob.any():
                 if names[1] is None:
                     raise MemoryError("out-of-bounds atomic_cas (no mask to switch the lane off)")
                 op.set(1, self._new_mask(mask, oob))
         out = orig(*op.args, **op.kwargs)
         if check is self.on_read and self.on_loaded is not None and mask.any():
-            self.on_loaded(out, mask)
+            self.on_loaded(out, checked)
         return out
+
+    def _check(self, check, addrs, size):
+        if check is None:  # atomics read and write
+            return self.on_read(addrs, size, False) | self.on_write(addrs, size)
+        return check(addrs, size)
 
     @staticmethod
     def _new_mask(mask, oob):

@@ -157,3 +157,45 @@ def whole_stack_given_with_slots_registered(ctx, bug):
     w[:3 if bug else 4] = 2.0
     out = torch.zeros(8)
     _gather_adapter[(1,)](w, out, 3, 8, BLOCK=8)
+
+
+# -- a tensor argument's own storage: an access that leaves it is out of bounds even where it lands in another
+# allocation (which memory it lands in is the allocator's choice: the verdict must not depend on it)
+
+@triton.jit
+def _store_at(dst, off, value, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(dst + off + i, tl.full([BLOCK], value, tl.float32))  # BAD:write_lands_in_another_tensor
+
+
+@triton.jit
+def _load_at(src, dst, off, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    x = tl.load(src + off + i)  # BAD:read_lands_in_a_written_tensor,read_lands_in_an_unwritten_tensor
+    tl.store(dst + i, x)
+
+
+def _elements_to(a: torch.Tensor, b: torch.Tensor) -> int:
+    """The element offset from ``a``'s first element to ``b``'s (both float32)."""
+    return (b.data_ptr() - a.data_ptr()) // 4
+
+
+@pair("sub-buffers", OOB, "out.a")
+def write_lands_in_another_tensor(ctx, bug):
+    a, b = track(torch.zeros(8), "out.a"), track(torch.zeros(64), "out.b")
+    _store_at[(1,)](a, _elements_to(a, b) if bug else 0, 1.0, BLOCK=8)  # before: b silently "written"
+    s = b.sum()
+
+
+@pair("sub-buffers", OOB, "src.a")
+def read_lands_in_a_written_tensor(ctx, bug):
+    a, other = track(torch.ones(8), "src.a"), track(torch.full((64,), 2.0), "src.other")
+    out = torch.zeros(8)
+    _load_at[(1,)](a, out, _elements_to(a, other) if bug else 0, BLOCK=8)  # before: silent (other is written)
+
+
+@pair("sub-buffers", OOB, "src.a")
+def read_lands_in_an_unwritten_tensor(ctx, bug):
+    a, scratch = track(torch.ones(8), "src.a"), torch.empty(64)
+    out = torch.zeros(8)
+    _load_at[(1,)](a, out, _elements_to(a, scratch) if bug else 0, BLOCK=8)  # before: an unwritten read of scratch

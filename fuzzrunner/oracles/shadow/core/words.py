@@ -29,15 +29,17 @@ def describe(b: BadAccess, kernel: str, name: str, details: dict, op_index: int)
 
 
 def describe_sub_buffer(addr: int, itemsize: int, view: tuple, into: str | None, kernel: str,
-                        details: dict) -> str:
-    """A lane through a pointer derived from registered view ``view`` = (lo, hi, name) that left it."""
+                        details: dict, whole: bool = False) -> str:
+    """A lane through a pointer derived from registered view ``view`` = (lo, hi, name) that left it (``whole``:
+    the tensor argument's whole storage, which it left into another allocation)."""
     lo, hi, name = view
     into = into or "untracked memory"
     dist = lo - addr if addr < lo else addr + itemsize - hi
     side = "before the start" if addr < lo else "past the end"
     details.update(address=hex(addr), view=[name], into=into, distance_bytes=dist)
     verb = "read" if details.get("access") == "read" else "wrote"
-    return f"{kernel} {verb} {hex(addr)}, {dist} byte(s) {side} of the view {name} it was given, into {into}"
+    what = f"the storage of {name}" if whole else f"the view {name}"
+    return f"{kernel} {verb} {hex(addr)}, {dist} byte(s) {side} of {what} it was given, into {into}"
 
 
 def indexed_out_of_range(func: str, name: str, index: int, rows: int, count: int) -> str:
