@@ -44,10 +44,17 @@ def _packed_bug(v: dict, case: dict) -> str | None:
     copied into one slice) a size mismatch; Q2 (0.21 - 0.28): ``expand_packed_lora``
     reads ``b_i.shape`` of the member a partial adapter lacks (``None``); Q3 (0.29 on): #47640's guard gives a missing
     member every remaining slice, so a leading one (``in_proj_z`` alone) leaves none for the next."""
-    if v["kind"] != "crash" or (case["config"].get("layout") or {}).get("gdn") != "qkvz" or \
-            "column_parallel_linear.py" not in (v.get("location") or ""):
+    if (case["config"].get("layout") or {}).get("gdn") != "qkvz":
         return None
-    kind, message = v.get("kernel"), v.get("message") or ""
+    message = v.get("message") or ""
+    if v["kind"] == "state-violation" and v.get("tensor") == "serve_load.answer":
+        # the serving layer answers the layer's exception as the load's error (serving.py): the same three bugs
+        return ("Q3" if "Cannot determine how to split lora_b" in message else
+                "Q2" if "'NoneType' object has no attribute 'shape'" in message else
+                "Q1" if "list index out of range" in message or "must match the size of tensor b" in message else None)
+    if v["kind"] != "crash" or "column_parallel_linear.py" not in (v.get("location") or ""):
+        return None
+    kind = v.get("kernel")
     if (kind == "IndexError" and "list index out of range" in message) or \
             (kind == "RuntimeError" and "must match the size of tensor b" in message):
         return "Q1"  # lora_a[2] of two (a dummy adapter: one per name, sized by the first slices), or a name's B
