@@ -48,20 +48,20 @@ def _packed_bug(v: dict, case: dict) -> str | None:
         return None
     message = v.get("message") or ""
     if v["kind"] == "state-violation" and v.get("tensor") == "serve_load.answer":
-        # the serving layer answers the layer's exception as the load's error (serving.py): the same three bugs
-        return ("Q3" if "Cannot determine how to split lora_b" in message else
-                "Q2" if "'NoneType' object has no attribute 'shape'" in message else
-                "Q1" if "list index out of range" in message or "must match the size of tensor b" in message else None)
-    if v["kind"] != "crash" or "column_parallel_linear.py" not in (v.get("location") or ""):
+        kind = None  # the serving layer answers the layer's exception as the load's error (serving.py), its text alone
+    elif v["kind"] == "crash" and "column_parallel_linear.py" in (v.get("location") or ""):
+        kind = v.get("kernel")
+    else:
         return None
-    kind = v.get("kernel")
-    if (kind == "IndexError" and "list index out of range" in message) or \
-            (kind == "RuntimeError" and "must match the size of tensor b" in message):
-        return "Q1"  # lora_a[2] of two (a dummy adapter: one per name, sized by the first slices), or a name's B
-    if kind == "AttributeError" and "'NoneType' object has no attribute 'shape'" in message:
-        return "Q2"
-    if kind == "ValueError" and "Cannot determine how to split lora_b" in message:
-        return "Q3"
+    return next((bug for bug, exc, text in _PACKED_EXCEPTIONS if kind in (None, exc) and text in message), None)
+
+
+# (bug, exception, its message) of the packed-module bugs: Q1's lora_a[2] of two (a dummy adapter: one per name,
+# sized by the first slices) or a name's B copied into one slice; Q2's missing member; Q3's split of the rest
+_PACKED_EXCEPTIONS = (("Q1", "IndexError", "list index out of range"),
+                      ("Q1", "RuntimeError", "must match the size of tensor b"),
+                      ("Q2", "AttributeError", "'NoneType' object has no attribute 'shape'"),
+                      ("Q3", "ValueError", "Cannot determine how to split lora_b"))
 
 
 def _serving_bug(v: dict, lora_hash_name_only: bool) -> str | None:

@@ -6,8 +6,7 @@ campaign labels SGLang #24638 only on a release whose ``Req.__init__`` concatena
 import types
 from importlib import import_module
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-from hypothesis import seed as hseed
+from test_sglang_engine_radix import _draw  # the same generation-phase draw of sglang_engine's cases
 
 cases = import_module("fuzzrunner.targets.sglang_engine.cases")
 serving = import_module("fuzzrunner.targets.sglang_engine.serving")
@@ -26,19 +25,6 @@ CONCAT = '''        # Extra key for caller-defined request classification.
 TAGGED = '''        if lora_id is not None:
             extra_key = compose_prefix_cache_key(extra_key=extra_key, lora_id=lora_id)
 '''
-
-
-def _draw(n: int, **kw) -> list:
-    seen: list = []
-
-    @settings(max_examples=n, deadline=None, database=None, phases=[Phase.generate], verbosity=Verbosity.quiet,
-              suppress_health_check=list(HealthCheck))
-    @hseed(0)
-    @given(cases.sglang_engine_cases((), max_ops=6, device="cpu", **kw))
-    def run(case):
-        seen.append(case)
-    run()
-    return seen
 
 
 def test_radix_cases_draw_user_keys_and_keys_naming_an_adapter_and_small_pools_draw_the_test_mode():
